@@ -1,0 +1,394 @@
+package netpolicy
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Policy is a compiled, immutable policy: safe for concurrent use by any
+// number of goroutines. Make one with Compile, Parse or ParseFile.
+type Policy struct {
+	spec  Spec // normalized, ids assigned; never modified
+	rules []compiledRule
+	index index
+	// defaultDecision is returned when no rule matches.
+	defaultDecision Decision
+	// hasPathRules is set when a rule has a path, so Decide resolves dot
+	// segments only when it matters.
+	hasPathRules bool
+	// exempt lists the networks the address guard lets through:
+	// allow_private and the prefixes of IP/CIDR allow rules.
+	exempt []exemptNet
+}
+
+// compiledRule is a checked rule with what Decide needs precomputed.
+type compiledRule struct {
+	pat      pattern
+	anyPort  bool
+	ports    []uint16
+	methods  []string
+	path     string
+	httpOnly bool // methods or path set: never matches CONNECT
+	decision Decision
+}
+
+// exemptNet is a network the address guard lets through, on some ports.
+type exemptNet struct {
+	prefix netip.Prefix
+	rule   *compiledRule // nil for allow_private: every port
+}
+
+// fieldError is a problem with one field of a rule or of the policy. Decode
+// turns it into a ParseError with the field's line; Compile names the rule.
+type fieldError struct {
+	field string // "host", "ports", ...; empty for the rule as a whole
+	msg   string
+}
+
+// Compile checks spec and builds a Policy from it. Rules without an id get
+// the first free one of r1, r2, .... It does not modify spec.
+//
+// Every problem is reported, not only the first: the error is an ErrorList
+// whose entries wrap ErrInvalidPolicy or ErrInvalidRule.
+func Compile(spec Spec) (*Policy, error) {
+	spec = spec.clone()
+	var errs ErrorList
+	top := func(field, msg string) {
+		errs = append(errs, &ParseError{Msg: field + ": " + msg, Err: ErrInvalidPolicy})
+	}
+	for _, fe := range checkSpecFields(&spec) {
+		top(fe.field, fe.msg)
+	}
+	seen := make(map[string]int, len(spec.Rules))
+	for i := range spec.Rules {
+		r := &spec.Rules[i]
+		if r.ID == "" {
+			continue
+		}
+		if first, dup := seen[r.ID]; dup {
+			errs = append(errs, &ParseError{Msg: fmt.Sprintf("rule %d: id %q is already used by rule %d; ids must be unique", i+1, r.ID, first+1), Err: ErrInvalidRule})
+			continue
+		}
+		seen[r.ID] = i
+	}
+	p := &Policy{rules: make([]compiledRule, len(spec.Rules))}
+	for i := range spec.Rules {
+		cr, ferrs := checkRule(&spec.Rules[i])
+		for _, fe := range ferrs {
+			errs = append(errs, &ParseError{Msg: ruleMsg(i, spec.Rules[i].ID, fe), Err: ErrInvalidRule})
+		}
+		p.rules[i] = cr
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	assignIDs(spec.Rules)
+	p.spec = spec
+	p.defaultDecision = Decision{
+		Action: spec.Default,
+		Rule:   RuleDefault,
+		Reason: "no rule matched; the default is " + string(spec.Default),
+	}
+	for _, pfx := range spec.AllowPrivate {
+		p.exempt = append(p.exempt, exemptNet{prefix: pfx})
+	}
+	for i := range p.rules {
+		cr := &p.rules[i]
+		r := &spec.Rules[i]
+		cr.decision = Decision{
+			Action:   r.Action,
+			Rule:     r.ID,
+			Reason:   fmt.Sprintf("rule %s: %s %s", r.ID, r.Action, r.Host),
+			Response: r.Response,
+		}
+		if cr.path != "" {
+			p.hasPathRules = true
+		}
+		if r.Action == Allow && cr.pat.kind == patPrefix {
+			p.exempt = append(p.exempt, exemptNet{prefix: cr.pat.prefix, rule: cr})
+		}
+	}
+	p.index = buildIndex(p.rules)
+	return p, nil
+}
+
+// ruleMsg formats a rule's field error for a message without a line.
+func ruleMsg(i int, id string, fe fieldError) string {
+	loc := fmt.Sprintf("rule %d", i+1)
+	if id != "" {
+		loc += fmt.Sprintf(" (%s)", id)
+	}
+	if fe.field == "" {
+		return loc + ": " + fe.msg
+	}
+	return loc + ": " + fe.field + ": " + fe.msg
+}
+
+// checkSpecFields checks and normalizes the policy's own fields.
+func checkSpecFields(spec *Spec) []fieldError {
+	var errs []fieldError
+	switch spec.Version {
+	case 0:
+		spec.Version = FormatVersion
+	case FormatVersion:
+	default:
+		errs = append(errs, fieldError{"version", fmt.Sprintf("version %d is not supported; write version: %d", spec.Version, FormatVersion)})
+	}
+	switch spec.Default {
+	case "":
+		spec.Default = Block
+	case Allow, Block:
+	default:
+		errs = append(errs, fieldError{"default", fmt.Sprintf("%q is not a default action; write allow or block", spec.Default)})
+	}
+	switch spec.Mode {
+	case "":
+		spec.Mode = Enforce
+	case Enforce, Audit:
+	default:
+		errs = append(errs, fieldError{"mode", fmt.Sprintf("%q is not a mode; write enforce or audit", spec.Mode)})
+	}
+	for i, pfx := range spec.AllowPrivate {
+		np, err := normalizePrefix(pfx)
+		if err != nil {
+			errs = append(errs, fieldError{"allow_private", err.Error()})
+			continue
+		}
+		spec.AllowPrivate[i] = np
+	}
+	return errs
+}
+
+// normalizePrefix unmaps an IPv4-mapped prefix and insists on a network
+// address, so that 10.0.0.1/8 is caught as the typo it likely is.
+func normalizePrefix(pfx netip.Prefix) (netip.Prefix, error) {
+	if !pfx.IsValid() {
+		return pfx, fmt.Errorf("not a valid CIDR (want e.g. 10.0.0.0/8)")
+	}
+	if pfx.Addr().Zone() != "" {
+		return pfx, fmt.Errorf("%s: IPv6 zones are not allowed", pfx)
+	}
+	if pfx.Addr().Is4In6() && pfx.Bits() >= 96 {
+		pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+	}
+	if m := pfx.Masked(); m != pfx {
+		return pfx, fmt.Errorf("%s has host bits set; did you mean %s?", pfx, m)
+	}
+	return pfx, nil
+}
+
+// reservedIDs are the rule names a Decision uses for itself.
+var reservedIDs = []string{RuleDefault, RuleInvalid, RuleGuard}
+
+// checkRule checks one rule, normalizes it in place and compiles it.
+func checkRule(r *Rule) (compiledRule, []fieldError) {
+	var errs []fieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fieldError{field, fmt.Sprintf(format, args...)})
+	}
+	var cr compiledRule
+
+	if r.ID != "" {
+		if err := checkID(r.ID); err != "" {
+			bad("id", "%s", err)
+		}
+	}
+
+	switch r.Action {
+	case Allow, Block, Intercept:
+	case "":
+		bad("action", "missing; write action: allow, block or intercept")
+	default:
+		bad("action", "%q is not an action; write allow, block or intercept", r.Action)
+	}
+
+	pat, err := parsePattern(r.Host)
+	if err != nil {
+		bad("host", "%q: %s", r.Host, err)
+	} else {
+		cr.pat = pat
+		r.Host = pat.String()
+	}
+
+	explicitPorts := r.Ports != nil
+	if !explicitPorts {
+		r.Ports = slices.Clone(DefaultPorts)
+	}
+	switch {
+	case len(r.Ports) == 0:
+		bad("ports", "empty list; omit ports for the default [80, 443], or write [\"*\"] for any port")
+	case slices.Contains(r.Ports, AnyPort):
+		if len(r.Ports) > 1 {
+			bad("ports", "\"*\" already means every port; write it alone")
+		}
+		cr.anyPort = true
+	default:
+		for i, p := range r.Ports {
+			if slices.Contains(r.Ports[:i], p) {
+				bad("ports", "port %d is listed twice", p)
+			}
+			cr.ports = append(cr.ports, uint16(p))
+		}
+	}
+	if err == nil && pat.kind == patAny && r.Action != Block && !explicitPorts {
+		bad("host", "\"*\" matches every host, so with action %s it needs an explicit port list (ports: [443], or *:443 on the command line)", r.Action)
+	}
+
+	for i, m := range r.Methods {
+		up := strings.ToUpper(m)
+		switch {
+		case !isToken(m):
+			bad("methods", "%q is not an HTTP method", m)
+		case up == "CONNECT":
+			bad("methods", "CONNECT cannot be listed: rules with methods apply only to plain HTTP requests; omit methods to match tunnels")
+		}
+		r.Methods[i] = up
+	}
+	if r.Methods != nil && len(r.Methods) == 0 {
+		r.Methods = nil
+	}
+	cr.methods = r.Methods
+
+	if r.Path != "" {
+		switch {
+		case r.Path[0] != '/':
+			bad("path", "%q must start with '/'", r.Path)
+		case strings.ContainsAny(r.Path, "?#"):
+			bad("path", "%q: a path prefix cannot hold a query or fragment", r.Path)
+		case strings.ContainsFunc(r.Path, func(c rune) bool { return c <= ' ' || c == 0x7f }):
+			bad("path", "%q holds a space or control character", r.Path)
+		case resolveDotSegments(r.Path) != r.Path:
+			bad("path", "%q has dot segments or encoded dots; write it resolved, as %q", r.Path, resolveDotSegments(r.Path))
+		}
+		cr.path = r.Path
+	}
+	cr.httpOnly = len(r.Methods) > 0 || r.Path != ""
+	if cr.httpOnly && !cr.anyPort && len(cr.ports) > 0 && !slices.ContainsFunc(cr.ports, func(p uint16) bool { return p != 443 }) {
+		bad("methods", "methods and path match only plain HTTP, but this rule's only port is 443, which is reached by CONNECT; add the plain HTTP port (ports: [80]) or drop methods and path")
+	}
+
+	switch {
+	case r.Response != nil && r.Action != Intercept && r.Action != "":
+		bad("response", "only intercept rules have a response; remove it or write action: intercept")
+	case r.Action == Intercept && r.Response == nil:
+		bad("response", "an intercept rule needs a response (status, headers, body)")
+	case r.Response != nil:
+		resp := *r.Response
+		resp.Headers = maps.Clone(resp.Headers)
+		if resp.Status == 0 {
+			resp.Status = 200
+		}
+		if resp.Status < 200 || resp.Status > 599 {
+			bad("response", "status %d is not in 200..599", resp.Status)
+		}
+		for k, v := range resp.Headers {
+			lk := strings.ToLower(k)
+			switch {
+			case !isToken(k):
+				bad("response", "header name %q is not valid", k)
+			case strings.HasPrefix(lk, "x-sbx-"):
+				bad("response", "header %q is reserved for the gateway", k)
+			case lk == "content-length" || lk == "transfer-encoding" || lk == "connection":
+				bad("response", "header %q is set by the gateway; remove it", k)
+			case strings.ContainsAny(v, "\r\n\x00"):
+				bad("response", "header %q holds a line break or NUL", k)
+			}
+		}
+		r.Response = &resp
+	}
+	return cr, errs
+}
+
+// checkID returns why id cannot name a rule, or "".
+func checkID(id string) string {
+	if slices.Contains(reservedIDs, id) {
+		return fmt.Sprintf("%q is reserved; choose another id", id)
+	}
+	if len(id) > 64 {
+		return "longer than 64 characters"
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Sprintf("%q: use letters, digits, '-', '_' and '.'", id)
+		}
+	}
+	return ""
+}
+
+// assignIDs gives every rule without an id the first free one of r1, r2,
+// ..., in order.
+func assignIDs(rules []Rule) {
+	used := make(map[string]bool, len(rules))
+	for _, r := range rules {
+		used[r.ID] = true
+	}
+	n := 1
+	for i := range rules {
+		if rules[i].ID != "" {
+			continue
+		}
+		for used["r"+strconv.Itoa(n)] {
+			n++
+		}
+		rules[i].ID = "r" + strconv.Itoa(n)
+		used[rules[i].ID] = true
+	}
+}
+
+// isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// clone returns a deep copy of the spec.
+func (s Spec) clone() Spec {
+	c := s
+	c.AllowPrivate = slices.Clone(s.AllowPrivate)
+	c.Rules = make([]Rule, len(s.Rules))
+	for i, r := range s.Rules {
+		c.Rules[i] = r.clone()
+	}
+	return c
+}
+
+// clone returns a deep copy of the rule.
+func (r Rule) clone() Rule {
+	r.Ports = slices.Clone(r.Ports)
+	r.Methods = slices.Clone(r.Methods)
+	if r.Response != nil {
+		resp := *r.Response
+		resp.Headers = maps.Clone(resp.Headers)
+		r.Response = &resp
+	}
+	return r
+}
+
+// Spec returns a deep copy of the policy as a document: normalized, with
+// every rule's id and ports filled in. Compile(p.Spec()) gives an equal
+// policy.
+func (p *Policy) Spec() Spec { return p.spec.clone() }
+
+// Mode returns Enforce or Audit.
+func (p *Policy) Mode() Mode { return p.spec.Mode }
+
+// Default returns the action taken when no rule matches.
+func (p *Policy) Default() Action { return p.spec.Default }
+
+// AllowPrivate returns the networks that allow_private exempts from the
+// address guard.
+func (p *Policy) AllowPrivate() []netip.Prefix { return slices.Clone(p.spec.AllowPrivate) }
+
+// Rules returns a copy of the policy's rules, normalized, ids assigned.
+func (p *Policy) Rules() []Rule { return p.Spec().Rules }

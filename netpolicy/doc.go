@@ -1,0 +1,26 @@
+// Package netpolicy is sbx's rule language: it parses and checks policy
+// documents, normalizes host names, and decides what a request may reach.
+// DESIGN.md §3 is its contract.
+//
+// The flow is Decode (a document to a checked Spec, every problem with its
+// line) → Compile (a Spec to an immutable, indexed Policy) → Policy.Decide
+// (a Target to a Decision). Parse and ParseFile do the first two at once;
+// FlagRules turns command-line patterns into rules for a Spec. A Store holds
+// the policy of a running gateway: readers Load a Snapshot without locking,
+// writers Replace, AddRule and RemoveRule, and every change bumps the
+// version.
+//
+// Host names are compared only in the form NormalizeHost gives (lower case,
+// no trailing dot, punycode, IPv6 without brackets, IPv4-mapped addresses
+// unmapped). A target that cannot be normalized, such as 127.1 or
+// user@host, never matches a rule: Decide blocks it with rule "invalid".
+//
+// Decide is indexed: exact names and "*.domain" suffixes are map lookups,
+// IP and CIDR rules are looked up per prefix length, so a decision costs
+// about the same with ten rules or ten thousand. Decide does no DNS;
+// GuardAddr applies the address guard of DESIGN.md §4.2 to an address the
+// caller resolved.
+//
+// The package imports nothing else of sbx and does no I/O but reading a
+// policy file.
+package netpolicy

@@ -1,0 +1,190 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"golang.org/x/net/idna"
+)
+
+// maxHostLen is the longest host name in presentation form (RFC 1035 §2.3.4).
+const maxHostLen = 253
+
+// maxLabelLen is the longest label of a host name.
+const maxLabelLen = 63
+
+// idnaProfile maps a host name as a browser does for lookup (UTS #46,
+// nontransitional) and converts it to punycode. STD3 rules are off so that
+// the underscores found in real host names pass; checkLabel then allows only
+// letters, digits, '-' and '_'. Hyphen checks are off because real names
+// such as r3---sn-abc.example.net have "--" in positions 3 and 4.
+var idnaProfile = idna.New(
+	idna.MapForLookup(),
+	idna.Transitional(false),
+	idna.StrictDomainName(false),
+	idna.CheckHyphens(false),
+	idna.BidiRule(),
+)
+
+// NormalizeHost returns the canonical form of a host name or IP literal, the
+// form used for matching, dialing and logging (DESIGN.md §3): lower case,
+// one trailing dot removed, IDN converted to punycode, IPv6 brackets
+// removed, IPv4-mapped IPv6 unmapped.
+//
+// It rejects, with an error wrapping ErrInvalidTarget, what must never
+// match: empty labels, characters outside letters, digits, '-' and '_',
+// userinfo, zones, over-long names and every spelling of an IPv4 address but
+// the dotted quad (2130706433, 0x7f.1, 0177.0.0.1, 127.1).
+func NormalizeHost(host string) (string, error) {
+	if h, ok := fastNormalize(host); ok {
+		return h, nil
+	}
+	h, err := normalizeHost(host)
+	if err != nil {
+		return "", fmt.Errorf("host %q: %s: %w", host, err.Error(), ErrInvalidTarget)
+	}
+	return h, nil
+}
+
+// fastNormalize handles the common case without allocating: an ASCII
+// lower-case name of letters, digits, '-', '_' and dots, not ending in a
+// number and with no punycode label. For such a name every step of
+// normalizeHost is the identity.
+func fastNormalize(host string) (string, bool) {
+	if len(host) == 0 || len(host) > maxHostLen {
+		return "", false
+	}
+	labelStart := 0
+	for i := 0; i <= len(host); i++ {
+		if i < len(host) {
+			c := host[i]
+			switch {
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+				continue
+			case c != '.':
+				return "", false
+			}
+		}
+		label := host[labelStart:i]
+		if len(label) == 0 || len(label) > maxLabelLen || strings.HasPrefix(label, "xn--") {
+			return "", false
+		}
+		labelStart = i + 1
+	}
+	if endsInNumber(host) {
+		return "", false
+	}
+	return host, true
+}
+
+// errHost is the reason a host is invalid; NormalizeHost wraps it.
+type errHost string
+
+func (e errHost) Error() string { return string(e) }
+
+func normalizeHost(host string) (string, error) {
+	if host == "" {
+		return "", errHost("empty host")
+	}
+	if strings.ContainsRune(host, '@') {
+		return "", errHost("userinfo ('@') is not allowed in a host")
+	}
+	if strings.ContainsRune(host, '%') {
+		return "", errHost("percent-encoding and IPv6 zones are not allowed in a host")
+	}
+	if strings.HasPrefix(host, "[") {
+		if !strings.HasSuffix(host, "]") {
+			return "", errHost("unclosed '[' in IPv6 literal")
+		}
+		inner := host[1 : len(host)-1]
+		ip, err := netip.ParseAddr(inner)
+		if err != nil || !ip.Is6() {
+			return "", errHost("not an IPv6 address inside brackets")
+		}
+		return ip.Unmap().String(), nil
+	}
+	if strings.ContainsRune(host, ':') {
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !ip.Is6() {
+			return "", errHost("':' is only allowed in an IPv6 literal")
+		}
+		return ip.Unmap().String(), nil
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" {
+		return "", errHost("empty host")
+	}
+	// Look at the raw labels first: the IDNA mapping would quietly drop
+	// some characters (soft hyphens, for one) and hide an empty label.
+	for _, label := range strings.Split(name, ".") {
+		if label == "" {
+			return "", errHost("empty label")
+		}
+	}
+	ascii, err := idnaProfile.ToASCII(name)
+	if err != nil {
+		return "", errHost("not a valid international domain name")
+	}
+	if ascii == "" || len(ascii) > maxHostLen {
+		return "", errHost("host name longer than 253 bytes")
+	}
+	if endsInNumber(ascii) {
+		ip, err := netip.ParseAddr(ascii)
+		if err != nil || !ip.Is4() {
+			return "", errHost("a name ending in a number must be a dotted-quad IPv4 address (a.b.c.d, no leading zeros)")
+		}
+		return ip.String(), nil
+	}
+	for _, label := range strings.Split(ascii, ".") {
+		if err := checkLabel(label); err != nil {
+			return "", err
+		}
+	}
+	return ascii, nil
+}
+
+// checkLabel checks one label of a name already in ASCII form.
+func checkLabel(label string) error {
+	if label == "" {
+		return errHost("empty label")
+	}
+	if len(label) > maxLabelLen {
+		return errHost("label longer than 63 bytes")
+	}
+	for i := 0; i < len(label); i++ {
+		c := label[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return errHost(fmt.Sprintf("character %q is not allowed in a host name", c))
+		}
+	}
+	return nil
+}
+
+// endsInNumber reports whether a host's last label looks like a number
+// (decimal, or hex with 0x), the WHATWG URL test for a host that must parse
+// as IPv4. Such a host is valid only as a dotted quad.
+func endsInNumber(host string) bool {
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		for i := 2; i < len(last); i++ {
+			if !isHex(last[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}

@@ -1,0 +1,196 @@
+package netpolicy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+)
+
+// Action is what a rule, or the default, does with a matching request.
+type Action string
+
+// The actions of DESIGN.md §3.
+const (
+	Allow     Action = "allow"
+	Block     Action = "block"
+	Intercept Action = "intercept"
+)
+
+// Mode says whether block verdicts are enforced or only logged.
+type Mode string
+
+// The modes of DESIGN.md §3.
+const (
+	// Enforce blocks what the policy blocks. It is the zero Mode's meaning.
+	Enforce Mode = "enforce"
+	// Audit logs every verdict but lets blocked traffic through.
+	Audit Mode = "audit"
+)
+
+// Rule identifiers that a Decision can carry besides the id of a rule.
+const (
+	RuleDefault = "default" // no rule matched; the policy's default decided
+	RuleInvalid = "invalid" // the target could not be parsed; never matched
+	RuleGuard   = "guard"   // the address guard refused the resolved address
+)
+
+// FormatVersion is the only policy file version this package reads.
+const FormatVersion = 1
+
+// Errors that callers act on. Every error this package returns for a bad
+// policy, rule or target wraps one of them.
+var (
+	// ErrInvalidPolicy marks a policy document that cannot be used.
+	ErrInvalidPolicy = errors.New("invalid policy")
+	// ErrInvalidRule marks a rule that cannot be used.
+	ErrInvalidRule = errors.New("invalid rule")
+	// ErrInvalidTarget marks a request target that can never match a rule.
+	ErrInvalidTarget = errors.New("invalid target")
+	// ErrRuleNotFound is returned by Store.RemoveRule for an unknown id.
+	ErrRuleNotFound = errors.New("rule not found")
+	// ErrVersionMismatch is returned by a Store update whose expected
+	// version is not the current one.
+	ErrVersionMismatch = errors.New("policy version mismatch")
+)
+
+// Port is a TCP port in a rule's port list. AnyPort, written "*", matches
+// every port.
+type Port uint16
+
+// AnyPort matches every port. It must be the only entry of a port list.
+const AnyPort Port = 0
+
+// DefaultPorts are the ports of a rule that lists none.
+var DefaultPorts = []Port{80, 443}
+
+// String returns the port number, or "*" for AnyPort.
+func (p Port) String() string {
+	if p == AnyPort {
+		return "*"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// MarshalJSON writes a port as a number, and AnyPort as "*".
+func (p Port) MarshalJSON() ([]byte, error) {
+	if p == AnyPort {
+		return []byte(`"*"`), nil
+	}
+	return strconv.AppendUint(nil, uint64(p), 10), nil
+}
+
+// UnmarshalJSON reads a port number from 1 to 65535, or "*".
+func (p *Port) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := ParsePort(s)
+		if err != nil {
+			return err
+		}
+		*p = v
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("port %s: want a number from 1 to 65535 or \"*\": %w", b, ErrInvalidRule)
+	}
+	v, err := ParsePort(n.String())
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// ParsePort parses "1" to "65535", or "*" for AnyPort.
+func ParsePort(s string) (Port, error) {
+	if s == "*" {
+		return AnyPort, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 || (len(s) > 1 && s[0] == '0') {
+		return 0, fmt.Errorf("port %q: want a number from 1 to 65535 or \"*\": %w", s, ErrInvalidRule)
+	}
+	return Port(n), nil
+}
+
+// Response is the canned answer of an intercept rule.
+type Response struct {
+	// Status is the HTTP status code, 200 to 599; zero means 200.
+	Status int `json:"status"`
+	// Headers are sent as given, after the gateway's own X-Sbx-* headers.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is sent as given.
+	Body string `json:"body,omitempty"`
+}
+
+// Rule is one entry of a policy's rule list (DESIGN.md §3).
+type Rule struct {
+	// ID names the rule in decisions and in the management API. Compile
+	// assigns r1, r2, ... to rules that have none.
+	ID string `json:"id,omitempty"`
+	// Host is a host pattern: a name, "*.domain", "*", an IP or a CIDR.
+	Host string `json:"host"`
+	// Ports is nil for DefaultPorts, or a list of ports, or [AnyPort].
+	Ports []Port `json:"ports,omitempty"`
+	// Methods, when set, limits the rule to plain HTTP requests with one of
+	// these methods. It never matches a CONNECT.
+	Methods []string `json:"methods,omitempty"`
+	// Path, when set, limits the rule to plain HTTP requests whose path
+	// (dot segments resolved) starts with it. It never matches a CONNECT.
+	Path string `json:"path,omitempty"`
+	// Action is what the rule does.
+	Action Action `json:"action"`
+	// Response is the intercept rule's answer; it is set on intercept
+	// rules and only on them.
+	Response *Response `json:"response,omitempty"`
+}
+
+// Spec is a policy document as written in a file or sent to the management
+// API. It is plain data: Compile checks it and makes a Policy from it.
+type Spec struct {
+	// Version is the file format version; zero means FormatVersion.
+	Version int `json:"version"`
+	// Default is the action when no rule matches; empty means Block.
+	Default Action `json:"default"`
+	// Mode is Enforce or Audit; empty means Enforce.
+	Mode Mode `json:"mode"`
+	// AllowPrivate lists networks exempt from the address guard.
+	AllowPrivate []netip.Prefix `json:"allow_private"`
+	// Rules are evaluated in order; the first match wins.
+	Rules []Rule `json:"rules"`
+}
+
+// Target is what a request asks to reach.
+type Target struct {
+	// Host is a host name or IP literal, as the client sent it; Decide
+	// normalizes it.
+	Host string
+	// Port is the TCP port, 1 to 65535.
+	Port uint16
+	// Method is the HTTP method; "CONNECT" for tunnels.
+	Method string
+	// Path is the request path without query, for plain HTTP; empty for
+	// tunnels.
+	Path string
+}
+
+// IsConnect reports whether the target is a CONNECT tunnel, which rules with
+// methods or a path never match.
+func (t Target) IsConnect() bool { return t.Method == "CONNECT" }
+
+// Decision is a policy verdict. It is a value, not an error: a blocked
+// request is a normal outcome.
+type Decision struct {
+	Action Action `json:"action"`
+	// Rule is the id of the deciding rule, or RuleDefault, RuleInvalid or
+	// RuleGuard.
+	Rule string `json:"rule"`
+	// Reason is one readable sentence.
+	Reason string `json:"reason"`
+	// Response is the deciding intercept rule's response; nil otherwise.
+	// Callers must not modify it.
+	Response *Response `json:"-"`
+}

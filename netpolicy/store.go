@@ -1,0 +1,133 @@
+package netpolicy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Snapshot is one version of a running policy. It is immutable: a reader
+// that holds one decides every request with the same rules and logs the
+// same version, whatever changes meanwhile.
+type Snapshot struct {
+	// Version starts at 1 and grows by one with every change.
+	Version uint64
+	// Policy decides.
+	Policy *Policy
+	// Change says in a sentence what made this version, such as
+	// "rule gh added"; "policy loaded" for the first.
+	Change string
+}
+
+// Store holds the running policy of a gateway. Load never locks and never
+// sees half an update: every change builds a new Policy and swaps a pointer.
+// Changes are serialized, and a change that fails leaves the store as it
+// was. A Store is safe for concurrent use; make one with NewStore.
+type Store struct {
+	cur atomic.Pointer[Snapshot]
+	mu  sync.Mutex // serializes writers
+}
+
+// NewStore returns a store whose version 1 is p.
+func NewStore(p *Policy) *Store {
+	s := &Store{}
+	s.cur.Store(&Snapshot{Version: 1, Policy: p, Change: "policy loaded"})
+	return s
+}
+
+// Load returns the current snapshot. It never blocks.
+func (s *Store) Load() *Snapshot { return s.cur.Load() }
+
+// Replace swaps in a whole new policy. When ifVersion is not zero and is
+// not the current version, nothing changes and the error wraps
+// ErrVersionMismatch. An invalid spec changes nothing and returns Compile's
+// error.
+func (s *Store) Replace(spec Spec, ifVersion uint64) (*Snapshot, error) {
+	return s.update(ifVersion, func(Spec) (Spec, string, error) {
+		return spec, fmt.Sprintf("policy replaced (%d rules)", len(spec.Rules)), nil
+	})
+}
+
+// AddRule inserts r before the rule at position (0 is first); position -1,
+// or the number of rules, appends it. A rule without an id gets the next
+// free "rN" after the highest in use, so ids are not reused for a
+// different rule. It returns the new snapshot; the added rule, normalized,
+// is in its policy under that id.
+func (s *Store) AddRule(r Rule, position int, ifVersion uint64) (*Snapshot, Rule, error) {
+	var added Rule
+	snap, err := s.update(ifVersion, func(spec Spec) (Spec, string, error) {
+		n := len(spec.Rules)
+		if position == -1 {
+			position = n
+		}
+		if position < 0 || position > n {
+			return spec, "", fmt.Errorf("position %d is outside 0..%d (there are %d rules; -1 appends): %w", position, n, n, ErrInvalidRule)
+		}
+		r = r.clone()
+		if r.ID == "" {
+			r.ID = nextID(spec.Rules)
+		}
+		spec.Rules = slices.Insert(spec.Rules, position, r)
+		return spec, fmt.Sprintf("rule %s added at position %d", r.ID, position), nil
+	})
+	if err != nil {
+		return nil, Rule{}, err
+	}
+	for _, nr := range snap.Policy.spec.Rules {
+		if nr.ID == r.ID {
+			added = nr.clone()
+		}
+	}
+	return snap, added, nil
+}
+
+// RemoveRule deletes the rule with the given id. An unknown id changes
+// nothing and returns an error wrapping ErrRuleNotFound.
+func (s *Store) RemoveRule(id string, ifVersion uint64) (*Snapshot, error) {
+	return s.update(ifVersion, func(spec Spec) (Spec, string, error) {
+		i := slices.IndexFunc(spec.Rules, func(r Rule) bool { return r.ID == id })
+		if i < 0 {
+			return spec, "", fmt.Errorf("rule %q: %w", id, ErrRuleNotFound)
+		}
+		spec.Rules = slices.Delete(spec.Rules, i, i+1)
+		return spec, fmt.Sprintf("rule %s removed", id), nil
+	})
+}
+
+// update applies change to a copy of the current spec under the writer
+// lock and swaps in the result only when it compiles.
+func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)) (*Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.cur.Load()
+	if ifVersion != 0 && ifVersion != cur.Version {
+		return nil, fmt.Errorf("expected version %d, current is %d: %w", ifVersion, cur.Version, ErrVersionMismatch)
+	}
+	spec, what, err := change(cur.Policy.Spec())
+	if err != nil {
+		return nil, err
+	}
+	p, err := Compile(spec)
+	if err != nil {
+		return nil, err
+	}
+	next := &Snapshot{Version: cur.Version + 1, Policy: p, Change: what}
+	s.cur.Store(next)
+	return next, nil
+}
+
+// nextID returns "r" and one more than the highest rN in use.
+func nextID(rules []Rule) string {
+	high := 0
+	for _, r := range rules {
+		if rest, ok := strings.CutPrefix(r.ID, "r"); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n > high {
+				high = n
+			}
+		}
+	}
+	return "r" + strconv.Itoa(high+1)
+}
