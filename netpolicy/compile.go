@@ -260,15 +260,18 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		case strings.ContainsAny(r.Path, "?#"):
 			bad("path", "%q: a path prefix cannot hold a query or fragment", r.Path)
 		case strings.ContainsFunc(r.Path, func(c rune) bool { return c <= ' ' || c == 0x7f }):
-			bad("path", "%q holds a space or control character", r.Path)
-		case resolveDotSegments(r.Path) != r.Path:
-			bad("path", "%q has dot segments or encoded dots; write it resolved, as %q", r.Path, resolveDotSegments(r.Path))
+			bad("path", "%q holds a space or control character; write it percent-encoded (%%20)", r.Path)
 		}
+		r.Path = CanonicalPath(r.Path)
 		cr.path = r.Path
 	}
 	cr.httpOnly = len(r.Methods) > 0 || r.Path != ""
 	if cr.httpOnly && !cr.anyPort && len(cr.ports) > 0 && !slices.ContainsFunc(cr.ports, func(p uint16) bool { return p != 443 }) {
-		bad("methods", "methods and path match only plain HTTP, but this rule's only port is 443, which is reached by CONNECT; add the plain HTTP port (ports: [80]) or drop methods and path")
+		field := "methods"
+		if len(r.Methods) == 0 {
+			field = "path"
+		}
+		bad(field, "methods and path match only plain HTTP, but this rule's only port is 443, which is reached by CONNECT; add the plain HTTP port (ports: [80]) or drop methods and path")
 	}
 
 	switch {

@@ -14,7 +14,8 @@ import (
 type index struct {
 	exact    map[string][]int32 // host name -> rules naming it
 	wildcard map[string][]int32 // domain -> rules "*.domain"
-	any      []int32            // rules "*"
+	anyPort  map[uint16][]int32 // rules "*" by each port they list
+	anyAll   []int32            // rules "*" for every port
 	prefixes []prefixBucket     // IP and CIDR rules, by prefix length
 }
 
@@ -26,7 +27,7 @@ type prefixBucket struct {
 }
 
 func buildIndex(rules []compiledRule) index {
-	ix := index{exact: map[string][]int32{}, wildcard: map[string][]int32{}}
+	ix := index{exact: map[string][]int32{}, wildcard: map[string][]int32{}, anyPort: map[uint16][]int32{}}
 	for i := range rules {
 		pos := int32(i)
 		pat := rules[i].pat
@@ -36,7 +37,12 @@ func buildIndex(rules []compiledRule) index {
 		case patWildcard:
 			ix.wildcard[pat.name] = append(ix.wildcard[pat.name], pos)
 		case patAny:
-			ix.any = append(ix.any, pos)
+			if rules[i].anyPort {
+				ix.anyAll = append(ix.anyAll, pos)
+			}
+			for _, port := range rules[i].ports {
+				ix.anyPort[port] = append(ix.anyPort[port], pos)
+			}
 		case patPrefix:
 			is4, bits := pat.prefix.Addr().Is4(), pat.prefix.Bits()
 			j := slices.IndexFunc(ix.prefixes, func(b prefixBucket) bool { return b.is4 == is4 && b.bits == bits })
@@ -67,7 +73,7 @@ func (p *Policy) Decide(t Target) Decision {
 	}
 	path := t.Path
 	if p.hasPathRules && !t.IsConnect() {
-		path = resolveDotSegments(path)
+		path = CanonicalPath(path)
 	}
 	best := len(p.rules)
 	if isIPHost(host) {
@@ -90,7 +96,8 @@ func (p *Policy) Decide(t Target) Decision {
 			}
 		}
 	}
-	best = p.first(p.index.any, best, t, path)
+	best = p.first(p.index.anyPort[t.Port], best, t, path)
+	best = p.first(p.index.anyAll, best, t, path)
 	if best < len(p.rules) {
 		return p.rules[best].decision
 	}
@@ -123,7 +130,7 @@ func (r *compiledRule) matchesRest(t Target, path string) bool {
 	if t.IsConnect() {
 		return false
 	}
-	if len(r.methods) > 0 && !slices.Contains(r.methods, t.Method) {
+	if len(r.methods) > 0 && !slices.ContainsFunc(r.methods, func(m string) bool { return strings.EqualFold(m, t.Method) }) {
 		return false
 	}
 	return r.path == "" || strings.HasPrefix(path, r.path)
@@ -145,40 +152,4 @@ func normalizeTarget(host string) (string, error) {
 // normalization only IPv6 has ':' and only IPv4 ends in a number.
 func isIPHost(host string) bool {
 	return strings.IndexByte(host, ':') >= 0 || endsInNumber(host)
-}
-
-// resolveDotSegments returns path with "%2e" read as '.' and the dot
-// segments "." and ".." removed (RFC 3986 §5.2.4), so that a path rule
-// sees what a server that normalizes paths would serve: /v1/../admin is
-// /admin. A path without dots is returned as is, without allocating.
-func resolveDotSegments(path string) string {
-	if !strings.Contains(path, ".") && !strings.Contains(path, "%2e") && !strings.Contains(path, "%2E") {
-		return path
-	}
-	path = strings.ReplaceAll(strings.ReplaceAll(path, "%2e", "."), "%2E", ".")
-	segs := strings.Split(path, "/")
-	out := make([]string, 0, len(segs))
-	for i, s := range segs {
-		last := i == len(segs)-1
-		switch s {
-		case ".":
-			if last {
-				out = append(out, "")
-			}
-		case "..":
-			if len(out) > 1 {
-				out = out[:len(out)-1]
-			}
-			if last {
-				out = append(out, "")
-			}
-		default:
-			out = append(out, s)
-		}
-	}
-	res := strings.Join(out, "/")
-	if strings.HasPrefix(path, "/") && !strings.HasPrefix(res, "/") {
-		res = "/" + res
-	}
-	return res
 }

@@ -3,7 +3,6 @@ package netpolicy
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 )
 
 // specialNet is an address range the address guard refuses, with the name
@@ -35,6 +34,8 @@ var specialNets = func() []specialNet {
 		{"240.0.0.0/4", "reserved (240.0.0.0/4)"},
 		{"::/128", "unspecified"},
 		{"::1/128", "loopback"},
+		{"::/96", "IPv4-compatible IPv6 (deprecated)"},
+		{"100::/64", "discard-only (100::/64)"},
 		{"::ffff:0:0/96", "IPv4-mapped IPv6"},
 		{"64:ff9b::/96", "NAT64 (64:ff9b::/96)"},
 		{"64:ff9b:1::/48", "local NAT64 (64:ff9b:1::/48)"},
@@ -76,22 +77,27 @@ func AddrClass(ip netip.Addr) string {
 	return ""
 }
 
-// GuardAddr applies the address guard of DESIGN.md §4.2 to a resolved
-// address that a connection to port would be made to. It returns a block
-// decision with rule RuleGuard and true when the address is in a special
-// range that neither allow_private nor an IP/CIDR allow rule (with a port
-// list that includes port) exempts; otherwise the zero Decision and false.
+// GuardAddr applies the address guard of DESIGN.md §4.2 to ip, an address
+// that t's host resolved to and that the gateway is about to dial. It
+// returns a block decision with rule RuleGuard and true when ip is in a
+// special range that neither allow_private nor an IP/CIDR allow rule
+// matching t's port, method and path exempts; otherwise the zero Decision
+// and false.
 //
 // The gateway must refuse its own listening addresses as well; that is its
 // own check, since a policy cannot know them.
-func (p *Policy) GuardAddr(ip netip.Addr, port uint16) (Decision, bool) {
+func (p *Policy) GuardAddr(ip netip.Addr, t Target) (Decision, bool) {
 	class := AddrClass(ip)
 	if class == "" {
 		return Decision{}, false
 	}
 	if ip.IsValid() && ip.Zone() == "" {
+		path := t.Path
+		if p.hasPathRules && !t.IsConnect() {
+			path = CanonicalPath(path)
+		}
 		for _, e := range p.exempt {
-			if e.prefix.Contains(ip.Unmap()) && (e.rule == nil || e.rule.anyPort || slices.Contains(e.rule.ports, port)) {
+			if e.prefix.Contains(ip.Unmap()) && (e.rule == nil || e.rule.matchesRest(t, path)) {
 				return Decision{}, false
 			}
 		}

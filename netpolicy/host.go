@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -42,16 +43,19 @@ func NormalizeHost(host string) (string, error) {
 	}
 	h, err := normalizeHost(host)
 	if err != nil {
-		return "", fmt.Errorf("host %q: %s: %w", host, err.Error(), ErrInvalidTarget)
+		return "", errorf(ErrInvalidTarget, "host %q: %s", host, err)
 	}
 	return h, nil
 }
 
-// fastNormalize handles the common case without allocating: an ASCII
-// lower-case name of letters, digits, '-', '_' and dots, not ending in a
-// number and with no punycode label. For such a name every step of
-// normalizeHost is the identity.
+// fastNormalize handles the common cases cheaply: an ASCII name of
+// letters, digits, '-', '_' and dots, with at most one trailing dot and no
+// punycode label, or a dotted-quad IPv4 address (netip accepts only the
+// canonical spelling). For these normalizeHost only lower-cases and drops
+// the trailing dot, so the result is the same. It allocates only to lower
+// the case of a name that has upper-case letters.
 func fastNormalize(host string) (string, bool) {
+	host = strings.TrimSuffix(host, ".")
 	if len(host) == 0 || len(host) > maxHostLen {
 		return "", false
 	}
@@ -60,22 +64,24 @@ func fastNormalize(host string) (string, bool) {
 		if i < len(host) {
 			c := host[i]
 			switch {
-			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+			case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', 'A' <= c && c <= 'Z':
 				continue
 			case c != '.':
 				return "", false
 			}
 		}
 		label := host[labelStart:i]
-		if len(label) == 0 || len(label) > maxLabelLen || strings.HasPrefix(label, "xn--") {
+		if len(label) == 0 || len(label) > maxLabelLen ||
+			len(label) >= 4 && (label[0]|0x20) == 'x' && (label[1]|0x20) == 'n' && label[2] == '-' && label[3] == '-' {
 			return "", false
 		}
 		labelStart = i + 1
 	}
 	if endsInNumber(host) {
-		return "", false
+		ip, err := netip.ParseAddr(host)
+		return host, err == nil && ip.Is4()
 	}
-	return host, true
+	return strings.ToLower(host), true
 }
 
 // errHost is the reason a host is invalid; NormalizeHost wraps it.
@@ -122,8 +128,16 @@ func normalizeHost(host string) (string, error) {
 			return "", errHost("empty label")
 		}
 	}
+	if !utf8.ValidString(name) {
+		return "", errHost("not valid UTF-8")
+	}
 	ascii, err := idnaProfile.ToASCII(name)
 	if err != nil {
+		return "", errHost("not a valid international domain name")
+	}
+	// The result must read back as itself, or the gateway would log and
+	// dial a name that does not normalize to what was decided.
+	if again, err := idnaProfile.ToASCII(ascii); err != nil || again != ascii {
 		return "", errHost("not a valid international domain name")
 	}
 	if ascii == "" || len(ascii) > maxHostLen {

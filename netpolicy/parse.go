@@ -103,7 +103,9 @@ func compileNamed(name string, spec Spec) (*Policy, error) {
 }
 
 // DecodeFile reads and checks a policy file without compiling it, so that
-// rules from flags can be added before ids are assigned.
+// rules from flags can be added before ids are assigned. A file that cannot
+// be read gives the *fs.PathError of os.Open (errors.Is(err,
+// fs.ErrNotExist) for a missing one); a bad document gives an ErrorList.
 func DecodeFile(path string) (Spec, error) {
 	f, err := os.Open(path)
 	if err != nil {

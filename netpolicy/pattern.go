@@ -99,14 +99,14 @@ func parsePattern(s string) (pattern, error) {
 // names no port. The host part is checked when the rule is compiled.
 func ParseFlagPattern(s string) (host string, ports []Port, err error) {
 	if s == "" {
-		return "", nil, fmt.Errorf("empty pattern; write e.g. example.com, example.com:8080, *.example.com or 10.0.0.0/8: %w", ErrInvalidRule)
+		return "", nil, errorf(ErrInvalidRule, "empty pattern; write e.g. example.com, example.com:8080, *.example.com or 10.0.0.0/8")
 	}
 	var portStr string
 	switch {
 	case strings.HasPrefix(s, "["):
 		end := strings.IndexByte(s, ']')
 		if end < 0 {
-			return "", nil, fmt.Errorf("pattern %q: unclosed '[': %w", s, ErrInvalidRule)
+			return "", nil, errorf(ErrInvalidRule, "pattern %q: unclosed '['; write an IPv6 address as [2001:db8::1]:443", s)
 		}
 		host, rest := s[1:end], s[end+1:]
 		if strings.HasPrefix(rest, "/") { // [2001:db8::]/32, maybe :port
@@ -120,12 +120,12 @@ func ParseFlagPattern(s string) (host string, ports []Port, err error) {
 			return host, nil, nil
 		}
 		if !strings.HasPrefix(rest, ":") {
-			return "", nil, fmt.Errorf("pattern %q: unexpected %q after ']': %w", s, rest, ErrInvalidRule)
+			return "", nil, errorf(ErrInvalidRule, "pattern %q: unexpected %q after ']'; write [2001:db8::1]:443", s, rest)
 		}
 		portStr = rest[1:]
 		p, err := ParsePort(portStr)
 		if err != nil {
-			return "", nil, fmt.Errorf("pattern %q: %w", s, err)
+			return "", nil, errorf(ErrInvalidRule, "pattern %q: %s", s, err)
 		}
 		return host, []Port{p}, nil
 	case strings.Count(s, ":") > 1:
@@ -139,7 +139,7 @@ func ParseFlagPattern(s string) (host string, ports []Port, err error) {
 	host, portStr = s[:i], s[i+1:]
 	p, err := ParsePort(portStr)
 	if err != nil {
-		return "", nil, fmt.Errorf("pattern %q: %w", s, err)
+		return "", nil, errorf(ErrInvalidRule, "pattern %q: %s", s, err)
 	}
 	return host, []Port{p}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // Action is what a rule, or the default, does with a matching request.
@@ -55,6 +56,21 @@ var (
 	ErrVersionMismatch = errors.New("policy version mismatch")
 )
 
+// sentinelError is a message that matches one of the sentinel errors above
+// with errors.Is without repeating the sentinel's text.
+type sentinelError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *sentinelError) Error() string { return e.msg }
+func (e *sentinelError) Unwrap() error { return e.sentinel }
+
+// errorf returns a formatted error that wraps sentinel.
+func errorf(sentinel error, format string, args ...any) error {
+	return &sentinelError{fmt.Sprintf(format, args...), sentinel}
+}
+
 // Port is a TCP port in a rule's port list. AnyPort, written "*", matches
 // every port.
 type Port uint16
@@ -94,7 +110,7 @@ func (p *Port) UnmarshalJSON(b []byte) error {
 	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("port %s: want a number from 1 to 65535 or \"*\": %w", b, ErrInvalidRule)
+		return errorf(ErrInvalidRule, "port %s: want a number from 1 to 65535 or \"*\"", b)
 	}
 	v, err := ParsePort(n.String())
 	if err != nil {
@@ -111,7 +127,7 @@ func ParsePort(s string) (Port, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 16)
 	if err != nil || n == 0 || (len(s) > 1 && s[0] == '0') {
-		return 0, fmt.Errorf("port %q: want a number from 1 to 65535 or \"*\": %w", s, ErrInvalidRule)
+		return 0, errorf(ErrInvalidRule, "port %q: want a number from 1 to 65535 or \"*\"", s)
 	}
 	return Port(n), nil
 }
@@ -139,7 +155,8 @@ type Rule struct {
 	// these methods. It never matches a CONNECT.
 	Methods []string `json:"methods,omitempty"`
 	// Path, when set, limits the rule to plain HTTP requests whose path
-	// (dot segments resolved) starts with it. It never matches a CONNECT.
+	// starts with it. Both are compared in the form CanonicalPath gives.
+	// It never matches a CONNECT.
 	Path string `json:"path,omitempty"`
 	// Action is what the rule does.
 	Action Action `json:"action"`
@@ -170,16 +187,18 @@ type Target struct {
 	Host string
 	// Port is the TCP port, 1 to 65535.
 	Port uint16
-	// Method is the HTTP method; "CONNECT" for tunnels.
+	// Method is the HTTP method; "CONNECT" for tunnels. Rules compare it
+	// without regard to case.
 	Method string
-	// Path is the request path without query, for plain HTTP; empty for
-	// tunnels.
+	// Path is the request path as sent (still percent-encoded), without
+	// the query, for plain HTTP; empty for tunnels. Rules compare it in the
+	// form CanonicalPath gives.
 	Path string
 }
 
 // IsConnect reports whether the target is a CONNECT tunnel, which rules with
 // methods or a path never match.
-func (t Target) IsConnect() bool { return t.Method == "CONNECT" }
+func (t Target) IsConnect() bool { return strings.EqualFold(t.Method, "CONNECT") }
 
 // Decision is a policy verdict. It is a value, not an error: a blocked
 // request is a normal outcome.

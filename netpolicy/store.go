@@ -29,11 +29,14 @@ type Snapshot struct {
 type Store struct {
 	cur atomic.Pointer[Snapshot]
 	mu  sync.Mutex // serializes writers
+	// highID is the highest n of an id "rn" this store has held, so that
+	// an added rule never takes the id of a removed one. Guarded by mu.
+	highID int
 }
 
 // NewStore returns a store whose version 1 is p.
 func NewStore(p *Policy) *Store {
-	s := &Store{}
+	s := &Store{highID: highestID(p.spec.Rules, 0)}
 	s.cur.Store(&Snapshot{Version: 1, Policy: p, Change: "policy loaded"})
 	return s
 }
@@ -53,8 +56,8 @@ func (s *Store) Replace(spec Spec, ifVersion uint64) (*Snapshot, error) {
 
 // AddRule inserts r before the rule at position (0 is first); position -1,
 // or the number of rules, appends it. A rule without an id gets the next
-// free "rN" after the highest in use, so ids are not reused for a
-// different rule. It returns the new snapshot; the added rule, normalized,
+// "rN" above every one the store has held, so an id is never
+// reused for a different rule. It returns the new snapshot; the added rule, normalized,
 // is in its policy under that id.
 func (s *Store) AddRule(r Rule, position int, ifVersion uint64) (*Snapshot, Rule, error) {
 	var added Rule
@@ -64,11 +67,11 @@ func (s *Store) AddRule(r Rule, position int, ifVersion uint64) (*Snapshot, Rule
 			position = n
 		}
 		if position < 0 || position > n {
-			return spec, "", fmt.Errorf("position %d is outside 0..%d (there are %d rules; -1 appends): %w", position, n, n, ErrInvalidRule)
+			return spec, "", errorf(ErrInvalidRule, "position %d is outside 0..%d (there are %d rules; -1 appends)", position, n, n)
 		}
 		r = r.clone()
 		if r.ID == "" {
-			r.ID = nextID(spec.Rules)
+			r.ID = "r" + strconv.Itoa(highestID(spec.Rules, s.highID)+1)
 		}
 		spec.Rules = slices.Insert(spec.Rules, position, r)
 		return spec, fmt.Sprintf("rule %s added at position %d", r.ID, position), nil
@@ -90,7 +93,7 @@ func (s *Store) RemoveRule(id string, ifVersion uint64) (*Snapshot, error) {
 	return s.update(ifVersion, func(spec Spec) (Spec, string, error) {
 		i := slices.IndexFunc(spec.Rules, func(r Rule) bool { return r.ID == id })
 		if i < 0 {
-			return spec, "", fmt.Errorf("rule %q: %w", id, ErrRuleNotFound)
+			return spec, "", errorf(ErrRuleNotFound, "no rule with id %q", id)
 		}
 		spec.Rules = slices.Delete(spec.Rules, i, i+1)
 		return spec, fmt.Sprintf("rule %s removed", id), nil
@@ -104,7 +107,7 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	defer s.mu.Unlock()
 	cur := s.cur.Load()
 	if ifVersion != 0 && ifVersion != cur.Version {
-		return nil, fmt.Errorf("expected version %d, current is %d: %w", ifVersion, cur.Version, ErrVersionMismatch)
+		return nil, errorf(ErrVersionMismatch, "policy version %d was expected, but the current version is %d; fetch the policy again and retry", ifVersion, cur.Version)
 	}
 	spec, what, err := change(cur.Policy.Spec())
 	if err != nil {
@@ -115,13 +118,14 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 		return nil, err
 	}
 	next := &Snapshot{Version: cur.Version + 1, Policy: p, Change: what}
+	s.highID = highestID(p.spec.Rules, s.highID)
 	s.cur.Store(next)
 	return next, nil
 }
 
-// nextID returns "r" and one more than the highest rN in use.
-func nextID(rules []Rule) string {
-	high := 0
+// highestID returns the highest n of the ids "rn" in rules, or high if
+// that is higher.
+func highestID(rules []Rule, high int) int {
 	for _, r := range rules {
 		if rest, ok := strings.CutPrefix(r.ID, "r"); ok {
 			if n, err := strconv.Atoi(rest); err == nil && n > high {
@@ -129,5 +133,5 @@ func nextID(rules []Rule) string {
 			}
 		}
 	}
-	return "r" + strconv.Itoa(high+1)
+	return high
 }

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const modulePath = "github.com/sbx-dev/sbx"
+
+// layers are the import rules of DESIGN.md §1: the packages of this module
+// each library package may depend on, directly or not. cmd/sbx may import
+// anything; it is the only place that wires packages together.
+var layers = []struct {
+	pkg     string   // relative to the module
+	allowed []string // module packages it may depend on
+	rule    string   // the rule, for failure messages
+}{
+	{"netpolicy", nil, "netpolicy imports nothing else of sbx"},
+	{"gateway", []string{"netpolicy"}, "gateway imports netpolicy only"},
+	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
+	{"rootfs", nil, "rootfs imports no other sbx package"},
+}
+
+// goTool returns the go command of the toolchain running the test.
+func goTool(t *testing.T) string {
+	t.Helper()
+	name := "go"
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	if p := filepath.Join(runtime.GOROOT(), "bin", name); runtime.GOROOT() != "" {
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to list packages with: %v", err)
+	}
+	return p
+}
+
+// goCmd runs the go command in the module's root, with env added to the
+// environment, and returns its stdout.
+func goCmd(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(goTool(t), args...)
+	cmd.Dir = moduleRoot(t)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// moduleRoot returns the directory of the module's go.mod: the test runs in
+// cmd/sbx.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// hasGoFiles reports whether the package directory ./pkg holds any Go
+// file, for any platform or only tests. A package that does not exist yet
+// has none.
+func hasGoFiles(t *testing.T, pkg string) bool {
+	t.Helper()
+	out := goCmd(t, nil, "list", "-e", "-f",
+		"{{len .GoFiles}} {{len .CgoFiles}} {{len .IgnoredGoFiles}} {{len .TestGoFiles}} {{len .XTestGoFiles}}",
+		"./"+pkg)
+	for _, n := range strings.Fields(out) {
+		if n != "0" {
+			return true
+		}
+	}
+	return false
+}
+
+// layeringGOOS are the platforms whose imports TestLayering checks: the
+// dependencies of a package differ by its _linux.go and other files.
+var layeringGOOS = []string{"linux", "darwin"}
+
+func TestLayering(t *testing.T) {
+	for _, l := range layers {
+		t.Run(l.pkg, func(t *testing.T) {
+			if !hasGoFiles(t, l.pkg) {
+				t.Skipf("package %s does not exist yet", l.pkg)
+			}
+			for _, goos := range layeringGOOS {
+				checkLayer(t, l.pkg, l.allowed, l.rule, goos)
+			}
+		})
+	}
+}
+
+// checkLayer reports every package of the module that pkg depends on, on
+// goos, and that allowed does not list.
+func checkLayer(t *testing.T, pkg string, allowed []string, rule, goos string) {
+	t.Helper()
+	// Every dependency with its direct imports, to show the chain by which
+	// a forbidden package is reached.
+	out := goCmd(t, []string{"GOOS=" + goos}, "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./"+pkg)
+	imports := map[string][]string{}
+	var deps []string
+	for line := range strings.Lines(out) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		deps = append(deps, fields[0])
+		imports[fields[0]] = fields[1:]
+	}
+	self := modulePath + "/" + pkg
+	if !slices.Contains(deps, self) {
+		t.Fatalf("GOOS=%s go list -deps ./%s does not list %s itself; is the module path %s?", goos, pkg, self, modulePath)
+	}
+	for _, dep := range deps {
+		rel, ok := strings.CutPrefix(dep, modulePath+"/")
+		if !ok || dep == self || slices.Contains(allowed, rel) {
+			continue
+		}
+		t.Errorf("rule %q broken on %s: %s depends on %s, by the imports %s",
+			rule, goos, pkg, rel, strings.Join(importChain(imports, self, dep), " -> "))
+	}
+}
+
+// importChain returns the shortest chain of imports from one package to
+// another (breadth first over the imports go list reported).
+func importChain(imports map[string][]string, from, to string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == to {
+			var chain []string
+			for ; p != ""; p = prev[p] {
+				chain = append(chain, strings.TrimPrefix(p, modulePath+"/"))
+			}
+			slices.Reverse(chain)
+			return chain
+		}
+		for _, next := range imports[p] {
+			if _, seen := prev[next]; !seen {
+				prev[next] = p
+				queue = append(queue, next)
+			}
+		}
+	}
+	return []string{from, "?", to}
+}
+
+// TestPackageDocs checks that every package of the module has exactly one
+// file with a package doc comment (STYLE.md), counting the files of every
+// platform but not tests.
+func TestPackageDocs(t *testing.T) {
+	out := goCmd(t, nil, "list", "-e", "-f",
+		"{{.ImportPath}}\t{{.Dir}}\t{{join .GoFiles \" \"}} {{join .CgoFiles \" \"}} {{join .IgnoredGoFiles \" \"}}",
+		"./...")
+	for line := range strings.Lines(out) {
+		pkg, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		dir, files, _ := strings.Cut(rest, "\t")
+		var withDoc []string
+		fset := token.NewFileSet()
+		for _, name := range strings.Fields(files) {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments|parser.PackageClauseOnly)
+			if err != nil {
+				t.Errorf("%s: %v", pkg, err)
+				continue
+			}
+			if f.Doc != nil {
+				withDoc = append(withDoc, name)
+			}
+		}
+		switch len(withDoc) {
+		case 1:
+		case 0:
+			t.Errorf("package %s has no package doc comment; write one (in doc.go when it is long)", pkg)
+		default:
+			t.Errorf("package %s has package doc comments in %d files (%s); keep exactly one, in %s",
+				pkg, len(withDoc), strings.Join(withDoc, ", "), pickDocFile(withDoc))
+		}
+	}
+}
+
+// pickDocFile suggests the file to keep the package doc in.
+func pickDocFile(files []string) string {
+	if slices.Contains(files, "doc.go") {
+		return "doc.go"
+	}
+	return files[0]
+}

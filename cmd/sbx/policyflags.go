@@ -1,0 +1,172 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// patternHelp shows the forms a host pattern on the command line takes; it
+// follows every bad-pattern error.
+const patternHelp = "a pattern is a host (example.com), *.example.com, an IP (203.0.113.7) or CIDR (10.0.0.0/8), " +
+	"optionally with :PORT or :* (example.com:8080, [2001:db8::1]:443, *:443)"
+
+// policyFlags are the policy flags of sbx run, sbx gateway and sbx policy
+// check (DESIGN.md §7). The zero value stands for no flags: Build then gives
+// the empty policy, which blocks everything.
+type policyFlags struct {
+	Policy       string   // --policy FILE
+	Allow        []string // --allow PATTERN
+	Block        []string // --block PATTERN
+	Intercept    []string // --intercept PATTERN=FILE
+	AllowPrivate []string // --allow-private CIDR
+	Default      string   // --default allow|block; empty keeps the file's
+	Audit        bool     // --audit
+}
+
+// AddFlags registers the policy flags on fs. The repeatable flags take one
+// value each (no comma splitting), so a file name may hold a comma.
+func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Policy, "policy", "", "read rules and settings from the policy `FILE` (YAML or JSON); flags come first")
+	fs.StringArrayVar(&f.Allow, "allow", nil, "allow requests to `PATTERN` (host, host:port, *.domain, IP, CIDR); repeatable")
+	fs.StringArrayVar(&f.Block, "block", nil, "block requests to `PATTERN`; beats --allow; repeatable")
+	fs.StringArrayVar(&f.Intercept, "intercept", nil, "intercept `PATTERN=FILE`: answer requests to PATTERN with status 200 and FILE's contents; beats --block and --allow; repeatable")
+	fs.StringVar(&f.Default, "default", "", "`allow|block` requests no rule matches (default: the policy file's, else block)")
+	fs.BoolVar(&f.Audit, "audit", false, "audit mode: log block verdicts but let the traffic through")
+	fs.StringArrayVar(&f.AllowPrivate, "allow-private", nil, "exempt the network `CIDR` from the address guard; replaces the policy file's allow_private; repeatable")
+}
+
+// Build makes the policy the flags describe: the --policy file's rules
+// after the rules of --intercept, --block and --allow (DESIGN.md §3), and
+// --default, --audit and --allow-private in place of the file's settings.
+//
+// A bad flag value is a usage error (exit 2) that names the flag. An invalid
+// policy file is exit 1, its problems printed one per line as
+// "FILE:LINE: message"; so is a file that cannot be read.
+func (f *policyFlags) Build() (*netpolicy.Policy, error) {
+	var intercepts []netpolicy.InterceptFlag
+	for _, v := range f.Intercept {
+		ic, err := interceptFlag(v)
+		if err != nil {
+			return nil, err
+		}
+		intercepts = append(intercepts, ic)
+	}
+	flagRules, err := netpolicy.FlagRules(intercepts, f.Block, f.Allow)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w\n%s", err, patternHelp)}
+	}
+	switch netpolicy.Action(f.Default) {
+	case "", netpolicy.Allow, netpolicy.Block:
+	default:
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("--default %q: want allow or block, e.g. --default block", f.Default)}
+	}
+	var allowPrivate []netip.Prefix
+	for _, v := range f.AllowPrivate {
+		pfx, err := parseAllowPrivate(v)
+		if err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		allowPrivate = append(allowPrivate, pfx)
+	}
+
+	var spec netpolicy.Spec
+	if f.Policy != "" {
+		spec, err = netpolicy.DecodeFile(f.Policy)
+		if err != nil {
+			return nil, policyFileError(err)
+		}
+	}
+	spec.Rules = append(flagRules, spec.Rules...)
+	if f.Default != "" {
+		spec.Default = netpolicy.Action(f.Default)
+	}
+	if f.Audit {
+		spec.Mode = netpolicy.Audit
+	}
+	if len(allowPrivate) > 0 {
+		spec.AllowPrivate = allowPrivate
+	}
+	p, err := netpolicy.Compile(spec)
+	if err != nil {
+		// Decode and FlagRules have checked every part; say where it came
+		// from all the same.
+		if f.Policy != "" {
+			err = fmt.Errorf("policy from flags and %s: %w", f.Policy, err)
+		}
+		return nil, &exitError{code: exitFailure, err: err}
+	}
+	return p, nil
+}
+
+// interceptFlag parses an --intercept PATTERN=FILE value and reads FILE as
+// the response body. The Content-Type comes from FILE's extension, else it
+// is text/plain.
+func interceptFlag(v string) (netpolicy.InterceptFlag, error) {
+	pattern, file, ok := strings.Cut(v, "=")
+	if !ok || pattern == "" || file == "" {
+		return netpolicy.InterceptFlag{}, &exitError{code: exitUsage, err: fmt.Errorf(
+			"--intercept %q: want PATTERN=FILE, e.g. --intercept telemetry.example.com=empty.json", v)}
+	}
+	body, err := os.ReadFile(file)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return netpolicy.InterceptFlag{}, &exitError{code: exitFailure, err: fmt.Errorf(
+			"--intercept %s: reading the response body from %s: %w", v, file, err)}
+	}
+	ctype := mime.TypeByExtension(filepath.Ext(file))
+	if ctype == "" {
+		ctype = "text/plain; charset=utf-8"
+	}
+	return netpolicy.InterceptFlag{
+		Pattern: pattern,
+		Response: netpolicy.Response{
+			Status:  200,
+			Headers: map[string]string{"Content-Type": ctype},
+			Body:    string(body),
+		},
+	}, nil
+}
+
+// parseAllowPrivate parses an --allow-private value: a CIDR naming a
+// network, not one of its addresses.
+func parseAllowPrivate(v string) (netip.Prefix, error) {
+	pfx, err := netip.ParsePrefix(v)
+	if err != nil {
+		if ip, ierr := netip.ParseAddr(v); ierr == nil {
+			return netip.Prefix{}, fmt.Errorf("--allow-private %q is an address, not a CIDR; write --allow-private %s", v, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+		return netip.Prefix{}, fmt.Errorf("--allow-private %q is not a CIDR; write e.g. --allow-private 10.0.0.0/8 or --allow-private fd00::/8", v)
+	}
+	if m := pfx.Masked(); m != pfx {
+		return netip.Prefix{}, fmt.Errorf("--allow-private %s has host bits set; did you mean --allow-private %s?", pfx, m)
+	}
+	return pfx, nil
+}
+
+// policyFileError is the exit-1 error for a policy file that cannot be
+// used: an invalid one prints netpolicy's "FILE:LINE: message" lines as
+// they are; one that cannot be read says so.
+func policyFileError(err error) error {
+	var list netpolicy.ErrorList
+	if errors.As(err, &list) {
+		return &exitError{code: exitFailure, err: list, plain: true}
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &exitError{code: exitFailure, err: fmt.Errorf("policy file %s: %w", pe.Path, pe.Err)}
+	}
+	return &exitError{code: exitFailure, err: err}
+}

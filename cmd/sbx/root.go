@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of every sbx command.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the thing asked about is invalid, or the command failed
+	exitUsage   = 2 // bad flags, wrong arguments, a bad pattern or target
+)
+
+// exitError is an error that chooses the process's exit code. execute
+// prints err as "sbx: <message>", one "sbx: " per line, or as it is when
+// plain is set.
+type exitError struct {
+	code int
+	err  error // never nil
+	// plain prints err without the "sbx: " prefix, for output that tools
+	// parse, such as a policy file's "FILE:LINE: message" lines.
+	plain bool
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError returns err as a usage error (exit 2) with a pointer to cmd's
+// help.
+func usageError(cmd *cobra.Command, err error) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf("%w\nrun '%s --help' for usage", err, cmd.CommandPath())}
+}
+
+// usageErrorf is usageError with a formatted message.
+func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
+	return usageError(cmd, fmt.Errorf(format, args...))
+}
+
+// execute runs root under ctx, reports its error on root's stderr and
+// returns the exit code the command chose: exitFailure for an error that
+// chose none.
+func execute(ctx context.Context, root *cobra.Command) int {
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailure
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	reportError(root.ErrOrStderr(), err)
+	return code
+}
+
+// reportError prints err: every line prefixed with "sbx: ", unless it is a
+// plain exitError.
+func reportError(w io.Writer, err error) {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.plain {
+		fmt.Fprintln(w, err)
+		return
+	}
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintln(w, "sbx: "+line)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sbx",
+		Short: "Run untrusted code in a network-isolated sandbox",
+		Long: `sbx runs code you do not trust (coding agents, plugins, package installs) in a
+container whose only way out is a gateway that allows, blocks or intercepts
+every request by a policy, and logs every decision.
+
+Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
+		Example: `  # Would a sandbox allowed only the npm registry reach it?
+  sbx policy check --allow registry.npmjs.org https://registry.npmjs.org/
+
+  # Check a policy file.
+  sbx policy validate policy.yaml`,
+		Args:          subcommandArgs,
+		RunE:          showHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(usageError)
+	root.AddCommand(
+		newPolicyCmd(),
+		newVersionCmd(),
+	)
+	return root
+}
+
+// showHelp is the RunE of a command that only groups subcommands: without
+// arguments it prints its help.
+func showHelp(cmd *cobra.Command, _ []string) error {
+	return cmd.Help()
+}
+
+// subcommandArgs is the Args of a command that only groups subcommands: an
+// argument is an unknown subcommand, a usage error. (Cobra's own check
+// covers the root command only and gives no exit code.)
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only on its own path
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	return usageError(cmd, errors.New(msg))
+}
+
+// exactArgs wants one argument per name, and makes any other count a
+// usage error that names them.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == len(names) {
+			return nil
+		}
+		return usageErrorf(cmd, "%s takes %s, got %s", cmd.CommandPath(), strings.Join(names, " "), plural(len(args), "argument"))
+	}
+}
+
+// usageArgs makes the errors of an argument check usage errors.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError(cmd, err)
+		}
+		return nil
+	}
+}
