@@ -16,10 +16,7 @@ func (p *Policy) decideLinear(t Target) Decision {
 	if err != nil || t.Port == 0 {
 		return invalidDecision("")
 	}
-	path := t.Path
-	if !t.IsConnect() {
-		path = CanonicalPath(path)
-	}
+	rp := p.requestPaths(t)
 	ip, ipErr := netip.ParseAddr(host)
 	for i := range p.rules {
 		r := &p.rules[i]
@@ -34,7 +31,10 @@ func (p *Policy) decideLinear(t Target) Decision {
 		case patPrefix:
 			hostMatch = ipErr == nil && r.pat.prefix.Contains(ip)
 		}
-		if hostMatch && r.matchesRest(t, path) {
+		if hostMatch && r.matchesRest(t, rp) {
+			if r.httpOnly && t.IsConnect() {
+				return r.tunnelDecision
+			}
 			return r.decision
 		}
 	}

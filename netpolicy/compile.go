@@ -20,9 +20,6 @@ type Policy struct {
 	// hasPathRules is set when a rule has a path, so Decide resolves dot
 	// segments only when it matters.
 	hasPathRules bool
-	// exempt lists the networks the address guard lets through:
-	// allow_private and the prefixes of IP/CIDR allow rules.
-	exempt []exemptNet
 }
 
 // compiledRule is a checked rule with what Decide needs precomputed.
@@ -32,14 +29,11 @@ type compiledRule struct {
 	ports    []uint16
 	methods  []string
 	path     string
-	httpOnly bool // methods or path set: never matches CONNECT
+	httpOnly bool // methods or path set: see matchesRest for CONNECT
 	decision Decision
-}
-
-// exemptNet is a network the address guard lets through, on some ports.
-type exemptNet struct {
-	prefix netip.Prefix
-	rule   *compiledRule // nil for allow_private: every port
+	// tunnelDecision is the decision for a CONNECT that an httpOnly
+	// block or intercept rule stops.
+	tunnelDecision Decision
 }
 
 // fieldError is a problem with one field of a rule or of the policy. Decode
@@ -93,9 +87,6 @@ func Compile(spec Spec) (*Policy, error) {
 		Rule:   RuleDefault,
 		Reason: "no rule matched; the default is " + string(spec.Default),
 	}
-	for _, pfx := range spec.AllowPrivate {
-		p.exempt = append(p.exempt, exemptNet{prefix: pfx})
-	}
 	for i := range p.rules {
 		cr := &p.rules[i]
 		r := &spec.Rules[i]
@@ -105,11 +96,12 @@ func Compile(spec Spec) (*Policy, error) {
 			Reason:   fmt.Sprintf("rule %s: %s %s", r.ID, r.Action, r.Host),
 			Response: r.Response,
 		}
+		if cr.httpOnly {
+			cr.tunnelDecision = cr.decision
+			cr.tunnelDecision.Reason += " (its methods and path cannot be checked inside a tunnel, which could carry any request)"
+		}
 		if cr.path != "" {
 			p.hasPathRules = true
-		}
-		if r.Action == Allow && cr.pat.kind == patPrefix {
-			p.exempt = append(p.exempt, exemptNet{prefix: cr.pat.prefix, rule: cr})
 		}
 	}
 	p.index = buildIndex(p.rules)
@@ -263,6 +255,9 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 			bad("path", "%q holds a space or control character; write it percent-encoded (%%20)", r.Path)
 		}
 		r.Path = CanonicalPath(r.Path)
+		if strings.IndexByte(r.Path, ';') >= 0 {
+			bad("path", "%q: ';' starts path parameters, which servers read differently; leave them out of a path rule", r.Path)
+		}
 		cr.path = r.Path
 	}
 	cr.httpOnly = len(r.Methods) > 0 || r.Path != ""

@@ -58,60 +58,97 @@ func buildIndex(rules []compiledRule) index {
 
 // Decide returns the decision of the first rule that matches t, else the
 // default. A target whose host or port is invalid is blocked with rule
-// RuleInvalid and never matches a rule, whatever the default. Decide does no
-// DNS and no address guard; see GuardAddr.
+// RuleInvalid and never matches a rule, whatever the default or the mode.
 //
-// Decide is safe for concurrent use and does not allocate for a valid
-// target whose host is already normalized.
+// A rule with methods or path never allows a CONNECT. A block or intercept
+// rule with methods or path does stop a CONNECT to its ports, since the
+// tunnel could carry the very request the rule names; the decision's reason
+// says so.
+//
+// Decide does no DNS and no address guard; see GuardAddr. It is safe for
+// concurrent use, and does not allocate for a target whose host is already
+// normalized and whose path is canonical.
 func (p *Policy) Decide(t Target) Decision {
 	host, err := normalizeTarget(t.Host)
 	if err != nil {
-		return invalidDecision(fmt.Sprintf("invalid target %q: %s", t.Host, err))
+		return invalidDecision(fmt.Sprintf("invalid target %q: %s", truncate(t.Host, 80), err))
 	}
 	if t.Port == 0 {
 		return invalidDecision("invalid target: port 0")
 	}
-	path := t.Path
-	if p.hasPathRules && !t.IsConnect() {
-		path = CanonicalPath(path)
+	pos := p.match(host, t)
+	if pos < 0 {
+		return p.defaultDecision
 	}
+	r := &p.rules[pos]
+	if r.httpOnly && t.IsConnect() {
+		return r.tunnelDecision
+	}
+	return r.decision
+}
+
+// match returns the position of the first rule that matches t, whose host
+// is normalized, or -1.
+func (p *Policy) match(host string, t Target) int {
+	rp := p.requestPaths(t)
 	best := len(p.rules)
 	if isIPHost(host) {
 		ip, err := netip.ParseAddr(host)
 		if err != nil { // cannot happen for a normalized host
-			return invalidDecision(fmt.Sprintf("invalid target %q: %s", t.Host, err))
+			return -1
 		}
 		for _, b := range p.index.prefixes {
 			if b.is4 != ip.Is4() {
 				continue
 			}
 			pfx, _ := ip.Prefix(b.bits)
-			best = p.first(b.rules[pfx], best, t, path)
+			best = p.first(b.rules[pfx], best, t, rp)
 		}
 	} else {
-		best = p.first(p.index.exact[host], best, t, path)
+		best = p.first(p.index.exact[host], best, t, rp)
 		for i := 0; i < len(host); i++ {
 			if host[i] == '.' {
-				best = p.first(p.index.wildcard[host[i+1:]], best, t, path)
+				best = p.first(p.index.wildcard[host[i+1:]], best, t, rp)
 			}
 		}
 	}
-	best = p.first(p.index.anyPort[t.Port], best, t, path)
-	best = p.first(p.index.anyAll, best, t, path)
-	if best < len(p.rules) {
-		return p.rules[best].decision
+	best = p.first(p.index.anyPort[t.Port], best, t, rp)
+	best = p.first(p.index.anyAll, best, t, rp)
+	if best == len(p.rules) {
+		return -1
 	}
-	return p.defaultDecision
+	return best
+}
+
+// requestPath is a request path in the two forms path rules compare: as
+// CanonicalPath gives it, and with path parameters (";...") cut from every
+// segment, as Tomcat, Jetty and Spring read /v1/..;/admin (as /admin).
+type requestPath struct {
+	plain, stripped string
+}
+
+// requestPaths returns t's path forms; they are only computed when a rule
+// has a path and t is no tunnel.
+func (p *Policy) requestPaths(t Target) requestPath {
+	if !p.hasPathRules || t.IsConnect() {
+		return requestPath{}
+	}
+	plain := CanonicalPath(t.Path)
+	rp := requestPath{plain, plain}
+	if strings.IndexByte(plain, ';') >= 0 {
+		rp.stripped = canonicalPath(t.Path, true)
+	}
+	return rp
 }
 
 // first returns the position of the first rule in list that matches the
 // target's port, method and path, if lower than best; else best.
-func (p *Policy) first(list []int32, best int, t Target, path string) int {
+func (p *Policy) first(list []int32, best int, t Target, rp requestPath) int {
 	for _, pos := range list {
 		if int(pos) >= best {
 			return best
 		}
-		if p.rules[pos].matchesRest(t, path) {
+		if p.rules[pos].matchesRest(t, rp) {
 			return int(pos)
 		}
 	}
@@ -119,8 +156,10 @@ func (p *Policy) first(list []int32, best int, t Target, path string) int {
 }
 
 // matchesRest reports whether a rule whose host pattern matched also
-// matches the target's port, method and path.
-func (r *compiledRule) matchesRest(t Target, path string) bool {
+// matches the target's port, method and path. Where the two forms of a
+// path differ, an allow rule must match both and a block or intercept rule
+// either, so that ambiguity never lets more through.
+func (r *compiledRule) matchesRest(t Target, rp requestPath) bool {
 	if !r.anyPort && !slices.Contains(r.ports, t.Port) {
 		return false
 	}
@@ -128,12 +167,47 @@ func (r *compiledRule) matchesRest(t Target, path string) bool {
 		return true
 	}
 	if t.IsConnect() {
+		return r.decision.Action != Allow
+	}
+	if len(r.methods) > 0 && !slices.ContainsFunc(r.methods, func(m string) bool { return asciiEqualFold(m, t.Method) }) {
 		return false
 	}
-	if len(r.methods) > 0 && !slices.ContainsFunc(r.methods, func(m string) bool { return strings.EqualFold(m, t.Method) }) {
+	if r.path == "" {
+		return true
+	}
+	if r.decision.Action == Allow {
+		return strings.HasPrefix(rp.plain, r.path) && strings.HasPrefix(rp.stripped, r.path)
+	}
+	return strings.HasPrefix(rp.plain, r.path) || strings.HasPrefix(rp.stripped, r.path)
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only, so that no Unicode
+// folding ("ſ" for "s") makes a method match.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
 		return false
 	}
-	return r.path == "" || strings.HasPrefix(path, r.path)
+	for i := 0; i < len(a); i++ {
+		ca, cb := a[i], b[i]
+		if 'a' <= ca && ca <= 'z' {
+			ca -= 'a' - 'A'
+		}
+		if 'a' <= cb && cb <= 'z' {
+			cb -= 'a' - 'A'
+		}
+		if ca != cb {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate cuts s to at most n bytes for a log line, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func invalidDecision(reason string) Decision {

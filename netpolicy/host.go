@@ -33,6 +33,10 @@ var idnaProfile = idna.New(
 // one trailing dot removed, IDN converted to punycode, IPv6 brackets
 // removed, IPv4-mapped IPv6 unmapped.
 //
+// A name is returned without its trailing dot; whoever resolves it must
+// look it up as a fully qualified name (with the dot put back) so that the
+// resolver's search list never turns "secrets" into "secrets.corp.example".
+//
 // It rejects, with an error wrapping ErrInvalidTarget, what must never
 // match: empty labels, characters outside letters, digits, '-' and '_',
 // userinfo, zones, over-long names and every spelling of an IPv4 address but
@@ -117,7 +121,7 @@ func normalizeHost(host string) (string, error) {
 		}
 		return ip.Unmap().String(), nil
 	}
-	name := strings.TrimSuffix(host, ".")
+	name, hadDot := strings.CutSuffix(host, ".")
 	if name == "" {
 		return "", errHost("empty host")
 	}
@@ -139,6 +143,9 @@ func normalizeHost(host string) (string, error) {
 	// dial a name that does not normalize to what was decided.
 	if again, err := idnaProfile.ToASCII(ascii); err != nil || again != ascii {
 		return "", errHost("not a valid international domain name")
+	}
+	if !hadDot { // a trailing ideographic or fullwidth dot, mapped to '.'
+		ascii = strings.TrimSuffix(ascii, ".")
 	}
 	if ascii == "" || len(ascii) > maxHostLen {
 		return "", errHost("host name longer than 253 bytes")

@@ -15,8 +15,13 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// MaxPolicySize is the largest policy document Parse and ParseFile read.
-const MaxPolicySize = 16 << 20
+// MaxPolicySize is the largest policy document Parse and ParseFile read:
+// ample for tens of thousands of rules, and a bound on the memory the YAML
+// parser takes (some 90 times the document).
+const MaxPolicySize = 4 << 20
+
+// maxErrors is how many problems a document is reported with at most.
+const maxErrors = 50
 
 // maxJSONDepth bounds the nesting of a JSON document; a policy needs four
 // levels.
@@ -145,11 +150,46 @@ func DecodeRule(name string, data []byte) (Rule, error) {
 	if root == nil {
 		return Rule{}, d.errs
 	}
-	r, _ := d.rule(root, 0, map[string]int{})
+	r, _ := d.rule(root, "rule", map[string]int{})
 	if len(d.errs) > 0 {
 		return Rule{}, d.errs
 	}
 	return r, nil
+}
+
+// DecodeAddRule is DecodeRule for the body of the management API's
+// POST /v1/policy/rules: a rule that may also carry "position", a whole
+// number from 0 (first). position is -1 when the body has none, which
+// Store.AddRule reads as "append".
+func DecodeAddRule(name string, data []byte) (r Rule, position int, err error) {
+	d := decoder{file: name}
+	root := d.parse(data)
+	if root == nil {
+		return Rule{}, 0, d.errs
+	}
+	position = -1
+	if root.Kind == yaml.MappingNode {
+		kept := make([]*yaml.Node, 0, len(root.Content))
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			k, v := root.Content[i], root.Content[i+1]
+			if k.Value != "position" {
+				kept = append(kept, k, v)
+				continue
+			}
+			if n, ok := d.int(v, "rule: position"); ok {
+				if n < 0 {
+					d.errorf(v.Line, ErrInvalidRule, "rule: position %d: want 0 (first) or more; leave it out to append", n)
+				}
+				position = n
+			}
+		}
+		root.Content = kept
+	}
+	r, _ = d.rule(root, "rule", map[string]int{})
+	if len(d.errs) > 0 {
+		return Rule{}, 0, d.errs
+	}
+	return r, position, nil
 }
 
 // decoder walks a YAML node tree (JSON documents are turned into one) and
@@ -159,8 +199,15 @@ type decoder struct {
 	errs ErrorList
 }
 
+// errorf records a problem; past maxErrors it records one last "too many"
+// and drops the rest.
 func (d *decoder) errorf(line int, sentinel error, format string, args ...any) {
-	d.errs = append(d.errs, &ParseError{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...), Err: sentinel})
+	switch {
+	case len(d.errs) < maxErrors:
+		d.errs = append(d.errs, &ParseError{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...), Err: sentinel})
+	case len(d.errs) == maxErrors:
+		d.errs = append(d.errs, &ParseError{File: d.file, Line: line, Msg: fmt.Sprintf("more than %d problems; fix these and check again", maxErrors), Err: ErrInvalidPolicy})
+	}
 }
 
 // parse returns the document's top node, or nil after recording why not.
@@ -177,7 +224,7 @@ func (d *decoder) parse(data []byte) *yaml.Node {
 	if strings.HasSuffix(d.file, ".json") || trimmed[0] == '{' {
 		n, err := jsonToNode(data)
 		if err != nil {
-			d.errs = append(d.errs, &ParseError{File: d.file, Line: err.line, Msg: err.msg, Err: ErrInvalidPolicy})
+			d.errorf(err.line, ErrInvalidPolicy, "%s", err.msg)
 			return nil
 		}
 		return n
@@ -185,7 +232,7 @@ func (d *decoder) parse(data []byte) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
-		d.yamlError(err)
+		d.yamlError(data, err)
 		return nil
 	}
 	var extra yaml.Node
@@ -201,7 +248,7 @@ func (d *decoder) parse(data []byte) *yaml.Node {
 }
 
 // yamlError turns the YAML library's "yaml: line N: msg" into a ParseError.
-func (d *decoder) yamlError(err error) {
+func (d *decoder) yamlError(data []byte, err error) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
@@ -210,6 +257,9 @@ func (d *decoder) yamlError(err error) {
 				line, msg = n, after
 			}
 		}
+	}
+	if lines := bytes.Split(data, []byte("\n")); line > 0 && line <= len(lines) && bytes.ContainsRune(lines[line-1], '\t') {
+		msg += "; YAML does not allow tabs for indentation, use spaces"
 	}
 	d.errorf(line, ErrInvalidPolicy, "not valid YAML: %s", msg)
 }
@@ -267,7 +317,12 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 		lines[key] = k.Line
 		switch key {
 		case "version":
-			spec.Version, _ = d.int(v, "version")
+			if n, ok := d.int(v, "version"); ok {
+				if n != FormatVersion {
+					d.errorf(v.Line, ErrInvalidPolicy, "version: version %d is not supported; write version: %d", n, FormatVersion)
+				}
+				spec.Version = n
+			}
 		case "default":
 			s, _ := d.str(v, "default")
 			spec.Default = Action(s)
@@ -298,7 +353,7 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 		case "rules":
 			ids := map[string]int{}
 			for i, item := range d.seq(v, "rules") {
-				if r, ok := d.rule(item, i, ids); ok {
+				if r, ok := d.rule(item, fmt.Sprintf("rule %d", i+1), ids); ok {
 					spec.Rules = append(spec.Rules, r)
 				}
 			}
@@ -307,18 +362,18 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 	// Check the top-level values the way Compile will, with lines.
 	check := spec
 	check.AllowPrivate = nil
+	check.Version = 0 // checked above, with its line
 	for _, fe := range checkSpecFields(&check) {
 		d.errorf(lines[fe.field], ErrInvalidPolicy, "%s: %s", fe.field, fe.msg)
 	}
 	return spec
 }
 
-// rule decodes and checks rules[i]; ids maps the ids seen so far to their
-// lines.
-func (d *decoder) rule(n *yaml.Node, i int, ids map[string]int) (Rule, bool) {
+// rule decodes and checks a rule that messages call what; ids maps the ids
+// seen so far to their lines.
+func (d *decoder) rule(n *yaml.Node, what string, ids map[string]int) (Rule, bool) {
 	var r Rule
 	lines := map[string]int{}
-	what := fmt.Sprintf("rule %d", i+1)
 	before := len(d.errs)
 	ok := d.fields(n, what, ruleFields, func(key string, k, v *yaml.Node) {
 		lines[key] = k.Line
@@ -424,10 +479,15 @@ func (d *decoder) headers(n *yaml.Node, what string) map[string]string {
 	return h
 }
 
-// str reads a scalar as a string.
+// str reads a string scalar. A scalar that YAML reads as another type
+// (true, 1e3, a !!binary value) is refused rather than taken as its text.
 func (d *decoder) str(n *yaml.Node, what string) (string, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		d.errorf(n.Line, ErrInvalidPolicy, "%s: want a string", what)
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		got := n.Tag
+		if n.Kind != yaml.ScalarNode {
+			got = "a list or mapping"
+		}
+		d.errorf(n.Line, ErrInvalidPolicy, "%s: want a string, got %s; put the value in quotes", what, got)
 		return "", false
 	}
 	return n.Value, true
@@ -510,11 +570,18 @@ type jsonError struct {
 func jsonToNode(data []byte) (*yaml.Node, *jsonError) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
+	// lineAt counts lines from where it last counted: offsets only grow,
+	// so a document is counted once, not once per token.
+	var lastOff int64
+	lastLine := 1
 	lineAt := func(off int64) int {
-		if off > int64(len(data)) {
-			off = int64(len(data))
+		off = min(off, int64(len(data)))
+		if off < lastOff {
+			lastOff, lastLine = 0, 1
 		}
-		return bytes.Count(data[:off], []byte("\n")) + 1
+		lastLine += bytes.Count(data[lastOff:off], []byte("\n"))
+		lastOff = off
+		return lastLine
 	}
 	// next returns the line where the next token starts.
 	next := func() int {
@@ -527,7 +594,9 @@ func jsonToNode(data []byte) (*yaml.Node, *jsonError) {
 	fail := func(err error) *jsonError {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return &jsonError{lineAt(se.Offset), "not valid JSON: " + se.Error()}
+			msg := "not valid JSON: " + se.Error() +
+				"; a document that starts with '{' is read as JSON, where keys and strings need double quotes and lists take no trailing comma"
+			return &jsonError{lineAt(se.Offset), msg}
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return &jsonError{lineAt(int64(len(data))), "not valid JSON: unexpected end of document"}

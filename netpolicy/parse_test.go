@@ -147,7 +147,7 @@ func TestParseErrors(t *testing.T) {
 			[]string{`2: rule 1: host: "*.10.0.0.1": '*.' must be followed by a domain name`}},
 		{"star allow needs ports", "rules:\n  - host: \"*\"\n    action: allow\n",
 			[]string{`2: rule 1: host: "*" matches every host`}},
-		{"alternate IPv4 spelling", "rules:\n  - host: 127.1\n    action: allow\n",
+		{"alternate IPv4 spelling", "rules:\n  - host: \"127.1\"\n    action: allow\n",
 			[]string{`2: rule 1: host: "127.1": a name ending in a number must be a dotted-quad IPv4 address`}},
 		{"duplicate ids", "rules:\n  - id: a\n    host: a.test\n    action: allow\n  - id: a\n    host: b.test\n    action: allow\n",
 			[]string{`5: rule 2: id "a" is already used on line 2; ids must be unique`}},

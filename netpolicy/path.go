@@ -19,10 +19,21 @@ import "strings"
 // Reading %2F as '/' can make a path look deeper or shallower than a server
 // that keeps it literal would see; rules then err on the side of not
 // matching an allow rule's prefix. A path that needs none of this, the
-// common case, is returned as is without allocating. A path that does not
+// common case, is returned as is without allocating. The empty path is
+// "/", as the upstream will be asked for it. Another path that does not
 // start with '/' (such as "*") is returned as is.
-func CanonicalPath(path string) string {
-	if !strings.HasPrefix(path, "/") || isCanonicalPath(path) {
+//
+// Servers that decode twice (%252e) or compare paths without regard to case
+// are not covered.
+func CanonicalPath(path string) string { return canonicalPath(path, false) }
+
+// canonicalPath is CanonicalPath, cutting path parameters (";..." in a
+// segment) when stripParams is set.
+func canonicalPath(path string, stripParams bool) string {
+	if path == "" {
+		return "/"
+	}
+	if !strings.HasPrefix(path, "/") || !stripParams && isCanonicalPath(path) {
 		return path
 	}
 	// Decode every escape, then write '\' as '/', '%' and what is not
@@ -50,6 +61,9 @@ func CanonicalPath(path string) string {
 	trailing := false
 	for _, s := range segs {
 		trailing = false
+		if i := strings.IndexByte(s, ';'); i >= 0 && stripParams {
+			s = s[:i]
+		}
 		switch s {
 		case "", ".":
 			trailing = true

@@ -32,7 +32,7 @@ func TestCanonicalPath(t *testing.T) {
 		{"/café", "/caf%C3%A9"},
 		{"/%00", "/%00"},
 		{"*", "*"},
-		{"", ""},
+		{"", "/"},
 	}
 	for _, tt := range tests {
 		got := CanonicalPath(tt.in)

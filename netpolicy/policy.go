@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 )
 
 // Action is what a rule, or the default, does with a matching request.
@@ -26,7 +25,10 @@ type Mode string
 const (
 	// Enforce blocks what the policy blocks. It is the zero Mode's meaning.
 	Enforce Mode = "enforce"
-	// Audit logs every verdict but lets blocked traffic through.
+	// Audit logs every verdict but lets traffic that rules or the default
+	// block through. Verdicts of the address guard (RuleGuard) and of
+	// invalid targets (RuleInvalid) are enforced in every mode: an invalid
+	// target is never dialed.
 	Audit Mode = "audit"
 )
 
@@ -97,15 +99,15 @@ func (p Port) MarshalJSON() ([]byte, error) {
 	return strconv.AppendUint(nil, uint64(p), 10), nil
 }
 
-// UnmarshalJSON reads a port number from 1 to 65535, or "*".
+// UnmarshalJSON reads a port number from 1 to 65535, or the string "*".
+// A quoted number is refused, as Decode refuses it.
 func (p *Port) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := ParsePort(s)
-		if err != nil {
-			return err
+		if s != "*" {
+			return errorf(ErrInvalidRule, "port %s: want a number from 1 to 65535 or \"*\"", b)
 		}
-		*p = v
+		*p = AnyPort
 		return nil
 	}
 	var n json.Number
@@ -167,6 +169,8 @@ type Rule struct {
 
 // Spec is a policy document as written in a file or sent to the management
 // API. It is plain data: Compile checks it and makes a Policy from it.
+// Read documents with Decode, DecodeFile or Parse, which reject unknown
+// fields, duplicate keys and loose types; encoding/json does none of that.
 type Spec struct {
 	// Version is the file format version; zero means FormatVersion.
 	Version int `json:"version"`
@@ -198,7 +202,7 @@ type Target struct {
 
 // IsConnect reports whether the target is a CONNECT tunnel, which rules with
 // methods or a path never match.
-func (t Target) IsConnect() bool { return strings.EqualFold(t.Method, "CONNECT") }
+func (t Target) IsConnect() bool { return asciiEqualFold(t.Method, "CONNECT") }
 
 // Decision is a policy verdict. It is a value, not an error: a blocked
 // request is a normal outcome.

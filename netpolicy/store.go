@@ -13,14 +13,20 @@ import (
 // that holds one decides every request with the same rules and logs the
 // same version, whatever changes meanwhile.
 type Snapshot struct {
-	// Version starts at 1 and grows by one with every change.
-	Version uint64
-	// Policy decides.
-	Policy *Policy
-	// Change says in a sentence what made this version, such as
-	// "rule gh added"; "policy loaded" for the first.
-	Change string
+	version uint64
+	policy  *Policy
+	change  string
 }
+
+// Version starts at 1 and grows by one with every change.
+func (s *Snapshot) Version() uint64 { return s.version }
+
+// Policy is the policy of this version.
+func (s *Snapshot) Policy() *Policy { return s.policy }
+
+// Change says in a sentence what made this version, such as "rule gh added
+// at position 0"; "policy loaded" for the first.
+func (s *Snapshot) Change() string { return s.change }
 
 // Store holds the running policy of a gateway. Load never locks and never
 // sees half an update: every change builds a new Policy and swaps a pointer.
@@ -37,19 +43,28 @@ type Store struct {
 // NewStore returns a store whose version 1 is p.
 func NewStore(p *Policy) *Store {
 	s := &Store{highID: highestID(p.spec.Rules, 0)}
-	s.cur.Store(&Snapshot{Version: 1, Policy: p, Change: "policy loaded"})
+	s.cur.Store(&Snapshot{version: 1, policy: p, change: "policy loaded"})
 	return s
 }
 
 // Load returns the current snapshot. It never blocks.
 func (s *Store) Load() *Snapshot { return s.cur.Load() }
 
-// Replace swaps in a whole new policy. When ifVersion is not zero and is
+// Replace swaps in a whole new policy. Its rules without an id get ids
+// above every one the store has held. When ifVersion is not zero and is
 // not the current version, nothing changes and the error wraps
 // ErrVersionMismatch. An invalid spec changes nothing and returns Compile's
 // error.
 func (s *Store) Replace(spec Spec, ifVersion uint64) (*Snapshot, error) {
 	return s.update(ifVersion, func(Spec) (Spec, string, error) {
+		spec = spec.clone()
+		high := highestID(spec.Rules, s.highID)
+		for i := range spec.Rules {
+			if spec.Rules[i].ID == "" {
+				high++
+				spec.Rules[i].ID = "r" + strconv.Itoa(high)
+			}
+		}
 		return spec, fmt.Sprintf("policy replaced (%d rules)", len(spec.Rules)), nil
 	})
 }
@@ -79,7 +94,7 @@ func (s *Store) AddRule(r Rule, position int, ifVersion uint64) (*Snapshot, Rule
 	if err != nil {
 		return nil, Rule{}, err
 	}
-	for _, nr := range snap.Policy.spec.Rules {
+	for _, nr := range snap.policy.spec.Rules {
 		if nr.ID == r.ID {
 			added = nr.clone()
 		}
@@ -106,10 +121,10 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.cur.Load()
-	if ifVersion != 0 && ifVersion != cur.Version {
-		return nil, errorf(ErrVersionMismatch, "policy version %d was expected, but the current version is %d; fetch the policy again and retry", ifVersion, cur.Version)
+	if ifVersion != 0 && ifVersion != cur.version {
+		return nil, errorf(ErrVersionMismatch, "policy version %d was expected, but the current version is %d; fetch the policy again and retry", ifVersion, cur.version)
 	}
-	spec, what, err := change(cur.Policy.Spec())
+	spec, what, err := change(cur.policy.Spec())
 	if err != nil {
 		return nil, err
 	}
@@ -117,18 +132,22 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	if err != nil {
 		return nil, err
 	}
-	next := &Snapshot{Version: cur.Version + 1, Policy: p, Change: what}
+	next := &Snapshot{version: cur.version + 1, policy: p, change: what}
 	s.highID = highestID(p.spec.Rules, s.highID)
 	s.cur.Store(next)
 	return next, nil
 }
 
-// highestID returns the highest n of the ids "rn" in rules, or high if
-// that is higher.
+// maxAutoID bounds the ids "rn" that count for numbering, so that a rule
+// named r9223372036854775807 cannot make the next id overflow.
+const maxAutoID = 1_000_000_000
+
+// highestID returns the highest n below maxAutoID of the ids "rn" in rules,
+// or high if that is higher.
 func highestID(rules []Rule, high int) int {
 	for _, r := range rules {
-		if rest, ok := strings.CutPrefix(r.ID, "r"); ok {
-			if n, err := strconv.Atoi(rest); err == nil && n > high {
+		if rest, ok := strings.CutPrefix(r.ID, "r"); ok && len(rest) <= 9 {
+			if n, err := strconv.Atoi(rest); err == nil && n > high && n < maxAutoID {
 				high = n
 			}
 		}

@@ -24,7 +24,7 @@ func ruleIDs(p *Policy) []string {
 
 func TestStoreChanges(t *testing.T) {
 	s := newTestStore(t)
-	if v := s.Load().Version; v != 1 {
+	if v := s.Load().Version(); v != 1 {
 		t.Fatalf("initial version = %d, want 1", v)
 	}
 
@@ -32,21 +32,21 @@ func TestStoreChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Version != 2 || added.ID != "r2" || added.Host != "a.test" {
-		t.Errorf("AddRule = version %d, rule %+v; want version 2, id r2 (after r1), host a.test", snap.Version, added)
+	if snap.Version() != 2 || added.ID != "r2" || added.Host != "a.test" {
+		t.Errorf("AddRule = version %d, rule %+v; want version 2, id r2 (after r1), host a.test", snap.Version(), added)
 	}
-	if d := s.Load().Policy.Decide(connect("a.test", 443)); d.Action != Block || d.Rule != "r2" {
+	if d := s.Load().Policy().Decide(connect("a.test", 443)); d.Action != Block || d.Rule != "r2" {
 		t.Errorf("after adding a block at position 0, Decide(a.test) = %+v, want block by r2", d)
 	}
-	if snap.Change != "rule r2 added at position 0" {
-		t.Errorf("Change = %q", snap.Change)
+	if snap.Change() != "rule r2 added at position 0" {
+		t.Errorf("Change = %q", snap.Change())
 	}
 
-	snap, added, err = s.AddRule(Rule{ID: "gh", Host: "api.github.com", Action: Allow}, -1, snap.Version)
+	snap, added, err = s.AddRule(Rule{ID: "gh", Host: "api.github.com", Action: Allow}, -1, snap.Version())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ruleIDs(snap.Policy); len(got) != 4 || got[3] != "gh" {
+	if got := ruleIDs(snap.Policy()); len(got) != 4 || got[3] != "gh" {
 		t.Errorf("append: ids = %v, want gh last", got)
 	}
 
@@ -54,10 +54,10 @@ func TestStoreChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Version != 4 || snap.Change != "rule r2 removed" {
-		t.Errorf("RemoveRule = version %d, change %q", snap.Version, snap.Change)
+	if snap.Version() != 4 || snap.Change() != "rule r2 removed" {
+		t.Errorf("RemoveRule = version %d, change %q", snap.Version(), snap.Change())
 	}
-	if d := s.Load().Policy.Decide(connect("a.test", 443)); d.Action != Allow {
+	if d := s.Load().Policy().Decide(connect("a.test", 443)); d.Action != Allow {
 		t.Errorf("after removing r2, Decide(a.test) = %+v, want allow", d)
 	}
 
@@ -74,8 +74,8 @@ func TestStoreChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Version != 6 || len(snap.Policy.Rules()) != 0 || snap.Policy.Default() != Allow {
-		t.Errorf("Replace = version %d, %d rules, default %s", snap.Version, len(snap.Policy.Rules()), snap.Policy.Default())
+	if snap.Version() != 6 || len(snap.Policy().Rules()) != 0 || snap.Policy().Default() != Allow {
+		t.Errorf("Replace = version %d, %d rules, default %s", snap.Version(), len(snap.Policy().Rules()), snap.Policy().Default())
 	}
 }
 
@@ -103,7 +103,7 @@ func TestStoreFailedUpdatesChangeNothing(t *testing.T) {
 			t.Errorf("%s: error = %v, want %v", f.name, err, f.is)
 		}
 		if after := s.Load(); after != before {
-			t.Errorf("%s changed the store: version %d -> %d", f.name, before.Version, after.Version)
+			t.Errorf("%s changed the store: version %d -> %d", f.name, before.Version(), after.Version())
 		}
 	}
 }
@@ -131,18 +131,18 @@ func TestStoreReadersSeeWholeVersions(t *testing.T) {
 				}
 				snap := s.Load()
 				want := Allow // odd versions allow, even ones block
-				if snap.Version%2 == 0 {
+				if snap.Version()%2 == 0 {
 					want = Block
 				}
-				if got := snap.Policy.Decide(connect("x.test", 443)).Action; got != want {
-					t.Errorf("version %d decided %s, want %s", snap.Version, got, want)
+				if got := snap.Policy().Decide(connect("x.test", 443)).Action; got != want {
+					t.Errorf("version %d decided %s, want %s", snap.Version(), got, want)
 					return
 				}
-				if snap.Version < last {
-					t.Errorf("version went back from %d to %d", last, snap.Version)
+				if snap.Version() < last {
+					t.Errorf("version went back from %d to %d", last, snap.Version())
 					return
 				}
-				last = snap.Version
+				last = snap.Version()
 			}
 		}()
 	}
@@ -157,7 +157,7 @@ func TestStoreReadersSeeWholeVersions(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	if v := s.Load().Version; v != writes+1 {
+	if v := s.Load().Version(); v != writes+1 {
 		t.Errorf("final version = %d, want %d", v, writes+1)
 	}
 }
@@ -179,7 +179,7 @@ func TestStoreConcurrentWritersLoseNothing(t *testing.T) {
 	}
 	wg.Wait()
 	snap := s.Load()
-	if n := len(snap.Policy.Rules()); n != 400 || snap.Version != 401 {
-		t.Errorf("after 400 concurrent adds: %d rules, version %d; want 400, 401", n, snap.Version)
+	if n := len(snap.Policy().Rules()); n != 400 || snap.Version() != 401 {
+		t.Errorf("after 400 concurrent adds: %d rules, version %d; want 400, 401", n, snap.Version())
 	}
 }

@@ -43,7 +43,7 @@ func goTool(t *testing.T) string {
 	}
 	p, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command to list packages with: %v", err)
+		t.Fatalf("no go command to list packages with: %v", err)
 	}
 	return p
 }
