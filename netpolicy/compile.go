@@ -277,6 +277,9 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	case r.Response != nil:
 		resp := *r.Response
 		resp.Headers = maps.Clone(resp.Headers)
+		if len(resp.Headers) == 0 {
+			resp.Headers = nil // one form for "no headers", as JSON writes it
+		}
 		if resp.Status == 0 {
 			resp.Status = 200
 		}
@@ -336,6 +339,10 @@ func assignIDs(rules []Rule) {
 		used[rules[i].ID] = true
 	}
 }
+
+// ValidMethod reports whether m is an HTTP method: a non-empty token
+// (RFC 9110 §9.1, §5.6.2).
+func ValidMethod(m string) bool { return isToken(m) }
 
 // isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).
 func isToken(s string) bool {

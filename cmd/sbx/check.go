@@ -165,7 +165,7 @@ func parseTarget(arg, method, path string) (netpolicy.Target, error) {
 		return netpolicy.Target{}, errors.New("empty TARGET; write host[:port] or a URL such as https://example.com/")
 	}
 	if method != "" {
-		if !isToken(method) {
+		if !netpolicy.ValidMethod(method) {
 			return netpolicy.Target{}, fmt.Errorf("--method %q is not an HTTP method; write e.g. --method POST", method)
 		}
 		method = strings.ToUpper(method)
@@ -308,18 +308,4 @@ func cutQuery(path string) string {
 		return path[:i]
 	}
 	return path
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110 §5.6.2), the syntax
-// of a method.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
