@@ -1,0 +1,422 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// LoadOrCreateToken returns the management API token stored in path. When
+// the file does not exist it writes a new random token (32 bytes from
+// crypto/rand, hex) there with mode 0600, creating the directory (0700).
+// A token file readable by others is refused: fix its mode.
+func LoadOrCreateToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("token file %s has mode %#o, readable by others; run chmod 600 %s", path, fi.Mode().Perm(), path)
+		}
+		tok := strings.TrimSpace(string(data))
+		if len(tok) < 16 {
+			return "", fmt.Errorf("token file %s holds a token of %d characters; use at least 16, or delete the file to have one made", path, len(tok))
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading token file: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(b[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("creating token file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("creating token file: %w", err)
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		return "", fmt.Errorf("writing token file: %w", err)
+	}
+	return tok, f.Close()
+}
+
+// APIConfig configures the management API (DESIGN.md §6).
+type APIConfig struct {
+	// Server is the gateway the API manages. Required.
+	Server *Server
+	// Token is the bearer token every path but /healthz needs. Required.
+	Token string
+	// Ring holds the recent decisions served at /v1/decisions; nil serves
+	// none.
+	Ring *Ring
+	// Log receives a policy record for every change; nil logs none.
+	Log *Log
+	// ProxyAddrs are the proxy's addresses, for /v1/status.
+	ProxyAddrs []string
+}
+
+// API is the management API: an http.Handler. Make one with NewAPI.
+type API struct {
+	cfg     APIConfig
+	token   [32]byte // sha256 of the token, compared in constant time
+	started time.Time
+	mux     *http.ServeMux
+}
+
+// NewAPI returns the management API for cfg.
+func NewAPI(cfg APIConfig) (*API, error) {
+	if cfg.Server == nil || cfg.Token == "" {
+		return nil, errors.New("gateway: APIConfig needs Server and Token")
+	}
+	a := &API{cfg: cfg, token: sha256.Sum256([]byte(cfg.Token)), started: time.Now(), mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	a.mux.HandleFunc("GET /v1/status", a.auth(a.status))
+	a.mux.HandleFunc("GET /v1/policy", a.auth(a.getPolicy))
+	a.mux.HandleFunc("PUT /v1/policy", a.auth(a.putPolicy))
+	a.mux.HandleFunc("POST /v1/policy/rules", a.auth(a.addRule))
+	a.mux.HandleFunc("DELETE /v1/policy/rules/{id}", a.auth(a.removeRule))
+	a.mux.HandleFunc("GET /v1/decisions", a.auth(a.decisions))
+	metrics := promhttp.HandlerFor(cfg.Server.Metrics().Registry, promhttp.HandlerOpts{})
+	a.mux.HandleFunc("GET /metrics", a.auth(metrics.ServeHTTP))
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return a, nil
+}
+
+// ServeHTTP serves the API.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Serve serves the API on ln until ctx is done, then shuts down. Its
+// address is recorded as one the gateway's guard always refuses.
+func (a *API) Serve(ctx context.Context, ln net.Listener) error {
+	var h http.Handler = a
+	if ap, err := parseAddrPort(ln.Addr()); err == nil {
+		a.cfg.Server.AddOwnAddr(ap)
+		h = hostCheck(a)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	})
+	defer stop()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// hostCheck refuses requests on a TCP listener whose Host is a name other
+// than localhost, so that a web page cannot reach the API through DNS
+// rebinding even before the token check.
+func hostCheck(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil && host != "localhost" {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("Host %q refused: the API answers only to an IP address or localhost", r.Host))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// auth wraps h with the bearer-token check.
+func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(sum[:], a.token[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sbx"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token; send Authorization: Bearer <token from the token file>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (a *API) status(w http.ResponseWriter, _ *http.Request) {
+	allowed, blocked, intercepted, tunnels := a.cfg.Server.Metrics().Counts()
+	snap := a.cfg.Server.Store().Load()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"gateway":        a.cfg.ProxyAddrs,
+		"sandbox":        a.cfg.Server.cfg.Sandbox,
+		"uptime_seconds": int64(time.Since(a.started).Seconds()),
+		"policy_version": snap.Version(),
+		"mode":           snap.Policy().Mode(),
+		"counts": map[string]any{
+			"allowed": allowed, "blocked": blocked, "intercepted": intercepted, "open_tunnels": tunnels,
+		},
+	})
+}
+
+// policyBody is the JSON of GET /v1/policy.
+type policyBody struct {
+	Version uint64         `json:"version"`
+	Policy  netpolicy.Spec `json:"policy"`
+}
+
+func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
+
+func (a *API) getPolicy(w http.ResponseWriter, _ *http.Request) {
+	snap := a.cfg.Server.Store().Load()
+	w.Header().Set("ETag", etag(snap.Version()))
+	writeJSON(w, http.StatusOK, policyBody{snap.Version(), snap.Policy().Spec()})
+}
+
+// ifMatch returns the version an If-Match header asks for: 0 for none or
+// "*", else the version in `"N"`.
+func ifMatch(r *http.Request) (uint64, error) {
+	v := strings.TrimSpace(r.Header.Get("If-Match"))
+	if v == "" || v == "*" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(strings.Trim(v, `"`), 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("If-Match %q: want the ETag of GET /v1/policy, such as \"3\"", v)
+	}
+	return n, nil
+}
+
+// readBody reads a request body of at most MaxPolicySize.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, netpolicy.MaxPolicySize))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", netpolicy.MaxPolicySize))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		}
+		return nil, false
+	}
+	return data, true
+}
+
+// updated answers a successful change and logs its policy record.
+func (a *API) updated(w http.ResponseWriter, status int, snap *netpolicy.Snapshot, extra map[string]any) {
+	if a.cfg.Log != nil {
+		a.cfg.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
+	}
+	body := map[string]any{"version": snap.Version(), "change": snap.Change()}
+	for k, v := range extra {
+		body[k] = v
+	}
+	w.Header().Set("ETag", etag(snap.Version()))
+	writeJSON(w, status, body)
+}
+
+// changeError answers a failed change with the status its error calls for.
+func changeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, netpolicy.ErrVersionMismatch):
+		writeError(w, http.StatusPreconditionFailed, err.Error())
+	case errors.Is(err, netpolicy.ErrRuleNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	default:
+		writeError(w, http.StatusBadRequest, err.Error())
+	}
+}
+
+func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
+	want, err := ifMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	data, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	spec, err := netpolicy.Decode("request body", data)
+	if err != nil {
+		changeError(w, err)
+		return
+	}
+	snap, err := a.cfg.Server.Store().Replace(spec, want)
+	if err != nil {
+		changeError(w, err)
+		return
+	}
+	a.updated(w, http.StatusOK, snap, nil)
+}
+
+func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
+	want, err := ifMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	data, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	rule, pos, err := netpolicy.DecodeAddRule("request body", data)
+	if err != nil {
+		changeError(w, err)
+		return
+	}
+	snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
+	if err != nil {
+		changeError(w, err)
+		return
+	}
+	a.updated(w, http.StatusCreated, snap, map[string]any{"rule": added})
+}
+
+func (a *API) removeRule(w http.ResponseWriter, r *http.Request) {
+	want, err := ifMatch(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
+	if err != nil {
+		changeError(w, err)
+		return
+	}
+	a.updated(w, http.StatusOK, snap, nil)
+}
+
+// decisions serves a page of the ring, or with follow=1 an NDJSON stream of
+// the backlog and then every new record until the client goes away.
+func (a *API) decisions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var since uint64
+	if v := q.Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("since=%q: want a record's seq, such as since=120", v))
+			return
+		}
+		since = n
+	}
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: want a number from 1 to 10000", v))
+			return
+		}
+		limit = n
+	}
+	ring := a.cfg.Ring
+	if ring == nil {
+		ring = NewRing(1)
+	}
+	if q.Get("follow") != "1" {
+		lines, next := ring.Since(since, limit)
+		raw := make([]json.RawMessage, len(lines))
+		for i, l := range lines {
+			raw[i] = json.RawMessage(strings.TrimSpace(string(l)))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"decisions": raw, "next": next})
+		return
+	}
+	backlog, sub := ring.Subscribe(since)
+	defer sub.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	write := func(line []byte) bool {
+		if _, err := w.Write(line); err != nil {
+			return false
+		}
+		if len(line) == 0 || line[len(line)-1] != '\n' {
+			w.Write([]byte{'\n'})
+		}
+		return true
+	}
+	for _, l := range backlog {
+		if !write(l) {
+			return
+		}
+	}
+	rc.Flush()
+	for {
+		var l []byte
+		var ok bool
+		select {
+		case <-r.Context().Done():
+			return
+		case l, ok = <-sub.C:
+		}
+		// Send what has queued up together, then flush.
+		for more := true; more; {
+			if !ok {
+				if err := sub.Err(); err != nil {
+					msg, _ := json.Marshal(map[string]string{"error": err.Error() + "; reconnect with since= the last seq you received"})
+					write(msg)
+				}
+				rc.Flush()
+				return
+			}
+			if !write(l) {
+				return
+			}
+			select {
+			case l, ok = <-sub.C:
+			default:
+				more = false
+			}
+		}
+		rc.Flush()
+	}
+}
+
+// parseAddrPort returns a TCP listener's address.
+func parseAddrPort(addr net.Addr) (ap netip.AddrPort, err error) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return ap, errors.New("not a TCP address")
+	}
+	return unmapAddrPort(tcp.AddrPort()), nil
+}

@@ -1,0 +1,779 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// dlTestTime is not in UTC, so the tests see the encoder convert it.
+var dlTestTime = time.Date(2025, 3, 4, 5, 6, 7, 890123000, time.FixedZone("CET", 3600))
+
+func TestRecordAppendJSON(t *testing.T) {
+	decision := Record{
+		Seq: 7, ID: "k3", Event: EventDecision, Time: dlTestTime, Sandbox: "a1b2",
+		Client: "10.213.0.2:40000", Kind: KindHTTP, Method: "GET", Host: "example.com", Port: 80,
+		Path: "/x", Action: "block", Enforced: true, Rule: "default",
+		Reason: "no rule matches example.com:80", PolicyVersion: 3, Status: 403,
+	}
+	withError := decision
+	withError.Error = "dial tcp: refused"
+	closeRec := decision
+	closeRec.Event, closeRec.Action, closeRec.Rule, closeRec.Status = EventClose, "allow", "r1", 200
+	closeRec.Upstream, closeRec.BytesOut, closeRec.BytesIn = "93.184.216.34:80", 120, 4567
+	closeRec.Duration = 12345678 * time.Nanosecond
+	tests := []struct {
+		name string
+		rec  Record
+		want string
+	}{
+		{
+			name: "decision",
+			rec:  decision,
+			want: `{"v":1,"seq":7,"id":"k3","event":"decision","time":"2025-03-04T04:06:07.890123Z",` +
+				`"sandbox":"a1b2","client":"10.213.0.2:40000","kind":"http","method":"GET","host":"example.com",` +
+				`"port":80,"path":"/x","action":"block","enforced":true,"rule":"default",` +
+				`"reason":"no rule matches example.com:80","policy_version":3,"status":403}`,
+		},
+		{
+			name: "decision with error",
+			rec:  withError,
+			want: `{"v":1,"seq":7,"id":"k3","event":"decision","time":"2025-03-04T04:06:07.890123Z",` +
+				`"sandbox":"a1b2","client":"10.213.0.2:40000","kind":"http","method":"GET","host":"example.com",` +
+				`"port":80,"path":"/x","action":"block","enforced":true,"rule":"default",` +
+				`"reason":"no rule matches example.com:80","policy_version":3,"status":403,"error":"dial tcp: refused"}`,
+		},
+		{
+			name: "close",
+			rec:  closeRec,
+			want: `{"v":1,"seq":7,"id":"k3","event":"close","time":"2025-03-04T04:06:07.890123Z",` +
+				`"sandbox":"a1b2","client":"10.213.0.2:40000","kind":"http","method":"GET","host":"example.com",` +
+				`"port":80,"path":"/x","action":"allow","enforced":true,"rule":"r1",` +
+				`"reason":"no rule matches example.com:80","policy_version":3,"status":200,` +
+				`"upstream":"93.184.216.34:80","bytes_out":120,"bytes_in":4567,"duration_ms":12.345678}`,
+		},
+		{
+			name: "policy",
+			rec:  Record{Seq: 9, Event: EventPolicy, Time: dlTestTime, PolicyVersion: 4, Change: "rule gh added", Host: "ignored", Error: "ignored"},
+			want: `{"v":1,"seq":9,"event":"policy","time":"2025-03-04T04:06:07.890123Z","policy_version":4,"change":"rule gh added"}`,
+		},
+		{
+			name: "zero",
+			rec:  Record{},
+			want: `{"v":1,"seq":0,"id":"","event":"","time":"0001-01-01T00:00:00Z","sandbox":"","client":"",` +
+				`"kind":"","method":"","host":"","port":0,"path":"","action":"","enforced":false,"rule":"",` +
+				`"reason":"","policy_version":0,"status":0}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(tt.rec.AppendJSON([]byte("prefix")))
+			if got != "prefix"+tt.want {
+				t.Errorf("AppendJSON:\ngot  %s\nwant prefix%s", got, tt.want)
+			}
+			if !json.Valid([]byte(tt.want)) {
+				t.Errorf("want is not valid JSON: %s", tt.want)
+			}
+		})
+	}
+}
+
+// dlWantKeys returns the keys, in order, that DESIGN.md §5 gives a record
+// of event.
+func dlWantKeys(event string, hasError bool) []string {
+	if event == EventPolicy {
+		return []string{FieldV, FieldSeq, FieldEvent, FieldTime, FieldPolicyVersion, FieldChange}
+	}
+	keys := []string{
+		FieldV, FieldSeq, FieldID, FieldEvent, FieldTime, FieldSandbox, FieldClient, FieldKind,
+		FieldMethod, FieldHost, FieldPort, FieldPath, FieldAction, FieldEnforced, FieldRule,
+		FieldReason, FieldPolicyVersion, FieldStatus,
+	}
+	if event == EventClose {
+		keys = append(keys, FieldUpstream, FieldBytesOut, FieldBytesIn, FieldDurationMS)
+	}
+	if hasError {
+		keys = append(keys, FieldError)
+	}
+	return keys
+}
+
+// dlLineKeys returns the keys of the JSON object in line, in order and
+// with repeats, and fails when line is not exactly one JSON object.
+func dlLineKeys(t testing.TB, line []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("line %q: got first token %v, %v, want {", line, tok, err)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("line %q: value of %q: %v", line, tok, err)
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		t.Fatalf("line %q: got last token %v, %v, want }", line, tok, err)
+	}
+	if _, err := dec.Token(); err == nil {
+		t.Fatalf("line %q: more after the object", line)
+	}
+	return keys
+}
+
+func TestRecordKeys(t *testing.T) {
+	tests := []struct {
+		event    string
+		errorMsg string
+	}{
+		{EventDecision, ""},
+		{EventDecision, "x"},
+		{EventClose, ""},
+		{EventClose, "upstream reset"},
+		{EventPolicy, ""},
+		{EventPolicy, "not written"},
+		{"", ""},
+		{"future", "x"},
+	}
+	for _, tt := range tests {
+		rec := Record{Event: tt.event, Error: tt.errorMsg, Time: dlTestTime}
+		got := dlLineKeys(t, rec.AppendJSON(nil))
+		want := dlWantKeys(tt.event, tt.errorMsg != "" && tt.event != EventPolicy)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("event %q, error %q: keys (-want +got):\n%s", tt.event, tt.errorMsg, diff)
+		}
+	}
+}
+
+func TestRecordTime(t *testing.T) {
+	tests := []struct {
+		in   time.Time
+		want string
+	}{
+		{dlTestTime, "2025-03-04T04:06:07.890123Z"},
+		{time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.UTC), "2025-01-02T03:04:05.123456789Z"},
+		{time.Date(2025, 1, 2, 3, 4, 5, 0, time.FixedZone("X", -7*3600)), "2025-01-02T10:04:05Z"},
+		{time.Date(2025, 1, 2, 3, 4, 5, 1, time.Local), time.Date(2025, 1, 2, 3, 4, 5, 1, time.Local).UTC().Format(time.RFC3339Nano)},
+	}
+	for _, tt := range tests {
+		rec := Record{Event: EventPolicy, Time: tt.in}
+		var got struct{ Time string }
+		if err := json.Unmarshal(rec.AppendJSON(nil), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Time != tt.want {
+			t.Errorf("time %v: got %q, want %q", tt.in, got.Time, tt.want)
+		}
+		parsed, err := time.Parse(time.RFC3339Nano, got.Time)
+		if err != nil || !parsed.Equal(tt.in) || parsed.Location() != time.UTC {
+			t.Errorf("time %v: got %q parsed as %v, %v, want the same instant in UTC", tt.in, got.Time, parsed, err)
+		}
+	}
+}
+
+// dlStdJSONString encodes s as encoding/json does with HTML escaping off.
+func dlStdJSONString(t testing.TB, s string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n")
+}
+
+func TestAppendJSONString(t *testing.T) {
+	tests := []struct {
+		in, want string
+	}{
+		{"", `""`},
+		{"example.com", `"example.com"`},
+		{`say "hi"`, `"say \"hi\""`},
+		{`C:\dir`, `"C:\\dir"`},
+		{"a\nb\rc\td\be\ff", `"a\nb\rc\td\be\ff"`},
+		{"\x00\x01\x1f", `"\u0000\u0001\u001f"`},
+		{"\x7f", "\"\x7f\""},
+		{"<a href='x'>&amp;</a>", `"<a href='x'>&amp;</a>"`},
+		{"line\u2028para\u2029end", `"line\u2028para\u2029end"`},
+		{"bücher.de ✓ 🙂", `"bücher.de ✓ 🙂"`},
+		{"bad\xffbyte", `"bad\ufffdbyte"`},
+		{"\xe2\x80", `"\ufffd\ufffd"`},           // truncated sequence: one U+FFFD per byte
+		{"\xed\xa0\x80", `"\ufffd\ufffd\ufffd"`}, // an encoded surrogate is invalid
+		{"\xc0\xaf", `"\ufffd\ufffd"`},           // overlong encoding
+		{"\ufffd", "\"\ufffd\""},                 // a real U+FFFD stays as it is
+	}
+	for _, tt := range tests {
+		got := string(appendJSONString(nil, tt.in))
+		if got != tt.want {
+			t.Errorf("appendJSONString(%q): got %s, want %s", tt.in, got, tt.want)
+		}
+		if std := dlStdJSONString(t, tt.in); got != std {
+			t.Errorf("appendJSONString(%q): got %s, encoding/json gives %s", tt.in, got, std)
+		}
+	}
+}
+
+func TestAppendMillis(t *testing.T) {
+	tests := []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "0"},
+		{time.Nanosecond, "0.000001"},
+		{time.Microsecond, "0.001"},
+		{time.Millisecond, "1"},
+		{12345 * time.Microsecond, "12.345"},
+		{12345678 * time.Nanosecond, "12.345678"},
+		{1500 * time.Millisecond, "1500"},
+		{10 * time.Minute, "600000"},
+		{-1500 * time.Microsecond, "-1.5"},
+		{math.MaxInt64, "9223372036854.775807"},
+		{math.MinInt64, "-9223372036854.775808"},
+	}
+	for _, tt := range tests {
+		if got := string(appendMillis(nil, tt.in)); got != tt.want {
+			t.Errorf("appendMillis(%v): got %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestRecordAppendJSONAllocs(t *testing.T) {
+	rec := dlBenchRecord()
+	rec.Event, rec.Error = EventClose, "upstream \"reset\"\n"
+	buf := make([]byte, 0, 4096)
+	if n := testing.AllocsPerRun(100, func() { buf = rec.AppendJSON(buf[:0]) }); n != 0 {
+		t.Errorf("AppendJSON: got %v allocations, want 0", n)
+	}
+}
+
+// dlTestSink records what a Log writes to it and can be told to fail.
+type dlTestSink struct {
+	mu       sync.Mutex
+	seqs     []uint64
+	lines    []string
+	writeErr error
+	closeErr error
+	flushes  int
+	closes   int
+}
+
+func (s *dlTestSink) WriteRecord(seq uint64, line []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	s.seqs = append(s.seqs, seq)
+	s.lines = append(s.lines, string(line))
+	return nil
+}
+
+func (s *dlTestSink) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushes++
+	return nil
+}
+
+func (s *dlTestSink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closes++
+	return s.closeErr
+}
+
+// dlSeq returns the seq field of a line AppendJSON or ringLine wrote,
+// without a full JSON decoder, which is slow under the race detector.
+func dlSeq(t testing.TB, line []byte) uint64 {
+	t.Helper()
+	_, after, ok := bytes.Cut(line, []byte(`"`+FieldSeq+`":`))
+	if end := bytes.IndexAny(after, ",}"); ok && end > 0 {
+		if seq, err := strconv.ParseUint(string(after[:end]), 10, 64); err == nil {
+			return seq
+		}
+	}
+	t.Fatalf("line %q: no seq", line)
+	return 0
+}
+
+func TestLogEmit(t *testing.T) {
+	sink := &dlTestSink{}
+	l := NewLog("sb1", sink, nil)
+	before := time.Now()
+	r1 := &Record{Event: EventDecision, Sandbox: "other", V: 7, Host: "a.example"}
+	if got := l.Emit(r1); got != 1 {
+		t.Errorf("first Emit: got seq %d, want 1", got)
+	}
+	if r1.Seq != 1 || r1.V != SchemaVersion || r1.Sandbox != "sb1" {
+		t.Errorf("after Emit: got Seq %d, V %d, Sandbox %q, want 1, %d, %q", r1.Seq, r1.V, r1.Sandbox, SchemaVersion, "sb1")
+	}
+	if r1.Time.Before(before) || r1.Time.After(time.Now()) {
+		t.Errorf("after Emit: got Time %v, want the time of the call", r1.Time)
+	}
+	r2 := &Record{Event: EventPolicy, Time: dlTestTime, Change: "rule gh added", PolicyVersion: 2}
+	if got := l.Emit(r2); got != 2 {
+		t.Errorf("second Emit: got seq %d, want 2", got)
+	}
+	if !r2.Time.Equal(dlTestTime) {
+		t.Errorf("Emit changed a set Time: got %v, want %v", r2.Time, dlTestTime)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		string(r1.AppendJSON(nil)) + "\n",
+		`{"v":1,"seq":2,"event":"policy","time":"2025-03-04T04:06:07.890123Z","policy_version":2,"change":"rule gh added"}` + "\n",
+	}
+	if diff := cmp.Diff(want, sink.lines); diff != "" {
+		t.Errorf("lines written (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]uint64{1, 2}, sink.seqs); diff != "" {
+		t.Errorf("seqs written (-want +got):\n%s", diff)
+	}
+	if sink.closes != 1 {
+		t.Errorf("sink closed %d times, want 1", sink.closes)
+	}
+	if got := l.Emit(&Record{Event: EventDecision}); got != 0 {
+		t.Errorf("Emit after Close: got seq %d, want 0", got)
+	}
+	if len(sink.lines) != 2 {
+		t.Errorf("Emit after Close wrote: got %d lines, want 2", len(sink.lines))
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+	if sink.closes != 1 {
+		t.Errorf("sink closed %d times after a second Close, want 1", sink.closes)
+	}
+}
+
+func TestLogSinkErrors(t *testing.T) {
+	errWrite := errors.New("disk full")
+	errClose := errors.New("close failed")
+	bad := &dlTestSink{writeErr: errWrite, closeErr: errClose}
+	good := &dlTestSink{}
+	l := NewLog("", bad, good)
+	if err := l.Err(); err != nil {
+		t.Errorf("Err before any write: got %v, want nil", err)
+	}
+	for range 3 {
+		l.Emit(&Record{Event: EventDecision})
+	}
+	if got := len(good.lines); got != 3 {
+		t.Errorf("good sink: got %d lines, want 3", got)
+	}
+	if got := l.Errors(); got != 3 {
+		t.Errorf("Errors: got %d, want 3", got)
+	}
+	if err := l.Err(); !errors.Is(err, errWrite) {
+		t.Errorf("Err: got %v, want it to wrap %v", err, errWrite)
+	}
+	if err := l.Flush(); err != nil {
+		t.Errorf("Flush: got %v, want nil", err)
+	}
+	if bad.flushes != 1 || good.flushes != 1 {
+		t.Errorf("Flush: got %d and %d flushes, want 1 and 1", bad.flushes, good.flushes)
+	}
+	err := l.Close()
+	if !errors.Is(err, errClose) {
+		t.Errorf("Close: got %v, want it to wrap %v", err, errClose)
+	}
+	if bad.closes != 1 || good.closes != 1 {
+		t.Errorf("Close: got %d and %d closes, want 1 and 1", bad.closes, good.closes)
+	}
+}
+
+// dlReadLines returns the lines of the file at path, failing when the
+// file does not end in a newline.
+func dlReadLines(t testing.TB, path string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if data[len(data)-1] != '\n' {
+		t.Fatalf("%s does not end in a newline", path)
+	}
+	return bytes.Split(data[:len(data)-1], []byte("\n"))
+}
+
+func TestLogConcurrentEmit(t *testing.T) {
+	const goroutines, each = 16, 1000
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				l.Emit(&Record{
+					Event: EventDecision, ID: strconv.Itoa(g) + "-" + strconv.Itoa(i), Kind: KindConnect,
+					Method: "CONNECT", Host: "example.com", Port: 443, Action: "allow", Enforced: true,
+				})
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err: got %v, want nil", err)
+	}
+	lines := dlReadLines(t, path)
+	if got, want := len(lines), goroutines*each; got != want {
+		t.Fatalf("got %d lines, want %d", got, want)
+	}
+	ids := map[string]bool{}
+	for i, line := range lines {
+		var r struct {
+			Seq uint64
+			ID  string
+		}
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if want := uint64(i + 1); r.Seq != want {
+			t.Fatalf("line %d: got seq %d, want %d", i+1, r.Seq, want)
+		}
+		if ids[r.ID] {
+			t.Fatalf("line %d: id %s written twice", i+1, r.ID)
+		}
+		ids[r.ID] = true
+	}
+}
+
+func TestFileSinkCloseFlushes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	for range 3 {
+		l.Emit(&Record{Event: EventDecision})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(dlReadLines(t, path)); got != 3 {
+		t.Errorf("right after Close: got %d lines, want 3", got)
+	}
+	if err := fs.WriteRecord(4, []byte("{}\n")); !errors.Is(err, ErrSinkClosed) {
+		t.Errorf("WriteRecord after Close: got %v, want ErrSinkClosed", err)
+	}
+	if err := fs.Flush(); !errors.Is(err, ErrSinkClosed) {
+		t.Errorf("Flush after Close: got %v, want ErrSinkClosed", err)
+	}
+	if err := fs.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+}
+
+func TestFileSinkFlush(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if err := fs.WriteRecord(1, []byte("{\"seq\":1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(dlReadLines(t, path)); got != 1 {
+		t.Errorf("after Flush: got %d lines, want 1", got)
+	}
+}
+
+// TestFileSinkBackgroundFlush waits for the flusher to write a record
+// nobody flushed. The flusher does it within 200 ms; the deadline only
+// guards against a flusher that never runs.
+func TestFileSinkBackgroundFlush(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := fs.WriteRecord(seq, []byte("{}\n")); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if got := len(dlReadLines(t, path)); got == int(seq) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("record %d was not flushed in the background", seq)
+			}
+		}
+	}
+}
+
+func TestFileSinkModes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a", "b", "decisions.jsonl")
+	fs, err := OpenFileSink(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		want os.FileMode
+	}{
+		{filepath.Join(dir, "a"), os.ModeDir | 0o700},
+		{filepath.Join(dir, "a", "b"), os.ModeDir | 0o700},
+		{path, 0o600},
+	} {
+		fi, err := os.Stat(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode(); got != c.want {
+			t.Errorf("%s: got mode %v, want %v", c.path, got, c.want)
+		}
+	}
+}
+
+func TestFileSinkAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	for run := range 2 {
+		fs, err := OpenFileSink(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.WriteRecord(uint64(run+1), []byte("{\"run\":"+strconv.Itoa(run)+"}\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := dlReadLines(t, path)
+	want := [][]byte{[]byte(`{"run":0}`), []byte(`{"run":1}`)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("file after two runs (-want +got):\n%s", diff)
+	}
+}
+
+func TestOpenFileSinkError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := OpenFileSink(filepath.Join(file, "decisions.jsonl")); err == nil {
+		fs.Close()
+		t.Errorf("OpenFileSink under a regular file: got nil error, want one")
+	}
+}
+
+// dlFixUTF8 replaces each byte of invalid UTF-8 in s by U+FFFD, as the
+// encoder does.
+func dlFixUTF8(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		b.WriteRune(r) // RuneError for an invalid byte, and n is 1
+		i += n
+	}
+	return b.String()
+}
+
+// dlCheckMillis checks that num is d in milliseconds, exactly.
+func dlCheckMillis(t *testing.T, num string, d time.Duration) {
+	t.Helper()
+	neg := strings.HasPrefix(num, "-")
+	whole, frac, _ := strings.Cut(strings.TrimPrefix(num, "-"), ".")
+	if len(frac) > 6 || strings.HasSuffix(frac, "0") || (frac == "" && strings.Contains(num, ".")) {
+		t.Fatalf("duration_ms %s: want at most 6 fraction digits and no trailing zeros", num)
+	}
+	w, err1 := strconv.ParseUint(whole, 10, 64)
+	f, err2 := strconv.ParseUint(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("duration_ms %s: %v %v", num, err1, err2)
+	}
+	u := w*1e6 + f
+	if neg {
+		u = -u
+	}
+	if time.Duration(u) != d || (neg && d >= 0) {
+		t.Fatalf("duration_ms %s: got %d ns, want %d", num, int64(u), d)
+	}
+}
+
+func FuzzRecordJSON(f *testing.F) {
+	f.Add(uint8(0), dlTestTime.UnixNano(), "k1", "sb1", "10.213.0.2:40000", "http", "GET", "example.com", 80,
+		"/v1/x", "allow", true, "r1", "rule r1 allows example.com", uint64(3), 200, "", int64(0), int64(0), int64(0), "", "")
+	f.Add(uint8(1), int64(0), "k2", "", "[2001:db8::1]:5", "connect", "CONNECT", "2001:db8::2", 443,
+		"", "allow", false, "default", "audit: \"block\" let through", uint64(1), 200, "[2001:db8::2]:443",
+		int64(1234), int64(987654), int64(12345678), "upstream reset\n", "")
+	f.Add(uint8(2), int64(-1), "", "", "", "", "", "", 0, "", "", false, "", "", uint64(math.MaxUint64), 0, "",
+		int64(0), int64(0), int64(0), "", "rule gh added")
+	f.Add(uint8(3), int64(math.MaxInt64), "\x00\x1f\x7f", "\u2028\u2029", "\xff\xfe", "<>&", "\\\"", "bücher.de", -1,
+		"/\xe2\x80/\xed\xa0\x80", "\t\b\f\r", true, "🙂", "\ufffd", uint64(0), -5, "x",
+		int64(math.MinInt64), int64(math.MaxInt64), int64(math.MinInt64), "e", "c")
+	f.Fuzz(func(t *testing.T, sel uint8, nanos int64, id, sandbox, client, kind, method, host string, port int,
+		path, action string, enforced bool, rule, reason string, pv uint64, status int, upstream string,
+		bytesOut, bytesIn, duration int64, errMsg, change string) {
+		event := []string{EventDecision, EventClose, EventPolicy, "other"}[sel%4]
+		rec := Record{
+			Seq: uint64(nanos) ^ pv, ID: id, Event: event, Time: time.Unix(0, nanos), Sandbox: sandbox,
+			Client: client, Kind: kind, Method: method, Host: host, Port: port, Path: path, Action: action,
+			Enforced: enforced, Rule: rule, Reason: reason, PolicyVersion: pv, Status: status,
+			Upstream: upstream, BytesOut: bytesOut, BytesIn: bytesIn, Duration: time.Duration(duration),
+			Error: errMsg, Change: change,
+		}
+		line := rec.AppendJSON(nil)
+		if !json.Valid(line) || !utf8.Valid(line) {
+			t.Fatalf("not valid JSON in UTF-8: %q", line)
+		}
+		if bytes.ContainsAny(line, "\r\n") {
+			t.Fatalf("not one line: %q", line)
+		}
+		keys := dlLineKeys(t, line)
+		want := dlWantKeys(event, errMsg != "" && event != EventPolicy)
+		if diff := cmp.Diff(want, keys); diff != "" {
+			t.Fatalf("keys (-want +got):\n%s", diff)
+		}
+
+		var m map[string]any
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		strs := map[string]string{
+			FieldID: id, FieldEvent: event, FieldSandbox: sandbox, FieldClient: client, FieldKind: kind,
+			FieldMethod: method, FieldHost: host, FieldPath: path, FieldAction: action, FieldRule: rule,
+			FieldReason: reason, FieldUpstream: upstream, FieldError: errMsg, FieldChange: change,
+		}
+		nums := map[string]string{
+			FieldV: "1", FieldSeq: strconv.FormatUint(rec.Seq, 10), FieldPort: strconv.Itoa(port),
+			FieldPolicyVersion: strconv.FormatUint(pv, 10), FieldStatus: strconv.Itoa(status),
+			FieldBytesOut: strconv.FormatInt(bytesOut, 10), FieldBytesIn: strconv.FormatInt(bytesIn, 10),
+		}
+		for _, k := range keys {
+			v := m[k]
+			switch {
+			case k == FieldTime:
+				s, _ := v.(string)
+				got, err := time.Parse(time.RFC3339Nano, s)
+				if err != nil || !got.Equal(rec.Time) || !strings.HasSuffix(s, "Z") {
+					t.Fatalf("time %q: parsed as %v, %v, want %v in UTC", s, got, err, rec.Time)
+				}
+			case k == FieldEnforced:
+				if v != enforced {
+					t.Fatalf("enforced: got %v, want %v", v, enforced)
+				}
+			case k == FieldDurationMS:
+				n, _ := v.(json.Number)
+				dlCheckMillis(t, string(n), rec.Duration)
+			case nums[k] != "":
+				if n, _ := v.(json.Number); string(n) != nums[k] {
+					t.Fatalf("%s: got %v, want %s", k, v, nums[k])
+				}
+			default:
+				in, ok := strs[k]
+				if !ok {
+					t.Fatalf("unexpected key %q", k)
+				}
+				if got, want := v, dlFixUTF8(in); got != want {
+					t.Fatalf("%s: got %q, want %q", k, got, want)
+				}
+				if got, want := string(appendJSONString(nil, in)), dlStdJSONString(t, in); got != want {
+					t.Fatalf("%s %q: got encoding %s, encoding/json gives %s", k, in, got, want)
+				}
+			}
+		}
+	})
+}
+
+func dlBenchRecord() *Record {
+	return &Record{
+		ID: "1x2y", Event: EventDecision, Client: "10.213.0.2:51234", Kind: KindHTTP, Method: "GET",
+		Host: "registry.npmjs.org", Port: 80, Path: "/left-pad/-/left-pad-1.3.0.tgz", Action: "allow",
+		Enforced: true, Rule: "npm", Reason: "rule npm allows registry.npmjs.org", PolicyVersion: 3,
+		Status: 200,
+	}
+}
+
+// BenchmarkLogEmit measures the decision log's cost per proxied request
+// with a file sink: encoding plus a buffered write.
+func BenchmarkLogEmit(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs)
+	defer l.Close()
+	rec := dlBenchRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Time = time.Time{}
+		l.Emit(rec)
+	}
+	b.StopTimer()
+	if err := l.Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkLogEmitParallel is BenchmarkLogEmit from GOMAXPROCS goroutines,
+// as the gateway emits.
+func BenchmarkLogEmitParallel(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs, NewRing(0))
+	defer l.Close()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		rec := dlBenchRecord()
+		for pb.Next() {
+			rec.Time = time.Time{}
+			l.Emit(rec)
+		}
+	})
+}
+
+func BenchmarkRecordAppendJSON(b *testing.B) {
+	rec := dlBenchRecord()
+	rec.Time = dlTestTime
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = rec.AppendJSON(buf[:0])
+	}
+	b.SetBytes(int64(len(buf)))
+}

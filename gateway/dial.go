@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Resolver turns host names into addresses: static answers first (the
+// --resolve flag), then the system resolver. It is safe for concurrent use.
+type Resolver struct {
+	// System is the resolver used for names without a static answer; nil
+	// means net.DefaultResolver.
+	System *net.Resolver
+
+	mu     sync.RWMutex
+	static map[string][]netip.Addr
+}
+
+// AddStatic makes host resolve to ip, before any lookup. The host is
+// normalized as the policy normalizes it.
+func (r *Resolver) AddStatic(host string, ip netip.Addr) error {
+	h, err := netpolicy.NormalizeHost(host)
+	if err != nil {
+		return err
+	}
+	if !ip.IsValid() {
+		return fmt.Errorf("static answer for %s: invalid address", h)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.static == nil {
+		r.static = map[string][]netip.Addr{}
+	}
+	r.static[h] = append(r.static[h], ip.Unmap())
+	return nil
+}
+
+// ParseStatic parses a --resolve value, HOST=IP.
+func ParseStatic(v string) (host string, ip netip.Addr, err error) {
+	host, ipStr, ok := strings.Cut(v, "=")
+	if !ok || host == "" || ipStr == "" {
+		return "", netip.Addr{}, fmt.Errorf("--resolve %q: want HOST=IP, e.g. --resolve api.test=203.0.113.7", v)
+	}
+	ip, err = netip.ParseAddr(strings.Trim(ipStr, "[]"))
+	if err != nil {
+		return "", netip.Addr{}, fmt.Errorf("--resolve %q: %q is not an IP address", v, ipStr)
+	}
+	if _, err := netpolicy.NormalizeHost(host); err != nil {
+		return "", netip.Addr{}, fmt.Errorf("--resolve %q: %v", v, err)
+	}
+	return host, ip, nil
+}
+
+// Lookup returns the addresses of a normalized host: itself when it is an
+// IP literal, its static answers when it has some, else what the system
+// resolver says for it as a fully qualified name, so that no search domain
+// is ever appended. IPv4-mapped answers are unmapped.
+func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	r.mu.RLock()
+	static := r.static[host]
+	r.mu.RUnlock()
+	if len(static) > 0 {
+		return static, nil
+	}
+	sys := r.System
+	if sys == nil {
+		sys = net.DefaultResolver
+	}
+	addrs, err := sys.LookupNetIP(ctx, "ip", host+".")
+	if err != nil {
+		return nil, err
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	return addrs, nil
+}
+
+// resolveChecked resolves t's normalized host and applies the address guard
+// to every address: it returns the addresses that passed, in the
+// resolver's order, or the guard's block decision when none did. Its own
+// listening addresses are refused always, allow_private or not.
+func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target) ([]netip.Addr, *netpolicy.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.limits.DNSTimeout)
+	defer cancel()
+	addrs, err := s.resolver.Lookup(ctx, t.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, nil, fmt.Errorf("no address for %s", t.Host)
+	}
+	var ok []netip.Addr
+	var first *netpolicy.Decision
+	for _, ip := range addrs {
+		if s.isOwnAddr(netip.AddrPortFrom(ip, t.Port)) {
+			if first == nil {
+				first = &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+					Reason: fmt.Sprintf("address guard: %s is the gateway itself", netip.AddrPortFrom(ip, t.Port))}
+			}
+			continue
+		}
+		if d, refused := p.GuardAddr(ip, t); refused {
+			if first == nil {
+				first = &d
+			}
+			continue
+		}
+		ok = append(ok, ip)
+	}
+	if len(ok) == 0 {
+		return nil, first, nil
+	}
+	return ok, nil, nil
+}
+
+// isOwnAddr reports whether ap is an address the gateway listens on. A
+// listener on an unspecified address owns its port on every address.
+func (s *Server) isOwnAddr(ap netip.AddrPort) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, own := range s.ownAddrs {
+		if own.Port() == ap.Port() && (own.Addr() == ap.Addr() || own.Addr().IsUnspecified()) {
+			return true
+		}
+	}
+	return false
+}
+
+// dialChecked is the upstream transport's dialer: it connects only to IP
+// literals, the addresses resolveChecked passed, and never resolves.
+func (s *Server) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	if _, err := netip.ParseAddrPort(addr); err != nil {
+		return nil, fmt.Errorf("refusing to dial %q: only checked IP addresses are dialed", addr)
+	}
+	return s.cfg.Dial(ctx, network, addr)
+}
+
+// dialFirst connects to the first of addrs that answers on port.
+func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.limits.DialTimeout)
+	defer cancel()
+	var errs []error
+	for _, ip := range addrs {
+		c, err := s.dialChecked(ctx, "tcp", netip.AddrPortFrom(ip, port).String())
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// upstreamStatus maps a resolve or dial error to the status of §4.3: 504
+// for a timeout, else 502.
+func upstreamStatus(err error) int {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return 504
+	}
+	return 502
+}

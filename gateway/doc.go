@@ -1,0 +1,19 @@
+// Package gateway is sbx's way out of a sandbox: an HTTP/1.1 forward proxy
+// and CONNECT tunnel that decides every request with a netpolicy.Store,
+// refuses what the address guard refuses, dials exactly the address it
+// checked, and logs every decision (DESIGN.md §4 and §5).
+//
+// A request goes through parse (strict framing: ambiguous requests are
+// refused, not guessed at) → normalize the target → decide → resolve
+// (static answers first, then the system resolver, always as a fully
+// qualified name) → guard every resolved address → dial the first address
+// that passed, never a name → relay → log. Intercept rules are answered
+// by the gateway itself; a CONNECT's first bytes are checked for a TLS
+// server name that differs from the CONNECT host.
+//
+// The decision log (Log, Record, FileSink, Ring) is the contract of
+// DESIGN.md §5: one decision record per request or tunnel, a close record
+// for the allowed ones, policy records for changes.
+//
+// The package imports no other package of sbx but netpolicy.
+package gateway

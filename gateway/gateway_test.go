@@ -1,0 +1,595 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// testGateway is a gateway serving on loopback, with its decision log in a
+// ring the test reads.
+type testGateway struct {
+	srv   *Server
+	addr  string // the proxy's host:port
+	ring  *Ring
+	log   *Log
+	store *netpolicy.Store
+}
+
+// startGateway starts a gateway with the policy spec; static maps names to
+// addresses. It is closed when the test ends.
+func startGateway(t *testing.T, spec netpolicy.Spec, static map[string]string) *testGateway {
+	t.Helper()
+	p, err := netpolicy.Compile(spec)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	res := &Resolver{System: &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, fmt.Errorf("no DNS in tests")
+	}}}
+	for name, ip := range static {
+		if err := res.AddStatic(name, netip.MustParseAddr(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ring := NewRing(0)
+	g := &testGateway{ring: ring, log: NewLog("", ring), store: netpolicy.NewStore(p)}
+	g.srv, err = New(Config{
+		Store:    g.store,
+		Resolver: res,
+		Log:      g.log,
+		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		Limits:   Limits{HeaderReadTimeout: 2 * time.Second, DialTimeout: 2 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.addr = ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		g.srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		g.log.Close()
+	})
+	return g
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// client returns an HTTP client that uses the gateway as its proxy for
+// http and https, trusting the test TLS server's certificate.
+func (g *testGateway) client(t *testing.T, tlsSrv *httptest.Server) *http.Client {
+	proxy, _ := url.Parse("http://" + g.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: false}
+	if tlsSrv != nil {
+		tr.TLSClientConfig = tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// records returns every record the gateway logged so far, decoded.
+func (g *testGateway) records(t *testing.T) []map[string]any {
+	t.Helper()
+	lines, _ := g.ring.Since(0, 10000)
+	var recs []map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("record %q: %v", l, err)
+		}
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+// lastDecision waits for and returns the last decision record.
+func (g *testGateway) lastDecision(t *testing.T) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		recs := g.records(t)
+		for i := len(recs) - 1; i >= 0; i-- {
+			if recs[i]["event"] == EventDecision {
+				return recs[i]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision record")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// echoUpstream answers with what it received: method, path, headers.
+func echoUpstream(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "X-Hop")
+		w.Header().Set("X-Hop", "must not reach the client")
+		json.NewEncoder(w).Encode(map[string]any{
+			"method": r.Method, "path": r.URL.RequestURI(), "host": r.Host, "header": r.Header, "body": string(body),
+		})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func portOf(t *testing.T, srv *httptest.Server) netpolicy.Port {
+	t.Helper()
+	u, _ := url.Parse(srv.URL)
+	var p int
+	fmt.Sscan(u.Port(), &p)
+	return netpolicy.Port(p)
+}
+
+// loopbackPolicy allows names on the test servers' ports and lets the
+// guard pass loopback, where the test upstreams live.
+func loopbackPolicy(def netpolicy.Action, rules ...netpolicy.Rule) netpolicy.Spec {
+	return netpolicy.Spec{Default: def, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Rules: rules}
+}
+
+func TestHTTPVerdicts(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "mock", Host: "mock.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Intercept,
+			Response: &netpolicy.Response{Status: 418, Headers: map[string]string{"Content-Type": "text/plain", "X-Canned": "yes"}, Body: "teapot"}},
+		netpolicy.Rule{ID: "no-admin", Host: "api.test", Ports: []netpolicy.Port{port}, Path: "/admin", Action: netpolicy.Block},
+		netpolicy.Rule{ID: "api", Host: "api.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	), map[string]string{"api.test": "127.0.0.1", "mock.test": "127.0.0.1", "other.test": "127.0.0.1"})
+	c := g.client(t, nil)
+	base := func(host string) string { return fmt.Sprintf("http://%s:%d", host, port) }
+
+	tests := []struct {
+		url, action, rule string
+		status            int
+	}{
+		{base("api.test") + "/v1/x?q=secret", "allow", "api", 200},
+		{base("API.test.") + "/v1/x", "allow", "api", 200},
+		{base("api.test") + "/admin/users", "block", "no-admin", 403},
+		{base("api.test") + "/%61dmin", "block", "no-admin", 403},
+		{base("mock.test") + "/", "intercept", "mock", 418},
+		{base("other.test") + "/", "block", "default", 403},
+	}
+	for _, tt := range tests {
+		resp, err := c.Get(tt.url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tt.url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("GET %s: status %d, want %d (%s)", tt.url, resp.StatusCode, tt.status, body)
+		}
+		rec := g.lastDecision(t)
+		if rec["action"] != tt.action || rec["rule"] != tt.rule {
+			t.Errorf("GET %s: logged %v by %v, want %s by %s", tt.url, rec["action"], rec["rule"], tt.action, tt.rule)
+		}
+		switch tt.action {
+		case "block":
+			if resp.Header.Get(HeaderDecision) != "block" || resp.Header.Get(HeaderRule) != tt.rule || resp.Header.Get(HeaderReason) == "" {
+				t.Errorf("GET %s: X-Sbx headers %v", tt.url, resp.Header)
+			}
+			if !strings.Contains(string(body), "sbx policy allow") {
+				t.Errorf("GET %s: block body does not say how to allow it:\n%s", tt.url, body)
+			}
+		case "intercept":
+			if string(body) != "teapot" || resp.Header.Get("X-Canned") != "yes" || resp.Header.Get(HeaderDecision) != "intercept" {
+				t.Errorf("intercept answered %q with %v", body, resp.Header)
+			}
+		case "allow":
+			var echo map[string]any
+			if err := json.Unmarshal(body, &echo); err != nil {
+				t.Fatalf("upstream answer %q: %v", body, err)
+			}
+			if resp.Header.Get("X-Hop") != "" {
+				t.Errorf("a header the upstream's Connection named reached the client")
+			}
+		}
+		if strings.Contains(fmt.Sprint(rec), "secret") {
+			t.Errorf("the query string reached the log: %v", rec)
+		}
+	}
+}
+
+func TestHopByHopHeadersAreNotForwarded(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET http://api.test:%d/echo HTTP/1.1\r\nHost: api.test:%d\r\n"+
+		"Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: X-Private, keep-alive\r\n"+
+		"X-Private: drop me\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", port, port)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var echo struct {
+		Header http.Header
+		Host   string
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&echo); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"Proxy-Authorization", "Proxy-Connection", "Connection", "X-Private", "Keep-Alive", "Te", "Upgrade"} {
+		if v := echo.Header.Get(h); v != "" {
+			t.Errorf("upstream got %s: %q", h, v)
+		}
+	}
+	if echo.Header.Get("X-Kept") != "yes" {
+		t.Errorf("an end-to-end header was dropped: %v", echo.Header)
+	}
+	if want := fmt.Sprintf("api.test:%d", port); echo.Host != want {
+		t.Errorf("upstream Host = %q, want %q", echo.Host, want)
+	}
+}
+
+func TestAuditModeLetsBlocksThrough(t *testing.T) {
+	up := echoUpstream(t)
+	spec := loopbackPolicy(netpolicy.Block)
+	spec.Mode = netpolicy.Audit
+	g := startGateway(t, spec, map[string]string{"api.test": "127.0.0.1"})
+	resp, err := g.client(t, nil).Get(fmt.Sprintf("http://api.test:%d/", portOf(t, up)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("audit mode: status %d, want 200", resp.StatusCode)
+	}
+	rec := g.lastDecision(t)
+	if rec["action"] != "block" || rec["enforced"] != false {
+		t.Errorf("audit mode logged %v enforced=%v, want block enforced=false", rec["action"], rec["enforced"])
+	}
+}
+
+func TestGuard(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	static := map[string]string{"local.test": "127.0.0.1"}
+
+	// A name that resolves to loopback is refused without allow_private.
+	g := startGateway(t, netpolicy.Spec{Rules: []netpolicy.Rule{
+		{Host: "local.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	}}, static)
+	c := g.client(t, nil)
+	resp, err := c.Get(fmt.Sprintf("http://local.test:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rec := g.lastDecision(t)
+	if resp.StatusCode != 403 || rec["rule"] != "guard" || !strings.Contains(rec["reason"].(string), "127.0.0.1 is loopback") {
+		t.Errorf("name on loopback: status %d, logged %v %q; want 403 by guard", resp.StatusCode, rec["rule"], rec["reason"])
+	}
+	// An IP rule for 127.0.0.1 is allowed.
+	g = startGateway(t, netpolicy.Spec{Rules: []netpolicy.Rule{
+		{Host: "127.0.0.1", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	}}, static)
+	c = g.client(t, nil)
+	resp, err = c.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("IP rule 127.0.0.1: status %d, want 200", resp.StatusCode)
+	}
+
+	// With allow_private the name passes, but the gateway's own address
+	// never does, by name or by IP, even for CONNECT.
+	g2 := startGateway(t, loopbackPolicy(netpolicy.Allow), static)
+	c2 := g2.client(t, nil)
+	resp, err = c2.Get(fmt.Sprintf("http://local.test:%d/", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("allow_private 127.0.0.0/8: status %d, want 200", resp.StatusCode)
+	}
+	_, gwPort, _ := net.SplitHostPort(g2.addr)
+	for _, target := range []string{"http://127.0.0.1:" + gwPort + "/", "http://local.test:" + gwPort + "/"} {
+		resp, err = c2.Get(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		rec := g2.lastDecision(t)
+		if resp.StatusCode != 403 || rec["rule"] != "guard" || !strings.Contains(rec["reason"].(string), "the gateway itself") {
+			t.Errorf("%s: status %d, logged %v %q; want 403, the gateway itself", target, resp.StatusCode, rec["rule"], rec["reason"])
+		}
+	}
+}
+
+func TestConnectVerdictsAndSNI(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	defer up.Close()
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "ok", Host: "example.com", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+		netpolicy.Rule{ID: "mock", Host: "mock.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Intercept, Response: &netpolicy.Response{Body: "x"}},
+	), map[string]string{"example.com": "127.0.0.1", "mock.test": "127.0.0.1", "evil.test": "127.0.0.1"})
+
+	// The test server's certificate is for example.com: SNI matches.
+	c := g.client(t, up)
+	resp, err := c.Get(fmt.Sprintf("https://example.com:%d/", port))
+	if err != nil {
+		t.Fatalf("allowed CONNECT: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "secure" {
+		t.Errorf("through the tunnel: %q", body)
+	}
+	if rec := g.lastDecision(t); rec["action"] != "allow" || rec["rule"] != "ok" || rec["kind"] != "connect" {
+		t.Errorf("allowed CONNECT logged %v", rec)
+	}
+
+	// Blocked and intercepted CONNECTs get 403 with the headers.
+	for _, tt := range []struct{ host, rule, reason string }{
+		{"evil.test", "default", "no rule matched"},
+		{"mock.test", "mock", "HTTPS intercept needs TLS interception"},
+	} {
+		status, hdr := rawConnect(t, g.addr, fmt.Sprintf("%s:%d", tt.host, port))
+		if status != 403 || hdr.Get(HeaderDecision) != "block" || hdr.Get(HeaderRule) != tt.rule || !strings.Contains(hdr.Get(HeaderReason), tt.reason) {
+			t.Errorf("CONNECT %s: %d %v", tt.host, status, hdr)
+		}
+	}
+
+	// A ClientHello for another name closes the tunnel: sni mismatch.
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT example.com:%d HTTP/1.1\r\nHost: example.com:%d\r\n\r\n", port, port)
+	br := bufio.NewReader(conn)
+	resp, err = http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(&bufConn{conn, br}, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true})
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Errorf("TLS handshake with a mismatched SNI succeeded through the tunnel")
+	}
+	rec := g.lastDecision(t)
+	if rec["action"] != "block" || rec["reason"] != "sni mismatch" {
+		t.Errorf("SNI mismatch logged %v %q, want block, sni mismatch", rec["action"], rec["reason"])
+	}
+}
+
+// bufConn reads through a bufio.Reader that may hold bytes already.
+type bufConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (c *bufConn) Read(p []byte) (int, error) { return c.br.Read(p) }
+
+// rawConnect sends a CONNECT and returns the answer's status and headers.
+func rawConnect(t *testing.T, proxy, target string) (int, http.Header) {
+	t.Helper()
+	conn, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "CONNECT"})
+	if err != nil {
+		t.Fatalf("CONNECT %s: %v", target, err)
+	}
+	return resp.StatusCode, resp.Header
+}
+
+func TestMalformedRequests(t *testing.T) {
+	up := echoUpstream(t)
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	port := portOf(t, up)
+	tests := []struct {
+		name, req string
+		status    int
+	}{
+		{"CL and TE", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"differing CL", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
+		{"obs-fold", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-A: a\r\n  folded\r\n\r\n", 400},
+		{"origin form", "GET /x HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", 400},
+		{"https absolute", "GET https://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400},
+		{"CONNECT no host", "CONNECT :443 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
+		{"CONNECT big port", "CONNECT api.test:99999 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
+		{"CONNECT port 0", "CONNECT api.test:0 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
+		{"CONNECT open bracket", "CONNECT [::1 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
+		{"huge headers", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			go fmt.Fprintf(conn, tt.req, port)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			// The gateway still serves the next client.
+			r2, err := g.client(t, nil).Get(fmt.Sprintf("http://api.test:%d/", port))
+			if err != nil {
+				t.Fatalf("next request: %v", err)
+			}
+			r2.Body.Close()
+			if r2.StatusCode != 200 {
+				t.Errorf("next request: %d", r2.StatusCode)
+			}
+		})
+	}
+}
+
+func TestTunnelLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	p, err := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Store: netpolicy.NewStore(p), Limits: Limits{MaxTunnelsPerClient: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(context.Background(), pln)
+	defer srv.Close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 3 {
+		c, err := net.Dial("tcp", pln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", ln.Addr())
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "CONNECT"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		if resp.StatusCode != want {
+			t.Errorf("tunnel %d: status %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestEveryRequestIsLoggedOnce(t *testing.T) {
+	up := echoUpstream(t)
+	tlsUp := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer tlsUp.Close()
+	port, tport := portOf(t, up), portOf(t, tlsUp)
+	g := startGateway(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port, tport}, Action: netpolicy.Allow},
+		netpolicy.Rule{Host: "mock.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Intercept, Response: &netpolicy.Response{Body: "m"}},
+	), map[string]string{"example.com": "127.0.0.1", "mock.test": "127.0.0.1", "no.test": "127.0.0.1"})
+	c := g.client(t, tlsUp)
+	const rounds = 10
+	var wg sync.WaitGroup
+	n := 0
+	for range rounds {
+		for _, u := range []string{
+			fmt.Sprintf("http://example.com:%d/a", port),
+			fmt.Sprintf("http://mock.test:%d/", port),
+			fmt.Sprintf("http://no.test:%d/", port),
+			fmt.Sprintf("https://example.com:%d/", tport),
+			fmt.Sprintf("https://no.test:%d/", tport),
+		} {
+			n++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if resp, err := c.Get(u); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	c.Transport.(*http.Transport).CloseIdleConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	var decisions, closes int
+	for {
+		decisions, closes = 0, 0
+		var lastSeq float64
+		for _, r := range g.records(t) {
+			seq := r["seq"].(float64)
+			if seq <= lastSeq {
+				t.Fatalf("seq %v after %v", seq, lastSeq)
+			}
+			lastSeq = seq
+			switch r["event"] {
+			case EventDecision:
+				decisions++
+				for _, f := range []string{FieldV, FieldSeq, FieldID, FieldEvent, FieldTime, FieldSandbox, FieldClient, FieldKind, FieldMethod, FieldHost, FieldPort, FieldPath, FieldAction, FieldEnforced, FieldRule, FieldReason, FieldPolicyVersion, FieldStatus} {
+					if _, ok := r[f]; !ok {
+						t.Fatalf("decision record without %s: %v", f, r)
+					}
+				}
+			case EventClose:
+				closes++
+			}
+		}
+		if decisions == n && closes == 2*rounds || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if decisions != n {
+		t.Errorf("%d decision records for %d requests", decisions, n)
+	}
+	if closes != 2*rounds {
+		t.Errorf("%d close records for %d allowed requests", closes, 2*rounds)
+	}
+}

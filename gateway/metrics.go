@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Metrics are the gateway's counters, kept in a registry of the gateway's
+// own (not the global one), served at /metrics by the management API.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests    *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	tunnels     prometheus.Gauge
+	decisionLat prometheus.Histogram
+
+	// Plain counters for /v1/status, kept beside the Prometheus ones.
+	allowed, blocked, intercepted atomic.Uint64
+	openTunnels                   atomic.Int64
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbx_gateway_requests_total",
+			Help: "Requests and tunnels decided, by kind (http, connect) and action (allow, block, intercept).",
+		}, []string{"kind", "action"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbx_gateway_bytes_total",
+			Help: "Bytes relayed, by direction (out: client to upstream, in: upstream to client).",
+		}, []string{"direction"}),
+		tunnels: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sbx_gateway_open_tunnels",
+			Help: "CONNECT tunnels open now.",
+		}),
+		decisionLat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sbx_gateway_decision_seconds",
+			Help:    "Time from a request's head being read to its verdict, guard and DNS included.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}),
+	}
+	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat)
+	return m
+}
+
+// request counts one decided request.
+func (m *Metrics) request(kind string, action netpolicy.Action) {
+	m.requests.WithLabelValues(kind, string(action)).Inc()
+	switch action {
+	case netpolicy.Allow:
+		m.allowed.Add(1)
+	case netpolicy.Block:
+		m.blocked.Add(1)
+	case netpolicy.Intercept:
+		m.intercepted.Add(1)
+	}
+}
+
+// relayed counts bytes of a finished request or tunnel.
+func (m *Metrics) relayed(out, in int64) {
+	m.bytes.WithLabelValues("out").Add(float64(out))
+	m.bytes.WithLabelValues("in").Add(float64(in))
+}
+
+// decided observes the time a verdict took.
+func (m *Metrics) decided(start time.Time) {
+	m.decisionLat.Observe(time.Since(start).Seconds())
+}
+
+// tunnelOpened and tunnelClosed track open tunnels.
+func (m *Metrics) tunnelOpened() { m.tunnels.Inc(); m.openTunnels.Add(1) }
+func (m *Metrics) tunnelClosed() { m.tunnels.Dec(); m.openTunnels.Add(-1) }
+
+// Counts returns the number of allowed, blocked and intercepted requests
+// and the open tunnels, for /v1/status and sbx ps.
+func (m *Metrics) Counts() (allowed, blocked, intercepted uint64, openTunnels int64) {
+	return m.allowed.Load(), m.blocked.Load(), m.intercepted.Load(), m.openTunnels.Load()
+}

@@ -1,0 +1,736 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// This file reads what a client sends before the body: the request line and
+// the header block (RFC 9112 §2–§6), strictly. net/http's server is not
+// used for this because it resolves ambiguous framing silently (it drops
+// Content-Length when Transfer-Encoding is present, unfolds obsolete line
+// folding); a proxy that resolves ambiguity one way while the upstream
+// resolves it another lets a client smuggle a second request past the
+// policy. Everything ambiguous is refused instead.
+
+// statusError is a request the gateway refuses before deciding it: the
+// status to answer with and the reason, a short sentence for the client and
+// the decision log. Reasons never quote header values or query strings and
+// hold only printable ASCII, so they are safe in a response header.
+type statusError struct {
+	Status int
+	Reason string
+}
+
+func (e *statusError) Error() string {
+	return strconv.Itoa(e.Status) + " " + http.StatusText(e.Status) + ": " + e.Reason
+}
+
+// statusErrorf returns a *statusError with a formatted reason.
+func statusErrorf(status int, format string, args ...any) *statusError {
+	return &statusError{Status: status, Reason: fmt.Sprintf(format, args...)}
+}
+
+// requestHead is a request line and header block that readRequestHead
+// accepted.
+type requestHead struct {
+	// Method is a token, as sent: methods are case-sensitive, so
+	// "connect" is not CONNECT.
+	Method string
+	// Target is the request-target as sent: printable ASCII, no spaces.
+	// parseConnectTarget and parseProxyTarget take it apart.
+	Target string
+	// ProtoMajor and ProtoMinor are the HTTP version, 1.0 or 1.1.
+	ProtoMajor, ProtoMinor int
+	// Header holds the header fields under canonical keys, the values of
+	// each key in the order received, with the whitespace around them
+	// trimmed. Content-Length and Transfer-Encoding are kept as received
+	// (possibly repeated); the fields below, not these, say how the body
+	// is framed. Hop-by-hop fields are still here.
+	Header http.Header
+	// ContentLength is the body length from Content-Length, or -1 when
+	// the request has none. A request with neither Content-Length nor
+	// chunked framing has no body (RFC 9112 §6.3).
+	ContentLength int64
+	// Chunked reports that the body is chunked (Transfer-Encoding:
+	// chunked, the only coding accepted); ContentLength is -1 then.
+	Chunked bool
+	// Close reports that the client wants the connection closed after
+	// this request: "close" in Connection (or Proxy-Connection, which
+	// some clients send to proxies instead), or HTTP/1.0 without
+	// "keep-alive" there.
+	Close bool
+}
+
+// headMaxEmptyLines is how many empty lines readRequestHead skips before a
+// request line (RFC 9112 §2.2 asks servers to skip at least one, as some
+// clients send a CRLF after a body).
+const headMaxEmptyLines = 4
+
+// readRequestHead reads one request line and header block from br and
+// checks them strictly; the body, if any, is left in br.
+//
+// maxHeaderBytes bounds the bytes of the whole head: empty lines skipped
+// before the request line, the request line, the header lines and the
+// empty line that ends them, line endings included. A head over the limit
+// is refused with 431 as soon as the limit is passed, so at most
+// maxHeaderBytes plus one buffer of br is ever held. A limit of 0 or less
+// means 64 KiB (DESIGN.md §4.3).
+//
+// Errors:
+//   - io.EOF when br ended before a request began (only empty lines, or
+//     nothing, were read): the client closed an idle connection;
+//   - io.ErrUnexpectedEOF when br ended inside the head;
+//   - a *statusError for a head that must be refused (400 malformed or
+//     ambiguous, 431 too large, 501 unsupported transfer coding, 505
+//     unsupported version); the connection must be closed after answering,
+//     as the rest of the stream cannot be framed;
+//   - any other read error of br, wrapped.
+func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error) {
+	if maxHeaderBytes <= 0 {
+		maxHeaderBytes = 64 << 10
+	}
+	r := headReader{br: br, limit: maxHeaderBytes}
+
+	var line []byte
+	for empty := 0; ; empty++ {
+		var err error
+		line, err = r.readLine()
+		if err != nil {
+			return nil, err // io.EOF here means no request began
+		}
+		if len(line) > 0 {
+			break
+		}
+		if empty == headMaxEmptyLines {
+			return nil, statusErrorf(http.StatusBadRequest, "more than %d empty lines before the request line", headMaxEmptyLines)
+		}
+	}
+	h := &requestHead{ContentLength: -1, Header: make(http.Header, 8)}
+	if se := h.parseRequestLine(line); se != nil {
+		return nil, se
+	}
+
+	var f headFraming
+	for {
+		line, err := r.readLine()
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		if se := f.addField(h, line); se != nil {
+			return nil, se
+		}
+	}
+	if se := f.finish(h); se != nil {
+		return nil, se
+	}
+	return h, nil
+}
+
+// headReader reads the lines of a head from br, counting its bytes against
+// limit.
+type headReader struct {
+	br    *bufio.Reader
+	limit int
+	n     int    // bytes consumed so far
+	long  []byte // reused for lines longer than br's buffer
+}
+
+// readLine returns the next line without its line ending, CRLF or a bare
+// LF (RFC 9112 §2.2). The slice is valid until the next call. It returns
+// io.EOF when br ends before the first byte of the line and
+// io.ErrUnexpectedEOF when it ends inside the line.
+func (r *headReader) readLine() ([]byte, error) {
+	var long []byte // nil until the line outgrows br's buffer
+	for {
+		frag, err := r.br.ReadSlice('\n')
+		r.n += len(frag)
+		if r.n > r.limit {
+			return nil, statusErrorf(http.StatusRequestHeaderFieldsTooLarge,
+				"request line and header fields are larger than %d bytes", r.limit)
+		}
+		switch {
+		case err == nil:
+			if long != nil {
+				long = append(long, frag...)
+				r.long, frag = long, long
+			}
+			return trimLineEnding(frag)
+		case errors.Is(err, bufio.ErrBufferFull):
+			if long == nil {
+				long = r.long[:0]
+			}
+			long = append(long, frag...)
+		case err == io.EOF:
+			if len(frag) == 0 && long == nil {
+				return nil, io.EOF
+			}
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, fmt.Errorf("reading request head: %w", err)
+		}
+	}
+}
+
+// trimLineEnding cuts the LF or CRLF that ends line and refuses a CR
+// anywhere else: a bare CR ends a line for some parsers and not for others.
+func trimLineEnding(line []byte) ([]byte, error) {
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return nil, statusErrorf(http.StatusBadRequest, "bare CR in the request head; lines must end in CRLF")
+	}
+	return line, nil
+}
+
+// parseRequestLine fills h's method, target and version from
+// "METHOD SP request-target SP HTTP/1.x" (RFC 9112 §3).
+func (h *requestHead) parseRequestLine(line []byte) *statusError {
+	method, rest, ok1 := bytes.Cut(line, []byte{' '})
+	target, proto, ok2 := bytes.Cut(rest, []byte{' '})
+	if !ok1 || !ok2 || bytes.IndexByte(proto, ' ') >= 0 {
+		return statusErrorf(http.StatusBadRequest, "malformed request line; want METHOD SP request-target SP HTTP/1.1, separated by single spaces")
+	}
+	h.Method = internMethod(method)
+	if !netpolicy.ValidMethod(h.Method) {
+		return statusErrorf(http.StatusBadRequest, "the method is not a token")
+	}
+	if len(target) == 0 {
+		return statusErrorf(http.StatusBadRequest, "empty request-target")
+	}
+	for _, c := range target {
+		if !isVisibleASCII(c) {
+			return statusErrorf(http.StatusBadRequest, "the request-target holds a control or non-ASCII byte; percent-encode it")
+		}
+	}
+	// HTTP-version = "HTTP/" DIGIT "." DIGIT (RFC 9112 §2.3).
+	if len(proto) != len("HTTP/1.1") || string(proto[:5]) != "HTTP/" || !isDigit(proto[5]) || proto[6] != '.' || !isDigit(proto[7]) {
+		return statusErrorf(http.StatusBadRequest, "malformed HTTP version; want HTTP/1.1")
+	}
+	h.ProtoMajor, h.ProtoMinor = int(proto[5]-'0'), int(proto[7]-'0')
+	if h.ProtoMajor != 1 || h.ProtoMinor > 1 {
+		return statusErrorf(http.StatusHTTPVersionNotSupported, "HTTP version %s is not supported; use HTTP/1.1", proto)
+	}
+	h.Target = string(target)
+	return nil
+}
+
+// internMethod returns m as a string, without allocating for the common
+// methods.
+func internMethod(m []byte) string {
+	switch string(m) {
+	case "GET":
+		return "GET"
+	case "HEAD":
+		return "HEAD"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "CONNECT":
+		return "CONNECT"
+	case "OPTIONS":
+		return "OPTIONS"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	}
+	return string(m)
+}
+
+// headFraming collects, while the header lines are read, what decides
+// framing and connection handling.
+type headFraming struct {
+	hosts     int      // Host field lines
+	badHost   bool     // a Host value that is not a host[:port]
+	hasCL     bool     // a Content-Length field was seen
+	cl        int64    // its value, the same in every field
+	te        []string // the codings of every Transfer-Encoding field, in order
+	hasTE     bool     // a Transfer-Encoding field was seen
+	close     bool     // "close" in Connection or Proxy-Connection
+	keepAlive bool     // "keep-alive" there
+}
+
+// headCommonKeys maps the canonical spelling of common header names to
+// itself, so that looking them up costs no allocation.
+var headCommonKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "Expect", "Host",
+		"If-Modified-Since", "If-None-Match", "Keep-Alive", "Origin", "Proxy-Authorization",
+		"Proxy-Connection", "Range", "Referer", "Te", "Transfer-Encoding", "Upgrade", "User-Agent",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// addField checks one header line (RFC 9112 §5, RFC 9110 §5.5) and adds
+// it to h.Header.
+func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
+	if line[0] == ' ' || line[0] == '\t' {
+		return statusErrorf(http.StatusBadRequest, "obsolete line folding (a header line starting with whitespace) is not allowed")
+	}
+	name, value, ok := bytes.Cut(line, []byte{':'})
+	switch {
+	case !ok:
+		return statusErrorf(http.StatusBadRequest, "a header line has no colon")
+	case len(name) == 0:
+		return statusErrorf(http.StatusBadRequest, "empty header name")
+	case name[len(name)-1] == ' ' || name[len(name)-1] == '\t':
+		return statusErrorf(http.StatusBadRequest, "whitespace between a header name and its colon")
+	case !isHeaderName(name):
+		return statusErrorf(http.StatusBadRequest, "a header name is not a token")
+	}
+	value = bytes.Trim(value, " \t")
+	for _, c := range value {
+		switch {
+		case c == 0:
+			return statusErrorf(http.StatusBadRequest, "NUL in a header value")
+		case c < ' ' && c != '\t' || c == 0x7f:
+			return statusErrorf(http.StatusBadRequest, "control character in a header value")
+		}
+	}
+	key, ok := headCommonKeys[string(name)]
+	if !ok {
+		key = http.CanonicalHeaderKey(string(name))
+	}
+	v := string(value)
+	h.Header[key] = append(h.Header[key], v)
+
+	switch key {
+	case "Host":
+		f.hosts++
+		f.badHost = f.badHost || !isHostHeaderValue(v)
+	case "Content-Length":
+		return f.addContentLength(v)
+	case "Transfer-Encoding":
+		f.hasTE = true
+		for _, c := range strings.Split(v, ",") {
+			f.te = append(f.te, strings.Trim(c, " \t"))
+		}
+	case "Connection", "Proxy-Connection":
+		for _, opt := range strings.Split(v, ",") {
+			switch opt = strings.Trim(opt, " \t"); {
+			case strings.EqualFold(opt, "close"):
+				f.close = true
+			case strings.EqualFold(opt, "keep-alive"):
+				f.keepAlive = true
+			}
+		}
+	}
+	return nil
+}
+
+// addContentLength checks one Content-Length value: a comma-separated list
+// of decimal numbers, all equal to each other and to earlier fields
+// (RFC 9110 §8.6).
+func (f *headFraming) addContentLength(v string) *statusError {
+	for _, s := range strings.Split(v, ",") {
+		n, se := parseContentLength(strings.Trim(s, " \t"))
+		if se != nil {
+			return se
+		}
+		if f.hasCL && n != f.cl {
+			return statusErrorf(http.StatusBadRequest, "differing Content-Length values")
+		}
+		f.hasCL, f.cl = true, n
+	}
+	return nil
+}
+
+// parseContentLength parses 1*DIGIT into an int64: no sign, no spaces, no
+// overflow.
+func parseContentLength(s string) (int64, *statusError) {
+	if s == "" {
+		return 0, statusErrorf(http.StatusBadRequest, "empty Content-Length")
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isDigit(c) {
+			return 0, statusErrorf(http.StatusBadRequest, "Content-Length is not a decimal number")
+		}
+		d := int64(c - '0')
+		if n > (1<<63-1-d)/10 {
+			return 0, statusErrorf(http.StatusBadRequest, "Content-Length is too large")
+		}
+		n = n*10 + d
+	}
+	return n, nil
+}
+
+// finish checks what needs the whole header block and sets h's framing.
+func (f *headFraming) finish(h *requestHead) *statusError {
+	// RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, and for
+	// any request with several Host lines or an invalid one.
+	switch {
+	case f.hosts == 0 && h.ProtoMinor == 1:
+		return statusErrorf(http.StatusBadRequest, "missing Host header (required in HTTP/1.1)")
+	case f.hosts > 1:
+		return statusErrorf(http.StatusBadRequest, "more than one Host header")
+	case f.badHost:
+		return statusErrorf(http.StatusBadRequest, "the Host header is not a valid host[:port]")
+	}
+	h.Close = f.close || h.ProtoMinor == 0 && !f.keepAlive
+
+	if f.hasTE {
+		// RFC 9112 §6.1 and §6.3: framing that two parsers may read
+		// differently is refused, never resolved.
+		switch {
+		case f.hasCL:
+			return statusErrorf(http.StatusBadRequest, "both Content-Length and Transfer-Encoding")
+		case h.ProtoMinor == 0:
+			return statusErrorf(http.StatusBadRequest, "Transfer-Encoding in an HTTP/1.0 request")
+		}
+		// chunked must come last, so also at most once (RFC 9112 §6.1).
+		for i, c := range f.te {
+			switch {
+			case c == "":
+				return statusErrorf(http.StatusBadRequest, "malformed Transfer-Encoding: an empty coding")
+			case !isHeaderName([]byte(c)):
+				return statusErrorf(http.StatusBadRequest, "malformed Transfer-Encoding: a coding is not a token")
+			case strings.EqualFold(c, "chunked") && i != len(f.te)-1:
+				return statusErrorf(http.StatusBadRequest, "chunked is not the last transfer coding")
+			}
+		}
+		if len(f.te) > 1 || !strings.EqualFold(f.te[0], "chunked") {
+			c := f.te[0]
+			if len(c) > 32 {
+				c = c[:32] + "..."
+			}
+			return statusErrorf(http.StatusNotImplemented,
+				"transfer coding %q is not supported; send the body with Content-Length or Transfer-Encoding: chunked", c)
+		}
+		h.Chunked = true
+		return nil
+	}
+	if f.hasCL {
+		h.ContentLength = f.cl
+	}
+	return nil
+}
+
+// headTokenChars marks the bytes allowed in a token (RFC 9110 §5.6.2).
+var headTokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] = true
+	}
+	return t
+}()
+
+// isHeaderName reports whether b is a token, as a header name or transfer
+// coding must be.
+func isHeaderName(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !headTokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// isHostHeaderValue reports whether v holds only what a Host value can:
+// a reg-name, an IP literal in brackets, and a port. It is the byte set
+// net/http's server accepts; the gateway never uses the value to route
+// (the request-target's authority wins, RFC 9112 §3.2.2), so this only
+// refuses junk.
+func isHostHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !isRegNameChar(c) && c != ':' && c != '[' && c != ']' && c != '%' {
+			return false
+		}
+	}
+	return true
+}
+
+// isRegNameChar reports whether c may appear in a host name of a URI:
+// unreserved or sub-delims (RFC 3986 §3.2.2), without percent-encoding.
+func isRegNameChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || isDigit(c) ||
+		strings.IndexByte("-._~!$&'()*+,;=", c) >= 0
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// isVisibleASCII reports whether c is printable ASCII other than space.
+func isVisibleASCII(c byte) bool { return '!' <= c && c <= '~' }
+
+// targetConnectForm is the hint that ends every refused CONNECT target.
+const targetConnectForm = "; want host:port, such as example.com:443 or [2001:db8::1]:443"
+
+// parseConnectTarget splits the request-target of a CONNECT, which must be
+// in authority form host:port (RFC 9112 §3.2.3): a host name, a dotted-quad
+// IPv4 address, or an IPv6 address in brackets, then a port from 1 to
+// 65535 in decimal without leading zeros. The host is returned as written,
+// without the brackets of an IPv6 address; the caller normalizes it with
+// netpolicy.NormalizeHost. Anything else (a missing or empty part, a
+// scheme, userinfo, a path, whitespace, percent-encoding) is refused with a
+// *statusError 400 that names the problem.
+func parseConnectTarget(target string) (host string, port uint16, err error) {
+	host, port, se := splitConnectTarget(target)
+	if se != nil {
+		return "", 0, se
+	}
+	return host, port, nil
+}
+
+func splitConnectTarget(target string) (string, uint16, *statusError) {
+	bad := func(reason string) (string, uint16, *statusError) {
+		return "", 0, statusErrorf(http.StatusBadRequest, "invalid CONNECT target: %s%s", reason, targetConnectForm)
+	}
+	switch {
+	case target == "":
+		return bad("empty")
+	case strings.IndexFunc(target, func(r rune) bool { return r > '~' || r <= ' ' }) >= 0:
+		return bad("whitespace, control or non-ASCII character")
+	case strings.Contains(target, "://"):
+		return bad("a scheme is not allowed")
+	case strings.ContainsAny(target, "/\\"):
+		return bad("a path is not allowed")
+	case strings.IndexByte(target, '@') >= 0:
+		return bad("userinfo (user@) is not allowed")
+	case strings.ContainsAny(target, "?#"):
+		return bad("a query or fragment is not allowed")
+	}
+	host, port, hasPort, reason := splitTargetHostPort(target)
+	if reason != "" {
+		return bad(reason)
+	}
+	if !hasPort {
+		return bad("missing port")
+	}
+	p, reason := parseTargetPort(port)
+	if reason != "" {
+		return bad(reason)
+	}
+	return host, p, nil
+}
+
+// splitTargetHostPort splits an authority without userinfo into host and
+// port: "host", "host:port", "[ipv6]" or "[ipv6]:port". The host comes
+// back without brackets. reason says what is wrong when it is not empty;
+// the port is not checked.
+func splitTargetHostPort(s string) (host, port string, hasPort bool, reason string) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", "", false, "unclosed '[' in an IPv6 address"
+		}
+		host, rest := s[1:end], s[end+1:]
+		if host == "" {
+			return "", "", false, "empty host"
+		}
+		if ip, err := netip.ParseAddr(host); err != nil || !ip.Is6() || ip.Zone() != "" {
+			return "", "", false, "brackets must hold an IPv6 address, without a zone"
+		}
+		switch {
+		case rest == "":
+			return host, "", false, ""
+		case rest[0] != ':':
+			return "", "", false, "unexpected characters after ']'"
+		}
+		return host, rest[1:], true, ""
+	}
+	if strings.ContainsAny(s, "[]") {
+		return "", "", false, "'[' or ']' outside an IPv6 address"
+	}
+	host, port, hasPort = strings.Cut(s, ":")
+	switch {
+	case strings.IndexByte(port, ':') >= 0:
+		return "", "", false, "an IPv6 address must be in brackets"
+	case host == "":
+		return "", "", false, "empty host"
+	case strings.IndexByte(host, '%') >= 0:
+		return "", "", false, "percent-encoding is not allowed in a host"
+	}
+	for i := 0; i < len(host); i++ {
+		if !isRegNameChar(host[i]) {
+			return "", "", false, fmt.Sprintf("%q is not allowed in a host", host[i])
+		}
+	}
+	return host, port, hasPort, ""
+}
+
+// parseTargetPort parses a port: decimal, 1 to 65535, no sign and no
+// leading zeros (which some software reads as octal). reason says what is
+// wrong when it is not empty.
+func parseTargetPort(s string) (port uint16, reason string) {
+	switch {
+	case s == "":
+		return 0, "empty port"
+	case strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }) >= 0:
+		return 0, "the port is not a decimal number"
+	case s == "0":
+		return 0, "port 0 is not allowed"
+	case s[0] == '0':
+		return 0, "the port has leading zeros"
+	case len(s) > 5:
+		return 0, "the port is out of range 1-65535"
+	}
+	n, _ := strconv.Atoi(s) // at most 5 digits
+	if n > 65535 {
+		return 0, "the port is out of range 1-65535"
+	}
+	return uint16(n), ""
+}
+
+// targetProxyForm is the hint that ends most refused proxy targets.
+const targetProxyForm = "; send an absolute URL such as http://example.com/path"
+
+// parseProxyTarget parses the request-target of any method but CONNECT,
+// which must be in absolute form with the http scheme (DESIGN.md §4.3):
+// http://host[:port][/path][?query], host and port as parseConnectTarget
+// accepts them (the port optional), the path made of RFC 3986 path
+// characters and valid percent-escapes, the query of printable ASCII.
+// The scheme may be in any case.
+//
+// Everything else is refused with a 400 whose reason tells the client what
+// to do: origin form (/path, sent when the client does not know it talks
+// to a proxy), asterisk form, authority form, https:// (which goes through
+// CONNECT), other schemes, userinfo, fragments, an empty host, bad ports.
+//
+// The URL's path is kept as sent: u.EscapedPath() returns it byte for
+// byte, and u.Path is its decoded form, so the policy and the upstream see
+// the same path. u.Host is the authority as sent, brackets and port
+// included; the caller normalizes u.Hostname().
+func parseProxyTarget(target string) (*url.URL, *statusError) {
+	bad := func(format string, args ...any) (*url.URL, *statusError) {
+		return nil, statusErrorf(http.StatusBadRequest, format, args...)
+	}
+	switch {
+	case target == "":
+		return bad("empty request-target" + targetProxyForm)
+	case target == "*":
+		return bad("the asterisk form (OPTIONS *) is not proxied" + targetProxyForm)
+	case target[0] == '/':
+		return bad("a path alone (origin form) is not proxied; this is an HTTP proxy, set HTTP_PROXY and request absolute URLs such as http://example.com/path")
+	case strings.IndexFunc(target, func(r rune) bool { return r > '~' || r <= ' ' }) >= 0:
+		return bad("the URL holds whitespace, a control or a non-ASCII character; percent-encode it")
+	}
+	sep := strings.Index(target, "://")
+	if sep < 0 {
+		if _, _, se := splitConnectTarget(target); se == nil {
+			return bad("host:port (authority form) is for CONNECT only" + targetProxyForm)
+		}
+		return bad("the request-target is not an absolute URL" + targetProxyForm)
+	}
+	switch scheme := target[:sep]; {
+	case strings.EqualFold(scheme, "http"):
+	case strings.EqualFold(scheme, "https"):
+		return bad("use CONNECT for https:// URLs (set HTTPS_PROXY)")
+	case !isScheme(scheme):
+		return bad("the request-target is not an absolute URL" + targetProxyForm)
+	default:
+		if len(scheme) > 16 {
+			scheme = scheme[:16] + "..."
+		}
+		return bad("scheme %q is not supported; only http:// URLs are proxied, use CONNECT for others", scheme)
+	}
+	if strings.IndexByte(target, '#') >= 0 {
+		return bad("a fragment (#...) is not allowed in a request-target")
+	}
+	rest := target[sep+len("://"):]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority, pathQuery := rest[:end], rest[end:]
+	if strings.IndexByte(authority, '@') >= 0 {
+		return bad("userinfo (user@) is not allowed in the URL; send credentials in a header")
+	}
+	_, port, hasPort, reason := splitTargetHostPort(authority)
+	if reason != "" {
+		return bad("invalid host in the URL: %s", reason)
+	}
+	if hasPort {
+		if _, reason := parseTargetPort(port); reason != "" {
+			return bad("invalid port in the URL: %s", reason)
+		}
+	}
+	path, query, _ := strings.Cut(pathQuery, "?")
+	if reason := checkTargetPath(path); reason != "" {
+		return bad("invalid path in the URL: %s", reason)
+	}
+
+	u, err := url.Parse(target)
+	if err != nil {
+		return bad("malformed URL" + targetProxyForm)
+	}
+	// The checks above leave url.Parse nothing to interpret; make sure it
+	// agrees, so that what was checked is what is used.
+	if u.Scheme != "http" || u.Opaque != "" || u.User != nil || u.Host != authority ||
+		u.EscapedPath() != path || u.RawQuery != query || u.Fragment != "" {
+		return bad("malformed URL" + targetProxyForm)
+	}
+	return u, nil
+}
+
+// isScheme reports whether s is a URI scheme: a letter, then letters,
+// digits, '+', '-' or '.' (RFC 3986 §3.1).
+func isScheme(s string) bool {
+	if s == "" || !('a' <= s[0]|0x20 && s[0]|0x20 <= 'z') {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c|0x20 && c|0x20 <= 'z' || isDigit(c) || c == '+' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTargetPath checks that p is an RFC 3986 path: '/', pchar and
+// escapes of two hex digits. Anything else (such as '\', '"', '{' or a bad
+// escape) would be re-encoded or read differently by the next parser, so
+// the path the policy sees would not be the one forwarded. reason says
+// what is wrong when it is not empty.
+func checkTargetPath(p string) (reason string) {
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '%':
+			if i+2 >= len(p) || !isHexDigit(p[i+1]) || !isHexDigit(p[i+2]) {
+				return "'%' is not followed by two hex digits"
+			}
+			i += 2
+		case c == '/' || c == ':' || c == '@' || isRegNameChar(c):
+		default:
+			return fmt.Sprintf("%q must be percent-encoded", c)
+		}
+	}
+	return ""
+}
+
+func isHexDigit(c byte) bool {
+	return isDigit(c) || 'a' <= c|0x20 && c|0x20 <= 'f'
+}

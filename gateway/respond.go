@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// The headers the gateway adds to what it answers itself (DESIGN.md §4.3).
+const (
+	HeaderDecision = "X-Sbx-Decision"
+	HeaderRule     = "X-Sbx-Rule"
+	HeaderReason   = "X-Sbx-Reason"
+)
+
+// writeSimple writes a complete response the gateway makes itself. extra
+// headers come after the framing headers; close adds Connection: close.
+func writeSimple(w io.Writer, status int, contentType, body string, close bool, extra [][2]string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	if contentType == "" {
+		contentType = "text/plain; charset=utf-8"
+	}
+	if status != http.StatusNoContent && status != http.StatusNotModified {
+		fmt.Fprintf(&b, "Content-Type: %s\r\nContent-Length: %d\r\n", contentType, len(body))
+	} else {
+		body = ""
+	}
+	if close {
+		b.WriteString("Connection: close\r\n")
+	}
+	for _, h := range extra {
+		fmt.Fprintf(&b, "%s: %s\r\n", h[0], headerSafe(h[1]))
+	}
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// headerSafe replaces what may not stand in a header value.
+func headerSafe(v string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' && r != '\t' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, v)
+}
+
+// writeBlock answers a blocked request with 403 and the X-Sbx headers, and
+// a body that says what was blocked and how to allow it.
+func (s *Server) writeBlock(w io.Writer, what, hostport string, d netpolicy.Decision, close bool) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sbx blocked %s\n  rule:   %s\n  reason: %s\n\n", what, d.Rule, d.Reason)
+	switch d.Rule {
+	case netpolicy.RuleInvalid:
+		b.WriteString("The request's target cannot be used; no rule can allow it.\n")
+	case netpolicy.RuleGuard:
+		b.WriteString("The address is private or special. To reach it, exempt its range from the\n" +
+			"address guard in the policy (allow_private: [CIDR], or --allow-private CIDR),\n" +
+			"or allow it by an IP or CIDR rule.\n")
+	default:
+		target := "--sandbox " + s.cfg.Sandbox
+		if s.cfg.Sandbox == "" {
+			target = "--api ADDR --token-file FILE"
+		}
+		fmt.Fprintf(&b, "To allow it while this runs:\n  sbx policy allow %s %s\n"+
+			"or add an allow rule for it to the policy.\n", target, hostport)
+	}
+	return writeSimple(w, http.StatusForbidden, "", b.String(), close, [][2]string{
+		{HeaderDecision, string(netpolicy.Block)},
+		{HeaderRule, d.Rule},
+		{HeaderReason, d.Reason},
+	})
+}
+
+// writeIntercept answers with an intercept rule's response.
+func writeIntercept(w io.Writer, d netpolicy.Decision, close bool) error {
+	r := d.Response
+	status := r.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	extra := [][2]string{{HeaderDecision, string(netpolicy.Intercept)}, {HeaderRule, d.Rule}}
+	contentType := ""
+	names := make([]string, 0, len(r.Headers))
+	for k := range r.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		if strings.EqualFold(k, "Content-Type") {
+			contentType = r.Headers[k]
+			continue
+		}
+		extra = append(extra, [2]string{http.CanonicalHeaderKey(k), r.Headers[k]})
+	}
+	return writeSimple(w, status, contentType, r.Body, close, extra)
+}
+
+// describe renders a request for messages: "GET http://host:80/path" or
+// "CONNECT host:443".
+func describe(method, hostport, path string) string {
+	if method == http.MethodConnect {
+		return "CONNECT " + hostport
+	}
+	return method + " http://" + hostport + path
+}
+
+// joinHostPort is net.JoinHostPort for a normalized host and a port.
+func joinHostPort(host string, port uint16) string {
+	if strings.IndexByte(host, ':') >= 0 {
+		return "[" + host + "]:" + strconv.Itoa(int(port))
+	}
+	return host + ":" + strconv.Itoa(int(port))
+}

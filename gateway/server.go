@@ -1,0 +1,333 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Limits bound what one client can make the gateway do (DESIGN.md §4.5).
+// A zero field takes the default named in its comment.
+type Limits struct {
+	HeaderReadTimeout   time.Duration // reading a request's head: 10 s
+	DialTimeout         time.Duration // connecting upstream: 10 s
+	DNSTimeout          time.Duration // resolving a name: 5 s
+	IdleTunnelTimeout   time.Duration // a tunnel with no byte either way: 10 min
+	IdleConnTimeout     time.Duration // a keep-alive client between requests: 2 min
+	MaxTunnelsPerClient int           // open tunnels per client IP, 429 beyond: 1024
+	MaxHeaderBytes      int           // request line and headers, 431 beyond: 64 KiB
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&l.HeaderReadTimeout, 10*time.Second)
+	def(&l.DialTimeout, 10*time.Second)
+	def(&l.DNSTimeout, 5*time.Second)
+	def(&l.IdleTunnelTimeout, 10*time.Minute)
+	def(&l.IdleConnTimeout, 2*time.Minute)
+	if l.MaxTunnelsPerClient <= 0 {
+		l.MaxTunnelsPerClient = 1024
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 64 << 10
+	}
+	return l
+}
+
+// Config configures a Server. Store is required; every other zero field
+// has the default its comment names.
+type Config struct {
+	// Store holds the running policy; changes apply to the next request.
+	Store *netpolicy.Store
+	// Resolver turns names into addresses; nil uses a Resolver with no
+	// static answers over the system resolver.
+	Resolver *Resolver
+	// Log receives the decision records; nil discards them.
+	Log *Log
+	// Logger receives operational messages; nil discards them.
+	Logger *slog.Logger
+	// Sandbox is the sandbox id put in X-Sbx headers' help text.
+	Sandbox string
+	// Limits bound clients; see Limits for the defaults.
+	Limits Limits
+	// Dial connects to an upstream address that has passed the guard;
+	// nil uses a net.Dialer with Limits.DialTimeout. Tests replace it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Server is the gateway: an HTTP forward proxy and CONNECT tunnel that
+// decides every request with the policy in its Store, refuses what the
+// address guard refuses, dials exactly the address it checked and logs
+// every decision. Make one with New; it is safe for concurrent use.
+type Server struct {
+	cfg       Config
+	limits    Limits
+	logger    *slog.Logger
+	resolver  *Resolver
+	transport *http.Transport
+	metrics   *Metrics
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	ownAddrs  []netip.AddrPort // every address the gateway listens on
+	tunnels   map[netip.Addr]int
+	closed    bool
+
+	connID atomic.Uint64
+	wg     sync.WaitGroup // one per connection goroutine
+}
+
+// New returns a Server for cfg. It listens on nothing until Serve.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("gateway: Config.Store is required")
+	}
+	s := &Server{
+		cfg:       cfg,
+		limits:    cfg.Limits.withDefaults(),
+		logger:    cfg.Logger,
+		resolver:  cfg.Resolver,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+		tunnels:   map[netip.Addr]int{},
+		metrics:   newMetrics(),
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.resolver == nil {
+		s.resolver = &Resolver{}
+	}
+	if s.cfg.Dial == nil {
+		d := &net.Dialer{Timeout: s.limits.DialTimeout}
+		s.cfg.Dial = d.DialContext
+	}
+	s.transport = &http.Transport{
+		DialContext:           s.dialChecked,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // the upstream may think as long as it likes
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+	}
+	return s, nil
+}
+
+// Metrics returns the server's counters, for the management API.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Store returns the policy store the server decides with.
+func (s *Server) Store() *netpolicy.Store { return s.cfg.Store }
+
+// AddOwnAddr records an address the gateway serves on besides its proxy
+// listeners (the management API's), which the guard refuses always.
+func (s *Server) AddOwnAddr(ap netip.AddrPort) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ownAddrs = append(s.ownAddrs, unmapAddrPort(ap))
+}
+
+// Serve accepts proxy clients on ln until ctx is done or Close is called,
+// and then returns nil; other accept errors are returned. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+		s.AddOwnAddr(ap)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return net.ErrClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accepting proxy clients: %w", err)
+		}
+		if !s.track(c) {
+			c.Close()
+			return nil
+		}
+		s.wg.Add(1)
+		// The goroutine ends when the client's connection is done: it
+		// closes, errs, idles out, or Close closes it.
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			s.serveConn(ctx, c)
+		}()
+	}
+}
+
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	c.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Close stops every listener, closes every client connection and tunnel,
+// waits for their goroutines (whose close records reach the log) and
+// closes idle upstream connections. It does not close the Log; its owner
+// does, after Close.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.transport.CloseIdleConnections()
+	return nil
+}
+
+// conn is one client connection with its buffered reader.
+type conn struct {
+	net.Conn
+	br     *bufio.Reader
+	client netip.AddrPort
+}
+
+// serveConn reads requests from one client until it closes or a request
+// ends the connection.
+func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	c := &conn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10)}
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		c.client = unmapAddrPort(ap)
+	}
+	for first := true; ; first = false {
+		// Between requests the client may idle; once its first byte is
+		// here, the whole head must come within HeaderReadTimeout.
+		idle := s.limits.IdleConnTimeout
+		if first {
+			idle = s.limits.HeaderReadTimeout
+		}
+		nc.SetReadDeadline(time.Now().Add(idle))
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		nc.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
+		if err != nil {
+			s.refuseMalformed(c, err)
+			return
+		}
+		nc.SetReadDeadline(time.Time{})
+		if head.Method == http.MethodConnect {
+			s.serveConnect(ctx, c, head)
+			return
+		}
+		if !s.serveHTTP(ctx, c, head) {
+			return
+		}
+	}
+}
+
+// refuseMalformed answers a request the parser refused, and logs it.
+func (s *Server) refuseMalformed(c *conn, err error) {
+	var se *statusError
+	if !errors.As(err, &se) {
+		return // EOF, timeout or reset: nobody to answer
+	}
+	rec := s.newRecord(c, KindHTTP, "", 0)
+	rec.Action, rec.Rule, rec.Reason = string(netpolicy.Block), netpolicy.RuleInvalid, "malformed request: "+se.Reason
+	rec.Enforced, rec.Status = true, se.Status
+	s.emit(rec)
+	s.metrics.request(KindHTTP, netpolicy.Block)
+	writeSimple(c, se.Status, "", se.Reason+"\n", true, nil)
+}
+
+// newRecord starts a decision record for a request of c.
+func (s *Server) newRecord(c *conn, kind, method string, port uint16) *Record {
+	return &Record{
+		ID:     strconv.FormatUint(s.connID.Add(1), 36),
+		Event:  EventDecision,
+		Client: c.client.String(),
+		Kind:   kind,
+		Method: method,
+		Port:   int(port),
+	}
+}
+
+// emit writes rec to the decision log, if there is one.
+func (s *Server) emit(rec *Record) {
+	if s.cfg.Log != nil {
+		s.cfg.Log.Emit(rec)
+	}
+}
+
+// enforced reports whether a verdict is enforced: everything but a block
+// by a rule or the default in audit mode. Guard and invalid verdicts are
+// enforced in every mode.
+func enforced(snap *netpolicy.Snapshot, d netpolicy.Decision) bool {
+	if d.Action != netpolicy.Block || snap.Policy().Mode() != netpolicy.Audit {
+		return true
+	}
+	return d.Rule == netpolicy.RuleGuard || d.Rule == netpolicy.RuleInvalid
+}
+
+func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// countingWriter counts what passes through to w.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
+}

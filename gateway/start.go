@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Options configure a gateway started with Start: the proxy, its decision
+// log and its management API. Policy is required; every other zero field
+// has the default its comment names.
+type Options struct {
+	// Listen is the proxy's host:port; "" means 127.0.0.1:3128.
+	Listen string
+	// API lists the management API's addresses: "unix:/path/api.sock" or
+	// a TCP host:port. None means no API.
+	API []string
+	// TokenFile holds the API's bearer token; it is created with a random
+	// token when missing. Required when API is set.
+	TokenFile string
+	// Policy is the starting policy. Required.
+	Policy *netpolicy.Policy
+	// Resolver resolves names; nil uses the system resolver only.
+	Resolver *Resolver
+	// LogFile, when set, receives the decision log as JSON Lines.
+	LogFile string
+	// Sinks receive the decision log besides LogFile and the API's ring.
+	Sinks []Sink
+	// RingSize is how many recent records the API serves; 0 means 10 000.
+	RingSize int
+	// Sandbox is the sandbox id written in every record; "" standalone.
+	Sandbox string
+	// Logger receives operational messages; nil discards them.
+	Logger *slog.Logger
+	// Limits bound clients; see Limits.
+	Limits Limits
+}
+
+// Gateway is a running gateway made by Start. Close stops it.
+type Gateway struct {
+	Server *Server
+	Log    *Log
+	Ring   *Ring
+	// ProxyAddr is the address the proxy listens on.
+	ProxyAddr net.Addr
+	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
+	APIAddrs []string
+
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	sockets []string
+	errMu   sync.Mutex
+	errs    []error
+}
+
+// Start opens the proxy listener, the decision log and the management API
+// and serves them until Close or until ctx is done. A failure undoes what
+// Start had made.
+func Start(ctx context.Context, o Options) (g *Gateway, retErr error) {
+	if o.Policy == nil {
+		return nil, errors.New("gateway: Options.Policy is required")
+	}
+	if len(o.API) > 0 && o.TokenFile == "" {
+		return nil, errors.New("the management API needs a token file: add --token-file FILE (a random token is written there when it is missing)")
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:3128"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g = &Gateway{cancel: cancel, Ring: NewRing(o.RingSize)}
+	var closers []func() error
+	defer func() {
+		if retErr != nil {
+			cancel()
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+			g.removeSockets()
+		}
+	}()
+
+	sinks := append([]Sink{g.Ring}, o.Sinks...)
+	if o.LogFile != "" {
+		fs, err := OpenFileSink(o.LogFile)
+		if err != nil {
+			return nil, fmt.Errorf("opening the decision log: %w", err)
+		}
+		sinks = append(sinks, fs)
+	}
+	g.Log = NewLog(o.Sandbox, sinks...)
+	closers = append(closers, g.Log.Close)
+
+	store := netpolicy.NewStore(o.Policy)
+	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits})
+	if err != nil {
+		return nil, err
+	}
+	g.Server = srv
+	closers = append(closers, srv.Close)
+
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening for proxy clients on %s: %w", o.Listen, err)
+	}
+	closers = append(closers, ln.Close)
+	g.ProxyAddr = ln.Addr()
+
+	var apiLns []net.Listener
+	var token string
+	if len(o.API) > 0 {
+		if token, err = LoadOrCreateToken(o.TokenFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, addr := range o.API {
+		aln, name, err := g.listenAPI(addr)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, aln.Close)
+		apiLns = append(apiLns, aln)
+		g.APIAddrs = append(g.APIAddrs, name)
+	}
+	if proxyAP, err := parseAddrPort(ln.Addr()); err == nil {
+		for _, aln := range apiLns {
+			if apiAP, err := parseAddrPort(aln.Addr()); err == nil && apiAP == proxyAP {
+				return nil, fmt.Errorf("the management API cannot share the proxy's address %s", proxyAP)
+			}
+		}
+	}
+
+	snap := store.Load()
+	g.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
+	g.serve(func() error { return srv.Serve(ctx, ln) })
+	if len(apiLns) > 0 {
+		api, err := NewAPI(APIConfig{Server: srv, Token: token, Ring: g.Ring, Log: g.Log, ProxyAddrs: []string{ln.Addr().String()}})
+		if err != nil {
+			return nil, err
+		}
+		for _, aln := range apiLns {
+			g.serve(func() error { return api.Serve(ctx, aln) })
+		}
+	}
+	return g, nil
+}
+
+// serve runs fn in a goroutine that ends when fn returns (when the
+// gateway's context is cancelled), keeping its error for Close.
+func (g *Gateway) serve(fn func() error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := fn(); err != nil {
+			g.errMu.Lock()
+			g.errs = append(g.errs, err)
+			g.errMu.Unlock()
+		}
+	}()
+}
+
+// listenAPI listens on "unix:PATH" (mode 0600, in a directory of mode
+// 0700 that it creates when missing; a stale socket is replaced) or a TCP
+// address.
+func (g *Gateway) listenAPI(addr string) (net.Listener, string, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, "", fmt.Errorf("listening for the management API on %s: %w", addr, err)
+		}
+		return ln, ln.Addr().String(), nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, "", fmt.Errorf("management API socket: %w", err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, "", fmt.Errorf("management API socket %s is in use by another gateway", path)
+	}
+	os.Remove(path) // a stale socket from a crashed run
+	old := umask(0o177)
+	ln, err := net.Listen("unix", path)
+	umask(old)
+	if err != nil {
+		return nil, "", fmt.Errorf("listening for the management API on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	g.sockets = append(g.sockets, path)
+	return ln, "unix:" + path, nil
+}
+
+func (g *Gateway) removeSockets() {
+	for _, p := range g.sockets {
+		os.Remove(p)
+	}
+}
+
+// Close stops the proxy and the API, ends every connection and tunnel
+// (their close records are logged), then flushes and closes the decision
+// log. It returns the errors of all of these.
+func (g *Gateway) Close() error {
+	g.cancel()
+	errs := []error{g.Server.Close()}
+	g.wg.Wait()
+	errs = append(errs, g.Log.Close())
+	g.removeSockets()
+	g.errMu.Lock()
+	errs = append(errs, g.errs...)
+	g.errMu.Unlock()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,284 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// reasonSNIMismatch is the reason logged when a tunnel's TLS server name
+// is not its CONNECT host (DESIGN.md §4.4).
+const reasonSNIMismatch = "sni mismatch"
+
+// serveConnect decides a CONNECT and, when it is allowed, relays the
+// tunnel until either side closes or it idles out. The decision record is
+// written when the verdict is final: after the client's first bytes have
+// passed the SNI check, or when the tunnel ends before it sends any.
+func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
+	start := time.Now()
+	rawHost, port, err := parseConnectTarget(head.Target)
+	if err != nil {
+		status, reason := http.StatusBadRequest, err.Error()
+		var se *statusError
+		if errors.As(err, &se) {
+			status, reason = se.Status, se.Reason
+		}
+		rec := s.newRecord(c, KindConnect, http.MethodConnect, 0)
+		rec.Host = truncate(head.Target, 200)
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, status, start)
+		writeSimple(c, status, "", reason+"\n", true, nil)
+		return
+	}
+	t := netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}
+	rec := s.newRecord(c, KindConnect, http.MethodConnect, port)
+	snap := s.cfg.Store.Load()
+	rec.PolicyVersion = snap.Version()
+	d := snap.Policy().Decide(t)
+	if host, err := netpolicy.NormalizeHost(rawHost); err == nil {
+		rec.Host, t.Host = host, host
+	} else {
+		rec.Host = truncate(rawHost, 200)
+	}
+	hostport := joinHostPort(rec.Host, port)
+	what := describe(http.MethodConnect, hostport, "")
+
+	switch {
+	case d.Action == netpolicy.Intercept:
+		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "HTTPS intercept needs TLS interception"}
+		fallthrough
+	case d.Action == netpolicy.Block && enforced(snap, d):
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		s.writeBlock(c, what, hostport, d, true)
+		return
+	}
+	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
+	if guard != nil {
+		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
+		s.writeBlock(c, what, hostport, *guard, true)
+		return
+	}
+	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
+	rec.Enforced = d.Action != netpolicy.Block
+	closeRec := *rec
+	closeRec.Event = EventClose
+	// logDecision writes the decision record once, and the close record
+	// when the tunnel ends.
+	logged := false
+	logDecision := func() {
+		if !logged {
+			logged = true
+			s.metrics.request(KindConnect, netpolicy.Action(rec.Action))
+			s.metrics.decided(start)
+			s.emit(rec)
+		}
+	}
+	defer func() {
+		logDecision()
+		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = rec.Action, rec.Rule, rec.Reason, rec.Enforced
+		closeRec.Duration = time.Since(start)
+		s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
+		s.emit(&closeRec)
+	}()
+
+	if rerr != nil {
+		closeRec.Status, closeRec.Error = upstreamStatus(rerr), "resolving "+t.Host+": "+rerr.Error()
+		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", true, nil)
+		return
+	}
+	if !s.acquireTunnel(c.client.Addr()) {
+		closeRec.Status = http.StatusTooManyRequests
+		closeRec.Error = fmt.Sprintf("client %s has %d tunnels open, the limit", c.client.Addr(), s.limits.MaxTunnelsPerClient)
+		writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		return
+	}
+	defer s.releaseTunnel(c.client.Addr())
+	up, err := s.dialFirst(ctx, addrs, port)
+	if err != nil {
+		closeRec.Status, closeRec.Error = upstreamStatus(err), err.Error()
+		writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+hostport+"\n", true, nil)
+		return
+	}
+	defer up.Close()
+	if !s.track(up) { // Close closes tunnels' upstream ends too
+		return
+	}
+	defer s.untrack(up)
+	closeRec.Upstream = up.RemoteAddr().String()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		closeRec.Error = "writing to the client: " + err.Error()
+		return
+	}
+	closeRec.Status = http.StatusOK
+	s.metrics.tunnelOpened()
+	defer s.metrics.tunnelClosed()
+
+	var last atomic.Int64 // unix nanoseconds of the last byte either way
+	last.Store(time.Now().UnixNano())
+	inDone := make(chan int64, 1)
+	// Upstream to client: starts at once, for protocols where the server
+	// speaks first. It ends when the upstream closes, errs or the tunnel
+	// idles out; the tunnel's end closes up and c, which ends it too.
+	go func() {
+		n, _ := s.copyIdle(c.Conn, up, &last)
+		c.Close() // ends the other direction
+		inDone <- n
+	}()
+
+	// Client to upstream: the first bytes decide, then the rest flows.
+	first, sniErr := s.checkSNI(c, t.Host)
+	if sniErr != nil {
+		// The client already has its 200; the verdict closes the tunnel.
+		rec.Action, rec.Rule, rec.Reason, rec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
+		rec.Status = http.StatusOK
+		logDecision()
+		up.Close()
+		c.Close()
+		closeRec.BytesIn = <-inDone
+		closeRec.Error = rec.Reason
+		return
+	}
+	rec.Status = http.StatusOK
+	logDecision()
+	out := int64(0)
+	if len(first) > 0 {
+		n, err := up.Write(first)
+		out += int64(n)
+		if err != nil {
+			up.Close()
+			c.Close()
+		}
+	}
+	if n := c.br.Buffered(); n > 0 {
+		buffered, _ := c.br.Peek(n)
+		m, _ := up.Write(buffered)
+		c.br.Discard(n)
+		out += int64(m)
+	}
+	n, _ := s.copyIdle(up, c.Conn, &last)
+	// Either side's end is the tunnel's: a closed client cannot be told
+	// from a half-closed one, and waiting could hold the tunnel for the
+	// idle timeout.
+	up.Close()
+	closeRec.BytesOut = out + n
+	closeRec.BytesIn = <-inDone
+}
+
+var errSNIMismatch = errors.New(reasonSNIMismatch)
+
+// checkSNI waits for the client's first bytes. When they start a TLS
+// handshake, it reads the whole ClientHello (however it is fragmented) and
+// compares its server name, normalized, with host: a different name is
+// errSNIMismatch; a ClientHello that cannot be parsed is refused too, so
+// that no name slips by unseen. It returns the bytes it consumed, which
+// the caller sends on. A client that closes or idles out before sending
+// anything returns no bytes and no error.
+func (s *Server) checkSNI(c *conn, host string) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
+	defer c.SetReadDeadline(time.Time{})
+	b, err := c.br.Peek(1)
+	if err != nil || b[0] != 0x16 { // 0x16: a TLS handshake record
+		return nil, nil
+	}
+	rc := &recordingConn{r: c.br}
+	var sni string
+	var sawHello bool
+	stop := errors.New("client hello read")
+	srv := tls.Server(rc, &tls.Config{
+		GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			sni, sawHello = h.ServerName, true
+			return nil, stop
+		},
+	})
+	srv.Handshake()
+	if !sawHello {
+		return rc.buf.Bytes(), errors.New("malformed TLS ClientHello")
+	}
+	if sni == "" {
+		return rc.buf.Bytes(), nil // no name to compare, as for IP targets
+	}
+	if name, err := netpolicy.NormalizeHost(sni); err != nil || name != host {
+		return rc.buf.Bytes(), errSNIMismatch
+	}
+	return rc.buf.Bytes(), nil
+}
+
+// recordingConn feeds crypto/tls the client's bytes and keeps them; what
+// tls writes (its alert) goes nowhere.
+type recordingConn struct {
+	r   io.Reader
+	buf bytes.Buffer
+}
+
+func (rc *recordingConn) Read(p []byte) (int, error) {
+	n, err := rc.r.Read(p)
+	rc.buf.Write(p[:n])
+	return n, err
+}
+func (rc *recordingConn) Write(p []byte) (int, error)        { return len(p), nil }
+func (rc *recordingConn) Close() error                       { return nil }
+func (rc *recordingConn) LocalAddr() net.Addr                { return &net.TCPAddr{} }
+func (rc *recordingConn) RemoteAddr() net.Addr               { return &net.TCPAddr{} }
+func (rc *recordingConn) SetDeadline(t time.Time) error      { return nil }
+func (rc *recordingConn) SetReadDeadline(t time.Time) error  { return nil }
+func (rc *recordingConn) SetWriteDeadline(t time.Time) error { return nil }
+
+// tunnelChunk is how much one copy step moves before the idle deadline is
+// renewed. io.CopyN keeps the splice fast path: *net.TCPConn's ReadFrom
+// splices from an *io.LimitedReader over a *net.TCPConn.
+const tunnelChunk = 4 << 20
+
+// copyIdle copies src to dst until src ends, an error, or neither
+// direction of the tunnel has moved a byte for IdleTunnelTimeout. last is
+// the tunnel's shared time of last activity.
+func (s *Server) copyIdle(dst, src net.Conn, last *atomic.Int64) (int64, error) {
+	idle := s.limits.IdleTunnelTimeout
+	var total int64
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		n, err := io.CopyN(dst, src, tunnelChunk)
+		total += n
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, io.EOF):
+			return total, nil
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, last.Load())) < idle {
+			continue // the other direction is busy
+		}
+		return total, err
+	}
+}
+
+// acquireTunnel counts a tunnel of client, or reports false at the limit.
+func (s *Server) acquireTunnel(client netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tunnels[client] >= s.limits.MaxTunnelsPerClient {
+		return false
+	}
+	s.tunnels[client]++
+	return true
+}
+
+func (s *Server) releaseTunnel(client netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tunnels[client]--; s.tunnels[client] <= 0 {
+		delete(s.tunnels, client)
+	}
+}
