@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/gateway"
+)
+
+// gatewayOptions are the flags of sbx gateway.
+type gatewayOptions struct {
+	policy    policyFlags
+	listen    string
+	api       []string
+	tokenFile string
+	resolve   []string
+	log       string
+}
+
+func newGatewayCmd() *cobra.Command {
+	var o gatewayOptions
+	cmd := &cobra.Command{
+		Use:   "gateway [flags]",
+		Short: "Run the gateway alone: a deciding, logging HTTP proxy",
+		Long: `Gateway runs sbx's gateway without a sandbox, for containers or hosts that sbx
+did not start: an HTTP forward proxy and CONNECT tunnel that decides every
+request by the policy, refuses private and special addresses (the address
+guard), and logs every decision as JSON Lines.
+
+Point clients at it with HTTP_PROXY and HTTPS_PROXY. With --api it also
+serves the management API (DESIGN.md §6), where rules can be changed while
+it runs; every request there needs the bearer token in --token-file.
+
+It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
+ends open tunnels and flushes the decision log.`,
+		Example: `  # Allow the npm registry, block the rest, log decisions to a file.
+  sbx gateway --allow registry.npmjs.org --log decisions.jsonl
+
+  # With the management API on a unix socket.
+  sbx gateway --policy policy.yaml --api unix:/run/sbx/gw.sock --token-file /run/sbx/gw.token
+
+  # Test against a local server under a fake name.
+  sbx gateway --allow api.test:8080 --resolve api.test=127.0.0.1 --allow-private 127.0.0.0/8`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := o.policy.Build()
+			if err != nil {
+				return err
+			}
+			res := &gateway.Resolver{}
+			for _, v := range o.resolve {
+				host, ip, err := gateway.ParseStatic(v)
+				if err != nil {
+					return usageError(cmd, err)
+				}
+				if err := res.AddStatic(host, ip); err != nil {
+					return usageError(cmd, err)
+				}
+			}
+			g, err := gateway.Start(cmd.Context(), gateway.Options{
+				Listen:    o.listen,
+				API:       o.api,
+				TokenFile: o.tokenFile,
+				Policy:    p,
+				Resolver:  res,
+				LogFile:   o.log,
+				Logger:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+			})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "sbx gateway: proxy on %s (policy: %s, default %s, mode %s)\n",
+				g.ProxyAddr, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())
+			for _, a := range g.APIAddrs {
+				fmt.Fprintf(out, "sbx gateway: management API on %s (token in %s)\n", a, o.tokenFile)
+			}
+			if o.log != "" {
+				fmt.Fprintf(out, "sbx gateway: decision log in %s\n", o.log)
+			}
+			<-cmd.Context().Done()
+			fmt.Fprintln(out, "sbx gateway: stopping")
+			return g.Close()
+		},
+	}
+	fs := cmd.Flags()
+	o.policy.AddFlags(fs)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:3128", "proxy listen `ADDR` (host:port)")
+	fs.StringArrayVar(&o.api, "api", nil, "serve the management API on `ADDR`: host:port or unix:PATH; repeatable")
+	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
+	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
+	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
+	return cmd
+}

@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// testAPI is a gateway started with Start, with its API on loopback TCP.
+type testAPI struct {
+	g     *Gateway
+	base  string // http://127.0.0.1:port
+	token string
+	proxy *http.Client
+}
+
+func startAPI(t *testing.T, spec netpolicy.Spec, static map[string]string) *testAPI {
+	t.Helper()
+	p, err := netpolicy.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Resolver{}
+	for name, ip := range static {
+		res.AddStatic(name, netip.MustParseAddr(ip))
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	g, err := Start(context.Background(), Options{
+		Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile,
+		Policy: p, Resolver: res, LogFile: filepath.Join(t.TempDir(), "log.jsonl"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(tokenFile); fi.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v, want 0600", fi.Mode().Perm())
+	}
+	pu, _ := url.Parse("http://" + g.ProxyAddr.String())
+	tr := &http.Transport{Proxy: http.ProxyURL(pu)}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &testAPI{g: g, base: "http://" + g.APIAddrs[0], token: strings.TrimSpace(string(tok)), proxy: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+}
+
+// call makes an API request and decodes the JSON answer into out.
+func (a *testAPI) call(t *testing.T, method, path, body string, hdr map[string]string, out any) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, a.base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: answer %q: %v", method, path, data, err)
+		}
+	}
+	return resp
+}
+
+// statusThrough returns the status of a GET through the proxy.
+func (a *testAPI) statusThrough(t *testing.T, u string) int {
+	t.Helper()
+	resp, err := a.proxy.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestAPIAuth(t *testing.T) {
+	a := startAPI(t, netpolicy.Spec{}, nil)
+	for _, auth := range []string{"", "Bearer wrong", "Basic " + a.token, "bearer " + a.token} {
+		req, _ := http.NewRequest("GET", a.base+"/v1/policy", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e map[string]string
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 401 || e["error"] == "" {
+			t.Errorf("Authorization %q: %d %v, want 401 with a JSON error", auth, resp.StatusCode, e)
+		}
+	}
+	resp, err := http.Get(a.base + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("/healthz without a token: %v %v", resp, err)
+	}
+	// A name other than localhost in Host is refused (DNS rebinding).
+	req, _ := http.NewRequest("GET", a.base+"/v1/status", nil)
+	req.Host = "evil.example"
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("Host evil.example: %v %v, want 403", resp, err)
+	}
+}
+
+func TestAPIChangesApplyToTheNextRequest(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	a := startAPI(t, loopbackPolicy(netpolicy.Block), map[string]string{"api.test": "127.0.0.1"})
+	target := fmt.Sprintf("http://api.test:%d/", port)
+	if s := a.statusThrough(t, target); s != 403 {
+		t.Fatalf("before any change: %d, want 403", s)
+	}
+
+	var got struct {
+		Version uint64
+		Rule    netpolicy.Rule
+	}
+	resp := a.call(t, "POST", "/v1/policy/rules", fmt.Sprintf(`{"id": "api", "host": "api.test", "ports": [%d], "action": "allow", "position": 0}`, port), nil, &got)
+	if resp.StatusCode != 201 || got.Version != 2 || got.Rule.ID != "api" {
+		t.Fatalf("POST rule: %d %+v", resp.StatusCode, got)
+	}
+	if s := a.statusThrough(t, target); s != 200 {
+		t.Errorf("after adding an allow rule: %d, want 200", s)
+	}
+
+	var pol struct {
+		Version uint64
+		Policy  netpolicy.Spec
+	}
+	resp = a.call(t, "GET", "/v1/policy", "", nil, &pol)
+	if resp.Header.Get("ETag") != `"2"` || pol.Version != 2 || len(pol.Policy.Rules) != 1 {
+		t.Errorf("GET policy: ETag %q, %+v", resp.Header.Get("ETag"), pol)
+	}
+
+	// An invalid PUT is refused and changes nothing.
+	var e map[string]string
+	resp = a.call(t, "PUT", "/v1/policy", "rules:\n  - host: \"*.\"\n    action: allow\n", nil, &e)
+	if resp.StatusCode != 400 || !strings.Contains(e["error"], "request body:3") && !strings.Contains(e["error"], "request body:2") {
+		t.Errorf("invalid PUT: %d %v", resp.StatusCode, e)
+	}
+	// A stale If-Match is refused.
+	resp = a.call(t, "PUT", "/v1/policy", "default: allow\n", map[string]string{"If-Match": `"1"`}, &e)
+	if resp.StatusCode != 412 {
+		t.Errorf("stale If-Match: %d %v, want 412", resp.StatusCode, e)
+	}
+	resp = a.call(t, "GET", "/v1/policy", "", nil, &pol)
+	if pol.Version != 2 {
+		t.Errorf("after refused changes the version is %d, want 2", pol.Version)
+	}
+
+	resp = a.call(t, "DELETE", "/v1/policy/rules/api", "", map[string]string{"If-Match": `"2"`}, &got)
+	if resp.StatusCode != 200 || got.Version != 3 {
+		t.Errorf("DELETE: %d %+v", resp.StatusCode, got)
+	}
+	if s := a.statusThrough(t, target); s != 403 {
+		t.Errorf("after removing the rule: %d, want 403", s)
+	}
+	if resp := a.call(t, "DELETE", "/v1/policy/rules/api", "", nil, &e); resp.StatusCode != 404 {
+		t.Errorf("DELETE of a missing rule: %d, want 404", resp.StatusCode)
+	}
+
+	resp = a.call(t, "PUT", "/v1/policy", `{"default": "allow", "allow_private": ["127.0.0.0/8"]}`, map[string]string{"If-Match": `"3"`}, &got)
+	if resp.StatusCode != 200 || got.Version != 4 {
+		t.Errorf("PUT: %d %+v", resp.StatusCode, got)
+	}
+	if s := a.statusThrough(t, target); s != 200 {
+		t.Errorf("after PUT default allow: %d, want 200", s)
+	}
+
+	// Every change is in the log as a policy record.
+	lines, _ := a.g.Ring.Since(0, 1000)
+	var changes []string
+	for _, l := range lines {
+		var r map[string]any
+		json.Unmarshal(l, &r)
+		if r["event"] == EventPolicy {
+			changes = append(changes, fmt.Sprint(r["policy_version"], " ", r["change"]))
+		}
+	}
+	want := []string{"1 policy loaded", "2 rule api added at position 0", "3 rule api removed", "4 policy replaced (0 rules)"}
+	if strings.Join(changes, "|") != strings.Join(want, "|") {
+		t.Errorf("policy records %q, want %q", changes, want)
+	}
+}
+
+func TestAPIDecisions(t *testing.T) {
+	a := startAPI(t, netpolicy.Spec{}, nil)
+	for i := range 5 {
+		a.statusThrough(t, fmt.Sprintf("http://blocked%d.test/", i))
+	}
+	var page struct {
+		Decisions []map[string]any
+		Next      uint64
+	}
+	a.call(t, "GET", "/v1/decisions?since=0&limit=3", "", nil, &page)
+	if len(page.Decisions) != 3 || page.Next != 3 {
+		t.Fatalf("first page: %d records, next %d", len(page.Decisions), page.Next)
+	}
+	a.call(t, "GET", fmt.Sprintf("/v1/decisions?since=%d&limit=100", page.Next), "", nil, &page)
+	if len(page.Decisions) != 3 || page.Decisions[len(page.Decisions)-1]["host"] != "blocked4.test" {
+		t.Fatalf("second page: %v", page.Decisions)
+	}
+
+	// follow=1 streams the backlog, then what happens after.
+	req, _ := http.NewRequest("GET", a.base+"/v1/decisions?follow=1&since=5", nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	next := func() map[string]any {
+		if !sc.Scan() {
+			t.Fatalf("stream ended: %v", sc.Err())
+		}
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		return r
+	}
+	if r := next(); r["host"] != "blocked4.test" {
+		t.Errorf("backlog: %v", r)
+	}
+	a.statusThrough(t, "http://live.test/")
+	if r := next(); r["host"] != "live.test" {
+		t.Errorf("live: %v", r)
+	}
+}
+
+func TestAPIAddressIsRefusedEvenWithAllowPrivate(t *testing.T) {
+	a := startAPI(t, loopbackPolicy(netpolicy.Allow), nil)
+	resp, err := a.proxy.Get(a.base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || resp.Header.Get(HeaderRule) != "guard" {
+		t.Errorf("the API through the proxy: %d %s, want 403 by guard", resp.StatusCode, resp.Header.Get(HeaderRule))
+	}
+	// And through a tunnel.
+	status, hdr := rawConnect(t, a.g.ProxyAddr.String(), strings.TrimPrefix(a.base, "http://"))
+	if status != 403 || hdr.Get(HeaderRule) != "guard" {
+		t.Errorf("CONNECT to the API: %d %v", status, hdr)
+	}
+}
+
+func TestUnixSocketAPI(t *testing.T) {
+	p, _ := netpolicy.Compile(netpolicy.Spec{})
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "api.sock")
+	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"unix:" + sock}, TokenFile: filepath.Join(dir, "token"), Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode: %v %v, want 0600", fi, err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://sbx/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz over the socket: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind after Close: %v", err)
+	}
+}
