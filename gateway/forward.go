@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -186,8 +187,14 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	} else {
 		resp.ProtoMajor, resp.ProtoMinor = 1, 1
 	}
+	// One buffered write per response, not one syscall (and, with
+	// TCP_NODELAY, one packet) per header line.
 	cw := &countingWriter{w: c}
-	werr := resp.Write(cw)
+	bw := bufio.NewWriterSize(cw, 16<<10)
+	werr := resp.Write(bw)
+	if werr == nil {
+		werr = bw.Flush()
+	}
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n
 	if werr != nil {

@@ -1,0 +1,172 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// benchGateway serves a gateway that allows loopback, with its decision
+// log written to a file as in production.
+func benchGateway(b *testing.B) string {
+	b.Helper()
+	p, err := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	return g.ProxyAddr.String()
+}
+
+// sinkServer accepts connections and discards what they send.
+func sinkServer(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// connectThrough opens a tunnel to target through proxy.
+func connectThrough(proxy, target string) (net.Conn, error) {
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if resp.StatusCode != 200 || br.Buffered() > 0 {
+		c.Close()
+		return nil, fmt.Errorf("CONNECT: %s", resp.Status)
+	}
+	return c, nil
+}
+
+// BenchmarkTunnelThroughput sends bulk data straight to a sink and through
+// a CONNECT tunnel (DESIGN.md §10: the tunnel ≥ 0.9× direct).
+func BenchmarkTunnelThroughput(b *testing.B) {
+	sink := sinkServer(b)
+	proxy := benchGateway(b)
+	buf := make([]byte, 1<<20)
+	for _, mode := range []string{"direct", "sbx"} {
+		b.Run(mode, func(b *testing.B) {
+			var c net.Conn
+			var err error
+			if mode == "direct" {
+				c, err = net.Dial("tcp", sink)
+			} else {
+				c, err = connectThrough(proxy, sink)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTunnelOpen measures the time to a usable connection: a TCP
+// connect directly, and a connect plus CONNECT and its 200 through the
+// gateway. It reports the median as p50-µs (DESIGN.md §10: the gateway adds
+// at most 150 µs).
+func BenchmarkTunnelOpen(b *testing.B) {
+	sink := sinkServer(b)
+	proxy := benchGateway(b)
+	for _, mode := range []string{"direct", "sbx"} {
+		b.Run(mode, func(b *testing.B) {
+			var times []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				var c net.Conn
+				var err error
+				if mode == "direct" {
+					c, err = net.Dial("tcp", sink)
+				} else {
+					c, err = connectThrough(proxy, sink)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				times = append(times, time.Since(start))
+				c.Close()
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
+		})
+	}
+}
+
+// BenchmarkHTTPForward measures keep-alive HTTP requests straight to an
+// upstream and through the gateway, from 32 goroutines.
+func BenchmarkHTTPForward(b *testing.B) {
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello\n") })}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go up.Serve(ln)
+	b.Cleanup(func() { up.Close() })
+	proxy := benchGateway(b)
+	target := "http://" + ln.Addr().String() + "/"
+	for _, mode := range []string{"direct", "sbx"} {
+		b.Run(mode, func(b *testing.B) {
+			tr := &http.Transport{MaxIdleConnsPerHost: 64}
+			if mode == "sbx" {
+				pu, _ := url.Parse("http://" + proxy)
+				tr.Proxy = http.ProxyURL(pu)
+			}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr}
+			b.SetParallelism(16) // 32 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := c.Get(target)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Measures the gateway against DESIGN.md §10 in one run, on loopback:
+#   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
+#     upstream, through sbx gateway (decision log on), tinyproxy and Squid,
+#     with the ratios sbx/direct (target >= 0.4) and sbx/Squid (>= 3);
+#   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
+#     median time to open a tunnel vs a direct connect (+150 us at most),
+#     from go test -bench in the gateway package.
+# Installs wrk, tinyproxy, squid and nginx-light from Debian when missing
+# (needs root for that). Every server it starts is stopped when it ends.
+#
+#   scripts/bench-gateway.sh [DURATION]     # DURATION of each wrk run, default 10s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dur=${1:-10s}
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+missing=()
+for p in wrk tinyproxy squid nginx-light; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	[ "$(id -u)" -eq 0 ] || { echo "bench-gateway.sh: missing ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}" >&2; exit 1; }
+	echo "==> installing ${missing[*]}" >&2
+	apt-get update -qq
+	# Debian starts these services on install; the benchmark runs its own.
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	for svc in tinyproxy squid nginx; do
+		systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
+	done
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+	[ -f "$work/squid.pid" ] && kill "$(cat "$work/squid.pid")" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+up=127.0.0.1:18081
+sbx=127.0.0.1:18128
+tiny=127.0.0.1:18129
+squidp=127.0.0.1:18130
+
+# nginx: a small static answer, as an API would give.
+mkdir -p "$work/www" "$work/nginx"
+printf 'hello from upstream\n' >"$work/www/index.html"
+cat >"$work/nginx.conf" <<EOF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx; proxy_temp_path $work/nginx; fastcgi_temp_path $work/nginx;
+  uwsgi_temp_path $work/nginx; scgi_temp_path $work/nginx;
+  keepalive_requests 1000000;
+  server { listen $up; root $work/www; }
+}
+EOF
+nginx -c "$work/nginx.conf"
+
+go build -o "$work/sbx" ./cmd/sbx
+"$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" >"$work/sbx.out" 2>&1 &
+pids+=($!)
+
+cat >"$work/tinyproxy.conf" <<EOF
+Port ${tiny##*:}
+Listen 127.0.0.1
+MaxClients 1024
+Allow 127.0.0.1
+LogLevel Critical
+PidFile "$work/tinyproxy.pid"
+EOF
+tinyproxy -d -c "$work/tinyproxy.conf" >/dev/null 2>&1 &
+pids+=($!)
+
+mkdir -p "$work/squid"
+cat >"$work/squid.conf" <<EOF
+http_port $squidp
+http_access allow localhost
+http_access deny all
+cache deny all
+cache_mem 0 MB
+access_log none
+cache_log $work/squid/cache.log
+pid_filename $work/squid.pid
+coredump_dir $work/squid
+workers 1
+EOF
+squid -N -f "$work/squid.conf" >/dev/null 2>&1 &
+pids+=($!)
+
+# wrk sends absolute-form requests to a proxy with this script.
+cat >"$work/proxy.lua" <<EOF
+wrk.path = "http://$up/"
+wrk.headers["Host"] = "$up"
+EOF
+
+wait_port() {
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench-gateway.sh: nothing listens on $1" >&2
+	return 1
+}
+for a in "$up" "$sbx" "$tiny" "$squidp"; do wait_port "$a"; done
+
+rps() { # URL [proxy.lua]
+	local out
+	if [ $# -eq 2 ]; then
+		out=$(wrk -t2 -c32 -d"$dur" -s "$2" "$1")
+	else
+		out=$(wrk -t2 -c32 -d"$dur" "$1")
+	fi
+	if echo "$out" | grep -q 'Non-2xx'; then
+		echo "bench-gateway.sh: non-2xx answers from $1:" >&2
+		echo "$out" >&2
+		return 1
+	fi
+	echo "$out" | awk '/Requests\/sec/ {print $2}'
+}
+
+echo "HTTP forward, wrk -c32 -d$dur, nginx upstream on loopback:"
+direct=$(rps "http://$up/")
+via_sbx=$(rps "http://$sbx" "$work/proxy.lua")
+via_tiny=$(rps "http://$tiny" "$work/proxy.lua")
+via_squid=$(rps "http://$squidp" "$work/proxy.lua")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+printf '  %-10s %10.0f req/s\n' direct "$direct"
+printf '  %-10s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
+printf '  %-10s %10.0f req/s  %sx direct\n' tinyproxy "$via_tiny" "$(ratio "$via_tiny" "$direct")"
+printf '  %-10s %10.0f req/s  %sx direct\n' squid "$via_squid" "$(ratio "$via_squid" "$direct")"
+printf '  sbx/squid  %sx   (targets: sbx >= 0.4x direct, >= 3x squid)\n' "$(ratio "$via_sbx" "$via_squid")"
+logged=$(grep -c '"event":"decision"' "$work/decisions.jsonl" || true)
+echo "  decision records written by sbx: $logged"
+
+echo
+echo "CONNECT tunnels, go test -bench (gateway package):"
+go test ./gateway -run '^$' -bench 'Tunnel' -benchtime 3s -count 1 | tee "$work/tunnel.txt" | grep Benchmark
+awk '
+/TunnelThroughput\/direct/ { for (i = 1; i <= NF; i++) if ($(i+1) == "MB/s") d = $i }
+/TunnelThroughput\/sbx/    { for (i = 1; i <= NF; i++) if ($(i+1) == "MB/s") s = $i }
+/TunnelOpen\/direct/       { for (i = 1; i <= NF; i++) if ($(i+1) == "p50-µs") od = $i }
+/TunnelOpen\/sbx/          { for (i = 1; i <= NF; i++) if ($(i+1) == "p50-µs") os = $i }
+END {
+	printf "  throughput  sbx/direct %.3fx   (target >= 0.9x)\n", s / d
+	printf "  tunnel open median: direct %d us, sbx %d us, added %d us   (target <= 150 us added)\n", od, os, os - od
+}' "$work/tunnel.txt"
