@@ -127,9 +127,11 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 // isOwnAddr reports whether ap is an address the gateway listens on. A
 // listener on an unspecified address owns its port on every address.
 func (s *Server) isOwnAddr(ap netip.AddrPort) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, own := range s.ownAddrs {
+	addrs := s.ownAddrs.Load()
+	if addrs == nil {
+		return false
+	}
+	for _, own := range *addrs {
 		if own.Port() == ap.Port() && (own.Addr() == ap.Addr() || own.Addr().IsUnspecified()) {
 			return true
 		}

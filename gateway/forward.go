@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -190,11 +191,14 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	// One buffered write per response, not one syscall (and, with
 	// TCP_NODELAY, one packet) per header line.
 	cw := &countingWriter{w: c}
-	bw := bufio.NewWriterSize(cw, 16<<10)
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(cw)
 	werr := resp.Write(bw)
 	if werr == nil {
 		werr = bw.Flush()
 	}
+	bw.Reset(nil)
+	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n
 	if werr != nil {
@@ -203,6 +207,9 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	}
 	return keepAlive
 }
+
+// writerPool holds the buffers responses are written through.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
 
 // finishRefusal logs a request the gateway answers itself: blocked,
 // refused by the guard, invalid or intercepted.

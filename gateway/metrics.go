@@ -19,6 +19,10 @@ type Metrics struct {
 	tunnels     prometheus.Gauge
 	decisionLat prometheus.Histogram
 
+	// Counters bound to their labels once, off the per-request path.
+	byKindAction      map[[2]string]prometheus.Counter
+	bytesOut, bytesIn prometheus.Counter
+
 	// Plain counters for /v1/status, kept beside the Prometheus ones.
 	allowed, blocked, intercepted atomic.Uint64
 	openTunnels                   atomic.Int64
@@ -46,12 +50,23 @@ func newMetrics() *Metrics {
 		}),
 	}
 	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat)
+	m.byKindAction = map[[2]string]prometheus.Counter{}
+	for _, kind := range []string{KindHTTP, KindConnect} {
+		for _, action := range []netpolicy.Action{netpolicy.Allow, netpolicy.Block, netpolicy.Intercept} {
+			m.byKindAction[[2]string{kind, string(action)}] = m.requests.WithLabelValues(kind, string(action))
+		}
+	}
+	m.bytesOut, m.bytesIn = m.bytes.WithLabelValues("out"), m.bytes.WithLabelValues("in")
 	return m
 }
 
 // request counts one decided request.
 func (m *Metrics) request(kind string, action netpolicy.Action) {
-	m.requests.WithLabelValues(kind, string(action)).Inc()
+	if c, ok := m.byKindAction[[2]string{kind, string(action)}]; ok {
+		c.Inc()
+	} else {
+		m.requests.WithLabelValues(kind, string(action)).Inc()
+	}
 	switch action {
 	case netpolicy.Allow:
 		m.allowed.Add(1)
@@ -64,8 +79,8 @@ func (m *Metrics) request(kind string, action netpolicy.Action) {
 
 // relayed counts bytes of a finished request or tunnel.
 func (m *Metrics) relayed(out, in int64) {
-	m.bytes.WithLabelValues("out").Add(float64(out))
-	m.bytes.WithLabelValues("in").Add(float64(in))
+	m.bytesOut.Add(float64(out))
+	m.bytesIn.Add(float64(in))
 }
 
 // decided observes the time a verdict took.

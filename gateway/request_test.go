@@ -726,3 +726,20 @@ func FuzzParseProxyTarget(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadRequestHead reads a typical proxied request head.
+func BenchmarkReadRequestHead(b *testing.B) {
+	head := []byte(crlf("GET http://example.com/api/v1/items?page=2 HTTP/1.1", "Host: example.com",
+		"User-Agent: curl/8.5.0", "Accept: */*", "Accept-Encoding: gzip", "Proxy-Connection: Keep-Alive"))
+	r := bytes.NewReader(head)
+	br := bufio.NewReader(r)
+	b.SetBytes(int64(len(head)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Reset(head)
+		br.Reset(r)
+		if _, err := readRequestHead(br, 64<<10); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

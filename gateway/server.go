@@ -86,9 +86,12 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	ownAddrs  []netip.AddrPort // every address the gateway listens on
 	tunnels   map[netip.Addr]int
 	closed    bool
+
+	// ownAddrs are the addresses the gateway serves on; read on every
+	// request without a lock, replaced under mu.
+	ownAddrs atomic.Pointer[[]netip.AddrPort]
 
 	connID atomic.Uint64
 	wg     sync.WaitGroup // one per connection goroutine
@@ -142,7 +145,12 @@ func (s *Server) Store() *netpolicy.Store { return s.cfg.Store }
 func (s *Server) AddOwnAddr(ap netip.AddrPort) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ownAddrs = append(s.ownAddrs, unmapAddrPort(ap))
+	var addrs []netip.AddrPort
+	if old := s.ownAddrs.Load(); old != nil {
+		addrs = append(addrs, *old...)
+	}
+	addrs = append(addrs, unmapAddrPort(ap))
+	s.ownAddrs.Store(&addrs)
 }
 
 // Serve accepts proxy clients on ln until ctx is done or Close is called,
