@@ -329,3 +329,26 @@ func TestLoadOrCreateToken(t *testing.T) {
 		t.Errorf("a 3-character token was accepted")
 	}
 }
+
+func TestAPIMetrics(t *testing.T) {
+	a := startAPI(t, netpolicy.Spec{}, nil)
+	a.statusThrough(t, "http://blocked.test/")
+	req, _ := http.NewRequest("GET", a.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`sbx_gateway_requests_total{action="block",kind="http"} 1`,
+		`sbx_gateway_open_tunnels 0`,
+		`sbx_gateway_bytes_total{direction="in"}`,
+		`sbx_gateway_decision_seconds_count 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
