@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -84,7 +85,8 @@ type APIConfig struct {
 // API is the management API: an http.Handler. Make one with NewAPI.
 type API struct {
 	cfg     APIConfig
-	token   [32]byte // sha256 of the token, compared in constant time
+	token   [32]byte   // sha256 of the token, compared in constant time
+	changes sync.Mutex // a policy change and its record, in order
 	started time.Time
 	mux     *http.ServeMux
 }
@@ -113,12 +115,13 @@ func NewAPI(cfg APIConfig) (*API, error) {
 // ServeHTTP serves the API.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
-// Serve serves the API on ln until ctx is done, then shuts down. Its
-// address is recorded as one the gateway's guard always refuses.
+// Serve serves the API on ln until ctx is done, then shuts down, waiting
+// (up to 2 s) for requests under way, so a change they make is logged
+// before Serve returns. The caller must have recorded ln's address with
+// Server.AddOwnAddr before the proxy serves (Start does).
 func (a *API) Serve(ctx context.Context, ln net.Listener) error {
 	var h http.Handler = a
-	if ap, err := parseAddrPort(ln.Addr()); err == nil {
-		a.cfg.Server.AddOwnAddr(ap)
+	if _, err := parseAddrPort(ln.Addr()); err == nil {
 		h = hostCheck(a)
 	}
 	srv := &http.Server{
@@ -127,13 +130,18 @@ func (a *API) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	shutdown := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		defer close(shutdown)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
 	})
-	defer stop()
 	err := srv.Serve(ln)
+	if stop() {
+		close(shutdown) // Serve failed before ctx was done
+	}
+	<-shutdown
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -160,7 +168,8 @@ func hostCheck(h http.Handler) http.Handler {
 // auth wraps h with the bearer-token check.
 func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
 		sum := sha256.Sum256([]byte(tok))
 		if !ok || subtle.ConstantTimeCompare(sum[:], a.token[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sbx"`)
@@ -281,6 +290,8 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
 		changeError(w, err)
 		return
 	}
+	a.changes.Lock()
+	defer a.changes.Unlock()
 	snap, err := a.cfg.Server.Store().Replace(spec, want)
 	if err != nil {
 		changeError(w, err)
@@ -304,6 +315,8 @@ func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
 		changeError(w, err)
 		return
 	}
+	a.changes.Lock()
+	defer a.changes.Unlock()
 	snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
 	if err != nil {
 		changeError(w, err)
@@ -318,6 +331,8 @@ func (a *API) removeRule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	a.changes.Lock()
+	defer a.changes.Unlock()
 	snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
 	if err != nil {
 		changeError(w, err)

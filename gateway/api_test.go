@@ -101,7 +101,7 @@ func (a *testAPI) statusThrough(t *testing.T, u string) int {
 
 func TestAPIAuth(t *testing.T) {
 	a := startAPI(t, netpolicy.Spec{}, nil)
-	for _, auth := range []string{"", "Bearer wrong", "Basic " + a.token, "bearer " + a.token} {
+	for _, auth := range []string{"", "Bearer wrong", "Basic " + a.token, "Bearer" + a.token, "Bearer " + a.token + "x"} {
 		req, _ := http.NewRequest("GET", a.base+"/v1/policy", nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)

@@ -127,6 +127,9 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 // isOwnAddr reports whether ap is an address the gateway listens on. A
 // listener on an unspecified address owns its port on every address.
 func (s *Server) isOwnAddr(ap netip.AddrPort) bool {
+	if ap.Addr().IsUnspecified() {
+		return true // a dial to 0.0.0.0 or :: reaches this host's listeners
+	}
 	addrs := s.ownAddrs.Load()
 	if addrs == nil {
 		return false
@@ -166,9 +169,13 @@ func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16)
 	return nil, errors.Join(errs...)
 }
 
-// upstreamStatus maps a resolve or dial error to the status of §4.3: 504
-// for a timeout, else 502.
-func upstreamStatus(err error) int {
+// upstreamStatus maps an upstream error to the status of §4.3: a DNS
+// failure is 502 whatever its cause; a dial or response timeout is 504;
+// anything else (refused, reset) is 502.
+func upstreamStatus(err error, resolving bool) int {
+	if resolving {
+		return 502
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
 		return 504

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -11,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -69,7 +73,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	u, serr := parseProxyTarget(head.Target)
 	if serr != nil {
 		rec := s.newRecord(c, KindHTTP, head.Method, 0)
-		rec.Host = truncate(head.Target, 200)
+		rec.Host = redactTarget(head.Target)
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
 		writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
 		return false
@@ -81,13 +85,13 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	}
 	t := netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}
 	rec := s.newRecord(c, KindHTTP, head.Method, port)
-	rec.Path = t.Path
+	rec.Path = truncate(t.Path, maxLoggedPath)
 	snap := s.cfg.Store.Load()
 	rec.PolicyVersion = snap.Version()
 	d := snap.Policy().Decide(t)
 	host, err := netpolicy.NormalizeHost(t.Host)
 	if err != nil {
-		rec.Host = truncate(t.Host, 200)
+		rec.Host = redactTarget(t.Host)
 	} else {
 		rec.Host, t.Host = host, host
 	}
@@ -126,7 +130,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		s.emit(&closeRec)
 	}()
 	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err), "resolving "+t.Host+": "+err.Error()
+		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
 		return keepAlive
 	}
@@ -148,36 +152,56 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = nil // Go would add its own
 	}
+	// Reading the body and writing the answer renew an idle deadline on
+	// every call, so a client that stalls cannot hold the request forever
+	// while a slow, steady one is never cut off.
+	idle := s.limits.IdleConnTimeout
 	body := &countingReader{}
 	switch {
 	case head.Chunked:
-		body.r = httputil.NewChunkedReader(c.br)
+		// The chunked reader must read c.br itself: given another reader
+		// it would buffer past the body into the next request.
+		body.r = &deadlineReader{r: httputil.NewChunkedReader(c.br), c: c.Conn, idle: idle}
+		body.atEOF = func() error { return skipTrailers(c.br, s.limits.MaxHeaderBytes) }
 		out.ContentLength = -1
 		out.Body = io.NopCloser(body)
 	case head.ContentLength > 0:
-		body.r = io.LimitReader(c.br, head.ContentLength)
+		body.r = &deadlineReader{r: io.LimitReader(c.br, head.ContentLength), c: c.Conn, idle: idle}
 		out.ContentLength = head.ContentLength
 		out.Body = io.NopCloser(body)
 	default:
-		body.eof = true
+		body.eof.Store(true)
+	}
+	// Answer Expect: 100-continue here: the transport would swallow the
+	// upstream's 100, and the client would stall until its own timeout.
+	if hasBody && head.ProtoMinor == 1 && strings.EqualFold(head.Header.Get("Expect"), "100-continue") {
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		out.Header.Del("Expect")
 	}
 	resp, err := s.transport.RoundTrip(out.WithContext(ctx))
-	closeRec.BytesOut = body.n
+	closeRec.BytesOut = body.n.Load()
 	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err), err.Error()
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: upstream "+upstream.String()+" failed: "+err.Error()+"\n", true, nil)
 		return false
 	}
 	defer resp.Body.Close()
 	closeRec.Status = resp.StatusCode
 	if resp.StatusCode == http.StatusSwitchingProtocols && ws {
-		closeRec.BytesIn, closeRec.BytesOut = s.relayUpgrade(c, resp)
+		if !s.acquireTunnel(c.client.Addr()) {
+			closeRec.Status, closeRec.Error = http.StatusTooManyRequests, "too many open tunnels from this client"
+			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+			return false
+		}
+		defer s.releaseTunnel(c.client.Addr())
+		in, out := s.relayUpgrade(c, resp)
+		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		return false
 	}
 	removeHopByHop(resp.Header, false)
 	// Keep-alive needs the whole request body read, and a framing the
 	// client understands.
-	keepAlive = keepAlive || (!head.Close && body.eof)
+	keepAlive = keepAlive || (!head.Close && body.eof.Load())
 	resp.Close = !keepAlive
 	resp.Request = out
 	if head.ProtoMinor == 0 {
@@ -190,7 +214,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	}
 	// One buffered write per response, not one syscall (and, with
 	// TCP_NODELAY, one packet) per header line.
-	cw := &countingWriter{w: c}
+	cw := &countingWriter{w: &deadlineWriter{c: c.Conn, idle: idle}}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(cw)
 	werr := resp.Write(bw)
@@ -200,7 +224,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	bw.Reset(nil)
 	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
-	closeRec.BytesOut = body.n
+	closeRec.BytesOut = body.n.Load()
 	if werr != nil {
 		closeRec.Error = "writing to the client: " + werr.Error()
 		return false
@@ -247,35 +271,141 @@ func (s *Server) relayUpgrade(c *conn, resp *http.Response) (in, out int64) {
 	if _, err := io.WriteString(cw, b.String()); err != nil {
 		return cw.n, 0
 	}
+	s.metrics.tunnelOpened()
+	defer s.metrics.tunnelClosed()
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
 	done := make(chan int64, 1)
-	// This goroutine ends when the client stops sending or up is closed.
+	// Client to upstream ends when the client stops sending, errs, or the
+	// relay idles out (read deadlines on the client); then it closes up,
+	// which ends the other direction.
 	go func() {
-		n, _ := io.Copy(up, c.br)
+		var n int64
+		for {
+			c.SetReadDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
+			m, err := io.CopyN(up, c.br, tunnelChunk)
+			n += m
+			if m > 0 {
+				last.Store(time.Now().UnixNano())
+			}
+			var ne net.Error
+			if err == nil || errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, last.Load())) < s.limits.IdleTunnelTimeout {
+				continue
+			}
+			break
+		}
 		up.Close()
 		done <- n
 	}()
-	io.Copy(cw, up)
+	// Upstream to client: writes carry the idle deadline, so a client
+	// that never reads cannot hold the relay.
+	for {
+		c.SetWriteDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
+		m, err := io.CopyN(cw, up, 32<<10)
+		if m > 0 {
+			last.Store(time.Now().UnixNano())
+		}
+		if err != nil {
+			break
+		}
+	}
 	c.Close()
+	up.Close()
 	return cw.n, <-done
 }
 
-// countingReader counts what is read through it and notes EOF.
+// countingReader counts what is read through it and notes EOF. The
+// upstream transport may still be reading it while the response is being
+// written, so its state is atomic. atEOF, when set, runs once at EOF and
+// may turn it into an error.
 type countingReader struct {
-	r   io.Reader
-	n   int64
-	eof bool
+	r     io.Reader
+	n     atomic.Int64
+	eof   atomic.Bool
+	atEOF func() error
 }
 
 func (cr *countingReader) Read(p []byte) (int, error) {
-	if cr.eof {
+	if cr.eof.Load() {
 		return 0, io.EOF
 	}
 	n, err := cr.r.Read(p)
-	cr.n += int64(n)
+	cr.n.Add(int64(n))
 	if err == io.EOF {
-		cr.eof = true
+		if cr.atEOF != nil {
+			if terr := cr.atEOF(); terr != nil {
+				return n, terr
+			}
+		}
+		cr.eof.Store(true)
 	}
 	return n, err
+}
+
+// deadlineReader reads r, setting c's read deadline idle ahead first.
+type deadlineReader struct {
+	r    io.Reader
+	c    net.Conn
+	idle time.Duration
+}
+
+func (d *deadlineReader) Read(p []byte) (int, error) {
+	d.c.SetReadDeadline(time.Now().Add(d.idle))
+	return d.r.Read(p)
+}
+
+// deadlineWriter writes to c, setting its write deadline idle ahead first.
+type deadlineWriter struct {
+	c    net.Conn
+	idle time.Duration
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.c.SetWriteDeadline(time.Now().Add(d.idle))
+	return d.c.Write(p)
+}
+
+// skipTrailers reads the trailer section after a chunked body's last
+// chunk and drops it, so the next request on the connection starts where
+// it should. It reads at most max bytes.
+func skipTrailers(br *bufio.Reader, max int) error {
+	read := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		read += len(line)
+		if err != nil {
+			return err
+		}
+		if read > max {
+			return errors.New("chunked trailers too large")
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return nil
+		}
+	}
+}
+
+// maxLoggedPath bounds the path in a record, so that one client cannot
+// fill the log and the ring with long paths.
+const maxLoggedPath = 1024
+
+// redactTarget returns what of a target that could not be used may be
+// logged: no scheme, no userinfo, no query or fragment, at most 200 bytes.
+func redactTarget(s string) string {
+	if i := strings.IndexAny(s, "?#"); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.Index(s, "://"); i >= 0 {
+		s = s[i+3:]
+	}
+	authority := s
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		authority = s[:i]
+	}
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		s = s[i+1:]
+	}
+	return truncate(s, 200)
 }
 
 // truncate cuts s to at most n bytes for a log record.

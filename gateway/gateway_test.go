@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -392,9 +393,18 @@ func TestConnectVerdictsAndSNI(t *testing.T) {
 	if err := tc.Handshake(); err == nil {
 		t.Errorf("TLS handshake with a mismatched SNI succeeded through the tunnel")
 	}
-	rec := g.lastDecision(t)
-	if rec["action"] != "block" || rec["reason"] != "sni mismatch" {
-		t.Errorf("SNI mismatch logged %v %q, want block, sni mismatch", rec["action"], rec["reason"])
+	// The decision (allow) was logged at decision time; the close record
+	// says the SNI check blocked the tunnel.
+	var closeRec map[string]any
+	for deadline := time.Now().Add(5 * time.Second); closeRec == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, r := range g.records(t) {
+			if r["event"] == EventClose && r["reason"] == "sni mismatch" {
+				closeRec = r
+			}
+		}
+	}
+	if closeRec == nil || closeRec["action"] != "block" || closeRec["enforced"] != true {
+		t.Errorf("SNI mismatch: close record %v, want action block, reason sni mismatch", closeRec)
 	}
 }
 
@@ -591,5 +601,114 @@ func TestEveryRequestIsLoggedOnce(t *testing.T) {
 	}
 	if closes != 2*rounds {
 		t.Errorf("%d close records for %d allowed requests", closes, 2*rounds)
+	}
+}
+
+func TestRefusedTargetsLogNoSecrets(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{}, nil)
+	for _, target := range []string{
+		"https://api.example.com/v1?token=SECRET1",
+		"http://user:SECRET2@example.com/",
+		"http://example.com/%zz?token=SECRET4",
+		"http://example.com/v1?api_key=SECRET3",
+	} {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: example.com\r\n\r\n", target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			resp.Body.Close()
+		}
+		conn.Close()
+	}
+	time.Sleep(50 * time.Millisecond)
+	lines, _ := g.ring.Since(0, 100)
+	if len(lines) < 4 {
+		t.Fatalf("%d records for 4 requests", len(lines))
+	}
+	for _, l := range lines {
+		if strings.Contains(string(l), "SECRET") {
+			t.Errorf("a secret reached the log: %s", l)
+		}
+	}
+}
+
+func TestChunkedTrailersKeepTheConnection(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "POST http://api.test:%d/a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"5\r\nhello\r\n0\r\nX-Checksum: 1\r\n\r\n"+
+		"GET http://api.test:%d/b HTTP/1.1\r\nHost: api.test\r\n\r\n", port, port)
+	br := bufio.NewReader(conn)
+	for _, want := range []string{`"body":"hello"`, `"path":"/b"`} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("reading the answer with %s: %v", want, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("got %d %s, want 200 with %s", resp.StatusCode, body, want)
+		}
+	}
+}
+
+func TestExpectContinue(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", port)
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
+		t.Fatalf("first line %q, %v; want 100 Continue before the body is sent", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(conn, "hello")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer: %v %v", resp, err)
+	}
+}
+
+func TestUnspecifiedAddressIsTheGatewayItself(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}, nil)
+	_, port, _ := net.SplitHostPort(g.addr)
+	status, hdr := rawConnect(t, g.addr, "0.0.0.0:"+port)
+	if status != 403 || hdr.Get(HeaderRule) != "guard" {
+		t.Errorf("CONNECT 0.0.0.0:%s = %d %v, want 403 by guard", port, status, hdr)
+	}
+}
+
+func TestStartRefusesAnAPIOnEveryAddress(t *testing.T) {
+	p, _ := netpolicy.Compile(netpolicy.Spec{})
+	dir := t.TempDir()
+	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"0.0.0.0:0"}, TokenFile: dir + "/tok", Policy: p}); err == nil {
+		g.Close()
+		t.Errorf("an API on 0.0.0.0 was accepted")
+	}
+	notSocket := dir + "/notes.txt"
+	os.WriteFile(notSocket, []byte("keep me"), 0o600)
+	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"unix:" + notSocket}, TokenFile: dir + "/tok", Policy: p}); err == nil {
+		g.Close()
+		t.Errorf("an API socket path holding a file was accepted")
+	}
+	if data, _ := os.ReadFile(notSocket); string(data) != "keep me" {
+		t.Errorf("the file at the socket path was removed")
 	}
 }

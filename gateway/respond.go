@@ -27,7 +27,7 @@ func writeSimple(w io.Writer, status int, contentType, body string, close bool, 
 		contentType = "text/plain; charset=utf-8"
 	}
 	if status != http.StatusNoContent && status != http.StatusNotModified {
-		fmt.Fprintf(&b, "Content-Type: %s\r\nContent-Length: %d\r\n", contentType, len(body))
+		fmt.Fprintf(&b, "Content-Type: %s\r\nContent-Length: %d\r\n", headerSafe(contentType), len(body))
 	} else {
 		body = ""
 	}

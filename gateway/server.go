@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +26,8 @@ type Limits struct {
 	IdleTunnelTimeout   time.Duration // a tunnel with no byte either way: 10 min
 	IdleConnTimeout     time.Duration // a keep-alive client between requests: 2 min
 	MaxTunnelsPerClient int           // open tunnels per client IP, 429 beyond: 1024
+	MaxConnsPerClient   int           // open connections per client IP, 429 beyond: 4096
+	ResponseTimeout     time.Duration // waiting for an upstream's response head: 5 min
 	MaxHeaderBytes      int           // request line and headers, 431 beyond: 64 KiB
 }
 
@@ -41,8 +42,12 @@ func (l Limits) withDefaults() Limits {
 	def(&l.DNSTimeout, 5*time.Second)
 	def(&l.IdleTunnelTimeout, 10*time.Minute)
 	def(&l.IdleConnTimeout, 2*time.Minute)
+	def(&l.ResponseTimeout, 5*time.Minute)
 	if l.MaxTunnelsPerClient <= 0 {
 		l.MaxTunnelsPerClient = 1024
+	}
+	if l.MaxConnsPerClient <= 0 {
+		l.MaxConnsPerClient = 4096
 	}
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = 64 << 10
@@ -87,7 +92,13 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
 	tunnels   map[netip.Addr]int
+	clients   map[netip.Addr]int // open connections per client IP
 	closed    bool
+
+	// base is cancelled by Close, ending every request still waiting on
+	// an upstream.
+	base       context.Context
+	cancelBase context.CancelFunc
 
 	// ownAddrs are the addresses the gateway serves on; read on every
 	// request without a lock, replaced under mu.
@@ -110,8 +121,10 @@ func New(cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
 		tunnels:   map[netip.Addr]int{},
+		clients:   map[netip.Addr]int{},
 		metrics:   newMetrics(),
 	}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0, // the upstream may think as long as it likes
+		ResponseHeaderTimeout: s.limits.ResponseTimeout,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
 	}
@@ -175,24 +188,40 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.mu.Unlock()
 		ln.Close()
 	}()
+	// Requests end when ctx is done or Close is called.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopBase := context.AfterFunc(s.base, cancel)
+	defer stopBase()
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			// Out of file descriptors, or another passing failure: wait
+			// and go on, as net/http does; a client must not be able to
+			// stop the proxy by exhausting descriptors.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.logger.Warn("accepting proxy clients", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
 			}
-			return fmt.Errorf("accepting proxy clients: %w", err)
+			continue
 		}
-		if !s.track(c) {
+		backoff = 0
+		switch s.track(c) {
+		case trackClosed:
 			c.Close()
 			return nil
+		case trackTooMany:
+			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many connections from this client\n", true, nil)
+			c.Close()
+			continue
 		}
-		s.wg.Add(1)
 		// The goroutine ends when the client's connection is done: it
 		// closes, errs, idles out, or Close closes it.
 		go func() {
@@ -203,7 +232,57 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-func (s *Server) track(c net.Conn) bool {
+// trackResult says whether a new connection may be served.
+type trackResult int
+
+const (
+	trackOK trackResult = iota
+	trackClosed
+	trackTooMany
+)
+
+// clientAddr is the IP of a connection's peer, unmapped.
+func clientAddr(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// track registers a client connection, counting it against its client's
+// cap, and adds one to wg for its goroutine, all under the lock that Close
+// takes, so Close never misses one.
+func (s *Server) track(c net.Conn) trackResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return trackClosed
+	}
+	ip := clientAddr(c)
+	if s.clients[ip] >= s.limits.MaxConnsPerClient {
+		return trackTooMany
+	}
+	s.clients[ip]++
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return trackOK
+}
+
+// untrack closes and forgets a client connection.
+func (s *Server) untrack(c net.Conn) {
+	c.Close()
+	ip := clientAddr(c)
+	s.mu.Lock()
+	delete(s.conns, c)
+	if s.clients[ip]--; s.clients[ip] <= 0 {
+		delete(s.clients, ip)
+	}
+	s.mu.Unlock()
+}
+
+// trackUpstream registers a tunnel's upstream connection so Close closes
+// it; it reports false once the server is closed.
+func (s *Server) trackUpstream(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -213,7 +292,7 @@ func (s *Server) track(c net.Conn) bool {
 	return true
 }
 
-func (s *Server) untrack(c net.Conn) {
+func (s *Server) untrackUpstream(c net.Conn) {
 	c.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -227,6 +306,7 @@ func (s *Server) untrack(c net.Conn) {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.cancelBase()
 	for ln := range s.listeners {
 		ln.Close()
 	}

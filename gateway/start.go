@@ -64,7 +64,7 @@ type Gateway struct {
 // Start opens the proxy listener, the decision log and the management API
 // and serves them until Close or until ctx is done. A failure undoes what
 // Start had made.
-func Start(ctx context.Context, o Options) (g *Gateway, retErr error) {
+func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	if o.Policy == nil {
 		return nil, errors.New("gateway: Options.Policy is required")
 	}
@@ -75,7 +75,7 @@ func Start(ctx context.Context, o Options) (g *Gateway, retErr error) {
 		o.Listen = "127.0.0.1:3128"
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g = &Gateway{cancel: cancel, Ring: NewRing(o.RingSize)}
+	g := &Gateway{cancel: cancel, Ring: NewRing(o.RingSize)}
 	var closers []func() error
 	defer func() {
 		if retErr != nil {
@@ -129,12 +129,20 @@ func Start(ctx context.Context, o Options) (g *Gateway, retErr error) {
 		apiLns = append(apiLns, aln)
 		g.APIAddrs = append(g.APIAddrs, name)
 	}
-	if proxyAP, err := parseAddrPort(ln.Addr()); err == nil {
-		for _, aln := range apiLns {
-			if apiAP, err := parseAddrPort(aln.Addr()); err == nil && apiAP == proxyAP {
-				return nil, fmt.Errorf("the management API cannot share the proxy's address %s", proxyAP)
-			}
+	// The API never listens where the proxy's clients are (DESIGN.md §6):
+	// not on every address, and not on the proxy's own address unless
+	// that is loopback, where the clients are local processes anyway. Its
+	// addresses are the gateway's own before the proxy serves.
+	proxyAP, _ := parseAddrPort(ln.Addr())
+	for _, aln := range apiLns {
+		apiAP, err := parseAddrPort(aln.Addr())
+		if err != nil {
+			continue // a unix socket
 		}
+		if apiAP.Addr().IsUnspecified() || apiAP.Addr() == proxyAP.Addr() && !apiAP.Addr().IsLoopback() {
+			return nil, fmt.Errorf("the management API on %s would be reachable where the proxy's clients are (%s); give it another address, such as unix:/run/sbx/api.sock or 127.0.0.1:PORT", apiAP, proxyAP)
+		}
+		srv.AddOwnAddr(apiAP)
 	}
 
 	snap := store.Load()
@@ -181,14 +189,19 @@ func (g *Gateway) listenAPI(addr string) (net.Listener, string, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, "", fmt.Errorf("management API socket: %w", err)
 	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, "", fmt.Errorf("management API socket %s is in use by another gateway", path)
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, "", fmt.Errorf("management API socket %s: a file that is not a socket is there; choose another path", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, "", fmt.Errorf("management API socket %s is in use by another gateway", path)
+		}
+		os.Remove(path) // a stale socket from a crashed run
 	}
-	os.Remove(path) // a stale socket from a crashed run
-	old := umask(0o177)
+	// Created with the process umask, then narrowed to 0600; in a
+	// directory of sbx's own (0700) nobody else can reach it meanwhile.
 	ln, err := net.Listen("unix", path)
-	umask(old)
 	if err != nil {
 		return nil, "", fmt.Errorf("listening for the management API on %s: %w", path, err)
 	}

@@ -22,8 +22,9 @@ const reasonSNIMismatch = "sni mismatch"
 
 // serveConnect decides a CONNECT and, when it is allowed, relays the
 // tunnel until either side closes or it idles out. The decision record is
-// written when the verdict is final: after the client's first bytes have
-// passed the SNI check, or when the tunnel ends before it sends any.
+// written at decision time; the close record says how the tunnel ended,
+// with action block and reason "sni mismatch" when the client's first
+// bytes are a ClientHello for another host.
 func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	start := time.Now()
 	rawHost, port, err := parseConnectTarget(head.Target)
@@ -34,7 +35,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 			status, reason = se.Status, se.Reason
 		}
 		rec := s.newRecord(c, KindConnect, http.MethodConnect, 0)
-		rec.Host = truncate(head.Target, 200)
+		rec.Host = redactTarget(head.Target)
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, status, start)
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
@@ -47,7 +48,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	if host, err := netpolicy.NormalizeHost(rawHost); err == nil {
 		rec.Host, t.Host = host, host
 	} else {
-		rec.Host = truncate(rawHost, 200)
+		rec.Host = redactTarget(rawHost)
 	}
 	hostport := joinHostPort(rec.Host, port)
 	what := describe(http.MethodConnect, hostport, "")
@@ -69,29 +70,25 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
-	closeRec := *rec
-	closeRec.Event = EventClose
-	// logDecision writes the decision record once, and the close record
-	// when the tunnel ends.
-	logged := false
-	logDecision := func() {
-		if !logged {
-			logged = true
-			s.metrics.request(KindConnect, netpolicy.Action(rec.Action))
-			s.metrics.decided(start)
-			s.emit(rec)
-		}
+	rec.Status = http.StatusOK
+	if rerr != nil {
+		rec.Status = upstreamStatus(rerr, true)
 	}
+	// The decision is logged now, before any byte moves; the close record
+	// says how the tunnel ended, including a block by the SNI check.
+	closeRec := *rec
+	closeRec.Event, closeRec.Status = EventClose, 0
+	s.metrics.request(KindConnect, d.Action)
+	s.metrics.decided(start)
+	s.emit(rec)
 	defer func() {
-		logDecision()
-		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = rec.Action, rec.Rule, rec.Reason, rec.Enforced
 		closeRec.Duration = time.Since(start)
 		s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
 		s.emit(&closeRec)
 	}()
 
 	if rerr != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(rerr), "resolving "+t.Host+": "+rerr.Error()
+		closeRec.Status, closeRec.Error = rec.Status, "resolving "+t.Host+": "+rerr.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", true, nil)
 		return
 	}
@@ -104,15 +101,15 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	defer s.releaseTunnel(c.client.Addr())
 	up, err := s.dialFirst(ctx, addrs, port)
 	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err), err.Error()
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+hostport+"\n", true, nil)
 		return
 	}
 	defer up.Close()
-	if !s.track(up) { // Close closes tunnels' upstream ends too
+	if !s.trackUpstream(up) { // Close closes tunnels' upstream ends too
 		return
 	}
-	defer s.untrack(up)
+	defer s.untrackUpstream(up)
 	closeRec.Upstream = up.RemoteAddr().String()
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		closeRec.Error = "writing to the client: " + err.Error()
@@ -126,36 +123,37 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	last.Store(time.Now().UnixNano())
 	inDone := make(chan int64, 1)
 	// Upstream to client: starts at once, for protocols where the server
-	// speaks first. It ends when the upstream closes, errs or the tunnel
-	// idles out; the tunnel's end closes up and c, which ends it too.
+	// speaks first. It ends when the upstream closes, a write fails, or
+	// the tunnel idles out; then it closes the client, which ends the
+	// other direction too.
 	go func() {
 		n, _ := s.copyIdle(c.Conn, up, &last)
-		c.Close() // ends the other direction
+		c.Close()
 		inDone <- n
 	}()
-
-	// Client to upstream: the first bytes decide, then the rest flows.
-	first, sniErr := s.checkSNI(c, t.Host)
-	if sniErr != nil {
-		// The client already has its 200; the verdict closes the tunnel.
-		rec.Action, rec.Rule, rec.Reason, rec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
-		rec.Status = http.StatusOK
-		logDecision()
+	// Either side's end is the tunnel's: a closed client cannot be told
+	// from a half-closed one, and waiting could hold the tunnel for the
+	// idle timeout.
+	defer func() {
 		up.Close()
 		c.Close()
 		closeRec.BytesIn = <-inDone
-		closeRec.Error = rec.Reason
+	}()
+
+	// Client to upstream: the first bytes are checked, then the rest flows.
+	first, sniErr := s.checkSNI(c, t.Host)
+	if sniErr != nil {
+		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
+		closeRec.Error = sniErr.Error()
 		return
 	}
-	rec.Status = http.StatusOK
-	logDecision()
 	out := int64(0)
 	if len(first) > 0 {
 		n, err := up.Write(first)
 		out += int64(n)
 		if err != nil {
-			up.Close()
-			c.Close()
+			closeRec.BytesOut = out
+			return
 		}
 	}
 	if n := c.br.Buffered(); n > 0 {
@@ -165,12 +163,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		out += int64(m)
 	}
 	n, _ := s.copyIdle(up, c.Conn, &last)
-	// Either side's end is the tunnel's: a closed client cannot be told
-	// from a half-closed one, and waiting could hold the tunnel for the
-	// idle timeout.
-	up.Close()
 	closeRec.BytesOut = out + n
-	closeRec.BytesIn = <-inDone
 }
 
 var errSNIMismatch = errors.New(reasonSNIMismatch)
@@ -244,7 +237,9 @@ func (s *Server) copyIdle(dst, src net.Conn, last *atomic.Int64) (int64, error) 
 	idle := s.limits.IdleTunnelTimeout
 	var total int64
 	for {
-		src.SetReadDeadline(time.Now().Add(idle))
+		deadline := time.Now().Add(idle)
+		src.SetReadDeadline(deadline)
+		dst.SetWriteDeadline(deadline) // a peer that never reads idles out too
 		n, err := io.CopyN(dst, src, tunnelChunk)
 		total += n
 		if n > 0 {
