@@ -712,3 +712,40 @@ func TestStartRefusesAnAPIOnEveryAddress(t *testing.T) {
 		t.Errorf("the file at the socket path was removed")
 	}
 }
+
+func TestWebSocketUpgradeIsRelayed(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", 400)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw) // echo
+	}))
+	defer up.Close()
+	port := portOf(t, up)
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ws.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET http://ws.test:%d/chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n", port)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	io.WriteString(conn, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("echo through the relay: %q %v", buf, err)
+	}
+}
