@@ -148,6 +148,8 @@ func (s *Server) dialChecked(ctx context.Context, network, addr string) (net.Con
 	if _, err := netip.ParseAddrPort(addr); err != nil {
 		return nil, fmt.Errorf("refusing to dial %q: only checked IP addresses are dialed", addr)
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.limits.DialTimeout)
+	defer cancel()
 	return s.cfg.Dial(ctx, network, addr)
 }
 

@@ -749,3 +749,135 @@ func TestWebSocketUpgradeIsRelayed(t *testing.T) {
 		t.Errorf("echo through the relay: %q %v", buf, err)
 	}
 }
+
+// startWith starts a gateway on loopback with cfg (Store set from spec)
+// and returns its address; it is closed when the test ends.
+func startWith(t *testing.T, spec netpolicy.Spec, cfg Config) (*Server, string) {
+	t.Helper()
+	p, err := netpolicy.Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = netpolicy.NewStore(p)
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(context.Background(), ln)
+	t.Cleanup(func() { srv.Close() })
+	return srv, ln.Addr().String()
+}
+
+func TestAuditModeConnect(t *testing.T) {
+	sink := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}()
+	spec := loopbackPolicy(netpolicy.Block)
+	spec.Mode = netpolicy.Audit
+	ring := NewRing(0)
+	_, addr := startWith(t, spec, Config{Log: NewLog("", ring)})
+	if status, _ := rawConnect(t, addr, sink); status != 200 {
+		t.Errorf("audit mode CONNECT: %d, want 200", status)
+	}
+	lines, _ := ring.Since(0, 10)
+	if len(lines) == 0 || !strings.Contains(string(lines[0]), `"action":"block","enforced":false`) {
+		t.Errorf("audit mode CONNECT logged %s, want block with enforced false", lines)
+	}
+}
+
+func TestHeaderReadTimeout(t *testing.T) {
+	_, addr := startWith(t, netpolicy.Spec{}, Config{Limits: Limits{HeaderReadTimeout: 200 * time.Millisecond}})
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET http://a.test/ HTTP/1.1\r\nHost: a") // and nothing more
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	_, err = io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the gateway did not close a slow head's connection: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("closed after %v, want about 200ms", d)
+	}
+}
+
+func TestIdleTunnelTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // silent: never sends, never closes
+		}
+	}()
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Limits: Limits{IdleTunnelTimeout: 300 * time.Millisecond}})
+	c, err := connectThroughT(t, addr, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("an idle tunnel was not closed: %v", err)
+	}
+}
+
+func connectThroughT(t *testing.T, proxy, target string) (net.Conn, error) {
+	t.Helper()
+	return connectThrough(proxy, target)
+}
+
+func TestDialTimeoutIs504(t *testing.T) {
+	hang := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Dial: hang, Limits: Limits{DialTimeout: 200 * time.Millisecond}})
+	if status, _ := rawConnect(t, addr, "127.0.0.1:9"); status != 504 {
+		t.Errorf("CONNECT with a dial timeout: %d, want 504", status)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 504 {
+		t.Errorf("GET with a dial timeout: %v %v, want 504", resp, err)
+	}
+	refused := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("connection refused")}
+	}
+	_, addr2 := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Dial: refused})
+	if status, _ := rawConnect(t, addr2, "127.0.0.1:9"); status != 502 {
+		t.Errorf("CONNECT refused upstream: %d, want 502", status)
+	}
+}

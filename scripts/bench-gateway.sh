@@ -51,6 +51,7 @@ squidp=127.0.0.1:18130
 # nginx: a small static answer, as an API would give.
 mkdir -p "$work/www" "$work/nginx"
 printf 'hello from upstream\n' >"$work/www/index.html"
+chmod 755 "$work" "$work/www" # nginx's workers run as www-data
 cat >"$work/nginx.conf" <<EOF
 worker_processes 1;
 pid $work/nginx.pid;
