@@ -172,13 +172,13 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	default:
 		body.eof.Store(true)
 	}
-	// Answer Expect: 100-continue here: the transport would swallow the
-	// upstream's 100, and the client would stall until its own timeout.
+	// Answer Expect: 100-continue here, and let the upstream see no Expect:
+	// the body comes at once.
 	if hasBody && head.ProtoMinor == 1 && strings.EqualFold(head.Header.Get("Expect"), "100-continue") {
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		out.Header.Del("Expect")
 	}
-	resp, err := s.transport.RoundTrip(out.WithContext(ctx))
+	resp, uc, err := s.roundTrip(ctx, out, upstream)
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
@@ -187,14 +187,21 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	}
 	defer resp.Body.Close()
 	closeRec.Status = resp.StatusCode
-	if resp.StatusCode == http.StatusSwitchingProtocols && ws {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if !ws {
+			uc.Close()
+			closeRec.Error = "upstream switched protocols unasked"
+			writeSimple(c, http.StatusBadGateway, "", "sbx: the upstream switched protocols unasked\n", true, nil)
+			return false
+		}
+		defer uc.Close()
 		if !s.acquireTunnel(c.client.Addr()) {
 			closeRec.Status, closeRec.Error = http.StatusTooManyRequests, "too many open tunnels from this client"
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 			return false
 		}
 		defer s.releaseTunnel(c.client.Addr())
-		in, out := s.relayUpgrade(c, resp)
+		in, out := s.relayUpgrade(c, resp, upgradeStream{uc})
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		return false
 	}
@@ -225,6 +232,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n.Load()
+	s.done(uc, resp, werr == nil && body.eof.Load())
 	if werr != nil {
 		closeRec.Error = "writing to the client: " + werr.Error()
 		return false
@@ -256,12 +264,7 @@ func interceptStatus(d netpolicy.Decision) int {
 // relayUpgrade writes a 101 response's head and relays bytes both ways
 // until either side closes. It returns the bytes sent to the client and to
 // the upstream.
-func (s *Server) relayUpgrade(c *conn, resp *http.Response) (in, out int64) {
-	up, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
-		writeSimple(c, http.StatusBadGateway, "", "sbx: upstream upgrade failed\n", true, nil)
-		return 0, 0
-	}
+func (s *Server) relayUpgrade(c *conn, resp *http.Response, up io.ReadWriteCloser) (in, out int64) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
 	var b strings.Builder

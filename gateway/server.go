@@ -85,7 +85,7 @@ type Server struct {
 	limits    Limits
 	logger    *slog.Logger
 	resolver  *Resolver
-	transport *http.Transport
+	pool      upstreamPool
 	metrics   *Metrics
 
 	mu        sync.Mutex
@@ -134,15 +134,6 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Dial == nil {
 		d := &net.Dialer{Timeout: s.limits.DialTimeout}
 		s.cfg.Dial = d.DialContext
-	}
-	s.transport = &http.Transport{
-		DialContext:           s.dialChecked,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: s.limits.ResponseTimeout,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
 	}
 	return s, nil
 }
@@ -315,7 +306,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.transport.CloseIdleConnections()
+	s.pool.closeAll()
 	return nil
 }
 

@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// The gateway talks HTTP/1.1 to upstreams itself rather than through
+// net/http.Transport: a round trip then runs on the client's goroutine,
+// without the transport's read and write loop goroutines and the hand-offs
+// between them, which cost more than everything else on the proxy's path.
+
+const (
+	maxIdlePerUpstream  = 64               // idle connections kept per upstream address
+	upstreamIdleTimeout = 90 * time.Second // an idle connection older than this is closed
+)
+
+// upConn is a connection to an upstream address that passed the guard.
+type upConn struct {
+	conn      net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	rd        *deadlineReader // the reader under br; its idle is adjustable
+	addr      netip.AddrPort
+	idleSince time.Time
+}
+
+func (uc *upConn) Close() error { return uc.conn.Close() }
+
+// upstreamPool keeps idle upstream connections by address. Connections are
+// keyed by the IP that was checked, so reusing one never reaches another
+// address than the guard passed.
+type upstreamPool struct {
+	mu     sync.Mutex
+	idle   map[netip.AddrPort][]*upConn
+	closed bool
+}
+
+// get returns the most recently used idle connection to addr, or nil.
+func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for list := p.idle[addr]; len(list) > 0; list = p.idle[addr] {
+		uc := list[len(list)-1]
+		p.idle[addr] = list[:len(list)-1]
+		if time.Since(uc.idleSince) < upstreamIdleTimeout {
+			return uc
+		}
+		uc.Close()
+	}
+	return nil
+}
+
+// put keeps uc for reuse, or closes it when the pool is full or closed.
+func (p *upstreamPool) put(uc *upConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle[uc.addr]) >= maxIdlePerUpstream {
+		uc.Close()
+		return
+	}
+	if p.idle == nil {
+		p.idle = map[netip.AddrPort][]*upConn{}
+	}
+	uc.idleSince = time.Now()
+	p.idle[uc.addr] = append(p.idle[uc.addr], uc)
+}
+
+// closeAll closes every idle connection; later puts close theirs.
+func (p *upstreamPool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, list := range p.idle {
+		for _, uc := range list {
+			uc.Close()
+		}
+	}
+	p.idle = nil
+}
+
+// roundTrip sends out to addr, on an idle connection when there is one,
+// and reads the response head. The caller relays the body and then gives
+// the connection back with done. A request without a body that fails on a
+// reused connection (which the upstream may have closed meanwhile) is tried
+// once more on a new one. ctx ends the wait for the response head.
+func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.AddrPort) (*http.Response, *upConn, error) {
+	for attempt := 0; ; attempt++ {
+		uc, reused := s.pool.get(addr), true
+		if uc == nil {
+			reused = false
+			nc, err := s.dialChecked(ctx, "tcp", addr.String())
+			if err != nil {
+				return nil, nil, err
+			}
+			rd := &deadlineReader{r: nc, c: nc, idle: s.limits.IdleConnTimeout}
+			uc = &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+		}
+		resp, err := s.exchange(ctx, uc, out)
+		if err == nil {
+			return resp, uc, nil
+		}
+		uc.Close()
+		if !reused || attempt > 0 || out.Body != nil || ctx.Err() != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// exchange writes out on uc and reads the response head, skipping
+// informational responses other than 101.
+func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { uc.Close() })
+	defer stop()
+	uc.conn.SetWriteDeadline(time.Now().Add(s.limits.IdleConnTimeout))
+	err := out.Write(uc.bw)
+	if err == nil {
+		err = uc.bw.Flush()
+	}
+	if err != nil {
+		return nil, err
+	}
+	uc.conn.SetWriteDeadline(time.Time{})
+	uc.rd.idle = s.limits.ResponseTimeout
+	for {
+		resp, err := http.ReadResponse(uc.br, out)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			uc.rd.idle = s.limits.IdleConnTimeout // for the body
+			return resp, nil
+		}
+	}
+}
+
+// done gives uc back to the pool when the exchange left it reusable:
+// the response body was read to its end, the request body was sent whole,
+// and neither side asked to close; otherwise it closes uc.
+func (s *Server) done(uc *upConn, resp *http.Response, reusable bool) {
+	if !reusable || resp.Close || !resp.ProtoAtLeast(1, 1) {
+		uc.Close()
+		return
+	}
+	s.pool.put(uc)
+}
+
+// upgradeStream is the raw stream of an upgraded upstream connection: the
+// bytes already buffered, then the connection.
+type upgradeStream struct {
+	uc *upConn
+}
+
+func (u upgradeStream) Read(p []byte) (int, error)  { return u.uc.br.Read(p) }
+func (u upgradeStream) Write(p []byte) (int, error) { return u.uc.conn.Write(p) }
+func (u upgradeStream) Close() error                { return u.uc.Close() }
+
+var _ io.ReadWriteCloser = upgradeStream{}
+
+// isTimeout reports whether err is a deadline or timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+}
