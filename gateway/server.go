@@ -81,12 +81,12 @@ type Config struct {
 // address guard refuses, dials exactly the address it checked and logs
 // every decision. Make one with New; it is safe for concurrent use.
 type Server struct {
-	cfg       Config
-	limits    Limits
-	logger    *slog.Logger
-	resolver  *Resolver
-	pool      upstreamPool
-	metrics   *Metrics
+	cfg      Config
+	limits   Limits
+	logger   *slog.Logger
+	resolver *Resolver
+	pool     upstreamPool
+	metrics  *Metrics
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
