@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a strings.Builder safe to write from the command's
+// goroutine while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestGatewayCommand runs sbx gateway in-process: it prints where it
+// listens, decides requests by its flags, and on cancellation (what
+// SIGINT and SIGTERM do through signal.NotifyContext) stops cleanly with
+// its decision log flushed and its socket removed.
+func TestGatewayCommand(t *testing.T) {
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up\n") })}
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upstream.Serve(uln)
+	defer upstream.Close()
+	_, upPort, _ := net.SplitHostPort(uln.Addr().String())
+
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "decisions.jsonl")
+	sock := filepath.Join(dir, "run", "api.sock")
+	// A free port for the proxy.
+	pln, _ := net.Listen("tcp", "127.0.0.1:0")
+	proxyAddr := pln.Addr().String()
+	pln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	root := newRootCmd()
+	root.SetArgs([]string{"gateway", "--listen", proxyAddr,
+		"--allow", "api.test:" + upPort, "--resolve", "api.test=127.0.0.1", "--allow-private", "127.0.0.0/8",
+		"--api", "unix:" + sock, "--token-file", filepath.Join(dir, "token"), "--log", logFile})
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	done := make(chan int, 1)
+	go func() { done <- execute(ctx, root) }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "decision log in") {
+		if time.Now().After(deadline) {
+			t.Fatalf("sbx gateway did not start: %q %q", out.String(), errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, want := range []string{"proxy on " + proxyAddr, "management API on unix:" + sock, "decision log in " + logFile} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	pu, _ := url.Parse("http://" + proxyAddr)
+	tr := &http.Transport{Proxy: http.ProxyURL(pu)}
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for target, want := range map[string]int{"http://api.test:" + upPort + "/": 200, "http://other.test/": 403} {
+		resp, err := c.Get(target)
+		if err != nil {
+			t.Fatalf("GET %s: %v", target, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", target, resp.StatusCode, want)
+		}
+	}
+	tr.CloseIdleConnections()
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d, stderr %q", code, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sbx gateway did not stop")
+	}
+	if !strings.Contains(out.String(), "stopping") {
+		t.Errorf("no stop message: %q", out.String())
+	}
+	f, err := os.Open(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var events []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, ev := range []string{"policy", "decision", "close"} {
+			if strings.Contains(line, fmt.Sprintf(`"event":%q`, ev)) {
+				events = append(events, ev)
+			}
+		}
+	}
+	slices.Sort(events)
+	if got := strings.Join(events, ","); got != "close,decision,decision,policy" {
+		t.Errorf("decision log events %s, want a policy, two decisions and a close record", got)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the API socket is left after stopping: %v", err)
+	}
+	if _, err := net.Dial("tcp", proxyAddr); err == nil {
+		t.Errorf("the proxy still listens after stopping")
+	}
+}
+
+func TestGatewayCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"gateway", "--resolve", "nonsense"}, exitUsage, "want HOST=IP"},
+		{[]string{"gateway", "--allow", "*."}, exitUsage, "--allow"},
+		{[]string{"gateway", "--api", "unix:" + filepath.Join(dir, "s")}, exitFailure, "--token-file"},
+		{[]string{"gateway", "--listen", "256.0.0.1:1"}, exitFailure, "listening for proxy clients"},
+	}
+	for _, tt := range tests {
+		_, stderr, code := runCLI(t, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("sbx %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
+		}
+	}
+}
