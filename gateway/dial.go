@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -63,6 +64,12 @@ func ParseStatic(v string) (host string, ip netip.Addr, err error) {
 // resolver says for it as a fully qualified name, so that no search domain
 // is ever appended. IPv4-mapped answers are unmapped.
 func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	return r.lookup(ctx, host, 0)
+}
+
+// lookup is Lookup with a timeout (0 for none) on the system resolver
+// only: IP literals and static answers need no timer.
+func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duration) ([]netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{ip.Unmap()}, nil
 	}
@@ -75,6 +82,11 @@ func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error
 	sys := r.System
 	if sys == nil {
 		sys = net.DefaultResolver
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	addrs, err := sys.LookupNetIP(ctx, "ip", host+".")
 	if err != nil {
@@ -91,9 +103,7 @@ func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error
 // resolver's order, or the guard's block decision when none did. Its own
 // listening addresses are refused always, allow_private or not.
 func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target) ([]netip.Addr, *netpolicy.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.limits.DNSTimeout)
-	defer cancel()
-	addrs, err := s.resolver.Lookup(ctx, t.Host)
+	addrs, err := s.resolver.lookup(ctx, t.Host, s.limits.DNSTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
