@@ -171,7 +171,7 @@ func TestAPIChangesApplyToTheNextRequest(t *testing.T) {
 	if resp.StatusCode != 412 {
 		t.Errorf("stale If-Match: %d %v, want 412", resp.StatusCode, e)
 	}
-	resp = a.call(t, "GET", "/v1/policy", "", nil, &pol)
+	a.call(t, "GET", "/v1/policy", "", nil, &pol)
 	if pol.Version != 2 {
 		t.Errorf("after refused changes the version is %d, want 2", pol.Version)
 	}

@@ -98,15 +98,20 @@ type Record struct {
 	// mode.
 	Enforced bool
 	// Rule is the id of the rule that decided, or default, guard, or
-	// invalid for targets that could not be parsed.
+	// invalid for targets that could not be parsed (and, in a close
+	// record, for a tunnel the TLS server-name check closed).
 	Rule string
 	// Reason is one readable sentence saying why.
 	Reason string
 	// PolicyVersion is the version of the policy that decided; in a policy
 	// record, the version the change produced.
 	PolicyVersion uint64
-	// Status is the status sent to the client; in a close record, the
-	// upstream's status for HTTP and 200 for tunnels.
+	// Status is the status sent to the client: in the decision record of
+	// a request the gateway answers itself (block, intercept, invalid),
+	// that answer; in that of an allowed request 0, since nothing was
+	// sent yet. A close record has the final status: the upstream's for
+	// HTTP, 200 for an opened tunnel, or 429, 502, 504 when the gateway
+	// could not go on.
 	Status int
 	// Upstream is the dialed ip:port (close records only).
 	Upstream string

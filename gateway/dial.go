@@ -22,6 +22,9 @@ type Resolver struct {
 
 	mu     sync.RWMutex
 	static map[string][]netip.Addr
+
+	// lookupNetIP replaces System's LookupNetIP in tests.
+	lookupNetIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // AddStatic makes host resolve to ip, before any lookup. The host is
@@ -88,7 +91,11 @@ func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duratio
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	addrs, err := sys.LookupNetIP(ctx, "ip", host+".")
+	lookup := sys.LookupNetIP
+	if r.lookupNetIP != nil {
+		lookup = r.lookupNetIP
+	}
+	addrs, err := lookup(ctx, "ip", host+".")
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +195,7 @@ func upstreamStatus(err error, resolving bool) int {
 	if resolving {
 		return 502
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+	if isTimeout(err) {
 		return 504
 	}
 	return 502

@@ -254,6 +254,7 @@ func (s *Server) finishRefusal(rec *Record, d netpolicy.Decision, status int, st
 	s.emit(rec)
 }
 
+// interceptStatus is the status of an intercept rule's response.
 func interceptStatus(d netpolicy.Decision) int {
 	if d.Response != nil && d.Response.Status != 0 {
 		return d.Response.Status
@@ -317,10 +318,10 @@ func (s *Server) relayUpgrade(c *conn, resp *http.Response, up io.ReadWriteClose
 	return cw.n, <-done
 }
 
-// countingReader counts what is read through it and notes EOF. The
-// upstream transport may still be reading it while the response is being
-// written, so its state is atomic. atEOF, when set, runs once at EOF and
-// may turn it into an error.
+// countingReader counts what is read through it and notes EOF. atEOF,
+// when set, runs once at EOF and may turn it into an error. Its state is
+// atomic so that what reads the body and what logs it need not be the
+// same goroutine.
 type countingReader struct {
 	r     io.Reader
 	n     atomic.Int64

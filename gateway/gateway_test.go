@@ -881,3 +881,167 @@ func TestDialTimeoutIs504(t *testing.T) {
 		t.Errorf("CONNECT refused upstream: %d, want 502", status)
 	}
 }
+
+func TestAuditModeNeverPassesTheGuardOrInvalidTargets(t *testing.T) {
+	up := echoUpstream(t)
+	spec := netpolicy.Spec{Mode: netpolicy.Audit} // no allow_private
+	g := startGateway(t, spec, map[string]string{"local.test": "127.0.0.1"})
+	c := g.client(t, nil)
+	resp, err := c.Get(fmt.Sprintf("http://local.test:%d/", portOf(t, up)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if rec := g.lastDecision(t); resp.StatusCode != 403 || rec["rule"] != "guard" || rec["enforced"] != true {
+		t.Errorf("audit mode, name on loopback: %d, logged %v enforced=%v; want 403 by guard, enforced", resp.StatusCode, rec["rule"], rec["enforced"])
+	}
+	status, hdr := rawConnect(t, g.addr, "127.1:443")
+	if rec := g.lastDecision(t); status != 403 || hdr.Get(HeaderRule) != "invalid" || rec["enforced"] != true {
+		t.Errorf("audit mode, CONNECT 127.1: %d %s enforced=%v; want 403 invalid, enforced", status, hdr.Get(HeaderRule), rec["enforced"])
+	}
+}
+
+func TestConnectionsPerClientAreCapped(t *testing.T) {
+	_, addr := startWith(t, netpolicy.Spec{}, Config{Limits: Limits{MaxConnsPerClient: 2}})
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(50 * time.Millisecond) // let the gateway accept both
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 429 {
+		t.Errorf("third connection: %v %v, want 429", resp, err)
+	}
+}
+
+func TestLoggedPathsAreCapped(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{}, nil)
+	long := "/" + strings.Repeat("a", 10<<10)
+	resp, err := g.client(t, nil).Get("http://blocked.test" + long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if p := g.lastDecision(t)["path"].(string); len(p) > maxLoggedPath+3 {
+		t.Errorf("logged path of %d bytes, want at most %d", len(p), maxLoggedPath)
+	}
+}
+
+func TestResolverAsksForFullyQualifiedNames(t *testing.T) {
+	var asked []string
+	r := &Resolver{lookupNetIP: func(_ context.Context, _, host string) ([]netip.Addr, error) {
+		asked = append(asked, host)
+		return []netip.Addr{netip.MustParseAddr("::ffff:203.0.113.9")}, nil
+	}}
+	addrs, err := r.Lookup(context.Background(), "secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 1 || asked[0] != "secrets." {
+		t.Errorf("asked %q, want the fully qualified \"secrets.\"", asked)
+	}
+	if len(addrs) != 1 || addrs[0] != netip.MustParseAddr("203.0.113.9") {
+		t.Errorf("answer %v, want 203.0.113.9 unmapped", addrs)
+	}
+}
+
+func TestOnlyIPLiteralsAreDialed(t *testing.T) {
+	srv, _ := startWith(t, netpolicy.Spec{}, Config{Dial: func(context.Context, string, string) (net.Conn, error) {
+		t.Fatal("the dialer was called for a name")
+		return nil, nil
+	}})
+	if _, err := srv.dialChecked(context.Background(), "tcp", "example.com:80"); err == nil {
+		t.Errorf("dialChecked dialed a name")
+	}
+}
+
+func TestSNIFragmentedAndMalformed(t *testing.T) {
+	// A real ClientHello for evil.test, captured from crypto/tls.
+	var hello []byte
+	{
+		a, b := net.Pipe()
+		go func() {
+			tls.Client(a, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true}).Handshake()
+			a.Close()
+		}()
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		hdr := make([]byte, 5)
+		io.ReadFull(b, hdr)
+		body := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+		io.ReadFull(b, body)
+		b.Close()
+		hello = append(hdr, body...)
+	}
+	// The same handshake message split over two TLS records.
+	msg := hello[5:]
+	half := len(msg) / 2
+	record := func(p []byte) []byte {
+		return append([]byte{0x16, hello[1], hello[2], byte(len(p) >> 8), byte(len(p))}, p...)
+	}
+	fragmented := append(record(msg[:half]), record(msg[half:])...)
+	malformed := []byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00}
+
+	sink, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer sink.Close()
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	_, port, _ := net.SplitHostPort(sink.Addr().String())
+	ring := NewRing(0)
+	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Config{Log: NewLog("", ring), Resolver: func() *Resolver {
+			r := &Resolver{}
+			r.AddStatic("good.test", netip.MustParseAddr("127.0.0.1"))
+			return r
+		}()})
+	for _, tt := range []struct {
+		name   string
+		bytes  []byte
+		reason string
+	}{
+		{"fragmented", fragmented, "sni mismatch"},
+		{"malformed", malformed, "malformed TLS ClientHello"},
+	} {
+		c, err := connectThrough(addr, "good.test:"+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(tt.bytes)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(io.Discard, c) // the gateway closes the tunnel
+		c.Close()
+		found := false
+		for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			lines, _ := ring.Since(0, 100)
+			for _, l := range lines {
+				if strings.Contains(string(l), `"event":"close"`) && strings.Contains(string(l), `"reason":"`+tt.reason+`"`) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s ClientHello: no close record with reason %q", tt.name, tt.reason)
+		}
+	}
+}

@@ -71,6 +71,7 @@ func (s *Server) writeBlock(w io.Writer, what, hostport string, d netpolicy.Deci
 			target = "--api ADDR --token-file FILE"
 		}
 		fmt.Fprintf(&b, "To allow it while this runs:\n  sbx policy allow %s %s\n"+
+			"(or POST the rule to /v1/policy/rules on the management API),\n"+
 			"or add an allow rule for it to the policy.\n", target, hostport)
 	}
 	return writeSimple(w, http.StatusForbidden, "", b.String(), close, [][2]string{
@@ -83,10 +84,7 @@ func (s *Server) writeBlock(w io.Writer, what, hostport string, d netpolicy.Deci
 // writeIntercept answers with an intercept rule's response.
 func writeIntercept(w io.Writer, d netpolicy.Decision, close bool) error {
 	r := d.Response
-	status := r.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
+	status := interceptStatus(d)
 	extra := [][2]string{{HeaderDecision, string(netpolicy.Intercept)}, {HeaderRule, d.Rule}}
 	contentType := ""
 	names := make([]string, 0, len(r.Headers))

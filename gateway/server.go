@@ -67,7 +67,8 @@ type Config struct {
 	Log *Log
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
-	// Sandbox is the sandbox id put in X-Sbx headers' help text.
+	// Sandbox is the sandbox id, named in the help of 403 answers and in
+	// /v1/status.
 	Sandbox string
 	// Limits bound clients; see Limits for the defaults.
 	Limits Limits

@@ -62,8 +62,9 @@ type Gateway struct {
 }
 
 // Start opens the proxy listener, the decision log and the management API
-// and serves them until Close or until ctx is done. A failure undoes what
-// Start had made.
+// and serves them. When ctx is done the listeners stop; Close ends the
+// connections and closes the log, and must always be called. A failure
+// undoes what Start had made.
 func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	if o.Policy == nil {
 		return nil, errors.New("gateway: Options.Policy is required")
@@ -199,15 +200,27 @@ func (g *Gateway) listenAPI(addr string) (net.Listener, string, error) {
 		}
 		os.Remove(path) // a stale socket from a crashed run
 	}
-	// Created with the process umask, then narrowed to 0600; in a
-	// directory of sbx's own (0700) nobody else can reach it meanwhile.
-	ln, err := net.Listen("unix", path)
+	// Bound in a fresh private directory (0700), narrowed to 0600 and only
+	// then moved into place, so that nobody else can connect to it in
+	// between, whatever the umask and the directory's mode.
+	tmpDir, err := os.MkdirTemp(filepath.Dir(path), ".sbx-api-")
+	if err != nil {
+		return nil, "", fmt.Errorf("management API socket: %w", err)
+	}
+	defer os.RemoveAll(tmpDir)
+	tmp := filepath.Join(tmpDir, "s")
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, "", fmt.Errorf("listening for the management API on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // removeSockets does it
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
 		return nil, "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, "", fmt.Errorf("management API socket: %w", err)
 	}
 	g.sockets = append(g.sockets, path)
 	return ln, "unix:" + path, nil

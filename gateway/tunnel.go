@@ -70,10 +70,6 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
-	rec.Status = http.StatusOK
-	if rerr != nil {
-		rec.Status = upstreamStatus(rerr, true)
-	}
 	// The decision is logged now, before any byte moves; the close record
 	// says how the tunnel ended, including a block by the SNI check.
 	closeRec := *rec
@@ -88,7 +84,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}()
 
 	if rerr != nil {
-		closeRec.Status, closeRec.Error = rec.Status, "resolving "+t.Host+": "+rerr.Error()
+		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", true, nil)
 		return
 	}

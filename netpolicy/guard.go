@@ -111,7 +111,8 @@ func specialNetOf(ip netip.Addr) *specialNet {
 //     169.254.0.0/16 for the metadata address 169.254.169.254) exempts
 //     nothing, because such a rule was not written for that range.
 //
-// A host-name rule never exempts anything. Otherwise GuardAddr returns the
+// A host-name rule never exempts anything, and nothing exempts an invalid
+// or zoned address. Otherwise GuardAddr returns the
 // zero Decision and false. The gateway must refuse its own listening
 // addresses as well; a policy cannot know them.
 func (p *Policy) GuardAddr(ip netip.Addr, t Target) (Decision, bool) {

@@ -83,6 +83,7 @@ tinyproxy -d -c "$work/tinyproxy.conf" >/dev/null 2>&1 &
 pids+=($!)
 
 mkdir -p "$work/squid"
+chown proxy "$work/squid" 2>/dev/null || true # Squid's workers run as proxy
 cat >"$work/squid.conf" <<EOF
 http_port $squidp
 http_access allow localhost

@@ -291,13 +291,13 @@ func splitHostPort(arg string) (host, port string, hasPort bool, err error) {
 	return host, port, hasPort, nil
 }
 
-// parsePort parses a TCP port from 1 to 65535.
+// parsePort parses a target's TCP port, 1 to 65535, as rules do.
 func parsePort(s string) (uint16, error) {
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
+	p, err := netpolicy.ParsePort(s)
+	if err != nil || p == netpolicy.AnyPort {
 		return 0, fmt.Errorf("port %q: want a number from 1 to 65535", s)
 	}
-	return uint16(n), nil
+	return uint16(p), nil
 }
 
 // cutQuery cuts a query or fragment off path. The rest stays as written,

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -32,18 +31,13 @@ var layers = []struct {
 // goTool returns the go command of the toolchain running the test.
 func goTool(t *testing.T) string {
 	t.Helper()
-	name := "go"
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	if p := filepath.Join(runtime.GOROOT(), "bin", name); runtime.GOROOT() != "" {
-		if _, err := exec.LookPath(p); err == nil {
-			return p
-		}
-	}
+	// go test puts the toolchain's own go command first on PATH.
 	p, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("no go command to list packages with: %v", err)
+		p = "/usr/local/go/bin/go"
+		if _, serr := os.Stat(p); serr != nil {
+			t.Fatalf("no go command to list packages with: %v", err)
+		}
 	}
 	return p
 }
