@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ func benchGateway(b *testing.B) string {
 	return g.ProxyAddr.String()
 }
 
+// sinkBufs are the sink's read buffers, pooled so that opening many short
+// connections does not allocate 256 KiB each.
+var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
 // sinkServer accepts connections and discards what they send.
 func sinkServer(b *testing.B) string {
 	b.Helper()
@@ -49,7 +54,9 @@ func sinkServer(b *testing.B) string {
 			// 8 KiB reads would make the sink, not the path, the limit.
 			go func() {
 				defer c.Close()
-				buf := make([]byte, 256<<10)
+				bp := sinkBufs.Get().(*[]byte)
+				defer sinkBufs.Put(bp)
+				buf := *bp
 				for {
 					if _, err := c.Read(buf); err != nil {
 						return
