@@ -352,3 +352,67 @@ func TestAPIMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownLogsEveryTunnel holds tunnels and requests open, closes the
+// gateway, and expects every decision and close record in the log file.
+func TestShutdownLogsEveryTunnel(t *testing.T) {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	go func() {
+		for {
+			c, err := sink.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c) // echoes, and holds the tunnel open
+		}
+	}()
+	p, _ := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
+	logFile := filepath.Join(t.TempDir(), "log.jsonl")
+	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: logFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var conns []net.Conn
+	for range n {
+		c, err := connectThrough(g.ProxyAddr.String(), sink.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("data"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
+			t.Fatalf("echo through the tunnel: %v", err)
+		}
+		conns = append(conns, c)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decisions, closes int
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		switch {
+		case strings.Contains(line, `"event":"decision"`):
+			decisions++
+		case strings.Contains(line, `"event":"close"`):
+			closes++
+			if !strings.Contains(line, `"bytes_out":4,"bytes_in":4`) {
+				t.Errorf("close record without the 4 bytes each way: %s", line)
+			}
+		}
+	}
+	if decisions != n || closes != n {
+		t.Errorf("after Close the log has %d decision and %d close records for %d tunnels", decisions, closes, n)
+	}
+}
