@@ -23,9 +23,10 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 
-# Debian packages the tests use: gcc for the race detector. The sandbox
-# tests will add containerd, runc, iptables, iproute2 and busybox-static.
-packages=(gcc)
+# Debian packages the tests use: gcc for the race detector; iproute2 and
+# iptables for the sandbox's privileged tests (throwaway namespaces). The
+# container tests will add containerd, runc and busybox-static.
+packages=(gcc iproute2 iptables)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,0 +1,15 @@
+// Package sandbox runs one sandbox's life: its subnet, network namespace,
+// veth pair, the iptables rules inside the namespace and on the host, the
+// container, teardown, and garbage collection of what a crashed run left
+// (DESIGN.md §2).
+//
+// It takes plain values (the gateway's address and port, a rootfs path) and
+// imports no other package of sbx. Most of it is plans rendered as text
+// (rule sets for iptables-restore, OCI specs), tested against golden files
+// without root; the parts that change the kernel are tested by
+// TestPrivileged* tests, which need root.
+//
+// Every kernel object is named after the sandbox id (namespace sbx-<id>,
+// veths sbxh<id> and sbxc<id>, chains SBX-<id>-*) and every iptables rule
+// carries the comment sbx:<id>, so that garbage collection can find them.
+package sandbox

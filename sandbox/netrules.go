@@ -1,0 +1,99 @@
+package sandbox
+
+import (
+	"fmt"
+	"strings"
+)
+
+// NetPlan is what one sandbox's network is made of: its names, its /30
+// and the gateway's port on the host side. The rule sets it renders are
+// loaded with one iptables-restore (and one ip6tables-restore) per side.
+type NetPlan struct {
+	Names       Names
+	Subnet      Subnet
+	GatewayPort uint16
+}
+
+// rules builds an iptables-restore document, adding the sandbox's comment
+// to every rule.
+type rules struct {
+	b       strings.Builder
+	comment string
+}
+
+func (r *rules) line(s string) { r.b.WriteString(s + "\n") }
+func (r *rules) rule(format string, args ...any) {
+	spec := fmt.Sprintf(format, args...)
+	// The comment goes before the target, where iptables wants matches.
+	head, target, _ := strings.Cut(spec, " -j ")
+	r.b.WriteString(head + " -m comment --comment " + r.comment + " -j " + target + "\n")
+}
+
+// NamespaceRules returns the rule sets for inside the sandbox's namespace,
+// to load before its link is up (DESIGN.md §2): the only way out is TCP to
+// the gateway's port; everything else is rejected at once (a TCP reset or
+// an ICMP error, so it fails fast instead of hanging); IPv6 is refused
+// whole but for loopback. Chains' policies drop, so a missing rule fails
+// closed.
+func (p NetPlan) NamespaceRules() (v4, v6 string) {
+	r := rules{comment: p.Names.Comment}
+	r.line("*filter")
+	r.line(":INPUT DROP [0:0]")
+	r.line(":FORWARD DROP [0:0]")
+	r.line(":OUTPUT DROP [0:0]")
+	r.rule("-A INPUT -i lo -j ACCEPT")
+	r.rule("-A INPUT -i %s -s %s/32 -p tcp --sport %d -m conntrack --ctstate ESTABLISHED -j ACCEPT",
+		p.Names.InnerVeth, p.Subnet.Host, p.GatewayPort)
+	r.rule("-A OUTPUT -o lo -j ACCEPT")
+	r.rule("-A OUTPUT -o %s -d %s/32 -p tcp --dport %d -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT",
+		p.Names.InnerVeth, p.Subnet.Host, p.GatewayPort)
+	r.rule("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset")
+	r.rule("-A OUTPUT -j REJECT --reject-with icmp-admin-prohibited")
+	r.line("COMMIT")
+	v4 = r.b.String()
+
+	r = rules{comment: p.Names.Comment}
+	r.line("*filter")
+	r.line(":INPUT DROP [0:0]")
+	r.line(":FORWARD DROP [0:0]")
+	r.line(":OUTPUT DROP [0:0]")
+	r.rule("-A INPUT -i lo -j ACCEPT")
+	r.rule("-A OUTPUT -o lo -j ACCEPT")
+	r.rule("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset")
+	r.rule("-A OUTPUT -j REJECT --reject-with icmp6-adm-prohibited")
+	r.line("COMMIT")
+	return v4, r.b.String()
+}
+
+// HostRules returns the rule sets for the host, to load with
+// iptables-restore --noflush: a chain per direction for this sandbox, so
+// that from its veth only TCP to the gateway's port is accepted and
+// nothing is forwarded either way, whatever the namespace's own rules say
+// (the second layer of DESIGN.md §2). IPv6 from or to the veth is dropped
+// whole.
+func (p NetPlan) HostRules() (v4, v6 string) {
+	n := p.Names
+	r := rules{comment: n.Comment}
+	r.line("*filter")
+	r.line(":" + n.ChainIn + " - [0:0]")
+	r.line(":" + n.ChainFwd + " - [0:0]")
+	r.rule("-A %s -d %s/32 -p tcp --dport %d -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT", n.ChainIn, p.Subnet.Host, p.GatewayPort)
+	r.rule("-A %s -p tcp -j REJECT --reject-with tcp-reset", n.ChainIn)
+	r.rule("-A %s -j REJECT --reject-with icmp-admin-prohibited", n.ChainIn)
+	r.rule("-A %s -j DROP", n.ChainFwd)
+	r.rule("-I INPUT 1 -i %s -j %s", n.HostVeth, n.ChainIn)
+	r.rule("-I FORWARD 1 -i %s -j %s", n.HostVeth, n.ChainFwd)
+	r.rule("-I FORWARD 1 -o %s -j %s", n.HostVeth, n.ChainFwd)
+	r.line("COMMIT")
+	v4 = r.b.String()
+
+	r = rules{comment: n.Comment}
+	r.line("*filter")
+	r.line(":" + n.ChainIn + " - [0:0]")
+	r.rule("-A %s -j DROP", n.ChainIn)
+	r.rule("-I INPUT 1 -i %s -j %s", n.HostVeth, n.ChainIn)
+	r.rule("-I FORWARD 1 -i %s -j %s", n.HostVeth, n.ChainIn)
+	r.rule("-I FORWARD 1 -o %s -j %s", n.HostVeth, n.ChainIn)
+	r.line("COMMIT")
+	return v4, r.b.String()
+}
