@@ -1,0 +1,226 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/hashicorp/go-multierror"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// SetupNetwork makes the sandbox's network as p describes: the namespace,
+// the veth pair with its addresses, the namespace's rules loaded before
+// any link is up, the host's rules, and only then the links up. The
+// sandbox side gets no default route: every address but the gateway's is
+// unreachable. A failure undoes what was made.
+func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
+	n := p.Names
+	defer func() {
+		if retErr != nil {
+			if err := TeardownNetwork(context.WithoutCancel(ctx), n); err != nil {
+				retErr = multierror.Append(retErr, fmt.Errorf("undoing the network: %w", err))
+			}
+		}
+	}()
+	ns, err := newNamedNetns(n.Netns)
+	if err != nil {
+		return fmt.Errorf("creating network namespace %s: %w", n.Netns, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("opening network namespace %s: %w", n.Netns, err)
+	}
+	defer h.Close()
+
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostVeth}, PeerName: n.InnerVeth}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("creating veth %s: %w", n.HostVeth, err)
+	}
+	// No IPv6 on the host end: no link-local address for the sandbox to
+	// reach (the rules refuse IPv6 as well).
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.HostVeth+"/disable_ipv6", []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("disabling IPv6 on %s: %w", n.HostVeth, err)
+	}
+	inner, err := netlink.LinkByName(n.InnerVeth)
+	if err != nil {
+		return fmt.Errorf("finding veth %s: %w", n.InnerVeth, err)
+	}
+	if err := netlink.LinkSetNsFd(inner, int(ns)); err != nil {
+		return fmt.Errorf("moving veth %s into %s: %w", n.InnerVeth, n.Netns, err)
+	}
+	host, err := netlink.LinkByName(n.HostVeth)
+	if err != nil {
+		return fmt.Errorf("finding veth %s: %w", n.HostVeth, err)
+	}
+	bits := p.Subnet.Prefix.Bits()
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(p.Subnet.Host.AsSlice(), bits)}); err != nil {
+		return fmt.Errorf("addressing %s: %w", n.HostVeth, err)
+	}
+	inner, err = h.LinkByName(n.InnerVeth)
+	if err != nil {
+		return fmt.Errorf("finding veth %s in %s: %w", n.InnerVeth, n.Netns, err)
+	}
+	if err := h.AddrAdd(inner, &netlink.Addr{IPNet: ipNet(p.Subnet.Sandbox.AsSlice(), bits)}); err != nil {
+		return fmt.Errorf("addressing %s: %w", n.InnerVeth, err)
+	}
+
+	// Rules first, links after: the sandbox is never up without them.
+	nsV4, nsV6 := p.NamespaceRules()
+	hostV4, hostV6 := p.HostRules()
+	for _, load := range []struct {
+		netns, tool, doc string
+	}{
+		{n.Netns, "iptables-restore", nsV4},
+		{n.Netns, "ip6tables-restore", nsV6},
+		{"", "iptables-restore", hostV4},
+		{"", "ip6tables-restore", hostV6},
+	} {
+		if err := restore(ctx, load.netns, load.tool, load.doc); err != nil {
+			return err
+		}
+	}
+
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding lo in %s: %w", n.Netns, err)
+	}
+	for _, up := range []func() error{
+		func() error { return h.LinkSetUp(lo) },
+		func() error { return h.LinkSetUp(inner) },
+		func() error { return netlink.LinkSetUp(host) },
+	} {
+		if err := up(); err != nil {
+			return fmt.Errorf("bringing up the sandbox's links: %w", err)
+		}
+	}
+	return nil
+}
+
+// newNamedNetns creates /var/run/netns/name without leaving the calling
+// thread in it: netns.NewNamed switches the thread, so the thread is locked
+// before and switched back after.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	ns, err := netns.NewNamed(name)
+	if serr := netns.Set(orig); serr != nil {
+		// The thread is in the wrong namespace: do not let it run
+		// anything else (it dies with the lock held).
+		panic(fmt.Sprintf("sandbox: cannot return to the host network namespace: %v", serr))
+	}
+	return ns, err
+}
+
+func ipNet(ip net.IP, bits int) *net.IPNet {
+	return &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, 32)}
+}
+
+// restore loads a rule set with tool (iptables-restore or
+// ip6tables-restore), in network namespace netns, or on the host with
+// --noflush when netns is "".
+func restore(ctx context.Context, ns, tool, doc string) error {
+	args := []string{tool, "--noflush"}
+	if ns != "" {
+		args = []string{"ip", "netns", "exec", ns, tool}
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin = strings.NewReader(doc)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		where := "on the host"
+		if ns != "" {
+			where = "in " + ns
+		}
+		return fmt.Errorf("loading rules %s with %s: %w: %s", where, tool, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// TeardownNetwork removes what SetupNetwork made for the sandbox named n:
+// the host's rules and chains (IPv4 and IPv6), the veth pair and the
+// namespace. It runs every step even when one fails, treats what is
+// already gone as done, and returns every failure. It is safe after a
+// partial setup and safe to repeat.
+func TeardownNetwork(ctx context.Context, n Names) error {
+	var errs *multierror.Error
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		if err := removeHostRules(proto, n); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	if link, err := netlink.LinkByName(n.HostVeth); err == nil {
+		if err := netlink.LinkDel(link); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("deleting veth %s: %w", n.HostVeth, err))
+		}
+	}
+	if err := netns.DeleteNamed(n.Netns); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = multierror.Append(errs, fmt.Errorf("deleting network namespace %s: %w", n.Netns, err))
+	}
+	return errs.ErrorOrNil()
+}
+
+// removeHostRules deletes the host's rules that carry n's comment from
+// INPUT and FORWARD and then n's chains.
+func removeHostRules(proto iptables.Protocol, n Names) error {
+	ipt, err := iptables.NewWithProtocol(proto)
+	if err != nil {
+		return fmt.Errorf("iptables: %w", err)
+	}
+	var errs *multierror.Error
+	for _, chain := range []string{"INPUT", "FORWARD"} {
+		rules, err := ipt.List("filter", chain)
+		if err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("listing %s: %w", chain, err))
+			continue
+		}
+		for _, r := range rules {
+			fields := strings.Fields(r)
+			if len(fields) < 3 || fields[0] != "-A" || !hasComment(fields, n.Comment) {
+				continue
+			}
+			for i, f := range fields {
+				fields[i] = strings.Trim(f, `"`) // iptables -S quotes comments
+			}
+			if err := ipt.Delete("filter", chain, fields[2:]...); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("deleting %q: %w", r, err))
+			}
+		}
+	}
+	for _, chain := range []string{n.ChainIn, n.ChainFwd} {
+		exists, err := ipt.ChainExists("filter", chain)
+		if err != nil {
+			errs = multierror.Append(errs, err)
+			continue
+		}
+		if !exists {
+			continue
+		}
+		if err := ipt.ClearAndDeleteChain("filter", chain); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("deleting chain %s: %w", chain, err))
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+// hasComment reports whether an iptables -S rule carries the comment c.
+func hasComment(fields []string, c string) bool {
+	for i := 0; i+1 < len(fields); i++ {
+		if fields[i] == "--comment" && strings.Trim(fields[i+1], `"`) == c {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+)
+
+// probe is one connection attempt made from inside a sandbox's namespace.
+type probe struct {
+	Name    string        `json:"name"`
+	OK      bool          `json:"ok"`
+	Err     string        `json:"err,omitempty"`
+	Elapsed time.Duration `json:"elapsed"`
+}
+
+// TestPrivilegedNetworkHelper runs inside the namespace when the test
+// binary is started there by TestPrivilegedNetwork; on its own it skips.
+func TestPrivilegedNetworkHelper(t *testing.T) {
+	gw, other, ifname := os.Getenv("SBX_PROBE_GATEWAY"), os.Getenv("SBX_PROBE_OTHER"), os.Getenv("SBX_PROBE_IF")
+	if gw == "" {
+		t.Skip("runs only inside a sandbox namespace, started by TestPrivilegedNetwork")
+	}
+	var probes []probe
+	try := func(name string, fn func() error) {
+		start := time.Now()
+		err := fn()
+		p := probe{Name: name, OK: err == nil, Elapsed: time.Since(start)}
+		if err != nil {
+			p.Err = err.Error()
+		}
+		probes = append(probes, p)
+	}
+	dialRead := func(network, addr string) error {
+		c, err := net.DialTimeout(network, addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		_, err = io.ReadFull(c, make([]byte, 2))
+		return err
+	}
+	try("gateway port", func() error { return dialRead("tcp", gw) })
+	try("gateway address, other port", func() error { return dialRead("tcp", other) })
+	try("another address", func() error { return dialRead("tcp", "192.0.2.1:80") })
+	try("udp to the host", func() error {
+		host, _, _ := net.SplitHostPort(gw)
+		c, err := net.Dial("udp", net.JoinHostPort(host, "53"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write([]byte("query")); err != nil {
+			return err
+		}
+		_, err = c.Read(make([]byte, 10))
+		return err
+	})
+	try("ipv6 link-local", func() error { return dialRead("tcp6", "[fe80::1%"+ifname+"]:3128") })
+	json.NewEncoder(os.Stdout).Encode(probes)
+}
+
+// TestPrivilegedNetwork sets up a sandbox network, checks from inside that
+// only the gateway's port answers and everything else fails at once, then
+// tears it down and checks that nothing of it is left.
+func TestPrivilegedNetwork(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces, veths and iptables rules (CI runs as root)")
+	}
+	id, err := NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := NamesFor(id)
+	sub, err := SubnetAt(netip.MustParseAddr("10.213.254.248"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}
+	ctx := context.Background()
+	t.Cleanup(func() { TeardownNetwork(ctx, names) }) // also when the test fails
+	if err := SetupNetwork(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+
+	// The gateway stands in on the host side of the veth.
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(sub.Host, 3128).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	other, err := net.Listen("tcp", netip.AddrPortFrom(sub.Host, 0).String()) // listening, but not the gateway's port
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	cmd := exec.Command("ip", "netns", "exec", names.Netns, os.Args[0], "-test.run", "^TestPrivilegedNetworkHelper$", "-test.v")
+	cmd.Env = append(os.Environ(),
+		"SBX_PROBE_GATEWAY="+netip.AddrPortFrom(sub.Host, 3128).String(),
+		"SBX_PROBE_OTHER="+other.Addr().String(),
+		"SBX_PROBE_IF="+names.InnerVeth)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("probing from the namespace: %v\n%s", err, out)
+	}
+	var probes []probe
+	start := strings.Index(string(out), "[")
+	end := strings.LastIndex(string(out), "]")
+	if start < 0 || end < start || json.Unmarshal(out[start:end+1], &probes) != nil {
+		t.Fatalf("probe output: %s", out)
+	}
+	for _, p := range probes {
+		want := p.Name == "gateway port"
+		if p.OK != want {
+			t.Errorf("%s from inside: ok=%v (%s), want ok=%v", p.Name, p.OK, p.Err, want)
+		}
+		if !want && p.Elapsed > time.Second+100*time.Millisecond {
+			t.Errorf("%s from inside failed after %v, want under a second", p.Name, p.Elapsed)
+		}
+		t.Logf("%s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
+	}
+
+	if err := TeardownNetwork(ctx, names); err != nil {
+		t.Fatalf("teardown: %v", err)
+	}
+	if err := TeardownNetwork(ctx, names); err != nil {
+		t.Errorf("a second teardown: %v", err)
+	}
+	assertNetworkGone(t, names)
+}
+
+// assertNetworkGone checks that no namespace, veth, chain or rule of the
+// sandbox is left.
+func assertNetworkGone(t *testing.T, n Names) {
+	t.Helper()
+	if _, err := os.Stat("/var/run/netns/" + n.Netns); !os.IsNotExist(err) {
+		t.Errorf("namespace %s left: %v", n.Netns, err)
+	}
+	if _, err := netlink.LinkByName(n.HostVeth); err == nil {
+		t.Errorf("veth %s left", n.HostVeth)
+	}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		ipt, err := iptables.NewWithProtocol(proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, chain := range []string{"INPUT", "FORWARD"} {
+			rules, _ := ipt.List("filter", chain)
+			for _, r := range rules {
+				if strings.Contains(r, n.Comment) {
+					t.Errorf("rule left in %s: %s", chain, r)
+				}
+			}
+		}
+		for _, chain := range []string{n.ChainIn, n.ChainFwd} {
+			if ok, _ := ipt.ChainExists("filter", chain); ok {
+				t.Errorf("chain %s left (%v)", chain, proto)
+			}
+		}
+	}
+
+}

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+)
+
+// SetupNetwork needs Linux network namespaces.
+func SetupNetwork(ctx context.Context, p NetPlan) error { return errors.ErrUnsupported }
+
+// TeardownNetwork needs Linux network namespaces.
+func TeardownNetwork(ctx context.Context, n Names) error { return errors.ErrUnsupported }
