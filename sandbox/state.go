@@ -23,7 +23,8 @@ var ErrNotFound = errors.New("no such sandbox")
 type State struct {
 	ID          string       `json:"id"`
 	Name        string       `json:"name,omitempty"`
-	PID         int          `json:"pid"` // the sbx run process
+	PID         int          `json:"pid"`                 // the sbx run process
+	PIDStart    uint64       `json:"pid_start,omitempty"` // its start time, against pid reuse
 	Subnet      netip.Prefix `json:"subnet"`
 	GatewayPort uint16       `json:"gateway_port"`
 	Command     []string     `json:"command,omitempty"`

@@ -1,0 +1,147 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/coreos/go-iptables/iptables"
+	"github.com/hashicorp/go-multierror"
+	"github.com/vishvananda/netlink"
+)
+
+// processStart returns the start time of process pid (in clock ticks since
+// boot, field 22 of /proc/<pid>/stat), which with the pid names a process
+// uniquely even after pids wrap around.
+func processStart(pid int) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// OwnerAlive reports whether the sbx run process recorded in st still
+// runs: same pid, same start time.
+func OwnerAlive(st State) bool {
+	if st.PID <= 0 {
+		return false
+	}
+	if err := syscall.Kill(st.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	start, err := processStart(st.PID)
+	return err == nil && (st.PIDStart == 0 || start == st.PIDStart)
+}
+
+// Leftovers returns the ids of sandboxes whose sbx run process is gone but
+// whose state or kernel objects remain: state directories with a dead
+// owner, and namespaces, veths and iptables chains named after a sandbox
+// id that no live sandbox has. Objects not named as sbx names them are
+// never considered.
+func Leftovers(stateDir string) ([]string, error) {
+	states, err := List(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	found := map[string]bool{}
+	for _, st := range states {
+		if OwnerAlive(st) {
+			live[st.ID] = true
+		} else {
+			found[st.ID] = true
+		}
+	}
+	add := func(name, prefix, suffix string) {
+		id, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			return
+		}
+		if id, ok = strings.CutSuffix(id, suffix); ok && CheckID(id) == nil {
+			found[id] = true
+		}
+	}
+	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, e := range entries {
+			add(e.Name(), "sbx-", "")
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		add(l.Attrs().Name, "sbxh", "")
+	}
+	for _, proto := range []iptables.Protocol{iptables.ProtocolIPv4, iptables.ProtocolIPv6} {
+		ipt, err := iptables.NewWithProtocol(proto)
+		if err != nil {
+			return nil, fmt.Errorf("iptables: %w", err)
+		}
+		chains, err := ipt.ListChains("filter")
+		if err != nil {
+			return nil, fmt.Errorf("listing iptables chains: %w", err)
+		}
+		for _, c := range chains {
+			add(c, "SBX-", "-IN")
+			add(c, "SBX-", "-FWD")
+		}
+	}
+	var ids []string
+	for id := range found {
+		if !live[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// GC removes every leftover of sandboxes whose sbx run process is gone
+// (see Leftovers): network, then state. It returns the ids it cleaned and
+// every failure; one sandbox's failure does not stop the others.
+func GC(ctx context.Context, stateDir string) ([]string, error) {
+	ids, err := Leftovers(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var errs *multierror.Error
+	var cleaned []string
+	for _, id := range ids {
+		n, _ := NamesFor(id)
+		if err := TeardownNetwork(ctx, n); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+			continue
+		}
+		if err := Release(stateDir, id); err != nil {
+			errs = multierror.Append(errs, err)
+			continue
+		}
+		cleaned = append(cleaned, id)
+	}
+	return cleaned, errs.ErrorOrNil()
+}
+
+// Owner returns this process's pid and start time, to record in State so
+// that a later sbx gc can tell whether the run that made a sandbox lives.
+func Owner() (pid int, start uint64, err error) {
+	pid = os.Getpid()
+	start, err = processStart(pid)
+	return pid, start, err
+}

@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+)
+
+func TestOwnerAlive(t *testing.T) {
+	pid, start, err := Owner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !OwnerAlive(State{PID: pid, PIDStart: start}) {
+		t.Errorf("this process is not alive")
+	}
+	if OwnerAlive(State{PID: pid, PIDStart: start + 1}) {
+		t.Errorf("a reused pid (other start time) counts as alive")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if OwnerAlive(State{PID: cmd.Process.Pid}) {
+		t.Errorf("a finished process counts as alive")
+	}
+}
+
+// TestPrivilegedGC leaves the network and state of a sandbox whose owner
+// is gone (as after kill -9 of sbx run) beside a live one, and expects GC
+// to remove the first whole and to keep the second.
+func TestPrivilegedGC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces, veths and iptables rules (CI runs as root)")
+	}
+	// GC looks at every sbx-named object on the machine; with real
+	// sandboxes running, their objects would count as leftovers of this
+	// test's state directory.
+	if real, _ := List(DefaultStateDir); len(real) > 0 {
+		t.Skipf("%d sandboxes are running on this machine (%s); GC would count them as leftovers", len(real), DefaultStateDir)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid, start, _ := Owner()
+	type sb struct {
+		st  State
+		sub string
+	}
+	idDead, _ := NewID()
+	idLive, _ := NewID()
+	for _, s := range []sb{
+		{State{ID: idDead, PID: dead.Process.Pid}, "10.213.254.240"},
+		{State{ID: idLive, PID: pid, PIDStart: start}, "10.213.254.244"},
+	} {
+		names, _ := NamesFor(s.st.ID)
+		t.Cleanup(func() { TeardownNetwork(ctx, names) })
+		sub, err := SubnetAt(netip.MustParseAddr(s.sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.st.Subnet = sub.Prefix
+		if err := writeState(dir, s.st); err != nil {
+			t.Fatal(err)
+		}
+		if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left, err := Leftovers(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(left, idDead) || slices.Contains(left, idLive) {
+		t.Fatalf("Leftovers = %v, want %s and not %s", left, idDead, idLive)
+	}
+	cleaned, err := GC(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cleaned, idDead) || slices.Contains(cleaned, idLive) {
+		t.Errorf("GC cleaned %v, want %s and not %s", cleaned, idDead, idLive)
+	}
+	deadNames, _ := NamesFor(idDead)
+	assertNetworkGone(t, deadNames)
+	if _, err := Load(dir, idDead); err == nil {
+		t.Errorf("the dead sandbox's state is left")
+	}
+	liveNames, _ := NamesFor(idLive)
+	if _, err := os.Stat("/var/run/netns/" + liveNames.Netns); err != nil {
+		t.Errorf("GC removed the live sandbox's namespace: %v", err)
+	}
+	if _, err := Load(dir, idLive); err != nil {
+		t.Errorf("GC removed the live sandbox's state: %v", err)
+	}
+}
