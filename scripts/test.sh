@@ -24,9 +24,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 # Debian packages the tests use: gcc for the race detector; iproute2 and
-# iptables for the sandbox's privileged tests (throwaway namespaces). The
-# container tests will add containerd, runc and busybox-static.
-packages=(gcc iproute2 iptables)
+# iptables for the sandbox's privileged tests (throwaway namespaces);
+# containerd, runc and busybox-static for its container tests.
+packages=(gcc iproute2 iptables containerd runc busybox-static)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -39,6 +39,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 	log "installing ${missing[*]}"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# The container tests need a running containerd. Debian's package starts
+# it under systemd; where there is none (CI, containers), start it here.
+# It keeps running after this script, as a service would.
+if [ "$(id -u)" -eq 0 ] && ! timeout 5 ctr version >/dev/null 2>&1; then
+	log "starting containerd (log: /var/log/sbx-containerd.log)"
+	nohup containerd >/var/log/sbx-containerd.log 2>&1 </dev/null &
+	for _ in $(seq 50); do
+		timeout 5 ctr version >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	if ! timeout 5 ctr version >/dev/null 2>&1; then
+		echo "scripts/test.sh: containerd did not start; see /var/log/sbx-containerd.log" >&2
+		exit 1
+	fi
 fi
 
 pkgs=("$@")

@@ -1,0 +1,228 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/hashicorp/go-multierror"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// ContainerdNamespace is the containerd namespace sbx's containers live in.
+const ContainerdNamespace = "sbx"
+
+// DefaultContainerdSocket is where containerd listens unless told.
+const DefaultContainerdSocket = "/run/containerd/containerd.sock"
+
+// defaultPath is the PATH a command gets unless its env sets one.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ContainerSpec is what runs in a sandbox.
+type ContainerSpec struct {
+	// ID names the container; the sandbox id.
+	ID string
+	// NetnsPath is the network namespace to join, /var/run/netns/sbx-<id>.
+	NetnsPath string
+	// RootFS is a directory used as / (read-only).
+	RootFS string
+	// Args is the command and its arguments.
+	Args []string
+	// Env is KEY=VALUE pairs.
+	Env []string
+	// Cwd is the working directory; "" means /.
+	Cwd string
+	// UID and GID run the command; both 0 means root.
+	UID, GID uint32
+	// TTY gives the command a terminal.
+	TTY bool
+	// Mounts are bind mounts, added to the defaults.
+	Mounts []specs.Mount
+}
+
+// specOpts turns cs into OCI spec options. The container never gets
+// CAP_NET_ADMIN (the default set lacks it) and loses CAP_NET_RAW; it runs
+// under containerd's default seccomp profile with no-new-privileges, in the
+// sandbox's network namespace (DESIGN.md §2, guarantee 5).
+func specOpts(cs ContainerSpec) []oci.SpecOpts {
+	opts := []oci.SpecOpts{
+		oci.WithRootFSPath(cs.RootFS),
+		oci.WithRootFSReadonly(),
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cs.NetnsPath}),
+		oci.WithProcessArgs(cs.Args...),
+		// PATH first, so that a bare command name is found and cs.Env can
+		// still set its own (the later of two values wins).
+		oci.WithEnv(append([]string{"PATH=" + defaultPath}, cs.Env...)),
+		oci.WithNoNewPrivileges,
+		oci.WithDroppedCapabilities([]string{"CAP_NET_RAW", "CAP_NET_ADMIN"}),
+		seccomp.WithDefaultProfile(),
+		oci.WithHostname("sbx-" + cs.ID),
+	}
+	if cs.Cwd != "" {
+		opts = append(opts, oci.WithProcessCwd(cs.Cwd))
+	}
+	if cs.UID != 0 || cs.GID != 0 {
+		opts = append(opts, oci.WithUIDGID(cs.UID, cs.GID))
+	}
+	if cs.TTY {
+		opts = append(opts, oci.WithTTY)
+	}
+	if len(cs.Mounts) > 0 {
+		opts = append(opts, oci.WithMounts(cs.Mounts))
+	}
+	return opts
+}
+
+// GenerateSpec returns the OCI spec a container for cs gets, without
+// containerd: what the golden tests compare.
+func GenerateSpec(ctx context.Context, cs ContainerSpec) (*specs.Spec, error) {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	return oci.GenerateSpec(ctx, nil, &containers.Container{ID: cs.ID}, specOpts(cs)...)
+}
+
+// Containerd runs sandbox containers through a containerd daemon.
+type Containerd struct {
+	client *containerd.Client
+}
+
+// ConnectContainerd connects to containerd at socket.
+func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) {
+	c, err := containerd.New(socket, containerd.WithDefaultNamespace(ContainerdNamespace), containerd.WithTimeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to containerd at %s (is it installed and running? scripts/test.sh starts it): %w", socket, err)
+	}
+	return &Containerd{client: c}, nil
+}
+
+// Close closes the connection.
+func (c *Containerd) Close() error { return c.client.Close() }
+
+// Stdio are a container's standard streams; nil ones are /dev/null.
+type Stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Exit codes of Run for a command that could not be started, as a shell
+// gives them (DESIGN.md §7).
+const (
+	ExitCannotExecute = 126
+	ExitNotFound      = 127
+)
+
+// Run creates the container, runs its command to the end and removes the
+// container, returning the command's exit code. When ctx is done the
+// command gets SIGTERM, then SIGKILL after grace. Removal runs even when
+// ctx is done. A command that cannot be started gives 127 (not found) or
+// 126 (not executable) with a nil error.
+func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, grace time.Duration) (code int, retErr error) {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ctr, err := c.client.NewContainer(ctx, cs.ID, containerd.WithNewSpec(specOpts(cs)...))
+	if err != nil {
+		return -1, fmt.Errorf("creating container %s: %w", cs.ID, err)
+	}
+	defer func() {
+		if err := ctr.Delete(cleanupCtx); err != nil {
+			retErr = multierror.Append(retErr, fmt.Errorf("deleting container %s: %w", cs.ID, err))
+		}
+	}()
+	streams := []cio.Opt{cio.WithStreams(stdio.In, stdio.Out, stdio.Err)}
+	if cs.TTY {
+		streams = append(streams, cio.WithTerminal)
+	}
+	task, err := ctr.NewTask(ctx, cio.NewCreator(streams...))
+	if err != nil {
+		if code, ok := startFailure(err); ok {
+			return code, nil
+		}
+		return -1, fmt.Errorf("creating the task of %s: %w", cs.ID, err)
+	}
+	defer func() {
+		if _, err := task.Delete(cleanupCtx, containerd.WithProcessKill); err != nil {
+			retErr = multierror.Append(retErr, fmt.Errorf("deleting the task of %s: %w", cs.ID, err))
+		}
+	}()
+	exitCh, err := task.Wait(cleanupCtx)
+	if err != nil {
+		return -1, fmt.Errorf("waiting for %s: %w", cs.ID, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		if code, ok := startFailure(err); ok {
+			return code, nil
+		}
+		return -1, fmt.Errorf("starting %s: %w", cs.ID, err)
+	}
+	select {
+	case st := <-exitCh:
+		return int(st.ExitCode()), st.Error()
+	case <-ctx.Done():
+	}
+	task.Kill(cleanupCtx, syscall.SIGTERM)
+	select {
+	case st := <-exitCh:
+		return int(st.ExitCode()), st.Error()
+	case <-time.After(grace):
+	}
+	task.Kill(cleanupCtx, syscall.SIGKILL)
+	st := <-exitCh
+	return int(st.ExitCode()), st.Error()
+}
+
+// startFailure maps runc's failure to exec the command to a shell's exit
+// code.
+func startFailure(err error) (int, bool) {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "executable file not found"):
+		return ExitNotFound, true
+	case strings.Contains(msg, "permission denied"):
+		return ExitCannotExecute, true
+	}
+	return 0, false
+}
+
+// RemoveContainer deletes container id and its task, if they exist, for
+// garbage collection.
+func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	ctr, err := c.client.LoadContainer(ctx, id)
+	if err != nil {
+		return nil // gone
+	}
+	var errs *multierror.Error
+	if task, err := ctr.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	if err := ctr.Delete(ctx); err != nil {
+		errs = multierror.Append(errs, err)
+	}
+	return errs.ErrorOrNil()
+}
+
+// ContainerIDs lists the ids of sbx's containers.
+func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	list, err := c.client.Containers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(list))
+	for _, ctr := range list {
+		ids = append(ids, ctr.ID())
+	}
+	return ids, nil
+}
+

@@ -1,0 +1,163 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testContainerSpec() ContainerSpec {
+	return ContainerSpec{
+		ID:        "1a2b3c4d",
+		NetnsPath: "/var/run/netns/sbx-1a2b3c4d",
+		RootFS:    "/var/lib/sbx/rootfs",
+		Args:      []string{"npm", "install"},
+		Env:       []string{"HTTP_PROXY=http://10.213.0.5:3128", "SBX_SANDBOX=1a2b3c4d"},
+		Cwd:       "/work",
+		UID:       1000,
+		GID:       1000,
+	}
+}
+
+func TestSpecGolden(t *testing.T) {
+	s, err := GenerateSpec(context.Background(), testContainerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "container-spec.json", string(data)+"\n")
+}
+
+func TestSpecGuarantees(t *testing.T) {
+	s, err := GenerateSpec(context.Background(), testContainerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := s.Process.Capabilities
+	for name, set := range map[string][]string{"bounding": caps.Bounding, "effective": caps.Effective, "permitted": caps.Permitted} {
+		for _, forbidden := range []string{"CAP_NET_ADMIN", "CAP_NET_RAW"} {
+			if slices.Contains(set, forbidden) {
+				t.Errorf("%s capabilities hold %s", name, forbidden)
+			}
+		}
+	}
+	if !s.Process.NoNewPrivileges {
+		t.Errorf("no-new-privileges is not set")
+	}
+	if s.Linux.Seccomp == nil || len(s.Linux.Seccomp.Syscalls) == 0 {
+		t.Errorf("no seccomp profile")
+	}
+	if !s.Root.Readonly || s.Root.Path != "/var/lib/sbx/rootfs" {
+		t.Errorf("root %+v, want the rootfs read-only", s.Root)
+	}
+	joined := false
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == "network" && ns.Path == "/var/run/netns/sbx-1a2b3c4d" {
+			joined = true
+		}
+	}
+	if !joined {
+		t.Errorf("the container does not join the sandbox's network namespace: %+v", s.Linux.Namespaces)
+	}
+}
+
+// busyboxRootfs builds a minimal root filesystem from Debian's
+// busybox-static.
+func busyboxRootfs(t *testing.T) string {
+	t.Helper()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is missing (scripts/test.sh installs it): %v", err)
+	}
+	root := t.TempDir()
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"sh", "cat", "grep", "echo", "true"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", cmd))
+	}
+	os.Chmod(root, 0o755)
+	return root
+}
+
+// TestPrivilegedContainer runs busybox in a sandbox: it joins the
+// sandbox's network namespace, holds neither CAP_NET_ADMIN nor CAP_NET_RAW,
+// runs under seccomp, and its exit code comes back.
+func TestPrivilegedContainer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.236"))
+	t.Cleanup(func() {
+		cd.RemoveContainer(ctx, id)
+		TeardownNetwork(ctx, names)
+	})
+	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
+		t.Fatal(err)
+	}
+	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t),
+		Args: []string{"sh", "-c", "grep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status; exit 7"}}
+	var out, errOut bytes.Buffer
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	code, err := cd.Run(runCtx, spec, Stdio{Out: &out, Err: &errOut}, time.Second)
+	if err != nil {
+		t.Fatalf("Run: %v (stderr %q)", err, errOut.String())
+	}
+	if code != 7 {
+		t.Errorf("exit code %d, want 7 (stderr %q)", code, errOut.String())
+	}
+	status := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		status[k] = strings.TrimSpace(v)
+	}
+	for _, k := range []string{"CapEff", "CapBnd"} {
+		bits, err := strconv.ParseUint(status[k], 16, 64)
+		if err != nil {
+			t.Fatalf("%s = %q: %v\n%s", k, status[k], err, out.String())
+		}
+		const netAdmin, netRaw = 1 << 12, 1 << 13
+		if bits&(netAdmin|netRaw) != 0 {
+			t.Errorf("%s = %s holds CAP_NET_ADMIN or CAP_NET_RAW", k, status[k])
+		}
+	}
+	if status["Seccomp"] != "2" || status["NoNewPrivs"] != "1" {
+		t.Errorf("Seccomp %q, NoNewPrivs %q; want 2 and 1", status["Seccomp"], status["NoNewPrivs"])
+	}
+
+	// A command that does not exist exits 127, as in a shell.
+	spec.Args = []string{"/bin/no-such-command"}
+	if code, err := cd.Run(runCtx, spec, Stdio{}, time.Second); err != nil || code != ExitNotFound {
+		t.Errorf("a missing command: exit %d, %v; want %d", code, err, ExitNotFound)
+	}
+	ids, err := cd.ContainerIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(ids, id) {
+		t.Errorf("container %s left after Run", id)
+	}
+}
