@@ -225,4 +225,3 @@ func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {
 	}
 	return ids, nil
 }
-
