@@ -62,6 +62,9 @@ func execute(ctx context.Context, root *cobra.Command) int {
 // reportError prints err: every line prefixed with "sbx: ", unless it is a
 // plain exitError.
 func reportError(w io.Writer, err error) {
+	if errors.Is(err, errSilent) {
+		return // the command reported its own failure
+	}
 	var ee *exitError
 	if errors.As(err, &ee) && ee.plain {
 		fmt.Fprintln(w, err)
@@ -95,6 +98,7 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 	root.AddCommand(
 		newGatewayCmd(),
 		newPolicyCmd(),
+		newRunCmd(),
 		newVersionCmd(),
 	)
 	return root

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Where sbx run keeps a sandbox's state and logs (DESIGN.md §7).
+const (
+	logRoot     = "/var/lib/sbx/sandboxes"
+	gatewayPort = 3128
+)
+
+// exitSbxFailed is sbx run's exit code when sbx itself fails (DESIGN.md §7).
+const exitSbxFailed = 125
+
+// runOptions are the flags of sbx run.
+type runOptions struct {
+	policy     policyFlags
+	resolve    []string
+	rootfs     string
+	env        []string
+	workdir    string
+	user       string
+	tty        bool
+	quiet      bool
+	log        string
+	subnetPool string
+	stateDir   string // hidden: for tests
+	socket     string
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run a command in a sandbox whose only way out is the gateway",
+		Long: `Run starts COMMAND in a new sandbox: a container in a network namespace
+whose only way out is a gateway on the host that decides every request by
+the policy flags and logs every decision. The command finds the gateway in
+HTTP_PROXY and HTTPS_PROXY; anything that ignores them reaches nothing.
+
+Decisions are printed on stderr as they happen (unless --quiet) and kept in
+/var/lib/sbx/sandboxes/<id>/decisions.jsonl (or --log), whose path is
+printed at the end. Rules can be changed while it runs with sbx policy
+... --sandbox <id>, through the API socket in /run/sbx/<id>/.
+
+Exit code: COMMAND's; 125 when sbx itself fails, 126 when COMMAND cannot be
+executed, 127 when it is not found. Needs root, containerd and iptables.`,
+		Example: `  # A busybox root filesystem, the npm registry allowed, everything else blocked.
+  sbx run --rootfs ./rootfs --allow registry.npmjs.org -- wget -q -O- https://registry.npmjs.org/
+
+  # Test against a server of your own under a fake name.
+  sbx run --rootfs ./rootfs --allow api.test:8080 --resolve api.test=10.0.0.5 --allow-private 10.0.0.5/32 -- sh`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf(cmd, "no command given; write sbx run [flags] -- COMMAND [ARG...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := runSandbox(cmd, o, args)
+			if err != nil {
+				return &exitError{code: exitSbxFailed, err: err}
+			}
+			if code != 0 {
+				return &exitError{code: code, err: errSilent}
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	o.policy.AddFlags(fs)
+	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
+	fs.StringVar(&o.rootfs, "rootfs", "", "the container's root filesystem: a `DIR` (read-only)")
+	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
+	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
+	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]`")
+	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
+	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
+	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
+	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
+	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
+	fs.StringVar(&o.socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
+	fs.MarkHidden("state-dir")
+	fs.SetInterspersed(false)
+	return cmd
+}
+
+// errSilent carries an exit code without a message: the command's own
+// failure, which it has reported itself.
+var errSilent = errors.New("")
+
+// runSandbox makes the sandbox, runs args in it, and takes it down. It
+// returns the command's exit code, or an error when sbx failed.
+func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retErr error) {
+	ctx := cmd.Context()
+	stderr := cmd.ErrOrStderr()
+	if os.Geteuid() != 0 {
+		return 0, errors.New("sbx run needs root (namespaces, iptables, containerd): run it with sudo")
+	}
+	if o.rootfs == "" {
+		return 0, errors.New("--rootfs DIR is required for now (the host's own root filesystem comes later); build one, e.g. from busybox-static")
+	}
+	rootfs, err := filepath.Abs(o.rootfs)
+	if err != nil {
+		return 0, err
+	}
+	if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
+		return 0, fmt.Errorf("--rootfs %s is not a directory", o.rootfs)
+	}
+	pool, err := netip.ParsePrefix(o.subnetPool)
+	if err != nil {
+		return 0, fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
+	}
+	uid, gid, err := parseUser(o.user)
+	if err != nil {
+		return 0, err
+	}
+	p, err := o.policy.Build()
+	if err != nil {
+		return 0, err
+	}
+	res := &gateway.Resolver{}
+	for _, v := range o.resolve {
+		host, ip, err := gateway.ParseStatic(v)
+		if err != nil {
+			return 0, err
+		}
+		res.AddStatic(host, ip)
+	}
+	cd, err := sandbox.ConnectContainerd(ctx, o.socket)
+	if err != nil {
+		return 0, err
+	}
+	defer cd.Close()
+
+	id, err := sandbox.NewID()
+	if err != nil {
+		return 0, err
+	}
+	names, _ := sandbox.NamesFor(id)
+	pid, start, err := sandbox.Owner()
+	if err != nil {
+		return 0, err
+	}
+	// Teardown runs in reverse order on a context Ctrl-C cannot cancel,
+	// collecting every failure.
+	var undo []func() error
+	defer func() {
+		var errs *multierror.Error
+		for i := len(undo) - 1; i >= 0; i-- {
+			if err := undo[i](); err != nil {
+				errs = multierror.Append(errs, err)
+			}
+		}
+		if err := errs.ErrorOrNil(); err != nil {
+			retErr = multierror.Append(retErr, fmt.Errorf("tearing down sandbox %s: %w", id, err))
+		}
+	}()
+	teardownCtx := context.WithoutCancel(ctx)
+
+	sub, err := sandbox.Reserve(o.stateDir, pool, sandbox.State{ID: id, PID: pid, PIDStart: start,
+		GatewayPort: gatewayPort, Command: args, Created: time.Now().UTC()})
+	if err != nil {
+		return 0, err
+	}
+	undo = append(undo, func() error { return sandbox.Release(o.stateDir, id) })
+	plan := sandbox.NetPlan{Names: names, Subnet: sub, GatewayPort: gatewayPort}
+	undo = append(undo, func() error { return sandbox.TeardownNetwork(teardownCtx, names) })
+	if err := sandbox.SetupNetwork(ctx, plan); err != nil {
+		return 0, err
+	}
+
+	logFile := o.log
+	if logFile == "" {
+		logFile = filepath.Join(logRoot, id, "decisions.jsonl")
+	}
+	var sinks []gateway.Sink
+	if !o.quiet && !o.tty {
+		sinks = append(sinks, &liveSink{w: stderr})
+	}
+	stateDir := filepath.Join(o.stateDir, id)
+	gw, err := gateway.Start(ctx, gateway.Options{
+		Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
+		API:       []string{"unix:" + filepath.Join(stateDir, "api.sock")},
+		TokenFile: filepath.Join(stateDir, "token"),
+		Policy:    p,
+		Resolver:  res,
+		LogFile:   logFile,
+		Sinks:     sinks,
+		Sandbox:   id,
+	})
+	if err != nil {
+		return 0, err
+	}
+	undo = append(undo, func() error {
+		err := gw.Close()
+		fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", id, logFile)
+		return err
+	})
+
+	proxy := "http://" + net.JoinHostPort(sub.Host.String(), strconv.Itoa(gatewayPort))
+	env := []string{
+		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
+	}
+	env = append(env, o.env...)
+	if !o.quiet {
+		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
+	}
+	undo = append(undo, func() error { return cd.RemoveContainer(teardownCtx, id) })
+	return cd.Run(ctx, sandbox.ContainerSpec{
+		ID:        id,
+		NetnsPath: "/var/run/netns/" + names.Netns,
+		RootFS:    rootfs,
+		Args:      args,
+		Env:       env,
+		Cwd:       o.workdir,
+		UID:       uid,
+		GID:       gid,
+		TTY:       o.tty,
+	}, sandbox.Stdio{In: cmd.InOrStdin(), Out: cmd.OutOrStdout(), Err: stderr}, 10*time.Second)
+}
+
+// parseUser parses --user UID[:GID].
+func parseUser(v string) (uid, gid uint32, err error) {
+	if v == "" {
+		return 0, 0, nil
+	}
+	u, g, hasGID := strings.Cut(v, ":")
+	n, err := strconv.ParseUint(u, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("--user %q: want UID[:GID] in numbers, e.g. --user 1000:1000", v)
+	}
+	uid, gid = uint32(n), uint32(n)
+	if hasGID {
+		m, err := strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("--user %q: want UID[:GID] in numbers, e.g. --user 1000:1000", v)
+		}
+		gid = uint32(m)
+	}
+	return uid, gid, nil
+}
+
+// liveSink prints each decision as one short line while the sandbox runs.
+type liveSink struct {
+	w io.Writer
+}
+
+func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
+	if !strings.Contains(string(line), `"event":"decision"`) {
+		return nil
+	}
+	var r struct {
+		Action, Kind, Method, Host, Path, Rule, Reason string
+		Port                                           int
+	}
+	if err := jsonUnmarshal(line, &r); err != nil {
+		return nil
+	}
+	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s %s:%d%s  (%s: %s)\n", r.Action, r.Method, r.Host, r.Port, r.Path, r.Rule, r.Reason)
+	return err
+}
+func (s *liveSink) Flush() error { return nil }
+func (s *liveSink) Close() error { return nil }
+
+// jsonUnmarshal decodes a decision record, whose field names are the
+// lower-case ones of DESIGN.md §5.
+func jsonUnmarshal(line []byte, v any) error { return json.Unmarshal(line, v) }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// busyboxRoot builds a root filesystem from Debian's busybox-static.
+func busyboxRoot(t *testing.T) string {
+	t.Helper()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is missing (scripts/test.sh installs it): %v", err)
+	}
+	root := t.TempDir()
+	os.Chmod(root, 0o755)
+	for _, d := range []string{"bin", "proc", "dev", "sys", "tmp", "etc"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"sh", "nc", "printf", "cat", "grep", "echo"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", c))
+	}
+	return root
+}
+
+// upstreamNamespace starts an HTTP server at addr (host side: gw) inside a
+// network namespace made for the test, reachable from the host through a
+// veth pair; it is removed when the test ends.
+func upstreamNamespace(t *testing.T, hostCIDR, nsCIDR, listen string) {
+	t.Helper()
+	name := fmt.Sprintf("sbxtest-up-%d", os.Getpid())
+	veth := fmt.Sprintf("sbxtu%d", os.Getpid()%100000)
+	exec.Command("ip", "netns", "del", name).Run()
+	if l, err := netlink.LinkByName(veth); err == nil {
+		netlink.LinkDel(l)
+	}
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(veth); err == nil {
+			netlink.LinkDel(l)
+		}
+		netns.DeleteNamed(name)
+	})
+	for _, args := range [][]string{
+		{"netns", "add", name},
+		{"link", "add", veth, "type", "veth", "peer", "name", veth + "p"},
+		{"link", "set", veth + "p", "netns", name},
+		{"addr", "add", hostCIDR, "dev", veth},
+		{"link", "set", veth, "up"},
+		{"-n", name, "addr", "add", nsCIDR, "dev", veth + "p"},
+		{"-n", name, "link", "set", veth + "p", "up"},
+		{"-n", name, "link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// The listening socket is made inside the namespace; it stays there
+	// whatever thread serves it.
+	runtime.LockOSThread()
+	orig, _ := netns.Get()
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	netns.Set(ns)
+	ln, lerr := net.Listen("tcp", listen)
+	if err := netns.Set(orig); err != nil {
+		panic(err)
+	}
+	runtime.UnlockOSThread()
+	ns.Close()
+	orig.Close()
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello-upstream\n") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// TestPrivilegedRun runs sbx run end to end: a busybox sandbox asks the
+// gateway for an allowed and a blocked host, both served by an upstream in
+// a namespace of the test's own; the allowed one answers, the blocked one
+// gets 403 with X-Sbx-Decision; the exit code comes back; nothing is left.
+func TestPrivilegedRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	root := busyboxRoot(t)
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "decisions.jsonl")
+	script := `GW=${HTTP_PROXY#http://}
+ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
+ask allowed.test
+ask blocked.test
+exit 7`
+	stdout, stderr, code := runCLI(t, "run", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.240.0/24", "--log", logFile,
+		"--allow", "allowed.test:8080", "--resolve", "allowed.test=10.213.253.2", "--resolve", "blocked.test=10.213.253.2",
+		"--allow-private", "10.213.253.0/30", "--", "sh", "-c", script)
+	if code != 7 {
+		t.Errorf("exit %d, want 7\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "hello-upstream") {
+		t.Errorf("the allowed request got no answer from the upstream:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "403 Forbidden") || !strings.Contains(stdout, "X-Sbx-Decision: block") {
+		t.Errorf("the blocked request did not get 403 with X-Sbx-Decision:\n%s", stdout)
+	}
+	for _, want := range []string{"allow", "block", "decision log of sandbox"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), `"event":"decision"`); n != 2 {
+		t.Errorf("%d decision records, want 2:\n%s", n, data)
+	}
+	// Nothing of the sandbox is left.
+	if entries, _ := os.ReadDir(filepath.Join(dir, "state")); len(entries) > 1 { // .lock stays
+		t.Errorf("state left: %v", entries)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "sbx-") {
+			t.Errorf("namespace left: %s", line)
+		}
+	}
+	rules, _ := exec.Command("iptables", "-S").Output()
+	if strings.Contains(string(rules), "sbx:") {
+		t.Errorf("iptables rules left:\n%s", rules)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"run"}, exitUsage, "no command given"},
+		{[]string{"run", "--allow", "*.", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "--allow"},
+		{[]string{"run", "--rootfs", "/no/such/dir", "--", "true"}, exitSbxFailed, "not a directory"},
+		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "UID[:GID]"},
+	}
+	if os.Geteuid() != 0 {
+		tests = []struct {
+			args []string
+			code int
+			want string
+		}{{[]string{"run", "--", "true"}, exitSbxFailed, "needs root"}}
+	}
+	for _, tt := range tests {
+		_, stderr, code := runCLI(t, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("sbx %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
+		}
+	}
+}
