@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -17,37 +16,6 @@ import (
 	"github.com/hashicorp/go-multierror"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
-
-// ContainerdNamespace is the containerd namespace sbx's containers live in.
-const ContainerdNamespace = "sbx"
-
-// DefaultContainerdSocket is where containerd listens unless told.
-const DefaultContainerdSocket = "/run/containerd/containerd.sock"
-
-// defaultPath is the PATH a command gets unless its env sets one.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// ContainerSpec is what runs in a sandbox.
-type ContainerSpec struct {
-	// ID names the container; the sandbox id.
-	ID string
-	// NetnsPath is the network namespace to join, /var/run/netns/sbx-<id>.
-	NetnsPath string
-	// RootFS is a directory used as / (read-only).
-	RootFS string
-	// Args is the command and its arguments.
-	Args []string
-	// Env is KEY=VALUE pairs.
-	Env []string
-	// Cwd is the working directory; "" means /.
-	Cwd string
-	// UID and GID run the command; both 0 means root.
-	UID, GID uint32
-	// TTY gives the command a terminal.
-	TTY bool
-	// Mounts are bind mounts, added to the defaults.
-	Mounts []specs.Mount
-}
 
 // specOpts turns cs into OCI spec options. The container never gets
 // CAP_NET_ADMIN (the default set lacks it) and loses CAP_NET_RAW; it runs
@@ -105,19 +73,6 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 
 // Close closes the connection.
 func (c *Containerd) Close() error { return c.client.Close() }
-
-// Stdio are a container's standard streams; nil ones are /dev/null.
-type Stdio struct {
-	In       io.Reader
-	Out, Err io.Writer
-}
-
-// Exit codes of Run for a command that could not be started, as a shell
-// gives them (DESIGN.md §7).
-const (
-	ExitCannotExecute = 126
-	ExitNotFound      = 127
-)
 
 // Run creates the container, runs its command to the end and removes the
 // container, returning the command's exit code. When ctx is done the

@@ -1,0 +1,30 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Containerd needs Linux.
+type Containerd struct{}
+
+// ConnectContainerd needs Linux.
+func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) {
+	return nil, errors.ErrUnsupported
+}
+
+// Close does nothing.
+func (c *Containerd) Close() error { return nil }
+
+// Run needs Linux.
+func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, grace time.Duration) (int, error) {
+	return -1, errors.ErrUnsupported
+}
+
+// RemoveContainer needs Linux.
+func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
+	return errors.ErrUnsupported
+}
