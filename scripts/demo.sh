@@ -1,26 +1,70 @@
 #!/usr/bin/env bash
-# Builds sbx and shows what it decides for one allowed and one blocked
-# request under a policy that allows only the npm registry. Today this asks
-# the policy engine (sbx policy check), which sends no traffic and does no
-# DNS; when the sandbox lands it will run a real one.
+# sbx's main job in one command: builds sbx, makes a busybox root filesystem,
+# and runs a sandbox that asks for one allowed and one blocked host, then
+# shows the decisions. The "internet" is a web server (busybox httpd) in a
+# network namespace this script makes and removes; no traffic leaves the
+# machine. Needs root; installs what is missing (iproute2, iptables,
+# containerd, runc, busybox-static) and starts containerd if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null 2>&1 || {
-	echo "scripts/demo.sh: go is not installed; install Go $(sed -n 's/^go //p' go.mod) or newer and run this again" >&2
+if [ "$(id -u)" -ne 0 ]; then
+	echo "$0: sbx run needs root (namespaces, iptables, containerd): run it with sudo" >&2
 	exit 1
-}
+fi
+need_go
+need_packages iproute2 iptables containerd runc busybox-static
+need_containerd
 
-bin=$(mktemp -d)/sbx
-trap 'rm -rf "$(dirname "$bin")"' EXIT
-go build -o "$bin" ./cmd/sbx
-
-run() {
-	printf '$ sbx %s\n' "$*"
-	"$bin" "$@"
+work=$(mktemp -d)
+chmod 755 "$work"
+up_ns=sbxdemo-up
+up_veth=sbxdemo0
+cleanup() {
+	[ -f "$work/httpd.pid" ] && kill "$(cat "$work/httpd.pid")" 2>/dev/null || true
+	ip link del "$up_veth" 2>/dev/null || true
+	ip netns del "$up_ns" 2>/dev/null || true
+	rm -rf "$work"
 }
-run policy check --allow registry.npmjs.org https://registry.npmjs.org/
-run policy check --allow registry.npmjs.org https://example.com/
+trap cleanup EXIT
+cleanup_leftover() { ip link del "$up_veth" 2>/dev/null || true; ip netns del "$up_ns" 2>/dev/null || true; }
+cleanup_leftover
+
+log "building sbx"
+go build -o "$work/sbx" ./cmd/sbx
+
+log "making a busybox root filesystem"
+root="$work/rootfs"
+mkdir -p "$root/bin" "$root/proc" "$root/dev" "$root/sys" "$root/tmp" "$root/etc"
+cp /usr/bin/busybox "$root/bin/busybox"
+for c in sh nc printf cat grep echo; do ln -s busybox "$root/bin/$c"; done
+
+log "starting the demo upstream, demo.test, in network namespace $up_ns"
+mkdir -p "$work/www"
+echo "hello from demo.test" >"$work/www/index.html"
+ip netns add "$up_ns"
+ip link add "$up_veth" type veth peer name "${up_veth}p"
+ip link set "${up_veth}p" netns "$up_ns"
+ip addr add 10.213.252.1/30 dev "$up_veth"
+ip link set "$up_veth" up
+ip -n "$up_ns" addr add 10.213.252.2/30 dev "${up_veth}p"
+ip -n "$up_ns" link set "${up_veth}p" up
+ip -n "$up_ns" link set lo up
+ip netns exec "$up_ns" busybox httpd -f -p 10.213.252.2:8080 -h "$work/www" &
+echo $! >"$work/httpd.pid"
+
+# Inside the sandbox: ask the gateway (HTTP_PROXY) for both hosts.
+script='GW=${HTTP_PROXY#http://}
+ask() { printf "GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n" "$1" "$1" | nc ${GW%:*} ${GW##*:} | grep -E "^HTTP/|^X-Sbx|hello"; }
+echo "--- allowed: demo.test"; ask demo.test
+echo "--- blocked: blocked.test"; ask blocked.test'
+
+set -x
+"$work/sbx" run --rootfs "$root" --log "$work/decisions.jsonl" \
+	--allow demo.test:8080 \
+	--resolve demo.test=10.213.252.2 --resolve blocked.test=10.213.252.2 --allow-private 10.213.252.2/32 \
+	-- sh -c "$script"
+set +x
+echo "--- the decision log:"
+grep '"event":"decision"' "$work/decisions.jsonl"
