@@ -54,7 +54,7 @@ func OwnerAlive(st State) bool {
 // owner, and namespaces, veths and iptables chains named after a sandbox
 // id that no live sandbox has. Objects not named as sbx names them are
 // never considered.
-func Leftovers(stateDir string) ([]string, error) {
+func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
 	states, err := List(stateDir)
 	if err != nil {
 		return nil, err
@@ -103,6 +103,15 @@ func Leftovers(stateDir string) ([]string, error) {
 			add(c, "SBX-", "-FWD")
 		}
 	}
+	if rt != nil {
+		ctrs, err := rt.ContainerIDs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("listing containers: %w", err)
+		}
+		for _, c := range ctrs {
+			add(c, "", "")
+		}
+	}
 	var ids []string
 	for id := range found {
 		if !live[id] {
@@ -113,17 +122,31 @@ func Leftovers(stateDir string) ([]string, error) {
 	return ids, nil
 }
 
+// ContainerRuntime is what garbage collection needs of a container
+// runtime: *Containerd in production.
+type ContainerRuntime interface {
+	ContainerIDs(ctx context.Context) ([]string, error)
+	RemoveContainer(ctx context.Context, id string) error
+}
+
 // GC removes every leftover of sandboxes whose sbx run process is gone
-// (see Leftovers): network, then state. It returns the ids it cleaned and
-// every failure; one sandbox's failure does not stop the others.
-func GC(ctx context.Context, stateDir string) ([]string, error) {
-	ids, err := Leftovers(stateDir)
+// (see Leftovers): container (when rt is not nil), network, then state. It
+// returns the ids it cleaned and every failure; one sandbox's failure does
+// not stop the others.
+func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
+	ids, err := Leftovers(ctx, stateDir, rt)
 	if err != nil {
 		return nil, err
 	}
 	var errs *multierror.Error
 	var cleaned []string
 	for _, id := range ids {
+		if rt != nil {
+			if err := rt.RemoveContainer(ctx, id); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("sandbox %s: removing its container: %w", id, err))
+				continue
+			}
+		}
 		n, _ := NamesFor(id)
 		if err := TeardownNetwork(ctx, n); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("sandbox %s: %w", id, err))

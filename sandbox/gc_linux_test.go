@@ -73,14 +73,14 @@ func TestPrivilegedGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	left, err := Leftovers(dir)
+	left, err := Leftovers(ctx, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(left, idDead) || slices.Contains(left, idLive) {
 		t.Fatalf("Leftovers = %v, want %s and not %s", left, idDead, idLive)
 	}
-	cleaned, err := GC(ctx, dir)
+	cleaned, err := GC(ctx, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,18 @@ func OwnerAlive(st State) bool { return false }
 // Owner needs Linux's /proc.
 func Owner() (pid int, start uint64, err error) { return 0, 0, errors.ErrUnsupported }
 
+// ContainerRuntime is what garbage collection needs of a container runtime.
+type ContainerRuntime interface {
+	ContainerIDs(ctx context.Context) ([]string, error)
+	RemoveContainer(ctx context.Context, id string) error
+}
+
 // Leftovers needs Linux.
-func Leftovers(stateDir string) ([]string, error) { return nil, errors.ErrUnsupported }
+func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
+	return nil, errors.ErrUnsupported
+}
 
 // GC needs Linux.
-func GC(ctx context.Context, stateDir string) ([]string, error) { return nil, errors.ErrUnsupported }
+func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
+	return nil, errors.ErrUnsupported
+}

@@ -96,6 +96,7 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 	}
 	root.SetFlagErrorFunc(usageError)
 	root.AddCommand(
+		newGCCmd(),
 		newGatewayCmd(),
 		newPolicyCmd(),
 		newRunCmd(),

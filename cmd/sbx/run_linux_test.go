@@ -11,9 +11,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // busyboxRoot builds a root filesystem from Debian's busybox-static.
@@ -174,5 +177,74 @@ func TestRunErrors(t *testing.T) {
 		if code != tt.code || !strings.Contains(stderr, tt.want) {
 			t.Errorf("sbx %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
 		}
+	}
+}
+
+// TestPrivilegedKillAndGC kills sbx run with SIGKILL while its sandbox
+// runs, then expects sbx gc to remove the container, network and state.
+func TestPrivilegedKillAndGC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	// sbx gc looks at every sbx-named object on the machine; real
+	// sandboxes would count as leftovers of this test's state directory.
+	if real, _ := sandbox.List(sandbox.DefaultStateDir); len(real) > 0 {
+		t.Skipf("%d sandboxes are running on this machine; sbx gc would count them as leftovers", len(real))
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sbx")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sbx: %v\n%s", err, out)
+	}
+	root := busyboxRoot(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	state := filepath.Join(dir, "state")
+	run := exec.Command(bin, "run", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.241.0/24",
+		"--log", filepath.Join(dir, "log.jsonl"), "--quiet", "--", "sleep", "60")
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the sandbox is up: its API socket exists.
+	var id string
+	for deadline := time.Now().Add(20 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		entries, _ := os.ReadDir(state)
+		for _, e := range entries {
+			if _, err := os.Stat(filepath.Join(state, e.Name(), "api.sock")); err == nil {
+				id = e.Name()
+			}
+		}
+	}
+	if id == "" {
+		run.Process.Kill()
+		t.Fatal("the sandbox did not come up")
+	}
+	time.Sleep(300 * time.Millisecond) // let the container start
+	run.Process.Kill()
+	run.Wait()
+
+	stdout, stderr, code := runCLI(t, "gc", "--state-dir", state)
+	if code != 0 || !strings.Contains(stdout, "removed sandbox "+id) {
+		t.Fatalf("sbx gc: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat("/var/run/netns/sbx-" + id); !os.IsNotExist(err) {
+		t.Errorf("namespace left: %v", err)
+	}
+	if _, err := netlink.LinkByName("sbxh" + id); err == nil {
+		t.Errorf("veth left")
+	}
+	rules, _ := exec.Command("iptables", "-S").Output()
+	if strings.Contains(string(rules), "sbx:"+id) {
+		t.Errorf("rules left:\n%s", rules)
+	}
+	ctrs, _ := exec.Command("ctr", "-n", "sbx", "containers", "list", "-q").Output()
+	if strings.Contains(string(ctrs), id) {
+		t.Errorf("container left: %s", ctrs)
+	}
+	if _, err := os.Stat(filepath.Join(state, id)); !os.IsNotExist(err) {
+		t.Errorf("state left: %v", err)
+	}
+	// A second gc finds nothing.
+	if stdout, _, code := runCLI(t, "gc", "--state-dir", state); code != 0 || !strings.Contains(stdout, "nothing to remove") {
+		t.Errorf("second sbx gc: exit %d, %q", code, stdout)
 	}
 }
