@@ -25,7 +25,9 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 }
 
 // ContainerIDs needs Linux.
-func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) { return nil, errors.ErrUnsupported }
+func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {
+	return nil, errors.ErrUnsupported
+}
 
 // RemoveContainer needs Linux.
 func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
