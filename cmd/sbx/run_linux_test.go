@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -246,5 +247,111 @@ func TestPrivilegedKillAndGC(t *testing.T) {
 	// A second gc finds nothing.
 	if stdout, _, code := runCLI(t, "gc", "--state-dir", state); code != 0 || !strings.Contains(stdout, "nothing to remove") {
 		t.Errorf("second sbx gc: exit %d, %q", code, stdout)
+	}
+}
+
+// runInBackground runs sbx with args until it ends or ctx is done.
+func runInBackground(ctx context.Context, args ...string) <-chan [3]string {
+	done := make(chan [3]string, 1)
+	go func() {
+		var out, errOut syncBuffer
+		root := newRootCmd()
+		root.SetArgs(args)
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		code := execute(ctx, root)
+		done <- [3]string{out.String(), errOut.String(), fmt.Sprint(code)}
+	}()
+	return done
+}
+
+// waitForSandbox waits for a sandbox to come up in state and returns its
+// id.
+func waitForSandbox(t *testing.T, state string, not string) string {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		entries, _ := os.ReadDir(state)
+		for _, e := range entries {
+			if e.Name() == not {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(state, e.Name(), "api.sock")); err == nil {
+				return e.Name()
+			}
+		}
+	}
+	t.Fatal("the sandbox did not come up")
+	return ""
+}
+
+// TestPrivilegedLivePolicyAndIsolation runs two sandboxes at once. The
+// first keeps asking for a blocked host until a rule added over its
+// management API lets it through; the second tries to reach the first
+// one's addresses and the upstream directly, which must all fail at once.
+// They get different subnets.
+func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	root := busyboxRoot(t)
+	for _, c := range []string{"sleep", "seq"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", c))
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	common := []string{"run", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.242.0/24", "--quiet",
+		"--resolve", "later.test=10.213.253.2", "--allow-private", "10.213.253.0/30"}
+	ask := `GW=${HTTP_PROXY#http://}
+ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
+`
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "a.jsonl"), "--",
+		"sh", "-c", ask+`for i in $(seq 200); do ask later.test | grep -q "200 OK" && { echo ALLOWED after $i; exit 0; }; sleep 0.1; done; exit 1`)...)
+	idA := waitForSandbox(t, state, "")
+	stA, err := sandbox.Load(state, idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The second sandbox probes the first one's gateway and sandbox
+	// addresses and the upstream, directly.
+	hostA := stA.Subnet.Addr().Next()
+	probes := fmt.Sprintf(`for target in "%s 3128" "%s 22" "%s 8080" "10.213.253.2 8080" "10.213.253.1 22"; do
+  if nc -w 2 $target </dev/null >/dev/null 2>&1; then echo "REACHED $target"; else echo "failed $target"; fi
+done`, hostA, hostA, hostA.Next())
+	start := time.Now()
+	second := <-runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
+	elapsed := time.Since(start)
+	if strings.Contains(second[0], "REACHED") || strings.Count(second[0], "failed") != 5 {
+		t.Errorf("the second sandbox reached what it must not:\n%s\n%s", second[0], second[1])
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("the second sandbox's five probes took %v; each must fail at once, not time out", elapsed)
+	}
+
+	// Add the rule over the first sandbox's API; its next request passes.
+	tok, err := os.ReadFile(filepath.Join(state, idA, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(state, idA, "api.sock"))
+	}}}
+	req, _ := http.NewRequest("POST", "http://sbx/v1/policy/rules", strings.NewReader(`{"host": "later.test", "ports": [8080], "action": "allow", "position": 0}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("adding the rule: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	r := <-first
+	if r[2] != "0" || !strings.Contains(r[0], "ALLOWED") {
+		t.Errorf("the first sandbox: exit %s\n%s\n%s", r[2], r[0], r[1])
+	}
+	logA, _ := os.ReadFile(filepath.Join(dir, "a.jsonl"))
+	if !strings.Contains(string(logA), `"event":"policy"`) || !strings.Contains(string(logA), `"action":"block"`) || !strings.Contains(string(logA), `"rule":"r1"`) {
+		t.Errorf("the first sandbox's log lacks the block, the policy change or the allow by the new rule")
 	}
 }
