@@ -65,6 +65,33 @@ func (p NetPlan) NamespaceRules() (v4, v6 string) {
 	return v4, r.b.String()
 }
 
+// HostTeardownRules returns the rule sets, for iptables-restore
+// --noflush, that undo what HostRules added for the sandbox named n, in one
+// atomic step per protocol. They fail whole when something is missing (a
+// partial setup); the caller then removes what is there piece by piece.
+func HostTeardownRules(n Names) (v4, v6 string) {
+	build := func(jumps [][3]string, chains []string) string {
+		r := rules{comment: n.Comment}
+		r.line("*filter")
+		for _, j := range jumps {
+			r.rule("-D %s %s %s -j %s", j[0], j[1], n.HostVeth, j[2])
+		}
+		for _, c := range chains {
+			r.line("-F " + c)
+		}
+		for _, c := range chains {
+			r.line("-X " + c)
+		}
+		r.line("COMMIT")
+		return r.b.String()
+	}
+	v4 = build([][3]string{{"INPUT", "-i", n.ChainIn}, {"FORWARD", "-i", n.ChainFwd}, {"FORWARD", "-o", n.ChainFwd}},
+		[]string{n.ChainIn, n.ChainFwd})
+	v6 = build([][3]string{{"INPUT", "-i", n.ChainIn}, {"FORWARD", "-i", n.ChainIn}, {"FORWARD", "-o", n.ChainIn}},
+		[]string{n.ChainIn})
+	return v4, v6
+}
+
 // HostRules returns the rule sets for the host, to load with
 // iptables-restore --noflush: a chain per direction for this sandbox, so
 // that from its veth only TCP to the gateway's port is accepted and

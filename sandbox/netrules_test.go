@@ -55,6 +55,12 @@ func TestHostRulesGolden(t *testing.T) {
 	golden(t, "host-v6.rules", v6)
 }
 
+func TestHostTeardownRulesGolden(t *testing.T) {
+	v4, v6 := HostTeardownRules(testPlan(t).Names)
+	golden(t, "host-teardown-v4.rules", v4)
+	golden(t, "host-teardown-v6.rules", v6)
+}
+
 func TestEveryRuleCarriesTheSandboxComment(t *testing.T) {
 	p := testPlan(t)
 	nv4, nv6 := p.NamespaceRules()

@@ -183,3 +183,31 @@ func assertNetworkGone(t *testing.T, n Names) {
 	}
 
 }
+
+// TestPrivilegedFastTeardown checks that the one-step host teardown
+// applies to what SetupNetwork made (else teardown would fall back to the
+// slow path every time without anyone noticing).
+func TestPrivilegedFastTeardown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces, veths and iptables rules (CI runs as root)")
+	}
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.232"))
+	ctx := context.Background()
+	t.Cleanup(func() { TeardownNetwork(ctx, names) })
+	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
+		t.Fatal(err)
+	}
+	v4, v6 := HostTeardownRules(names)
+	if err := restore(ctx, "", "iptables-restore", v4); err != nil {
+		t.Errorf("IPv4 fast teardown: %v", err)
+	}
+	if err := restore(ctx, "", "ip6tables-restore", v6); err != nil {
+		t.Errorf("IPv6 fast teardown: %v", err)
+	}
+	if err := TeardownNetwork(ctx, names); err != nil {
+		t.Fatal(err)
+	}
+	assertNetworkGone(t, names)
+}

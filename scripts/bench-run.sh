@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Measures sbx run's start-to-exit time against DESIGN.md §10: the median
+# wall time of `sbx run --rootfs DIR -- true` over RUNS runs next to
+# `ctr run --rm --rootfs DIR` in the same run, and their ratio (target
+# <= 1.3). Needs root; installs what is missing and starts containerd.
+#
+#   scripts/bench-run.sh [RUNS]     # default 15
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+[ "$(id -u)" -eq 0 ] || { echo "$0: needs root" >&2; exit 1; }
+need_go
+need_packages iproute2 iptables containerd runc busybox-static
+need_containerd
+runs=${1:-15}
+
+work=$(mktemp -d)
+chmod 755 "$work"
+trap 'rm -rf "$work"' EXIT
+go build -o "$work/sbx" ./cmd/sbx
+root="$work/rootfs"
+mkdir -p "$root/bin" "$root/proc" "$root/dev" "$root/sys" "$root/tmp" "$root/etc"
+cp /usr/bin/busybox "$root/bin/busybox"
+ln -s busybox "$root/bin/true"
+
+# median of the wall times, in microseconds, of running "$@" RUNS times;
+# {i} in the arguments becomes the run's number.
+median() {
+	local i s e
+	for i in $(seq "$runs"); do
+		s=$(date +%s%N)
+		"${@//\{i\}/$i}" >/dev/null 2>&1 || { echo "$0: failed: $*" >&2; exit 1; }
+		e=$(date +%s%N)
+		echo $(((e - s) / 1000))
+	done | sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'
+}
+
+# One warm-up of each, so neither pays for cold caches alone.
+"$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true
+ctr -n sbxbench run --rm --rootfs "$root" sbxbench-warm /bin/true
+
+sbx_us=$(median "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true)
+ctr_us=$(median ctr -n sbxbench run --rm --rootfs "$root" "sbxbench-$$-{i}" /bin/true)
+echo "start to exit, median of $runs runs:"
+printf '  ctr run --rm --rootfs DIR     %7d us\n' "$ctr_us"
+printf '  sbx run --rootfs DIR -- true  %7d us   %sx ctr (target <= 1.3x)\n' "$sbx_us" \
+	"$(awk -v a="$sbx_us" -v b="$ctr_us" 'BEGIN { printf "%.2f", a / b }')"
