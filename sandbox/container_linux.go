@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -92,7 +94,14 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 			retErr = multierror.Append(retErr, fmt.Errorf("deleting container %s: %w", cs.ID, err))
 		}
 	}()
-	streams := []cio.Opt{cio.WithStreams(stdio.In, stdio.Out, stdio.Err)}
+	// When the input ends, the command must see its end too: the task's
+	// stdin is closed then, as ctr does.
+	var in io.Reader
+	eof := make(chan struct{})
+	if stdio.In != nil {
+		in = &eofReader{r: stdio.In, eof: eof}
+	}
+	streams := []cio.Opt{cio.WithStreams(in, stdio.Out, stdio.Err)}
 	if cs.TTY {
 		streams = append(streams, cio.WithTerminal)
 	}
@@ -118,6 +127,16 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 		}
 		return -1, fmt.Errorf("starting %s: %w", cs.ID, err)
 	}
+	if in != nil {
+		// Ends at the input's end or when Run returns (cleanupCtx).
+		go func() {
+			select {
+			case <-eof:
+				task.CloseIO(cleanupCtx, containerd.WithStdinCloser)
+			case <-cleanupCtx.Done():
+			}
+		}()
+	}
 	select {
 	case st := <-exitCh:
 		return int(st.ExitCode()), st.Error()
@@ -132,6 +151,21 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 	task.Kill(cleanupCtx, syscall.SIGKILL)
 	st := <-exitCh
 	return int(st.ExitCode()), st.Error()
+}
+
+// eofReader closes eof once its reader ends.
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
 }
 
 // startFailure maps runc's failure to exec the command to a shell's exit

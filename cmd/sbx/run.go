@@ -39,6 +39,7 @@ type runOptions struct {
 	workdir    string
 	user       string
 	tty        bool
+	stdin      bool
 	quiet      bool
 	log        string
 	subnetPool string
@@ -93,6 +94,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
 	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]`")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
+	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
@@ -226,6 +228,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
 	}
 	undo = append(undo, func() error { return cd.RemoveContainer(teardownCtx, id) })
+	var stdin io.Reader
+	if o.stdin {
+		stdin = cmd.InOrStdin()
+	}
 	return cd.Run(ctx, sandbox.ContainerSpec{
 		ID:        id,
 		NetnsPath: "/var/run/netns/" + names.Netns,
@@ -236,7 +242,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		UID:       uid,
 		GID:       gid,
 		TTY:       o.tty,
-	}, sandbox.Stdio{In: cmd.InOrStdin(), Out: cmd.OutOrStdout(), Err: stderr}, 10*time.Second)
+	}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr}, 10*time.Second)
 }
 
 // parseUser parses --user UID[:GID].

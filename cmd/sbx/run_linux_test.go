@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,5 +355,76 @@ done`, hostA, hostA, hostA.Next())
 	logA, _ := os.ReadFile(filepath.Join(dir, "a.jsonl"))
 	if !strings.Contains(string(logA), `"event":"policy"`) || !strings.Contains(string(logA), `"action":"block"`) || !strings.Contains(string(logA), `"rule":"r1"`) {
 		t.Errorf("the first sandbox's log lacks the block, the policy change or the allow by the new rule")
+	}
+}
+
+// TestPrivilegedTerminalAndStdin: -t gives the command a terminal, -i
+// gives it sbx's standard input; without them it has neither.
+func TestPrivilegedTerminalAndStdin(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	root := busyboxRoot(t)
+	dir := t.TempDir()
+	run := func(stdin, script string, flags ...string) (string, int) {
+		var out, errOut strings.Builder
+		cmd := newRootCmd()
+		args := append([]string{"run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
+			"--subnet-pool", "10.213.243.0/24", "--log", filepath.Join(dir, "log.jsonl")}, flags...)
+		cmd.SetArgs(append(args, "--", "sh", "-c", script))
+		cmd.SetIn(strings.NewReader(stdin))
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		code := execute(t.Context(), cmd)
+		return out.String(), code
+	}
+	tty := `[ -t 1 ] && echo TTY-YES || echo TTY-NO`
+	if out, code := run("", tty, "-t"); code != 0 || !strings.Contains(out, "TTY-YES") {
+		t.Errorf("-t: exit %d, %q; want a terminal", code, out)
+	}
+	if out, code := run("piped-in\n", tty+"; cat", "-i"); code != 0 || !strings.Contains(out, "TTY-NO") || !strings.Contains(out, "piped-in") {
+		t.Errorf("-i: exit %d, %q; want no terminal and the input echoed", code, out)
+	}
+	if out, code := run("piped-in\n", "cat"); code != 0 || strings.Contains(out, "piped-in") {
+		t.Errorf("without -i: exit %d, %q; want no input", code, out)
+	}
+}
+
+// TestPrivilegedSignalsReachTheCommand sends SIGTERM to sbx run: the
+// command gets it, and its exit code comes back.
+func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sbx")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sbx: %v\n%s", err, out)
+	}
+	root := busyboxRoot(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	state := filepath.Join(dir, "state")
+	var out syncBuffer // written by exec's copying goroutine
+	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.244.0/24",
+		"--log", filepath.Join(dir, "log.jsonl"), "--",
+		"sh", "-c", `trap 'echo got-term; exit 9' TERM; echo ready; while true; do sleep 0.1; done`)
+	run.Stdout = &out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "ready"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			run.Process.Kill()
+			t.Fatal("the command did not start")
+		}
+	}
+	run.Process.Signal(syscall.SIGTERM)
+	err := run.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 9 || !strings.Contains(out.String(), "got-term") {
+		t.Errorf("after SIGTERM: %v, output %q; want the command's trap to run and exit 9", err, out.String())
+	}
+	if entries, _ := os.ReadDir(state); len(entries) > 1 {
+		t.Errorf("state left after a signalled run: %v", entries)
 	}
 }
