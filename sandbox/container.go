@@ -33,8 +33,11 @@ type ContainerSpec struct {
 	UID, GID uint32
 	// TTY gives the command a terminal.
 	TTY bool
-	// Mounts are bind mounts, added to the defaults.
+	// Mounts are added to the defaults (proc, dev, sys, ...).
 	Mounts []specs.Mount
+	// Masked are paths hidden from the command: files read as empty,
+	// directories as empty.
+	Masked []string
 }
 
 // Stdio are a container's standard streams; nil ones are /dev/null.

@@ -49,6 +49,12 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 	if len(cs.Mounts) > 0 {
 		opts = append(opts, oci.WithMounts(cs.Mounts))
 	}
+	if len(cs.Masked) > 0 {
+		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, cs.Masked...)
+			return nil
+		})
+	}
 	return opts
 }
 

@@ -17,13 +17,17 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/spf13/cobra"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // Where sbx run keeps a sandbox's state and logs (DESIGN.md §7).
 const (
 	logRoot     = "/var/lib/sbx/sandboxes"
+	hostRoot    = "/var/lib/sbx/hostroot" // the skeleton root of --rootfs host
 	gatewayPort = 3128
 )
 
@@ -89,7 +93,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
-	fs.StringVar(&o.rootfs, "rootfs", "", "the container's root filesystem: a `DIR` (read-only)")
+	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
 	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]`")
@@ -117,15 +121,25 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if os.Geteuid() != 0 {
 		return 0, errors.New("sbx run needs root (namespaces, iptables, containerd): run it with sudo")
 	}
-	if o.rootfs == "" {
-		return 0, errors.New("--rootfs DIR is required for now (the host's own root filesystem comes later); build one, e.g. from busybox-static")
-	}
-	rootfs, err := filepath.Abs(o.rootfs)
-	if err != nil {
+	var layout rootfs.Layout
+	var err error
+	if o.rootfs == "host" {
+		cwd, err := os.Getwd()
+		if err != nil {
+			return 0, err
+		}
+		if layout, err = rootfs.Host(hostRoot, cwd); err != nil {
+			return 0, err
+		}
+		if o.user == "" && os.Getenv("SUDO_UID") != "" {
+			// Under sudo, the command runs as the user who asked.
+			o.user = os.Getenv("SUDO_UID") + ":" + os.Getenv("SUDO_GID")
+		}
+	} else if layout, err = rootfs.Dir(o.rootfs); err != nil {
 		return 0, err
 	}
-	if fi, err := os.Stat(rootfs); err != nil || !fi.IsDir() {
-		return 0, fmt.Errorf("--rootfs %s is not a directory", o.rootfs)
+	if o.workdir != "" {
+		layout.Cwd = o.workdir
 	}
 	pool, err := netip.ParsePrefix(o.subnetPool)
 	if err != nil {
@@ -223,6 +237,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
 	}
+	env = append(env, layout.Env...)
 	env = append(env, o.env...)
 	if !o.quiet {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
@@ -232,13 +247,19 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if o.stdin {
 		stdin = cmd.InOrStdin()
 	}
+	var mounts []specs.Mount
+	for _, m := range layout.Mounts {
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
+	}
 	return cd.Run(ctx, sandbox.ContainerSpec{
 		ID:        id,
 		NetnsPath: "/var/run/netns/" + names.Netns,
-		RootFS:    rootfs,
+		RootFS:    layout.Root,
+		Mounts:    mounts,
+		Masked:    layout.Masked,
 		Args:      args,
 		Env:       env,
-		Cwd:       o.workdir,
+		Cwd:       layout.Cwd,
 		UID:       uid,
 		GID:       gid,
 		TTY:       o.tty,

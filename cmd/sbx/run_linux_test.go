@@ -428,3 +428,40 @@ func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 		t.Errorf("state left after a signalled run: %v", entries)
 	}
 }
+
+// TestPrivilegedHostRootfs runs a command on the host's own system
+// directories (the default --rootfs host): they are there and read-only,
+// secrets read as empty, the working directory is shared read-write, and
+// HOME is a fresh directory.
+func TestPrivilegedHostRootfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	work := t.TempDir()
+	os.Chmod(work, 0o777)
+	t.Chdir(work)
+	dir := t.TempDir()
+	script := `echo "shadow=$(cat /etc/shadow 2>/dev/null | wc -c)"
+echo "home=$HOME pwd=$(pwd)"
+ls /usr/bin >/dev/null && echo usr-ok
+touch /usr/sbx-write-test 2>/dev/null && echo usr-rw || echo usr-ro
+echo from-sandbox > made-inside.txt && echo cwd-rw
+touch $HOME/x && echo home-rw`
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", filepath.Join(dir, "state"), "--subnet-pool", "10.213.245.0/24",
+		"--log", filepath.Join(dir, "log.jsonl"), "--", "/bin/sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"shadow=0", "home=/home/sbx pwd=" + work, "usr-ok", "usr-ro", "cwd-rw", "home-rw"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(work, "made-inside.txt")); err != nil || string(data) != "from-sandbox\n" {
+		t.Errorf("the file made inside is not in the working directory: %q %v", data, err)
+	}
+	if _, err := os.Stat("/usr/sbx-write-test"); err == nil {
+		os.Remove("/usr/sbx-write-test")
+		t.Errorf("the sandbox wrote to the host's /usr")
+	}
+}

@@ -1,0 +1,71 @@
+package rootfs
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestHostLayout(t *testing.T) {
+	base := t.TempDir()
+	cwd := t.TempDir()
+	l, err := Host(base, cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Root != base || l.Cwd != cwd || !slices.Contains(l.Env, "HOME="+Home) {
+		t.Errorf("layout %+v", l)
+	}
+	var dests []string
+	for _, m := range l.Mounts {
+		dests = append(dests, m.Destination)
+		switch {
+		case m.Destination == cwd:
+			if !slices.Contains(m.Options, "rw") {
+				t.Errorf("the working directory is not read-write: %+v", m)
+			}
+		case m.Type == "bind":
+			if !slices.Contains(m.Options, "ro") {
+				t.Errorf("system directory %s is not read-only: %+v", m.Destination, m)
+			}
+		}
+	}
+	for _, want := range []string{"/usr", "/etc", "/tmp", "/run", Home, cwd} {
+		if !slices.Contains(dests, want) {
+			t.Errorf("no mount at %s: %v", want, dests)
+		}
+	}
+	// A merged /usr shows as links, as on the host.
+	if target, err := os.Readlink("/bin"); err == nil {
+		if got, err := os.Readlink(filepath.Join(base, "bin")); err != nil || got != target {
+			t.Errorf("/bin in the layout: %q %v, want a link to %q", got, err, target)
+		}
+	}
+	if _, err := os.Stat("/etc/shadow"); err == nil && !slices.Contains(l.Masked, "/etc/shadow") {
+		t.Errorf("/etc/shadow is not masked: %v", l.Masked)
+	}
+	// Making it twice over the same base works.
+	if _, err := Host(base, cwd); err != nil {
+		t.Errorf("second Host: %v", err)
+	}
+}
+
+func TestHostLayoutRefusesSharingSystemDirs(t *testing.T) {
+	for _, cwd := range []string{"/", "/usr", "/etc/ssh", "/usr/local/src"} {
+		if _, err := Host(t.TempDir(), cwd); err == nil || !strings.Contains(err.Error(), "project directory") {
+			t.Errorf("Host with cwd %s: %v, want a refusal", cwd, err)
+		}
+	}
+}
+
+func TestDirLayout(t *testing.T) {
+	d := t.TempDir()
+	if l, err := Dir(d); err != nil || l.Root != d || len(l.Mounts) != 0 {
+		t.Errorf("Dir = %+v, %v", l, err)
+	}
+	if _, err := Dir("/no/such/dir"); err == nil {
+		t.Errorf("Dir of a missing directory succeeded")
+	}
+}
