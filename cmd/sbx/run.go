@@ -40,6 +40,7 @@ type runOptions struct {
 	resolve    []string
 	rootfs     string
 	env        []string
+	volumes    []string
 	workdir    string
 	user       string
 	tty        bool
@@ -95,6 +96,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
+	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
 	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]`")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
@@ -140,6 +142,13 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	if o.workdir != "" {
 		layout.Cwd = o.workdir
+	}
+	for _, v := range o.volumes {
+		m, err := parseVolume(v)
+		if err != nil {
+			return 0, err
+		}
+		layout.Mounts = append(layout.Mounts, m)
 	}
 	pool, err := netip.ParsePrefix(o.subnetPool)
 	if err != nil {
@@ -264,6 +273,30 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		GID:       gid,
 		TTY:       o.tty,
 	}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr}, 10*time.Second)
+}
+
+// parseVolume parses -v SRC:DST[:ro|rw] into a bind mount.
+func parseVolume(v string) (rootfs.Mount, error) {
+	parts := strings.Split(v, ":")
+	mode := "rw"
+	switch {
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+		mode = parts[2]
+	case len(parts) != 2:
+		return rootfs.Mount{}, fmt.Errorf("-v %q: want SRC:DST or SRC:DST:ro, e.g. -v ./data:/data:ro", v)
+	}
+	src, err := filepath.Abs(parts[0])
+	if err != nil {
+		return rootfs.Mount{}, err
+	}
+	if _, err := os.Stat(src); err != nil {
+		return rootfs.Mount{}, fmt.Errorf("-v %q: %s does not exist", v, src)
+	}
+	dst := parts[1]
+	if !filepath.IsAbs(dst) || filepath.Clean(dst) == "/" {
+		return rootfs.Mount{}, fmt.Errorf("-v %q: the destination must be an absolute path other than /", v)
+	}
+	return rootfs.Mount{Destination: filepath.Clean(dst), Source: src, Type: "bind", Options: []string{"rbind", mode, "nosuid", "nodev"}}, nil
 }
 
 // parseUser parses --user UID[:GID].

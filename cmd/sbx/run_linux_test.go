@@ -297,7 +297,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	}
 	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
 	root := busyboxRoot(t)
-	for _, c := range []string{"sleep", "seq"} {
+	for _, c := range []string{"sleep", "seq", "ping", "ls"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
 	}
 	dir := t.TempDir()
@@ -322,15 +322,18 @@ ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: clo
 	hostA := stA.Subnet.Addr().Next()
 	probes := fmt.Sprintf(`for target in "%s 3128" "%s 22" "%s 8080" "10.213.253.2 8080" "10.213.253.1 22"; do
   if nc -w 2 $target </dev/null >/dev/null 2>&1; then echo "REACHED $target"; else echo "failed $target"; fi
-done`, hostA, hostA, hostA.Next())
+done
+if ping -c 1 -W 1 %s >/dev/null 2>&1; then echo "REACHED icmp"; else echo "failed icmp"; fi
+IF=$(ls /sys/class/net | grep sbxc)
+if nc -w 2 "fe80::1%%$IF" 3128 </dev/null >/dev/null 2>&1; then echo "REACHED ipv6"; else echo "failed ipv6"; fi`, hostA, hostA, hostA.Next(), hostA)
 	start := time.Now()
 	second := <-runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
 	elapsed := time.Since(start)
-	if strings.Contains(second[0], "REACHED") || strings.Count(second[0], "failed") != 5 {
+	if strings.Contains(second[0], "REACHED") || strings.Count(second[0], "failed") != 7 {
 		t.Errorf("the second sandbox reached what it must not:\n%s\n%s", second[0], second[1])
 	}
 	if elapsed > 5*time.Second {
-		t.Errorf("the second sandbox's five probes took %v; each must fail at once, not time out", elapsed)
+		t.Errorf("the second sandbox's seven probes took %v; each must fail at once, not time out", elapsed)
 	}
 
 	// Add the rule over the first sandbox's API; its next request passes.
@@ -463,5 +466,41 @@ touch $HOME/x && echo home-rw`
 	if _, err := os.Stat("/usr/sbx-write-test"); err == nil {
 		os.Remove("/usr/sbx-write-test")
 		t.Errorf("the sandbox wrote to the host's /usr")
+	}
+}
+
+func TestParseVolume(t *testing.T) {
+	dir := t.TempDir()
+	m, err := parseVolume(dir + ":/data:ro")
+	if err != nil || m.Source != dir || m.Destination != "/data" || !strings.Contains(strings.Join(m.Options, ","), "ro") {
+		t.Errorf("parseVolume = %+v, %v", m, err)
+	}
+	for _, bad := range []string{dir, dir + ":data", dir + ":/", "/no/such:/x", dir + ":/x:rx"} {
+		if _, err := parseVolume(bad); err == nil {
+			t.Errorf("parseVolume(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestPrivilegedVolume mounts a host directory read-only and another
+// read-write into a directory-rootfs sandbox.
+func TestPrivilegedVolume(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	root := busyboxRoot(t)
+	os.MkdirAll(filepath.Join(root, "ro"), 0o755)
+	os.MkdirAll(filepath.Join(root, "rw"), 0o755)
+	ro, rw, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ro, "in.txt"), []byte("from-host\n"), 0o644)
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.246.0/24", "--log", filepath.Join(dir, "log.jsonl"),
+		"-v", ro+":/ro:ro", "-v", rw+":/rw", "--", "sh", "-c",
+		`cat /ro/in.txt; echo x > /ro/new 2>/dev/null && echo ro-writable; echo out > /rw/out.txt && echo rw-ok`)
+	if code != 0 || !strings.Contains(stdout, "from-host") || strings.Contains(stdout, "ro-writable") || !strings.Contains(stdout, "rw-ok") {
+		t.Errorf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if data, _ := os.ReadFile(filepath.Join(rw, "out.txt")); string(data) != "out\n" {
+		t.Errorf("the read-write volume did not get the file: %q", data)
 	}
 }
