@@ -148,7 +148,13 @@ func TestPrivilegedContainer(t *testing.T) {
 		t.Errorf("Seccomp %q, NoNewPrivs %q; want 2 and 1", status["Seccomp"], status["NoNewPrivs"])
 	}
 
-	// A command that does not exist exits 127, as in a shell.
+	// A file that cannot be executed exits 126, one that does not exist
+	// 127, as in a shell.
+	os.WriteFile(filepath.Join(spec.RootFS, "not-executable"), []byte("data"), 0o644)
+	spec.Args = []string{"/not-executable"}
+	if code, err := cd.Run(runCtx, spec, Stdio{}, time.Second); err != nil || code != ExitCannotExecute {
+		t.Errorf("a file that is not executable: exit %d, %v; want %d", code, err, ExitCannotExecute)
+	}
 	spec.Args = []string{"/bin/no-such-command"}
 	if code, err := cd.Run(runCtx, spec, Stdio{}, time.Second); err != nil || code != ExitNotFound {
 		t.Errorf("a missing command: exit %d, %v; want %d", code, err, ExitNotFound)

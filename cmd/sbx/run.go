@@ -47,6 +47,9 @@ type runOptions struct {
 	stdin      bool
 	quiet      bool
 	log        string
+	name       string
+	runtime    string
+	api        []string
 	subnetPool string
 	stateDir   string // hidden: for tests
 	socket     string
@@ -103,6 +106,9 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
+	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, shown by sbx ps")
+	fs.StringVar(&o.runtime, "runtime", "containerd", "the container `RUNTIME` (containerd; Docker comes later)")
+	fs.StringArrayVar(&o.api, "api", nil, "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
@@ -122,6 +128,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	stderr := cmd.ErrOrStderr()
 	if os.Geteuid() != 0 {
 		return 0, errors.New("sbx run needs root (namespaces, iptables, containerd): run it with sudo")
+	}
+	if o.runtime != "containerd" {
+		return 0, fmt.Errorf("--runtime %q: only containerd is supported so far", o.runtime)
 	}
 	var layout rootfs.Layout
 	var err error
@@ -202,7 +211,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	teardownCtx := context.WithoutCancel(ctx)
 
 	sub, err := sandbox.Reserve(o.stateDir, pool, sandbox.State{ID: id, PID: pid, PIDStart: start,
-		GatewayPort: gatewayPort, Command: args, Created: time.Now().UTC()})
+		GatewayPort: gatewayPort, Command: args, Created: time.Now().UTC(), Name: o.name})
 	if err != nil {
 		return 0, err
 	}
@@ -224,7 +233,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	stateDir := filepath.Join(o.stateDir, id)
 	gw, err := gateway.Start(ctx, gateway.Options{
 		Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
-		API:       []string{"unix:" + filepath.Join(stateDir, "api.sock")},
+		API:       append([]string{"unix:" + filepath.Join(stateDir, "api.sock")}, o.api...),
 		TokenFile: filepath.Join(stateDir, "token"),
 		Policy:    p,
 		Resolver:  res,

@@ -167,6 +167,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--allow", "*.", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "--allow"},
 		{[]string{"run", "--rootfs", "/no/such/dir", "--", "true"}, exitSbxFailed, "not a directory"},
 		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "UID[:GID]"},
+		{[]string{"run", "--runtime", "docker", "--", "true"}, exitSbxFailed, "only containerd"},
+		{[]string{"run", "-v", "nonsense", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "SRC:DST"},
 	}
 	if os.Geteuid() != 0 {
 		tests = []struct {
@@ -325,15 +327,16 @@ ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: clo
 done
 if ping -c 1 -W 1 %s >/dev/null 2>&1; then echo "REACHED icmp"; else echo "failed icmp"; fi
 IF=$(ls /sys/class/net | grep sbxc)
-if nc -w 2 "fe80::1%%$IF" 3128 </dev/null >/dev/null 2>&1; then echo "REACHED ipv6"; else echo "failed ipv6"; fi`, hostA, hostA, hostA.Next(), hostA)
+if nc -w 2 "fe80::1%%$IF" 3128 </dev/null >/dev/null 2>&1; then echo "REACHED ipv6"; else echo "failed ipv6"; fi
+if echo query | nc -u -w 1 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), hostA, hostA)
 	start := time.Now()
 	second := <-runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
 	elapsed := time.Since(start)
-	if strings.Contains(second[0], "REACHED") || strings.Count(second[0], "failed") != 7 {
+	if strings.Contains(second[0], "REACHED") || strings.Count(second[0], "failed") != 8 {
 		t.Errorf("the second sandbox reached what it must not:\n%s\n%s", second[0], second[1])
 	}
 	if elapsed > 5*time.Second {
-		t.Errorf("the second sandbox's seven probes took %v; each must fail at once, not time out", elapsed)
+		t.Errorf("the second sandbox's eight probes took %v; each must fail at once, not time out", elapsed)
 	}
 
 	// Add the rule over the first sandbox's API; its next request passes.
