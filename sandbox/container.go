@@ -21,8 +21,13 @@ type ContainerSpec struct {
 	ID string
 	// NetnsPath is the network namespace to join, /var/run/netns/sbx-<id>.
 	NetnsPath string
-	// RootFS is a directory used as / (read-only).
+	// RootFS is a directory used as / (read-only); ignored when Image is
+	// set.
 	RootFS string
+	// Image, when set, is the reference of an image already in
+	// containerd's sbx namespace whose filesystem (a read-only view) and
+	// configuration the container starts from.
+	Image string
 	// Args is the command and its arguments.
 	Args []string
 	// Env is KEY=VALUE pairs.

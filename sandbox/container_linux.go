@@ -24,8 +24,11 @@ import (
 // under containerd's default seccomp profile with no-new-privileges, in the
 // sandbox's network namespace (DESIGN.md §2, guarantee 5).
 func specOpts(cs ContainerSpec) []oci.SpecOpts {
-	opts := []oci.SpecOpts{
-		oci.WithRootFSPath(cs.RootFS),
+	var opts []oci.SpecOpts
+	if cs.Image == "" {
+		opts = append(opts, oci.WithRootFSPath(cs.RootFS))
+	}
+	opts = append(opts,
 		oci.WithRootFSReadonly(),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cs.NetnsPath}),
 		oci.WithProcessArgs(cs.Args...),
@@ -35,8 +38,8 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 		oci.WithNoNewPrivileges,
 		oci.WithDroppedCapabilities([]string{"CAP_NET_RAW", "CAP_NET_ADMIN"}),
 		seccomp.WithDefaultProfile(),
-		oci.WithHostname("sbx-" + cs.ID),
-	}
+		oci.WithHostname("sbx-"+cs.ID),
+	)
 	if cs.Cwd != "" {
 		opts = append(opts, oci.WithProcessCwd(cs.Cwd))
 	}
@@ -91,12 +94,26 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ctr, err := c.client.NewContainer(ctx, cs.ID, containerd.WithNewSpec(specOpts(cs)...))
+	var newOpts []containerd.NewContainerOpts
+	spec := specOpts(cs)
+	if cs.Image != "" {
+		img, err := c.client.GetImage(ctx, cs.Image)
+		if err != nil {
+			return -1, fmt.Errorf("image %s is not in containerd's %q namespace (import it with: ctr -n %s images import FILE, or pull it with ctr -n %s images pull): %w",
+				cs.Image, ContainerdNamespace, ContainerdNamespace, ContainerdNamespace, err)
+		}
+		// The image's own settings first, ours over them. The snapshot is
+		// writable for runc to make mount points; the spec makes / read-only.
+		spec = append([]oci.SpecOpts{oci.WithImageConfig(img)}, spec...)
+		newOpts = append(newOpts, containerd.WithImage(img), containerd.WithNewSnapshot(cs.ID, img))
+	}
+	newOpts = append(newOpts, containerd.WithNewSpec(spec...))
+	ctr, err := c.client.NewContainer(ctx, cs.ID, newOpts...)
 	if err != nil {
 		return -1, fmt.Errorf("creating container %s: %w", cs.ID, err)
 	}
 	defer func() {
-		if err := ctr.Delete(cleanupCtx); err != nil {
+		if err := ctr.Delete(cleanupCtx, containerd.WithSnapshotCleanup); err != nil {
 			retErr = multierror.Append(retErr, fmt.Errorf("deleting container %s: %w", cs.ID, err))
 		}
 	}()
@@ -107,7 +124,16 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 	if stdio.In != nil {
 		in = &eofReader{r: stdio.In, eof: eof}
 	}
-	streams := []cio.Opt{cio.WithStreams(in, stdio.Out, stdio.Err)}
+	// containerd's shim needs every stream or none: a missing writer
+	// beside a present one fails with `opening file ""`.
+	out, errOut := stdio.Out, stdio.Err
+	if out == nil {
+		out = io.Discard
+	}
+	if errOut == nil {
+		errOut = io.Discard
+	}
+	streams := []cio.Opt{cio.WithStreams(in, out, errOut)}
 	if cs.TTY {
 		streams = append(streams, cio.WithTerminal)
 	}
@@ -201,7 +227,7 @@ func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 			errs = multierror.Append(errs, err)
 		}
 	}
-	if err := ctr.Delete(ctx); err != nil {
+	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
 		errs = multierror.Append(errs, err)
 	}
 	return errs.ErrorOrNil()

@@ -39,6 +39,7 @@ type runOptions struct {
 	policy     policyFlags
 	resolve    []string
 	rootfs     string
+	image      string
 	env        []string
 	volumes    []string
 	workdir    string
@@ -98,6 +99,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
+	fs.StringVar(&o.image, "image", "", "run from `REF`, an image already in containerd's sbx namespace (instead of --rootfs)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
@@ -134,7 +136,12 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	var layout rootfs.Layout
 	var err error
-	if o.rootfs == "host" {
+	switch {
+	case o.image != "":
+		if cmd.Flags().Changed("rootfs") {
+			return 0, errors.New("--image and --rootfs both say what / is; give one of them")
+		}
+	case o.rootfs == "host":
 		cwd, err := os.Getwd()
 		if err != nil {
 			return 0, err
@@ -146,8 +153,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			// Under sudo, the command runs as the user who asked.
 			o.user = os.Getenv("SUDO_UID") + ":" + os.Getenv("SUDO_GID")
 		}
-	} else if layout, err = rootfs.Dir(o.rootfs); err != nil {
-		return 0, err
+	default:
+		if layout, err = rootfs.Dir(o.rootfs); err != nil {
+			return 0, err
+		}
 	}
 	if o.workdir != "" {
 		layout.Cwd = o.workdir
@@ -273,6 +282,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		ID:        id,
 		NetnsPath: "/var/run/netns/" + names.Netns,
 		RootFS:    layout.Root,
+		Image:     o.image,
 		Mounts:    mounts,
 		Masked:    layout.Masked,
 		Args:      args,

@@ -168,6 +168,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--rootfs", "/no/such/dir", "--", "true"}, exitSbxFailed, "not a directory"},
 		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "UID[:GID]"},
 		{[]string{"run", "--runtime", "docker", "--", "true"}, exitSbxFailed, "only containerd"},
+		{[]string{"run", "--image", "docker.io/library/x:1", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "give one of them"},
 		{[]string{"run", "-v", "nonsense", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "SRC:DST"},
 	}
 	if os.Geteuid() != 0 {

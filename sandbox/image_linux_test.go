@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testImageRef is the image TestPrivilegedImage builds and imports.
+const testImageRef = "docker.io/sbxtest/busybox:latest"
+
+// busyboxImageTar writes an OCI image layout, as a tar, of one layer
+// holding busybox-static and a few of its applets.
+func busyboxImageTar(t *testing.T) string {
+	t.Helper()
+	bb, err := os.ReadFile("/usr/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is missing: %v", err)
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
+	tw.Write(bb)
+	for _, c := range []string{"sh", "echo", "cat"} {
+		tw.WriteHeader(&tar.Header{Name: "bin/" + c, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
+	}
+	for _, d := range []string{"proc/", "dev/", "sys/", "tmp/", "etc/"} {
+		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
+	}
+	tw.Close()
+
+	blobs := map[string][]byte{}
+	add := func(data []byte) (string, int) {
+		sum := sha256.Sum256(data)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		blobs[hex.EncodeToString(sum[:])] = data
+		return d, len(data)
+	}
+	layerDigest, layerSize := add(layer.Bytes())
+	config, _ := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"Env": []string{"PATH=/bin", "FROM_IMAGE=yes"}, "Cmd": []string{"sh"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+	})
+	configDigest, configSize := add(config)
+	manifest, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": configDigest, "size": configSize},
+		"layers": []any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layerDigest, "size": layerSize}},
+	})
+	manifestDigest, manifestSize := add(manifest)
+	index, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+		"manifests": []any{map[string]any{
+			"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifestDigest, "size": manifestSize,
+			"annotations": map[string]string{"io.containerd.image.name": testImageRef, "org.opencontainers.image.ref.name": "latest"},
+		}},
+	})
+	path := filepath.Join(t.TempDir(), "image.tar")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := tar.NewWriter(f)
+	file := func(name string, data []byte) {
+		out.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))})
+		out.Write(data)
+	}
+	file("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
+	file("index.json", index)
+	for h, data := range blobs {
+		file("blobs/sha256/"+h, data)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPrivilegedImage runs a container from an image already in
+// containerd: its filesystem and environment, our command and rules.
+func TestPrivilegedImage(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	if out, err := exec.Command("ctr", "-n", ContainerdNamespace, "images", "import", busyboxImageTar(t)).CombinedOutput(); err != nil {
+		t.Fatalf("importing the test image: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ctr", "-n", ContainerdNamespace, "images", "rm", testImageRef).Run() })
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.228"))
+	t.Cleanup(func() {
+		cd.RemoveContainer(ctx, id)
+		TeardownNetwork(ctx, names)
+	})
+	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	code, err := cd.Run(runCtx, ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, Image: testImageRef,
+		Args: []string{"sh", "-c", `echo "image=$FROM_IMAGE"; grep Seccomp: /proc/self/status; echo x > /bin/new 2>/dev/null && echo root-rw; exit 5`}},
+		Stdio{Out: &out}, time.Second)
+	if err != nil || code != 5 {
+		t.Fatalf("exit %d, %v\n%s", code, err, out.String())
+	}
+	for _, want := range []string{"image=yes", "Seccomp:\t2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "root-rw") {
+		t.Errorf("the image's root is writable")
+	}
+	ids, _ := cd.ContainerIDs(ctx)
+	for _, c := range ids {
+		if c == id {
+			t.Errorf("container %s left", id)
+		}
+	}
+	snaps, _ := exec.Command("ctr", "-n", ContainerdNamespace, "snapshots", "ls").Output()
+	if strings.Contains(string(snaps), id) {
+		t.Errorf("snapshot %s left:\n%s", id, snaps)
+	}
+
+}
