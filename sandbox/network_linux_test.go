@@ -211,3 +211,28 @@ func TestPrivilegedFastTeardown(t *testing.T) {
 	}
 	assertNetworkGone(t, names)
 }
+
+// TestPrivilegedFailedSetupUndoes makes SetupNetwork fail half-way (its
+// veth name is taken) and expects the namespace it had made to be gone.
+func TestPrivilegedFailedSetupUndoes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces and links (CI runs as root)")
+	}
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	blocker := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: names.HostVeth}, PeerName: "sbxb" + id}
+	if err := netlink.LinkAdd(blocker); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(blocker) })
+	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.224"))
+	err := SetupNetwork(context.Background(), NetPlan{Names: names, Subnet: sub, GatewayPort: 3128})
+	if err == nil || !strings.Contains(err.Error(), "creating veth") {
+		t.Fatalf("SetupNetwork with its veth name taken: %v, want a veth error", err)
+	}
+	if _, err := os.Stat("/var/run/netns/" + names.Netns); !os.IsNotExist(err) {
+		t.Errorf("the namespace of a failed setup is left: %v", err)
+	}
+	netlink.LinkDel(blocker)
+	assertNetworkGone(t, names)
+}
