@@ -11,15 +11,21 @@ import (
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Check policy files and ask what a policy decides",
+		Short: "Check policies, and show or change the policy of a running sandbox",
 		Example: `  sbx policy validate policy.yaml
-  sbx policy check --policy policy.yaml https://registry.npmjs.org/`,
+  sbx policy check --policy policy.yaml https://registry.npmjs.org/
+  sbx policy allow --sandbox 1a2b3c4d api.github.com`,
 		Args: subcommandArgs,
 		RunE: showHelp,
 	}
 	cmd.AddCommand(
 		newPolicyValidateCmd(),
 		newPolicyCheckCmd(),
+		newPolicyShowCmd(),
+		newPolicyAddCmd(netpolicy.Allow),
+		newPolicyAddCmd(netpolicy.Block),
+		newPolicyRemoveCmd(),
+		newPolicyReplaceCmd(),
 	)
 	return cmd
 }

@@ -96,10 +96,13 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 	}
 	root.SetFlagErrorFunc(usageError)
 	root.AddCommand(
+		newDecisionsCmd(),
 		newGCCmd(),
 		newGatewayCmd(),
 		newPolicyCmd(),
+		newPSCmd(),
 		newRunCmd(),
+		newStopCmd(),
 		newVersionCmd(),
 	)
 	return root

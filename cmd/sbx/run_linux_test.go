@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -508,5 +509,119 @@ func TestPrivilegedVolume(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(rw, "out.txt")); string(data) != "out\n" {
 		t.Errorf("the read-write volume did not get the file: %q", data)
+	}
+}
+
+// TestPrivilegedOperate drives a running sandbox from outside: sbx ps,
+// sbx policy show/allow/block/remove/replace, sbx decisions (a page,
+// --follow receiving a record made after it started, --file), and sbx stop.
+func TestPrivilegedOperate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	root := busyboxRoot(t)
+	for _, c := range []string{"sleep", "seq"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", c))
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	logFile := filepath.Join(dir, "log.jsonl")
+	loop := `GW=${HTTP_PROXY#http://}
+while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\r\nConnection: close\r\n\r\n' | nc ${GW%:*} ${GW##*:} >/dev/null; sleep 0.2; done`
+	// sbx stop signals the sbx run process: here that is this test
+	// binary, so the sandbox runs in a child process.
+	bin := filepath.Join(dir, "sbx")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sbx: %v\n%s", err, out)
+	}
+	run := exec.Command(bin, "run", "--quiet", "--name", "agent", "--rootfs", root, "--state-dir", state,
+		"--subnet-pool", "10.213.247.0/24", "--log", logFile,
+		"--resolve", "later.test=10.213.253.2", "--allow-private", "10.213.253.0/30", "--", "sh", "-c", loop)
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{}) // closed when sbx run has ended
+	go func() { run.Wait(); close(ended) }()
+	t.Cleanup(func() {
+		run.Process.Kill()
+		<-ended
+		runCLI(t, "gc", "--state-dir", state)
+	})
+	id := waitForSandbox(t, state, "")
+	sb := []string{"--sandbox", id, "--state-dir", state}
+	cli := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, code := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("sbx %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout, stderr)
+		}
+		return stdout
+	}
+
+	if out := cli("ps", "--state-dir", state); !strings.Contains(out, id) || !strings.Contains(out, "agent") {
+		t.Errorf("sbx ps:\n%s", out)
+	}
+	if out := cli(append([]string{"policy", "show"}, sb...)...); !strings.Contains(out, "default block") {
+		t.Errorf("policy show:\n%s", out)
+	}
+	if out := cli(append([]string{"policy", "allow", "--id", "later"}, append(sb, "later.test:8080")...)...); !strings.Contains(out, "rule later added") {
+		t.Errorf("policy allow:\n%s", out)
+	}
+	if out := cli(append([]string{"policy", "block", "--position", "0"}, append(sb, "x.test")...)...); !strings.Contains(out, "added: block x.test") {
+		t.Errorf("policy block:\n%s", out)
+	}
+	if out := cli(append([]string{"policy", "show"}, sb...)...); !strings.Contains(out, "later") || !strings.Contains(out, "x.test") {
+		t.Errorf("policy show after adding:\n%s", out)
+	}
+	// Wait for an allowed request by the new rule.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if strings.Contains(cli(append([]string{"decisions"}, sb...)...), "allow") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no allowed request after the allow rule")
+		}
+	}
+	if out := cli(append([]string{"policy", "remove"}, append(sb, "later")...)...); !strings.Contains(out, "rule later removed") {
+		t.Errorf("policy remove:\n%s", out)
+	}
+	pfile := filepath.Join(dir, "p.yaml")
+	os.WriteFile(pfile, []byte("default: block\nallow_private: [10.213.253.0/30]\nrules:\n  - {id: again, host: later.test, ports: [8080], action: allow}\n"), 0o644)
+	if out := cli(append([]string{"policy", "replace"}, append(sb, pfile)...)...); !strings.Contains(out, "policy replaced") {
+		t.Errorf("policy replace:\n%s", out)
+	}
+
+	// decisions --follow from the last record on gets a new one.
+	lines := strings.Split(strings.TrimSpace(cli(append([]string{"decisions", "--json"}, sb...)...)), "\n")
+	var last struct{ Seq uint64 }
+	json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	follow := <-runInBackground(fctx, append([]string{"decisions", "--follow", "--json", "--since", fmt.Sprint(last.Seq)}, sb...)...)
+	var got []uint64
+	for _, l := range strings.Split(strings.TrimSpace(follow[0]), "\n") {
+		var r struct{ Seq uint64 }
+		if json.Unmarshal([]byte(l), &r) == nil {
+			got = append(got, r.Seq)
+		}
+	}
+	if len(got) == 0 || got[0] <= last.Seq {
+		t.Errorf("decisions --follow since %d got %v (stderr %q)", last.Seq, got, follow[1])
+	}
+
+	if out := cli("stop", "--state-dir", state, id); !strings.Contains(out, "stopped") {
+		t.Errorf("sbx stop:\n%s", out)
+	}
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("sbx run did not end after sbx stop")
+	}
+	if out := cli("decisions", "--file", logFile); !strings.Contains(out, "later.test:8080/") || !strings.Contains(out, "rule again added") && !strings.Contains(out, "policy") {
+		t.Errorf("decisions --file:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(state, id)); !os.IsNotExist(err) {
+		t.Errorf("state left after sbx stop: %v", err)
 	}
 }

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// decisionRecord is what sbx decisions shows of a decision record.
+type decisionRecord struct {
+	Seq    uint64    `json:"seq"`
+	Event  string    `json:"event"`
+	Time   time.Time `json:"time"`
+	Kind   string    `json:"kind"`
+	Method string    `json:"method"`
+	Host   string    `json:"host"`
+	Port   int       `json:"port"`
+	Path   string    `json:"path"`
+	Action string    `json:"action"`
+	Rule   string    `json:"rule"`
+	Reason string    `json:"reason"`
+	Change string    `json:"change"`
+}
+
+// formatDecision renders one record as a line; color adds ANSI colors to
+// the action.
+func formatDecision(r decisionRecord, color bool) string {
+	if r.Event == "policy" {
+		return fmt.Sprintf("%s  policy    %s", r.Time.Local().Format("15:04:05.000"), printable(r.Change))
+	}
+	action := fmt.Sprintf("%-9s", r.Action)
+	if color {
+		code := map[string]string{"allow": "32", "block": "31", "intercept": "33"}[r.Action]
+		if code != "" {
+			action = "\x1b[" + code + "m" + action + "\x1b[0m"
+		}
+	}
+	target := r.Host + ":" + strconv.Itoa(r.Port) + r.Path
+	return fmt.Sprintf("%s  %s %-7s %s  %s  %s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
+		printable(target), printable(r.Rule), printable(r.Reason))
+}
+
+// printable replaces control characters, so that a logged path cannot
+// drive the terminal.
+func printable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) {
+			return '?'
+		}
+		return c
+	}, s)
+}
+
+func newDecisionsCmd() *cobra.Command {
+	var t targetFlags
+	var file string
+	var follow, asJSON bool
+	var since uint64
+	cmd := &cobra.Command{
+		Use:   "decisions [flags]",
+		Short: "Show the decisions of a running sandbox, a gateway, or a decision log file",
+		Long: `Decisions prints one line per decision: time, action, kind, host:port and
+path, rule, reason (policy changes too). --follow keeps printing new ones
+until interrupted; --json passes the records through unchanged.`,
+		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
+  sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			color := isTerminal(out) && !asJSON
+			show := func(line []byte) error {
+				line = []byte(strings.TrimSpace(string(line)))
+				if len(line) == 0 {
+					return nil
+				}
+				if asJSON {
+					_, err := fmt.Fprintf(out, "%s\n", line)
+					return err
+				}
+				var r decisionRecord
+				if err := json.Unmarshal(line, &r); err != nil {
+					return fmt.Errorf("not a decision record: %s", line)
+				}
+				if r.Event == "close" {
+					return nil
+				}
+				_, err := fmt.Fprintln(out, formatDecision(r, color))
+				return err
+			}
+			if file != "" {
+				if t.sandbox != "" || t.api != "" || follow {
+					return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
+				}
+				f, err := os.Open(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				sc := bufio.NewScanner(f)
+				sc.Buffer(make([]byte, 64<<10), 4<<20)
+				for sc.Scan() {
+					if err := show(sc.Bytes()); err != nil {
+						return err
+					}
+				}
+				return sc.Err()
+			}
+			c, err := t.client()
+			if err != nil {
+				return err
+			}
+			if follow {
+				body, err := c.stream(cmd.Context(), fmt.Sprintf("/v1/decisions?follow=1&since=%d", since))
+				if err != nil {
+					return err
+				}
+				defer body.Close()
+				sc := bufio.NewScanner(body)
+				sc.Buffer(make([]byte, 64<<10), 4<<20)
+				for sc.Scan() {
+					if err := show(sc.Bytes()); err != nil {
+						return err
+					}
+				}
+				if cmd.Context().Err() != nil {
+					return nil // interrupted: the normal end
+				}
+				return sc.Err()
+			}
+			for {
+				var page struct {
+					Decisions []json.RawMessage `json:"decisions"`
+					Next      uint64            `json:"next"`
+				}
+				if _, err := c.do(cmd.Context(), "GET", fmt.Sprintf("/v1/decisions?since=%d&limit=1000", since), nil, nil, &page); err != nil {
+					return err
+				}
+				for _, d := range page.Decisions {
+					if err := show(d); err != nil {
+						return err
+					}
+				}
+				if len(page.Decisions) == 0 || page.Next == since {
+					return nil
+				}
+				since = page.Next
+			}
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&file, "file", "", "read the decision log `FILE` instead")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new decisions until interrupted")
+	cmd.Flags().Uint64Var(&since, "since", 0, "only records after sequence number `N`")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON Lines, unchanged")
+	return cmd
+}
+
+// isTerminal reports whether w is a terminal, for colors.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func newPSCmd() *cobra.Command {
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:     "ps",
+		Short:   "List running sandboxes",
+		Example: `  sudo sbx ps`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			states, err := sandbox.List(stateDir)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
+			for _, st := range states {
+				if !sandbox.OwnerAlive(st) {
+					continue // a leftover: sbx gc removes it
+				}
+				version, allowed, blocked := "-", "-", "-"
+				t := targetFlags{sandbox: st.ID, stateDir: stateDir}
+				if c, err := t.client(); err == nil {
+					var s struct {
+						PolicyVersion uint64 `json:"policy_version"`
+						Counts        struct {
+							Allowed uint64 `json:"allowed"`
+							Blocked uint64 `json:"blocked"`
+						} `json:"counts"`
+					}
+					if _, err := c.do(cmd.Context(), "GET", "/v1/status", nil, nil, &s); err == nil {
+						version, allowed, blocked = strconv.FormatUint(s.PolicyVersion, 10), strconv.FormatUint(s.Counts.Allowed, 10), strconv.FormatUint(s.Counts.Blocked, 10)
+					}
+				}
+				gw := st.Subnet.Addr().Next().String() + ":" + strconv.Itoa(int(st.GatewayPort))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Name, truncateCommand(st.Command), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
+	cmd.Flags().MarkHidden("state-dir")
+	return cmd
+}
+
+func truncateCommand(args []string) string {
+	s := strings.Join(args, " ")
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
+}
+
+func newStopCmd() *cobra.Command {
+	var stateDir string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop ID",
+		Short: "Stop a running sandbox",
+		Long: `Stop asks the sandbox's sbx run to end (SIGTERM, which reaches the command),
+and after --timeout kills it; sbx run then tears the sandbox down. A run
+that was killed leaves its sandbox to sbx gc, which stop then runs.`,
+		Example: `  sudo sbx stop 1a2b3c4d`,
+		Args:    exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := sandbox.Load(stateDir, args[0])
+			if err != nil {
+				return err
+			}
+			if !sandbox.OwnerAlive(st) {
+				return fmt.Errorf("sandbox %s is not running (its sbx run is gone); sbx gc removes what it left", st.ID)
+			}
+			if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
+				return fmt.Errorf("stopping sandbox %s: %w", st.ID, err)
+			}
+			deadline := time.Now().Add(timeout)
+			for sandbox.OwnerAlive(st) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if sandbox.OwnerAlive(st) {
+				syscall.Kill(st.PID, syscall.SIGKILL)
+				for i := 0; sandbox.OwnerAlive(st) && i < 100; i++ {
+					time.Sleep(20 * time.Millisecond)
+				}
+				// The run could not tear down: do it here.
+				if _, err := sandbox.GC(cmd.Context(), stateDir, nil); err != nil {
+					return fmt.Errorf("sandbox %s was killed; cleaning up: %w (sbx gc retries)", st.ID, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s killed after %v and removed\n", st.ID, timeout)
+				return nil
+			}
+			if _, err := sandbox.Load(stateDir, st.ID); !errors.Is(err, sandbox.ErrNotFound) {
+				return fmt.Errorf("sandbox %s stopped but its state is left; run sbx gc", st.ID)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s stopped\n", st.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
+	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Second, "how long to wait before killing it")
+	cmd.Flags().MarkHidden("state-dir")
+	return cmd
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// policyAnswer is the management API's GET /v1/policy.
+type policyAnswer struct {
+	Version uint64         `json:"version"`
+	Policy  netpolicy.Spec `json:"policy"`
+}
+
+func newPolicyShowCmd() *cobra.Command {
+	var t targetFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show the policy of a running sandbox or gateway",
+		Example: `  sbx policy show --sandbox 1a2b3c4d
+  sbx policy show --api unix:/run/sbx/gw.sock --token-file /run/sbx/gw.token --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := t.client()
+			if err != nil {
+				return err
+			}
+			var p policyAnswer
+			if _, err := c.do(cmd.Context(), "GET", "/v1/policy", nil, nil, &p); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false)
+				return enc.Encode(p)
+			}
+			fmt.Fprintf(out, "policy version %d: default %s, mode %s, %s\n", p.Version, p.Policy.Default, p.Policy.Mode, plural(len(p.Policy.Rules), "rule"))
+			if len(p.Policy.AllowPrivate) > 0 {
+				var nets []string
+				for _, n := range p.Policy.AllowPrivate {
+					nets = append(nets, n.String())
+				}
+				fmt.Fprintf(out, "allow_private: %s\n", strings.Join(nets, ", "))
+			}
+			if len(p.Policy.Rules) == 0 {
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tACTION\tHOST\tPORTS\tMETHODS\tPATH")
+			for _, r := range p.Policy.Rules {
+				var ports []string
+				for _, p := range r.Ports {
+					ports = append(ports, p.String())
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Action, r.Host, strings.Join(ports, ","), strings.Join(r.Methods, ","), r.Path)
+			}
+			return tw.Flush()
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
+// newPolicyAddCmd makes sbx policy allow and sbx policy block.
+func newPolicyAddCmd(action netpolicy.Action) *cobra.Command {
+	var t targetFlags
+	var id string
+	var position int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   string(action) + " [flags] PATTERN...",
+		Short: fmt.Sprintf("Add a rule that %ss PATTERN to a running sandbox or gateway", action),
+		Long: fmt.Sprintf(`%s adds one rule per PATTERN (host, host:port, host:*, *.domain, IP or
+CIDR, as for sbx run) to the running policy; it applies to the next request.
+By default the rule goes last; --position 0 puts it first, before the rules
+it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
+		Example: fmt.Sprintf(`  sbx policy %s --sandbox 1a2b3c4d api.github.com
+  sbx policy %s --sandbox 1a2b3c4d --position 0 --id gh '*.github.com:443'`, action, action),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf(cmd, "give at least one PATTERN, e.g. sbx policy %s --sandbox ID api.github.com", action)
+			}
+			if id != "" && len(args) > 1 {
+				return usageErrorf(cmd, "--id names one rule; give one PATTERN with it")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := t.client()
+			if err != nil {
+				return err
+			}
+			for _, pattern := range args {
+				host, ports, err := netpolicy.ParseFlagPattern(pattern)
+				if err != nil {
+					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
+				}
+				body := map[string]any{"host": host, "action": action}
+				if ports != nil {
+					body["ports"] = ports
+				}
+				if id != "" {
+					body["id"] = id
+				}
+				if cmd.Flags().Changed("position") {
+					body["position"] = position
+				}
+				data, _ := json.Marshal(body)
+				var added struct {
+					Version uint64         `json:"version"`
+					Rule    netpolicy.Rule `json:"rule"`
+				}
+				if _, err := c.do(cmd.Context(), "POST", "/v1/policy/rules", bytes.NewReader(data), map[string]string{"Content-Type": "application/json"}, &added); err != nil {
+					return fmt.Errorf("%s %s: %w", action, pattern, err)
+				}
+				if asJSON {
+					json.NewEncoder(cmd.OutOrStdout()).Encode(added)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rule %s added: %s %s (policy version %d)\n", added.Rule.ID, added.Rule.Action, added.Rule.Host, added.Version)
+			}
+			return nil
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&id, "id", "", "the rule's `ID` (default r1, r2, ...)")
+	cmd.Flags().IntVar(&position, "position", 0, "insert the rule at `N` (0 is first; default last)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer")
+	return cmd
+}
+
+func newPolicyRemoveCmd() *cobra.Command {
+	var t targetFlags
+	cmd := &cobra.Command{
+		Use:     "remove [flags] RULE-ID...",
+		Short:   "Remove rules from a running sandbox or gateway by id",
+		Example: `  sbx policy remove --sandbox 1a2b3c4d gh r3`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf(cmd, "give the id of a rule to remove (sbx policy show lists them)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := t.client()
+			if err != nil {
+				return err
+			}
+			for _, id := range args {
+				var r struct{ Version uint64 }
+				if _, err := c.do(cmd.Context(), "DELETE", "/v1/policy/rules/"+id, nil, nil, &r); err != nil {
+					return fmt.Errorf("removing rule %s: %w (sbx policy show lists the rules)", id, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rule %s removed (policy version %d)\n", id, r.Version)
+			}
+			return nil
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func newPolicyReplaceCmd() *cobra.Command {
+	var t targetFlags
+	var ifVersion uint64
+	cmd := &cobra.Command{
+		Use:   "replace [flags] FILE",
+		Short: "Replace the whole policy of a running sandbox or gateway with a policy file",
+		Long: `Replace sends FILE (YAML or JSON) as the new policy. An invalid file changes
+nothing and its problems are printed; with --if-version N the change is made
+only if the running policy is still version N.`,
+		Example: `  sbx policy replace --sandbox 1a2b3c4d policy.yaml`,
+		Args:    exactArgs("FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			// Check locally first, for FILE:LINE messages.
+			if _, err := netpolicy.Parse(args[0], data); err != nil {
+				return policyFileError(err)
+			}
+			c, err := t.client()
+			if err != nil {
+				return err
+			}
+			hdr := map[string]string{}
+			if ifVersion != 0 {
+				hdr["If-Match"] = `"` + strconv.FormatUint(ifVersion, 10) + `"`
+			}
+			var r struct{ Version uint64 }
+			if _, err := c.do(cmd.Context(), "PUT", "/v1/policy", bytes.NewReader(data), hdr, &r); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy replaced from %s (policy version %d)\n", args[0], r.Version)
+			return nil
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	cmd.Flags().Uint64Var(&ifVersion, "if-version", 0, "replace only if the running policy is version `N`")
+	return cmd
+}
