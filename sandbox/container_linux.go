@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,9 +76,20 @@ type Containerd struct {
 
 // ConnectContainerd connects to containerd at socket.
 func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) {
+	hint := "is it installed and running? (apt-get install containerd runc; scripts/test.sh starts it where there is no systemd)"
+	if _, err := os.Stat(socket); err != nil {
+		return nil, fmt.Errorf("no containerd socket at %s: %s", socket, hint)
+	}
 	c, err := containerd.New(socket, containerd.WithDefaultNamespace(ContainerdNamespace), containerd.WithTimeout(5*time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to containerd at %s (is it installed and running? scripts/test.sh starts it): %w", socket, err)
+		return nil, fmt.Errorf("connecting to containerd at %s: %s: %w", socket, hint, err)
+	}
+	// The connection is lazy: ask once, so a missing daemon is found now.
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Version(vctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("containerd at %s does not answer: %s: %w", socket, hint, err)
 	}
 	return &Containerd{client: c}, nil
 }

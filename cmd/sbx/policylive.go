@@ -97,6 +97,15 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Every pattern is checked before anything is sent.
+			for _, pattern := range args {
+				if _, err := netpolicy.FlagRules(nil, nil, []string{pattern}); action == netpolicy.Allow && err != nil {
+					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
+				}
+				if _, _, err := netpolicy.ParseFlagPattern(pattern); err != nil {
+					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
+				}
+			}
 			c, err := t.client()
 			if err != nil {
 				return err

@@ -625,3 +625,37 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 		t.Errorf("state left after sbx stop: %v", err)
 	}
 }
+
+// TestOperateErrors: what a user can get wrong says what to do next.
+func TestOperateErrors(t *testing.T) {
+	state := t.TempDir()
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"policy", "show", "--sandbox", "deadbeef", "--state-dir", state}, exitFailure, "sbx ps"},
+		{[]string{"policy", "show"}, exitFailure, "--sandbox ID"},
+		{[]string{"policy", "show", "--api", "127.0.0.1:1"}, exitFailure, "--token-file"},
+		{[]string{"policy", "allow", "--sandbox", "deadbeef", "--state-dir", state, "*."}, exitUsage, "'*.' needs a domain"},
+		{[]string{"policy", "allow", "--sandbox", "deadbeef", "--state-dir", state, "*"}, exitUsage, "explicit port list"},
+		{[]string{"policy", "remove", "--sandbox", "deadbeef", "--state-dir", state}, exitUsage, "give the id"},
+		{[]string{"decisions", "--sandbox", "deadbeef", "--state-dir", state}, exitFailure, "sbx ps"},
+		{[]string{"decisions", "--file", filepath.Join(state, "missing.jsonl")}, exitFailure, "no such file"},
+		{[]string{"stop", "--state-dir", state, "deadbeef"}, exitFailure, "sbx ps"},
+		{[]string{"stop", "--state-dir", state, "not-an-id"}, exitFailure, "hex digits"},
+	}
+	if os.Geteuid() == 0 {
+		tests = append(tests, struct {
+			args []string
+			code int
+			want string
+		}{[]string{"run", "--containerd", filepath.Join(state, "none.sock"), "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "is it installed and running"})
+	}
+	for _, tt := range tests {
+		_, stderr, code := runCLI(t, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("sbx %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
+		}
+	}
+}
