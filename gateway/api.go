@@ -275,7 +275,11 @@ func changeError(w http.ResponseWriter, err error) {
 	}
 }
 
-func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
+// change runs one policy change: If-Match and body read first, then fn
+// under the changes lock, so that the change and its policy record are in
+// order; its snapshot is answered with status, its errors as changeError
+// says. fn gets the expected version (0 for any) and the body.
+func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error)) {
 	want, err := ifMatch(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -285,60 +289,43 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	spec, err := netpolicy.Decode("request body", data)
-	if err != nil {
-		changeError(w, err)
-		return
-	}
 	a.changes.Lock()
 	defer a.changes.Unlock()
-	snap, err := a.cfg.Server.Store().Replace(spec, want)
+	snap, extra, err := fn(want, data)
 	if err != nil {
 		changeError(w, err)
 		return
 	}
-	a.updated(w, http.StatusOK, snap, nil)
+	a.updated(w, status, snap, extra)
+}
+
+func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
+	a.change(w, r, http.StatusOK, func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error) {
+		spec, err := netpolicy.Decode("request body", body)
+		if err != nil {
+			return nil, nil, err
+		}
+		snap, err := a.cfg.Server.Store().Replace(spec, want)
+		return snap, nil, err
+	})
 }
 
 func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
-	want, err := ifMatch(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	data, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	rule, pos, err := netpolicy.DecodeAddRule("request body", data)
-	if err != nil {
-		changeError(w, err)
-		return
-	}
-	a.changes.Lock()
-	defer a.changes.Unlock()
-	snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
-	if err != nil {
-		changeError(w, err)
-		return
-	}
-	a.updated(w, http.StatusCreated, snap, map[string]any{"rule": added})
+	a.change(w, r, http.StatusCreated, func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error) {
+		rule, pos, err := netpolicy.DecodeAddRule("request body", body)
+		if err != nil {
+			return nil, nil, err
+		}
+		snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
+		return snap, map[string]any{"rule": added}, err
+	})
 }
 
 func (a *API) removeRule(w http.ResponseWriter, r *http.Request) {
-	want, err := ifMatch(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	a.changes.Lock()
-	defer a.changes.Unlock()
-	snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
-	if err != nil {
-		changeError(w, err)
-		return
-	}
-	a.updated(w, http.StatusOK, snap, nil)
+	a.change(w, r, http.StatusOK, func(want uint64, _ []byte) (*netpolicy.Snapshot, map[string]any, error) {
+		snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
+		return snap, nil, err
+	})
 }
 
 // decisions serves a page of the ring, or with follow=1 an NDJSON stream of

@@ -34,11 +34,11 @@ func TestPrivilegedRulesLoad(t *testing.T) {
 		{"host", hostV4, hostV6, []string{"--noflush"}},
 	} {
 		ns := fmt.Sprintf("sbxtest-%s-%d", tt.role, os.Getpid())
-		run(t, "", "ip", "netns", "del", ns) // a leftover of an earlier failed run
+		run(t, "ip", "netns", "del", ns) // a leftover of an earlier failed run
 		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 			t.Fatalf("ip netns add %s: %v\n%s", ns, err, out)
 		}
-		t.Cleanup(func() { run(t, "", "ip", "netns", "del", ns) })
+		t.Cleanup(func() { run(t, "ip", "netns", "del", ns) })
 		for _, load := range []struct{ tool, doc string }{{"iptables-restore", tt.v4}, {"ip6tables-restore", tt.v6}} {
 			cmd := exec.Command("ip", append([]string{"netns", "exec", ns, load.tool}, tt.args...)...)
 			cmd.Stdin = strings.NewReader(load.doc)
@@ -46,7 +46,7 @@ func TestPrivilegedRulesLoad(t *testing.T) {
 				t.Errorf("%s rules, %s: %v\n%s\n%s", tt.role, load.tool, err, out, load.doc)
 			}
 		}
-		saved := run(t, "", "ip", "netns", "exec", ns, "iptables-save")
+		saved := run(t, "ip", "netns", "exec", ns, "iptables-save")
 		if n := strings.Count(saved, "sbx:1a2b3c4d"); n != strings.Count(tt.v4, "sbx:1a2b3c4d") {
 			t.Errorf("%s: iptables-save shows %d rules with the comment, the rule set has %d:\n%s", tt.role, n, strings.Count(tt.v4, "sbx:1a2b3c4d"), saved)
 		}
@@ -55,12 +55,8 @@ func TestPrivilegedRulesLoad(t *testing.T) {
 
 // run runs a command and returns its output; errors are ignored, for
 // cleanup.
-func run(t *testing.T, stdin string, name string, args ...string) string {
+func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	out, _ := cmd.CombinedOutput()
+	out, _ := exec.Command(name, args...).CombinedOutput()
 	return string(out)
 }

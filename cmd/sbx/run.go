@@ -344,23 +344,21 @@ type liveSink struct {
 	w io.Writer
 }
 
+// WriteRecord prints a decision record. Host and path come from the
+// sandbox, so control characters are replaced before they reach the
+// user's terminal.
 func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	if !strings.Contains(string(line), `"event":"decision"`) {
 		return nil
 	}
-	var r struct {
-		Action, Kind, Method, Host, Path, Rule, Reason string
-		Port                                           int
-	}
-	if err := jsonUnmarshal(line, &r); err != nil {
+	var r decisionRecord
+	if err := json.Unmarshal(line, &r); err != nil {
 		return nil
 	}
-	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s %s:%d%s  (%s: %s)\n", r.Action, r.Method, r.Host, r.Port, r.Path, r.Rule, r.Reason)
+	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s  (%s: %s)\n", r.Action,
+		printable(r.Method+" "+r.Host+":"+strconv.Itoa(r.Port)+r.Path), printable(r.Rule), printable(r.Reason))
 	return err
 }
+
 func (s *liveSink) Flush() error { return nil }
 func (s *liveSink) Close() error { return nil }
-
-// jsonUnmarshal decodes a decision record, whose field names are the
-// lower-case ones of DESIGN.md §5.
-func jsonUnmarshal(line []byte, v any) error { return json.Unmarshal(line, v) }
