@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -54,7 +55,9 @@ func (f *targetFlags) client() (*apiClient, error) {
 			return nil, err
 		}
 		dir := filepath.Join(f.stateDir, f.sandbox)
-		if _, err := os.Stat(filepath.Join(dir, "api.sock")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "api.sock")); errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("%w, or use --api ADDR --token-file FILE with a token you can read", orNeedsRoot(err, "--sandbox"))
+		} else if err != nil {
 			return nil, fmt.Errorf("no running sandbox %s; sbx ps lists the running ones", f.sandbox)
 		}
 		addr, tokenFile = "unix:"+filepath.Join(dir, "api.sock"), filepath.Join(dir, "token")

@@ -187,7 +187,7 @@ func newPSCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			states, err := sandbox.List(stateDir)
 			if err != nil {
-				return err
+				return orNeedsRoot(err, "sbx ps")
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
@@ -242,12 +242,14 @@ that was killed leaves its sandbox to sbx gc, which stop then runs.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := sandbox.Load(stateDir, args[0])
 			if err != nil {
-				return err
+				return orNeedsRoot(err, "sbx stop")
 			}
 			if !sandbox.OwnerAlive(st) {
 				return fmt.Errorf("sandbox %s is not running (its sbx run is gone); sbx gc removes what it left", st.ID)
 			}
-			if err := syscall.Kill(st.PID, syscall.SIGTERM); err != nil {
+			if err := syscall.Kill(st.PID, syscall.SIGTERM); errors.Is(err, syscall.EPERM) {
+				return needsRoot("sbx stop", "the sandbox's sbx run is root's")
+			} else if err != nil {
 				return fmt.Errorf("stopping sandbox %s: %w", st.ID, err)
 			}
 			deadline := time.Now().Add(timeout)

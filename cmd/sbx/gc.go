@@ -23,7 +23,7 @@ alone. Decision logs in /var/lib/sbx are kept. Needs root.`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
-				return fmt.Errorf("sbx gc needs root (namespaces, iptables, containerd): run it with sudo")
+				return needsRoot("sbx gc", "namespaces, iptables, containerd")
 			}
 			var rt sandbox.ContainerRuntime
 			cd, err := sandbox.ConnectContainerd(cmd.Context(), socket)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -73,6 +74,21 @@ func reportError(w io.Writer, err error) {
 	for line := range strings.SplitSeq(err.Error(), "\n") {
 		fmt.Fprintln(w, "sbx: "+line)
 	}
+}
+
+// needsRoot is the error of a command that needs root, run without it:
+// what needs root, why, and what to do instead.
+func needsRoot(what, why string) error {
+	return fmt.Errorf("%s needs root (%s): run it with sudo", what, why)
+}
+
+// orNeedsRoot turns a permission error on sbx's state (/run/sbx is root's)
+// into needsRoot's advice; other errors pass unchanged.
+func orNeedsRoot(err error, what string) error {
+	if errors.Is(err, fs.ErrPermission) {
+		return needsRoot(what, "sandboxes are recorded in /run/sbx, which only root can read")
+	}
+	return err
 }
 
 func newRootCmd() *cobra.Command {

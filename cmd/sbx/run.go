@@ -129,7 +129,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
 	if os.Geteuid() != 0 {
-		return 0, errors.New("sbx run needs root (namespaces, iptables, containerd): run it with sudo")
+		return 0, needsRoot("sbx run", "namespaces, iptables, containerd")
 	}
 	if o.runtime != "containerd" {
 		return 0, fmt.Errorf("--runtime %q: only containerd is supported so far", o.runtime)

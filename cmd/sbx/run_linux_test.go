@@ -199,10 +199,7 @@ func TestPrivilegedKillAndGC(t *testing.T) {
 		t.Skipf("%d sandboxes are running on this machine; sbx gc would count them as leftovers", len(real))
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sbx")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building sbx: %v\n%s", err, out)
-	}
+	bin := buildSbx(t)
 	root := busyboxRoot(t)
 	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
 	state := filepath.Join(dir, "state")
@@ -407,10 +404,7 @@ func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sbx")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building sbx: %v\n%s", err, out)
-	}
+	bin := buildSbx(t)
 	root := busyboxRoot(t)
 	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
 	state := filepath.Join(dir, "state")
@@ -531,10 +525,7 @@ func TestPrivilegedOperate(t *testing.T) {
 while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\r\nConnection: close\r\n\r\n' | nc ${GW%:*} ${GW##*:} >/dev/null; sleep 0.2; done`
 	// sbx stop signals the sbx run process: here that is this test
 	// binary, so the sandbox runs in a child process.
-	bin := filepath.Join(dir, "sbx")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building sbx: %v\n%s", err, out)
-	}
+	bin := buildSbx(t)
 	run := exec.Command(bin, "run", "--quiet", "--name", "agent", "--rootfs", root, "--state-dir", state,
 		"--subnet-pool", "10.213.247.0/24", "--log", logFile,
 		"--resolve", "later.test=10.213.253.2", "--allow-private", "10.213.253.0/30", "--", "sh", "-c", loop)
@@ -623,6 +614,65 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 	}
 	if _, err := os.Stat(filepath.Join(state, id)); !os.IsNotExist(err) {
 		t.Errorf("state left after sbx stop: %v", err)
+	}
+}
+
+// buildSbx builds the sbx binary into a directory anyone may enter.
+func buildSbx(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sbx-bin-") // t.TempDir's parent is 0700
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sbx")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sbx: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestPrivilegedNotRoot runs every command that needs root as the user
+// nobody (CI is root, so the test drops to nobody itself): each says it
+// needs root and to use sudo, and makes nothing.
+func TestPrivilegedNotRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the commands as another user (CI runs as root)")
+	}
+	bin := buildSbx(t)
+	state := t.TempDir() // mode 0700, root's: as /run/sbx is
+	policy := filepath.Join(filepath.Dir(bin), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("version: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	sd := "--state-dir=" + state
+	for _, args := range [][]string{
+		{"run", sd, "--", "true"},
+		{"gc", sd},
+		{"ps", sd},
+		{"stop", sd, "deadbeef"},
+		{"policy", "show", sd, "--sandbox", "deadbeef"},
+		{"policy", "allow", sd, "--sandbox", "deadbeef", "x.test"},
+		{"policy", "block", sd, "--sandbox", "deadbeef", "x.test"},
+		{"policy", "remove", sd, "--sandbox", "deadbeef", "r1"},
+		{"policy", "replace", sd, "--sandbox", "deadbeef", policy},
+		{"decisions", sd, "--sandbox", "deadbeef"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), "needs root") || !strings.Contains(string(out), "sudo") {
+			t.Errorf("sbx %s as nobody: %v, printed %q; want a failure that says it needs root and to use sudo", strings.Join(args, " "), err, out)
+		}
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("the state directory is not empty: %v", entries)
 	}
 }
 
