@@ -20,18 +20,28 @@ import (
 
 // decisionRecord is what sbx decisions shows of a decision record.
 type decisionRecord struct {
-	Seq    uint64    `json:"seq"`
-	Event  string    `json:"event"`
-	Time   time.Time `json:"time"`
-	Kind   string    `json:"kind"`
-	Method string    `json:"method"`
-	Host   string    `json:"host"`
-	Port   int       `json:"port"`
-	Path   string    `json:"path"`
-	Action string    `json:"action"`
-	Rule   string    `json:"rule"`
-	Reason string    `json:"reason"`
-	Change string    `json:"change"`
+	Seq      uint64    `json:"seq"`
+	Event    string    `json:"event"`
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Method   string    `json:"method"`
+	Host     string    `json:"host"`
+	Port     int       `json:"port"`
+	Path     string    `json:"path"`
+	Action   string    `json:"action"`
+	Enforced bool      `json:"enforced"`
+	Rule     string    `json:"rule"`
+	Reason   string    `json:"reason"`
+	Change   string    `json:"change"`
+}
+
+// reason is the record's reason, saying so when audit mode let a block
+// verdict through.
+func (r decisionRecord) reason() string {
+	if r.Event == "decision" && r.Action == "block" && !r.Enforced {
+		return r.Reason + " (audit mode: let through)"
+	}
+	return r.Reason
 }
 
 // formatDecision renders one record as a line; color adds ANSI colors to
@@ -48,9 +58,17 @@ func formatDecision(r decisionRecord, color bool) string {
 		}
 	}
 	target := r.Host + ":" + strconv.Itoa(r.Port) + r.Path
-	return fmt.Sprintf("%s  %s %-7s %s  %s  %s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
-		printable(target), printable(r.Rule), printable(r.Reason))
+	if r.Method != "" && r.Method != "CONNECT" {
+		target = r.Method + " " + target
+	}
+	// Fixed widths rather than a tabwriter: lines are printed as they come
+	// (--follow). A longer field pushes the rest of its line only.
+	return fmt.Sprintf("%s  %s %-9s %-*s  %-*s  %s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
+		targetWidth, printable(target), ruleWidth, printable(r.Rule), printable(r.reason()))
 }
+
+// Column widths of formatDecision.
+const targetWidth, ruleWidth = 36, 8
 
 // printable replaces control characters, so that a logged path cannot
 // drive the terminal.

@@ -355,8 +355,12 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	if err := json.Unmarshal(line, &r); err != nil {
 		return nil
 	}
-	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s  (%s: %s)\n", r.Action,
-		printable(r.Method+" "+r.Host+":"+strconv.Itoa(r.Port)+r.Path), printable(r.Rule), printable(r.Reason))
+	why := r.reason() // "rule r1: allow x", "address guard: ...", "no rule matched; the default is block"
+	if !strings.Contains(why, r.Rule) {
+		why = r.Rule + ": " + why
+	}
+	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s  (%s)\n", r.Action,
+		printable(r.Method+" "+r.Host+":"+strconv.Itoa(r.Port)+r.Path), printable(why))
 	return err
 }
 

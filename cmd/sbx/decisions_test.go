@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFormatDecisionAligned: lines of different lengths start their rule
+// and reason columns at the same place, and plain HTTP shows its method.
+func TestFormatDecisionAligned(t *testing.T) {
+	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
+	lines := []string{
+		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "connect", Method: "CONNECT", Host: "registry.npmjs.org", Port: 443, Action: "allow", Rule: "r1", Reason: "rule r1: allow registry.npmjs.org"}, false),
+		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "GET", Host: "x.test", Port: 80, Path: "/a", Action: "block", Enforced: true, Rule: "default", Reason: "no rule matched; the default is block"}, false),
+		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "POST", Host: "x.test", Port: 80, Path: "/b", Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}, false),
+	}
+	want := []string{
+		"12:00:00.000  allow     connect   registry.npmjs.org:443                r1        rule r1: allow registry.npmjs.org",
+		"12:00:00.000  block     http      GET x.test:80/a                       default   no rule matched; the default is block",
+		"12:00:00.000  block     http      POST x.test:80/b                      default   no rule matched; the default is block (audit mode: let through)",
+	}
+	for i := range lines {
+		if lines[i] != want[i] {
+			t.Errorf("line %d:\n got %q\nwant %q", i, lines[i], want[i])
+		}
+	}
+	if strings.Index(lines[0], "rule r1") != strings.Index(lines[1], "no rule") {
+		t.Errorf("reason columns differ:\n%s\n%s", lines[0], lines[1])
+	}
+}
