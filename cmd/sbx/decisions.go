@@ -39,7 +39,7 @@ type decisionRecord struct {
 // verdict through.
 func (r decisionRecord) reason() string {
 	if r.Event == "decision" && r.Action == "block" && !r.Enforced {
-		return r.Reason + " (audit mode: let through)"
+		return r.Reason + "; audit mode let it through"
 	}
 	return r.Reason
 }

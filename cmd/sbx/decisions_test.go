@@ -18,7 +18,7 @@ func TestFormatDecisionAligned(t *testing.T) {
 	want := []string{
 		"12:00:00.000  allow     connect   registry.npmjs.org:443                r1        rule r1: allow registry.npmjs.org",
 		"12:00:00.000  block     http      GET x.test:80/a                       default   no rule matched; the default is block",
-		"12:00:00.000  block     http      POST x.test:80/b                      default   no rule matched; the default is block (audit mode: let through)",
+		"12:00:00.000  block     http      POST x.test:80/b                      default   no rule matched; the default is block; audit mode let it through",
 	}
 	for i := range lines {
 		if lines[i] != want[i] {

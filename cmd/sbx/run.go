@@ -240,7 +240,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		sinks = append(sinks, &liveSink{w: stderr})
 	}
 	stateDir := filepath.Join(o.stateDir, id)
-	gw, err := gateway.Start(ctx, gateway.Options{
+	// The gateway lives until the container is gone, not until the signal:
+	// a command winding down after SIGTERM still gets its requests decided
+	// and logged. Its undo runs after the container's removal.
+	gw, err := gateway.Start(teardownCtx, gateway.Options{
 		Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
 		API:       append([]string{"unix:" + filepath.Join(stateDir, "api.sock")}, o.api...),
 		TokenFile: filepath.Join(stateDir, "token"),

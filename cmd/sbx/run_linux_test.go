@@ -398,20 +398,27 @@ func TestPrivilegedTerminalAndStdin(t *testing.T) {
 }
 
 // TestPrivilegedSignalsReachTheCommand sends SIGTERM to sbx run: the
-// command gets it, and its exit code comes back.
+// command gets it, and its exit code comes back. The gateway outlives the
+// signal: a request the command makes while it winds down is decided,
+// answered and logged.
 func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
+	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
 	dir := t.TempDir()
 	bin := buildSbx(t)
 	root := busyboxRoot(t)
 	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
 	state := filepath.Join(dir, "state")
+	logFile := filepath.Join(dir, "log.jsonl")
+	script := `GW=${HTTP_PROXY#http://}
+last() { printf 'GET http://up.test:8080/ HTTP/1.1\r\nHost: up.test\r\nConnection: close\r\n\r\n' | nc ${GW%:*} ${GW##*:} | grep HTTP/; }
+trap 'echo got-term; last; exit 9' TERM; echo ready; while true; do sleep 0.1; done`
 	var out syncBuffer // written by exec's copying goroutine
 	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.244.0/24",
-		"--log", filepath.Join(dir, "log.jsonl"), "--",
-		"sh", "-c", `trap 'echo got-term; exit 9' TERM; echo ready; while true; do sleep 0.1; done`)
+		"--log", logFile, "--allow", "up.test:8080", "--resolve", "up.test=10.213.253.2", "--allow-private", "10.213.253.0/30",
+		"--", "sh", "-c", script)
 	run.Stdout = &out
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
@@ -427,6 +434,9 @@ func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 9 || !strings.Contains(out.String(), "got-term") {
 		t.Errorf("after SIGTERM: %v, output %q; want the command's trap to run and exit 9", err, out.String())
+	}
+	if log, _ := os.ReadFile(logFile); !strings.Contains(out.String(), "HTTP/1.1 200") || !strings.Contains(string(log), `"host":"up.test"`) {
+		t.Errorf("a request made after SIGTERM: output %q, log:\n%s\nwant it answered 200 and logged", out.String(), log)
 	}
 	if entries, _ := os.ReadDir(state); len(entries) > 1 {
 		t.Errorf("state left after a signalled run: %v", entries)
