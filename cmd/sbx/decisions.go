@@ -68,7 +68,7 @@ func formatDecision(r decisionRecord, color bool) string {
 }
 
 // Column widths of formatDecision.
-const targetWidth, ruleWidth = 36, 8
+const targetWidth, ruleWidth = 40, 8
 
 // printable replaces control characters, so that a logged path cannot
 // drive the terminal.

@@ -16,9 +16,9 @@ func TestFormatDecisionAligned(t *testing.T) {
 		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "POST", Host: "x.test", Port: 80, Path: "/b", Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}, false),
 	}
 	want := []string{
-		"12:00:00.000  allow     connect   registry.npmjs.org:443                r1        rule r1: allow registry.npmjs.org",
-		"12:00:00.000  block     http      GET x.test:80/a                       default   no rule matched; the default is block",
-		"12:00:00.000  block     http      POST x.test:80/b                      default   no rule matched; the default is block; audit mode let it through",
+		"12:00:00.000  allow     connect   registry.npmjs.org:443                    r1        rule r1: allow registry.npmjs.org",
+		"12:00:00.000  block     http      GET x.test:80/a                           default   no rule matched; the default is block",
+		"12:00:00.000  block     http      POST x.test:80/b                          default   no rule matched; the default is block; audit mode let it through",
 	}
 	for i := range lines {
 		if lines[i] != want[i] {
