@@ -66,5 +66,5 @@ set -x
 	--resolve demo.test=10.213.252.2 --resolve blocked.test=10.213.252.2 --allow-private 10.213.252.2/32 \
 	-- sh -c "$script"
 set +x
-echo "--- the decision log:"
-grep '"event":"decision"' "$work/decisions.jsonl"
+echo "--- the decisions (sbx decisions --file; the log itself is JSON Lines):"
+"$work/sbx" decisions --file "$work/decisions.jsonl"
