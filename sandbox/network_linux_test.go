@@ -41,13 +41,17 @@ func TestPrivilegedNetworkHelper(t *testing.T) {
 		}
 		probes = append(probes, p)
 	}
+	timeout := 3 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("SBX_PROBE_TIMEOUT")); err == nil {
+		timeout = d
+	}
 	dialRead := func(network, addr string) error {
-		c, err := net.DialTimeout(network, addr, 3*time.Second)
+		c, err := net.DialTimeout(network, addr, timeout)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(3 * time.Second))
+		c.SetDeadline(time.Now().Add(timeout))
 		_, err = io.ReadFull(c, make([]byte, 2))
 		return err
 	}
@@ -117,22 +121,27 @@ func TestPrivilegedNetwork(t *testing.T) {
 	}
 	defer other.Close()
 
-	cmd := exec.Command("ip", "netns", "exec", names.Netns, os.Args[0], "-test.run", "^TestPrivilegedNetworkHelper$", "-test.v")
-	cmd.Env = append(os.Environ(),
-		"SBX_PROBE_GATEWAY="+netip.AddrPortFrom(sub.Host, 3128).String(),
-		"SBX_PROBE_OTHER="+other.Addr().String(),
-		"SBX_PROBE_IF="+names.InnerVeth)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("probing from the namespace: %v\n%s", err, out)
+	probeFromInside := func(timeout string) []probe {
+		t.Helper()
+		cmd := exec.Command("ip", "netns", "exec", names.Netns, os.Args[0], "-test.run", "^TestPrivilegedNetworkHelper$", "-test.v")
+		cmd.Env = append(os.Environ(),
+			"SBX_PROBE_GATEWAY="+netip.AddrPortFrom(sub.Host, 3128).String(),
+			"SBX_PROBE_OTHER="+other.Addr().String(),
+			"SBX_PROBE_IF="+names.InnerVeth,
+			"SBX_PROBE_TIMEOUT="+timeout)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("probing from the namespace: %v\n%s", err, out)
+		}
+		var probes []probe
+		start := strings.Index(string(out), "[")
+		end := strings.LastIndex(string(out), "]")
+		if start < 0 || end < start || json.Unmarshal(out[start:end+1], &probes) != nil {
+			t.Fatalf("probe output: %s", out)
+		}
+		return probes
 	}
-	var probes []probe
-	start := strings.Index(string(out), "[")
-	end := strings.LastIndex(string(out), "]")
-	if start < 0 || end < start || json.Unmarshal(out[start:end+1], &probes) != nil {
-		t.Fatalf("probe output: %s", out)
-	}
-	for _, p := range probes {
+	for _, p := range probeFromInside("3s") {
 		want := p.Name == "gateway port"
 		if p.OK != want {
 			t.Errorf("%s from inside: ok=%v (%s), want ok=%v", p.Name, p.OK, p.Err, want)
@@ -141,6 +150,28 @@ func TestPrivilegedNetwork(t *testing.T) {
 			t.Errorf("%s from inside failed after %v, want under a second", p.Name, p.Elapsed)
 		}
 		t.Logf("%s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
+	}
+
+	// The second layer (DESIGN.md §2.4): a process that rewrote the
+	// namespace's rules and routes (here: rules flushed, policies ACCEPT,
+	// a default route through the host) still reaches nothing but the
+	// gateway's port, because the host's rules for the veth hold. Failing
+	// at once is no longer promised (the host may drop).
+	if out, err := exec.Command("ip", "-n", names.Netns, "route", "add", "default", "via", sub.Host.String()).CombinedOutput(); err != nil {
+		t.Fatalf("adding a default route in the namespace: %v\n%s", err, out)
+	}
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		for _, args := range [][]string{{"-P", "OUTPUT", "ACCEPT"}, {"-P", "INPUT", "ACCEPT"}, {"-F"}} {
+			if out, err := exec.Command("ip", append([]string{"netns", "exec", names.Netns, tool}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("rewriting the namespace's rules: %v\n%s", err, out)
+			}
+		}
+	}
+	for _, p := range probeFromInside("500ms") {
+		if want := p.Name == "gateway port"; p.OK != want {
+			t.Errorf("with the namespace's rules flushed, %s: ok=%v (%s), want ok=%v", p.Name, p.OK, p.Err, want)
+		}
+		t.Logf("namespace rules flushed: %s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
 	}
 
 	if err := TeardownNetwork(ctx, names); err != nil {

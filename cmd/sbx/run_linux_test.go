@@ -188,7 +188,9 @@ func TestRunErrors(t *testing.T) {
 }
 
 // TestPrivilegedKillAndGC kills sbx run with SIGKILL while its sandbox
-// runs, then expects sbx gc to remove the container, network and state.
+// runs: the container, left running, has no network at all (its gateway
+// died with sbx run; DESIGN.md §2.3), and sbx gc removes the container,
+// network and state.
 func TestPrivilegedKillAndGC(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
@@ -201,7 +203,9 @@ func TestPrivilegedKillAndGC(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildSbx(t)
 	root := busyboxRoot(t)
-	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	for _, c := range []string{"sleep", "timeout"} {
+		os.Symlink("busybox", filepath.Join(root, "bin", c))
+	}
 	state := filepath.Join(dir, "state")
 	run := exec.Command(bin, "run", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.241.0/24",
 		"--log", filepath.Join(dir, "log.jsonl"), "--quiet", "--", "sleep", "60")
@@ -222,9 +226,22 @@ func TestPrivilegedKillAndGC(t *testing.T) {
 		run.Process.Kill()
 		t.Fatal("the sandbox did not come up")
 	}
+	st, err := sandbox.Load(state, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(300 * time.Millisecond) // let the container start
 	run.Process.Kill()
 	run.Wait()
+
+	// The container still runs; its gateway is gone, and so is its network:
+	// the gateway's port is refused at once, nothing else is reachable.
+	gw := st.Subnet.Addr().Next().String()
+	probe := fmt.Sprintf(`for p in %d 22 80; do printf 'GET http://x.test/ HTTP/1.0\r\n\r\n' | timeout 1 nc %s $p && echo "port $p answered"; echo "port $p: $?"; done`, st.GatewayPort, gw)
+	out, err := exec.Command("ctr", "-n", "sbx", "task", "exec", "--exec-id", "probe", id, "sh", "-c", probe).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "answered") || strings.Contains(string(out), ": 143") || strings.Count(string(out), "port ") != 3 {
+		t.Errorf("probing from the container after its gateway died: %v\n%s\nwant every port refused at once (143 is a timeout)", err, out)
+	}
 
 	stdout, stderr, code := runCLI(t, "gc", "--state-dir", state)
 	if code != 0 || !strings.Contains(stdout, "removed sandbox "+id) {
