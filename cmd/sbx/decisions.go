@@ -117,6 +117,16 @@ until interrupted; --json passes the records through unchanged.`,
 				_, err := fmt.Fprintln(out, formatDecision(r, color))
 				return err
 			}
+			showAll := func(r io.Reader) error { // one record per line
+				sc := bufio.NewScanner(r)
+				sc.Buffer(make([]byte, 64<<10), 4<<20)
+				for sc.Scan() {
+					if err := show(sc.Bytes()); err != nil {
+						return err
+					}
+				}
+				return sc.Err()
+			}
 			if file != "" {
 				if t.sandbox != "" || t.api != "" || follow {
 					return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
@@ -126,14 +136,7 @@ until interrupted; --json passes the records through unchanged.`,
 					return err
 				}
 				defer f.Close()
-				sc := bufio.NewScanner(f)
-				sc.Buffer(make([]byte, 64<<10), 4<<20)
-				for sc.Scan() {
-					if err := show(sc.Bytes()); err != nil {
-						return err
-					}
-				}
-				return sc.Err()
+				return showAll(f)
 			}
 			c, err := t.client()
 			if err != nil {
@@ -145,17 +148,11 @@ until interrupted; --json passes the records through unchanged.`,
 					return err
 				}
 				defer body.Close()
-				sc := bufio.NewScanner(body)
-				sc.Buffer(make([]byte, 64<<10), 4<<20)
-				for sc.Scan() {
-					if err := show(sc.Bytes()); err != nil {
-						return err
-					}
-				}
+				err = showAll(body)
 				if cmd.Context().Err() != nil {
 					return nil // interrupted: the normal end
 				}
-				return sc.Err()
+				return err
 			}
 			for {
 				var page struct {
