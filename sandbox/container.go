@@ -57,3 +57,13 @@ const (
 	ExitCannotExecute = 126
 	ExitNotFound      = 127
 )
+
+// StartError says that the command cannot be run: Code is the shell's
+// exit code for it (ExitNotFound, ExitCannotExecute).
+type StartError struct {
+	Code int
+	Err  error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -97,21 +98,56 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 // Close closes the connection.
 func (c *Containerd) Close() error { return c.client.Close() }
 
-// Run creates the container, runs its command to the end and removes the
-// container, returning the command's exit code. When ctx is done the
-// command gets SIGTERM, then SIGKILL after grace. Removal runs even when
-// ctx is done. A command that cannot be started gives 127 (not found) or
-// 126 (not executable) with a nil error.
+// Run runs cs to its end: Create, then Task.Run, then Task.Delete. The
+// exit code is the command's; ExitNotFound or ExitCannotExecute when it
+// cannot be run. When ctx is cancelled the command gets SIGTERM, and
+// SIGKILL after grace.
 func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, grace time.Duration) (code int, retErr error) {
+	t, err := c.Create(ctx, cs, stdio)
+	var se *StartError
+	if errors.As(err, &se) {
+		return se.Code, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	defer func() {
+		if err := t.Delete(); err != nil {
+			retErr = multierror.Append(retErr, err)
+		}
+	}()
+	return t.Run(ctx, grace)
+}
+
+// Task is a container whose process is created, in its namespaces, but
+// not started: nothing of the command runs until Run. Creating it while
+// the sandbox's network is still being set up saves most of containerd's
+// start time; the network must be complete before Run.
+type Task struct {
+	id         string
+	ctr        containerd.Container
+	task       containerd.Task // nil when the task could not be created
+	exitCh     <-chan containerd.ExitStatus
+	in         io.Reader
+	eof        chan struct{}
+	cleanupCtx context.Context
+	cancel     context.CancelFunc
+}
+
+// Create creates cs's container and its task. The netns at cs.NetnsPath
+// must exist. A command that cannot be run is a *StartError. On error
+// nothing is left.
+func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *Task, retErr error) {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
-	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
+	t := &Task{id: cs.ID, eof: make(chan struct{})}
+	t.cleanupCtx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	var newOpts []containerd.NewContainerOpts
 	spec := specOpts(cs)
 	if cs.Image != "" {
 		img, err := c.client.GetImage(ctx, cs.Image)
 		if err != nil {
-			return -1, fmt.Errorf("image %s is not in containerd's %q namespace (import it with: ctr -n %s images import FILE, or pull it with ctr -n %s images pull): %w",
+			t.cancel()
+			return nil, fmt.Errorf("image %s is not in containerd's %q namespace (import it with: ctr -n %s images import FILE, or pull it with ctr -n %s images pull): %w",
 				cs.Image, ContainerdNamespace, ContainerdNamespace, ContainerdNamespace, err)
 		}
 		// The image's own settings first, ours over them. The snapshot is
@@ -120,21 +156,23 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 		newOpts = append(newOpts, containerd.WithImage(img), containerd.WithNewSnapshot(cs.ID, img))
 	}
 	newOpts = append(newOpts, containerd.WithNewSpec(spec...))
-	ctr, err := c.client.NewContainer(ctx, cs.ID, newOpts...)
+	var err error
+	t.ctr, err = c.client.NewContainer(ctx, cs.ID, newOpts...)
 	if err != nil {
-		return -1, fmt.Errorf("creating container %s: %w", cs.ID, err)
+		t.cancel()
+		return nil, fmt.Errorf("creating container %s: %w", cs.ID, err)
 	}
 	defer func() {
-		if err := ctr.Delete(cleanupCtx, containerd.WithSnapshotCleanup); err != nil {
-			retErr = multierror.Append(retErr, fmt.Errorf("deleting container %s: %w", cs.ID, err))
+		if retErr != nil {
+			if err := t.Delete(); err != nil {
+				retErr = multierror.Append(retErr, err)
+			}
 		}
 	}()
 	// When the input ends, the command must see its end too: the task's
 	// stdin is closed then, as ctr does.
-	var in io.Reader
-	eof := make(chan struct{})
 	if stdio.In != nil {
-		in = &eofReader{r: stdio.In, eof: eof}
+		t.in = &eofReader{r: stdio.In, eof: t.eof}
 	}
 	// containerd's shim needs every stream or none: a missing writer
 	// beside a present one fails with `opening file ""`.
@@ -145,56 +183,81 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 	if errOut == nil {
 		errOut = io.Discard
 	}
-	streams := []cio.Opt{cio.WithStreams(in, out, errOut)}
+	streams := []cio.Opt{cio.WithStreams(t.in, out, errOut)}
 	if cs.TTY {
 		streams = append(streams, cio.WithTerminal)
 	}
-	task, err := ctr.NewTask(ctx, cio.NewCreator(streams...))
+	task, err := t.ctr.NewTask(ctx, cio.NewCreator(streams...))
 	if err != nil {
+		if code, ok := startFailure(err); ok {
+			return nil, &StartError{Code: code, Err: err}
+		}
+		return nil, fmt.Errorf("creating the task of %s: %w", cs.ID, err)
+	}
+	t.task = task
+	if t.exitCh, err = task.Wait(t.cleanupCtx); err != nil {
+		return nil, fmt.Errorf("waiting for %s: %w", cs.ID, err)
+	}
+	return t, nil
+}
+
+// Run starts the command and waits for its end, returning its exit code
+// (a *StartError when it cannot be run). When ctx is cancelled the command
+// gets SIGTERM, and SIGKILL after grace.
+func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	if err := t.task.Start(ctx); err != nil {
 		if code, ok := startFailure(err); ok {
 			return code, nil
 		}
-		return -1, fmt.Errorf("creating the task of %s: %w", cs.ID, err)
+		return -1, fmt.Errorf("starting %s: %w", t.id, err)
 	}
-	defer func() {
-		if _, err := task.Delete(cleanupCtx, containerd.WithProcessKill); err != nil {
-			retErr = multierror.Append(retErr, fmt.Errorf("deleting the task of %s: %w", cs.ID, err))
-		}
-	}()
-	exitCh, err := task.Wait(cleanupCtx)
-	if err != nil {
-		return -1, fmt.Errorf("waiting for %s: %w", cs.ID, err)
-	}
-	if err := task.Start(ctx); err != nil {
-		if code, ok := startFailure(err); ok {
-			return code, nil
-		}
-		return -1, fmt.Errorf("starting %s: %w", cs.ID, err)
-	}
-	if in != nil {
-		// Ends at the input's end or when Run returns (cleanupCtx).
+	if t.in != nil {
+		// Ends at the input's end or when the task is deleted.
 		go func() {
 			select {
-			case <-eof:
-				task.CloseIO(cleanupCtx, containerd.WithStdinCloser)
-			case <-cleanupCtx.Done():
+			case <-t.eof:
+				t.task.CloseIO(t.cleanupCtx, containerd.WithStdinCloser)
+			case <-t.cleanupCtx.Done():
 			}
 		}()
 	}
 	select {
-	case st := <-exitCh:
+	case st := <-t.exitCh:
 		return int(st.ExitCode()), st.Error()
 	case <-ctx.Done():
 	}
-	task.Kill(cleanupCtx, syscall.SIGTERM)
+	t.task.Kill(t.cleanupCtx, syscall.SIGTERM)
 	select {
-	case st := <-exitCh:
+	case st := <-t.exitCh:
 		return int(st.ExitCode()), st.Error()
 	case <-time.After(grace):
 	}
-	task.Kill(cleanupCtx, syscall.SIGKILL)
-	st := <-exitCh
+	t.task.Kill(t.cleanupCtx, syscall.SIGKILL)
+	st := <-t.exitCh
 	return int(st.ExitCode()), st.Error()
+}
+
+// Delete kills what is left of the task and deletes it and the container
+// (with its snapshot). It is safe to call more than once.
+func (t *Task) Delete() error {
+	if t.ctr == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(t.cleanupCtx, 30*time.Second)
+	defer cancel()
+	var errs *multierror.Error
+	if t.task != nil {
+		if _, err := t.task.Delete(ctx, containerd.WithProcessKill); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("deleting the task of %s: %w", t.id, err))
+		}
+	}
+	if err := t.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
+		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", t.id, err))
+	}
+	t.ctr, t.task = nil, nil
+	t.cancel()
+	return errs.ErrorOrNil()
 }
 
 // eofReader closes eof once its reader ends.

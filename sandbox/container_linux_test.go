@@ -167,3 +167,41 @@ func TestPrivilegedContainer(t *testing.T) {
 		t.Errorf("container %s left after Run", id)
 	}
 }
+
+// TestPrivilegedLongRun runs a command for longer than the 30 s that
+// cleanup may take: its end is waited for without a deadline (Run used to
+// wait under the cleanup's 30 s timeout, so every command running longer
+// failed with "context deadline exceeded" and its container was left).
+// The container is created in a namespace made by CreateNamespace alone.
+func TestPrivilegedLongRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	t.Cleanup(func() {
+		cd.RemoveContainer(ctx, id)
+		TeardownNetwork(ctx, names)
+	})
+	if err := CreateNamespace(names); err != nil {
+		t.Fatal(err)
+	}
+	root := busyboxRootfs(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: root,
+		Args: []string{"sh", "-c", "sleep 32; echo done"}}
+	var out, errOut bytes.Buffer
+	code, err := cd.Run(ctx, spec, Stdio{Out: &out, Err: &errOut}, time.Second)
+	if err != nil || code != 0 || strings.TrimSpace(out.String()) != "done" {
+		t.Errorf("a 32 s command: exit %d, %v, output %q (stderr %q); want 0 and done", code, err, out.String(), errOut.String())
+	}
+	if ids, _ := cd.ContainerIDs(ctx); slices.Contains(ids, id) {
+		t.Errorf("container %s left after Run", id)
+	}
+}

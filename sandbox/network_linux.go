@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/hashicorp/go-multierror"
@@ -30,7 +31,10 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 			}
 		}
 	}()
-	ns, err := newNamedNetns(n.Netns)
+	ns, err := netns.GetFromName(n.Netns)
+	if errors.Is(err, os.ErrNotExist) {
+		ns, err = newNamedNetns(n.Netns)
+	}
 	if err != nil {
 		return fmt.Errorf("creating network namespace %s: %w", n.Netns, err)
 	}
@@ -73,18 +77,17 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 		return fmt.Errorf("addressing %s: %w", n.InnerVeth, err)
 	}
 
-	// Rules first, links after: the sandbox is never up without them.
+	// Rules first, links after: the sandbox is never up without them. The
+	// four rule sets are independent, so they load at once.
 	nsV4, nsV6 := p.NamespaceRules()
 	hostV4, hostV6 := p.HostRules()
-	for _, load := range []struct{ tool, doc string }{{"iptables-restore", nsV4}, {"ip6tables-restore", nsV6}} {
-		if err := restoreIn(ctx, ns, n.Netns, load.tool, load.doc); err != nil {
-			return err
-		}
-	}
-	for _, load := range []struct{ tool, doc string }{{"iptables-restore", hostV4}, {"ip6tables-restore", hostV6}} {
-		if err := restore(ctx, "", load.tool, load.doc); err != nil {
-			return err
-		}
+	if err := all(
+		func() error { return restoreIn(ctx, ns, n.Netns, "iptables-restore", nsV4) },
+		func() error { return restoreIn(ctx, ns, n.Netns, "ip6tables-restore", nsV6) },
+		func() error { return restore(ctx, "", "iptables-restore", hostV4) },
+		func() error { return restore(ctx, "", "ip6tables-restore", hostV6) },
+	); err != nil {
+		return err
 	}
 
 	lo, err := h.LinkByName("lo")
@@ -101,6 +104,29 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 		}
 	}
 	return nil
+}
+
+// CreateNamespace creates the sandbox's network namespace, empty: no
+// link but a down loopback, so nothing in it reaches anything. SetupNetwork
+// fills it in; creating it first lets a container be created in it
+// meanwhile (its command must not start before SetupNetwork returns).
+func CreateNamespace(n Names) error {
+	ns, err := newNamedNetns(n.Netns)
+	if err != nil {
+		return fmt.Errorf("creating network namespace %s: %w", n.Netns, err)
+	}
+	return ns.Close()
+}
+
+// all runs fns at once and returns their errors joined.
+func all(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return multierror.Append(nil, errs...).ErrorOrNil()
 }
 
 // newNamedNetns creates /var/run/netns/name without leaving the calling
@@ -131,9 +157,11 @@ func ipNet(ip net.IP, bits int) *net.IPNet {
 // ip6tables-restore), in network namespace netns, or on the host with
 // --noflush when netns is "".
 func restore(ctx context.Context, ns, tool, doc string) error {
-	args := []string{tool, "--noflush"}
+	// -w: iptables-legacy serializes on a lock file, which rule sets
+	// loading at once would otherwise fail on.
+	args := []string{tool, "-w", "--noflush"}
 	if ns != "" {
-		args = []string{"ip", "netns", "exec", ns, tool}
+		args = []string{"ip", "netns", "exec", ns, tool, "-w"}
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin = strings.NewReader(doc)
@@ -169,7 +197,7 @@ func restoreIn(ctx context.Context, ns netns.NsHandle, name, tool, doc string) e
 			errc <- err
 			return
 		}
-		cmd := exec.CommandContext(ctx, tool)
+		cmd := exec.CommandContext(ctx, tool, "-w")
 		cmd.Stdin = strings.NewReader(doc)
 		out, err := cmd.CombinedOutput()
 		if netns.Set(orig) == nil {
@@ -190,25 +218,26 @@ func restoreIn(ctx context.Context, ns netns.NsHandle, name, tool, doc string) e
 // partial setup and safe to repeat.
 func TeardownNetwork(ctx context.Context, n Names) error {
 	var errs *multierror.Error
-	// One iptables-restore per protocol when the whole set is there;
-	// rule by rule (slow: an iptables run each) when it is not.
-	v4, v6 := HostTeardownRules(n)
-	for _, p := range []struct {
-		proto iptables.Protocol
-		tool  string
-		doc   string
-	}{{iptables.ProtocolIPv4, "iptables-restore", v4}, {iptables.ProtocolIPv6, "ip6tables-restore", v6}} {
-		if restore(ctx, "", p.tool, p.doc) == nil {
-			continue
-		}
-		if err := removeHostRules(p.proto, n); err != nil {
-			errs = multierror.Append(errs, err)
-		}
-	}
+	// The veth first: once it is gone nothing in the namespace reaches the
+	// host, whatever the order of the rest.
 	if link, err := netlink.LinkByName(n.HostVeth); err == nil {
 		if err := netlink.LinkDel(link); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("deleting veth %s: %w", n.HostVeth, err))
 		}
+	}
+	// One iptables-restore per protocol (at once) when the whole set is
+	// there; rule by rule (slow: an iptables run each) when it is not.
+	v4, v6 := HostTeardownRules(n)
+	remove := func(proto iptables.Protocol, tool, doc string) func() error {
+		return func() error {
+			if restore(ctx, "", tool, doc) == nil {
+				return nil
+			}
+			return removeHostRules(proto, n)
+		}
+	}
+	if err := all(remove(iptables.ProtocolIPv4, "iptables-restore", v4), remove(iptables.ProtocolIPv6, "ip6tables-restore", v6)); err != nil {
+		errs = multierror.Append(errs, err)
 	}
 	if err := netns.DeleteNamed(n.Netns); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = multierror.Append(errs, fmt.Errorf("deleting network namespace %s: %w", n.Netns, err))

@@ -7,6 +7,9 @@ import (
 	"errors"
 )
 
+// CreateNamespace needs Linux network namespaces.
+func CreateNamespace(n Names) error { return errors.ErrUnsupported }
+
 // SetupNetwork needs Linux network namespaces.
 func SetupNetwork(ctx context.Context, p NetPlan) error { return errors.ErrUnsupported }
 

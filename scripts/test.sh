@@ -35,5 +35,9 @@ go vet "${pkgs[@]}"
 log "go vet (darwin)"
 GOOS=darwin go vet "${pkgs[@]}"
 
+# -p 1: one package's tests at a time. The garbage-collection tests of
+# sandbox and cmd/sbx look at every sbx-named namespace, veth and chain on
+# the machine, so another package's test sandbox, running at the same time
+# with its state in its own directory, would look like a leftover to them.
 log "go test -race"
-go test -race -count=1 "${pkgs[@]}"
+go test -race -count=1 -p 1 "${pkgs[@]}"

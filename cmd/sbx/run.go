@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
@@ -127,7 +128,9 @@ var errSilent = errors.New("")
 // returns the command's exit code, or an error when sbx failed.
 func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retErr error) {
 	ctx := cmd.Context()
-	stderr := cmd.ErrOrStderr()
+	// The command's standard error, the live decision lines and sbx's own
+	// messages come from different goroutines.
+	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx run", "namespaces, iptables, containerd")
 	}
@@ -226,8 +229,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	undo = append(undo, func() error { return sandbox.Release(o.stateDir, id) })
 	plan := sandbox.NetPlan{Names: names, Subnet: sub, GatewayPort: gatewayPort}
-	undo = append(undo, func() error { return sandbox.TeardownNetwork(teardownCtx, names) })
-	if err := sandbox.SetupNetwork(ctx, plan); err != nil {
+	teardownNetwork := onlyOnce(func() error { return sandbox.TeardownNetwork(teardownCtx, names) })
+	undo = append(undo, teardownNetwork)
+	if err := sandbox.CreateNamespace(names); err != nil {
 		return 0, err
 	}
 
@@ -240,28 +244,6 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		sinks = append(sinks, &liveSink{w: stderr})
 	}
 	stateDir := filepath.Join(o.stateDir, id)
-	// The gateway lives until the container is gone, not until the signal:
-	// a command winding down after SIGTERM still gets its requests decided
-	// and logged. Its undo runs after the container's removal.
-	gw, err := gateway.Start(teardownCtx, gateway.Options{
-		Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
-		API:       append([]string{"unix:" + filepath.Join(stateDir, "api.sock")}, o.api...),
-		TokenFile: filepath.Join(stateDir, "token"),
-		Policy:    p,
-		Resolver:  res,
-		LogFile:   logFile,
-		Sinks:     sinks,
-		Sandbox:   id,
-	})
-	if err != nil {
-		return 0, err
-	}
-	undo = append(undo, func() error {
-		err := gw.Close()
-		fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", id, logFile)
-		return err
-	})
-
 	proxy := "http://" + net.JoinHostPort(sub.Host.String(), strconv.Itoa(gatewayPort))
 	env := []string{
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
@@ -269,10 +251,6 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	env = append(env, layout.Env...)
 	env = append(env, o.env...)
-	if !o.quiet {
-		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
-	}
-	undo = append(undo, func() error { return cd.RemoveContainer(teardownCtx, id) })
 	var stdin io.Reader
 	if o.stdin {
 		stdin = cmd.InOrStdin()
@@ -281,20 +259,122 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	for _, m := range layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
 	}
-	return cd.Run(ctx, sandbox.ContainerSpec{
-		ID:        id,
-		NetnsPath: "/var/run/netns/" + names.Netns,
-		RootFS:    layout.Root,
-		Image:     o.image,
-		Mounts:    mounts,
-		Masked:    layout.Masked,
-		Args:      args,
-		Env:       env,
-		Cwd:       layout.Cwd,
-		UID:       uid,
-		GID:       gid,
-		TTY:       o.tty,
-	}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr}, 10*time.Second)
+
+	// The network and gateway on one side, containerd's container and task
+	// (most of the start time) on the other, at once: the task is created
+	// in the namespace but its command starts only after both are done, so
+	// it never runs before its rules are in place.
+	var gw *gateway.Gateway
+	var task *sandbox.Task
+	netErr, ctrErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		if err := sandbox.SetupNetwork(ctx, plan); err != nil {
+			netErr <- err
+			return
+		}
+		// The gateway lives until the container is gone, not until the
+		// signal: a command winding down after SIGTERM still gets its
+		// requests decided and logged.
+		var err error
+		gw, err = gateway.Start(teardownCtx, gateway.Options{
+			Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
+			API:       append([]string{"unix:" + filepath.Join(stateDir, "api.sock")}, o.api...),
+			TokenFile: filepath.Join(stateDir, "token"),
+			Policy:    p,
+			Resolver:  res,
+			LogFile:   logFile,
+			Sinks:     sinks,
+			Sandbox:   id,
+		})
+		netErr <- err
+	}()
+	go func() {
+		var err error
+		task, err = cd.Create(ctx, sandbox.ContainerSpec{
+			ID:        id,
+			NetnsPath: "/var/run/netns/" + names.Netns,
+			RootFS:    layout.Root,
+			Image:     o.image,
+			Mounts:    mounts,
+			Masked:    layout.Masked,
+			Args:      args,
+			Env:       env,
+			Cwd:       layout.Cwd,
+			UID:       uid,
+			GID:       gid,
+			TTY:       o.tty,
+		}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr})
+		ctrErr <- err
+	}()
+	errNet, errCtr := <-netErr, <-ctrErr
+	closeGateway := onlyOnce(func() error {
+		if gw == nil {
+			return nil
+		}
+		return gw.Close()
+	})
+	deleteTask := onlyOnce(func() error {
+		if task == nil {
+			return cd.RemoveContainer(teardownCtx, id) // whatever a failed create left
+		}
+		return task.Delete()
+	})
+	// Once the command has ended (its PID namespace ends with it) the
+	// container's removal and the network's teardown overlap. Before, the
+	// undo order is the plain reverse one.
+	undo = append(undo, closeGateway, deleteTask, func() error {
+		err := all(deleteTask, func() error {
+			return multierror.Append(closeGateway(), teardownNetwork()).ErrorOrNil()
+		})
+		if gw != nil { // after the command's output, which deleteTask drains
+			fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", id, logFile)
+		}
+		return err
+	})
+	var se *sandbox.StartError
+	if errNet == nil && errors.As(errCtr, &se) {
+		return se.Code, nil
+	}
+	if err := multierror.Append(nil, errNet, errCtr).ErrorOrNil(); err != nil {
+		return 0, err
+	}
+	if !o.quiet {
+		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
+	}
+	return task.Run(ctx, 10*time.Second)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// onlyOnce returns a func that runs fn the first time it is called and
+// returns nil after.
+func onlyOnce(fn func() error) func() error {
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() { err = fn() })
+		return err
+	}
+}
+
+// all runs fns at once and returns their errors joined.
+func all(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return multierror.Append(nil, errs...).ErrorOrNil()
 }
 
 // parseVolume parses -v SRC:DST[:ro|rw] into a bind mount.
