@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -76,8 +75,6 @@ type APIConfig struct {
 	// Ring holds the recent decisions served at /v1/decisions; nil serves
 	// none.
 	Ring *Ring
-	// Log receives a policy record for every change; nil logs none.
-	Log *Log
 	// ProxyAddrs are the proxy's addresses, for /v1/status.
 	ProxyAddrs []string
 }
@@ -85,8 +82,7 @@ type APIConfig struct {
 // API is the management API: an http.Handler. Make one with NewAPI.
 type API struct {
 	cfg     APIConfig
-	token   [32]byte   // sha256 of the token, compared in constant time
-	changes sync.Mutex // a policy change and its record, in order
+	token   [32]byte // sha256 of the token, compared in constant time
 	started time.Time
 	mux     *http.ServeMux
 }
@@ -252,9 +248,6 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // updated answers a successful change and logs its policy record.
 func (a *API) updated(w http.ResponseWriter, status int, snap *netpolicy.Snapshot, extra map[string]any) {
-	if a.cfg.Log != nil {
-		a.cfg.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
-	}
 	body := map[string]any{"version": snap.Version(), "change": snap.Change()}
 	for k, v := range extra {
 		body[k] = v
@@ -275,10 +268,10 @@ func changeError(w http.ResponseWriter, err error) {
 	}
 }
 
-// change runs one policy change: If-Match and body read first, then fn
-// under the changes lock, so that the change and its policy record are in
-// order; its snapshot is answered with status, its errors as changeError
-// says. fn gets the expected version (0 for any) and the body.
+// change runs one policy change: If-Match and body read first, then fn;
+// its snapshot is answered with status, its errors as changeError says. fn
+// gets the expected version (0 for any) and the body. The store serializes
+// changes, and the server records each (Config.Log).
 func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error)) {
 	want, err := ifMatch(r)
 	if err != nil {
@@ -289,8 +282,6 @@ func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func
 	if !ok {
 		return
 	}
-	a.changes.Lock()
-	defer a.changes.Unlock()
 	snap, extra, err := fn(want, data)
 	if err != nil {
 		changeError(w, err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -414,5 +415,60 @@ func TestShutdownLogsEveryTunnel(t *testing.T) {
 	}
 	if decisions != n || closes != n {
 		t.Errorf("after Close the log has %d decision and %d close records for %d tunnels", decisions, closes, n)
+	}
+}
+
+// TestPolicyRecordPrecedesItsDecisions changes the policy over the API
+// while clients make requests: in the log, every decision made under a
+// policy version comes after that version's policy record, so a reader of
+// the log always knows the policy a decision was made under.
+func TestPolicyRecordPrecedesItsDecisions(t *testing.T) {
+	a := startAPI(t, netpolicy.Spec{}, nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if resp, err := a.proxy.Get("http://x.test/"); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	for i := range 300 {
+		a.call(t, "POST", "/v1/policy/rules", fmt.Sprintf(`{"host": "h%d.test", "action": "allow"}`, i), nil, nil)
+	}
+	close(stop)
+	wg.Wait()
+
+	lines, _ := a.g.Ring.Since(0, 100_000)
+	seen := uint64(0) // the highest policy version recorded so far
+	decisions := 0
+	for _, line := range lines {
+		var r struct {
+			Seq           uint64 `json:"seq"`
+			Event         string `json:"event"`
+			PolicyVersion uint64 `json:"policy_version"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatal(err)
+		}
+		switch r.Event {
+		case EventPolicy:
+			seen = max(seen, r.PolicyVersion)
+		case EventDecision:
+			decisions++
+			if r.PolicyVersion > seen {
+				t.Fatalf("record %d: a decision under policy version %d before that version's policy record (last seen %d)", r.Seq, r.PolicyVersion, seen)
+			}
+		}
+	}
+	if seen != 301 || decisions < 100 {
+		t.Errorf("saw policy version %d and %d decisions; want 301 and at least 100", seen, decisions)
 	}
 }

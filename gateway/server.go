@@ -63,7 +63,9 @@ type Config struct {
 	// Resolver turns names into addresses; nil uses a Resolver with no
 	// static answers over the system resolver.
 	Resolver *Resolver
-	// Log receives the decision records; nil discards them.
+	// Log receives the decision records, and a policy record for every
+	// change of Store before a request is decided under it; nil discards
+	// them.
 	Log *Log
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
@@ -135,6 +137,13 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.Dial == nil {
 		d := &net.Dialer{Timeout: s.limits.DialTimeout}
 		s.cfg.Dial = d.DialContext
+	}
+	if cfg.Log != nil {
+		// Every change to the store is recorded before a request can be
+		// decided under it.
+		cfg.Store.OnChange(func(next *netpolicy.Snapshot) {
+			cfg.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: next.Version(), Change: next.Change()})
+		})
 	}
 	return s, nil
 }

@@ -150,7 +150,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	g.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
 	g.serve(func() error { return srv.Serve(ctx, ln) })
 	if len(apiLns) > 0 {
-		api, err := NewAPI(APIConfig{Server: srv, Token: token, Ring: g.Ring, Log: g.Log, ProxyAddrs: []string{ln.Addr().String()}})
+		api, err := NewAPI(APIConfig{Server: srv, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
 		if err != nil {
 			return nil, err
 		}

@@ -38,6 +38,19 @@ type Store struct {
 	// highID is the highest n of an id "rn" this store has held, so that
 	// an added rule never takes the id of a removed one. Guarded by mu.
 	highID int
+	// onChange sees every new snapshot before Load can return it. Guarded
+	// by mu.
+	onChange func(*Snapshot)
+}
+
+// OnChange makes fn be called with every new snapshot, under the writers'
+// lock and before Load can return it: what fn records of a version (the
+// gateway's policy record) comes before anything done under that version.
+// fn must not change the store.
+func (s *Store) OnChange(fn func(next *Snapshot)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = fn
 }
 
 // NewStore returns a store whose version 1 is p.
@@ -134,6 +147,9 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	}
 	next := &Snapshot{version: cur.version + 1, policy: p, change: what}
 	s.highID = highestID(p.spec.Rules, s.highID)
+	if s.onChange != nil {
+		s.onChange(next)
+	}
 	s.cur.Store(next)
 	return next, nil
 }

@@ -183,3 +183,35 @@ func TestStoreConcurrentWritersLoseNothing(t *testing.T) {
 		t.Errorf("after 400 concurrent adds: %d rules, version %d; want 400, 401", n, snap.Version())
 	}
 }
+
+// TestStoreOnChange: the hook sees each new version before Load can return
+// it, and nothing of a failed change.
+func TestStoreOnChange(t *testing.T) {
+	p, err := Compile(Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(p)
+	var seen []uint64
+	s.OnChange(func(next *Snapshot) {
+		if s.Load().Version() >= next.Version() {
+			t.Errorf("version %d was visible before the hook saw it", next.Version())
+		}
+		seen = append(seen, next.Version())
+	})
+	if _, _, err := s.AddRule(Rule{Host: "a.test", Action: Allow}, -1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.AddRule(Rule{Host: "*.", Action: Allow}, -1, 0); err == nil {
+		t.Fatal("an invalid rule was added")
+	}
+	if _, err := s.RemoveRule("r1", 5); err == nil {
+		t.Fatal("a stale version was accepted")
+	}
+	if _, err := s.RemoveRule("r1", 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0] != 2 || seen[1] != 3 {
+		t.Errorf("the hook saw versions %v, want [2 3]", seen)
+	}
+}
