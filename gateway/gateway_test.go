@@ -439,17 +439,20 @@ func TestMalformedRequests(t *testing.T) {
 	tests := []struct {
 		name, req string
 		status    int
+		method    string // and kind: connect for CONNECT, else http
 	}{
-		{"CL and TE", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
-		{"differing CL", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
-		{"obs-fold", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-A: a\r\n  folded\r\n\r\n", 400},
-		{"origin form", "GET /x HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", 400},
-		{"https absolute", "GET https://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400},
-		{"CONNECT no host", "CONNECT :443 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
-		{"CONNECT big port", "CONNECT api.test:99999 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
-		{"CONNECT port 0", "CONNECT api.test:0 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
-		{"CONNECT open bracket", "CONNECT [::1 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400},
-		{"huge headers", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431},
+		{"CL and TE", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "POST"},
+		{"differing CL", "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400, "POST"},
+		{"obs-fold", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-A: a\r\n  folded\r\n\r\n", 400, "GET"},
+		{"origin form", "GET /x HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", 400, "GET"},
+		{"https absolute", "GET https://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, "GET"},
+		{"CONNECT no host", "CONNECT :443 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400, "CONNECT"},
+		{"CONNECT big port", "CONNECT api.test:99999 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400, "CONNECT"},
+		{"CONNECT port 0", "CONNECT api.test:0 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400, "CONNECT"},
+		{"CONNECT open bracket", "CONNECT [::1 HTTP/1.1\r\nHost: x%d\r\n\r\n", 400, "CONNECT"},
+		{"CONNECT obs-fold", "CONNECT api.test:443 HTTP/1.1\r\nHost: x%d\r\nX-A: a\r\n  folded\r\n\r\n", 400, "CONNECT"},
+		{"bad method", "G(T http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400, ""},
+		{"huge headers", "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431, "GET"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -467,6 +470,13 @@ func TestMalformedRequests(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != tt.status {
 				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			kind := KindHTTP
+			if tt.method == http.MethodConnect {
+				kind = KindConnect
+			}
+			if d := g.lastDecision(t); d["kind"] != kind || d["method"] != tt.method || d["rule"] != netpolicy.RuleInvalid {
+				t.Errorf("logged kind %v, method %v, rule %v; want %s, %q, %s", d["kind"], d["method"], d["rule"], kind, tt.method, netpolicy.RuleInvalid)
 			}
 			// The gateway still serves the next client.
 			r2, err := g.client(t, nil).Get(fmt.Sprintf("http://api.test:%d/", port))

@@ -30,6 +30,9 @@ import (
 type statusError struct {
 	Status int
 	Reason string
+	// Method is the request's method when the request line got that far
+	// and it is a token of at most 32 bytes, for the log; else empty.
+	Method string
 }
 
 func (e *statusError) Error() string {
@@ -117,8 +120,14 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 		}
 	}
 	h := &requestHead{ContentLength: -1, Header: make(http.Header, 8)}
-	if se := h.parseRequestLine(line); se != nil {
+	refuse := func(se *statusError) (*requestHead, error) {
+		if len(h.Method) <= 32 && netpolicy.ValidMethod(h.Method) {
+			se.Method = h.Method
+		}
 		return nil, se
+	}
+	if se := h.parseRequestLine(line); se != nil {
+		return refuse(se)
 	}
 
 	var f headFraming
@@ -127,6 +136,9 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
+		if se, ok := err.(*statusError); ok {
+			return refuse(se) // the head is too large
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -134,11 +146,11 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 			break
 		}
 		if se := f.addField(h, line); se != nil {
-			return nil, se
+			return refuse(se)
 		}
 	}
 	if se := f.finish(h); se != nil {
-		return nil, se
+		return refuse(se)
 	}
 	return h, nil
 }

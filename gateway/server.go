@@ -368,11 +368,15 @@ func (s *Server) refuseMalformed(c *conn, err error) {
 	if !errors.As(err, &se) {
 		return // EOF, timeout or reset: nobody to answer
 	}
-	rec := s.newRecord(c, KindHTTP, "", 0)
+	kind := KindHTTP
+	if se.Method == http.MethodConnect {
+		kind = KindConnect
+	}
+	rec := s.newRecord(c, kind, se.Method, 0)
 	rec.Action, rec.Rule, rec.Reason = string(netpolicy.Block), netpolicy.RuleInvalid, "malformed request: "+se.Reason
 	rec.Enforced, rec.Status = true, se.Status
 	s.emit(rec)
-	s.metrics.request(KindHTTP, netpolicy.Block)
+	s.metrics.request(kind, netpolicy.Block)
 	writeSimple(c, se.Status, "", se.Reason+"\n", true, nil)
 }
 
