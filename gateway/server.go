@@ -323,14 +323,31 @@ func (s *Server) Close() error {
 // conn is one client connection with its buffered reader.
 type conn struct {
 	net.Conn
-	br     *bufio.Reader
+	br     *bufio.Reader // nil once released
 	client netip.AddrPort
+}
+
+// readerPool holds the clients' read buffers: 16 KiB each, so that a
+// connection that no longer needs one (an idle tunnel) gives it back.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// releaseReader returns c's read buffer to the pool; nothing may read
+// c.br after.
+func (c *conn) releaseReader() {
+	if c.br != nil {
+		c.br.Reset(nil)
+		readerPool.Put(c.br)
+		c.br = nil
+	}
 }
 
 // serveConn reads requests from one client until it closes or a request
 // ends the connection.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
-	c := &conn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10)}
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(nc)
+	c := &conn{Conn: nc, br: br}
+	defer c.releaseReader()
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.client = unmapAddrPort(ap)
 	}

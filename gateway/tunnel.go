@@ -137,7 +137,14 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}()
 
 	// Client to upstream: the first bytes are checked, then the rest flows.
-	first, sniErr := s.checkSNI(c, t.Host)
+	// A client that sent nothing after its CONNECT yet gives its read
+	// buffer back: an idle tunnel holds none.
+	var src io.Reader = c.br
+	if c.br.Buffered() == 0 {
+		c.releaseReader()
+		src = c.Conn
+	}
+	first, sniErr := s.checkSNI(c, src, t.Host)
 	if sniErr != nil {
 		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
 		closeRec.Error = sniErr.Error()
@@ -152,7 +159,8 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 			return
 		}
 	}
-	if n := c.br.Buffered(); n > 0 {
+	if c.br != nil && c.br.Buffered() > 0 {
+		n := c.br.Buffered()
 		buffered, _ := c.br.Peek(n)
 		m, _ := up.Write(buffered)
 		c.br.Discard(n)
@@ -164,21 +172,25 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 
 var errSNIMismatch = errors.New(reasonSNIMismatch)
 
-// checkSNI waits for the client's first bytes. When they start a TLS
-// handshake, it reads the whole ClientHello (however it is fragmented) and
-// compares its server name, normalized, with host: a different name is
+// checkSNI waits for the client's first bytes, read from src (the
+// client's buffered reader, or the connection itself). When they start a
+// TLS handshake, it reads the whole ClientHello (however it is fragmented)
+// and compares its server name, normalized, with host: a different name is
 // errSNIMismatch; a ClientHello that cannot be parsed is refused too, so
 // that no name slips by unseen. It returns the bytes it consumed, which
 // the caller sends on. A client that closes or idles out before sending
 // anything returns no bytes and no error.
-func (s *Server) checkSNI(c *conn, host string) ([]byte, error) {
+func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
 	c.SetReadDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
 	defer c.SetReadDeadline(time.Time{})
-	b, err := c.br.Peek(1)
-	if err != nil || b[0] != 0x16 { // 0x16: a TLS handshake record
+	var b [1]byte
+	if _, err := io.ReadFull(src, b[:]); err != nil {
 		return nil, nil
 	}
-	rc := &recordingConn{r: c.br}
+	if b[0] != 0x16 { // 0x16: a TLS handshake record
+		return b[:], nil
+	}
+	rc := &recordingConn{r: io.MultiReader(bytes.NewReader(b[:]), src)}
 	var sni string
 	var sawHello bool
 	stop := errors.New("client hello read")
