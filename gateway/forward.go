@@ -39,7 +39,7 @@ func removeHopByHop(h http.Header, keepUpgrade bool) {
 	}
 	upgrade := h.Get("Upgrade")
 	for _, name := range hopByHop {
-		h.Del(name)
+		delete(h, name) // canonical already, as the keys of h are: Del would canonicalize again
 	}
 	if keepUpgrade {
 		h.Set("Connection", "Upgrade")

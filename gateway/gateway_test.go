@@ -236,8 +236,8 @@ func TestHopByHopHeadersAreNotForwarded(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET http://api.test:%d/echo HTTP/1.1\r\nHost: api.test:%d\r\n"+
-		"Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: X-Private, keep-alive\r\n"+
-		"X-Private: drop me\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", port, port)
+		"proxy-AUTHORIZATION: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: X-Private, keep-alive\r\n"+
+		"X-Private: drop me\r\nkeep-alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", port, port)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
