@@ -218,15 +218,26 @@ func restoreIn(ctx context.Context, ns netns.NsHandle, name, tool, doc string) e
 // partial setup and safe to repeat.
 func TeardownNetwork(ctx context.Context, n Names) error {
 	var errs *multierror.Error
-	// The veth first: once it is gone nothing in the namespace reaches the
-	// host, whatever the order of the rest.
-	if link, err := netlink.LinkByName(n.HostVeth); err == nil {
-		if err := netlink.LinkDel(link); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("deleting veth %s: %w", n.HostVeth, err))
+	// The host end of the veth goes down first: from then on nothing in the
+	// namespace reaches the host (a veth drops what it would hand to a
+	// down peer), so the veth and the host's rules can go at once. Should
+	// it not go down, the veth is deleted before the rules.
+	deleteVeth := func() error { return nil }
+	link, err := netlink.LinkByName(n.HostVeth)
+	if err == nil {
+		deleteVeth = func() error {
+			if err := netlink.LinkDel(link); err != nil {
+				return fmt.Errorf("deleting veth %s: %w", n.HostVeth, err)
+			}
+			return nil
+		}
+		if netlink.LinkSetDown(link) != nil {
+			errs = multierror.Append(errs, deleteVeth())
+			deleteVeth = func() error { return nil }
 		}
 	}
-	// One iptables-restore per protocol (at once) when the whole set is
-	// there; rule by rule (slow: an iptables run each) when it is not.
+	// One iptables-restore per protocol when the whole set is there; rule
+	// by rule (slow: an iptables run each) when it is not.
 	v4, v6 := HostTeardownRules(n)
 	remove := func(proto iptables.Protocol, tool, doc string) func() error {
 		return func() error {
@@ -236,7 +247,7 @@ func TeardownNetwork(ctx context.Context, n Names) error {
 			return removeHostRules(proto, n)
 		}
 	}
-	if err := all(remove(iptables.ProtocolIPv4, "iptables-restore", v4), remove(iptables.ProtocolIPv6, "ip6tables-restore", v6)); err != nil {
+	if err := all(deleteVeth, remove(iptables.ProtocolIPv4, "iptables-restore", v4), remove(iptables.ProtocolIPv6, "ip6tables-restore", v6)); err != nil {
 		errs = multierror.Append(errs, err)
 	}
 	if err := netns.DeleteNamed(n.Netns); err != nil && !errors.Is(err, os.ErrNotExist) {

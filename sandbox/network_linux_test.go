@@ -174,6 +174,29 @@ func TestPrivilegedNetwork(t *testing.T) {
 		t.Logf("namespace rules flushed: %s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
 	}
 
+	// TeardownNetwork's premise: once the host end is down nothing passes,
+	// so the host's rules may go while the veth is still being deleted.
+	// Here both layers of rules are gone and the link only down.
+	link, err := netlink.LinkByName(names.HostVeth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetDown(link); err != nil {
+		t.Fatal(err)
+	}
+	v4, v6 := HostTeardownRules(names)
+	for tool, doc := range map[string]string{"iptables-restore": v4, "ip6tables-restore": v6} {
+		if err := restore(ctx, "", tool, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range probeFromInside("500ms") {
+		if p.OK {
+			t.Errorf("with the host end down and no rules, %s got through", p.Name)
+		}
+		t.Logf("host end down, no rules: %s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
+	}
+
 	if err := TeardownNetwork(ctx, names); err != nil {
 		t.Fatalf("teardown: %v", err)
 	}
