@@ -45,7 +45,28 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	}
 	defer h.Close()
 
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostVeth}, PeerName: n.InnerVeth}
+	// The rules load while the links are made: they name the links, which
+	// need not exist yet, and the links come up only after them.
+	rules := make(chan error, 1)
+	go func() {
+		nsV4, nsV6 := p.NamespaceRules()
+		hostV4, hostV6 := p.HostRules()
+		rules <- all(
+			func() error { return restoreIn(ctx, ns, n.Netns, "iptables-restore", nsV4) },
+			func() error { return restoreIn(ctx, ns, n.Netns, "ip6tables-restore", nsV6) },
+			func() error { return restore(ctx, "", "iptables-restore", hostV4) },
+			func() error { return restore(ctx, "", "ip6tables-restore", hostV6) },
+		)
+	}()
+	defer func() {
+		if retErr != nil {
+			<-rules // the undo must not race the loading
+		}
+	}()
+
+	// The sandbox's end is made inside the namespace: moving a link there
+	// would cost a network-wide synchronization (10-20 ms).
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.HostVeth}, PeerName: n.InnerVeth, PeerNamespace: netlink.NsFd(ns)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth %s: %w", n.HostVeth, err)
 	}
@@ -53,13 +74,6 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	// reach (the rules refuse IPv6 as well).
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.HostVeth+"/disable_ipv6", []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("disabling IPv6 on %s: %w", n.HostVeth, err)
-	}
-	inner, err := netlink.LinkByName(n.InnerVeth)
-	if err != nil {
-		return fmt.Errorf("finding veth %s: %w", n.InnerVeth, err)
-	}
-	if err := netlink.LinkSetNsFd(inner, int(ns)); err != nil {
-		return fmt.Errorf("moving veth %s into %s: %w", n.InnerVeth, n.Netns, err)
 	}
 	host, err := netlink.LinkByName(n.HostVeth)
 	if err != nil {
@@ -69,7 +83,7 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(p.Subnet.Host.AsSlice(), bits)}); err != nil {
 		return fmt.Errorf("addressing %s: %w", n.HostVeth, err)
 	}
-	inner, err = h.LinkByName(n.InnerVeth)
+	inner, err := h.LinkByName(n.InnerVeth)
 	if err != nil {
 		return fmt.Errorf("finding veth %s in %s: %w", n.InnerVeth, n.Netns, err)
 	}
@@ -77,16 +91,10 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 		return fmt.Errorf("addressing %s: %w", n.InnerVeth, err)
 	}
 
-	// Rules first, links after: the sandbox is never up without them. The
-	// four rule sets are independent, so they load at once.
-	nsV4, nsV6 := p.NamespaceRules()
-	hostV4, hostV6 := p.HostRules()
-	if err := all(
-		func() error { return restoreIn(ctx, ns, n.Netns, "iptables-restore", nsV4) },
-		func() error { return restoreIn(ctx, ns, n.Netns, "ip6tables-restore", nsV6) },
-		func() error { return restore(ctx, "", "iptables-restore", hostV4) },
-		func() error { return restore(ctx, "", "ip6tables-restore", hostV6) },
-	); err != nil {
+	// Rules first, links after: the sandbox is never up without them.
+	err = <-rules
+	rules <- err // for the deferred wait
+	if err != nil {
 		return err
 	}
 
