@@ -23,25 +23,28 @@ mkdir -p "$root/bin" "$root/proc" "$root/dev" "$root/sys" "$root/tmp" "$root/etc
 cp /usr/bin/busybox "$root/bin/busybox"
 ln -s busybox "$root/bin/true"
 
-# median of the wall times, in microseconds, of running "$@" RUNS times;
-# {i} in the arguments becomes the run's number.
-median() {
-	local i s e
-	for i in $(seq "$runs"); do
-		s=$(date +%s%N)
-		"${@//\{i\}/$i}" >/dev/null 2>&1 || { echo "$0: failed: $*" >&2; exit 1; }
-		e=$(date +%s%N)
-		echo $(((e - s) / 1000))
-	done | sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'
+# took CMD...: the wall time of CMD in microseconds.
+took() {
+	local s e
+	s=$(date +%s%N)
+	"$@" >/dev/null 2>&1 || { echo "$0: failed: $*" >&2; exit 1; }
+	e=$(date +%s%N)
+	echo $(((e - s) / 1000))
 }
+median() { sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 
 # One warm-up of each, so neither pays for cold caches alone.
 "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true
 ctr -n sbxbench run --rm --rootfs "$root" sbxbench-warm /bin/true
 
-sbx_us=$(median "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true)
-ctr_us=$(median ctr -n sbxbench run --rm --rootfs "$root" "sbxbench-$$-{i}" /bin/true)
-echo "start to exit, median of $runs runs:"
+# The two alternate, so that both see the same machine (its load drifts).
+for i in $(seq "$runs"); do
+	took "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true >>"$work/sbx.us"
+	took ctr -n sbxbench run --rm --rootfs "$root" "sbxbench-$$-$i" /bin/true >>"$work/ctr.us"
+done
+sbx_us=$(median <"$work/sbx.us")
+ctr_us=$(median <"$work/ctr.us")
+echo "start to exit, median of $runs runs each, alternating:"
 printf '  ctr run --rm --rootfs DIR     %7d us\n' "$ctr_us"
 printf '  sbx run --rootfs DIR -- true  %7d us   %sx ctr (target <= 1.3x)\n' "$sbx_us" \
 	"$(awk -v a="$sbx_us" -v b="$ctr_us" 'BEGIN { printf "%.2f", a / b }')"
