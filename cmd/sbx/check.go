@@ -19,6 +19,7 @@ import (
 // checkOptions are the flags of sbx policy check.
 type checkOptions struct {
 	policy policyFlags
+	target targetFlags // --sandbox ID or --api: the running policy instead of --policy
 	method string
 	path   string
 	json   bool
@@ -46,7 +47,8 @@ no port is given). Paths are matched as the gateway matches them: escapes
 decoded, dot segments resolved, repeated slashes merged.
 
 Rules apply in this order: --intercept, --block, --allow, then the rules
-of --policy FILE. Exit codes: 0 when a verdict was printed, whatever it is;
+of --policy FILE, or of the running policy of a sandbox (--sandbox ID) or
+gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed, whatever it is;
 1 when the policy file is invalid; 2 for a usage error.`,
 		Example: `  # Allowed by a flag rule; CONNECT to port 443.
   sbx policy check --allow registry.npmjs.org registry.npmjs.org
@@ -58,14 +60,18 @@ of --policy FILE. Exit codes: 0 when a verdict was printed, whatever it is;
   sbx policy check --policy policy.yaml --json http://example.com/admin
 
   # The address guard refuses loopback even when the default allows.
-  sbx policy check --default allow 127.0.0.1:8080`,
+  sbx policy check --default allow 127.0.0.1:8080
+
+  # What a running sandbox would decide, and with one more rule.
+  sudo sbx policy check --sandbox 1a2b3c4d api.github.com
+  sudo sbx policy check --sandbox 1a2b3c4d --allow api.github.com api.github.com`,
 		Args: exactArgs("TARGET"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, err := parseTarget(args[0], o.method, o.path)
 			if err != nil {
 				return usageError(cmd, err)
 			}
-			p, err := o.policy.Build()
+			p, err := o.build(cmd)
 			if err != nil {
 				return err
 			}
@@ -78,10 +84,34 @@ of --policy FILE. Exit codes: 0 when a verdict was printed, whatever it is;
 	}
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
+	o.target.AddFlags(fs)
 	fs.StringVar(&o.method, "method", "", "HTTP `METHOD` of a plain HTTP request (default GET)")
 	fs.StringVar(&o.path, "path", "", "`PATH` of a plain HTTP request (default /, or the URL's)")
 	fs.BoolVar(&o.json, "json", false, `print one JSON object {"action", "rule", "reason"}`)
 	return cmd
+}
+
+// build makes the policy to check: the flags over the --policy file, or
+// over the running policy of the sandbox or gateway named.
+func (o *checkOptions) build(cmd *cobra.Command) (*netpolicy.Policy, error) {
+	if o.target.sandbox == "" && o.target.api == "" {
+		return o.policy.Build()
+	}
+	if o.policy.Policy != "" {
+		return nil, usageErrorf(cmd, "give --policy FILE or a running policy (--sandbox ID, --api ADDR), not both")
+	}
+	return o.policy.buildOn(func() (netpolicy.Spec, string, error) {
+		c, err := o.target.client()
+		if err != nil {
+			return netpolicy.Spec{}, "", err
+		}
+		var p policyAnswer
+		if _, err := c.do(cmd.Context(), "GET", "/v1/policy", nil, nil, &p); err != nil {
+			return netpolicy.Spec{}, "", err
+		}
+		source := "the running policy (version " + strconv.FormatUint(p.Version, 10) + ")"
+		return p.Policy, source, nil
+	})
 }
 
 // decide returns the verdict of p for t as the gateway would give it

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // syncBuffer is a strings.Builder safe to write from the command's
@@ -154,5 +157,49 @@ func TestGatewayCommandErrors(t *testing.T) {
 		if code != tt.code || !strings.Contains(stderr, tt.want) {
 			t.Errorf("sbx %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, stderr, tt.code, tt.want)
 		}
+	}
+}
+
+// TestPolicyCheckRunningPolicy: sbx policy check --api decides with the
+// gateway's running policy (flag rules first), sees a change made over
+// the API, and refuses --policy with it.
+func TestPolicyCheckRunningPolicy(t *testing.T) {
+	p, err := netpolicy.Compile(netpolicy.Spec{Rules: []netpolicy.Rule{{ID: "a", Host: "a.test", Action: netpolicy.Allow}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	g, err := gateway.Start(t.Context(), gateway.Options{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	api := []string{"--api", g.APIAddrs[0], "--token-file", tokenFile}
+	check := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, code := runCLI(t, append(append([]string{"policy", "check", "--json"}, api...), args...)...)
+		if code != 0 {
+			t.Fatalf("sbx policy check %v: exit %d, %s", args, code, stderr)
+		}
+		return strings.TrimSpace(stdout)
+	}
+	if got := check("a.test"); !strings.Contains(got, `"action":"allow","rule":"a"`) {
+		t.Errorf("a.test: %s", got)
+	}
+	if got := check("b.test"); !strings.Contains(got, `"action":"block","rule":"default"`) {
+		t.Errorf("b.test: %s", got)
+	}
+	if got := check("--block", "a.test", "a.test"); !strings.Contains(got, `"action":"block"`) {
+		t.Errorf("a.test with --block a.test: %s", got)
+	}
+	if _, stderr, code := runCLI(t, append(append([]string{"policy", "allow", "--id", "b"}, api...), "b.test")...); code != 0 {
+		t.Fatalf("policy allow: %s", stderr)
+	}
+	if got := check("b.test"); !strings.Contains(got, `"action":"allow","rule":"b"`) {
+		t.Errorf("b.test after policy allow: %s", got)
+	}
+	policy := writeFile(t, "p.yaml", "version: 1\n")
+	if _, stderr, code := runCLI(t, append(append([]string{"policy", "check", "--policy", policy}, api...), "a.test")...); code != exitUsage || !strings.Contains(stderr, "not both") {
+		t.Errorf("--policy with --api: exit %d, %q; want a usage error", code, stderr)
 	}
 }

@@ -53,6 +53,21 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 // policy file is exit 1, its problems printed one per line as
 // "FILE:LINE: message"; so is a file that cannot be read.
 func (f *policyFlags) Build() (*netpolicy.Policy, error) {
+	return f.buildOn(func() (netpolicy.Spec, string, error) {
+		if f.Policy == "" {
+			return netpolicy.Spec{}, "", nil
+		}
+		spec, err := netpolicy.DecodeFile(f.Policy)
+		if err != nil {
+			return spec, "", policyFileError(err)
+		}
+		return spec, f.Policy, nil
+	})
+}
+
+// buildOn makes the policy of the flags over the one base returns, with
+// its source for errors ("" for none). The flags are checked first.
+func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, err error)) (*netpolicy.Policy, error) {
 	var intercepts []netpolicy.InterceptFlag
 	for _, v := range f.Intercept {
 		ic, err := interceptFlag(v)
@@ -79,12 +94,9 @@ func (f *policyFlags) Build() (*netpolicy.Policy, error) {
 		allowPrivate = append(allowPrivate, pfx)
 	}
 
-	var spec netpolicy.Spec
-	if f.Policy != "" {
-		spec, err = netpolicy.DecodeFile(f.Policy)
-		if err != nil {
-			return nil, policyFileError(err)
-		}
+	spec, source, err := base()
+	if err != nil {
+		return nil, err
 	}
 	spec.Rules = append(flagRules, spec.Rules...)
 	if f.Default != "" {
@@ -100,8 +112,8 @@ func (f *policyFlags) Build() (*netpolicy.Policy, error) {
 	if err != nil {
 		// Decode and FlagRules have checked every part; say where it came
 		// from all the same.
-		if f.Policy != "" {
-			err = fmt.Errorf("policy from flags and %s: %w", f.Policy, err)
+		if source != "" {
+			err = fmt.Errorf("policy from flags and %s: %w", source, err)
 		}
 		return nil, &exitError{code: exitFailure, err: err}
 	}

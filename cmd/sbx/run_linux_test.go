@@ -589,6 +589,12 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 	if out := cli(append([]string{"policy", "block", "--position", "0"}, append(sb, "x.test")...)...); !strings.Contains(out, "added: block x.test") {
 		t.Errorf("policy block:\n%s", out)
 	}
+	if out := cli(append([]string{"policy", "check", "--json"}, append(sb, "http://later.test:8080/")...)...); !strings.Contains(out, `"action":"allow","rule":"later"`) {
+		t.Errorf("policy check --sandbox of an allowed target: %s", out)
+	}
+	if out := cli(append([]string{"policy", "check", "--json"}, append(sb, "x.test")...)...); !strings.Contains(out, `"action":"block","rule":"r`) {
+		t.Errorf("policy check --sandbox of a blocked target: %s", out)
+	}
 	if out := cli(append([]string{"policy", "show"}, sb...)...); !strings.Contains(out, "later") || !strings.Contains(out, "x.test") {
 		t.Errorf("policy show after adding:\n%s", out)
 	}
@@ -683,6 +689,7 @@ func TestPrivilegedNotRoot(t *testing.T) {
 		{"ps", sd},
 		{"stop", sd, "deadbeef"},
 		{"policy", "show", sd, "--sandbox", "deadbeef"},
+		{"policy", "check", sd, "--sandbox", "deadbeef", "x.test"},
 		{"policy", "allow", sd, "--sandbox", "deadbeef", "x.test"},
 		{"policy", "block", sd, "--sandbox", "deadbeef", "x.test"},
 		{"policy", "remove", sd, "--sandbox", "deadbeef", "r1"},
