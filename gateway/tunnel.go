@@ -166,6 +166,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		c.br.Discard(n)
 		out += int64(m)
 	}
+	c.releaseReader() // the rest is copied from the connection itself
 	n, _ := s.copyIdle(up, c.Conn, &last)
 	closeRec.BytesOut = out + n
 }

@@ -46,7 +46,8 @@ type Store struct {
 // OnChange makes fn be called with every new snapshot, under the writers'
 // lock and before Load can return it: what fn records of a version (the
 // gateway's policy record) comes before anything done under that version.
-// fn must not change the store.
+// There is one hook: fn replaces any earlier one. fn must not change the
+// store.
 func (s *Store) OnChange(fn func(next *Snapshot)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

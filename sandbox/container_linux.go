@@ -124,22 +124,29 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 // the sandbox's network is still being set up saves most of containerd's
 // start time; the network must be complete before Run.
 type Task struct {
-	id         string
-	ctr        containerd.Container
-	task       containerd.Task // nil when the task could not be created
-	exitCh     <-chan containerd.ExitStatus
-	in         io.Reader
-	eof        chan struct{}
+	id      string
+	c       *Containerd
+	ctr     containerd.Container
+	task    containerd.Task // nil when the task could not be created
+	exitCh  <-chan containerd.ExitStatus
+	in      io.Reader
+	eof     chan struct{}
+	started chan struct{} // closed by Run once the command runs: stdin flows from then
+	exited  bool          // Run saw the command's end
+	deleted bool
+	// cleanupCtx outlives the caller's context: Delete and the stdin
+	// closer use it. cancel ends the stdin closer and the stdin gate.
 	cleanupCtx context.Context
 	cancel     context.CancelFunc
 }
 
 // Create creates cs's container and its task. The netns at cs.NetnsPath
 // must exist. A command that cannot be run is a *StartError. On error
-// nothing is left.
+// nothing is left. Standard input is not read before Run starts the
+// command, so none of it is lost when the sandbox fails to start.
 func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *Task, retErr error) {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
-	t := &Task{id: cs.ID, eof: make(chan struct{})}
+	t := &Task{id: cs.ID, c: c, eof: make(chan struct{}), started: make(chan struct{})}
 	t.cleanupCtx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	var newOpts []containerd.NewContainerOpts
 	spec := specOpts(cs)
@@ -172,7 +179,7 @@ func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 	// When the input ends, the command must see its end too: the task's
 	// stdin is closed then, as ctr does.
 	if stdio.In != nil {
-		t.in = &eofReader{r: stdio.In, eof: t.eof}
+		t.in = &eofReader{r: &gatedReader{r: stdio.In, open: t.started, done: t.cleanupCtx.Done()}, eof: t.eof}
 	}
 	// containerd's shim needs every stream or none: a missing writer
 	// beside a present one fails with `opening file ""`.
@@ -201,49 +208,62 @@ func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 	return t, nil
 }
 
-// Run starts the command and waits for its end, returning its exit code
-// (a *StartError when it cannot be run). When ctx is cancelled the command
-// gets SIGTERM, and SIGKILL after grace.
+// Run starts the command and waits for its end, returning its exit code:
+// ExitNotFound or ExitCannotExecute, with a nil error, when it cannot be
+// run. When ctx is cancelled the command gets SIGTERM, and SIGKILL after
+// grace. Exited tells afterwards whether Run saw the command end.
 func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
-	if err := t.task.Start(ctx); err != nil {
+	task := t.task
+	if err := task.Start(ctx); err != nil {
 		if code, ok := startFailure(err); ok {
 			return code, nil
 		}
 		return -1, fmt.Errorf("starting %s: %w", t.id, err)
 	}
+	close(t.started)
 	if t.in != nil {
 		// Ends at the input's end or when the task is deleted.
 		go func() {
 			select {
 			case <-t.eof:
-				t.task.CloseIO(t.cleanupCtx, containerd.WithStdinCloser)
+				task.CloseIO(t.cleanupCtx, containerd.WithStdinCloser)
 			case <-t.cleanupCtx.Done():
 			}
 		}()
 	}
+	ended := func(st containerd.ExitStatus) (int, error) {
+		code, at, err := st.Result()
+		t.exited = err == nil && !at.IsZero()
+		return int(code), err
+	}
 	select {
 	case st := <-t.exitCh:
-		return int(st.ExitCode()), st.Error()
+		return ended(st)
 	case <-ctx.Done():
 	}
-	t.task.Kill(t.cleanupCtx, syscall.SIGTERM)
+	task.Kill(t.cleanupCtx, syscall.SIGTERM)
 	select {
 	case st := <-t.exitCh:
-		return int(st.ExitCode()), st.Error()
+		return ended(st)
 	case <-time.After(grace):
 	}
-	t.task.Kill(t.cleanupCtx, syscall.SIGKILL)
-	st := <-t.exitCh
-	return int(st.ExitCode()), st.Error()
+	task.Kill(t.cleanupCtx, syscall.SIGKILL)
+	return ended(<-t.exitCh)
 }
+
+// Exited reports whether Run saw the command end. When it did not (Run
+// failed, or containerd stopped answering), the command may still run.
+func (t *Task) Exited() bool { return t.exited }
 
 // Delete kills what is left of the task and deletes it and the container
 // (with its snapshot). It is safe to call more than once.
 func (t *Task) Delete() error {
-	if t.ctr == nil {
+	if t.deleted {
 		return nil
 	}
+	t.deleted = true
+	defer t.cancel()
 	ctx, cancel := context.WithTimeout(t.cleanupCtx, 30*time.Second)
 	defer cancel()
 	var errs *multierror.Error
@@ -251,13 +271,36 @@ func (t *Task) Delete() error {
 		if _, err := t.task.Delete(ctx, containerd.WithProcessKill); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("deleting the task of %s: %w", t.id, err))
 		}
+	} else {
+		// A task containerd made although NewTask failed (say, cancelled
+		// half-way) would keep the container: RemoveContainer looks for
+		// one, and deletes the container too.
+		if err := t.c.RemoveContainer(ctx, t.id); err != nil {
+			return fmt.Errorf("removing container %s: %w", t.id, err)
+		}
+		return nil
 	}
 	if err := t.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
 		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", t.id, err))
 	}
-	t.ctr, t.task = nil, nil
-	t.cancel()
 	return errs.ErrorOrNil()
+}
+
+// gatedReader reads r only once open is closed; when done is closed first
+// it reads as at the end.
+type gatedReader struct {
+	r    io.Reader
+	open <-chan struct{}
+	done <-chan struct{}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	select {
+	case <-g.open:
+		return g.r.Read(p)
+	case <-g.done:
+		return 0, io.EOF
+	}
 }
 
 // eofReader closes eof once its reader ends.

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -203,5 +205,78 @@ func TestPrivilegedLongRun(t *testing.T) {
 	}
 	if ids, _ := cd.ContainerIDs(ctx); slices.Contains(ids, id) {
 		t.Errorf("container %s left after Run", id)
+	}
+}
+
+// readSpy records whether it was read.
+type readSpy struct{ read atomic.Bool }
+
+func (r *readSpy) Read(p []byte) (int, error) {
+	r.read.Store(true)
+	return copy(p, "input\n"), io.EOF
+}
+
+// TestPrivilegedTaskLifecycle: a created task reads none of its standard
+// input until Run starts the command (a sandbox that fails to start loses
+// none of it), Delete without Run leaves nothing, and Exited tells
+// whether Run saw the command end.
+func TestPrivilegedTaskLifecycle(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	t.Cleanup(func() {
+		cd.RemoveContainer(ctx, id)
+		TeardownNetwork(ctx, names)
+	})
+	if err := CreateNamespace(names); err != nil {
+		t.Fatal(err)
+	}
+	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"cat"}}
+
+	spy := &readSpy{}
+	task, err := cd.Create(ctx, spec, Stdio{In: spy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // time for containerd to start copying, were it allowed
+	if spy.read.Load() {
+		t.Errorf("standard input was read before the command started")
+	}
+	if err := task.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := cd.ContainerIDs(ctx); slices.Contains(ids, id) {
+		t.Fatalf("container %s left after Delete without Run", id)
+	}
+	if spy.read.Load() {
+		t.Errorf("standard input was read although the command never started")
+	}
+
+	var out bytes.Buffer
+	task, err = cd.Create(ctx, spec, Stdio{In: strings.NewReader("hello\n"), Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Delete()
+	if task.Exited() {
+		t.Errorf("Exited before Run")
+	}
+	code, err := task.Run(ctx, time.Second)
+	if err != nil || code != 0 || !task.Exited() {
+		t.Errorf("Run: exit %d, %v, Exited %v; want 0, nil, true", code, err, task.Exited())
+	}
+	if err := task.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "hello\n" {
+		t.Errorf("the command read %q, want the input", out.String())
 	}
 }

@@ -40,6 +40,9 @@ func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
 // Delete does nothing.
 func (t *Task) Delete() error { return nil }
 
+// Exited is false.
+func (t *Task) Exited() bool { return false }
+
 // ContainerIDs needs Linux.
 func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {
 	return nil, errors.ErrUnsupported

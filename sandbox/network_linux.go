@@ -232,15 +232,23 @@ func TeardownNetwork(ctx context.Context, n Names) error {
 	// it not go down, the veth is deleted before the rules.
 	deleteVeth := func() error { return nil }
 	link, err := netlink.LinkByName(n.HostVeth)
-	if err == nil {
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+	case err != nil:
+		// It may be there and up: its rules stay, for sbx gc.
+		return fmt.Errorf("finding veth %s: %w; its host rules are kept until it is gone", n.HostVeth, err)
+	default:
 		deleteVeth = func() error {
 			if err := netlink.LinkDel(link); err != nil {
 				return fmt.Errorf("deleting veth %s: %w", n.HostVeth, err)
 			}
 			return nil
 		}
-		if netlink.LinkSetDown(link) != nil {
-			errs = multierror.Append(errs, deleteVeth())
+		if err := netlink.LinkSetDown(link); err != nil {
+			if err := deleteVeth(); err != nil {
+				return fmt.Errorf("%w; its host rules are kept until it is gone", err)
+			}
 			deleteVeth = func() error { return nil }
 		}
 	}

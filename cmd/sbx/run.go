@@ -319,13 +319,19 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 		return task.Delete()
 	})
-	// Once the command has ended (its PID namespace ends with it) the
-	// container's removal and the network's teardown overlap. Before, the
-	// undo order is the plain reverse one.
-	undo = append(undo, closeGateway, deleteTask, func() error {
-		err := all(deleteTask, func() error {
-			return multierror.Append(closeGateway(), teardownNetwork()).ErrorOrNil()
-		})
+	// The gateway outlives the container. Once the command is seen to have
+	// ended (its PID namespace ends with it) the container's removal and
+	// the gateway's close and network teardown overlap; otherwise (it
+	// never started, or containerd stopped answering) they go in order.
+	undo = append(undo, func() error {
+		var err error
+		if task != nil && task.Exited() {
+			err = all(deleteTask, func() error {
+				return multierror.Append(closeGateway(), teardownNetwork()).ErrorOrNil()
+			})
+		} else {
+			err = multierror.Append(deleteTask(), closeGateway(), teardownNetwork()).ErrorOrNil()
+		}
 		if gw != nil { // after the command's output, which deleteTask drains
 			fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", id, logFile)
 		}
