@@ -170,6 +170,29 @@ func TestPrivilegedContainer(t *testing.T) {
 	}
 }
 
+// containerInNamespace connects to containerd and makes an empty network
+// namespace for a new sandbox id; the container of that id and the
+// namespace are removed when the test ends.
+func containerInNamespace(t *testing.T) (*Containerd, string, Names) {
+	t.Helper()
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := NewID()
+	names, _ := NamesFor(id)
+	t.Cleanup(func() {
+		cd.RemoveContainer(ctx, id)
+		TeardownNetwork(ctx, names)
+		cd.Close()
+	})
+	if err := CreateNamespace(names); err != nil {
+		t.Fatal(err)
+	}
+	return cd, id, names
+}
+
 // TestPrivilegedLongRun runs a command for longer than the 30 s that
 // cleanup may take: its end is waited for without a deadline (Run used to
 // wait under the cleanup's 30 s timeout, so every command running longer
@@ -180,20 +203,7 @@ func TestPrivilegedLongRun(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
-	id, _ := NewID()
-	names, _ := NamesFor(id)
-	t.Cleanup(func() {
-		cd.RemoveContainer(ctx, id)
-		TeardownNetwork(ctx, names)
-	})
-	if err := CreateNamespace(names); err != nil {
-		t.Fatal(err)
-	}
+	cd, id, names := containerInNamespace(t)
 	root := busyboxRootfs(t)
 	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: root,
@@ -225,20 +235,7 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
-	id, _ := NewID()
-	names, _ := NamesFor(id)
-	t.Cleanup(func() {
-		cd.RemoveContainer(ctx, id)
-		TeardownNetwork(ctx, names)
-	})
-	if err := CreateNamespace(names); err != nil {
-		t.Fatal(err)
-	}
+	cd, id, names := containerInNamespace(t)
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"cat"}}
 
 	spy := &readSpy{}

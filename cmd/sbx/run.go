@@ -326,9 +326,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	undo = append(undo, func() error {
 		var err error
 		if task != nil && task.Exited() {
-			err = all(deleteTask, func() error {
-				return multierror.Append(closeGateway(), teardownNetwork()).ErrorOrNil()
-			})
+			taskErr := make(chan error, 1)
+			go func() { taskErr <- deleteTask() }()
+			err = multierror.Append(closeGateway(), teardownNetwork(), <-taskErr).ErrorOrNil()
 		} else {
 			err = multierror.Append(deleteTask(), closeGateway(), teardownNetwork()).ErrorOrNil()
 		}
@@ -370,17 +370,6 @@ func onlyOnce(fn func() error) func() error {
 		once.Do(func() { err = fn() })
 		return err
 	}
-}
-
-// all runs fns at once and returns their errors joined.
-func all(fns ...func() error) error {
-	errs := make([]error, len(fns))
-	var wg sync.WaitGroup
-	for i, fn := range fns {
-		wg.Go(func() { errs[i] = fn() })
-	}
-	wg.Wait()
-	return multierror.Append(nil, errs...).ErrorOrNil()
 }
 
 // parseVolume parses -v SRC:DST[:ro|rw] into a bind mount.
