@@ -152,6 +152,13 @@ until interrupted; --json passes the records through unchanged.`,
 				if cmd.Context().Err() != nil {
 					return nil // interrupted: the normal end
 				}
+				if err == nil { // the gateway ended the stream: it stopped
+					who := "the gateway"
+					if t.sandbox != "" {
+						who = "sandbox " + t.sandbox
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s stopped; no more decisions\n", who)
+				}
 				return err
 			}
 			for {

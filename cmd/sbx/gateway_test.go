@@ -203,3 +203,41 @@ func TestPolicyCheckRunningPolicy(t *testing.T) {
 		t.Errorf("--policy with --api: exit %d, %q; want a usage error", code, stderr)
 	}
 }
+
+// TestDecisionsFollowEndsWithTheGateway: sbx decisions --follow ends, exit
+// 0, saying so, when the gateway stops.
+func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
+	p, err := netpolicy.Compile(netpolicy.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	g, err := gateway.Start(t.Context(), gateway.Options{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		stdout, stderr string
+		code           int
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errOut syncBuffer
+		root := newRootCmd()
+		root.SetArgs([]string{"decisions", "--follow", "--api", g.APIAddrs[0], "--token-file", tokenFile})
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		code := execute(context.Background(), root)
+		done <- result{out.String(), errOut.String(), code}
+	}()
+	time.Sleep(300 * time.Millisecond) // the stream is open and shows the policy record
+	g.Close()
+	select {
+	case r := <-done:
+		if r.code != 0 || !strings.Contains(r.stdout, "policy loaded") || !strings.Contains(r.stderr, "the gateway stopped") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 0, the policy record, and that the gateway stopped", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sbx decisions --follow did not end with the gateway")
+	}
+}
