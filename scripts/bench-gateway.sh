@@ -11,6 +11,7 @@
 # (needs root for that). Every server it starts is stopped when it ends.
 #
 #   scripts/bench-gateway.sh [DURATION]     # DURATION of each wrk run, default 10s
+#   ROUNDS=N scripts/bench-gateway.sh        # rounds of the four HTTP runs, default 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${1:-10s}
@@ -131,11 +132,21 @@ rps() { # URL [proxy.lua]
 	echo "$out" | awk '/Requests\/sec/ {print $2}'
 }
 
-echo "HTTP forward, wrk -c32 -d$dur, nginx upstream on loopback:"
-direct=$(rps "http://$up/")
-via_sbx=$(rps "http://$sbx" "$work/proxy.lua")
-via_tiny=$(rps "http://$tiny" "$work/proxy.lua")
-via_squid=$(rps "http://$squidp" "$work/proxy.lua")
+# Each is measured ROUNDS times, the four in turn, and the medians are
+# compared: the machine's load drifts, and turns share it.
+rounds=${ROUNDS:-3}
+echo "HTTP forward, wrk -c32 -d$dur, nginx upstream on loopback, median of $rounds rounds:"
+for _ in $(seq "$rounds"); do
+	rps "http://$up/" >>"$work/direct.rps"
+	rps "http://$sbx" "$work/proxy.lua" >>"$work/sbx.rps"
+	rps "http://$tiny" "$work/proxy.lua" >>"$work/tiny.rps"
+	rps "http://$squidp" "$work/proxy.lua" >>"$work/squid.rps"
+done
+median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
+direct=$(median "$work/direct.rps")
+via_sbx=$(median "$work/sbx.rps")
+via_tiny=$(median "$work/tiny.rps")
+via_squid=$(median "$work/squid.rps")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 printf '  %-10s %10.0f req/s\n' direct "$direct"
 printf '  %-10s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
