@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"io"
+	"os"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -43,6 +44,31 @@ type ContainerSpec struct {
 	// Masked are paths hidden from the command: files read as empty,
 	// directories as empty.
 	Masked []string
+	// Init, when set, is a statically linked init on the host (tini):
+	// mounted read-only at InitPath, it runs as PID 1 and runs Args as
+	// its child, so that the command is not PID 1 (which ignores SIGTERM
+	// without a handler, and reaps no orphans). Signals go to the
+	// command's process group.
+	Init string
+}
+
+// InitPath is where Init is mounted in the container: on the tmpfs that
+// runc makes for /dev, so no file is made in a root filesystem of the
+// user's.
+const InitPath = "/dev/.sbx-init"
+
+// initCandidates are where Debian's tini package puts its static build.
+var initCandidates = []string{"/usr/bin/tini-static", "/usr/local/bin/tini-static"}
+
+// FindInit returns the path of a static tini on the host, or "" when
+// there is none.
+func FindInit() string {
+	for _, p := range initCandidates {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // Stdio are a container's standard streams; nil ones are /dev/null.

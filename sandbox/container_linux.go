@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,13 +28,19 @@ import (
 // sandbox's network namespace (DESIGN.md §2, guarantee 5).
 func specOpts(cs ContainerSpec) []oci.SpecOpts {
 	var opts []oci.SpecOpts
+	args := cs.Args
+	if cs.Init != "" {
+		args = append([]string{InitPath, "-g", "--"}, cs.Args...)
+		cs.Mounts = append(slices.Clip(cs.Mounts), specs.Mount{Destination: InitPath, Source: cs.Init, Type: "bind",
+			Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	if cs.Image == "" {
 		opts = append(opts, oci.WithRootFSPath(cs.RootFS))
 	}
 	opts = append(opts,
 		oci.WithRootFSReadonly(),
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: cs.NetnsPath}),
-		oci.WithProcessArgs(cs.Args...),
+		oci.WithProcessArgs(args...),
 		// PATH first, so that a bare command name is found and cs.Env can
 		// still set its own (the later of two values wins).
 		oci.WithEnv(append([]string{"PATH=" + defaultPath}, cs.Env...)),

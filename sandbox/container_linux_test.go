@@ -74,6 +74,40 @@ func TestSpecGuarantees(t *testing.T) {
 	}
 }
 
+// TestSpecInit: with an init, the init is PID 1, mounted read-only where
+// no root filesystem is written to, and runs the command as its child,
+// signalling its process group; without one the command is PID 1.
+func TestSpecInit(t *testing.T) {
+	cs := testContainerSpec()
+	cs.Init = "/usr/bin/tini-static"
+	s, err := GenerateSpec(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append([]string{InitPath, "-g", "--"}, cs.Args...); !slices.Equal(s.Process.Args, want) {
+		t.Errorf("args %q, want %q", s.Process.Args, want)
+	}
+	found := false
+	for _, m := range s.Mounts {
+		if m.Destination == InitPath {
+			found = m.Source == cs.Init && m.Type == "bind" && slices.Contains(m.Options, "ro")
+		}
+	}
+	if !found {
+		t.Errorf("no read-only bind mount of %s at %s: %+v", cs.Init, InitPath, s.Mounts)
+	}
+	if !strings.HasPrefix(InitPath, "/dev/") {
+		t.Errorf("InitPath %s is not on runc's /dev tmpfs", InitPath)
+	}
+	s, err = GenerateSpec(context.Background(), testContainerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Process.Args, testContainerSpec().Args) {
+		t.Errorf("without an init: args %q", s.Process.Args)
+	}
+}
+
 // busyboxRootfs builds a minimal root filesystem from Debian's
 // busybox-static.
 func busyboxRootfs(t *testing.T) string {

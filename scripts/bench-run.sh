@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root" >&2; exit 1; }
 need_go
-need_packages iproute2 iptables containerd runc busybox-static
+need_packages iproute2 iptables containerd runc tini busybox-static
 need_containerd
 runs=${1:-15}
 

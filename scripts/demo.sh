@@ -4,7 +4,7 @@
 # shows the decisions. The "internet" is a web server (busybox httpd) in a
 # network namespace this script makes and removes; no traffic leaves the
 # machine. Needs root; installs what is missing (iproute2, iptables,
-# containerd, runc, busybox-static) and starts containerd if needed.
+# containerd, runc, tini, busybox-static) and starts containerd if needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 need_go
-need_packages iproute2 iptables containerd runc busybox-static
+need_packages iproute2 iptables containerd runc tini busybox-static
 need_containerd
 
 work=$(mktemp -d)

@@ -16,7 +16,7 @@ need_go
 # gcc for the race detector; iproute2 and iptables for the sandbox's
 # privileged tests (throwaway namespaces); containerd, runc and
 # busybox-static for its container tests.
-need_packages gcc iproute2 iptables containerd runc busybox-static
+need_packages gcc iproute2 iptables containerd runc tini busybox-static
 need_containerd
 
 pkgs=("$@")

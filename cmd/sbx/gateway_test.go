@@ -221,8 +221,8 @@ func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
 		code           int
 	}
 	done := make(chan result, 1)
+	var out, errOut syncBuffer
 	go func() {
-		var out, errOut syncBuffer
 		root := newRootCmd()
 		root.SetArgs([]string{"decisions", "--follow", "--api", g.APIAddrs[0], "--token-file", tokenFile})
 		root.SetOut(&out)
@@ -230,7 +230,13 @@ func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
 		code := execute(context.Background(), root)
 		done <- result{out.String(), errOut.String(), code}
 	}()
-	time.Sleep(300 * time.Millisecond) // the stream is open and shows the policy record
+	// The stream is open once it shows the policy record.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "policy loaded"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			g.Close()
+			t.Fatalf("sbx decisions --follow showed nothing: %q", errOut.String())
+		}
+	}
 	g.Close()
 	select {
 	case r := <-done:

@@ -260,6 +260,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
 	}
 
+	initPath := sandbox.FindInit()
+	if initPath == "" && !o.quiet {
+		fmt.Fprintln(stderr, "sbx: no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it")
+	}
+
 	// The network and gateway on one side, containerd's container and task
 	// (most of the start time) on the other, at once: the task is created
 	// in the namespace but its command starts only after both are done, so
@@ -303,6 +308,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			UID:       uid,
 			GID:       gid,
 			TTY:       o.tty,
+			Init:      initPath,
 		}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr})
 		ctrErr <- err
 	}()

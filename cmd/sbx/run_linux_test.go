@@ -460,6 +460,54 @@ trap 'echo got-term; last; exit 9' TERM; echo ready; while true; do sleep 0.1; d
 	}
 }
 
+// TestPrivilegedInit: the command is not PID 1 (tini is, from Debian's
+// tini package, which scripts/test.sh installs), so a shell loop with no
+// TERM handler stops at SIGTERM at once instead of after the 10 s grace,
+// exit 143.
+func TestPrivilegedInit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	if sandbox.FindInit() == "" {
+		t.Fatal("tini-static is missing (scripts/test.sh installs tini)")
+	}
+	dir := t.TempDir()
+	bin := buildSbx(t)
+	root := busyboxRoot(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	var out syncBuffer
+	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.243.0/24", "--log", filepath.Join(dir, "log.jsonl"), "--",
+		"sh", "-c", `echo "pid $$"; while true; do sleep 1; done`)
+	run.Stdout = &out
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "pid "); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			run.Process.Kill()
+			t.Fatal("the command did not start")
+		}
+	}
+	if strings.Contains(out.String(), "pid 1\n") {
+		t.Errorf("the command is PID 1: %q", out.String())
+	}
+	run.Process.Signal(syscall.SIGTERM)
+	ended := make(chan error, 1)
+	go func() { ended <- run.Wait() }()
+	select {
+	case err := <-ended:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+			t.Errorf("after SIGTERM: %v, want exit 143", err)
+		}
+	case <-time.After(5 * time.Second): // the grace before SIGKILL is 10 s
+		run.Process.Kill()
+		<-ended
+		t.Errorf("a shell loop did not stop at SIGTERM: its TERM went to a PID 1 that ignores it")
+	}
+}
+
 // TestPrivilegedHostRootfs runs a command on the host's own system
 // directories (the default --rootfs host): they are there and read-only,
 // secrets read as empty, the working directory is shared read-write, and
