@@ -313,18 +313,18 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		ctrErr <- err
 	}()
 	errNet, errCtr := <-netErr, <-ctrErr
-	closeGateway := onlyOnce(func() error {
+	closeGateway := func() error {
 		if gw == nil {
 			return nil
 		}
 		return gw.Close()
-	})
-	deleteTask := onlyOnce(func() error {
+	}
+	deleteTask := func() error {
 		if task == nil {
 			return cd.RemoveContainer(teardownCtx, id) // whatever a failed create left
 		}
 		return task.Delete()
-	})
+	}
 	// The gateway outlives the container. Once the command is seen to have
 	// ended (its PID namespace ends with it) the container's removal and
 	// the gateway's close and network teardown overlap; otherwise (it
