@@ -9,6 +9,12 @@
 // without root; the parts that change the kernel are tested by
 // TestPrivileged* tests, which need root.
 //
+// A sandbox starts in overlapping steps: CreateNamespace makes the empty
+// namespace; then SetupNetwork (rules loaded before any link is up) and
+// Containerd.Create (the container and its process, created but not
+// started) run at once; Task.Run starts the command only after both. Run
+// does the container's part in one call.
+//
 // Every kernel object is named after the sandbox id (namespace sbx-<id>,
 // veths sbxh<id> and sbxc<id>, chains SBX-<id>-*) and every iptables rule
 // carries the comment sbx:<id>, so that garbage collection can find them.
