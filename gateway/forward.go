@@ -145,7 +145,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
-		Header:     head.Header.Clone(),
+		Header:     head.Header, // the head is this request's alone: no copy
 	}
 	out.Header.Del("Host")
 	removeHopByHop(out.Header, ws)
