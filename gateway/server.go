@@ -323,8 +323,9 @@ func (s *Server) Close() error {
 // conn is one client connection with its buffered reader.
 type conn struct {
 	net.Conn
-	br     *bufio.Reader // nil once released
-	client netip.AddrPort
+	br         *bufio.Reader // nil once released
+	client     netip.AddrPort
+	clientText string // client as ip:port, for the records
 }
 
 // readerPool holds the clients' read buffers: 16 KiB each, so that a
@@ -351,6 +352,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
 		c.client = unmapAddrPort(ap)
 	}
+	c.clientText = c.client.String()
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
 		// here, the whole head must come within HeaderReadTimeout.
@@ -402,7 +404,7 @@ func (s *Server) newRecord(c *conn, kind, method string, port uint16) *Record {
 	return &Record{
 		ID:     strconv.FormatUint(s.connID.Add(1), 36),
 		Event:  EventDecision,
-		Client: c.client.String(),
+		Client: c.clientText,
 		Kind:   kind,
 		Method: method,
 		Port:   int(port),
