@@ -263,6 +263,9 @@ func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
 // failed, or containerd stopped answering), the command may still run.
 func (t *Task) Exited() bool { return t.exited }
 
+// deleteTimeout bounds Delete; a variable for the tests.
+var deleteTimeout = 30 * time.Second
+
 // Delete kills what is left of the task and deletes it and the container
 // (with its snapshot). It is safe to call more than once.
 func (t *Task) Delete() error {
@@ -271,7 +274,7 @@ func (t *Task) Delete() error {
 	}
 	t.deleted = true
 	defer t.cancel()
-	ctx, cancel := context.WithTimeout(t.cleanupCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.cleanupCtx, deleteTimeout)
 	defer cancel()
 	var errs *multierror.Error
 	if t.task != nil {

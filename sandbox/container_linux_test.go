@@ -227,25 +227,28 @@ func containerInNamespace(t *testing.T) (*Containerd, string, Names) {
 	return cd, id, names
 }
 
-// TestPrivilegedLongRun runs a command for longer than the 30 s that
-// cleanup may take: its end is waited for without a deadline (Run used to
-// wait under the cleanup's 30 s timeout, so every command running longer
-// failed with "context deadline exceeded" and its container was left).
-// The container is created in a namespace made by CreateNamespace alone.
+// TestPrivilegedLongRun runs a command for longer than cleanup may take
+// (deleteTimeout, 30 s; 1 s here): its end is waited for without a
+// deadline (Run used to wait under the cleanup's timeout, so every command
+// running longer than 30 s failed with "context deadline exceeded" and its
+// container was left). The container is created in a namespace made by
+// CreateNamespace alone.
 func TestPrivilegedLongRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
 	cd, id, names := containerInNamespace(t)
+	defer func(d time.Duration) { deleteTimeout = d }(deleteTimeout)
+	deleteTimeout = time.Second
 	root := busyboxRootfs(t)
 	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: root,
-		Args: []string{"sh", "-c", "sleep 32; echo done"}}
+		Args: []string{"sh", "-c", "sleep 3; echo done"}}
 	var out, errOut bytes.Buffer
 	code, err := cd.Run(ctx, spec, Stdio{Out: &out, Err: &errOut}, time.Second)
 	if err != nil || code != 0 || strings.TrimSpace(out.String()) != "done" {
-		t.Errorf("a 32 s command: exit %d, %v, output %q (stderr %q); want 0 and done", code, err, out.String(), errOut.String())
+		t.Errorf("a 3 s command: exit %d, %v, output %q (stderr %q); want 0 and done", code, err, out.String(), errOut.String())
 	}
 	if ids, _ := cd.ContainerIDs(ctx); slices.Contains(ids, id) {
 		t.Errorf("container %s left after Run", id)
