@@ -163,8 +163,12 @@ func TestGatewayCommandErrors(t *testing.T) {
 // TestPolicyCheckRunningPolicy: sbx policy check --api decides with the
 // gateway's running policy (flag rules first), sees a change made over
 // the API, and refuses --policy with it.
-func TestPolicyCheckRunningPolicy(t *testing.T) {
-	p, err := netpolicy.Compile(netpolicy.Spec{Rules: []netpolicy.Rule{{ID: "a", Host: "a.test", Action: netpolicy.Allow}}})
+// startAPIGateway starts a gateway in this process with spec and its
+// management API on loopback, and returns the flags that reach the API and
+// a func that stops the gateway (also called when the test ends).
+func startAPIGateway(t *testing.T, spec netpolicy.Spec) ([]string, func()) {
+	t.Helper()
+	p, err := netpolicy.Compile(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,8 +177,14 @@ func TestPolicyCheckRunningPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
-	api := []string{"--api", g.APIAddrs[0], "--token-file", tokenFile}
+	var once sync.Once
+	stop := func() { once.Do(func() { g.Close() }) }
+	t.Cleanup(stop)
+	return []string{"--api", g.APIAddrs[0], "--token-file", tokenFile}, stop
+}
+
+func TestPolicyCheckRunningPolicy(t *testing.T) {
+	api, _ := startAPIGateway(t, netpolicy.Spec{Rules: []netpolicy.Rule{{ID: "a", Host: "a.test", Action: netpolicy.Allow}}})
 	check := func(args ...string) string {
 		t.Helper()
 		stdout, stderr, code := runCLI(t, append(append([]string{"policy", "check", "--json"}, api...), args...)...)
@@ -207,15 +217,7 @@ func TestPolicyCheckRunningPolicy(t *testing.T) {
 // TestDecisionsFollowEndsWithTheGateway: sbx decisions --follow ends, exit
 // 0, saying so, when the gateway stops.
 func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
-	p, err := netpolicy.Compile(netpolicy.Spec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	g, err := gateway.Start(t.Context(), gateway.Options{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p})
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, stop := startAPIGateway(t, netpolicy.Spec{})
 	type result struct {
 		stdout, stderr string
 		code           int
@@ -224,7 +226,7 @@ func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
 	var out, errOut syncBuffer
 	go func() {
 		root := newRootCmd()
-		root.SetArgs([]string{"decisions", "--follow", "--api", g.APIAddrs[0], "--token-file", tokenFile})
+		root.SetArgs(append([]string{"decisions", "--follow"}, api...))
 		root.SetOut(&out)
 		root.SetErr(&errOut)
 		code := execute(context.Background(), root)
@@ -233,11 +235,11 @@ func TestDecisionsFollowEndsWithTheGateway(t *testing.T) {
 	// The stream is open once it shows the policy record.
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "policy loaded"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			g.Close()
+			stop()
 			t.Fatalf("sbx decisions --follow showed nothing: %q", errOut.String())
 		}
 	}
-	g.Close()
+	stop()
 	select {
 	case r := <-done:
 		if r.code != 0 || !strings.Contains(r.stdout, "policy loaded") || !strings.Contains(r.stderr, "the gateway stopped") {
