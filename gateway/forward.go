@@ -83,18 +83,8 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		n, _ := strconv.ParseUint(p, 10, 16) // parseProxyTarget checked it
 		port = uint16(n)
 	}
-	t := netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}
-	rec := s.newRecord(c, KindHTTP, head.Method, port)
+	rec, snap, t, d := s.decide(c, KindHTTP, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
 	rec.Path = truncate(t.Path, maxLoggedPath)
-	snap := s.cfg.Store.Load()
-	rec.PolicyVersion = snap.Version()
-	d := snap.Policy().Decide(t)
-	host, err := netpolicy.NormalizeHost(t.Host)
-	if err != nil {
-		rec.Host = redactTarget(t.Host)
-	} else {
-		rec.Host, t.Host = host, host
-	}
 	hostport := joinHostPort(rec.Host, port)
 	what := describe(head.Method, hostport, t.Path)
 
@@ -116,19 +106,8 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		s.writeBlock(c, what, hostport, *guard, !keepAlive)
 		return keepAlive
 	}
-	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
-	rec.Enforced = d.Action != netpolicy.Block
-	s.metrics.request(KindHTTP, d.Action)
-	s.metrics.decided(start)
-	s.emit(rec)
-
-	closeRec := *rec
-	closeRec.Event, closeRec.Time = EventClose, time.Time{}
-	defer func() {
-		closeRec.Duration = time.Since(start)
-		s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
-		s.emit(&closeRec)
-	}()
+	closeRec := s.admit(rec, d, start)
+	defer s.end(closeRec, start)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
@@ -252,6 +231,44 @@ func (s *Server) finishRefusal(rec *Record, d netpolicy.Decision, status int, st
 	s.metrics.request(rec.Kind, d.Action)
 	s.metrics.decided(start)
 	s.emit(rec)
+}
+
+// decide starts the record of a request of c to t and decides it with the
+// current policy. It returns t with its host normalized, and the snapshot
+// that decided. The record logs the normalized host, or the raw one
+// redacted when it does not normalize (Decide then blocks it as invalid).
+func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
+	rec := s.newRecord(c, kind, t.Method, t.Port)
+	snap := s.cfg.Store.Load()
+	rec.PolicyVersion = snap.Version()
+	d := snap.Policy().Decide(t)
+	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
+		rec.Host, t.Host = host, host
+	} else {
+		rec.Host = redactTarget(t.Host)
+	}
+	return rec, snap, t, d
+}
+
+// admit logs d, which lets rec's request or tunnel through (allowed, or a
+// block that audit mode does not enforce), and returns its close record,
+// which end logs when the request or tunnel is over.
+func (s *Server) admit(rec *Record, d netpolicy.Decision, start time.Time) *Record {
+	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
+	rec.Enforced = d.Action != netpolicy.Block
+	s.metrics.request(rec.Kind, d.Action)
+	s.metrics.decided(start)
+	closeRec := *rec // before emit stamps rec's time: the close gets its own
+	closeRec.Event = EventClose
+	s.emit(rec)
+	return &closeRec
+}
+
+// end logs a close record that admit made.
+func (s *Server) end(closeRec *Record, start time.Time) {
+	closeRec.Duration = time.Since(start)
+	s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
+	s.emit(closeRec)
 }
 
 // interceptStatus is the status of an intercept rule's response.

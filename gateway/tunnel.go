@@ -40,16 +40,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
 	}
-	t := netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}
-	rec := s.newRecord(c, KindConnect, http.MethodConnect, port)
-	snap := s.cfg.Store.Load()
-	rec.PolicyVersion = snap.Version()
-	d := snap.Policy().Decide(t)
-	if host, err := netpolicy.NormalizeHost(rawHost); err == nil {
-		rec.Host, t.Host = host, host
-	} else {
-		rec.Host = redactTarget(rawHost)
-	}
+	rec, snap, t, d := s.decide(c, KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
 	hostport := joinHostPort(rec.Host, port)
 	what := describe(http.MethodConnect, hostport, "")
 
@@ -68,20 +59,10 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		s.writeBlock(c, what, hostport, *guard, true)
 		return
 	}
-	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
-	rec.Enforced = d.Action != netpolicy.Block
 	// The decision is logged now, before any byte moves; the close record
 	// says how the tunnel ended, including a block by the SNI check.
-	closeRec := *rec
-	closeRec.Event, closeRec.Status = EventClose, 0
-	s.metrics.request(KindConnect, d.Action)
-	s.metrics.decided(start)
-	s.emit(rec)
-	defer func() {
-		closeRec.Duration = time.Since(start)
-		s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
-		s.emit(&closeRec)
-	}()
+	closeRec := s.admit(rec, d, start)
+	defer s.end(closeRec, start)
 
 	if rerr != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
