@@ -357,20 +357,7 @@ func TestAPIMetrics(t *testing.T) {
 // TestShutdownLogsEveryTunnel holds tunnels and requests open, closes the
 // gateway, and expects every decision and close record in the log file.
 func TestShutdownLogsEveryTunnel(t *testing.T) {
-	sink, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	go func() {
-		for {
-			c, err := sink.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(c, c) // echoes, and holds the tunnel open
-		}
-	}()
+	sink := tcpServer(t, func(c net.Conn) { io.Copy(c, c) }) // echoes, and holds the tunnel open
 	p, _ := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
 	logFile := filepath.Join(t.TempDir(), "log.jsonl")
 	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: logFile})

@@ -39,33 +39,19 @@ var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 // sinkServer accepts connections and discards what they send.
 func sinkServer(b *testing.B) string {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
+	// Large reads, as a bulk receiver makes them: io.Discard's 8 KiB reads
+	// would make the sink, not the path, the limit.
+	return tcpServer(b, func(c net.Conn) {
+		defer c.Close()
+		bp := sinkBufs.Get().(*[]byte)
+		defer sinkBufs.Put(bp)
+		buf := *bp
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := c.Read(buf); err != nil {
 				return
 			}
-			// Large reads, as a bulk receiver makes them: io.Discard's
-			// 8 KiB reads would make the sink, not the path, the limit.
-			go func() {
-				defer c.Close()
-				bp := sinkBufs.Get().(*[]byte)
-				defer sinkBufs.Put(bp)
-				buf := *bp
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return ln.Addr().String()
+	}).Addr().String()
 }
 
 // connectThrough opens a tunnel to target through proxy.

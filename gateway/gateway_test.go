@@ -156,6 +156,42 @@ func portOf(t *testing.T, srv *httptest.Server) netpolicy.Port {
 	return netpolicy.Port(p)
 }
 
+// dialEchoThroughGateway starts echoUpstream and a gateway that allows it
+// as api.test, and returns the upstream's port and a connection to the
+// gateway (closed when the test ends), for requests written by hand.
+func dialEchoThroughGateway(t *testing.T) (netpolicy.Port, net.Conn) {
+	t.Helper()
+	port := portOf(t, echoUpstream(t))
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return port, conn
+}
+
+// tcpServer serves each connection to a loopback listener with handle,
+// in a goroutine of its own, until the test ends; it returns the listener.
+func tcpServer(tb testing.TB, handle func(net.Conn)) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return ln
+}
+
 // loopbackPolicy allows names on the test servers' ports and lets the
 // guard pass loopback, where the test upstreams live.
 func loopbackPolicy(def netpolicy.Action, rules ...netpolicy.Rule) netpolicy.Spec {
@@ -227,14 +263,7 @@ func TestHTTPVerdicts(t *testing.T) {
 }
 
 func TestHopByHopHeadersAreNotForwarded(t *testing.T) {
-	up := echoUpstream(t)
-	port := portOf(t, up)
-	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	port, conn := dialEchoThroughGateway(t)
 	fmt.Fprintf(conn, "GET http://api.test:%d/echo HTTP/1.1\r\nHost: api.test:%d\r\n"+
 		"proxy-AUTHORIZATION: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nConnection: X-Private, keep-alive\r\n"+
 		"X-Private: drop me\r\nkeep-alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nX-Kept: yes\r\n\r\n", port, port)
@@ -492,20 +521,7 @@ func TestMalformedRequests(t *testing.T) {
 }
 
 func TestTunnelLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c)
-		}
-	}()
+	ln := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	p, err := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
 	if err != nil {
 		t.Fatal(err)
@@ -646,14 +662,7 @@ func TestRefusedTargetsLogNoSecrets(t *testing.T) {
 }
 
 func TestChunkedTrailersKeepTheConnection(t *testing.T) {
-	up := echoUpstream(t)
-	port := portOf(t, up)
-	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	port, conn := dialEchoThroughGateway(t)
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(conn, "POST http://api.test:%d/a HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n"+
 		"5\r\nhello\r\n0\r\nX-Checksum: 1\r\n\r\n"+
@@ -673,14 +682,7 @@ func TestChunkedTrailersKeepTheConnection(t *testing.T) {
 }
 
 func TestExpectContinue(t *testing.T) {
-	up := echoUpstream(t)
-	port := portOf(t, up)
-	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	port, conn := dialEchoThroughGateway(t)
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(conn, "POST http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", port)
 	br := bufio.NewReader(conn)
@@ -783,23 +785,7 @@ func startWith(t *testing.T, spec netpolicy.Spec, cfg Config) (*Server, string) 
 }
 
 func TestAuditModeConnect(t *testing.T) {
-	sink := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		return ln.Addr().String()
-	}()
+	sink := tcpServer(t, func(c net.Conn) { c.Close() }).Addr().String()
 	spec := loopbackPolicy(netpolicy.Block)
 	spec.Mode = netpolicy.Audit
 	ring := NewRing(0)
@@ -1006,17 +992,7 @@ func TestSNIFragmentedAndMalformed(t *testing.T) {
 	fragmented := append(record(msg[:half]), record(msg[half:])...)
 	malformed := []byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00}
 
-	sink, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer sink.Close()
-	go func() {
-		for {
-			c, err := sink.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c)
-		}
-	}()
+	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	_, port, _ := net.SplitHostPort(sink.Addr().String())
 	ring := NewRing(0)
 	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},

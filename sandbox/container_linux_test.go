@@ -138,21 +138,7 @@ func TestPrivilegedContainer(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
-	id, _ := NewID()
-	names, _ := NamesFor(id)
-	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.236"))
-	t.Cleanup(func() {
-		cd.RemoveContainer(ctx, id)
-		TeardownNetwork(ctx, names)
-	})
-	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
-		t.Fatal(err)
-	}
+	cd, id, names := containerInNamespace(t, "10.213.254.236")
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t),
 		Args: []string{"sh", "-c", "grep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status; exit 7"}}
 	var out, errOut bytes.Buffer
@@ -204,10 +190,11 @@ func TestPrivilegedContainer(t *testing.T) {
 	}
 }
 
-// containerInNamespace connects to containerd and makes an empty network
-// namespace for a new sandbox id; the container of that id and the
-// namespace are removed when the test ends.
-func containerInNamespace(t *testing.T) (*Containerd, string, Names) {
+// containerInNamespace connects to containerd and makes the network
+// namespace of a new sandbox id: empty when subnet is "", else set up with
+// the /30 at subnet. The container of that id and the network are removed
+// when the test ends.
+func containerInNamespace(t *testing.T, subnet string) (*Containerd, string, Names) {
 	t.Helper()
 	ctx := context.Background()
 	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
@@ -221,7 +208,16 @@ func containerInNamespace(t *testing.T) (*Containerd, string, Names) {
 		TeardownNetwork(ctx, names)
 		cd.Close()
 	})
-	if err := CreateNamespace(names); err != nil {
+	if subnet == "" {
+		err = CreateNamespace(names)
+	} else {
+		sub, serr := SubnetAt(netip.MustParseAddr(subnet))
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		err = SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128})
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	return cd, id, names
@@ -238,7 +234,7 @@ func TestPrivilegedLongRun(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, id, names := containerInNamespace(t)
+	cd, id, names := containerInNamespace(t, "")
 	defer func(d time.Duration) { deleteTimeout = d }(deleteTimeout)
 	deleteTimeout = time.Second
 	root := busyboxRootfs(t)
@@ -272,7 +268,7 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, id, names := containerInNamespace(t)
+	cd, id, names := containerInNamespace(t, "")
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"cat"}}
 
 	spy := &readSpy{}

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,21 +99,7 @@ func TestPrivilegedImage(t *testing.T) {
 		t.Fatalf("importing the test image: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ctr", "-n", ContainerdNamespace, "images", "rm", testImageRef).Run() })
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
-	id, _ := NewID()
-	names, _ := NamesFor(id)
-	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.228"))
-	t.Cleanup(func() {
-		cd.RemoveContainer(ctx, id)
-		TeardownNetwork(ctx, names)
-	})
-	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
-		t.Fatal(err)
-	}
+	cd, id, names := containerInNamespace(t, "10.213.254.228")
 	var out bytes.Buffer
 	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
