@@ -85,8 +85,6 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	}
 	rec, snap, t, d := s.decide(c, KindHTTP, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
 	rec.Path = truncate(t.Path, maxLoggedPath)
-	hostport := joinHostPort(rec.Host, port)
-	what := describe(head.Method, hostport, t.Path)
 
 	switch {
 	case d.Action == netpolicy.Intercept:
@@ -95,7 +93,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		return keepAlive
 	case d.Action == netpolicy.Block && enforced(snap, d):
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, what, hostport, d, !keepAlive)
+		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
 		return keepAlive
 	}
 
@@ -103,7 +101,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	addrs, guard, err := s.resolveChecked(ctx, snap.Policy(), t)
 	if guard != nil {
 		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		s.writeBlock(c, what, hostport, *guard, !keepAlive)
+		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
 		return keepAlive
 	}
 	closeRec := s.admit(rec, d, start)

@@ -55,7 +55,9 @@ func headerSafe(v string) string {
 
 // writeBlock answers a blocked request with 403 and the X-Sbx headers, and
 // a body that says what was blocked and how to allow it.
-func (s *Server) writeBlock(w io.Writer, what, hostport string, d netpolicy.Decision, close bool) error {
+func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path string, d netpolicy.Decision, close bool) error {
+	hostport := joinHostPort(host, port)
+	what := describe(method, hostport, path)
 	var b strings.Builder
 	fmt.Fprintf(&b, "sbx blocked %s\n  rule:   %s\n  reason: %s\n\n", what, d.Rule, d.Reason)
 	switch d.Rule {

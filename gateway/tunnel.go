@@ -41,8 +41,6 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		return
 	}
 	rec, snap, t, d := s.decide(c, KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
-	hostport := joinHostPort(rec.Host, port)
-	what := describe(http.MethodConnect, hostport, "")
 
 	switch {
 	case d.Action == netpolicy.Intercept:
@@ -50,13 +48,13 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		fallthrough
 	case d.Action == netpolicy.Block && enforced(snap, d):
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, what, hostport, d, true)
+		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return
 	}
 	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
 	if guard != nil {
 		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		s.writeBlock(c, what, hostport, *guard, true)
+		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", *guard, true)
 		return
 	}
 	// The decision is logged now, before any byte moves; the close record
@@ -79,7 +77,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	up, err := s.dialFirst(ctx, addrs, port)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
-		writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+hostport+"\n", true, nil)
+		writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+joinHostPort(rec.Host, port)+"\n", true, nil)
 		return
 	}
 	defer up.Close()
