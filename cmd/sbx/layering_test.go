@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -201,4 +202,47 @@ func pickDocFile(files []string) string {
 		return "doc.go"
 	}
 	return files[0]
+}
+
+// TestDocsNameRealTests: every test or fuzz target README.md and
+// SECURITY.md name as showing a promise exists, so a renamed or removed
+// test cannot leave a promise without its proof. ("TestPrivileged*" names
+// the family.)
+func TestDocsNameRealTests(t *testing.T) {
+	root := moduleRoot(t)
+	var sources strings.Builder
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			sources.Write(data)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`\b(?:Test|Fuzz)[A-Z][A-Za-z0-9_]*`)
+	for _, doc := range []string{"README.md", "SECURITY.md"} {
+		data, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range name.FindAllString(string(data), -1) {
+			if n == "TestPrivileged" {
+				continue
+			}
+			if !strings.Contains(sources.String(), "func "+n+"(") {
+				t.Errorf("%s names %s, which no test file defines", doc, n)
+			}
+		}
+	}
 }
