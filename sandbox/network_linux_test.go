@@ -98,6 +98,16 @@ func TestPrivilegedNetwork(t *testing.T) {
 	if err := SetupNetwork(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
+	// The host end has IPv6 off and no IPv6 address (not even link-local)
+	// for the sandbox to reach.
+	if v, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + names.HostVeth + "/disable_ipv6"); err == nil && strings.TrimSpace(string(v)) != "1" {
+		t.Errorf("IPv6 is on at the host end %s", names.HostVeth)
+	}
+	if host, err := netlink.LinkByName(names.HostVeth); err != nil {
+		t.Fatal(err)
+	} else if addrs, _ := netlink.AddrList(host, netlink.FAMILY_V6); len(addrs) > 0 {
+		t.Errorf("the host end has IPv6 addresses: %v", addrs)
+	}
 
 	// The gateway stands in on the host side of the veth.
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(sub.Host, 3128).String())
