@@ -311,7 +311,7 @@ func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
 		return statusErrorf(http.StatusBadRequest, "empty header name")
 	case name[len(name)-1] == ' ' || name[len(name)-1] == '\t':
 		return statusErrorf(http.StatusBadRequest, "whitespace between a header name and its colon")
-	case !isHeaderName(name):
+	case !netpolicy.IsToken(name):
 		return statusErrorf(http.StatusBadRequest, "a header name is not a token")
 	}
 	value = bytes.Trim(value, " \t")
@@ -420,7 +420,7 @@ func (f *headFraming) finish(h *requestHead) *statusError {
 			switch {
 			case c == "":
 				return statusErrorf(http.StatusBadRequest, "malformed Transfer-Encoding: an empty coding")
-			case !isHeaderName([]byte(c)):
+			case !netpolicy.IsToken(c):
 				return statusErrorf(http.StatusBadRequest, "malformed Transfer-Encoding: a coding is not a token")
 			case strings.EqualFold(c, "chunked") && i != len(f.te)-1:
 				return statusErrorf(http.StatusBadRequest, "chunked is not the last transfer coding")
@@ -441,34 +441,6 @@ func (f *headFraming) finish(h *requestHead) *statusError {
 		h.ContentLength = f.cl
 	}
 	return nil
-}
-
-// headTokenChars marks the bytes allowed in a token (RFC 9110 §5.6.2).
-var headTokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range []byte("!#$%&'*+-.^_`|~") {
-		t[c] = true
-	}
-	return t
-}()
-
-// isHeaderName reports whether b is a token, as a header name or transfer
-// coding must be.
-func isHeaderName(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if !headTokenChars[c] {
-			return false
-		}
-	}
-	return true
 }
 
 // isHostHeaderValue reports whether v holds only what a Host value can:

@@ -626,7 +626,7 @@ func checkHead(t *testing.T, h *requestHead) {
 		t.Fatalf("got %d Host fields in HTTP/1.%d", n, h.ProtoMinor)
 	}
 	for k, vs := range h.Header {
-		if k != http.CanonicalHeaderKey(k) || !isHeaderName([]byte(k)) {
+		if k != http.CanonicalHeaderKey(k) || !netpolicy.IsToken(k) {
 			t.Fatalf("got header key %q, want a canonical token", k)
 		}
 		for _, v := range vs {

@@ -233,7 +233,7 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	for i, m := range r.Methods {
 		up := strings.ToUpper(m)
 		switch {
-		case !isToken(m):
+		case !IsToken(m):
 			bad("methods", "%q is not an HTTP method", m)
 		case up == "CONNECT":
 			bad("methods", "CONNECT cannot be listed: rules with methods apply only to plain HTTP requests; omit methods to match tunnels")
@@ -289,7 +289,7 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		for k, v := range resp.Headers {
 			lk := strings.ToLower(k)
 			switch {
-			case !isToken(k):
+			case !IsToken(k):
 				bad("response", "header name %q is not valid", k)
 			case strings.HasPrefix(lk, "x-sbx-"):
 				bad("response", "header %q is reserved for the gateway", k)
@@ -342,20 +342,36 @@ func assignIDs(rules []Rule) {
 
 // ValidMethod reports whether m is an HTTP method: a non-empty token
 // (RFC 9110 §9.1, §5.6.2).
-func ValidMethod(m string) bool { return isToken(m) }
+func ValidMethod(m string) bool { return IsToken(m) }
 
-// isToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2).
-func isToken(s string) bool {
-	if s == "" {
+// IsToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2),
+// as methods, header names and transfer codings are. It takes bytes too,
+// so that a parser need not make a string first.
+func IsToken[T string | []byte](s T) bool {
+	if len(s) == 0 {
 		return false
 	}
-	for _, c := range []byte(s) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+	for i := 0; i < len(s); i++ {
+		if !tokenChars[s[i]] {
 			return false
 		}
 	}
 	return true
 }
+
+// tokenChars marks the bytes allowed in a token (RFC 9110 §5.6.2).
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range []byte("!#$%&'*+-.^_`|~") {
+		t[c] = true
+	}
+	return t
+}()
 
 // clone returns a deep copy of the spec.
 func (s Spec) clone() Spec {

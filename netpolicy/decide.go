@@ -76,7 +76,7 @@ func (p *Policy) Decide(t Target) Decision {
 	if t.Port == 0 {
 		return invalidDecision("invalid target: port 0")
 	}
-	if !isToken(t.Method) {
+	if !IsToken(t.Method) {
 		return invalidDecision(fmt.Sprintf("invalid target: method %q is not an HTTP method", truncate(t.Method, 40)))
 	}
 	pos := p.match(host, t)
