@@ -16,19 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${1:-10s}
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-missing=()
-for p in wrk tinyproxy squid nginx-light; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	[ "$(id -u)" -eq 0 ] || { echo "bench-gateway.sh: missing ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}" >&2; exit 1; }
-	echo "==> installing ${missing[*]}" >&2
-	apt-get update -qq
+. scripts/lib.sh
+need_go
+fresh=$(missing_packages wrk tinyproxy squid nginx-light)
+need_packages wrk tinyproxy squid nginx-light
+if [ -n "$fresh" ]; then
 	# Debian starts these services on install; the benchmark runs its own.
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 	for svc in tinyproxy squid nginx; do
 		systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
 	done

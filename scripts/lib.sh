@@ -15,12 +15,19 @@ need_go() {
 	fi
 }
 
+# missing_packages prints those of the Debian packages it is given that
+# are not installed.
+missing_packages() {
+	local p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+	done
+}
+
 # need_packages installs the Debian packages it is given that are missing.
 need_packages() {
-	local missing=() p
-	for p in "$@"; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-	done
+	local missing
+	mapfile -t missing < <(missing_packages "$@")
 	[ ${#missing[@]} -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "$0: missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install -y ${missing[*]}" >&2
