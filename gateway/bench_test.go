@@ -74,6 +74,15 @@ func connectThrough(proxy, target string) (net.Conn, error) {
 	return c, nil
 }
 
+// dial connects to sink straight ("direct") or through a CONNECT tunnel of
+// the gateway at proxy ("sbx").
+func dial(mode, proxy, sink string) (net.Conn, error) {
+	if mode == "direct" {
+		return net.Dial("tcp", sink)
+	}
+	return connectThrough(proxy, sink)
+}
+
 // BenchmarkTunnelThroughput sends bulk data straight to a sink and through
 // a CONNECT tunnel (DESIGN.md §10: the tunnel ≥ 0.9× direct).
 func BenchmarkTunnelThroughput(b *testing.B) {
@@ -82,13 +91,7 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 	buf := make([]byte, 1<<20)
 	for _, mode := range []string{"direct", "sbx"} {
 		b.Run(mode, func(b *testing.B) {
-			var c net.Conn
-			var err error
-			if mode == "direct" {
-				c, err = net.Dial("tcp", sink)
-			} else {
-				c, err = connectThrough(proxy, sink)
-			}
+			c, err := dial(mode, proxy, sink)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -115,13 +118,7 @@ func BenchmarkTunnelOpen(b *testing.B) {
 			var times []time.Duration
 			for b.Loop() {
 				start := time.Now()
-				var c net.Conn
-				var err error
-				if mode == "direct" {
-					c, err = net.Dial("tcp", sink)
-				} else {
-					c, err = connectThrough(proxy, sink)
-				}
+				c, err := dial(mode, proxy, sink)
 				if err != nil {
 					b.Fatal(err)
 				}
