@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -45,6 +46,38 @@ var Secrets = []string{
 // Home is the fresh, empty home directory of the host layout.
 const Home = "/home/sbx"
 
+// Sizes of the host layout's fresh tmpfs mounts. Their pages count
+// against the sandbox's memory limit as well.
+const (
+	// DefaultTmpSize bounds /tmp and Home each, unless HostOptions say.
+	DefaultTmpSize = 1 << 30
+	// RunSize bounds /run.
+	RunSize = 64 << 20
+)
+
+// HostOptions tune the host layout. The zero value gives root the fresh
+// directories and DefaultTmpSize.
+type HostOptions struct {
+	// UID and GID own /run and Home: the user the command runs as.
+	UID, GID uint32
+	// TmpSize bounds /tmp and Home each, in bytes; 0 means
+	// DefaultTmpSize.
+	TmpSize int64
+}
+
+// Mount options shared by the layouts. The r-prefixed ones apply to every
+// mount below the bind as well (runc ≥ 1.1 sets them with mount_setattr):
+// a plain "ro" bind leaves the host's submounts writable. rprivate keeps
+// mounts the host makes later from appearing inside.
+var (
+	// ReadOnlyBind is a recursive bind, read-only all the way down, with
+	// no set-user-ID or device files honoured.
+	ReadOnlyBind = []string{"rbind", "ro", "rro", "nosuid", "rnosuid", "nodev", "rnodev", "rprivate"}
+	// ReadWriteBind is a recursive bind the sandbox may write, in which
+	// no set-user-ID or device file is honoured.
+	ReadWriteBind = []string{"rbind", "rw", "nosuid", "rnosuid", "nodev", "rnodev", "rprivate"}
+)
+
 // Dir is the layout of a root filesystem directory of the user's: that
 // directory, read-only, and nothing else.
 func Dir(dir string) (Layout, error) {
@@ -58,13 +91,13 @@ func Dir(dir string) (Layout, error) {
 	return Layout{Root: abs}, nil
 }
 
-// Host is the layout that shows the host's system directories read-only,
-// with Secrets and SSH host keys masked, cwd read-write at the same path
-// (and the working directory), fresh tmpfs at /tmp, /run and Home, and
-// HOME=Home. base is a directory of sbx's own (such as
-// /var/lib/sbx/hostroot) where the skeleton root is kept: mount points and
-// the links of a merged /usr.
-func Host(base, cwd string) (Layout, error) {
+// Host is the layout that shows the host's system directories read-only
+// (their submounts too), with Secrets and SSH host keys masked, cwd
+// read-write at the same path (and the working directory), fresh tmpfs at
+// /tmp, /run and Home (the last two owned by o.UID), and HOME=Home. base is
+// a directory of sbx's own (such as /var/lib/sbx/hostroot) where the
+// skeleton root is kept: mount points and the links of a merged /usr.
+func Host(base, cwd string, o HostOptions) (Layout, error) {
 	cwd = filepath.Clean(cwd)
 	if !filepath.IsAbs(cwd) {
 		return Layout{}, fmt.Errorf("working directory %q is not absolute", cwd)
@@ -99,18 +132,23 @@ func Host(base, cwd string) (Layout, error) {
 		if err := os.MkdirAll(inRoot, 0o755); err != nil {
 			return Layout{}, err
 		}
-		l.Mounts = append(l.Mounts, Mount{Destination: host, Source: host, Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		l.Mounts = append(l.Mounts, Mount{Destination: host, Source: host, Type: "bind", Options: ReadOnlyBind})
 	}
 	for _, dir := range []string{"proc", "dev", "sys", "tmp", "run", Home[1:], cwd[1:]} {
 		if err := os.MkdirAll(filepath.Join(base, dir), 0o755); err != nil {
 			return Layout{}, err
 		}
 	}
+	size := o.TmpSize
+	if size <= 0 {
+		size = DefaultTmpSize
+	}
+	owner := fmt.Sprintf("uid=%d,gid=%d", o.UID, o.GID)
 	l.Mounts = append(l.Mounts,
-		Mount{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-		Mount{Destination: "/run", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
-		Mount{Destination: Home, Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
-		Mount{Destination: cwd, Source: cwd, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		Mount{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}},
+		Mount{Destination: "/run", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", owner, fmt.Sprintf("size=%d", RunSize)}},
+		Mount{Destination: Home, Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700", owner, fmt.Sprintf("size=%d", size)}},
+		Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind},
 	)
 	for _, s := range Secrets {
 		if _, err := os.Lstat(s); err == nil {
@@ -120,6 +158,19 @@ func Host(base, cwd string) (Layout, error) {
 	keys, _ := filepath.Glob("/etc/ssh/ssh_host_*key")
 	l.Masked = append(l.Masked, keys...)
 	return l, nil
+}
+
+// Writable returns the host paths that the sandbox can write through l:
+// the sources of its read-write bind mounts. A file sbx itself writes,
+// such as the decision log, must not lie below one of them.
+func (l Layout) Writable() []string {
+	var paths []string
+	for _, m := range l.Mounts {
+		if m.Type == "bind" && !slices.Contains(m.Options, "ro") {
+			paths = append(paths, m.Source)
+		}
+	}
+	return paths
 }
 
 // isSystemPath reports whether p is one of SystemDirs or below one.

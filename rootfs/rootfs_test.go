@@ -11,7 +11,7 @@ import (
 func TestHostLayout(t *testing.T) {
 	base := t.TempDir()
 	cwd := t.TempDir()
-	l, err := Host(base, cwd)
+	l, err := Host(base, cwd, HostOptions{UID: 1000, GID: 1001, TmpSize: 5 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,10 +27,31 @@ func TestHostLayout(t *testing.T) {
 				t.Errorf("the working directory is not read-write: %+v", m)
 			}
 		case m.Type == "bind":
-			if !slices.Contains(m.Options, "ro") {
-				t.Errorf("system directory %s is not read-only: %+v", m.Destination, m)
+			// Read-only all the way down: a plain ro bind leaves the
+			// host's submounts (say a mount under /etc) writable.
+			if !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "rro") {
+				t.Errorf("system directory %s is not read-only recursively: %+v", m.Destination, m)
+			}
+		case m.Destination == Home || m.Destination == "/run":
+			if !slices.Contains(m.Options, "uid=1000,gid=1001") {
+				t.Errorf("%s is not owned by the command's user: %+v", m.Destination, m)
 			}
 		}
+		// No mount honours set-user-ID or device files, here or below.
+		for _, o := range []string{"nosuid", "nodev"} {
+			if !slices.Contains(m.Options, o) || m.Type == "bind" && !slices.Contains(m.Options, "r"+o) {
+				t.Errorf("mount at %s lacks %s (recursively for a bind): %+v", m.Destination, o, m)
+			}
+		}
+		if m.Type == "tmpfs" && !slices.ContainsFunc(m.Options, func(o string) bool { return strings.HasPrefix(o, "size=") }) {
+			t.Errorf("tmpfs at %s has no size limit: %+v", m.Destination, m)
+		}
+		if m.Destination == "/tmp" && !slices.Contains(m.Options, "size=5242880") {
+			t.Errorf("/tmp does not take HostOptions.TmpSize: %+v", m)
+		}
+	}
+	if got := l.Writable(); !slices.Equal(got, []string{cwd}) {
+		t.Errorf("Writable() = %q, want only the working directory %s", got, cwd)
 	}
 	for _, want := range []string{"/usr", "/etc", "/tmp", "/run", Home, cwd} {
 		if !slices.Contains(dests, want) {
@@ -47,14 +68,14 @@ func TestHostLayout(t *testing.T) {
 		t.Errorf("/etc/shadow is not masked: %v", l.Masked)
 	}
 	// Making it twice over the same base works.
-	if _, err := Host(base, cwd); err != nil {
+	if _, err := Host(base, cwd, HostOptions{}); err != nil {
 		t.Errorf("second Host: %v", err)
 	}
 }
 
 func TestHostLayoutRefusesSharingSystemDirs(t *testing.T) {
 	for _, cwd := range []string{"/", "/usr", "/etc/ssh", "/usr/local/src"} {
-		if _, err := Host(t.TempDir(), cwd); err == nil || !strings.Contains(err.Error(), "project directory") {
+		if _, err := Host(t.TempDir(), cwd, HostOptions{}); err == nil || !strings.Contains(err.Error(), "project directory") {
 			t.Errorf("Host with cwd %s: %v, want a refusal", cwd, err)
 		}
 	}

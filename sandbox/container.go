@@ -35,8 +35,19 @@ type ContainerSpec struct {
 	Env []string
 	// Cwd is the working directory; "" means /.
 	Cwd string
-	// UID and GID run the command; both 0 means root.
+	// UID and GID run the command. Nothing defaults them to root: 0 is
+	// root only because the caller chose it (sbx run picks a user that is
+	// not root unless asked).
 	UID, GID uint32
+	// KeepImageUser, with Image, keeps the user the image names when that
+	// user is not root; UID and GID apply otherwise.
+	KeepImageUser bool
+	// CapAdd gives back capabilities of DroppedCapabilities (names like
+	// CAP_CHOWN). A command that is not root gets them as ambient
+	// capabilities; it has none otherwise.
+	CapAdd []string
+	// Limits bound the container's memory, CPU and processes.
+	Limits Limits
 	// TTY gives the command a terminal.
 	TTY bool
 	// Mounts are added to the defaults (proc, dev, sys, ...).
@@ -51,6 +62,42 @@ type ContainerSpec struct {
 	// command's process group.
 	Init string
 }
+
+// Limits bound a container's resources; a zero field means no limit.
+// DefaultLimits are what sbx run applies unless told.
+type Limits struct {
+	// Memory is the most memory, in bytes, the container may use (page
+	// cache and tmpfs included); it gets no swap beyond it.
+	Memory int64
+	// CPUs is how many CPUs' worth of time it may use, e.g. 1.5.
+	CPUs float64
+	// Pids is the most processes and threads it may have at once.
+	Pids int64
+}
+
+// DefaultPidsLimit is the default Limits.Pids: a fork bomb inside stays
+// inside (DESIGN.md §14).
+const DefaultPidsLimit = 4096
+
+// BaseCapabilities are the capabilities a sandbox's root keeps: none of
+// them reaches beyond the container (signals to its own processes, ports
+// below 1024 in its own namespace, chroot, dropping capabilities, audit
+// messages).
+var BaseCapabilities = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETPCAP", "CAP_SYS_CHROOT"}
+
+// DroppedCapabilities are the capabilities of a container runtime's
+// default set that a sandbox does not get unless ContainerSpec.CapAdd
+// names them: with them, a process that is root on the host could plant
+// set-user-ID or file-capability binaries, make device nodes, or read and
+// write any file it can see. CAP_NET_ADMIN is never given (DESIGN.md §2).
+var DroppedCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETUID",
+}
+
+// NobodyID is the user and group a command runs as when nothing better
+// is known: not root, and owning nothing on the host.
+const NobodyID = 65534
 
 // InitPath is where Init is mounted in the container: on the tmpfs that
 // runc makes for /dev, so no file is made in a root filesystem of the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,9 +24,11 @@ import (
 )
 
 // specOpts turns cs into OCI spec options. The container never gets
-// CAP_NET_ADMIN (the default set lacks it) and loses CAP_NET_RAW; it runs
-// under containerd's default seccomp profile with no-new-privileges, in the
-// sandbox's network namespace (DESIGN.md §2, guarantee 5).
+// CAP_NET_ADMIN or CAP_NET_RAW, nor the capabilities that reach beyond it
+// (DroppedCapabilities) unless cs.CapAdd names them; a command that is not
+// root has no capabilities but those; it runs under containerd's default
+// seccomp profile with no-new-privileges, in the sandbox's network
+// namespace (DESIGN.md §2, guarantee 5), within cs.Limits.
 func specOpts(cs ContainerSpec) []oci.SpecOpts {
 	var opts []oci.SpecOpts
 	args := cs.Args
@@ -45,22 +48,23 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 		// still set its own (the later of two values wins).
 		oci.WithEnv(append([]string{"PATH=" + defaultPath}, cs.Env...)),
 		oci.WithNoNewPrivileges,
-		oci.WithDroppedCapabilities([]string{"CAP_NET_RAW", "CAP_NET_ADMIN"}),
 		seccomp.WithDefaultProfile(),
 		oci.WithHostname("sbx-"+cs.ID),
+		withUser(cs),
+		withLimits(cs.Limits),
 	)
 	if cs.Cwd != "" {
 		opts = append(opts, oci.WithProcessCwd(cs.Cwd))
 	}
-	if cs.UID != 0 || cs.GID != 0 {
-		opts = append(opts, oci.WithUIDGID(cs.UID, cs.GID))
-	}
 	if cs.TTY {
 		opts = append(opts, oci.WithTTY)
 	}
-	if len(cs.Mounts) > 0 {
-		opts = append(opts, oci.WithMounts(cs.Mounts))
-	}
+	// The container's own cgroups, read-only, so that runtimes inside (Go,
+	// Node, the JVM) size themselves to the limits, and the limits can be
+	// read; runc shows only the container's part of the hierarchy.
+	mounts := append([]specs.Mount{{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+		Options: []string{"ro", "nosuid", "noexec", "nodev"}}}, cs.Mounts...)
+	opts = append(opts, oci.WithMounts(mounts))
 	if len(cs.Masked) > 0 {
 		opts = append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
 			s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, cs.Masked...)
@@ -68,6 +72,87 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 		})
 	}
 	return opts
+}
+
+// withUser sets who the command runs as and its capabilities. It comes
+// after the image's configuration, which may name a user: that user is
+// kept only when cs.KeepImageUser says so and it is not root. Root keeps
+// BaseCapabilities and cs.CapAdd; any other user gets cs.CapAdd alone, as
+// ambient capabilities (runc would otherwise hand it the full set).
+func withUser(cs ContainerSpec) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		if !(cs.Image != "" && cs.KeepImageUser && s.Process.User.UID != 0) {
+			s.Process.User = specs.User{UID: cs.UID, GID: cs.GID}
+		}
+		add := slices.Clone(cs.CapAdd)
+		bounding := append(slices.Clone(BaseCapabilities), add...)
+		if s.Process.User.UID == 0 {
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: bounding, Effective: bounding, Permitted: bounding}
+		} else {
+			s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: bounding, Effective: add, Permitted: add, Inheritable: add, Ambient: add}
+		}
+		return nil
+	}
+}
+
+// withLimits bounds memory (with no swap beyond it where the kernel
+// accounts swap), CPU time and processes; zero fields leave the runtime's
+// default, which is no limit.
+func withLimits(l Limits) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		r := s.Linux.Resources
+		if l.Memory > 0 {
+			limit := l.Memory
+			r.Memory = &specs.LinuxMemory{Limit: &limit}
+			if swapAccounted() {
+				swap := l.Memory // memory and swap together: no swap
+				r.Memory.Swap = &swap
+			}
+		}
+		if l.CPUs > 0 {
+			period := uint64(100_000)
+			quota := int64(l.CPUs * float64(period))
+			r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+		}
+		if l.Pids > 0 {
+			pids := l.Pids
+			r.Pids = &specs.LinuxPids{Limit: &pids}
+		}
+		return nil
+	}
+}
+
+// swapAccounted reports whether the kernel limits memory and swap
+// together: always under cgroup v2, under v1 only with swap accounting on
+// (runc refuses a swap limit it cannot set).
+var swapAccounted = sync.OnceValue(func() bool {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return true
+	}
+	_, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+	return err == nil
+})
+
+// DefaultLimits are the limits a sandbox gets unless told: half of this
+// machine's memory, all CPUs but one (at least one), and
+// DefaultPidsLimit processes. One sandbox cannot starve the host, and the
+// gateway keeps a CPU to decide with.
+func DefaultLimits() Limits {
+	l := Limits{CPUs: float64(max(1, runtime.NumCPU()-1)), Pids: DefaultPidsLimit}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		l.Memory = int64(si.Totalram) * int64(si.Unit) / 2
+	}
+	return l
 }
 
 // GenerateSpec returns the OCI spec a container for cs gets, without

@@ -26,10 +26,12 @@ func testContainerSpec() ContainerSpec {
 		Cwd:       "/work",
 		UID:       1000,
 		GID:       1000,
+		Limits:    Limits{Memory: 2 << 30, CPUs: 1.5, Pids: DefaultPidsLimit},
 	}
 }
 
 func TestSpecGolden(t *testing.T) {
+	swapAccounted = func() bool { return true } // as on cgroup v2: the golden file is the same everywhere
 	s, err := GenerateSpec(context.Background(), testContainerSpec())
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +50,19 @@ func TestSpecGuarantees(t *testing.T) {
 	}
 	caps := s.Process.Capabilities
 	for name, set := range map[string][]string{"bounding": caps.Bounding, "effective": caps.Effective, "permitted": caps.Permitted} {
-		for _, forbidden := range []string{"CAP_NET_ADMIN", "CAP_NET_RAW"} {
+		for _, forbidden := range append([]string{"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}, DroppedCapabilities...) {
 			if slices.Contains(set, forbidden) {
 				t.Errorf("%s capabilities hold %s", name, forbidden)
 			}
 		}
+	}
+	// A user that is not root has no capability at all (runc would give
+	// it the whole set).
+	if len(caps.Effective)+len(caps.Permitted)+len(caps.Ambient) != 0 {
+		t.Errorf("uid %d holds capabilities %+v", s.Process.User.UID, caps)
+	}
+	if r := s.Linux.Resources; r == nil || r.Pids == nil || *r.Pids.Limit != DefaultPidsLimit || r.Memory == nil || *r.Memory.Limit != 2<<30 || r.CPU == nil || *r.CPU.Quota != 150000 {
+		t.Errorf("resources %+v do not carry the limits", s.Linux.Resources)
 	}
 	if !s.Process.NoNewPrivileges {
 		t.Errorf("no-new-privileges is not set")
@@ -71,6 +81,31 @@ func TestSpecGuarantees(t *testing.T) {
 	}
 	if !joined {
 		t.Errorf("the container does not join the sandbox's network namespace: %+v", s.Linux.Namespaces)
+	}
+}
+
+// TestSpecCapabilities: CapAdd gives back a dropped capability, as an
+// ambient one for a user that is not root; root keeps only
+// BaseCapabilities and what CapAdd names.
+func TestSpecCapabilities(t *testing.T) {
+	cs := testContainerSpec()
+	cs.CapAdd = []string{"CAP_CHOWN"}
+	s, err := GenerateSpec(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Process.Capabilities; !slices.Equal(c.Ambient, cs.CapAdd) || !slices.Equal(c.Effective, cs.CapAdd) || !slices.Contains(c.Bounding, "CAP_CHOWN") {
+		t.Errorf("uid 1000 with CapAdd CAP_CHOWN: %+v", c)
+	}
+	cs.UID, cs.GID, cs.CapAdd = 0, 0, nil
+	if s, err = GenerateSpec(context.Background(), cs); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Process.Capabilities; !slices.Equal(c.Effective, BaseCapabilities) || !slices.Equal(c.Bounding, BaseCapabilities) || len(c.Ambient) != 0 {
+		t.Errorf("root: %+v, want only %v", c, BaseCapabilities)
+	}
+	if s.Process.User.UID != 0 {
+		t.Errorf("uid %d, want 0 as asked", s.Process.User.UID)
 	}
 }
 

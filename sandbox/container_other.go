@@ -52,3 +52,7 @@ func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {
 func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	return errors.ErrUnsupported
 }
+
+// DefaultLimits are the limits a sandbox gets unless told; on this
+// platform only the processes limit is known.
+func DefaultLimits() Limits { return Limits{Pids: DefaultPidsLimit} }

@@ -55,6 +55,11 @@ type runOptions struct {
 	subnetPool string
 	stateDir   string // hidden: for tests
 	socket     string
+	capAdd     []string
+	memory     string
+	cpus       float64
+	pidsLimit  int64
+	tmpSize    string
 }
 
 func newRunCmd() *cobra.Command {
@@ -71,6 +76,12 @@ Decisions are printed on stderr as they happen (unless --quiet) and kept in
 /var/lib/sbx/sandboxes/<id>/decisions.jsonl (or --log), whose path is
 printed at the end. Rules can be changed while it runs with sbx policy
 ... --sandbox <id>, through the API socket in /run/sbx/<id>/.
+
+The command never runs as root on the host unless --user 0 says so: under
+sudo it runs as the user who ran sudo, with --rootfs host as the owner of
+the working directory, and otherwise as nobody (65534). It has no
+capability that reaches beyond the sandbox (--cap-add gives one back), and
+its memory, CPU time and processes are limited (see the defaults below).
 
 Exit code: COMMAND's; 125 when sbx itself fails, 126 when COMMAND cannot be
 executed, 127 when it is not found. Needs root, containerd and iptables.`,
@@ -104,7 +115,13 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
-	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]`")
+	fs.StringVar(&o.user, "user", "", "run as `UID[:GID]` (0 is host root: only when you mean it; default: the sudo user, the working directory's owner, or nobody)")
+	def := sandbox.DefaultLimits()
+	fs.StringVar(&o.memory, "memory", "", fmt.Sprintf("limit memory to `BYTES`, e.g. 2g or 512m; 0 for no limit (default: half of this machine's, %s)", formatBytes(def.Memory)))
+	fs.Float64Var(&o.cpus, "cpus", def.CPUs, "limit CPU time to `N` CPUs, e.g. 1.5; 0 for no limit (default: all but one)")
+	fs.Int64Var(&o.pidsLimit, "pids-limit", def.Pids, "limit processes and threads to `N`; 0 for no limit")
+	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(rootfs.DefaultTmpSize), "with --rootfs host: the size of /tmp and of HOME, each (`BYTES`)")
+	fs.StringArrayVar(&o.capAdd, "cap-add", nil, "give the command back `CAP`, one of "+strings.Join(sandbox.DroppedCapabilities, ", ")+" (never CAP_NET_ADMIN); repeatable")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
@@ -137,24 +154,32 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if o.runtime != "containerd" {
 		return 0, fmt.Errorf("--runtime %q: only containerd is supported so far", o.runtime)
 	}
+	limits, tmpSize, err := o.limits()
+	if err != nil {
+		return 0, err
+	}
+	capAdd, err := parseCaps(o.capAdd)
+	if err != nil {
+		return 0, err
+	}
+	if o.image != "" && cmd.Flags().Changed("rootfs") {
+		return 0, errors.New("--image and --rootfs both say what / is; give one of them")
+	}
+	hostLayout := o.image == "" && o.rootfs == "host"
+	cwd, err := os.Getwd()
+	if err != nil {
+		return 0, err
+	}
+	usr, err := chooseUser(o.user, hostLayout, o.image != "", cwd)
+	if err != nil {
+		return 0, err
+	}
 	var layout rootfs.Layout
-	var err error
 	switch {
 	case o.image != "":
-		if cmd.Flags().Changed("rootfs") {
-			return 0, errors.New("--image and --rootfs both say what / is; give one of them")
-		}
-	case o.rootfs == "host":
-		cwd, err := os.Getwd()
-		if err != nil {
+	case hostLayout:
+		if layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: usr.uid, GID: usr.gid, TmpSize: tmpSize}); err != nil {
 			return 0, err
-		}
-		if layout, err = rootfs.Host(hostRoot, cwd); err != nil {
-			return 0, err
-		}
-		if o.user == "" && os.Getenv("SUDO_UID") != "" {
-			// Under sudo, the command runs as the user who asked.
-			o.user = os.Getenv("SUDO_UID") + ":" + os.Getenv("SUDO_GID")
 		}
 	default:
 		if layout, err = rootfs.Dir(o.rootfs); err != nil {
@@ -171,13 +196,21 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 		layout.Mounts = append(layout.Mounts, m)
 	}
+	if o.log != "" {
+		// The gateway refuses a link, a pipe or a file of another owner
+		// at the path; a path the sandbox can write is refused here.
+		if err := outsideOf(o.log, layout.Writable()); err != nil {
+			return 0, fmt.Errorf("--log %s: %w, so the sandbox could replace, rewrite or link the log; keep it outside the working directory and -v mounts (the default is %s/<id>/decisions.jsonl)", o.log, err, logRoot)
+		}
+	}
+	if !o.quiet {
+		if note := usr.note(hostLayout, cwd); note != "" {
+			fmt.Fprintln(stderr, "sbx: "+note)
+		}
+	}
 	pool, err := netip.ParsePrefix(o.subnetPool)
 	if err != nil {
 		return 0, fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
-	}
-	uid, gid, err := parseUser(o.user)
-	if err != nil {
-		return 0, err
 	}
 	p, err := o.policy.Build()
 	if err != nil {
@@ -305,10 +338,13 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			Args:      args,
 			Env:       env,
 			Cwd:       layout.Cwd,
-			UID:       uid,
-			GID:       gid,
-			TTY:       o.tty,
-			Init:      initPath,
+			UID:           usr.uid,
+			GID:           usr.gid,
+			KeepImageUser: usr.keepImage,
+			CapAdd:        capAdd,
+			Limits:        limits,
+			TTY:           o.tty,
+			Init:          initPath,
 		}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr})
 		ctrErr <- err
 	}()
@@ -399,7 +435,11 @@ func parseVolume(v string) (rootfs.Mount, error) {
 	if !filepath.IsAbs(dst) || filepath.Clean(dst) == "/" {
 		return rootfs.Mount{}, fmt.Errorf("-v %q: the destination must be an absolute path other than /", v)
 	}
-	return rootfs.Mount{Destination: filepath.Clean(dst), Source: src, Type: "bind", Options: []string{"rbind", mode, "nosuid", "nodev"}}, nil
+	opts := rootfs.ReadWriteBind
+	if mode == "ro" {
+		opts = rootfs.ReadOnlyBind
+	}
+	return rootfs.Mount{Destination: filepath.Clean(dst), Source: src, Type: "bind", Options: opts}, nil
 }
 
 // parseUser parses --user UID[:GID].

@@ -568,6 +568,7 @@ func TestPrivilegedVolume(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "ro"), 0o755)
 	os.MkdirAll(filepath.Join(root, "rw"), 0o755)
 	ro, rw, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	os.Chmod(rw, 0o777) // the command runs as nobody, not as root
 	os.WriteFile(filepath.Join(ro, "in.txt"), []byte("from-host\n"), 0o644)
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.246.0/24", "--log", filepath.Join(dir, "log.jsonl"),
@@ -578,6 +579,9 @@ func TestPrivilegedVolume(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(rw, "out.txt")); string(data) != "out\n" {
 		t.Errorf("the read-write volume did not get the file: %q", data)
+	}
+	if fi, err := os.Stat(filepath.Join(rw, "out.txt")); err == nil && fi.Sys().(*syscall.Stat_t).Uid != sandbox.NobodyID {
+		t.Errorf("the file the sandbox wrote belongs to uid %d, want nobody (%d)", fi.Sys().(*syscall.Stat_t).Uid, sandbox.NobodyID)
 	}
 }
 

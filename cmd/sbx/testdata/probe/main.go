@@ -1,0 +1,121 @@
+// Command probe is built by cmd/sbx's privileged tests, statically, and
+// run inside sandboxes (and on the host) to try what an attacker would:
+// plant file capabilities, make device nodes, fork and allocate without
+// end. Each subcommand prints what happened; none of it is part of sbx.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: probe euid|setcap FILE|mknod PATH|forkbomb|sleep|alloc MIB|limits")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "euid":
+		fmt.Printf("euid=%d\n", os.Geteuid())
+	case "setcap":
+		// A version 2 security.capability: CAP_DAC_READ_SEARCH (2)
+		// permitted and effective.
+		data := []byte{0, 0, 0, 2, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+		data[0] = 1 // VFS_CAP_FLAGS_EFFECTIVE
+		if err := syscall.Setxattr(os.Args[2], "security.capability", data, 0); err != nil {
+			fmt.Printf("setcap: %v\n", err)
+			return
+		}
+		fmt.Println("setcap: ok")
+	case "mknod":
+		if err := syscall.Mknod(os.Args[2], syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+			fmt.Printf("mknod: %v\n", err)
+			return
+		}
+		fmt.Println("mknod: ok")
+	case "sleep":
+		time.Sleep(time.Minute)
+	case "forkbomb":
+		// Starts sleeping children until the kernel refuses, holds them
+		// for a while, and reports. It refuses to start without a pids
+		// limit of at most 8192: a test that finds no limit must fail,
+		// not take the host's last process slots.
+		limit := readFirst("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max")
+		if n, err := strconv.Atoi(limit); err != nil || n > 8192 {
+			fmt.Printf("forkbomb: refused: pids.max is %q\n", limit)
+			return
+		}
+		n := 0
+		var err error
+		null, _ := os.Open(os.DevNull) // one descriptor for all children
+		for n < 100000 {
+			c := exec.Command("/proc/self/exe", "sleep")
+			c.Stdin, c.Stdout, c.Stderr = null, null, null
+			if err = c.Start(); err != nil {
+				break
+			}
+			c.Process.Release() // its pidfd: the descriptors must not run out first
+			n++
+		}
+		fmt.Printf("forkbomb: started %d, then: %v\n", n, err)
+		fmt.Printf("forkbomb: pids.events %s\n", readFirst("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"))
+		time.Sleep(2 * time.Second)
+		fmt.Println("forkbomb: done")
+	case "alloc":
+		mib, _ := strconv.Atoi(os.Args[2])
+		var keep [][]byte
+		for i := 1; i <= mib; i++ {
+			b := make([]byte, 1<<20)
+			for j := 0; j < len(b); j += 4096 {
+				b[j] = 1
+			}
+			keep = append(keep, b)
+			if i%128 == 0 {
+				fmt.Printf("alloc: %d MiB\n", i)
+			}
+		}
+		fmt.Printf("alloc: done %d MiB\n", len(keep))
+	case "limits":
+		// The cgroup limits as the sandbox sees them (v1 or v2).
+		for _, f := range []string{
+			"/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max",
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max",
+			"/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu.max",
+			"/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events",
+		} {
+			if data, err := os.ReadFile(f); err == nil {
+				name := f[strings.LastIndex(f, "/")+1:]
+				fmt.Printf("%s=%s\n", name, strings.Join(strings.Fields(string(data)), " "))
+			}
+		}
+		if f, err := os.Open("/proc/self/status"); err == nil {
+			s := bufio.NewScanner(f)
+			for s.Scan() {
+				if strings.HasPrefix(s.Text(), "Cap") || strings.HasPrefix(s.Text(), "Groups") {
+					fmt.Println(strings.Join(strings.Fields(s.Text()), " "))
+				}
+			}
+			f.Close()
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "probe: unknown %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+// readFirst returns the trimmed content of the first of files that can be
+// read, or "".
+func readFirst(files ...string) string {
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil {
+			return strings.TrimSpace(string(data))
+		}
+	}
+	return ""
+}
