@@ -107,8 +107,9 @@ func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duratio
 
 // resolveChecked resolves t's normalized host and applies the address guard
 // to every address: it returns the addresses that passed, in the
-// resolver's order, or the guard's block decision when none did. Its own
-// listening addresses are refused always, allow_private or not.
+// resolver's order, or the guard's block decision when none did. The
+// fence (fenceClass: its own listening addresses, Config.Fence, this
+// host's own addresses) is refused always, allow_private or not.
 func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target) ([]netip.Addr, *netpolicy.Decision, error) {
 	addrs, err := s.resolver.lookup(ctx, t.Host, s.limits.DNSTimeout)
 	if err != nil {
@@ -120,10 +121,9 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 	var ok []netip.Addr
 	var first *netpolicy.Decision
 	for _, ip := range addrs {
-		if s.isOwnAddr(netip.AddrPortFrom(ip, t.Port)) {
+		if class := s.fenceClass(netip.AddrPortFrom(ip, t.Port)); class != "" {
 			if first == nil {
-				first = &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-					Reason: fmt.Sprintf("address guard: %s is the gateway itself", netip.AddrPortFrom(ip, t.Port))}
+				first = fenceDecision(netip.AddrPortFrom(ip, t.Port), class)
 			}
 			continue
 		}

@@ -521,31 +521,16 @@ func TestMalformedRequests(t *testing.T) {
 }
 
 func TestTunnelLimit(t *testing.T) {
-	ln := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-	p, err := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Store: netpolicy.NewStore(p), Limits: Limits{MaxTunnelsPerClient: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go srv.Serve(context.Background(), pln)
-	defer srv.Close()
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	ring := NewRing(0)
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Log: NewLog("", ring), Limits: Limits{MaxTunnelsPerClient: 2}})
 	for i := range 3 {
-		c, err := net.Dial("tcp", pln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns = append(conns, c)
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", ln.Addr())
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n", sink.Addr())
 		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: "CONNECT"})
 		if err != nil {
 			t.Fatal(err)
@@ -555,7 +540,20 @@ func TestTunnelLimit(t *testing.T) {
 			want = 429
 		}
 		if resp.StatusCode != want {
-			t.Errorf("tunnel %d: status %d, want %d", i+1, resp.StatusCode, want)
+			t.Fatalf("tunnel %d: status %d, want %d", i+1, resp.StatusCode, want)
+		}
+	}
+	recs := recordsOfKind(t, ring, KindConnect)
+	if len(recs) != 3 {
+		t.Fatalf("%d decision records, want 3 (one per CONNECT): %v", len(recs), recs)
+	}
+	const want = "client 127.0.0.1 has 2 tunnels open, the limit per client"
+	if r := recs[2]; r["action"] != "block" || r["rule"] != "guard" || r["status"] != 429.0 || r["enforced"] != true || r["reason"] != want {
+		t.Errorf("third CONNECT logged %v, want block by guard, 429, %q", r, want)
+	}
+	for _, r := range ringRecords(t, ring) {
+		if r["event"] == EventClose && r["status"] == 429.0 {
+			t.Errorf("the refused tunnel has a close record, as if it had been allowed: %v", r)
 		}
 	}
 }
@@ -898,30 +896,49 @@ func TestAuditModeNeverPassesTheGuardOrInvalidTargets(t *testing.T) {
 }
 
 func TestConnectionsPerClientAreCapped(t *testing.T) {
-	_, addr := startWith(t, netpolicy.Spec{}, Config{Limits: Limits{MaxConnsPerClient: 2}})
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
+	ring := NewRing(0)
+	srv, addr := startWith(t, netpolicy.Spec{}, Config{Log: NewLog("", ring), Limits: Limits{MaxConnsPerClient: 2}})
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns = append(conns, c)
+		defer c.Close()
 	}
-	time.Sleep(50 * time.Millisecond) // let the gateway accept both
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv.mu.Lock()
+		open := srv.clients[netip.MustParseAddr("127.0.0.1")]
+		srv.mu.Unlock()
+		if open == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections tracked, want 2", open)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil || resp.StatusCode != 429 {
-		t.Errorf("third connection: %v %v, want 429", resp, err)
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil || resp.StatusCode != 429 {
+			t.Fatalf("connection over the cap: %v %v, want 429", resp, err)
+		}
+	}
+	waitBlocked(t, srv, 2)
+	recs := recordsOfKind(t, ring, KindConn)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2: %v", len(recs), recs)
+	}
+	for _, r := range recs {
+		if r["action"] != "block" || r["rule"] != "guard" || r["status"] != 429.0 || r["reason"] != "client 127.0.0.1 has 2 connections open, the limit per client" {
+			t.Errorf("record %v, want block by guard, 429, the connections cap", r)
+		}
 	}
 }
 

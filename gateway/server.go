@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -77,6 +78,25 @@ type Config struct {
 	// Dial connects to an upstream address that has passed the guard;
 	// nil uses a net.Dialer with Limits.DialTimeout. Tests replace it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// Clients, when not empty, are the only networks whose clients the
+	// proxy serves (in sbx run, the sandbox's own address): a connection
+	// from any other address is closed at once, before a byte is read or
+	// written, with a TCP reset, and logged as a decision with kind
+	// KindConn, action block, rule guard and the reason "client <ip> is
+	// not this gateway's sandbox" (rate-bounded: see KindConn). Empty
+	// serves every client that can connect.
+	Clients []netip.Prefix
+	// Fence lists networks the gateway never dials, whatever allow_private
+	// or an IP or CIDR allow rule says (in sbx run, the sandbox subnet
+	// pool, so that a sandbox reaches no other sandbox and no gateway):
+	// the guard refuses them with "address guard: <ip> is in the sandbox
+	// pool". Whatever Fence says, the guard refuses always the gateway's
+	// own listening addresses and this host's own addresses (those of
+	// every interface, read again at most once a second), but loopback,
+	// which allow_private governs as before: "address guard: <ip> is this
+	// host's own address".
+	Fence []netip.Prefix
 }
 
 // Server is the gateway: an HTTP forward proxy and CONNECT tunnel that
@@ -109,12 +129,29 @@ type Server struct {
 
 	connID atomic.Uint64
 	wg     sync.WaitGroup // one per connection goroutine
+
+	// The fence (fence.go): Config.Clients and Config.Fence normalized,
+	// the host's addresses, and the rate bounds of the records of refused
+	// connections, one per cause.
+	clientNets []netip.Prefix
+	fence      []netip.Prefix
+	hostAddrs  hostAddrs
+	notClients refusalLimiter
+	overCap    refusalLimiter
 }
 
 // New returns a Server for cfg. It listens on nothing until Serve.
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("gateway: Config.Store is required")
+	}
+	clientNets, err := normalizePrefixes("Clients", cfg.Clients)
+	if err != nil {
+		return nil, err
+	}
+	fence, err := normalizePrefixes("Fence", cfg.Fence)
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
 		cfg:       cfg,
@@ -127,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 		clients:   map[netip.Addr]int{},
 		metrics:   newMetrics(),
 	}
+	s.clientNets, s.fence = clientNets, fence
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
@@ -138,6 +176,8 @@ func New(cfg Config) (*Server, error) {
 		d := &net.Dialer{Timeout: s.limits.DialTimeout}
 		s.cfg.Dial = d.DialContext
 	}
+	s.hostAddrs.list = interfaceAddrs
+	s.hostAddrs.logger = func(err error) { s.logger.Warn("address guard", "err", err) }
 	if cfg.Log != nil {
 		// Every change to the store is recorded before a request can be
 		// decided under it.
@@ -169,6 +209,8 @@ func (s *Server) AddOwnAddr(ap netip.AddrPort) {
 
 // Serve accepts proxy clients on ln until ctx is done or Close is called,
 // and then returns nil; other accept errors are returned. It closes ln.
+// A client outside Config.Clients, or over Limits.MaxConnsPerClient, is
+// refused as soon as it is accepted (see KindConn).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
 		s.AddOwnAddr(ap)
@@ -214,13 +256,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		if !s.isClient(clientAddr(c)) {
+			s.refuseConn(c, &s.notClients, 0, "", func(ip netip.Addr) string {
+				return "client " + ip.String() + " is not this gateway's sandbox"
+			})
+			continue
+		}
 		switch s.track(c) {
 		case trackClosed:
 			c.Close()
 			return nil
 		case trackTooMany:
-			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many connections from this client\n", true, nil)
-			c.Close()
+			s.refuseConn(c, &s.overCap, http.StatusTooManyRequests, "sbx: too many connections from this client\n", func(ip netip.Addr) string {
+				return fmt.Sprintf("client %s has %d connections open, the limit per client", ip, s.limits.MaxConnsPerClient)
+			})
 			continue
 		}
 		// The goroutine ends when the client's connection is done: it

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,24 @@ type Options struct {
 	Logger *slog.Logger
 	// Limits bound clients; see Limits.
 	Limits Limits
+
+	// The fence: who may use the proxy, and what it never dials.
+	//
+	// ListenInterface, when set, binds the proxy's listener to that
+	// network interface (SO_BINDTODEVICE; in sbx run the sandbox's
+	// host-side veth, sbxh<id>): the kernel resets a connection that
+	// arrives through any other interface. A process on the host is not
+	// stopped by it (Linux delivers a local connection as if through the
+	// interface holding the address): Clients is. Linux only: elsewhere
+	// Start fails with an error wrapping errors.ErrUnsupported. "" binds
+	// to no interface.
+	ListenInterface string
+	// Clients, when not empty, are the only client networks served (in
+	// sbx run, the sandbox's address as a /32); see Config.Clients.
+	Clients []netip.Prefix
+	// Fence lists networks never dialed, whatever the policy says (in sbx
+	// run, the subnet pool); see Config.Fence.
+	Fence []netip.Prefix
 }
 
 // Gateway is a running gateway made by Start. Close stops it.
@@ -100,14 +119,15 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	closers = append(closers, g.Log.Close)
 
 	store := netpolicy.NewStore(o.Policy)
-	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits})
+	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
+		Clients: o.Clients, Fence: o.Fence})
 	if err != nil {
 		return nil, err
 	}
 	g.Server = srv
 	closers = append(closers, srv.Close)
 
-	ln, err := net.Listen("tcp", o.Listen)
+	ln, err := listenProxy(ctx, o.Listen, o.ListenInterface)
 	if err != nil {
 		return nil, fmt.Errorf("listening for proxy clients on %s: %w", o.Listen, err)
 	}

@@ -22,9 +22,10 @@ const reasonSNIMismatch = "sni mismatch"
 
 // serveConnect decides a CONNECT and, when it is allowed, relays the
 // tunnel until either side closes or it idles out. The decision record is
-// written at decision time; the close record says how the tunnel ended,
-// with action block and reason "sni mismatch" when the client's first
-// bytes are a ClientHello for another host.
+// written at decision time (a client at Limits.MaxTunnelsPerClient gets a
+// block by rule guard, status 429); the close record says how the tunnel
+// ended, with action block and reason "sni mismatch" when the client's
+// first bytes are a ClientHello for another host.
 func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	start := time.Now()
 	rawHost, port, err := parseConnectTarget(head.Target)
@@ -51,6 +52,17 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return
 	}
+	// The tunnel cap is a decision of its own (action block, status 429),
+	// taken before the name is resolved: a client at its cap makes the
+	// gateway do nothing more.
+	if !s.acquireTunnel(c.client.Addr()) {
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
+			http.StatusTooManyRequests, start)
+		writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		return
+	}
+	defer s.releaseTunnel(c.client.Addr())
 	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
 	if guard != nil {
 		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
@@ -67,13 +79,6 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", true, nil)
 		return
 	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		closeRec.Status = http.StatusTooManyRequests
-		closeRec.Error = fmt.Sprintf("client %s has %d tunnels open, the limit", c.client.Addr(), s.limits.MaxTunnelsPerClient)
-		writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
-		return
-	}
-	defer s.releaseTunnel(c.client.Addr())
 	up, err := s.dialFirst(ctx, addrs, port)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
