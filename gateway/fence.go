@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,17 @@ func fenceDecision(ap netip.AddrPort, class string) *netpolicy.Decision {
 	}
 	return &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
 		Reason: "address guard: " + what + " is " + class}
+}
+
+// isFenced reports whether a guard's reason is one of fenceDecision's,
+// which no policy can lift.
+func isFenced(reason string) bool {
+	for _, class := range []string{classGateway, classPool, classHostAddr, classHostErr} {
+		if strings.HasSuffix(reason, " is "+class) {
+			return true
+		}
+	}
+	return false
 }
 
 // hostAddrTTL is how long the list of this host's addresses is trusted

@@ -64,6 +64,11 @@ func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path 
 	case netpolicy.RuleInvalid:
 		b.WriteString("The request's target cannot be used; no rule can allow it.\n")
 	case netpolicy.RuleGuard:
+		if isFenced(d.Reason) {
+			b.WriteString("No policy reaches this address: the gateway never connects to this host\n" +
+				"itself or to a sandbox, whatever allow_private or an IP rule says.\n")
+			break
+		}
 		b.WriteString("The address is private or special. To reach it, exempt its range from the\n" +
 			"address guard in the policy (allow_private: [CIDR], or --allow-private CIDR),\n" +
 			"or allow it by an IP or CIDR rule.\n")

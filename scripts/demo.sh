@@ -46,12 +46,12 @@ echo "hello from demo.test" >"$work/www/index.html"
 ip netns add "$up_ns"
 ip link add "$up_veth" type veth peer name "${up_veth}p"
 ip link set "${up_veth}p" netns "$up_ns"
-ip addr add 10.213.252.1/30 dev "$up_veth"
+ip addr add 10.214.252.1/30 dev "$up_veth"
 ip link set "$up_veth" up
-ip -n "$up_ns" addr add 10.213.252.2/30 dev "${up_veth}p"
+ip -n "$up_ns" addr add 10.214.252.2/30 dev "${up_veth}p"
 ip -n "$up_ns" link set "${up_veth}p" up
 ip -n "$up_ns" link set lo up
-ip netns exec "$up_ns" busybox httpd -f -p 10.213.252.2:8080 -h "$work/www" &
+ip netns exec "$up_ns" busybox httpd -f -p 10.214.252.2:8080 -h "$work/www" &
 echo $! >"$work/httpd.pid"
 
 # Inside the sandbox: ask the gateway (HTTP_PROXY) for both hosts.
@@ -63,7 +63,7 @@ echo "--- blocked: blocked.test"; ask blocked.test'
 set -x
 "$work/sbx" run --rootfs "$root" --log "$work/decisions.jsonl" \
 	--allow demo.test:8080 \
-	--resolve demo.test=10.213.252.2 --resolve blocked.test=10.213.252.2 --allow-private 10.213.252.2/32 \
+	--resolve demo.test=10.214.252.2 --resolve blocked.test=10.214.252.2 --allow-private 10.214.252.2/32 \
 	-- sh -c "$script"
 set +x
 echo "--- the decisions (sbx decisions --file; the log itself is JSON Lines):"

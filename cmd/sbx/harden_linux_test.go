@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -435,4 +436,60 @@ func firstWord(s string) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// TestPrivilegedGatewayFence: a policy that allows the whole of 10/8,
+// guard exemption included, still never lets the gateway reach the host's
+// own services through its own address or another host address, while an
+// upstream in 10/8 that is not the host answers. The host's service,
+// listening on every address, must see no connection.
+func TestPrivilegedGatewayFence(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	ln, err := net.Listen("tcp", ":0") // the host's service, on every address
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nhost-service\n")
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	root := busyboxRoot(t)
+	state := t.TempDir()
+	script := fmt.Sprintf(`GW=${HTTP_PROXY#http://}; GWIP=${GW%%:*}
+ask() { echo "--- $1"; printf 'GET http://%%s/ HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n\r\n' "$1" "$1" | nc $GWIP ${GW##*:}; }
+ask 10.213.253.2:8080
+ask $GWIP:%[1]d
+ask 10.213.253.1:%[1]d
+ask 10.213.239.5:%[1]d`, port)
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.239.0/24",
+		"--log", filepath.Join(state, "log.jsonl"), "--allow", "10.0.0.0/8:*", "--allow-private", "10.0.0.0/8", "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	answers := strings.Split(stdout, "--- ")
+	if len(answers) != 5 || !strings.Contains(answers[1], "hello-upstream") {
+		t.Fatalf("the allowed upstream did not answer (the check cannot tell):\n%s", stdout)
+	}
+	for i, want := range []string{"is in the sandbox pool", "is this host's own address", "is in the sandbox pool"} {
+		a := answers[i+2]
+		if !strings.Contains(a, "403 Forbidden") || !strings.Contains(a, want) || !strings.Contains(a, "No policy reaches this address") || strings.Contains(a, "host-service") {
+			t.Errorf("through the gateway to %s: want 403 %q:\n%s", firstLine(a), want, a)
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("the host's service saw %d connections from the gateway", n)
+	}
 }

@@ -323,6 +323,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			LogFile:   logFile,
 			Sinks:     sinks,
 			Sandbox:   id,
+			// Only this sandbox may use its gateway, and the gateway dials
+			// no sandbox's address, whatever the policy allows.
+			ListenInterface: names.HostVeth,
+			Clients:         []netip.Prefix{netip.PrefixFrom(sub.Sandbox, sub.Sandbox.BitLen())},
+			Fence:           []netip.Prefix{pool},
 		})
 		netErr <- err
 	}()
