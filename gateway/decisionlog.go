@@ -1,11 +1,8 @@
 package gateway
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +41,8 @@ const (
 	FieldDurationMS    = "duration_ms"
 	FieldError         = "error"
 	FieldChange        = "change"
+	FieldCount         = "count"
+	FieldSince         = "since"
 )
 
 // Values of the "event" field.
@@ -51,6 +50,7 @@ const (
 	EventDecision = "decision" // a request or tunnel was decided
 	EventClose    = "close"    // an allowed request or tunnel ended
 	EventPolicy   = "policy"   // the policy changed
+	EventDropped  = "dropped"  // a FileSink left records out to stay within its budget
 )
 
 // Values of the "kind" field.
@@ -67,11 +67,12 @@ type Record struct {
 	// AppendJSON writes SchemaVersion when it is 0.
 	V int
 	// Seq numbers the records of one gateway 1, 2, 3, ... in the order they
-	// are written. Log.Emit assigns it.
+	// are written. Log.Emit assigns it, also to the dropped records that
+	// only a FileSink writes, so other sinks can see a seq skipped.
 	Seq uint64
 	// ID is the connection id, shared by a decision and its close record.
 	ID string
-	// Event is EventDecision, EventClose or EventPolicy.
+	// Event is EventDecision, EventClose, EventPolicy or EventDropped.
 	Event string
 	// Time is when the record was made; it is written in UTC with
 	// nanoseconds. Log.Emit sets it to the current time when it is zero.
@@ -101,7 +102,8 @@ type Record struct {
 	// invalid for targets that could not be parsed (and, in a close
 	// record, for a tunnel the TLS server-name check closed).
 	Rule string
-	// Reason is one readable sentence saying why.
+	// Reason is one readable sentence saying why; in a dropped record,
+	// which budget was exceeded.
 	Reason string
 	// PolicyVersion is the version of the policy that decided; in a policy
 	// record, the version the change produced.
@@ -127,6 +129,12 @@ type Record struct {
 	// Change describes a policy change in one sentence, such as
 	// "rule gh added" (policy records only).
 	Change string
+	// Count is how many records a FileSink left out since its previous
+	// dropped record (dropped records only).
+	Count uint64
+	// Since is when the first of those Count records was left out
+	// (dropped records only).
+	Since time.Time
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -134,6 +142,7 @@ type Record struct {
 //
 // The fields follow DESIGN.md §5 and depend on r.Event:
 //   - EventPolicy: v, seq, event, time, policy_version, change.
+//   - EventDropped: v, seq, event, time, since, count, reason.
 //   - EventClose: the decision fields and, before error, upstream,
 //     bytes_out, bytes_in and duration_ms.
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
@@ -162,6 +171,19 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = strconv.AppendUint(b, r.PolicyVersion, 10)
 		b = appendLogKey(b, FieldChange)
 		b = appendJSONString(b, r.Change)
+		return append(b, '}')
+	}
+	if r.Event == EventDropped {
+		b = appendLogKey(b, FieldEvent)
+		b = appendJSONString(b, r.Event)
+		b = appendLogKey(b, FieldTime)
+		b = appendLogTime(b, r.Time)
+		b = appendLogKey(b, FieldSince)
+		b = appendLogTime(b, r.Since)
+		b = appendLogKey(b, FieldCount)
+		b = strconv.AppendUint(b, r.Count, 10)
+		b = appendLogKey(b, FieldReason)
+		b = appendJSONString(b, r.Reason)
 		return append(b, '}')
 	}
 	b = appendLogKey(b, FieldID)
@@ -339,6 +361,7 @@ var ErrSinkClosed = errors.New("decision log sink closed")
 type Log struct {
 	sandbox string
 	sinks   []Sink
+	budgets []budgetedSink // budgets[i] is sinks[i] when that leaves records out over a budget, else nil
 	nerrs   atomic.Uint64
 
 	mu     sync.Mutex // held while a record is numbered, encoded and written
@@ -358,14 +381,50 @@ func NewLog(sandbox string, sinks ...Sink) *Log {
 	for _, s := range sinks {
 		if s != nil {
 			l.sinks = append(l.sinks, s)
+			b, _ := s.(budgetedSink)
+			l.budgets = append(l.budgets, b)
 		}
 	}
 	return l
 }
 
+// A budgetedSink is a Sink that leaves out the records over its budget
+// and later writes a dropped record saying how many (FileSink). The Log
+// numbers those dropped records as it numbers its own, so that a seq names
+// one record wherever it appears; the other sinks see a gap in the seqs
+// instead.
+type budgetedSink interface {
+	Sink
+	// reserveDropped is called, with the Log's lock held, before the Log
+	// numbers a record (at is dropBeforeRecord or dropBeforePolicy) or
+	// closes the sink (dropAtClose). It reports whether the sink took seq
+	// for a dropped record that it writes before that record, or when it
+	// is closed; the Log then numbers its record seq+1. now is the
+	// current time, or zero when the sink is to read its clock.
+	reserveDropped(seq uint64, at dropPoint, now time.Time) bool
+	// writeBudgeted is WriteRecord for a record that the sink may leave
+	// out when it is over budget, unless policy says it is a policy
+	// record. now is as for reserveDropped.
+	writeBudgeted(seq uint64, line []byte, policy bool, now time.Time) error
+}
+
+// dropPoint says when a budgetedSink is asked to write a dropped record.
+type dropPoint uint8
+
+const (
+	dropBeforeRecord dropPoint = iota // before a record the budget applies to
+	dropBeforePolicy                  // before a policy record, which is never left out
+	dropAtClose                       // when the Log closes
+)
+
 // Emit assigns r the next seq (1 for the first record), sets r.V, sets
 // r.Sandbox to the Log's sandbox and r.Time to the current time when it is
 // zero, writes r to every sink and returns the seq. Emit does not keep r.
+//
+// A FileSink over its budget leaves r out (unless it is a policy record),
+// and before the next record it writes, it may write a dropped record
+// saying how many it left out. That record takes a seq of its own, before
+// r's: seqs always increase, and the sinks that did not get it skip it.
 //
 // A sink's error does not stop the other sinks or later records; it is
 // counted by Errors and the first one is kept for Err. After Close, Emit
@@ -376,23 +435,49 @@ func (l *Log) Emit(r *Record) uint64 {
 	if l.closed {
 		return 0
 	}
+	// now is the time stamped on r, which budgeted sinks take for the
+	// current time rather than read the clock again; zero when r came
+	// with a time of its own.
+	var now time.Time
+	if r.Time.IsZero() {
+		now = time.Now()
+		r.Time = now
+	}
+	policy := r.Event == EventPolicy
+	for _, b := range l.budgets {
+		if b != nil && b.reserveDropped(l.seq+1, dropPointFor(policy), now) {
+			l.seq++
+		}
+	}
 	l.seq++
 	r.Seq = l.seq
 	r.V = SchemaVersion
 	r.Sandbox = l.sandbox
-	if r.Time.IsZero() {
-		r.Time = time.Now()
-	}
 	if len(l.sinks) == 0 {
 		return r.Seq
 	}
 	l.buf = append(r.AppendJSON(l.buf[:0]), '\n')
 	for i, s := range l.sinks {
-		if err := s.WriteRecord(r.Seq, l.buf); err != nil {
+		var err error
+		if b := l.budgets[i]; b != nil {
+			err = b.writeBudgeted(r.Seq, l.buf, policy, now)
+		} else {
+			err = s.WriteRecord(r.Seq, l.buf)
+		}
+		if err != nil {
 			l.sinkFailed(i, err)
 		}
 	}
 	return r.Seq
+}
+
+// dropPointFor returns where a budgetedSink is asked for a dropped record
+// before a record that is a policy record or not.
+func dropPointFor(policy bool) dropPoint {
+	if policy {
+		return dropBeforePolicy
+	}
+	return dropBeforeRecord
 }
 
 // sinkFailed counts a failed write and keeps the first error.
@@ -431,8 +516,10 @@ func (l *Log) Flush() error {
 	return errors.Join(errs...)
 }
 
-// Close closes every sink (which flushes it) and returns their errors
-// joined. Later calls of Emit do nothing; closing again returns nil.
+// Close closes every sink (which flushes it, and makes a FileSink write
+// a last dropped record when it left out records it has not counted yet)
+// and returns their errors joined. Later calls of Emit do nothing;
+// closing again returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -440,6 +527,11 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
+	for _, b := range l.budgets {
+		if b != nil && b.reserveDropped(l.seq+1, dropAtClose, time.Time{}) {
+			l.seq++
+		}
+	}
 	var errs []error
 	for i, s := range l.sinks {
 		if err := s.Close(); err != nil {
@@ -447,142 +539,4 @@ func (l *Log) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// fileSinkFlushInterval bounds how long a written record waits in a
-// FileSink's buffer, and so what a crash of the gateway can lose.
-const fileSinkFlushInterval = 200 * time.Millisecond
-
-// FileSink is a Sink that appends records to a file. It buffers up to
-// 64 KiB and writes the buffer out at most 200 ms after a record arrives,
-// on Flush and on Close: a crash of the process loses at most the last
-// 200 ms of records, a clean Close loses nothing (it also syncs the file to
-// disk). Make one with OpenFileSink; it is safe for concurrent use.
-//
-// A write error is sticky: every later write, Flush and Close returns it.
-type FileSink struct {
-	f       *os.File
-	regular bool          // f is a regular file, which Close syncs
-	kick    chan struct{} // a record is waiting to be flushed; capacity 1
-	done    chan struct{} // closed by Close to end the flusher
-	stopped chan struct{} // closed by the flusher when it returns
-
-	mu      sync.Mutex
-	w       *bufio.Writer
-	pending bool // written since the last flush, and the flusher was kicked
-	closed  bool
-}
-
-// OpenFileSink opens the file at path for appending, creating its missing
-// parent directories with mode 0700 and the file with mode 0600 (an
-// existing file keeps its mode). It starts a goroutine that flushes the
-// buffer in the background; Close ends it, so the caller must call Close.
-func OpenFileSink(path string) (*FileSink, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("opening decision log: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening decision log: %w", err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("opening decision log: %w", err)
-	}
-	s := &FileSink{
-		f:       f,
-		regular: fi.Mode().IsRegular(),
-		w:       bufio.NewWriterSize(f, 64<<10),
-		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		stopped: make(chan struct{}),
-	}
-	go s.flushLoop()
-	return s, nil
-}
-
-// Name returns the name of the file, as passed to OpenFileSink.
-func (s *FileSink) Name() string { return s.f.Name() }
-
-// flushLoop waits for a record, waits fileSinkFlushInterval more, and
-// flushes everything written by then; it returns when Close closes s.done.
-// A flush error stays in the bufio.Writer, so the next WriteRecord, Flush or
-// Close reports it.
-func (s *FileSink) flushLoop() {
-	defer close(s.stopped)
-	t := time.NewTimer(fileSinkFlushInterval)
-	t.Stop()
-	for {
-		select {
-		case <-s.kick:
-		case <-s.done:
-			return
-		}
-		t.Reset(fileSinkFlushInterval)
-		select {
-		case <-t.C:
-		case <-s.done:
-			t.Stop()
-			return
-		}
-		s.mu.Lock()
-		if !s.closed {
-			s.pending = false
-			s.w.Flush()
-		}
-		s.mu.Unlock()
-	}
-}
-
-// WriteRecord appends line to the buffer; the seq is not needed.
-func (s *FileSink) WriteRecord(_ uint64, line []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("writing %s: %w", s.f.Name(), ErrSinkClosed)
-	}
-	if _, err := s.w.Write(line); err != nil {
-		return err // an *os.PathError naming the file
-	}
-	if !s.pending {
-		s.pending = true
-		select {
-		case s.kick <- struct{}{}:
-		default: // the flusher has a kick it has not taken yet
-		}
-	}
-	return nil
-}
-
-// Flush writes the buffer to the file (without syncing it to disk).
-func (s *FileSink) Flush() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("flushing %s: %w", s.f.Name(), ErrSinkClosed)
-	}
-	s.pending = false
-	return s.w.Flush()
-}
-
-// Close flushes the buffer, syncs the file to disk (when it is a regular
-// file, not a device such as /dev/stderr), closes it and ends the flusher
-// goroutine. Closing again returns nil.
-func (s *FileSink) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.done)
-	err := s.w.Flush()
-	if err == nil && s.regular {
-		err = s.f.Sync()
-	}
-	err = errors.Join(err, s.f.Close())
-	s.mu.Unlock()
-	<-s.stopped
-	return err
 }

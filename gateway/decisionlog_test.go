@@ -69,6 +69,15 @@ func TestRecordAppendJSON(t *testing.T) {
 			want: `{"v":1,"seq":9,"event":"policy","time":"2025-03-04T04:06:07.890123Z","policy_version":4,"change":"rule gh added"}`,
 		},
 		{
+			name: "dropped",
+			rec: Record{
+				Seq: 20001, Event: EventDropped, Time: dlTestTime, Since: dlTestTime.Add(-1500 * time.Millisecond),
+				Count: 5000, Reason: "over the rate limit", Host: "ignored", Error: "ignored",
+			},
+			want: `{"v":1,"seq":20001,"event":"dropped","time":"2025-03-04T04:06:07.890123Z",` +
+				`"since":"2025-03-04T04:06:06.390123Z","count":5000,"reason":"over the rate limit"}`,
+		},
+		{
 			name: "zero",
 			rec:  Record{},
 			want: `{"v":1,"seq":0,"id":"","event":"","time":"0001-01-01T00:00:00Z","sandbox":"","client":"",` +
@@ -92,8 +101,11 @@ func TestRecordAppendJSON(t *testing.T) {
 // dlWantKeys returns the keys, in order, that DESIGN.md §5 gives a record
 // of event.
 func dlWantKeys(event string, hasError bool) []string {
-	if event == EventPolicy {
+	switch event {
+	case EventPolicy:
 		return []string{FieldV, FieldSeq, FieldEvent, FieldTime, FieldPolicyVersion, FieldChange}
+	case EventDropped:
+		return []string{FieldV, FieldSeq, FieldEvent, FieldTime, FieldSince, FieldCount, FieldReason}
 	}
 	keys := []string{
 		FieldV, FieldSeq, FieldID, FieldEvent, FieldTime, FieldSandbox, FieldClient, FieldKind,
@@ -149,13 +161,15 @@ func TestRecordKeys(t *testing.T) {
 		{EventClose, "upstream reset"},
 		{EventPolicy, ""},
 		{EventPolicy, "not written"},
+		{EventDropped, ""},
+		{EventDropped, "not written"},
 		{"", ""},
 		{"future", "x"},
 	}
 	for _, tt := range tests {
 		rec := Record{Event: tt.event, Error: tt.errorMsg, Time: dlTestTime}
 		got := dlLineKeys(t, rec.AppendJSON(nil))
-		want := dlWantKeys(tt.event, tt.errorMsg != "" && tt.event != EventPolicy)
+		want := dlWantKeys(tt.event, tt.errorMsg != "" && tt.event != EventPolicy && tt.event != EventDropped)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("event %q, error %q: keys (-want +got):\n%s", tt.event, tt.errorMsg, diff)
 		}
@@ -421,7 +435,7 @@ func dlReadLines(t testing.TB, path string) [][]byte {
 func TestLogConcurrentEmit(t *testing.T) {
 	const goroutines, each = 16, 1000
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path)
+	fs, err := OpenFileSink(path, FileSinkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +483,7 @@ func TestLogConcurrentEmit(t *testing.T) {
 
 func TestFileSinkCloseFlushes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path)
+	fs, err := OpenFileSink(path, FileSinkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +510,7 @@ func TestFileSinkCloseFlushes(t *testing.T) {
 
 func TestFileSinkFlush(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path)
+	fs, err := OpenFileSink(path, FileSinkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +531,7 @@ func TestFileSinkFlush(t *testing.T) {
 // guards against a flusher that never runs.
 func TestFileSinkBackgroundFlush(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path)
+	fs, err := OpenFileSink(path, FileSinkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +554,7 @@ func TestFileSinkBackgroundFlush(t *testing.T) {
 func TestFileSinkModes(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a", "b", "decisions.jsonl")
-	fs, err := OpenFileSink(path)
+	fs, err := OpenFileSink(path, FileSinkOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +582,7 @@ func TestFileSinkModes(t *testing.T) {
 func TestFileSinkAppends(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	for run := range 2 {
-		fs, err := OpenFileSink(path)
+		fs, err := OpenFileSink(path, FileSinkOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -591,7 +605,7 @@ func TestOpenFileSinkError(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if fs, err := OpenFileSink(filepath.Join(file, "decisions.jsonl")); err == nil {
+	if fs, err := OpenFileSink(filepath.Join(file, "decisions.jsonl"), FileSinkOptions{}); err == nil {
 		fs.Close()
 		t.Errorf("OpenFileSink under a regular file: got nil error, want one")
 	}
@@ -645,13 +659,13 @@ func FuzzRecordJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sel uint8, nanos int64, id, sandbox, client, kind, method, host string, port int,
 		path, action string, enforced bool, rule, reason string, pv uint64, status int, upstream string,
 		bytesOut, bytesIn, duration int64, errMsg, change string) {
-		event := []string{EventDecision, EventClose, EventPolicy, "other"}[sel%4]
+		event := []string{EventDecision, EventClose, EventPolicy, "other", EventDropped}[sel%5]
 		rec := Record{
 			Seq: uint64(nanos) ^ pv, ID: id, Event: event, Time: time.Unix(0, nanos), Sandbox: sandbox,
 			Client: client, Kind: kind, Method: method, Host: host, Port: port, Path: path, Action: action,
 			Enforced: enforced, Rule: rule, Reason: reason, PolicyVersion: pv, Status: status,
 			Upstream: upstream, BytesOut: bytesOut, BytesIn: bytesIn, Duration: time.Duration(duration),
-			Error: errMsg, Change: change,
+			Error: errMsg, Change: change, Count: pv ^ uint64(bytesIn), Since: time.Unix(0, nanos/3),
 		}
 		line := rec.AppendJSON(nil)
 		if !json.Valid(line) || !utf8.Valid(line) {
@@ -661,7 +675,7 @@ func FuzzRecordJSON(f *testing.F) {
 			t.Fatalf("not one line: %q", line)
 		}
 		keys := dlLineKeys(t, line)
-		want := dlWantKeys(event, errMsg != "" && event != EventPolicy)
+		want := dlWantKeys(event, errMsg != "" && event != EventPolicy && event != EventDropped)
 		if diff := cmp.Diff(want, keys); diff != "" {
 			t.Fatalf("keys (-want +got):\n%s", diff)
 		}
@@ -681,15 +695,20 @@ func FuzzRecordJSON(f *testing.F) {
 			FieldV: "1", FieldSeq: strconv.FormatUint(rec.Seq, 10), FieldPort: strconv.Itoa(port),
 			FieldPolicyVersion: strconv.FormatUint(pv, 10), FieldStatus: strconv.Itoa(status),
 			FieldBytesOut: strconv.FormatInt(bytesOut, 10), FieldBytesIn: strconv.FormatInt(bytesIn, 10),
+			FieldCount: strconv.FormatUint(rec.Count, 10),
 		}
 		for _, k := range keys {
 			v := m[k]
 			switch {
-			case k == FieldTime:
+			case k == FieldTime || k == FieldSince:
+				want := rec.Time
+				if k == FieldSince {
+					want = rec.Since
+				}
 				s, _ := v.(string)
 				got, err := time.Parse(time.RFC3339Nano, s)
-				if err != nil || !got.Equal(rec.Time) || !strings.HasSuffix(s, "Z") {
-					t.Fatalf("time %q: parsed as %v, %v, want %v in UTC", s, got, err, rec.Time)
+				if err != nil || !got.Equal(want) || !strings.HasSuffix(s, "Z") {
+					t.Fatalf("%s %q: parsed as %v, %v, want %v in UTC", k, s, got, err, want)
 				}
 			case k == FieldEnforced:
 				if v != enforced {
@@ -727,10 +746,14 @@ func dlBenchRecord() *Record {
 	}
 }
 
+// dlBenchLimits are limits a benchmark never reaches: the sink checks its
+// budget for every record and writes every record.
+var dlBenchLimits = FileSinkOptions{RatePerSecond: 1e15, Burst: math.MaxInt, MaxBytes: NoLimit}
+
 // BenchmarkLogEmit measures the decision log's cost per proxied request
-// with a file sink: encoding plus a buffered write.
+// with a file sink: encoding, the budget check and a buffered write.
 func BenchmarkLogEmit(b *testing.B) {
-	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"))
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -751,7 +774,7 @@ func BenchmarkLogEmit(b *testing.B) {
 // BenchmarkLogEmitParallel is BenchmarkLogEmit from GOMAXPROCS goroutines,
 // as the gateway emits.
 func BenchmarkLogEmitParallel(b *testing.B) {
-	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"))
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -765,6 +788,23 @@ func BenchmarkLogEmitParallel(b *testing.B) {
 			l.Emit(rec)
 		}
 	})
+}
+
+// BenchmarkLogEmitOverBudget is BenchmarkLogEmit with a sink that is over
+// its rate: what a flooding sandbox costs per record left out.
+func BenchmarkLogEmitOverBudget(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: 1e-9, Burst: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs)
+	defer l.Close()
+	rec := dlBenchRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Time = time.Time{}
+		l.Emit(rec)
+	}
 }
 
 func BenchmarkRecordAppendJSON(b *testing.B) {

@@ -13,7 +13,13 @@
 //
 // The decision log (Log, Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record
-// for the allowed ones, policy records for changes.
+// for the allowed ones, policy records for changes. Its file may sit in a
+// directory a sandbox can write, so OpenFileSink appends only to a regular
+// file of its own uid with one link, never following a symbolic link or
+// blocking on a pipe there; and a FileSink keeps to a budget (records a
+// second, bytes in all) so that a flooding sandbox cannot fill the disk:
+// it leaves records over the budget out, never policy records, and writes
+// a dropped record counting them (FileSinkOptions).
 //
 // The package imports no other package of sbx but netpolicy.
 package gateway

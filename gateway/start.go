@@ -31,8 +31,14 @@ type Options struct {
 	Policy *netpolicy.Policy
 	// Resolver resolves names; nil uses the system resolver only.
 	Resolver *Resolver
-	// LogFile, when set, receives the decision log as JSON Lines.
+	// LogFile, when set, receives the decision log as JSON Lines. It must
+	// not exist or be a regular file of the effective uid with one link;
+	// see OpenFileSink.
 	LogFile string
+	// LogLimits bound what is written to LogFile; the zero value means
+	// the defaults of FileSinkOptions (1000 records a second, bursts of
+	// 20 000, 512 MiB).
+	LogLimits FileSinkOptions
 	// Sinks receive the decision log besides LogFile and the API's ring.
 	Sinks []Sink
 	// RingSize is how many recent records the API serves; 0 means 10 000.
@@ -109,9 +115,9 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 
 	sinks := append([]Sink{g.Ring}, o.Sinks...)
 	if o.LogFile != "" {
-		fs, err := OpenFileSink(o.LogFile)
+		fs, err := OpenFileSink(o.LogFile, o.LogLimits)
 		if err != nil {
-			return nil, fmt.Errorf("opening the decision log: %w", err)
+			return nil, err // it names the decision log and its path
 		}
 		sinks = append(sinks, fs)
 	}

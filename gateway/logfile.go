@@ -1,0 +1,488 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of FileSinkOptions, and NoLimit, which turns a limit off.
+const (
+	DefaultLogRate     = 1000      // records per second a FileSink writes on average
+	DefaultLogBurst    = 20_000    // records a FileSink writes at once after a quiet spell
+	DefaultLogMaxBytes = 512 << 20 // bytes a FileSink lets its file grow to
+	NoLimit            = -1        // as any FileSinkOptions field: no limit
+)
+
+// fileSinkFlushInterval bounds how long a written record waits in a
+// FileSink's buffer, and so what a crash of the gateway can lose.
+const fileSinkFlushInterval = 200 * time.Millisecond
+
+// fileSinkDroppedInterval is the least time between two dropped records
+// of a FileSink (but for the one written at Close), so that a sandbox that
+// keeps the sink over its rate gets one dropped record a second, not one
+// between every two records.
+const fileSinkDroppedInterval = time.Second
+
+// FileSinkOptions bound what a FileSink writes, so that a sandbox that
+// makes requests as fast as it can does not fill the host's disk through
+// the decision log. Records over either bound are left out and counted;
+// policy records are never left out. The zero value means the defaults.
+type FileSinkOptions struct {
+	// RatePerSecond is how many records per second the sink writes on
+	// average (a token bucket of Burst tokens refilled at this rate).
+	// 0 means DefaultLogRate (1000); a negative value (NoLimit) means no
+	// rate limit. It must not be NaN.
+	RatePerSecond float64
+	// Burst is how many records the sink writes at once when it has been
+	// quiet long enough. 0 means DefaultLogBurst (20 000); a negative
+	// value (NoLimit) means no rate limit.
+	Burst int
+	// MaxBytes is the size the file may reach, counting what it held when
+	// opened. 0 means DefaultLogMaxBytes (512 MiB); a negative value
+	// (NoLimit) means no limit. Policy records and the last dropped
+	// record, written at Close, may go past it; nothing else does.
+	MaxBytes int64
+}
+
+// FileSink is a Sink that appends records to a file. It buffers up to
+// 64 KiB and writes the buffer out at most 200 ms after a record arrives,
+// on Flush and on Close: a crash of the process loses at most the last
+// 200 ms of records, a clean Close loses nothing (it also syncs the file to
+// disk). Make one with OpenFileSink; it is safe for concurrent use.
+//
+// A FileSink keeps to the budget of its FileSinkOptions: a record over it
+// is left out and counted, and a record with event "dropped" saying how
+// many were left out since when is written before the next record that is
+// written (at most one a second) and at Close. A Log numbers these dropped
+// records (see Log.Emit); a FileSink written to directly with WriteRecord
+// writes them only at Close, numbered one above the last seq it saw, and
+// treats every record as one the budget applies to.
+//
+// A write error is sticky: every later write, Flush and Close returns it.
+type FileSink struct {
+	f       *os.File
+	kick    chan struct{}    // a record is waiting to be flushed; capacity 1
+	done    chan struct{}    // closed by Close to end the flusher
+	stopped chan struct{}    // closed by the flusher when it returns
+	now     func() time.Time // the budget's clock; nil: see clock
+
+	// The budget, fixed at open: rate is 0 when there is no rate limit,
+	// maxBytes math.MaxInt64 when there is no size limit.
+	rate     float64
+	burst    float64
+	maxBytes int64
+
+	// uncounted is the number of records left out since the last dropped
+	// record. It changes with mu held, and is read without it to skip
+	// reserveDropped's work when it is 0.
+	uncounted atomic.Uint64
+	total     atomic.Uint64 // records left out since open
+
+	mu        sync.Mutex
+	w         *bufio.Writer
+	pending   bool // written since the last flush, and the flusher was kicked
+	closed    bool
+	size      int64     // bytes in the file: at open, plus written since
+	tokens    float64   // of the rate limit's bucket
+	refilled  time.Time // when tokens was brought up to date
+	since     time.Time // when the first uncounted record was left out
+	overRate  bool      // an uncounted record was left out for the rate
+	overSize  bool      // an uncounted record was left out for the size
+	lastDrop  time.Time // when the last dropped record was made
+	lastSeq   uint64    // the highest seq written, left out or reserved
+	staged    []byte    // a dropped record reserved by the Log, with its newline; nil when none
+	stagedFor uint64    // how many left-out records staged counts
+	dropBuf   []byte    // staged's memory, reused
+}
+
+// OpenFileSink opens the file at path for appending, creating its missing
+// parent directories with mode 0700 and the file with mode 0600 (an
+// existing file keeps its mode), and bounds what it writes by o. It
+// starts a goroutine that flushes the buffer in the background; Close ends
+// it, so the caller must call Close.
+//
+// OpenFileSink never follows a symbolic link at path, never blocks on what
+// is there, and appends only to a regular file that the process's
+// effective uid owns and that has exactly one link: a sandbox that can
+// write the log's directory could have put a symbolic link to another
+// file, a named pipe, or a hard link there. It refuses anything else with
+// an *UnsafeLogFileError. On platforms other than Linux it returns an error
+// wrapping errors.ErrUnsupported.
+func OpenFileSink(path string, o FileSinkOptions) (*FileSink, error) {
+	return openFileSink(path, o, nil)
+}
+
+// openFileSink is OpenFileSink with the clock the budget uses; nil means
+// the time a Log stamps on each record, or time.Now.
+func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSink, error) {
+	if math.IsNaN(o.RatePerSecond) {
+		return nil, fmt.Errorf("decision log %s: the rate limit is not a number", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("decision log %s: creating its directory: %w", path, err)
+	}
+	f, size, err := openLogFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &FileSink{
+		f:        f,
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		now:      now,
+		maxBytes: o.MaxBytes,
+		size:     size,
+		w:        bufio.NewWriterSize(f, 64<<10),
+	}
+	switch {
+	case o.MaxBytes == 0:
+		s.maxBytes = DefaultLogMaxBytes
+	case o.MaxBytes < 0:
+		s.maxBytes = math.MaxInt64
+	}
+	rate, burst := o.RatePerSecond, o.Burst
+	if rate == 0 {
+		rate = DefaultLogRate
+	}
+	if burst == 0 {
+		burst = DefaultLogBurst
+	}
+	if rate > 0 && burst > 0 && !math.IsInf(rate, 1) {
+		s.rate, s.burst, s.tokens = rate, float64(burst), float64(burst)
+		s.refilled = s.clock(time.Time{})
+	}
+	go s.flushLoop()
+	return s, nil
+}
+
+// An UnsafeLogFileError is what OpenFileSink returns when what it finds at
+// the log's path is not a regular file of the process's effective uid with
+// exactly one link. Its message says what is wrong and what to do.
+type UnsafeLogFileError struct {
+	// Path is the log's path, as given to OpenFileSink.
+	Path string
+	// Type is the type of what is at Path: os.ModeSymlink,
+	// os.ModeNamedPipe, os.ModeSocket, os.ModeDevice (with
+	// os.ModeCharDevice for a character device), os.ModeDir,
+	// os.ModeIrregular, or 0 for a regular file, which was refused for
+	// its owner or its links.
+	Type os.FileMode
+	// UID is the owner of the regular file, and Links its number of
+	// links; both are 0 when Type is not 0.
+	UID   int
+	Links uint64
+	// EUID is the process's effective uid, which must own the file.
+	EUID int
+}
+
+func (e *UnsafeLogFileError) Error() string {
+	const fix = ": remove it or choose another --log path"
+	switch {
+	case e.Type == os.ModeSymlink:
+		return "decision log " + e.Path + ": is a symbolic link; sbx never follows one there (a sandbox could have planted it)" + fix
+	case e.Type == os.ModeDir:
+		return "decision log " + e.Path + ": is a directory: name a file in it, or choose another --log path"
+	case e.Type != 0:
+		return "decision log " + e.Path + ": is " + fileTypeName(e.Type) +
+			", not a regular file; sbx writes its log only to a regular file (a sandbox could have planted this one, and a pipe could hang sbx)" + fix
+	case e.UID != e.EUID:
+		return "decision log " + e.Path + ": is owned by uid " + strconv.Itoa(e.UID) + ", not by uid " + strconv.Itoa(e.EUID) +
+			" that sbx runs as; sbx appends only to its own files (a sandbox could have planted this one)" + fix
+	default:
+		return "decision log " + e.Path + ": has " + strconv.FormatUint(e.Links, 10) +
+			" links; sbx appends only to a file with a single name (a sandbox could have linked another file there)" + fix
+	}
+}
+
+// fileTypeName names the file type t with its article, as in "is a named
+// pipe".
+func fileTypeName(t os.FileMode) string {
+	switch {
+	case t&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&os.ModeSocket != 0:
+		return "a socket"
+	case t&os.ModeCharDevice != 0:
+		return "a character device"
+	case t&os.ModeDevice != 0:
+		return "a block device"
+	case t&os.ModeDir != 0:
+		return "a directory"
+	case t&os.ModeSymlink != 0:
+		return "a symbolic link"
+	default:
+		return "not a regular file but of an unknown type"
+	}
+}
+
+// Name returns the name of the file, as passed to OpenFileSink.
+func (s *FileSink) Name() string { return s.f.Name() }
+
+// Dropped returns how many records the sink has left out since it was
+// opened to stay within its budget.
+func (s *FileSink) Dropped() uint64 { return s.total.Load() }
+
+// flushLoop waits for a record, waits fileSinkFlushInterval more, and
+// flushes everything written by then; it returns when Close closes s.done.
+// A flush error stays in the bufio.Writer, so the next WriteRecord, Flush or
+// Close reports it.
+func (s *FileSink) flushLoop() {
+	defer close(s.stopped)
+	t := time.NewTimer(fileSinkFlushInterval)
+	t.Stop()
+	for {
+		select {
+		case <-s.kick:
+		case <-s.done:
+			return
+		}
+		t.Reset(fileSinkFlushInterval)
+		select {
+		case <-t.C:
+		case <-s.done:
+			t.Stop()
+			return
+		}
+		s.mu.Lock()
+		if !s.closed {
+			s.pending = false
+			s.w.Flush()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// WriteRecord appends line, the record numbered seq, to the buffer, or
+// leaves it out when it is over the sink's budget (which is not an error).
+func (s *FileSink) WriteRecord(seq uint64, line []byte) error {
+	return s.writeBudgeted(seq, line, false, time.Time{})
+}
+
+// clock returns the current time for the budget: from the sink's own
+// clock when it has one (tests), else now, the time the Log stamped on
+// the record, which saves reading the clock again for every record, or
+// time.Now when now is zero.
+func (s *FileSink) clock(now time.Time) time.Time {
+	switch {
+	case s.now != nil:
+		return s.now()
+	case now.IsZero():
+		return time.Now()
+	default:
+		return now
+	}
+}
+
+// writeBudgeted writes the dropped record reserved for this record, if
+// any, then line, unless line is over the budget and policy is false.
+// now is the current time, or zero.
+func (s *FileSink) writeBudgeted(seq uint64, line []byte, policy bool, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("writing %s: %w", s.f.Name(), ErrSinkClosed)
+	}
+	s.lastSeq = max(s.lastSeq, seq)
+	if s.staged != nil {
+		if err := s.writeStaged(); err != nil {
+			return err
+		}
+	}
+	if !policy && !s.admit(len(line), now) {
+		return nil
+	}
+	return s.write(line)
+}
+
+// admit reports whether a record of n bytes is within the budget, and
+// takes it from the budget if so; if not, it counts the record as left
+// out. now is the current time, or zero. s.mu is held.
+func (s *FileSink) admit(n int, now time.Time) bool {
+	if s.rate > 0 {
+		now = s.clock(now)
+		s.refill(now)
+		if s.tokens < 1 {
+			s.leaveOut(now, &s.overRate)
+			return false
+		}
+	}
+	if int64(n) > s.maxBytes-s.size {
+		s.leaveOut(s.clock(now), &s.overSize)
+		return false
+	}
+	if s.rate > 0 {
+		s.tokens--
+	}
+	return true
+}
+
+// refill adds the tokens earned since the last refill, up to the burst.
+func (s *FileSink) refill(now time.Time) {
+	if d := now.Sub(s.refilled); d > 0 {
+		s.tokens = min(s.burst, s.tokens+d.Seconds()*s.rate)
+		s.refilled = now
+	}
+}
+
+// leaveOut counts a record left out at now, because of the budget whose
+// flag over points to. s.mu is held.
+func (s *FileSink) leaveOut(now time.Time, over *bool) {
+	if s.uncounted.Load() == 0 {
+		s.since = now
+	}
+	*over = true
+	s.uncounted.Add(1)
+	s.total.Add(1)
+}
+
+// reserveDropped implements budgetedSink: it makes a dropped record
+// numbered seq when records were left out and the next record will be
+// written (or the Log closes), unless the last dropped record is less
+// than fileSinkDroppedInterval old or the record would not fit in the
+// size limit. It does nothing after Close.
+func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool {
+	if s.uncounted.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.staged != nil {
+		return false
+	}
+	now = s.clock(now)
+	if at != dropAtClose {
+		if !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
+			return false
+		}
+		if at == dropBeforeRecord && s.rate > 0 {
+			s.refill(now)
+			if s.tokens < 1 {
+				return false // the record will be left out too
+			}
+		}
+	}
+	s.stage(seq, now)
+	if at != dropAtClose && int64(len(s.staged)) > s.maxBytes-s.size {
+		s.staged = nil
+		return false
+	}
+	s.lastSeq = max(s.lastSeq, seq)
+	return true
+}
+
+// stage encodes the dropped record numbered seq, made at now, for the
+// records left out so far. s.mu is held.
+func (s *FileSink) stage(seq uint64, now time.Time) {
+	r := Record{
+		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: s.since,
+		Count: s.uncounted.Load(), Reason: s.dropReason(),
+	}
+	s.dropBuf = append(r.AppendJSON(s.dropBuf[:0]), '\n')
+	s.staged = s.dropBuf
+	s.stagedFor = r.Count
+	s.lastDrop = now
+}
+
+// dropReason says which budgets the uncounted records exceeded.
+func (s *FileSink) dropReason() string {
+	var rate, size string
+	if s.overRate {
+		rate = "over the decision log's rate limit of " + strconv.FormatFloat(s.rate, 'g', -1, 64) +
+			" records a second (burst " + strconv.FormatFloat(s.burst, 'g', -1, 64) + ")"
+	}
+	if s.overSize {
+		size = "the decision log file reached its size limit of " + strconv.FormatInt(s.maxBytes, 10) + " bytes"
+	}
+	switch {
+	case rate != "" && size != "":
+		return rate + ", and " + size
+	case rate != "":
+		return rate
+	default:
+		return size
+	}
+}
+
+// writeStaged writes the staged dropped record and starts counting anew.
+// s.mu is held.
+func (s *FileSink) writeStaged() error {
+	line := s.staged
+	s.staged = nil
+	if err := s.write(line); err != nil {
+		return err
+	}
+	s.uncounted.Store(s.uncounted.Load() - s.stagedFor)
+	if s.uncounted.Load() == 0 {
+		s.overRate, s.overSize = false, false
+	}
+	return nil
+}
+
+// write appends line to the buffer, counts its size and kicks the flusher.
+// s.mu is held.
+func (s *FileSink) write(line []byte) error {
+	n, err := s.w.Write(line)
+	s.size += int64(n)
+	if err != nil {
+		return err // an *os.PathError naming the file
+	}
+	if !s.pending {
+		s.pending = true
+		select {
+		case s.kick <- struct{}{}:
+		default: // the flusher has a kick it has not taken yet
+		}
+	}
+	return nil
+}
+
+// Flush writes the buffer to the file (without syncing it to disk).
+func (s *FileSink) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("flushing %s: %w", s.f.Name(), ErrSinkClosed)
+	}
+	s.pending = false
+	return s.w.Flush()
+}
+
+// Close writes a last dropped record when records were left out since the
+// previous one (numbered as the Log reserved, or one above the last seq
+// the sink saw), flushes the buffer, syncs the file to disk, closes it and
+// ends the flusher goroutine. Closing again returns nil.
+func (s *FileSink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	if s.staged == nil && s.uncounted.Load() > 0 {
+		s.stage(s.lastSeq+1, s.clock(time.Time{}))
+	}
+	var err error
+	if s.staged != nil {
+		err = s.writeStaged()
+	}
+	if err == nil {
+		err = s.w.Flush()
+	}
+	if err == nil {
+		err = s.f.Sync()
+	}
+	err = errors.Join(err, s.f.Close())
+	s.mu.Unlock()
+	<-s.stopped
+	return err
+}
