@@ -220,7 +220,7 @@ func fileTypeName(t os.FileMode) string {
 	case t&os.ModeSymlink != 0:
 		return "a symbolic link"
 	default:
-		return "not a regular file but of an unknown type"
+		return "a file of an unknown type"
 	}
 }
 

@@ -519,6 +519,11 @@ func TestUnsafeLogFileErrorMessage(t *testing.T) {
 				"(a sandbox could have planted this one, and a pipe could hang sbx)" + fix,
 		},
 		{
+			UnsafeLogFileError{Path: "/x/y", Type: os.ModeIrregular},
+			"decision log /x/y: is a file of an unknown type, not a regular file; sbx writes its log only to a regular file " +
+				"(a sandbox could have planted this one, and a pipe could hang sbx)" + fix,
+		},
+		{
 			UnsafeLogFileError{Path: "/x/y", Type: os.ModeDir},
 			"decision log /x/y: is a directory: name a file in it, or choose another --log path",
 		},
