@@ -24,7 +24,9 @@ func benchGateway(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl"})
+	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl",
+		// Every record written, as the targets are measured with the log on.
+		LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -63,7 +63,8 @@ EOF
 nginx -c "$work/nginx.conf"
 
 go build -o "$work/sbx" ./cmd/sbx
-"$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" >"$work/sbx.out" 2>&1 &
+# Every record written, no rate or size limit: §10 measures with the log on.
+"$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" --log-rate 0 --log-max-size 0 >"$work/sbx.out" 2>&1 &
 pids+=($!)
 
 cat >"$work/tinyproxy.conf" <<EOF

@@ -33,6 +33,8 @@ type decisionRecord struct {
 	Rule     string    `json:"rule"`
 	Reason   string    `json:"reason"`
 	Change   string    `json:"change"`
+	Client   string    `json:"client"`
+	Count    uint64    `json:"count"`
 }
 
 // reason is the record's reason, saying so when audit mode let a block
@@ -47,8 +49,12 @@ func (r decisionRecord) reason() string {
 // formatDecision renders one record as a line; color adds ANSI colors to
 // the action.
 func formatDecision(r decisionRecord, color bool) string {
-	if r.Event == "policy" {
+	switch r.Event {
+	case "policy":
 		return fmt.Sprintf("%s  policy    %s", r.Time.Local().Format("15:04:05.000"), printable(r.Change))
+	case "dropped":
+		// The file's budget left records out (a flood); say how many.
+		return fmt.Sprintf("%s  dropped   %d records left out of the log: %s", r.Time.Local().Format("15:04:05.000"), r.Count, printable(r.Reason))
 	}
 	action := fmt.Sprintf("%-9s", r.Action)
 	if color {
@@ -58,6 +64,9 @@ func formatDecision(r decisionRecord, color bool) string {
 		}
 	}
 	target := r.Host + ":" + strconv.Itoa(r.Port) + r.Path
+	if r.Kind == "conn" { // refused before any request: no target, only who
+		target = "from " + r.Client
+	}
 	if r.Method != "" && r.Method != "CONNECT" {
 		target = r.Method + " " + target
 	}

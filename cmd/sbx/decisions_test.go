@@ -43,3 +43,23 @@ func TestFormatDecisionReplacesControlCharacters(t *testing.T) {
 		t.Errorf("line %q", line)
 	}
 }
+
+// TestFormatDroppedAndConn: a dropped record says how many records the
+// log left out, and a connection refused before any request shows who
+// it came from.
+func TestFormatDroppedAndConn(t *testing.T) {
+	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
+	for _, tc := range []struct {
+		r    decisionRecord
+		want string
+	}{
+		{decisionRecord{Event: "dropped", Time: at, Count: 3804, Reason: "over the decision log's rate limit of 1000 records a second (burst 20000)"},
+			"12:00:00.000  dropped   3804 records left out of the log: over the decision log's rate limit of 1000 records a second (burst 20000)"},
+		{decisionRecord{Event: "decision", Time: at, Kind: "conn", Client: "10.213.0.6:4242", Action: "block", Enforced: true, Rule: "guard", Reason: "client 10.213.0.6 is not this gateway's sandbox"},
+			"12:00:00.000  block     conn      from 10.213.0.6:4242                      guard     client 10.213.0.6 is not this gateway's sandbox"},
+	} {
+		if got := formatDecision(tc.r, false); got != tc.want {
+			t.Errorf("\n got %q\nwant %q", got, tc.want)
+		}
+	}
+}

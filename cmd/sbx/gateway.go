@@ -17,6 +17,7 @@ type gatewayOptions struct {
 	tokenFile string
 	resolve   []string
 	log       string
+	logLimits logLimitFlags
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -49,6 +50,10 @@ ends open tunnels and flushes the decision log.`,
 			if err != nil {
 				return err
 			}
+			logLimits, err := o.logLimits.Options()
+			if err != nil {
+				return usageError(cmd, err)
+			}
 			res := &gateway.Resolver{}
 			for _, v := range o.resolve {
 				host, ip, err := gateway.ParseStatic(v)
@@ -66,6 +71,7 @@ ends open tunnels and flushes the decision log.`,
 				Policy:    p,
 				Resolver:  res,
 				LogFile:   o.log,
+				LogLimits: logLimits,
 				Logger:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 			})
 			if err != nil {
@@ -92,5 +98,6 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
+	o.logLimits.AddFlags(fs)
 	return cmd
 }

@@ -493,3 +493,36 @@ ask 10.213.239.5:%[1]d`, port)
 		t.Errorf("the host's service saw %d connections from the gateway", n)
 	}
 }
+
+// TestLogPathRefusals: sbx gateway (and sbx run, through the same
+// gateway.Start) refuses a FIFO, a symbolic link and a file of another
+// owner at the --log path, at once and naming the problem, and leaves the
+// link's target alone.
+func TestLogPathRefusals(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := writeFile(t, "target", "keep\n")
+	link := filepath.Join(dir, "link")
+	os.Symlink(target, link)
+	for path, want := range map[string]string{fifo: "is a named pipe", link: "is a symbolic link"} {
+		done := make(chan [3]any, 1)
+		go func() {
+			_, stderr, code := runCLI(t, "gateway", "--listen", "127.0.0.1:0", "--allow", "x.test", "--log", path)
+			done <- [3]any{stderr, code}
+		}()
+		select {
+		case r := <-done:
+			if r[1].(int) == 0 || !strings.Contains(r[0].(string), want) {
+				t.Errorf("--log %s: exit %d, %s; want a refusal saying %q", path, r[1], r[0], want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("--log %s: sbx gateway hangs", path)
+		}
+	}
+	if data, _ := os.ReadFile(target); string(data) != "keep\n" {
+		t.Errorf("the link's target was written: %q", data)
+	}
+}

@@ -60,6 +60,7 @@ type runOptions struct {
 	cpus       float64
 	pidsLimit  int64
 	tmpSize    string
+	logLimits  logLimitFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -126,6 +127,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
+	o.logLimits.AddFlags(fs)
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, shown by sbx ps")
 	fs.StringVar(&o.runtime, "runtime", "containerd", "the container `RUNTIME` (containerd; Docker comes later)")
 	fs.StringArrayVar(&o.api, "api", nil, "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable")
@@ -159,6 +161,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		return 0, err
 	}
 	capAdd, err := parseCaps(o.capAdd)
+	if err != nil {
+		return 0, err
+	}
+	logLimits, err := o.logLimits.Options()
 	if err != nil {
 		return 0, err
 	}
@@ -321,6 +327,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			Policy:    p,
 			Resolver:  res,
 			LogFile:   logFile,
+			LogLimits: logLimits,
 			Sinks:     sinks,
 			Sandbox:   id,
 			// Only this sandbox may use its gateway, and the gateway dials
