@@ -11,6 +11,13 @@
 // by the gateway itself; a CONNECT's first bytes are checked for a TLS
 // server name that differs from the CONNECT host.
 //
+// A sandbox's gateway serves that sandbox alone: its listener is bound to
+// the sandbox's veth (Options.ListenInterface) and a connection from any
+// other address is closed unanswered (Config.Clients). Whatever the policy
+// says, it never dials its own addresses, this host's interface addresses
+// (loopback aside, which the guard handles) or the Fence networks (the
+// subnet pool of every sandbox).
+//
 // The decision log (Log, Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record
 // for the allowed ones, policy records for changes. Its file may sit in a

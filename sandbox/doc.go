@@ -15,6 +15,12 @@
 // started) run at once; Task.Run starts the command only after both. Run
 // does the container's part in one call.
 //
+// The container runs as the ContainerSpec's user (sbx run never picks host
+// root unasked), with none of DroppedCapabilities unless CapAdd gives one
+// back, no capability at all for a user that is not root, and within
+// Limits (DefaultLimits: processes, memory without swap, CPU). Its own
+// cgroups are mounted read-only so that the runtimes inside see the limits.
+//
 // Every kernel object is named after the sandbox id (namespace sbx-<id>,
 // veths sbxh<id> and sbxc<id>, chains SBX-<id>-*) and every iptables rule
 // carries the comment sbx:<id>, so that garbage collection can find them.
