@@ -76,7 +76,8 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 
 // withUser sets who the command runs as and its capabilities. It comes
 // after the image's configuration, which may name a user: that user is
-// kept only when cs.KeepImageUser says so and it is not root. Root keeps
+// kept only when cs.KeepImageUser says so and it is not root, and loses
+// group 0. Root keeps
 // BaseCapabilities and cs.CapAdd; any other user gets cs.CapAdd alone, as
 // ambient capabilities (runc would otherwise hand it the full set).
 func withUser(cs ContainerSpec) oci.SpecOpts {
@@ -84,7 +85,15 @@ func withUser(cs ContainerSpec) oci.SpecOpts {
 		if s.Process == nil {
 			s.Process = &specs.Process{}
 		}
-		if !(cs.Image != "" && cs.KeepImageUser && s.Process.User.UID != 0) {
+		if cs.Image != "" && cs.KeepImageUser && s.Process.User.UID != 0 {
+			// The image's user, but never in root's group: it could plant
+			// set-group-ID binaries and read what only that group may.
+			u := &s.Process.User
+			if u.GID == 0 {
+				u.GID = NobodyID
+			}
+			u.AdditionalGids = slices.DeleteFunc(u.AdditionalGids, func(g uint32) bool { return g == 0 })
+		} else {
 			s.Process.User = specs.User{UID: cs.UID, GID: cs.GID}
 		}
 		add := slices.Clone(cs.CapAdd)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 func testContainerSpec() ContainerSpec {
@@ -31,7 +33,9 @@ func testContainerSpec() ContainerSpec {
 }
 
 func TestSpecGolden(t *testing.T) {
+	was := swapAccounted
 	swapAccounted = func() bool { return true } // as on cgroup v2: the golden file is the same everywhere
+	t.Cleanup(func() { swapAccounted = was })
 	s, err := GenerateSpec(context.Background(), testContainerSpec())
 	if err != nil {
 		t.Fatal(err)
@@ -343,5 +347,28 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 	}
 	if out.String() != "hello\n" {
 		t.Errorf("the command read %q, want the input", out.String())
+	}
+}
+
+// TestSpecImageUser: an image's own user is kept when asked and not
+// root, but never with root's group, primary or supplementary; an image
+// user that is root is replaced.
+func TestSpecImageUser(t *testing.T) {
+	cs := testContainerSpec()
+	cs.Image, cs.KeepImageUser, cs.UID, cs.GID = "example.test/x:1", true, NobodyID, NobodyID
+	for _, tc := range []struct {
+		image, want specs.User
+	}{
+		{specs.User{UID: 1001, GID: 0, AdditionalGids: []uint32{0, 5}}, specs.User{UID: 1001, GID: NobodyID, AdditionalGids: []uint32{5}}},
+		{specs.User{UID: 1001, GID: 1001}, specs.User{UID: 1001, GID: 1001}},
+		{specs.User{UID: 0, GID: 0, AdditionalGids: []uint32{0}}, specs.User{UID: NobodyID, GID: NobodyID}},
+	} {
+		s := &specs.Spec{Process: &specs.Process{User: tc.image}}
+		if err := withUser(cs)(context.Background(), nil, nil, s); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Process.User; got.UID != tc.want.UID || got.GID != tc.want.GID || !slices.Equal(got.AdditionalGids, tc.want.AdditionalGids) {
+			t.Errorf("image user %+v: got %+v, want %+v", tc.image, got, tc.want)
+		}
 	}
 }

@@ -87,7 +87,7 @@ func TestPrivilegedNoHostRoot(t *testing.T) {
 	// capability.
 	control := filepath.Join(sharedDir(t, 0, 0, 0o755), "control")
 	copyFile(t, probe, control, os.ModeSetuid|0o755)
-	if got := euidAs(t, control, 1234, 1234); got != "euid=0" {
+	if got := euidAs(t, control, 1234, 1234); got != "euid=0 egid=1234" {
 		t.Fatalf("a set-user-ID root binary gives %s on this host, not euid=0: the test cannot tell", got)
 	}
 	if out, _ := exec.Command(probe, "setcap", control).Output(); !strings.Contains(string(out), "ok") {
@@ -95,24 +95,26 @@ func TestPrivilegedNoHostRoot(t *testing.T) {
 	}
 
 	script := `./probe euid
-cp ./probe ./planted && chmod 4755 ./planted && echo planted
+cp ./probe ./planted && chmod 6755 ./planted && echo planted
 cp ./probe ./capped && ./probe setcap ./capped
 ./probe mknod ./dev0
 cat ./secret 2>/dev/null && echo READ-SECRET
 ./probe limits`
+	nobody := sandbox.NobodyID
 	for _, tc := range []struct {
-		name     string
-		owner    int
-		mode     os.FileMode
-		args     []string
-		wantEuid string
+		name         string
+		owner, group int
+		mode         os.FileMode
+		args         []string
+		wantEuid     string
 	}{
-		{"root's directory, nobody", 0, 0o777, nil, fmt.Sprintf("euid=%d", sandbox.NobodyID)},
-		{"a user's directory, that user", 1000, 0o755, nil, "euid=1000"},
-		{"--user 0", 0, 0o755, []string{"--user", "0"}, "euid=0"},
+		{"root's directory", 0, 0, 0o777, nil, fmt.Sprintf("euid=%d egid=%d", nobody, nobody)},
+		{"user's directory", 1000, 1000, 0o755, nil, "euid=1000 egid=1000"},
+		{"group 0 directory", 1000, 0, 0o775, nil, fmt.Sprintf("euid=1000 egid=%d", nobody)},
+		{"--user 0", 0, 0, 0o755, []string{"--user", "0"}, "euid=0 egid=0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			work := sharedDir(t, tc.owner, tc.owner, tc.mode)
+			work := sharedDir(t, tc.owner, tc.group, tc.mode)
 			copyFile(t, probe, filepath.Join(work, "probe"), 0o755)
 			if err := os.WriteFile(filepath.Join(work, "secret"), []byte("host-secret\n"), 0o600); err != nil {
 				t.Fatal(err)
@@ -131,10 +133,15 @@ cat ./secret 2>/dev/null && echo READ-SECRET
 			// Seen from the host: nothing the sandbox left gives root.
 			planted := filepath.Join(work, "planted")
 			if fi, err := os.Stat(planted); err == nil {
-				if st := fi.Sys().(*syscall.Stat_t); st.Uid == 0 && fi.Mode()&os.ModeSetuid != 0 && tc.args == nil {
+				st := fi.Sys().(*syscall.Stat_t)
+				if st.Uid == 0 && fi.Mode()&os.ModeSetuid != 0 && tc.args == nil {
 					t.Errorf("the sandbox planted a set-user-ID root binary: %v", fi.Mode())
 				}
-				if got := euidAs(t, planted, 1234, 1234); got == "euid=0" && tc.args == nil {
+				if st.Gid == 0 && fi.Mode()&os.ModeSetgid != 0 && tc.args == nil {
+					t.Errorf("the sandbox planted a set-group-ID root binary: %v", fi.Mode())
+				}
+				got := euidAs(t, planted, 1234, 1234)
+				if (strings.Contains(got, "euid=0 ") || strings.HasSuffix(got, "egid=0")) && tc.args == nil {
 					t.Errorf("the planted binary gives another user %s", got)
 				}
 			}
@@ -524,5 +531,66 @@ func TestLogPathRefusals(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(target); string(data) != "keep\n" {
 		t.Errorf("the link's target was written: %q", data)
+	}
+}
+
+// TestChooseUser: without --user the command is never root nor in root's
+// group, whatever SUDO_UID, SUDO_GID and the working directory's owner
+// say; --user is taken as asked.
+func TestChooseUser(t *testing.T) {
+	nobody := uint32(sandbox.NobodyID)
+	dir := t.TempDir() // root's when run as root, CI's case
+	for _, tc := range []struct {
+		flag, sudoUID, sudoGID string
+		host, image            bool
+		uid, gid               uint32
+		why                    string
+	}{
+		{"", "", "", true, false, nobody, nobody, "nobody"},
+		{"", "0", "0", true, false, nobody, nobody, "nobody"}, // sudo from root
+		{"", "1000", "1000", true, false, 1000, 1000, "sudo"},
+		{"", "1000", "0", true, false, 1000, nobody, "sudo"},
+		{"", "", "", false, true, nobody, nobody, "nobody"},
+		{"0", "1000", "1000", true, false, 0, 0, "--user"},
+		{"1000:0", "", "", true, false, 1000, 0, "--user"},
+	} {
+		t.Setenv("SUDO_UID", tc.sudoUID)
+		t.Setenv("SUDO_GID", tc.sudoGID)
+		if os.Geteuid() != 0 && tc.host && tc.sudoUID == "" && tc.flag == "" {
+			continue // the directory is the tester's own
+		}
+		u, err := chooseUser(tc.flag, tc.host, tc.image, dir)
+		if err != nil || u.uid != tc.uid || u.gid != tc.gid || u.why != tc.why || u.keepImage != (tc.image && tc.why == "nobody") {
+			t.Errorf("chooseUser(%q, sudo %q:%q, host %v, image %v) = %+v, %v; want %d:%d (%s)",
+				tc.flag, tc.sudoUID, tc.sudoGID, tc.host, tc.image, u, err, tc.uid, tc.gid, tc.why)
+		}
+	}
+	if os.Geteuid() == 0 {
+		t.Setenv("SUDO_UID", "")
+		for _, owner := range [][2]int{{1000, 1000}, {1000, 0}} {
+			d := t.TempDir()
+			os.Chown(d, owner[0], owner[1])
+			want := uint32(owner[1])
+			if want == 0 {
+				want = nobody
+			}
+			if u, _ := chooseUser("", true, false, d); u.uid != 1000 || u.gid != want || u.why != "owner" {
+				t.Errorf("working directory of %d:%d: %+v, want 1000:%d", owner[0], owner[1], u, want)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		u    runUser
+		caps []string
+		want string
+	}{
+		{runUser{uid: 0, gid: 0}, nil, "--user 0"},
+		{runUser{uid: 1000, gid: 0}, nil, "group 0"},
+		{runUser{uid: 1000, gid: 1000}, []string{"CAP_SETFCAP"}, "--cap-add CAP_SETFCAP"},
+		{runUser{uid: 1000, gid: 1000}, []string{"CAP_NET_RAW"}, ""},
+	} {
+		if got := tc.u.note(false, dir, tc.caps); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("note for %+v with %v = %q, want it to say %q", tc.u, tc.caps, got, tc.want)
+		}
 	}
 }

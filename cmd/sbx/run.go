@@ -210,7 +210,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 	}
 	if !o.quiet {
-		if note := usr.note(hostLayout, cwd); note != "" {
+		if note := usr.note(hostLayout, cwd, capAdd); note != "" {
 			fmt.Fprintln(stderr, "sbx: "+note)
 		}
 	}

@@ -22,28 +22,37 @@ type runUser struct {
 }
 
 // chooseUser picks the command's user. --user wins, 0 included (host
-// root, asked for). Otherwise never root: under sudo the user who ran
-// sudo; with --rootfs host the owner of the working directory (which the
-// command shares read-write), unless that is root; an image's own user
-// unless that is root; else nobody. A root-owned working directory stays
-// unwritable to the command rather than make it host root: anything it
-// wrote there (a set-user-ID binary, say) would belong to root.
+// root, asked for). Otherwise never root, and never root's group: under
+// sudo the user who ran sudo; with --rootfs host the owner of the working
+// directory (which the command shares read-write), unless that is root;
+// an image's own user unless that is root; else nobody. A group 0 found
+// on the way (a directory of 1000:0, SUDO_GID=0) becomes nobody's group,
+// since root's group could plant set-group-ID binaries and read what only
+// root's group may. A root-owned working directory stays unwritable to
+// the command rather than make it host root: anything it wrote there (a
+// set-user-ID binary, say) would belong to root.
 func chooseUser(flag string, hostLayout, image bool, cwd string) (runUser, error) {
 	if flag != "" {
 		uid, gid, err := parseUser(flag)
 		return runUser{uid: uid, gid: gid, why: "--user"}, err
+	}
+	notRootGroup := func(gid uint32) uint32 {
+		if gid == 0 {
+			return sandbox.NobodyID
+		}
+		return gid
 	}
 	if u := os.Getenv("SUDO_UID"); u != "" && u != "0" {
 		uid, gid, err := parseUser(u + ":" + os.Getenv("SUDO_GID"))
 		if err != nil {
 			return runUser{}, fmt.Errorf("SUDO_UID=%s SUDO_GID=%s: %w", u, os.Getenv("SUDO_GID"), err)
 		}
-		return runUser{uid: uid, gid: gid, why: "sudo"}, nil
+		return runUser{uid: uid, gid: notRootGroup(gid), why: "sudo"}, nil
 	}
 	if hostLayout {
 		if fi, err := os.Stat(cwd); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
-				return runUser{uid: st.Uid, gid: st.Gid, why: "owner"}, nil
+				return runUser{uid: st.Uid, gid: notRootGroup(st.Gid), why: "owner"}, nil
 			}
 		}
 	}
@@ -51,11 +60,19 @@ func chooseUser(flag string, hostLayout, image bool, cwd string) (runUser, error
 }
 
 // note is what sbx run says about the user before the command starts, or
-// "": a warning when it is host root, and why it cannot write a working
-// directory that belongs to root.
-func (u runUser) note(hostLayout bool, cwd string) string {
-	if u.uid == 0 {
+// "": a warning when it is host root or root's group, or holds a
+// capability that reaches the host's files, and why it cannot write a
+// working directory that belongs to root.
+func (u runUser) note(hostLayout bool, cwd string, capAdd []string) string {
+	switch {
+	case u.uid == 0:
 		return "--user 0: the command runs as root on the host (without the capabilities sbx drops); what it writes in the working directory and -v mounts belongs to root, set-user-ID bits included"
+	case u.gid == 0:
+		return "--user with group 0: the command runs in root's group on the host; what it writes in the working directory and -v mounts belongs to that group, set-group-ID bits included"
+	}
+	if risky := slices.DeleteFunc(slices.Clone(capAdd), func(c string) bool { return c == "CAP_NET_RAW" }); len(risky) > 0 {
+		return fmt.Sprintf("--cap-add %s: the command can use it on the host's files in the working directory and -v mounts (set file capabilities, make device nodes, change owners or become another user there); give it only to code you would run as root",
+			strings.Join(risky, ", "))
 	}
 	if !hostLayout || u.why != "nobody" {
 		return ""

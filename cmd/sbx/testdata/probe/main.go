@@ -22,7 +22,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "euid":
-		fmt.Printf("euid=%d\n", os.Geteuid())
+		fmt.Printf("euid=%d egid=%d\n", os.Geteuid(), os.Getegid())
 	case "setcap":
 		// A version 2 security.capability: CAP_DAC_READ_SEARCH (2)
 		// permitted and effective.
