@@ -15,8 +15,8 @@
 // the sandbox's veth (Options.ListenInterface) and a connection from any
 // other address is closed unanswered (Config.Clients). Whatever the policy
 // says, it never dials its own addresses, this host's interface addresses
-// (loopback aside, which the guard handles) or the Fence networks (the
-// subnet pool of every sandbox).
+// (loopback aside, which the guard handles) or the Fence networks (sbx run
+// gives its subnet pool and the default one).
 //
 // The decision log (Log, Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -374,9 +376,41 @@ func TestLogInsideWritableMount(t *testing.T) {
 			t.Errorf("--log %s: sbx made directories before refusing", tc.log)
 		}
 	}
-	// A read-only volume is fine to log into.
-	if err := outsideOf(filepath.Join(vol, "d.jsonl"), nil); err != nil {
-		t.Errorf("outsideOf with no writable mounts: %v", err)
+}
+
+// TestOutsideOf: a path is refused when it, or any entry crossed on the
+// way to it (links followed one at a time), lies in a writable directory:
+// a link a sandbox planted in its working directory that points outside
+// is refused as well as a link outside pointing in; a read-only volume is
+// not writable.
+func TestOutsideOf(t *testing.T) {
+	work, outside, vol := t.TempDir(), t.TempDir(), t.TempDir()
+	os.Symlink(outside, filepath.Join(work, "logs"))      // planted by a sandbox
+	os.Symlink(work, filepath.Join(outside, "into-work")) // points in
+	os.Symlink("../"+filepath.Base(outside), filepath.Join(vol, "rel"))
+	l := rootfs.Layout{Mounts: []rootfs.Mount{
+		{Destination: work, Source: work, Type: "bind", Options: rootfs.ReadWriteBind},
+		{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadOnlyBind},
+		{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs"},
+	}}
+	writable := l.Writable()
+	if !slices.Equal(writable, []string{work}) {
+		t.Fatalf("Writable() = %q, want only %s", writable, work)
+	}
+	for path, refused := range map[string]bool{
+		filepath.Join(work, "d.jsonl"):                         true,
+		filepath.Join(work, "a", "b", "d.jsonl"):               true,
+		filepath.Join(work, "logs", "d.jsonl"):                 true, // a link in work, to outside
+		filepath.Join(outside, "into-work", "d.jsonl"):         true, // a link outside, into work
+		filepath.Join(outside, "d.jsonl"):                      false,
+		filepath.Join(vol, "d.jsonl"):                          false, // read-only volume
+		filepath.Join(vol, "rel", "d.jsonl"):                   false,
+		filepath.Join(work, "..", filepath.Base(outside), "x"): false,
+	} {
+		err := outsideOf(path, writable)
+		if (err != nil) != refused {
+			t.Errorf("outsideOf(%s) = %v, want refused %v", path, err, refused)
+		}
 	}
 }
 
@@ -454,7 +488,7 @@ func TestPrivilegedGatewayFence(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
 	ln, err := net.Listen("tcp", ":0") // the host's service, on every address
 	if err != nil {
 		t.Fatal(err)
@@ -477,9 +511,9 @@ func TestPrivilegedGatewayFence(t *testing.T) {
 	state := t.TempDir()
 	script := fmt.Sprintf(`GW=${HTTP_PROXY#http://}; GWIP=${GW%%:*}
 ask() { echo "--- $1"; printf 'GET http://%%s/ HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n\r\n' "$1" "$1" | nc $GWIP ${GW##*:}; }
-ask 10.213.253.2:8080
+ask 10.214.253.2:8080
 ask $GWIP:%[1]d
-ask 10.213.253.1:%[1]d
+ask 10.214.253.1:%[1]d
 ask 10.213.239.5:%[1]d`, port)
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.239.0/24",
 		"--log", filepath.Join(state, "log.jsonl"), "--allow", "10.0.0.0/8:*", "--allow-private", "10.0.0.0/8", "--", "sh", "-c", script)
@@ -502,8 +536,8 @@ ask 10.213.239.5:%[1]d`, port)
 }
 
 // TestLogPathRefusals: sbx gateway (and sbx run, through the same
-// gateway.Start) refuses a FIFO, a symbolic link and a file of another
-// owner at the --log path, at once and naming the problem, and leaves the
+// gateway.Start) refuses a FIFO, a symbolic link and (as root) a file of
+// another owner at the --log path, at once and naming the problem, and leaves the
 // link's target alone.
 func TestLogPathRefusals(t *testing.T) {
 	dir := t.TempDir()
@@ -514,7 +548,13 @@ func TestLogPathRefusals(t *testing.T) {
 	target := writeFile(t, "target", "keep\n")
 	link := filepath.Join(dir, "link")
 	os.Symlink(target, link)
-	for path, want := range map[string]string{fifo: "is a named pipe", link: "is a symbolic link"} {
+	cases := map[string]string{fifo: "is a named pipe", link: "is a symbolic link"}
+	if os.Geteuid() == 0 {
+		other := writeFile(t, "other", "")
+		os.Chown(other, 65534, 65534)
+		cases[other] = "is owned by uid 65534"
+	}
+	for path, want := range cases {
 		done := make(chan [3]any, 1)
 		go func() {
 			_, stderr, code := runCLI(t, "gateway", "--listen", "127.0.0.1:0", "--allow", "x.test", "--log", path)

@@ -202,12 +202,15 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 		layout.Mounts = append(layout.Mounts, m)
 	}
+	// The gateway refuses a link, a pipe or a file of another owner at the
+	// log's path; a path the sandbox can write, or reach the log through,
+	// is refused here, before anything is made.
 	if o.log != "" {
-		// The gateway refuses a link, a pipe or a file of another owner
-		// at the path; a path the sandbox can write is refused here.
 		if err := outsideOf(o.log, layout.Writable()); err != nil {
 			return 0, fmt.Errorf("--log %s: %w, so the sandbox could replace, rewrite or link the log; keep it outside the working directory and -v mounts (the default is %s/<id>/decisions.jsonl)", o.log, err, logRoot)
 		}
+	} else if err := outsideOf(logRoot, layout.Writable()); err != nil {
+		return 0, fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", logRoot, err)
 	}
 	if !o.quiet {
 		if note := usr.note(hostLayout, cwd, capAdd); note != "" {
@@ -331,10 +334,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			Sinks:     sinks,
 			Sandbox:   id,
 			// Only this sandbox may use its gateway, and the gateway dials
-			// no sandbox's address, whatever the policy allows.
+			// no address of this pool or the default one (sandboxes and
+			// their gateways), whatever the policy allows.
 			ListenInterface: names.HostVeth,
 			Clients:         []netip.Prefix{netip.PrefixFrom(sub.Sandbox, sub.Sandbox.BitLen())},
-			Fence:           []netip.Prefix{pool},
+			Fence:           []netip.Prefix{pool, sandbox.DefaultPool},
 		})
 		netErr <- err
 	}()

@@ -108,7 +108,7 @@ func TestPrivilegedRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
 	root := busyboxRoot(t)
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "decisions.jsonl")
@@ -119,8 +119,8 @@ ask blocked.test
 exit 7`
 	stdout, stderr, code := runCLI(t, "run", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.240.0/24", "--log", logFile,
-		"--allow", "allowed.test:8080", "--resolve", "allowed.test=10.213.253.2", "--resolve", "blocked.test=10.213.253.2",
-		"--allow-private", "10.213.253.0/30", "--", "sh", "-c", script)
+		"--allow", "allowed.test:8080", "--resolve", "allowed.test=10.214.253.2", "--resolve", "blocked.test=10.214.253.2",
+		"--allow-private", "10.214.253.0/30", "--", "sh", "-c", script)
 	if code != 7 {
 		t.Errorf("exit %d, want 7\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -313,7 +313,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
 	root := busyboxRoot(t)
 	for _, c := range []string{"sleep", "seq", "ping", "ls", "timeout"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
@@ -321,7 +321,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	common := []string{"run", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.242.0/24", "--quiet",
-		"--resolve", "later.test=10.213.253.2", "--allow-private", "10.213.253.0/30"}
+		"--resolve", "later.test=10.214.253.2", "--allow-private", "10.214.253.0/30"}
 	ask := `GW=${HTTP_PROXY#http://}
 ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
 `
@@ -341,7 +341,7 @@ ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: clo
 	// Each probe runs under timeout 1: one that has not failed within a
 	// second is reported SLOW, which is as bad as REACHED.
 	probes := fmt.Sprintf(`probe() { timeout 1 "$@" </dev/null >/dev/null 2>&1; rc=$?; case $rc in 0) echo "REACHED $name";; 124|137|143) echo "SLOW $name";; *) echo "failed $name";; esac; }
-for target in "%s 3128" "%s 22" "%s 8080" "10.213.253.2 8080" "10.213.253.1 22"; do name="tcp $target"; probe nc -w 2 $target; done
+for target in "%s 3128" "%s 22" "%s 8080" "10.214.253.2 8080" "10.214.253.1 22"; do name="tcp $target"; probe nc -w 2 $target; done
 name=icmp; probe ping -c 1 -W 2 %s
 IF=$(ls /sys/class/net | grep sbxc)
 name=ipv6; probe nc -w 2 "fe80::1%%$IF" 3128
@@ -422,7 +422,7 @@ func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
 	dir := t.TempDir()
 	bin := buildSbx(t)
 	root := busyboxRoot(t)
@@ -434,7 +434,7 @@ last() { printf 'GET http://up.test:8080/ HTTP/1.1\r\nHost: up.test\r\nConnectio
 trap 'echo got-term; last; exit 9' TERM; echo ready; while true; do sleep 0.1; done`
 	var out syncBuffer // written by exec's copying goroutine
 	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.244.0/24",
-		"--log", logFile, "--allow", "up.test:8080", "--resolve", "up.test=10.213.253.2", "--allow-private", "10.213.253.0/30",
+		"--log", logFile, "--allow", "up.test:8080", "--resolve", "up.test=10.214.253.2", "--allow-private", "10.214.253.0/30",
 		"--", "sh", "-c", script)
 	run.Stdout = &out
 	if err := run.Start(); err != nil {
@@ -592,7 +592,7 @@ func TestPrivilegedOperate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.213.253.1/30", "10.213.253.2/30", "10.213.253.2:8080")
+	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
 	root := busyboxRoot(t)
 	for _, c := range []string{"sleep", "seq"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
@@ -607,7 +607,7 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 	bin := buildSbx(t)
 	run := exec.Command(bin, "run", "--quiet", "--name", "agent", "--rootfs", root, "--state-dir", state,
 		"--subnet-pool", "10.213.247.0/24", "--log", logFile,
-		"--resolve", "later.test=10.213.253.2", "--allow-private", "10.213.253.0/30", "--", "sh", "-c", loop)
+		"--resolve", "later.test=10.214.253.2", "--allow-private", "10.214.253.0/30", "--", "sh", "-c", loop)
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -663,7 +663,7 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 		t.Errorf("policy remove:\n%s", out)
 	}
 	pfile := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pfile, []byte("default: block\nallow_private: [10.213.253.0/30]\nrules:\n  - {id: again, host: later.test, ports: [8080], action: allow}\n"), 0o644)
+	os.WriteFile(pfile, []byte("default: block\nallow_private: [10.214.253.0/30]\nrules:\n  - {id: again, host: later.test, ports: [8080], action: allow}\n"), 0o644)
 	if out := cli(append([]string{"policy", "replace"}, append(sb, pfile)...)...); !strings.Contains(out, "policy replaced") {
 		t.Errorf("policy replace:\n%s", out)
 	}

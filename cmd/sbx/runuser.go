@@ -166,41 +166,73 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// outsideOf returns an error when path lies in (or is) one of dirs, after
-// symbolic links are resolved as far as the path exists.
+// outsideOf returns an error when path lies in one of dirs, or when
+// reaching it goes through an entry that does: every directory entry on
+// the way is checked where it really is, and symbolic links are followed
+// one by one, so neither a link inside dirs (planted by a sandbox that
+// can write there, pointing anywhere) nor a link elsewhere pointing into
+// dirs gets past. dirs are compared with their own links resolved.
 func outsideOf(path string, dirs []string) error {
-	p, err := resolveExisting(path)
-	if err != nil {
-		return err
-	}
+	var roots []string
 	for _, d := range dirs {
-		rd, err := resolveExisting(d)
+		rd, err := filepath.EvalSymlinks(d)
 		if err != nil {
 			return err
 		}
-		if rel, err := filepath.Rel(rd, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			return fmt.Errorf("it lies in %s, which the sandbox can write", d)
-		}
+		roots = append(roots, rd)
 	}
-	return nil
-}
-
-// resolveExisting makes path absolute and resolves the symbolic links of
-// its longest existing prefix; the rest is appended as it is.
-func resolveExisting(path string) (string, error) {
+	inside := func(p string) (string, bool) {
+		for i, r := range roots {
+			if rel, err := filepath.Rel(r, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return dirs[i], true
+			}
+		}
+		return "", false
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", err
+		return err
 	}
-	rest := ""
-	for dir := abs; ; dir = filepath.Dir(dir) {
-		real, err := filepath.EvalSymlinks(dir)
-		if err == nil {
-			return filepath.Join(real, rest), nil
+	at, rest := "/", strings.Split(abs, "/")
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			at = filepath.Dir(at)
+			continue
 		}
-		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
-			return "", err
+		next := filepath.Join(at, c)
+		if d, ok := inside(next); ok {
+			if next == filepath.Clean(abs) {
+				return fmt.Errorf("it lies in %s, which the sandbox can write", d)
+			}
+			return fmt.Errorf("reaching it goes through %s, in %s, which the sandbox can write", next, d)
 		}
-		rest = filepath.Join(filepath.Base(dir), rest)
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			at = next // nothing below a missing entry can be a link
+			continue
+		case err != nil:
+			return err
+		case fi.Mode()&fs.ModeSymlink == 0:
+			at = next
+			continue
+		}
+		if links++; links > 40 {
+			return fmt.Errorf("too many symbolic links on the way to it")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(target) {
+			at = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
 	}
+	return nil
 }
