@@ -402,10 +402,10 @@ type budgetedSink interface {
 	// is closed; the Log then numbers its record seq+1. now is the
 	// current time, or zero when the sink is to read its clock.
 	reserveDropped(seq uint64, at dropPoint, now time.Time) bool
-	// writeBudgeted is WriteRecord for a record that the sink may leave
-	// out when it is over budget, unless policy says it is a policy
-	// record. now is as for reserveDropped.
-	writeBudgeted(seq uint64, line []byte, policy bool, now time.Time) error
+	// writeBudgeted is WriteRecord for r, encoded as line, which the sink
+	// may leave out when it is over budget (never a policy record). now
+	// is as for reserveDropped.
+	writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error
 }
 
 // dropPoint says when a budgetedSink is asked to write a dropped record.
@@ -460,7 +460,7 @@ func (l *Log) Emit(r *Record) uint64 {
 	for i, s := range l.sinks {
 		var err error
 		if b := l.budgets[i]; b != nil {
-			err = b.writeBudgeted(r.Seq, l.buf, policy, now)
+			err = b.writeBudgeted(r.Seq, l.buf, r, now)
 		} else {
 			err = s.WriteRecord(r.Seq, l.buf)
 		}

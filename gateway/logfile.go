@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"os"
 	"path/filepath"
@@ -90,17 +91,18 @@ type FileSink struct {
 	w         *bufio.Writer
 	pending   bool // written since the last flush, and the flusher was kicked
 	closed    bool
-	size      int64     // bytes in the file: at open, plus written since
-	tokens    float64   // of the rate limit's bucket
-	refilled  time.Time // when tokens was brought up to date
-	since     time.Time // when the first uncounted record was left out
-	overRate  bool      // an uncounted record was left out for the rate
-	overSize  bool      // an uncounted record was left out for the size
-	lastDrop  time.Time // when the last dropped record was made
-	lastSeq   uint64    // the highest seq written, left out or reserved
-	staged    []byte    // a dropped record reserved by the Log, with its newline; nil when none
-	stagedFor uint64    // how many left-out records staged counts
-	dropBuf   []byte    // staged's memory, reused
+	size      int64               // bytes in the file: at open, plus written since
+	tokens    float64             // of the rate limit's bucket
+	refilled  time.Time           // when tokens was brought up to date
+	since     time.Time           // when the first uncounted record was left out
+	overRate  bool                // an uncounted record was left out for the rate
+	overSize  bool                // an uncounted record was left out for the size
+	lastDrop  time.Time           // when the last dropped record was made
+	lastSeq   uint64              // the highest seq written, left out or reserved
+	staged    []byte              // a dropped record reserved by the Log, with its newline; nil when none
+	stagedFor uint64              // how many left-out records staged counts
+	dropBuf   []byte              // staged's memory, reused
+	flood     map[uint64]struct{} // targets written over the rate since the bucket was full (novel)
 }
 
 // OpenFileSink opens the file at path for appending, creating its missing
@@ -264,7 +266,7 @@ func (s *FileSink) flushLoop() {
 // WriteRecord appends line, the record numbered seq, to the buffer, or
 // leaves it out when it is over the sink's budget (which is not an error).
 func (s *FileSink) WriteRecord(seq uint64, line []byte) error {
-	return s.writeBudgeted(seq, line, false, time.Time{})
+	return s.writeBudgeted(seq, line, nil, time.Time{})
 }
 
 // clock returns the current time for the budget: from the sink's own
@@ -285,7 +287,7 @@ func (s *FileSink) clock(now time.Time) time.Time {
 // writeBudgeted writes the dropped record reserved for this record, if
 // any, then line, unless line is over the budget and policy is false.
 // now is the current time, or zero.
-func (s *FileSink) writeBudgeted(seq uint64, line []byte, policy bool, now time.Time) error {
+func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -297,39 +299,83 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, policy bool, now time.
 			return err
 		}
 	}
-	if !policy && !s.admit(len(line), now) {
+	if (r == nil || r.Event != EventPolicy) && !s.admit(len(line), r, now) {
 		return nil
 	}
 	return s.write(line)
 }
 
-// admit reports whether a record of n bytes is within the budget, and
+// admit reports whether a record r of n bytes is within the budget, and
 // takes it from the budget if so; if not, it counts the record as left
-// out. now is the current time, or zero. s.mu is held.
-func (s *FileSink) admit(n int, now time.Time) bool {
-	if s.rate > 0 {
-		now = s.clock(now)
-		s.refill(now)
-		if s.tokens < 1 {
-			s.leaveOut(now, &s.overRate)
-			return false
-		}
-	}
+// out. Over the rate, a record for a target the flood has not shown yet
+// is still written (see novel): a flood of requests to one place cannot
+// hide one to another. now is the current time, or zero. s.mu is held.
+func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
 	if int64(n) > s.maxBytes-s.size {
 		s.leaveOut(s.clock(now), &s.overSize)
 		return false
 	}
 	if s.rate > 0 {
+		now = s.clock(now)
+		s.refill(now)
+		if s.tokens < 1 {
+			if !s.novel(r) {
+				s.leaveOut(now, &s.overRate)
+				return false
+			}
+			return true
+		}
 		s.tokens--
+		if s.flood != nil {
+			s.novel(r) // during a flood, what is written is seen
+		}
 	}
 	return true
 }
+
+// maxNovel bounds the targets a flood can have written over the rate
+// limit, each once, between two times the rate's bucket is full.
+const maxNovel = 4096
+
+// novel reports whether r names a target (event, kind, host, port,
+// action) not seen since the rate's bucket was last full, and remembers
+// it: once a flood has had maxNovel targets written this way, none is.
+// The targets are forgotten when the bucket fills again. s.mu is held.
+func (s *FileSink) novel(r *Record) bool {
+	if r == nil || r.Host == "" || len(s.flood) >= maxNovel {
+		return false // no target (a dropped or conn record), or too many
+	}
+	var h maphash.Hash
+	h.SetSeed(floodSeed)
+	h.WriteString(r.Event)
+	h.WriteByte(0)
+	h.WriteString(r.Kind)
+	h.WriteByte(0)
+	h.WriteString(r.Host)
+	h.WriteByte(0)
+	h.WriteString(r.Action)
+	key := h.Sum64() ^ uint64(r.Port)<<48
+	if s.flood == nil {
+		s.flood = map[uint64]struct{}{}
+	}
+	if _, seen := s.flood[key]; seen {
+		return false
+	}
+	s.flood[key] = struct{}{}
+	return true
+}
+
+// floodSeed seeds the hash of novel's targets.
+var floodSeed = maphash.MakeSeed()
 
 // refill adds the tokens earned since the last refill, up to the burst.
 func (s *FileSink) refill(now time.Time) {
 	if d := now.Sub(s.refilled); d > 0 {
 		s.tokens = min(s.burst, s.tokens+d.Seconds()*s.rate)
 		s.refilled = now
+		if s.tokens == s.burst && s.flood != nil {
+			clear(s.flood) // the flood is over
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -542,5 +543,58 @@ func TestUnsafeLogFileErrorMessage(t *testing.T) {
 		if got := tt.err.Error(); got != tt.want {
 			t.Errorf("%+v:\ngot  %s\nwant %s", tt.err, got, tt.want)
 		}
+	}
+}
+
+// TestFileSinkFloodCannotHideANewTarget: a sandbox floods the log with
+// blocked requests to one host, then contacts another once: the file
+// holds that request's decision and close, so an audit sees it, while
+// the flood itself stays within the budget (one record per target over
+// the rate until the bucket is full again, at most maxNovel targets).
+func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
+	fs, path, clock := lfOpen(t, FileSinkOptions{RatePerSecond: 10, Burst: 100})
+	l := NewLog("sb", fs)
+	flood := func(n int) {
+		for range n {
+			l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: "noise.test", Port: 80, Action: "block"})
+			clock.Advance(time.Millisecond)
+		}
+	}
+	flood(10_000)
+	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&Record{Event: EventClose, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
+	flood(10_000)
+	// Many targets: at most maxNovel of them are written over the rate.
+	for i := range 2 * maxNovel {
+		l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, line := range dlReadLines(t, path) {
+		lines = append(lines, string(line))
+	}
+	var exfil, noise, many int
+	for _, line := range lines {
+		switch {
+		case strings.Contains(line, `"host":"exfil.test"`):
+			exfil++
+		case strings.Contains(line, `"host":"noise.test"`):
+			noise++
+		case strings.Contains(line, `"host":"h`):
+			many++
+		}
+	}
+	if exfil != 2 {
+		t.Errorf("got %d records of exfil.test, want its decision and close (the repeat counted)", exfil)
+	}
+	// 100 burst + 10/s over 20 s of flood, and one over the rate.
+	if noise > 100+10*20+2 {
+		t.Errorf("got %d records of the flooded host, want the budget's", noise)
+	}
+	if many > maxNovel {
+		t.Errorf("got %d records of distinct hosts over the rate, want at most %d", many, maxNovel)
 	}
 }
