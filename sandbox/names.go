@@ -45,6 +45,7 @@ type Names struct {
 	InnerVeth string // the veth end in the namespace, sbxc<id>
 	ChainIn   string // host filter chain for packets from the sandbox to the host
 	ChainFwd  string // host filter chain for packets the host would forward
+	ChainGW   string // host filter chain for packets to the gateway from elsewhere
 	Comment   string // the comment on every iptables rule, sbx:<id>
 }
 
@@ -60,6 +61,7 @@ func NamesFor(id string) (Names, error) {
 		InnerVeth: "sbxc" + id,
 		ChainIn:   "SBX-" + id + "-IN",
 		ChainFwd:  "SBX-" + id + "-FWD",
+		ChainGW:   "SBX-" + id + "-GW",
 		Comment:   "sbx:" + id,
 	}, nil
 }

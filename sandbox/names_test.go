@@ -28,7 +28,7 @@ func TestIDsAndNames(t *testing.T) {
 			t.Errorf("interface name %q is longer than 15 bytes", ifname)
 		}
 	}
-	for _, chain := range []string{n.ChainIn, n.ChainFwd} {
+	for _, chain := range []string{n.ChainIn, n.ChainGW, n.ChainFwd} {
 		if len(chain) > 28 {
 			t.Errorf("chain name %q is longer than iptables' 28 characters", chain)
 		}

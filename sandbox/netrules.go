@@ -85,8 +85,8 @@ func HostTeardownRules(n Names) (v4, v6 string) {
 		r.line("COMMIT")
 		return r.b.String()
 	}
-	v4 = build([][3]string{{"INPUT", "-i", n.ChainIn}, {"FORWARD", "-i", n.ChainFwd}, {"FORWARD", "-o", n.ChainFwd}},
-		[]string{n.ChainIn, n.ChainFwd})
+	v4 = build([][3]string{{"INPUT", "-i", n.ChainIn}, {"INPUT", "! -i", n.ChainGW}, {"FORWARD", "-i", n.ChainFwd}, {"FORWARD", "-o", n.ChainFwd}},
+		[]string{n.ChainIn, n.ChainGW, n.ChainFwd})
 	v6 = build([][3]string{{"INPUT", "-i", n.ChainIn}, {"FORWARD", "-i", n.ChainIn}, {"FORWARD", "-o", n.ChainIn}},
 		[]string{n.ChainIn})
 	return v4, v6
@@ -96,18 +96,23 @@ func HostTeardownRules(n Names) (v4, v6 string) {
 // iptables-restore --noflush: a chain per direction for this sandbox, so
 // that from its veth only TCP to the gateway's port is accepted and
 // nothing is forwarded either way, whatever the namespace's own rules say
-// (the second layer of DESIGN.md §2). IPv6 from or to the veth is dropped
-// whole.
+// (the second layer of DESIGN.md §2); and a chain that refuses the
+// gateway's port to anything that does not come in through the veth (a
+// process on the host, another interface): the gateway serves its
+// sandbox alone. IPv6 from or to the veth is dropped whole.
 func (p NetPlan) HostRules() (v4, v6 string) {
 	n := p.Names
 	r := rules{comment: n.Comment}
 	r.line("*filter")
 	r.line(":" + n.ChainIn + " - [0:0]")
 	r.line(":" + n.ChainFwd + " - [0:0]")
+	r.line(":" + n.ChainGW + " - [0:0]")
 	r.rule("-A %s -d %s/32 -p tcp --dport %d -m conntrack --ctstate NEW,ESTABLISHED -j ACCEPT", n.ChainIn, p.Subnet.Host, p.GatewayPort)
 	r.rule("-A %s -p tcp -j REJECT --reject-with tcp-reset", n.ChainIn)
 	r.rule("-A %s -j REJECT --reject-with icmp-admin-prohibited", n.ChainIn)
 	r.rule("-A %s -j DROP", n.ChainFwd)
+	r.rule("-A %s -d %s/32 -p tcp --dport %d -j REJECT --reject-with tcp-reset", n.ChainGW, p.Subnet.Host, p.GatewayPort)
+	r.rule("-I INPUT 1 ! -i %s -j %s", n.HostVeth, n.ChainGW)
 	r.rule("-I INPUT 1 -i %s -j %s", n.HostVeth, n.ChainIn)
 	r.rule("-I FORWARD 1 -i %s -j %s", n.HostVeth, n.ChainFwd)
 	r.rule("-I FORWARD 1 -o %s -j %s", n.HostVeth, n.ChainFwd)

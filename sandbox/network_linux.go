@@ -299,7 +299,7 @@ func removeHostRules(proto iptables.Protocol, n Names) error {
 			}
 		}
 	}
-	for _, chain := range []string{n.ChainIn, n.ChainFwd} {
+	for _, chain := range []string{n.ChainIn, n.ChainGW, n.ChainFwd} {
 		exists, err := ipt.ChainExists("filter", chain)
 		if err != nil {
 			errs = multierror.Append(errs, err)

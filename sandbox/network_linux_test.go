@@ -3,12 +3,14 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +153,21 @@ func TestPrivilegedNetwork(t *testing.T) {
 		}
 		return probes
 	}
+	// From the host itself (another interface: lo) the gateway's port is
+	// refused by the host's rules, though the same listener answers the
+	// sandbox below: the gateway serves its sandbox alone. Another port
+	// of the address is the host's business.
+	if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(sub.Host, 3128).String(), time.Second); err == nil {
+		c.Close()
+		t.Errorf("a host process reached the gateway's port: the host's rules let in what did not come through %s", names.HostVeth)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a host process dialing the gateway's port: %v, want refused at once", err)
+	}
+	if c, err := net.DialTimeout("tcp", other.Addr().String(), time.Second); err != nil {
+		t.Errorf("a host process dialing another port of the gateway's address: %v, want it reached", err)
+	} else {
+		c.Close()
+	}
 	for _, p := range probeFromInside("3s") {
 		want := p.Name == "gateway port"
 		if p.OK != want {
@@ -239,7 +256,7 @@ func assertNetworkGone(t *testing.T, n Names) {
 				}
 			}
 		}
-		for _, chain := range []string{n.ChainIn, n.ChainFwd} {
+		for _, chain := range []string{n.ChainIn, n.ChainGW, n.ChainFwd} {
 			if ok, _ := ipt.ChainExists("filter", chain); ok {
 				t.Errorf("chain %s left (%v)", chain, proto)
 			}
