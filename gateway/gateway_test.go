@@ -102,16 +102,7 @@ func (g *testGateway) client(t *testing.T, tlsSrv *httptest.Server) *http.Client
 // records returns every record the gateway logged so far, decoded.
 func (g *testGateway) records(t *testing.T) []map[string]any {
 	t.Helper()
-	lines, _ := g.ring.Since(0, 10000)
-	var recs []map[string]any
-	for _, l := range lines {
-		var m map[string]any
-		if err := json.Unmarshal(l, &m); err != nil {
-			t.Fatalf("record %q: %v", l, err)
-		}
-		recs = append(recs, m)
-	}
-	return recs
+	return ringRecords(t, g.ring)
 }
 
 // lastDecision waits for and returns the last decision record.
