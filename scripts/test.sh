@@ -7,7 +7,10 @@
 #   scripts/test.sh ./netpolicy/... # only some packages
 #
 # Privileged tests (named TestPrivileged*) need root and skip, saying so,
-# without it. CI runs this script as root through .ci/run.
+# without it. As root, or with SBX_REQUIRE_PRIVILEGED=1, a privileged test
+# that skips fails the run instead: CI runs this script as root through
+# .ci/run, which sets it. The tests' output goes through scripts/testreport,
+# which ends with a list of the tests that skipped and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,5 +42,21 @@ GOOS=darwin go vet "${pkgs[@]}"
 # sandbox and cmd/sbx look at every sbx-named namespace, veth and chain on
 # the machine, so another package's test sandbox, running at the same time
 # with its state in its own directory, would look like a leftover to them.
+#
+# go test -json feeds scripts/testreport, built first so that its own
+# build does not mix with the tests' output. TestPrivilegedNetworkHelper
+# is allowed to skip: it does its work only when TestPrivilegedNetwork
+# starts it inside a namespace.
+report_dir=$(mktemp -d)
+trap 'rm -rf "$report_dir"' EXIT
+go build -o "$report_dir/testreport" ./scripts/testreport
 log "go test -race"
-go test -race -count=1 -p 1 "${pkgs[@]}"
+set +e
+go test -json -race -count=1 -p 1 "${pkgs[@]}" |
+	"$report_dir/testreport" -allow-skip TestPrivilegedNetworkHelper
+status=("${PIPESTATUS[@]}")
+set -e
+if [ "${status[0]}" -ne 0 ]; then
+	exit "${status[0]}"
+fi
+exit "${status[1]}"
