@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -204,7 +205,7 @@ func (c *Containerd) Close() error { return c.client.Close() }
 // cannot be run. When ctx is cancelled the command gets SIGTERM, and
 // SIGKILL after grace.
 func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, grace time.Duration) (code int, retErr error) {
-	t, err := c.Create(ctx, cs, stdio)
+	t, err := c.create(ctx, cs, stdio)
 	var se *StartError
 	if errors.As(err, &se) {
 		return se.Code, nil
@@ -221,9 +222,9 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 }
 
 // Task is a container whose process is created, in its namespaces, but
-// not started: nothing of the command runs until Run. Creating it while
+// not started: nothing of the command runs until Start. Creating it while
 // the sandbox's network is still being set up saves most of containerd's
-// start time; the network must be complete before Run.
+// start time; the network must be complete before Start.
 type Task struct {
 	id      string
 	c       *Containerd
@@ -232,8 +233,8 @@ type Task struct {
 	exitCh  <-chan containerd.ExitStatus
 	in      io.Reader
 	eof     chan struct{}
-	started chan struct{} // closed by Run once the command runs: stdin flows from then
-	exited  bool          // Run saw the command's end
+	started chan struct{} // closed by Start once the command runs: stdin flows from then
+	exited  atomic.Bool   // Wait saw the command's end
 	deleted bool
 	// cleanupCtx outlives the caller's context: Delete and the stdin
 	// closer use it. cancel ends the stdin closer and the stdin gate.
@@ -243,9 +244,18 @@ type Task struct {
 
 // Create creates cs's container and its task. The netns at cs.NetnsPath
 // must exist. A command that cannot be run is a *StartError. On error
-// nothing is left. Standard input is not read before Run starts the
+// nothing is left. Standard input is not read before Start starts the
 // command, so none of it is lost when the sandbox fails to start.
-func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *Task, retErr error) {
+func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error) {
+	t, err := c.create(ctx, cs, stdio)
+	if err != nil {
+		return nil, err // not a nil *Task in a non-nil interface
+	}
+	return t, nil
+}
+
+// create is Create with the concrete result.
+func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *Task, retErr error) {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
 	t := &Task{id: cs.ID, c: c, eof: make(chan struct{}), started: make(chan struct{})}
 	t.cleanupCtx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -309,18 +319,16 @@ func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 	return t, nil
 }
 
-// Run starts the command and waits for its end, returning its exit code:
-// ExitNotFound or ExitCannotExecute, with a nil error, when it cannot be
-// run. When ctx is cancelled the command gets SIGTERM, and SIGKILL after
-// grace. Exited tells afterwards whether Run saw the command end.
-func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
+// Start starts the command: a *StartError when it cannot be run (not
+// found, not executable). From then on standard input flows to it.
+func (t *Task) Start(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
 	task := t.task
 	if err := task.Start(ctx); err != nil {
 		if code, ok := startFailure(err); ok {
-			return code, nil
+			return &StartError{Code: code, Err: err}
 		}
-		return -1, fmt.Errorf("starting %s: %w", t.id, err)
+		return fmt.Errorf("starting %s: %w", t.id, err)
 	}
 	close(t.started)
 	if t.in != nil {
@@ -333,29 +341,59 @@ func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
 			}
 		}()
 	}
-	ended := func(st containerd.ExitStatus) (int, error) {
-		code, at, err := st.Result()
-		t.exited = err == nil && !at.IsZero()
-		return int(code), err
-	}
-	select {
-	case st := <-t.exitCh:
-		return ended(st)
-	case <-ctx.Done():
-	}
-	task.Kill(t.cleanupCtx, syscall.SIGTERM)
-	select {
-	case st := <-t.exitCh:
-		return ended(st)
-	case <-time.After(grace):
-	}
-	task.Kill(t.cleanupCtx, syscall.SIGKILL)
-	return ended(<-t.exitCh)
+	return nil
 }
 
-// Exited reports whether Run saw the command end. When it did not (Run
+// Wait waits for the started command's end and returns its exit code, or
+// ctx's error when ctx ends first. Only one Wait may end with the exit.
+func (t *Task) Wait(ctx context.Context) (int, error) {
+	select {
+	case st := <-t.exitCh:
+		code, at, err := st.Result()
+		t.exited.Store(err == nil && !at.IsZero())
+		return int(code), err
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Signal sends sig to the command (to the init, which passes it on to the
+// command's process group).
+func (t *Task) Signal(ctx context.Context, sig syscall.Signal) error {
+	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	return t.task.Kill(ctx, sig)
+}
+
+// Run starts the command and waits for its end, returning its exit code:
+// ExitNotFound or ExitCannotExecute, with a nil error, when it cannot be
+// run. When ctx is cancelled the command gets SIGTERM, and SIGKILL after
+// grace. Exited tells afterwards whether Run saw the command end.
+func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
+	if err := t.Start(ctx); err != nil {
+		var se *StartError
+		if errors.As(err, &se) {
+			return se.Code, nil
+		}
+		return -1, err
+	}
+	// Wait's error is its context's only when the exit was not taken.
+	if code, err := t.Wait(ctx); err == nil || err != ctx.Err() {
+		return code, err
+	}
+	cleanup := t.cleanupCtx
+	t.Signal(cleanup, syscall.SIGTERM)
+	graceCtx, cancel := context.WithTimeout(cleanup, grace)
+	defer cancel()
+	if code, err := t.Wait(graceCtx); err == nil || err != graceCtx.Err() {
+		return code, err
+	}
+	t.Signal(cleanup, syscall.SIGKILL)
+	return t.Wait(cleanup)
+}
+
+// Exited reports whether Wait saw the command end. When it did not (it
 // failed, or containerd stopped answering), the command may still run.
-func (t *Task) Exited() bool { return t.exited }
+func (t *Task) Exited() bool { return t.exited.Load() }
 
 // deleteTimeout bounds Delete; a variable for the tests.
 var deleteTimeout = 30 * time.Second

@@ -311,7 +311,7 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"cat"}}
 
 	spy := &readSpy{}
-	task, err := cd.Create(ctx, spec, Stdio{In: spy})
+	task, err := cd.create(ctx, spec, Stdio{In: spy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	task, err = cd.Create(ctx, spec, Stdio{In: strings.NewReader("hello\n"), Out: &out})
+	task, err = cd.create(ctx, spec, Stdio{In: strings.NewReader("hello\n"), Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}

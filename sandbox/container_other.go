@@ -24,24 +24,10 @@ func (c *Containerd) Run(ctx context.Context, cs ContainerSpec, stdio Stdio, gra
 	return -1, errors.ErrUnsupported
 }
 
-// Task needs Linux.
-type Task struct{}
-
 // Create needs Linux.
-func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (*Task, error) {
+func (c *Containerd) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error) {
 	return nil, errors.ErrUnsupported
 }
-
-// Run needs Linux.
-func (t *Task) Run(ctx context.Context, grace time.Duration) (int, error) {
-	return -1, errors.ErrUnsupported
-}
-
-// Delete does nothing.
-func (t *Task) Delete() error { return nil }
-
-// Exited is false.
-func (t *Task) Exited() bool { return false }
 
 // ContainerIDs needs Linux.
 func (c *Containerd) ContainerIDs(ctx context.Context) ([]string, error) {

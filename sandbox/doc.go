@@ -9,11 +9,15 @@
 // without root; the parts that change the kernel are tested by
 // TestPrivileged* tests, which need root.
 //
-// A sandbox starts in overlapping steps: CreateNamespace makes the empty
-// namespace; then SetupNetwork (rules loaded before any link is up) and
-// Containerd.Create (the container and its process, created but not
-// started) run at once; Task.Run starts the command only after both. Run
-// does the container's part in one call.
+// Start runs a sandbox's whole life from a Spec, and Wait, Stop and Close
+// end it; sbx run only maps its flags to a Spec. The container runtime is
+// a Runtime (*Containerd) and the gateway a StartGateway function that
+// the caller provides, so this package imports no gateway. A sandbox
+// starts in overlapping steps: CreateNamespace makes the empty namespace;
+// then SetupNetwork (rules loaded before any link is up) followed by the
+// gateway, and Runtime.Create (the container and its process, created but
+// not started), run at once; the command starts only after both. A failed
+// Start undoes what it made, in reverse.
 //
 // The container runs as the ContainerSpec's user (sbx run never picks host
 // root unasked), with none of DroppedCapabilities unless CapAdd gives one

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,9 +27,8 @@ import (
 
 // Where sbx run keeps a sandbox's state and logs (DESIGN.md §7).
 const (
-	logRoot     = "/var/lib/sbx/sandboxes"
-	hostRoot    = "/var/lib/sbx/hostroot" // the skeleton root of --rootfs host
-	gatewayPort = 3128
+	logRoot  = "/var/lib/sbx/sandboxes"
+	hostRoot = "/var/lib/sbx/hostroot" // the skeleton root of --rootfs host
 )
 
 // exitSbxFailed is sbx run's exit code when sbx itself fails (DESIGN.md §7).
@@ -239,60 +238,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	defer cd.Close()
 
-	id, err := sandbox.NewID()
-	if err != nil {
-		return 0, err
-	}
-	names, _ := sandbox.NamesFor(id)
-	pid, start, err := sandbox.Owner()
-	if err != nil {
-		return 0, err
-	}
-	// Teardown runs in reverse order on a context Ctrl-C cannot cancel,
-	// collecting every failure.
-	var undo []func() error
-	defer func() {
-		var errs *multierror.Error
-		for i := len(undo) - 1; i >= 0; i-- {
-			if err := undo[i](); err != nil {
-				errs = multierror.Append(errs, err)
-			}
-		}
-		if err := errs.ErrorOrNil(); err != nil {
-			retErr = multierror.Append(retErr, fmt.Errorf("tearing down sandbox %s: %w", id, err))
-		}
-	}()
-	teardownCtx := context.WithoutCancel(ctx)
-
-	sub, err := sandbox.Reserve(o.stateDir, pool, sandbox.State{ID: id, PID: pid, PIDStart: start,
-		GatewayPort: gatewayPort, Command: args, Created: time.Now().UTC(), Name: o.name})
-	if err != nil {
-		return 0, err
-	}
-	undo = append(undo, func() error { return sandbox.Release(o.stateDir, id) })
-	plan := sandbox.NetPlan{Names: names, Subnet: sub, GatewayPort: gatewayPort}
-	teardownNetwork := onlyOnce(func() error { return sandbox.TeardownNetwork(teardownCtx, names) })
-	undo = append(undo, teardownNetwork)
-	if err := sandbox.CreateNamespace(names); err != nil {
-		return 0, err
-	}
-
-	logFile := o.log
-	if logFile == "" {
-		logFile = filepath.Join(logRoot, id, "decisions.jsonl")
-	}
 	var sinks []gateway.Sink
 	if !o.quiet && !o.tty {
 		sinks = append(sinks, &liveSink{w: stderr})
 	}
-	stateDir := filepath.Join(o.stateDir, id)
-	proxy := "http://" + net.JoinHostPort(sub.Host.String(), strconv.Itoa(gatewayPort))
-	env := []string{
-		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
-		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
-	}
-	env = append(env, layout.Env...)
-	env = append(env, o.env...)
 	var stdin io.Reader
 	if o.stdin {
 		stdin = cmd.InOrStdin()
@@ -301,58 +250,45 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	for _, m := range layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
 	}
-
 	initPath := sandbox.FindInit()
 	if initPath == "" && !o.quiet {
 		fmt.Fprintln(stderr, "sbx: no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it")
 	}
-
-	// The network and gateway on one side, containerd's container and task
-	// (most of the start time) on the other, at once: the task is created
-	// in the namespace but its command starts only after both are done, so
-	// it never runs before its rules are in place.
-	var gw *gateway.Gateway
-	var task *sandbox.Task
-	netErr, ctrErr := make(chan error, 1), make(chan error, 1)
-	go func() {
-		if err := sandbox.SetupNetwork(ctx, plan); err != nil {
-			netErr <- err
-			return
+	logFile := o.log
+	startGateway := func(ctx context.Context, c sandbox.GatewayConfig) (io.Closer, error) {
+		if logFile == "" {
+			logFile = filepath.Join(logRoot, c.ID, "decisions.jsonl")
 		}
-		// The gateway lives until the container is gone, not until the
-		// signal: a command winding down after SIGTERM still gets its
-		// requests decided and logged.
-		var err error
-		gw, err = gateway.Start(teardownCtx, gateway.Options{
-			Listen:    netip.AddrPortFrom(sub.Host, gatewayPort).String(),
-			API:       append([]string{"unix:" + filepath.Join(stateDir, "api.sock")}, o.api...),
-			TokenFile: filepath.Join(stateDir, "token"),
+		return gateway.Start(ctx, gateway.Options{
+			Listen:    c.Listen.String(),
+			API:       append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, o.api...),
+			TokenFile: filepath.Join(c.StateDir, "token"),
 			Policy:    p,
 			Resolver:  res,
 			LogFile:   logFile,
 			LogLimits: logLimits,
 			Sinks:     sinks,
-			Sandbox:   id,
-			// Only this sandbox may use its gateway, and the gateway dials
-			// no address of this pool or the default one (sandboxes and
-			// their gateways), whatever the policy allows.
-			ListenInterface: names.HostVeth,
-			Clients:         []netip.Prefix{netip.PrefixFrom(sub.Sandbox, sub.Sandbox.BitLen())},
-			Fence:           []netip.Prefix{pool, sandbox.DefaultPool},
+			Sandbox:   c.ID,
+			// Only this sandbox may use its gateway, and the gateway
+			// dials no sandbox's address, whatever the policy allows.
+			ListenInterface: c.Interface,
+			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
+			Fence:           c.Fence,
 		})
-		netErr <- err
-	}()
-	go func() {
-		var err error
-		task, err = cd.Create(ctx, sandbox.ContainerSpec{
-			ID:            id,
-			NetnsPath:     "/var/run/netns/" + names.Netns,
+	}
+	s, err := sandbox.Start(ctx, sandbox.Spec{
+		Name:     o.name,
+		Command:  args,
+		StateDir: o.stateDir,
+		Pool:     pool,
+		Runtime:  cd,
+		Gateway:  startGateway,
+		Container: sandbox.ContainerSpec{
 			RootFS:        layout.Root,
 			Image:         o.image,
 			Mounts:        mounts,
 			Masked:        layout.Masked,
-			Args:          args,
-			Env:           env,
+			Env:           append(slices.Clip(layout.Env), o.env...),
 			Cwd:           layout.Cwd,
 			UID:           usr.uid,
 			GID:           usr.gid,
@@ -361,51 +297,32 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			Limits:        limits,
 			TTY:           o.tty,
 			Init:          initPath,
-		}, sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr})
-		ctrErr <- err
-	}()
-	errNet, errCtr := <-netErr, <-ctrErr
-	closeGateway := func() error {
-		if gw == nil {
-			return nil
-		}
-		return gw.Close()
-	}
-	deleteTask := func() error {
-		if task == nil {
-			return cd.RemoveContainer(teardownCtx, id) // whatever a failed create left
-		}
-		return task.Delete()
-	}
-	// The gateway outlives the container. Once the command is seen to have
-	// ended (its PID namespace ends with it) the container's removal and
-	// the gateway's close and network teardown overlap; otherwise (it
-	// never started, or containerd stopped answering) they go in order.
-	undo = append(undo, func() error {
-		var err error
-		if task != nil && task.Exited() {
-			taskErr := make(chan error, 1)
-			go func() { taskErr <- deleteTask() }()
-			err = multierror.Append(closeGateway(), teardownNetwork(), <-taskErr).ErrorOrNil()
-		} else {
-			err = multierror.Append(deleteTask(), closeGateway(), teardownNetwork()).ErrorOrNil()
-		}
-		if gw != nil { // after the command's output, which deleteTask drains
-			fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", id, logFile)
-		}
-		return err
+		},
+		Stdio: sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr},
 	})
 	var se *sandbox.StartError
-	if errNet == nil && errors.As(errCtr, &se) {
+	if errors.As(err, &se) {
 		return se.Code, nil
 	}
-	if err := multierror.Append(nil, errNet, errCtr).ErrorOrNil(); err != nil {
+	if err != nil {
 		return 0, err
 	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			retErr = multierror.Append(retErr, err)
+		}
+		// After the command's output, which the container's removal drains.
+		fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", s.ID, logFile)
+	}()
 	if !o.quiet {
-		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", id, proxy)
+		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", s.ID, s.Proxy)
 	}
-	return task.Run(ctx, 10*time.Second)
+	// Ctrl-C or SIGTERM: the command gets SIGTERM, and SIGKILL after 10 s.
+	code, err = s.Wait(ctx)
+	if ctx.Err() != nil && err == ctx.Err() {
+		code, err = s.Stop(10 * time.Second)
+	}
+	return code, err
 }
 
 // lockedWriter serializes writes to w.
@@ -418,16 +335,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
-}
-
-// onlyOnce returns a func that runs fn the first time it is called and
-// returns nil after.
-func onlyOnce(fn func() error) func() error {
-	var once sync.Once
-	return func() (err error) {
-		once.Do(func() { err = fn() })
-		return err
-	}
 }
 
 // parseVolume parses -v SRC:DST[:ro|rw] into a bind mount.

@@ -1,0 +1,323 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// DefaultGatewayPort is the port a sandbox's gateway listens on, on the
+// host end of its veth.
+const DefaultGatewayPort = 3128
+
+// Runtime runs a sandbox's container: *Containerd, and later Docker. It is
+// what Start and GC need of one.
+type Runtime interface {
+	ContainerRuntime
+	// Create creates cs's container with its process created but not
+	// started, in the network namespace at cs.NetnsPath; a command that
+	// cannot be run is a *StartError. On error nothing is left.
+	Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error)
+}
+
+// Container is a container made by a Runtime, whose command runs from
+// Start.
+type Container interface {
+	// Start starts the command: a *StartError when it cannot be run.
+	Start(ctx context.Context) error
+	// Wait waits for the command's end and returns its exit code, or
+	// ctx's error when ctx ends first.
+	Wait(ctx context.Context) (int, error)
+	// Signal sends sig to the command.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Exited reports whether Wait saw the command end.
+	Exited() bool
+	// Delete kills what is left and removes the container; it is safe to
+	// call more than once.
+	Delete() error
+}
+
+// GatewayConfig is where a sandbox's gateway listens and what it serves:
+// only Client, on Interface, never dialing Fence.
+type GatewayConfig struct {
+	// ID is the sandbox's id.
+	ID string
+	// Listen is the host end's address and the gateway's port.
+	Listen netip.AddrPort
+	// Interface is the host end of the sandbox's veth, sbxh<id>.
+	Interface string
+	// Client is the sandbox's address, the only client to serve.
+	Client netip.Addr
+	// Fence are networks the gateway must never dial: the sandbox's pool
+	// and DefaultPool.
+	Fence []netip.Prefix
+	// StateDir is the sandbox's directory in the state directory, where
+	// its management API's socket and token go.
+	StateDir string
+}
+
+// StartGateway starts a sandbox's gateway once its network is up, and
+// returns what stops it. ctx is not cancelled by a signal to the
+// sandbox: the gateway outlives the command's winding down.
+type StartGateway func(ctx context.Context, c GatewayConfig) (io.Closer, error)
+
+// Spec is what Start makes. Runtime, Gateway and Command are required;
+// every other zero field has the default its comment names.
+type Spec struct {
+	// Name labels the sandbox in sbx ps.
+	Name string
+	// Command is the command and its arguments.
+	Command []string
+	// StateDir is where running sandboxes are recorded; "" means
+	// DefaultStateDir.
+	StateDir string
+	// Pool is where the sandbox's /30 comes from; the zero value means
+	// DefaultPool.
+	Pool netip.Prefix
+	// GatewayPort is the gateway's port; 0 means DefaultGatewayPort.
+	GatewayPort uint16
+	// Runtime runs the container.
+	Runtime Runtime
+	// Gateway starts the gateway.
+	Gateway StartGateway
+	// Container is what runs; Start sets its ID, NetnsPath and Args, and
+	// puts the proxy variables (HTTP_PROXY, ..., SBX_SANDBOX) before its
+	// Env.
+	Container ContainerSpec
+	// Stdio are the command's streams.
+	Stdio Stdio
+}
+
+// Sandbox is a running sandbox made by Start. Wait, Stop and Close may be
+// called from different goroutines; Close must always be called.
+type Sandbox struct {
+	// ID is the sandbox's id; Names its kernel objects; Subnet its /30.
+	ID     string
+	Names  Names
+	Subnet Subnet
+	// Proxy is the gateway's URL, as the command finds it in HTTP_PROXY.
+	Proxy string
+
+	spec      Spec
+	container Container
+	gateway   io.Closer
+	undo      []func() error // what Close undoes, in reverse
+
+	done     chan struct{} // closed when the command's end is known
+	code     int
+	waitErr  error
+	closeErr error
+	closed   sync.Once
+}
+
+// Start makes a sandbox and starts its command: it reserves a subnet and
+// records the sandbox in spec.StateDir, creates the network namespace,
+// then sets up the network (rules before links) and starts the gateway
+// while the runtime creates the container, and starts the command only
+// when both are done, so that it never runs before its rules. A command
+// that cannot be run is a *StartError (its Code is the shell's exit code).
+// On error nothing is left.
+func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
+	if spec.Runtime == nil || spec.Gateway == nil || len(spec.Command) == 0 {
+		return nil, errors.New("sandbox: Spec.Runtime, Spec.Gateway and Spec.Command are required")
+	}
+	if spec.StateDir == "" {
+		spec.StateDir = DefaultStateDir
+	}
+	if !spec.Pool.IsValid() {
+		spec.Pool = DefaultPool
+	}
+	if spec.GatewayPort == 0 {
+		spec.GatewayPort = DefaultGatewayPort
+	}
+	id, err := NewID()
+	if err != nil {
+		return nil, err
+	}
+	names, _ := NamesFor(id)
+	pid, pidStart, err := Owner()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sandbox{ID: id, Names: names, spec: spec, done: make(chan struct{})}
+	defer func() {
+		if retErr != nil {
+			if err := s.teardown(); err != nil {
+				retErr = multierror.Append(retErr, err)
+			}
+		}
+	}()
+	// Teardown runs on a context Ctrl-C cannot cancel.
+	teardownCtx := context.WithoutCancel(ctx)
+
+	s.Subnet, err = Reserve(spec.StateDir, spec.Pool, State{ID: id, PID: pid, PIDStart: pidStart,
+		GatewayPort: spec.GatewayPort, Command: spec.Command, Created: time.Now().UTC(), Name: spec.Name})
+	if err != nil {
+		return nil, err
+	}
+	s.undo = append(s.undo, func() error { return Release(spec.StateDir, id) })
+	teardownNetwork := onlyOnce(func() error { return TeardownNetwork(teardownCtx, names) })
+	s.undo = append(s.undo, teardownNetwork)
+	if err := CreateNamespace(names); err != nil {
+		return nil, err
+	}
+
+	gw := netip.AddrPortFrom(s.Subnet.Host, spec.GatewayPort)
+	s.Proxy = "http://" + net.JoinHostPort(gw.Addr().String(), strconv.Itoa(int(gw.Port())))
+	cs := spec.Container
+	cs.ID, cs.NetnsPath, cs.Args = id, "/var/run/netns/"+names.Netns, spec.Command
+	cs.Env = append([]string{
+		"HTTP_PROXY=" + s.Proxy, "HTTPS_PROXY=" + s.Proxy, "http_proxy=" + s.Proxy, "https_proxy=" + s.Proxy,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
+	}, cs.Env...)
+
+	// The network and gateway on one side, the runtime's container (most
+	// of the start time) on the other, at once.
+	netErr, ctrErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: s.Subnet, GatewayPort: spec.GatewayPort}); err != nil {
+			netErr <- err
+			return
+		}
+		var err error
+		s.gateway, err = spec.Gateway(teardownCtx, GatewayConfig{
+			ID: id, Listen: gw, Interface: names.HostVeth, Client: s.Subnet.Sandbox,
+			Fence: fence(spec.Pool), StateDir: filepath.Join(spec.StateDir, id),
+		})
+		netErr <- err
+	}()
+	go func() {
+		var err error
+		s.container, err = spec.Runtime.Create(ctx, cs, spec.Stdio)
+		ctrErr <- err
+	}()
+	errNet, errCtr := <-netErr, <-ctrErr
+	// The gateway outlives the container: it is closed after (or, once
+	// the command is seen to have ended, beside) the container's removal.
+	s.undo = append(s.undo, func() error { return s.removeAll(teardownNetwork) })
+	var se *StartError
+	if errNet == nil && errors.As(errCtr, &se) {
+		return nil, errCtr
+	}
+	if err := multierror.Append(nil, errNet, errCtr).ErrorOrNil(); err != nil {
+		return nil, err
+	}
+	if err := s.container.Start(ctx); err != nil {
+		return nil, err
+	}
+	// Ends when the command ends, or when Close deletes the container.
+	go func() {
+		s.code, s.waitErr = s.container.Wait(context.WithoutCancel(ctx))
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// fence returns the networks a sandbox's gateway never dials.
+func fence(pool netip.Prefix) []netip.Prefix {
+	if pool == DefaultPool {
+		return []netip.Prefix{pool}
+	}
+	return []netip.Prefix{pool, DefaultPool}
+}
+
+// removeAll removes the container and closes the gateway, then tears
+// the network down. Once the command is seen to have ended (its PID
+// namespace ends with it) the container's removal overlaps the rest;
+// otherwise (it never started, or the runtime stopped answering) they go
+// in order, so that nothing of it runs with its network half gone.
+func (s *Sandbox) removeAll(teardownNetwork func() error) error {
+	deleteContainer := func() error {
+		if s.container == nil {
+			return s.spec.Runtime.RemoveContainer(context.Background(), s.ID) // whatever a failed create left
+		}
+		return s.container.Delete()
+	}
+	closeGateway := func() error {
+		if s.gateway == nil {
+			return nil
+		}
+		return s.gateway.Close()
+	}
+	if s.container != nil && s.container.Exited() {
+		ctrErr := make(chan error, 1)
+		go func() { ctrErr <- deleteContainer() }()
+		return multierror.Append(closeGateway(), teardownNetwork(), <-ctrErr).ErrorOrNil()
+	}
+	return multierror.Append(deleteContainer(), closeGateway(), teardownNetwork()).ErrorOrNil()
+}
+
+// Wait waits for the command's end and returns its exit code, or ctx's
+// error when ctx ends first.
+func (s *Sandbox) Wait(ctx context.Context) (int, error) {
+	select {
+	case <-s.done:
+		return s.code, s.waitErr
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Stop sends the command SIGTERM, and SIGKILL when it has not ended after
+// grace, and returns its exit code. The gateway goes on deciding what the
+// command does meanwhile.
+func (s *Sandbox) Stop(grace time.Duration) (int, error) {
+	select {
+	case <-s.done:
+		return s.code, s.waitErr
+	default:
+	}
+	ctx := context.Background()
+	s.container.Signal(ctx, syscall.SIGTERM)
+	graceCtx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	if code, err := s.Wait(graceCtx); err == nil || err != graceCtx.Err() {
+		return code, err
+	}
+	s.container.Signal(ctx, syscall.SIGKILL)
+	return s.Wait(ctx)
+}
+
+// Close removes the container (killing what is left of the command),
+// closes the gateway, tears the network down and forgets the sandbox, in
+// that order where it matters, and returns every failure. It is safe to
+// call more than once.
+func (s *Sandbox) Close() error {
+	s.closed.Do(func() { s.closeErr = s.teardown() })
+	return s.closeErr
+}
+
+// teardown runs the undo steps in reverse, collecting every failure.
+func (s *Sandbox) teardown() error {
+	var errs *multierror.Error
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		if err := s.undo[i](); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	s.undo = nil
+	if err := errs.ErrorOrNil(); err != nil {
+		return fmt.Errorf("tearing down sandbox %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// onlyOnce returns a func that runs fn the first time it is called and
+// returns nil after.
+func onlyOnce(fn func() error) func() error {
+	var once sync.Once
+	return func() (err error) {
+		once.Do(func() { err = fn() })
+		return err
+	}
+}

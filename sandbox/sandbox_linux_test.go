@@ -1,0 +1,178 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeGateway answers every connection with "gateway-ok" on the address
+// Start gives it, and records what it was given.
+type fakeGateway struct {
+	cfg    GatewayConfig
+	ln     net.Listener
+	closed bool
+	fail   error
+}
+
+func (g *fakeGateway) start(_ context.Context, c GatewayConfig) (io.Closer, error) {
+	g.cfg = c
+	if g.fail != nil {
+		return nil, g.fail
+	}
+	ln, err := net.Listen("tcp", c.Listen.String())
+	if err != nil {
+		return nil, err
+	}
+	g.ln = ln
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(conn, "gateway-ok\n")
+			conn.Close()
+		}
+	}()
+	return g, nil
+}
+
+func (g *fakeGateway) Close() error { g.closed = true; return g.ln.Close() }
+
+// startSpec is a Spec for a busybox sandbox in its own state directory and
+// pool, running script.
+func startSpec(t *testing.T, cd *Containerd, gw *fakeGateway, script string, out io.Writer) Spec {
+	t.Helper()
+	root := busyboxRootfs(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "nc"))
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	return Spec{
+		Command:   []string{"sh", "-c", script},
+		StateDir:  t.TempDir(),
+		Pool:      netip.MustParsePrefix("10.213.233.0/24"),
+		Runtime:   cd,
+		Gateway:   gw.start,
+		Container: ContainerSpec{RootFS: root, UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
+		Stdio:     Stdio{Out: out, Err: out},
+	}
+}
+
+// assertSandboxGone checks that nothing of sandbox id is left: state,
+// network, container.
+func assertSandboxGone(t *testing.T, cd *Containerd, stateDir, id string) {
+	t.Helper()
+	n, _ := NamesFor(id)
+	assertNetworkGone(t, n)
+	if _, err := Load(stateDir, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("state of %s left: %v", id, err)
+	}
+	ids, _ := cd.ContainerIDs(context.Background())
+	for _, c := range ids {
+		if c == id {
+			t.Errorf("container %s left", id)
+		}
+	}
+}
+
+// TestPrivilegedStart runs a sandbox through the library: the command
+// reaches the gateway Start started (with the proxy in its environment),
+// Wait returns its exit code, Close leaves nothing; Stop ends a command
+// that would run on with SIGTERM's exit code; a command that cannot be
+// run and a gateway that cannot start leave nothing either.
+func TestPrivilegedStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+
+	t.Run("run", func(t *testing.T) {
+		var out strings.Builder
+		gw := &fakeGateway{}
+		spec := startSpec(t, cd, gw, `GW=${HTTP_PROXY#http://}; nc ${GW%:*} ${GW##*:} </dev/null; echo "sandbox=$SBX_SANDBOX"; exit 7`, &out)
+		s, err := Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		code, err := s.Wait(ctx)
+		if err != nil || code != 7 {
+			t.Errorf("Wait = %d, %v; want 7", code, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if !strings.Contains(out.String(), "gateway-ok") || !strings.Contains(out.String(), "sandbox="+s.ID) {
+			t.Errorf("output %q: the command did not reach the gateway or lacks SBX_SANDBOX", out.String())
+		}
+		if gw.cfg.Interface != s.Names.HostVeth || gw.cfg.Client != s.Subnet.Sandbox || !gw.closed {
+			t.Errorf("gateway given %+v (closed %v), want interface %s, client %s, closed", gw.cfg, gw.closed, s.Names.HostVeth, s.Subnet.Sandbox)
+		}
+		assertSandboxGone(t, cd, spec.StateDir, s.ID)
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		gw := &fakeGateway{}
+		spec := startSpec(t, cd, gw, `trap 'exit 143' TERM; while true; do sleep 0.1; done`, io.Discard)
+		s, err := Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := s.Wait(waitCtx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait on a running command: %v, want the context's deadline", err)
+		}
+		if code, err := s.Stop(5 * time.Second); err != nil || code != 143 {
+			t.Errorf("Stop = %d, %v; want 143", code, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		assertSandboxGone(t, cd, spec.StateDir, s.ID)
+	})
+
+	t.Run("not found", func(t *testing.T) {
+		gw := &fakeGateway{}
+		spec := startSpec(t, cd, gw, "", io.Discard)
+		spec.Command = []string{"/no/such/command"}
+		s, err := Start(ctx, spec)
+		var se *StartError
+		if !errors.As(err, &se) || se.Code != ExitNotFound {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("Start of a missing command: %v, want a StartError %d", err, ExitNotFound)
+		}
+		if !gw.closed {
+			t.Errorf("the gateway was left running")
+		}
+		assertSandboxGone(t, cd, spec.StateDir, gw.cfg.ID)
+	})
+
+	t.Run("gateway fails", func(t *testing.T) {
+		gw := &fakeGateway{fail: errors.New("no gateway today")}
+		spec := startSpec(t, cd, gw, "true", io.Discard)
+		s, err := Start(ctx, spec)
+		if err == nil || !strings.Contains(err.Error(), "no gateway today") {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("Start with a failing gateway: %v", err)
+		}
+		assertSandboxGone(t, cd, spec.StateDir, gw.cfg.ID)
+	})
+}
