@@ -26,9 +26,9 @@ type probe struct {
 	Elapsed time.Duration `json:"elapsed"`
 }
 
-// TestPrivilegedNetworkHelper runs inside the namespace when the test
+// TestNetworkProbeHelper runs inside the namespace when the test
 // binary is started there by TestPrivilegedNetwork; on its own it skips.
-func TestPrivilegedNetworkHelper(t *testing.T) {
+func TestNetworkProbeHelper(t *testing.T) {
 	gw, other, ifname := os.Getenv("SBX_PROBE_GATEWAY"), os.Getenv("SBX_PROBE_OTHER"), os.Getenv("SBX_PROBE_IF")
 	if gw == "" {
 		t.Skip("runs only inside a sandbox namespace, started by TestPrivilegedNetwork")
@@ -135,7 +135,7 @@ func TestPrivilegedNetwork(t *testing.T) {
 
 	probeFromInside := func(timeout string) []probe {
 		t.Helper()
-		cmd := exec.Command("ip", "netns", "exec", names.Netns, os.Args[0], "-test.run", "^TestPrivilegedNetworkHelper$", "-test.v")
+		cmd := exec.Command("ip", "netns", "exec", names.Netns, os.Args[0], "-test.run", "^TestNetworkProbeHelper$", "-test.v")
 		cmd.Env = append(os.Environ(),
 			"SBX_PROBE_GATEWAY="+netip.AddrPortFrom(sub.Host, 3128).String(),
 			"SBX_PROBE_OTHER="+other.Addr().String(),

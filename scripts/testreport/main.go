@@ -187,7 +187,7 @@ func run(in io.Reader, w io.Writer, opt options) (int, error) {
 		if line != "" {
 			var ev event
 			if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &ev) == nil && ev.Action != "" {
-				if ev.Action == "output" || ev.Action == "build-output" {
+				if (ev.Action == "output" || ev.Action == "build-output") && !progressLine(ev.Output) {
 					io.WriteString(w, ev.Output)
 				}
 				r.add(ev)
@@ -254,4 +254,17 @@ func (r *report) summarize(w io.Writer, opt options) int {
 		fmt.Fprintf(w, "==> privileged tests must run (%s), but %d skipped: %s\n", opt.why, len(badSkips), strings.Join(badSkips, ", "))
 	}
 	return code
+}
+
+// progressLine reports whether an output line is one that go test -json
+// adds for every test (=== RUN, --- PASS and the like): left out, the
+// stream reads like go test without -v, with every failure and log line.
+func progressLine(line string) bool {
+	t := strings.TrimLeft(line, " ")
+	for _, p := range []string{"=== RUN", "=== PAUSE", "=== CONT", "=== NAME", "--- PASS:"} {
+		if strings.HasPrefix(t, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -96,7 +96,7 @@ func TestRun(t *testing.T) {
 		wantCode: 1,
 		wantOut: []string{
 			// The stream, as it came.
-			"=== RUN   TestPass\n    x_test.go:7: hello\n--- PASS: TestPass (0.00s)\n",
+			"    x_test.go:7: hello\n",
 			"    x_test.go:7: got 1, want 2\n--- FAIL: TestFail (0.00s)\n",
 			"FAIL\texample.com/p\t0.01s\n",
 			// The summary.
@@ -168,7 +168,7 @@ func TestRun(t *testing.T) {
 		name:     "lines that are not events pass through",
 		in:       "go: downloading example.com/q v1.0.0\n" + stream(t, join(start, pass, pkgEnd("pass"))...) + "no newline at the end",
 		wantCode: 0,
-		wantOut:  []string{"go: downloading example.com/q v1.0.0\n=== RUN   TestPass\n", "ok  \texample.com/p\t0.01s\n", "no newline at the end", "==> no test skipped\n"},
+		wantOut:  []string{"go: downloading example.com/q v1.0.0\n    x_test.go:7: hello\n", "ok  \texample.com/p\t0.01s\n", "no newline at the end", "==> no test skipped\n"},
 		notOut:   []string{`"Action"`},
 	}, {
 		name:     "empty input",
@@ -234,5 +234,18 @@ func TestRunKeepsMessageOfLongTest(t *testing.T) {
 	}
 	if n := len(summary); n > 2*maxKept {
 		t.Errorf("summary is %d bytes, want at most %d", n, 2*maxKept)
+	}
+}
+
+// TestProgressLinesAreLeftOut: the lines go test -json adds for every
+// test are not echoed; a test's own lines and failures are.
+func TestProgressLinesAreLeftOut(t *testing.T) {
+	for line, want := range map[string]bool{
+		"=== RUN   TestX\n": true, "    --- PASS: TestX/a (0.00s)\n": true, "=== CONT  TestX\n": true,
+		"--- FAIL: TestX (0.00s)\n": false, "    x_test.go:7: hello\n": false, "ok  \tp\t0.1s\n": false,
+	} {
+		if got := progressLine(line); got != want {
+			t.Errorf("progressLine(%q) = %v, want %v", line, got, want)
+		}
 	}
 }
