@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,14 +52,25 @@ func OwnerAlive(st State) bool {
 }
 
 // Leftovers returns the ids of sandboxes whose sbx run process is gone but
-// whose state or kernel objects remain: state directories with a dead
-// owner, and namespaces, veths and iptables chains named after a sandbox
-// id that no live sandbox has. Objects not named as sbx names them are
-// never considered.
+// whose state or kernel objects remain: state directories (in stateDir or
+// any registered in RegistryDir) with a dead owner, and namespaces, veths,
+// iptables chains and containers named after a sandbox id that no live
+// sandbox has. A sandbox whose owner lives is never a leftover, whatever
+// state directory it was started with. Objects not named as sbx names
+// them are never considered.
 func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
 	states, err := List(stateDir)
 	if err != nil {
 		return nil, err
+	}
+	// Sandboxes recorded in other state directories are in the registry:
+	// live ones are left alone, dead ones are leftovers too.
+	reg, err := listRegistered()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reg {
+		states = append(states, r.State)
 	}
 	live := map[string]bool{}
 	found := map[string]bool{}
@@ -152,6 +165,13 @@ func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, er
 			errs = multierror.Append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 			continue
 		}
+		// Its state: where the registry says it was kept, and here.
+		if dir, ok := registeredDir(id); ok {
+			if err := Release(dir, id); err != nil {
+				errs = multierror.Append(errs, err)
+				continue
+			}
+		}
 		if err := Release(stateDir, id); err != nil {
 			errs = multierror.Append(errs, err)
 			continue
@@ -159,6 +179,17 @@ func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, er
 		cleaned = append(cleaned, id)
 	}
 	return cleaned, errs.ErrorOrNil()
+}
+
+// registeredDir returns the state directory that sandbox id was
+// registered with, if it is registered.
+func registeredDir(id string) (string, bool) {
+	data, err := os.ReadFile(filepath.Join(RegistryDir, id+".json"))
+	var r registered
+	if err != nil || json.Unmarshal(data, &r) != nil {
+		return "", false
+	}
+	return r.StateDir, r.StateDir != ""
 }
 
 // Owner returns this process's pid and start time, to record in State so

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -36,12 +37,9 @@ func TestPrivilegedGC(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create namespaces, veths and iptables rules (CI runs as root)")
 	}
-	// GC looks at every sbx-named object on the machine; with real
-	// sandboxes running, their objects would count as leftovers of this
-	// test's state directory.
-	if real, _ := List(DefaultStateDir); len(real) > 0 {
-		t.Skipf("%d sandboxes are running on this machine (%s); GC would count them as leftovers", len(real), DefaultStateDir)
-	}
+	// GC looks at every sbx-named object on the machine: sandboxes that
+	// run meanwhile, with state elsewhere (real ones in /run/sbx, or other
+	// tests'), are registered, and must be left alone.
 	ctx := context.Background()
 	dir := t.TempDir()
 	dead := exec.Command("true")
@@ -73,7 +71,35 @@ func TestPrivilegedGC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Two more, recorded in another state directory and registered: one
+	// whose owner lives (it must be left alone), one whose owner is gone
+	// (a leftover, whose state there GC removes too).
+	elsewhere := t.TempDir()
+	idOtherLive, _ := NewID()
+	idOtherDead, _ := NewID()
+	for _, st := range []State{{ID: idOtherLive, PID: pid, PIDStart: start}, {ID: idOtherDead, PID: dead.Process.Pid}} {
+		t.Cleanup(func() { Release(elsewhere, st.ID) })
+		if err := writeState(elsewhere, st); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeJSON(filepath.Join(RegistryDir, st.ID+".json"), registered{st, elsewhere}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The live one has a namespace, which GC finds by its name.
+	otherNames, _ := NamesFor(idOtherLive)
+	t.Cleanup(func() { TeardownNetwork(ctx, otherNames) })
+	if err := CreateNamespace(otherNames); err != nil {
+		t.Fatal(err)
+	}
 	left, err := Leftovers(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(left, idOtherLive) || !slices.Contains(left, idOtherDead) {
+		t.Errorf("Leftovers = %v: want %s (registered elsewhere, owner gone) and not %s (registered elsewhere, owner alive)", left, idOtherDead, idOtherLive)
+	}
+	left, err = Leftovers(ctx, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,5 +124,14 @@ func TestPrivilegedGC(t *testing.T) {
 	}
 	if _, err := Load(dir, idLive); err != nil {
 		t.Errorf("GC removed the live sandbox's state: %v", err)
+	}
+	if _, err := Load(elsewhere, idOtherLive); err != nil {
+		t.Errorf("GC removed the state of a live sandbox of another state directory: %v", err)
+	}
+	if _, err := os.Stat("/var/run/netns/" + otherNames.Netns); err != nil {
+		t.Errorf("GC removed the namespace of a live sandbox of another state directory: %v", err)
+	}
+	if _, err := Load(elsewhere, idOtherDead); err == nil {
+		t.Errorf("GC left the state of a dead sandbox of another state directory")
 	}
 }

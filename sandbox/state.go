@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -31,19 +32,40 @@ type State struct {
 	Created     time.Time    `json:"created"`
 }
 
-// Reserve picks a free /30 of pool for sandbox id and records it (with
-// st's other fields) in dir/<id>/state.json, under an exclusive lock on
-// dir/.lock so that sandboxes started at the same time, by different
-// processes, never get the same subnet. The caller removes dir/<id> with
-// Release when the sandbox is gone.
+// RegistryDir records every sandbox of this machine, whatever state
+// directory it was started with: its state and where that is kept.
+// Reserve gives out no subnet that a registered sandbox holds, and GC
+// counts a registered sandbox whose owner lives as live, so sandboxes
+// recorded in different state directories (tests, say) never share a
+// subnet or collect each other. A variable for unprivileged tests.
+var RegistryDir = "/run/sbx/.registry"
+
+// registered is a sandbox's entry in RegistryDir.
+type registered struct {
+	State
+	StateDir string `json:"state_dir"`
+}
+
+// Reserve picks a /30 of pool that no sandbox of this machine holds for
+// sandbox id and records it (with st's other fields) in dir/<id>/state.json
+// and in RegistryDir, under an exclusive lock on RegistryDir/.lock so that
+// sandboxes started at the same time, by different processes and with
+// different state directories, never get the same subnet. The caller
+// removes both with Release when the sandbox is gone.
 func Reserve(dir string, pool netip.Prefix, st State) (Subnet, error) {
 	if err := CheckID(st.ID); err != nil {
 		return Subnet{}, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Subnet{}, fmt.Errorf("creating the state directory: %w", err)
+	for _, d := range []string{dir, RegistryDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return Subnet{}, fmt.Errorf("creating the state directory: %w", err)
+		}
 	}
-	unlock, err := lockDir(dir)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Subnet{}, err
+	}
+	unlock, err := lockDir(RegistryDir)
 	if err != nil {
 		return Subnet{}, err
 	}
@@ -51,6 +73,13 @@ func Reserve(dir string, pool netip.Prefix, st State) (Subnet, error) {
 	states, err := List(dir)
 	if err != nil {
 		return Subnet{}, err
+	}
+	reg, err := listRegistered()
+	if err != nil {
+		return Subnet{}, err
+	}
+	for _, r := range reg {
+		states = append(states, r.State)
 	}
 	used := make([]netip.Prefix, 0, len(states))
 	for _, s := range states {
@@ -64,14 +93,18 @@ func Reserve(dir string, pool netip.Prefix, st State) (Subnet, error) {
 		return Subnet{}, err
 	}
 	st.Subnet = sub.Prefix
+	if err := writeJSON(filepath.Join(RegistryDir, st.ID+".json"), registered{st, abs}); err != nil {
+		return Subnet{}, fmt.Errorf("registering sandbox %s: %w", st.ID, err)
+	}
 	if err := writeState(dir, st); err != nil {
+		os.Remove(filepath.Join(RegistryDir, st.ID+".json"))
 		return Subnet{}, err
 	}
 	return sub, nil
 }
 
-// Release removes the state directory of sandbox id. A missing one is no
-// error.
+// Release removes the state directory of sandbox id and its entry in
+// RegistryDir. Missing ones are no error.
 func Release(dir, id string) error {
 	if err := CheckID(id); err != nil {
 		return err
@@ -79,7 +112,38 @@ func Release(dir, id string) error {
 	if err := os.RemoveAll(filepath.Join(dir, id)); err != nil {
 		return fmt.Errorf("removing the state of sandbox %s: %w", id, err)
 	}
+	if err := os.Remove(filepath.Join(RegistryDir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unregistering sandbox %s: %w", id, err)
+	}
 	return nil
+}
+
+// listRegistered returns RegistryDir's entries, skipping what cannot be
+// read (an entry being written or removed).
+func listRegistered() ([]registered, error) {
+	entries, err := os.ReadDir(RegistryDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var reg []registered
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || CheckID(id) != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(RegistryDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var r registered
+		if json.Unmarshal(data, &r) == nil && r.ID == id {
+			reg = append(reg, r)
+		}
+	}
+	return reg, nil
 }
 
 // Load reads the state of sandbox id; ErrNotFound when there is none.
@@ -128,24 +192,29 @@ func List(dir string) ([]State, error) {
 	return states, nil
 }
 
-// writeState writes dir/<id>/state.json atomically (write, then rename).
+// writeState writes dir/<id>/state.json atomically.
 func writeState(dir string, st State) error {
 	sdir := filepath.Join(dir, st.ID)
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
 		return fmt.Errorf("creating the state of sandbox %s: %w", st.ID, err)
 	}
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(sdir, ".state.json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("writing the state of sandbox %s: %w", st.ID, err)
-	}
-	if err := os.Rename(tmp, filepath.Join(sdir, "state.json")); err != nil {
+	if err := writeJSON(filepath.Join(sdir, "state.json"), st); err != nil {
 		return fmt.Errorf("writing the state of sandbox %s: %w", st.ID, err)
 	}
 	return nil
+}
+
+// writeJSON writes v to path atomically (write, then rename), mode 0600.
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // lockDir takes an exclusive flock on dir/.lock and returns its release.

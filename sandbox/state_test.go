@@ -11,7 +11,17 @@ import (
 	"testing"
 )
 
+// testRegistry points RegistryDir at a directory of the test's own.
+func testRegistry(t *testing.T) string {
+	t.Helper()
+	was := RegistryDir
+	RegistryDir = t.TempDir()
+	t.Cleanup(func() { RegistryDir = was })
+	return RegistryDir
+}
+
 func TestReserveReleaseList(t *testing.T) {
+	reg := testRegistry(t)
 	dir := t.TempDir()
 	pool := netip.MustParsePrefix("10.213.0.0/29") // two /30s
 	a, err := Reserve(dir, pool, State{ID: "aaaaaaaa", PID: 1})
@@ -48,6 +58,33 @@ func TestReserveReleaseList(t *testing.T) {
 	if fi, err := os.Stat(dir + "/cccccccc/state.json"); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("state file: %v %v, want mode 0600", fi, err)
 	}
+	if _, err := os.Stat(reg + "/aaaaaaaa.json"); !os.IsNotExist(err) {
+		t.Errorf("a released sandbox is still registered: %v", err)
+	}
+	if _, err := os.Stat(reg + "/cccccccc.json"); err != nil {
+		t.Errorf("a reserved sandbox is not registered: %v", err)
+	}
+}
+
+// TestReserveAcrossStateDirs: sandboxes recorded in different state
+// directories (a test's and the machine's) never get the same subnet.
+func TestReserveAcrossStateDirs(t *testing.T) {
+	testRegistry(t)
+	pool := netip.MustParsePrefix("10.213.0.0/29") // two /30s
+	a, err := Reserve(t.TempDir(), pool, State{ID: "aaaaaaaa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Reserve(t.TempDir(), pool, State{ID: "bbbbbbbb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Prefix == b.Prefix {
+		t.Errorf("two state directories got the same subnet %s", a.Prefix)
+	}
+	if _, err := Reserve(t.TempDir(), pool, State{ID: "cccccccc"}); !errors.Is(err, ErrPoolExhausted) {
+		t.Errorf("a third state directory: %v, want ErrPoolExhausted", err)
+	}
 }
 
 // TestReserveAcrossProcesses starts reservations from several processes
@@ -55,6 +92,7 @@ func TestReserveReleaseList(t *testing.T) {
 // subnets for all.
 func TestReserveAcrossProcesses(t *testing.T) {
 	if id := os.Getenv("SBX_TEST_RESERVE_ID"); id != "" {
+		RegistryDir = os.Getenv("SBX_TEST_RESERVE_REGISTRY")
 		sub, err := Reserve(os.Getenv("SBX_TEST_RESERVE_DIR"), DefaultPool, State{ID: id})
 		if err != nil {
 			fmt.Println("error:", err)
@@ -63,7 +101,7 @@ func TestReserveAcrossProcesses(t *testing.T) {
 		fmt.Println(sub.Prefix)
 		os.Exit(0)
 	}
-	dir := t.TempDir()
+	reg := testRegistry(t)
 	const n = 8
 	var wg sync.WaitGroup
 	results := make([]string, n)
@@ -72,7 +110,10 @@ func TestReserveAcrossProcesses(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cmd := exec.Command(os.Args[0], "-test.run", "^TestReserveAcrossProcesses$")
-			cmd.Env = append(os.Environ(), fmt.Sprintf("SBX_TEST_RESERVE_ID=%08x", i+1), "SBX_TEST_RESERVE_DIR="+dir)
+			// Each in a state directory of its own: the registry alone
+			// keeps them apart.
+			cmd.Env = append(os.Environ(), fmt.Sprintf("SBX_TEST_RESERVE_ID=%08x", i+1),
+				"SBX_TEST_RESERVE_DIR="+t.TempDir(), "SBX_TEST_RESERVE_REGISTRY="+reg)
 			out, err := cmd.Output()
 			if err != nil {
 				t.Errorf("helper %d: %v %s", i, err, out)
