@@ -215,6 +215,11 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	if err := s.container.Start(ctx); err != nil {
 		return nil, err
 	}
+	// From now on sbx ps says running, and commands that talk to it
+	// through its management API stop waiting.
+	if err := SetStatus(spec.StateDir, id, StatusRunning); err != nil {
+		return nil, err
+	}
 	// Ends when the command ends, or when Close deletes the container.
 	go func() {
 		s.code, s.waitErr = s.container.Wait(context.WithoutCancel(ctx))
@@ -293,7 +298,10 @@ func (s *Sandbox) Stop(grace time.Duration) (int, error) {
 // that order where it matters, and returns every failure. It is safe to
 // call more than once.
 func (s *Sandbox) Close() error {
-	s.closed.Do(func() { s.closeErr = s.teardown() })
+	s.closed.Do(func() {
+		SetStatus(s.spec.StateDir, s.ID, StatusStopping) // for sbx ps; the state goes soon
+		s.closeErr = s.teardown()
+	})
 	return s.closeErr
 }
 

@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,11 +21,18 @@ const DefaultStateDir = "/run/sbx"
 // ErrNotFound is returned for a sandbox id with no state directory.
 var ErrNotFound = errors.New("no such sandbox")
 
+// ErrNameInUse is returned by Reserve for a name a running sandbox has.
+var ErrNameInUse = errors.New("sandbox name in use")
+
+// ErrAmbiguous is returned by Find for a prefix of several sandboxes' ids.
+var ErrAmbiguous = errors.New("ambiguous sandbox id prefix")
+
 // State is what a running sandbox records in <state dir>/<id>/state.json,
 // for sbx ps, sbx stop and sbx gc.
 type State struct {
 	ID          string       `json:"id"`
 	Name        string       `json:"name,omitempty"`
+	Status      Status       `json:"status,omitempty"`
 	PID         int          `json:"pid"`                 // the sbx run process
 	PIDStart    uint64       `json:"pid_start,omitempty"` // its start time, against pid reuse
 	Subnet      netip.Prefix `json:"subnet"`
@@ -31,6 +40,19 @@ type State struct {
 	Command     []string     `json:"command,omitempty"`
 	Created     time.Time    `json:"created"`
 }
+
+// Status is where a sandbox is in its life, as sbx ps shows it.
+type Status string
+
+const (
+	// StatusStarting: recorded, its network, gateway and container are
+	// being made; its management API may not answer yet.
+	StatusStarting Status = "starting"
+	// StatusRunning: its command runs and its management API answers.
+	StatusRunning Status = "running"
+	// StatusStopping: it is being taken down.
+	StatusStopping Status = "stopping"
+)
 
 // RegistryDir records every sandbox of this machine, whatever state
 // directory it was started with: its state and where that is kept.
@@ -86,13 +108,16 @@ func Reserve(dir string, pool netip.Prefix, st State) (Subnet, error) {
 		if s.ID == st.ID {
 			return Subnet{}, fmt.Errorf("sandbox %s already exists", st.ID)
 		}
+		if st.Name != "" && s.Name == st.Name && OwnerAlive(s) {
+			return Subnet{}, fmt.Errorf("a sandbox named %q runs already (%s): %w", st.Name, s.ID, ErrNameInUse)
+		}
 		used = append(used, s.Subnet)
 	}
 	sub, err := FreeSubnet(pool, used)
 	if err != nil {
 		return Subnet{}, err
 	}
-	st.Subnet = sub.Prefix
+	st.Subnet, st.Status = sub.Prefix, StatusStarting
 	if err := writeJSON(filepath.Join(RegistryDir, st.ID+".json"), registered{st, abs}); err != nil {
 		return Subnet{}, fmt.Errorf("registering sandbox %s: %w", st.ID, err)
 	}
@@ -116,6 +141,85 @@ func Release(dir, id string) error {
 		return fmt.Errorf("unregistering sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// SetStatus records sandbox id's status in dir (and in RegistryDir).
+func SetStatus(dir, id string, status Status) error {
+	st, err := Load(dir, id)
+	if err != nil {
+		return err
+	}
+	st.Status = status
+	if err := writeState(dir, st); err != nil {
+		return err
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		writeJSON(filepath.Join(RegistryDir, id+".json"), registered{st, abs})
+	}
+	return nil
+}
+
+// Find returns the state of the sandbox in dir that ref names: its id, its
+// name, or a prefix of one id alone, in that order. Sandboxes whose owner
+// is gone are not found. The errors wrap ErrNotFound or ErrAmbiguous and
+// say what to do.
+func Find(dir, ref string) (State, error) {
+	if ref == "" {
+		return State{}, fmt.Errorf("no sandbox given: %w (sbx ps lists the running ones)", ErrNotFound)
+	}
+	states, err := List(dir)
+	if err != nil {
+		return State{}, err
+	}
+	states = slices.DeleteFunc(states, func(st State) bool { return !OwnerAlive(st) })
+	for _, st := range states {
+		if st.ID == ref {
+			return st, nil
+		}
+	}
+	for _, st := range states {
+		if st.Name == ref {
+			return st, nil
+		}
+	}
+	var matches []State
+	for _, st := range states {
+		if strings.HasPrefix(st.ID, ref) {
+			matches = append(matches, st)
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return matches[0], nil
+	case 0:
+		return State{}, fmt.Errorf("no running sandbox has the id, name or id prefix %q: %w (sbx ps lists them)", ref, ErrNotFound)
+	}
+	var ids []string
+	for _, m := range matches {
+		ids = append(ids, m.ID)
+	}
+	return State{}, fmt.Errorf("%q begins the ids of %s: %w; give more of the id", ref, strings.Join(ids, ", "), ErrAmbiguous)
+}
+
+// WaitRunning waits until the sandbox id in dir is running (its
+// management API answers) and returns its state: at once when it is, and
+// while it starts, until ctx ends. A sandbox that goes away meanwhile is
+// ErrNotFound.
+func WaitRunning(ctx context.Context, dir, id string) (State, error) {
+	for {
+		st, err := Load(dir, id)
+		if err != nil {
+			return State{}, err
+		}
+		if st.Status != StatusStarting || !OwnerAlive(st) {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return State{}, fmt.Errorf("sandbox %s is still starting: %w", id, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // listRegistered returns RegistryDir's entries, skipping what cannot be

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // testRegistry points RegistryDir at a directory of the test's own.
@@ -128,5 +130,63 @@ func TestReserveAcrossProcesses(t *testing.T) {
 			t.Errorf("subnet %s given twice: %v", r, results)
 		}
 		seen[r] = true
+	}
+}
+
+// TestFindAndStatus: a sandbox is found by id, name or unique id prefix,
+// never when its owner is gone; a name runs once at a time; WaitRunning
+// waits through starting and reports one that went away.
+func TestFindAndStatus(t *testing.T) {
+	testRegistry(t)
+	dir := t.TempDir()
+	pid, start, err := Owner()
+	if err != nil {
+		t.Skip("needs Linux's /proc")
+	}
+	pool := netip.MustParsePrefix("10.213.0.0/28")
+	for _, st := range []State{
+		{ID: "1a2b3c4d", Name: "agent", PID: pid, PIDStart: start},
+		{ID: "1a2bffff", PID: pid, PIDStart: start},
+		{ID: "99999999", Name: "gone", PID: 1 << 30}, // no such process
+	} {
+		if _, err := Reserve(dir, pool, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Reserve(dir, pool, State{ID: "77777777", Name: "agent", PID: pid, PIDStart: start}); !errors.Is(err, ErrNameInUse) {
+		t.Errorf("a second sandbox named agent: %v, want ErrNameInUse", err)
+	}
+	if _, err := Reserve(dir, pool, State{ID: "88888888", Name: "gone", PID: pid, PIDStart: start}); err != nil {
+		t.Errorf("the name of a sandbox whose owner is gone: %v, want it free", err)
+	}
+	for ref, want := range map[string]string{"1a2b3c4d": "1a2b3c4d", "agent": "1a2b3c4d", "1a2b3": "1a2b3c4d", "1a2bf": "1a2bffff", "88": "88888888", "gone": "88888888"} {
+		if st, err := Find(dir, ref); err != nil || st.ID != want {
+			t.Errorf("Find(%q) = %s, %v; want %s", ref, st.ID, err, want)
+		}
+	}
+	for ref, want := range map[string]error{"1a2b": ErrAmbiguous, "1": ErrAmbiguous, "99999999": ErrNotFound, "99": ErrNotFound, "": ErrNotFound, "zz": ErrNotFound} {
+		if _, err := Find(dir, ref); !errors.Is(err, want) {
+			t.Errorf("Find(%q): %v, want %v", ref, err, want)
+		}
+	}
+
+	if st, _ := Load(dir, "1a2b3c4d"); st.Status != StatusStarting {
+		t.Errorf("a reserved sandbox is %q, want %q", st.Status, StatusStarting)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		SetStatus(dir, "1a2b3c4d", StatusRunning)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := WaitRunning(ctx, dir, "1a2b3c4d"); err != nil || st.Status != StatusRunning {
+		t.Errorf("WaitRunning = %+v, %v; want running", st, err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		Release(dir, "1a2bffff")
+	}()
+	if _, err := WaitRunning(ctx, dir, "1a2bffff"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("WaitRunning on a sandbox that went away: %v, want ErrNotFound", err)
 	}
 }

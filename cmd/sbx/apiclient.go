@@ -30,7 +30,7 @@ type targetFlags struct {
 }
 
 func (f *targetFlags) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.sandbox, "sandbox", "", "talk to the running sandbox `ID` (see sbx ps)")
+	fs.StringVar(&f.sandbox, "sandbox", "", "talk to the running sandbox `ID` (its id, its --name, or a unique prefix of its id; see sbx ps)")
 	fs.StringVar(&f.api, "api", "", "talk to the management API at `ADDR` (host:port or unix:PATH) instead")
 	fs.StringVar(&f.tokenFile, "token-file", "", "the API's bearer token `FILE`, with --api")
 	fs.StringVar(&f.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
@@ -44,21 +44,36 @@ type apiClient struct {
 	token string
 }
 
+// startWait bounds how long a command waits for a sandbox that is still
+// starting.
+const startWait = 30 * time.Second
+
 // client resolves the flags to a client, with errors that say what to do.
-func (f *targetFlags) client() (*apiClient, error) {
+func (f *targetFlags) client(ctx context.Context) (*apiClient, error) {
 	var addr, tokenFile string
 	switch {
 	case f.sandbox != "" && f.api != "":
 		return nil, errors.New("give --sandbox ID or --api ADDR, not both")
 	case f.sandbox != "":
-		if err := sandbox.CheckID(f.sandbox); err != nil {
-			return nil, err
-		}
-		dir := filepath.Join(f.stateDir, f.sandbox)
-		if _, err := os.Stat(filepath.Join(dir, "api.sock")); errors.Is(err, fs.ErrPermission) {
+		st, err := sandbox.Find(f.stateDir, f.sandbox)
+		if errors.Is(err, fs.ErrPermission) {
 			return nil, fmt.Errorf("%w, or use --api ADDR --token-file FILE with a token you can read", orNeedsRoot(err, "--sandbox"))
 		} else if err != nil {
-			return nil, fmt.Errorf("no running sandbox %s; sbx ps lists the running ones", f.sandbox)
+			return nil, err
+		}
+		// A sandbox is listed from the moment it is recorded; until its
+		// API answers it is starting, and this waits for it.
+		wctx, cancel := context.WithTimeout(ctx, startWait)
+		st, err = sandbox.WaitRunning(wctx, f.stateDir, st.ID)
+		cancel()
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return nil, fmt.Errorf("sandbox %s ended; sbx ps lists the running ones", f.sandbox)
+		} else if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(f.stateDir, st.ID)
+		if _, err := os.Stat(filepath.Join(dir, "api.sock")); err != nil {
+			return nil, fmt.Errorf("sandbox %s has no management API socket (%v); sbx ps lists the running ones", st.ID, err)
 		}
 		addr, tokenFile = "unix:"+filepath.Join(dir, "api.sock"), filepath.Join(dir, "token")
 	case f.api != "":

@@ -101,7 +101,7 @@ func (o *checkOptions) build(cmd *cobra.Command) (*netpolicy.Policy, error) {
 		return nil, usageErrorf(cmd, "give --policy FILE or a running policy (--sandbox ID, --api ADDR), not both")
 	}
 	return o.policy.buildOn(func() (netpolicy.Spec, string, error) {
-		c, err := o.target.client()
+		c, err := o.target.client(cmd.Context())
 		if err != nil {
 			return netpolicy.Spec{}, "", err
 		}

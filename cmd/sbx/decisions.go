@@ -147,7 +147,7 @@ until interrupted; --json passes the records through unchanged.`,
 				defer f.Close()
 				return showAll(f)
 			}
-			c, err := t.client()
+			c, err := t.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -221,14 +221,20 @@ func newPSCmd() *cobra.Command {
 				return orNeedsRoot(err, "sbx ps")
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
+			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
 			for _, st := range states {
 				if !sandbox.OwnerAlive(st) {
 					continue // a leftover: sbx gc removes it
 				}
 				version, allowed, blocked := "-", "-", "-"
 				t := targetFlags{sandbox: st.ID, stateDir: stateDir}
-				if c, err := t.client(); err == nil {
+				status := st.Status
+				if status == "" {
+					status = sandbox.StatusRunning // recorded by an sbx before states
+				}
+				if status == sandbox.StatusStarting {
+					// Its API may not answer yet; sbx policy waits for it.
+				} else if c, err := t.client(cmd.Context()); err == nil {
 					var s struct {
 						PolicyVersion uint64 `json:"policy_version"`
 						Counts        struct {
@@ -241,7 +247,7 @@ func newPSCmd() *cobra.Command {
 					}
 				}
 				gw := st.Subnet.Addr().Next().String() + ":" + strconv.Itoa(int(st.GatewayPort))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Name, truncateCommand(st.Command), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Name, status, truncateCommand(st.Command), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
 			}
 			return tw.Flush()
 		},
@@ -263,15 +269,17 @@ func newStopCmd() *cobra.Command {
 	var stateDir string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "stop ID",
+		Use:   "stop ID|NAME",
 		Short: "Stop a running sandbox",
 		Long: `Stop asks the sandbox's sbx run to end (SIGTERM, which reaches the command),
 and after --timeout kills it; sbx run then tears the sandbox down. A run
-that was killed leaves its sandbox to sbx gc, which stop then runs.`,
-		Example: `  sudo sbx stop 1a2b3c4d`,
-		Args:    exactArgs("ID"),
+that was killed leaves its sandbox to sbx gc, which stop then runs. The
+sandbox is named by its id, its --name, or a unique prefix of its id.`,
+		Example: `  sudo sbx stop 1a2b3c4d
+  sudo sbx stop agent`,
+		Args:    exactArgs("ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := sandbox.Load(stateDir, args[0])
+			st, err := sandbox.Find(stateDir, args[0])
 			if err != nil {
 				return orNeedsRoot(err, "sbx stop")
 			}

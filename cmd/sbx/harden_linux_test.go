@@ -634,3 +634,59 @@ func TestChooseUser(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedListedMeansReachable starts sbx run and, the moment sbx
+// ps lists the sandbox, changes its policy by name and by id prefix: a
+// listed sandbox is reachable (before, for about the time its network
+// and gateway took to come up, sbx policy said "no running sandbox").
+// sbx ps shows its state; sbx stop takes its name.
+func TestPrivilegedListedMeansReachable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	root := busyboxRoot(t)
+	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
+	state := t.TempDir()
+	name := fmt.Sprintf("listed-%d", os.Getpid())
+	bin := buildSbx(t)
+	for round := range 3 {
+		run := exec.Command(bin, "run", "--quiet", "--name", name, "--rootfs", root, "--state-dir", state,
+			"--subnet-pool", "10.213.232.0/24", "--log", filepath.Join(state, "log.jsonl"), "--", "sleep", "30")
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan struct{})
+		go func() { run.Wait(); close(ended) }()
+		t.Cleanup(func() { run.Process.Kill(); <-ended; runCLI(t, "gc", "--state-dir", state) })
+
+		var line string
+		for deadline := time.Now().Add(20 * time.Second); line == "" && time.Now().Before(deadline); {
+			stdout, _, _ := runCLI(t, "ps", "--state-dir", state)
+			for _, l := range strings.Split(stdout, "\n") {
+				if strings.Contains(l, name) {
+					line = l
+				}
+			}
+		}
+		if line == "" {
+			t.Fatal("sbx ps never listed the sandbox")
+		}
+		fields := strings.Fields(line)
+		id, status := fields[0], fields[2]
+		if status != "starting" && status != "running" {
+			t.Errorf("round %d: STATE %q in %q", round, status, line)
+		}
+		// At once, by name, then by a prefix of the id.
+		for _, ref := range []string{name, id[:5]} {
+			rule := fmt.Sprintf("r%d-%s.test", round, ref[:3])
+			stdout, stderr, code := runCLI(t, "policy", "allow", "--sandbox", ref, "--state-dir", state, rule)
+			if code != 0 {
+				t.Fatalf("round %d, listed as %q: sbx policy allow --sandbox %s: exit %d\n%s%s", round, status, ref, code, stdout, stderr)
+			}
+		}
+		if out, stderr, code := runCLI(t, "stop", "--state-dir", state, name); code != 0 {
+			t.Fatalf("sbx stop %s: exit %d\n%s%s", name, code, out, stderr)
+		}
+		<-ended
+	}
+}

@@ -30,7 +30,7 @@ func newPolicyShowCmd() *cobra.Command {
   sbx policy show --api unix:/run/sbx/gw.sock --token-file /run/sbx/gw.token --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := t.client()
+			c, err := t.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
 				}
 			}
-			c, err := t.client()
+			c, err := t.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -162,7 +162,7 @@ func newPolicyRemoveCmd() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := t.client()
+			c, err := t.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -200,7 +200,7 @@ only if the running policy is still version N.`,
 			if _, err := netpolicy.Parse(args[0], data); err != nil {
 				return policyFileError(err)
 			}
-			c, err := t.client()
+			c, err := t.client(cmd.Context())
 			if err != nil {
 				return err
 			}

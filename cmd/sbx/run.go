@@ -127,7 +127,7 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
-	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, shown by sbx ps")
+	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
 	fs.StringVar(&o.runtime, "runtime", "containerd", "the container `RUNTIME` (containerd; Docker comes later)")
 	fs.StringArrayVar(&o.api, "api", nil, "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
@@ -151,6 +151,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx run", "namespaces, iptables, containerd")
+	}
+	if o.name != "" && !validName(o.name) {
+		return 0, fmt.Errorf("--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
 	}
 	if o.runtime != "containerd" {
 		return 0, fmt.Errorf("--runtime %q: only containerd is supported so far", o.runtime)
@@ -335,6 +338,21 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// validName reports whether name can name a sandbox: 1 to 64 letters,
+// digits, '.', '_' or '-', the first a letter or digit.
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i, c := range name {
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseVolume parses -v SRC:DST[:ro|rw] into a bind mount.

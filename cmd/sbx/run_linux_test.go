@@ -776,7 +776,7 @@ func TestOperateErrors(t *testing.T) {
 		{[]string{"decisions", "--sandbox", "deadbeef", "--state-dir", state}, exitFailure, "sbx ps"},
 		{[]string{"decisions", "--file", filepath.Join(state, "missing.jsonl")}, exitFailure, "no such file"},
 		{[]string{"stop", "--state-dir", state, "deadbeef"}, exitFailure, "sbx ps"},
-		{[]string{"stop", "--state-dir", state, "not-an-id"}, exitFailure, "hex digits"},
+		{[]string{"stop", "--state-dir", state, "not-an-id"}, exitFailure, "no running sandbox has the id, name or id prefix"},
 	}
 	if os.Geteuid() == 0 {
 		tests = append(tests, struct {
