@@ -277,7 +277,7 @@ that was killed leaves its sandbox to sbx gc, which stop then runs. The
 sandbox is named by its id, its --name, or a unique prefix of its id.`,
 		Example: `  sudo sbx stop 1a2b3c4d
   sudo sbx stop agent`,
-		Args:    exactArgs("ID|NAME"),
+		Args: exactArgs("ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := sandbox.Find(stateDir, args[0])
 			if err != nil {
