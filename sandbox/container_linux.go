@@ -15,6 +15,7 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
@@ -410,7 +411,7 @@ func (t *Task) Delete() error {
 	defer cancel()
 	var errs *multierror.Error
 	if t.task != nil {
-		if _, err := t.task.Delete(ctx, containerd.WithProcessKill); err != nil {
+		if _, err := t.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 			errs = multierror.Append(errs, fmt.Errorf("deleting the task of %s: %w", t.id, err))
 		}
 	} else {
@@ -422,7 +423,7 @@ func (t *Task) Delete() error {
 		}
 		return nil
 	}
-	if err := t.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
+	if err := t.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", t.id, err))
 	}
 	return errs.ErrorOrNil()
@@ -478,17 +479,23 @@ func startFailure(err error) (int, bool) {
 func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
 	ctr, err := c.client.LoadContainer(ctx, id)
-	if err != nil {
+	if errdefs.IsNotFound(err) {
 		return nil // gone
+	} else if err != nil {
+		return fmt.Errorf("loading container %s: %w", id, err)
 	}
 	var errs *multierror.Error
-	if task, err := ctr.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil {
-			errs = multierror.Append(errs, err)
+	task, err := ctr.Task(ctx, nil)
+	switch {
+	case err == nil:
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			errs = multierror.Append(errs, fmt.Errorf("deleting the task of %s: %w", id, err))
 		}
+	case !errdefs.IsNotFound(err):
+		errs = multierror.Append(errs, fmt.Errorf("loading the task of %s: %w", id, err))
 	}
-	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
-		errs = multierror.Append(errs, err)
+	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", id, err))
 	}
 	return errs.ErrorOrNil()
 }

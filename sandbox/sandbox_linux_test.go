@@ -97,6 +97,10 @@ func TestPrivilegedStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cd.Close()
+	// What is gone is no error (errdefs, not the message's words).
+	if err := cd.RemoveContainer(ctx, "00000000"); err != nil {
+		t.Errorf("removing a container that does not exist: %v", err)
+	}
 
 	t.Run("run", func(t *testing.T) {
 		var out strings.Builder
