@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -177,7 +176,7 @@ func TestPrivilegedContainer(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, id, names := containerInNamespace(t, "10.213.254.236")
+	cd, id, names := containerInNamespace(t, true)
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t),
 		Args: []string{"sh", "-c", "grep -E '^(CapEff|CapBnd|Seccomp|NoNewPrivs):' /proc/self/status; exit 7"}}
 	var out, errOut bytes.Buffer
@@ -229,11 +228,30 @@ func TestPrivilegedContainer(t *testing.T) {
 	}
 }
 
+// testSubnet reserves a /30 of DefaultPool for the test, registered
+// machine-wide as held by this process, so that no sandbox (and no other
+// test) gets it meanwhile; it is released when the test ends.
+func testSubnet(t *testing.T) Subnet {
+	t.Helper()
+	id, _ := NewID()
+	pid, start, err := Owner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sub, err := Reserve(dir, DefaultPool, State{ID: id, PID: pid, PIDStart: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Release(dir, id) })
+	return sub
+}
+
 // containerInNamespace connects to containerd and makes the network
-// namespace of a new sandbox id: empty when subnet is "", else set up with
-// the /30 at subnet. The container of that id and the network are removed
+// namespace of a new sandbox id: empty, or set up with a /30 of its own
+// when withNetwork. The container of that id and the network are removed
 // when the test ends.
-func containerInNamespace(t *testing.T, subnet string) (*Containerd, string, Names) {
+func containerInNamespace(t *testing.T, withNetwork bool) (*Containerd, string, Names) {
 	t.Helper()
 	ctx := context.Background()
 	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
@@ -247,14 +265,10 @@ func containerInNamespace(t *testing.T, subnet string) (*Containerd, string, Nam
 		TeardownNetwork(ctx, names)
 		cd.Close()
 	})
-	if subnet == "" {
+	if !withNetwork {
 		err = CreateNamespace(names)
 	} else {
-		sub, serr := SubnetAt(netip.MustParseAddr(subnet))
-		if serr != nil {
-			t.Fatal(serr)
-		}
-		err = SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128})
+		err = SetupNetwork(ctx, NetPlan{Names: names, Subnet: testSubnet(t), GatewayPort: 3128})
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +287,7 @@ func TestPrivilegedLongRun(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, id, names := containerInNamespace(t, "")
+	cd, id, names := containerInNamespace(t, false)
 	defer func(d time.Duration) { deleteTimeout = d }(deleteTimeout)
 	deleteTimeout = time.Second
 	root := busyboxRootfs(t)
@@ -307,7 +321,7 @@ func TestPrivilegedTaskLifecycle(t *testing.T) {
 		t.Skip("needs root for namespaces and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, id, names := containerInNamespace(t, "")
+	cd, id, names := containerInNamespace(t, false)
 	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"cat"}}
 
 	spy := &readSpy{}

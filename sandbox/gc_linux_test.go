@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,20 +48,19 @@ func TestPrivilegedGC(t *testing.T) {
 	pid, start, _ := Owner()
 	type sb struct {
 		st  State
-		sub string
+		sub Subnet
 	}
 	idDead, _ := NewID()
 	idLive, _ := NewID()
+	// Their subnets are held for the test machine-wide (testSubnet), so
+	// that nothing else gets them while these are up.
 	for _, s := range []sb{
-		{State{ID: idDead, PID: dead.Process.Pid}, "10.213.254.240"},
-		{State{ID: idLive, PID: pid, PIDStart: start}, "10.213.254.244"},
+		{State{ID: idDead, PID: dead.Process.Pid}, testSubnet(t)},
+		{State{ID: idLive, PID: pid, PIDStart: start}, testSubnet(t)},
 	} {
 		names, _ := NamesFor(s.st.ID)
 		t.Cleanup(func() { TeardownNetwork(ctx, names) })
-		sub, err := SubnetAt(netip.MustParseAddr(s.sub))
-		if err != nil {
-			t.Fatal(err)
-		}
+		sub := s.sub
 		s.st.Subnet = sub.Prefix
 		if err := writeState(dir, s.st); err != nil {
 			t.Fatal(err)

@@ -99,7 +99,7 @@ func TestPrivilegedImage(t *testing.T) {
 		t.Fatalf("importing the test image: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ctr", "-n", ContainerdNamespace, "images", "rm", testImageRef).Run() })
-	cd, id, names := containerInNamespace(t, "10.213.254.228")
+	cd, id, names := containerInNamespace(t, true)
 	var out bytes.Buffer
 	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

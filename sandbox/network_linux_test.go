@@ -90,10 +90,7 @@ func TestPrivilegedNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _ := NamesFor(id)
-	sub, err := SubnetAt(netip.MustParseAddr("10.213.254.248"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub := testSubnet(t)
 	plan := NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}
 	ctx := context.Background()
 	t.Cleanup(func() { TeardownNetwork(ctx, names) }) // also when the test fails
@@ -274,7 +271,7 @@ func TestPrivilegedFastTeardown(t *testing.T) {
 	}
 	id, _ := NewID()
 	names, _ := NamesFor(id)
-	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.232"))
+	sub := testSubnet(t)
 	ctx := context.Background()
 	t.Cleanup(func() { TeardownNetwork(ctx, names) })
 	if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: sub, GatewayPort: 3128}); err != nil {
@@ -306,7 +303,7 @@ func TestPrivilegedFailedSetupUndoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netlink.LinkDel(blocker) })
-	sub, _ := SubnetAt(netip.MustParseAddr("10.213.254.224"))
+	sub := testSubnet(t)
 	err := SetupNetwork(context.Background(), NetPlan{Names: names, Subnet: sub, GatewayPort: 3128})
 	if err == nil || !strings.Contains(err.Error(), "creating veth") {
 		t.Fatalf("SetupNetwork with its veth name taken: %v, want a veth error", err)

@@ -488,7 +488,7 @@ func TestPrivilegedGatewayFence(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
+	up := upstreamNamespace(t)
 	ln, err := net.Listen("tcp", ":0") // the host's service, on every address
 	if err != nil {
 		t.Fatal(err)
@@ -511,10 +511,10 @@ func TestPrivilegedGatewayFence(t *testing.T) {
 	state := t.TempDir()
 	script := fmt.Sprintf(`GW=${HTTP_PROXY#http://}; GWIP=${GW%%:*}
 ask() { echo "--- $1"; printf 'GET http://%%s/ HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n\r\n' "$1" "$1" | nc $GWIP ${GW##*:}; }
-ask 10.214.253.2:8080
+ask %[2]s:8080
 ask $GWIP:%[1]d
-ask 10.214.253.1:%[1]d
-ask 10.213.239.5:%[1]d`, port)
+ask %[3]s:%[1]d
+ask 10.213.239.5:%[1]d`, port, up.Addr, up.Host)
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.239.0/24",
 		"--log", filepath.Join(state, "log.jsonl"), "--allow", "10.0.0.0/8:*", "--allow-private", "10.0.0.0/8", "--", "sh", "-c", script)
 	if code != 0 {

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,17 +47,27 @@ func busyboxRoot(t *testing.T) string {
 	return root
 }
 
-// upstreamNamespace starts an HTTP server at addr (host side: gw) inside a
-// network namespace made for the test, reachable from the host through a
-// veth pair; it is removed when the test ends.
-func upstreamNamespace(t *testing.T, hostCIDR, nsCIDR, listen string) {
+// upstream is an HTTP server made by upstreamNamespace: Addr:8080 in a
+// network namespace of the test's own, reached through a veth whose host
+// end is Host, in the /30 Net.
+type upstream struct {
+	Host, Addr, Net string
+}
+
+// upstreamNamespace starts an HTTP server on port 8080 inside a network
+// namespace made for the test, reachable from the host through a veth
+// pair. Its names and its /30 (in 10.214.0.0/16, clear of every host
+// address) are random, so that test runs at the same time never meet; it
+// is removed when the test ends.
+func upstreamNamespace(t *testing.T) upstream {
 	t.Helper()
-	name := fmt.Sprintf("sbxtest-up-%d", os.Getpid())
-	veth := fmt.Sprintf("sbxtu%d", os.Getpid()%100000)
-	exec.Command("ip", "netns", "del", name).Run()
-	if l, err := netlink.LinkByName(veth); err == nil {
-		netlink.LinkDel(l)
-	}
+	var rnd [3]byte
+	rand.Read(rnd[:])
+	tag := hex.EncodeToString(rnd[:])
+	name, veth := "sbxtest-up-"+tag, "sbxtu"+tag
+	subnet := freeTestSubnet(t, netip.MustParsePrefix("10.214.0.0/16"))
+	up := upstream{Host: subnet.Addr().Next().String(), Addr: subnet.Addr().Next().Next().String(), Net: subnet.String()}
+	hostCIDR, nsCIDR, listen := up.Host+"/30", up.Addr+"/30", up.Addr+":8080"
 	t.Cleanup(func() {
 		if l, err := netlink.LinkByName(veth); err == nil {
 			netlink.LinkDel(l)
@@ -98,6 +111,37 @@ func upstreamNamespace(t *testing.T, hostCIDR, nsCIDR, listen string) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello-upstream\n") })}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	return up
+}
+
+// freeTestSubnet picks a random /30 of pool that overlaps no address of
+// this host's interfaces.
+func freeTestSubnet(t *testing.T, pool netip.Prefix) netip.Prefix {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		var b [2]byte
+		rand.Read(b[:])
+		a := pool.Addr().As4()
+		a[2], a[3] = b[0], b[1]&^3
+		p := netip.PrefixFrom(netip.AddrFrom4(a), 30)
+		clear := true
+		for _, ha := range addrs {
+			if n, ok := ha.(*net.IPNet); ok {
+				if hp, err := netip.ParsePrefix(n.String()); err == nil && hp.Masked().Overlaps(p) {
+					clear = false
+				}
+			}
+		}
+		if clear {
+			return p
+		}
+	}
+	t.Fatal("no free /30 for a test upstream")
+	return netip.Prefix{}
 }
 
 // TestPrivilegedRun runs sbx run end to end: a busybox sandbox asks the
@@ -108,7 +152,7 @@ func TestPrivilegedRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
+	up := upstreamNamespace(t)
 	root := busyboxRoot(t)
 	dir := t.TempDir()
 	logFile := filepath.Join(dir, "decisions.jsonl")
@@ -119,8 +163,8 @@ ask blocked.test
 exit 7`
 	stdout, stderr, code := runCLI(t, "run", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.240.0/24", "--log", logFile,
-		"--allow", "allowed.test:8080", "--resolve", "allowed.test=10.214.253.2", "--resolve", "blocked.test=10.214.253.2",
-		"--allow-private", "10.214.253.0/30", "--", "sh", "-c", script)
+		"--allow", "allowed.test:8080", "--resolve", "allowed.test="+up.Addr, "--resolve", "blocked.test="+up.Addr,
+		"--allow-private", up.Net, "--", "sh", "-c", script)
 	if code != 7 {
 		t.Errorf("exit %d, want 7\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -310,7 +354,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
+	up := upstreamNamespace(t)
 	root := busyboxRoot(t)
 	for _, c := range []string{"sleep", "seq", "ping", "ls", "timeout"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
@@ -318,7 +362,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 	common := []string{"run", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.242.0/24", "--quiet",
-		"--resolve", "later.test=10.214.253.2", "--allow-private", "10.214.253.0/30"}
+		"--resolve", "later.test=" + up.Addr, "--allow-private", up.Net}
 	ask := `GW=${HTTP_PROXY#http://}
 ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
 `
@@ -338,11 +382,11 @@ ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: clo
 	// Each probe runs under timeout 1: one that has not failed within a
 	// second is reported SLOW, which is as bad as REACHED.
 	probes := fmt.Sprintf(`probe() { timeout 1 "$@" </dev/null >/dev/null 2>&1; rc=$?; case $rc in 0) echo "REACHED $name";; 124|137|143) echo "SLOW $name";; *) echo "failed $name";; esac; }
-for target in "%s 3128" "%s 22" "%s 8080" "10.214.253.2 8080" "10.214.253.1 22"; do name="tcp $target"; probe nc -w 2 $target; done
+for target in "%s 3128" "%s 22" "%s 8080" "%s 8080" "%s 22"; do name="tcp $target"; probe nc -w 2 $target; done
 name=icmp; probe ping -c 1 -W 2 %s
 IF=$(ls /sys/class/net | grep sbxc)
 name=ipv6; probe nc -w 2 "fe80::1%%$IF" 3128
-name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), hostA, hostA)
+name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), up.Addr, up.Host, hostA, hostA)
 	start := time.Now()
 	second := <-runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
 	elapsed := time.Since(start)
@@ -419,7 +463,7 @@ func TestPrivilegedSignalsReachTheCommand(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
+	up := upstreamNamespace(t)
 	dir := t.TempDir()
 	bin := buildSbx(t)
 	root := busyboxRoot(t)
@@ -431,7 +475,7 @@ last() { printf 'GET http://up.test:8080/ HTTP/1.1\r\nHost: up.test\r\nConnectio
 trap 'echo got-term; last; exit 9' TERM; echo ready; while true; do sleep 0.1; done`
 	var out syncBuffer // written by exec's copying goroutine
 	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", state, "--subnet-pool", "10.213.244.0/24",
-		"--log", logFile, "--allow", "up.test:8080", "--resolve", "up.test=10.214.253.2", "--allow-private", "10.214.253.0/30",
+		"--log", logFile, "--allow", "up.test:8080", "--resolve", "up.test="+up.Addr, "--allow-private", up.Net,
 		"--", "sh", "-c", script)
 	run.Stdout = &out
 	if err := run.Start(); err != nil {
@@ -589,7 +633,7 @@ func TestPrivilegedOperate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	upstreamNamespace(t, "10.214.253.1/30", "10.214.253.2/30", "10.214.253.2:8080")
+	up := upstreamNamespace(t)
 	root := busyboxRoot(t)
 	for _, c := range []string{"sleep", "seq"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
@@ -604,7 +648,7 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 	bin := buildSbx(t)
 	run := exec.Command(bin, "run", "--quiet", "--name", "agent", "--rootfs", root, "--state-dir", state,
 		"--subnet-pool", "10.213.247.0/24", "--log", logFile,
-		"--resolve", "later.test=10.214.253.2", "--allow-private", "10.214.253.0/30", "--", "sh", "-c", loop)
+		"--resolve", "later.test="+up.Addr, "--allow-private", up.Net, "--", "sh", "-c", loop)
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -660,7 +704,7 @@ while true; do printf 'GET http://later.test:8080/ HTTP/1.1\r\nHost: later.test\
 		t.Errorf("policy remove:\n%s", out)
 	}
 	pfile := filepath.Join(dir, "p.yaml")
-	os.WriteFile(pfile, []byte("default: block\nallow_private: [10.214.253.0/30]\nrules:\n  - {id: again, host: later.test, ports: [8080], action: allow}\n"), 0o644)
+	os.WriteFile(pfile, []byte("default: block\nallow_private: ["+up.Net+"]\nrules:\n  - {id: again, host: later.test, ports: [8080], action: allow}\n"), 0o644)
 	if out := cli(append([]string{"policy", "replace"}, append(sb, pfile)...)...); !strings.Contains(out, "policy replaced") {
 		t.Errorf("policy replace:\n%s", out)
 	}
