@@ -12,11 +12,13 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -25,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/sirupsen/logrus"
 )
 
 // ociRegistry is an OCI registry on loopback (go-containerregistry's)
@@ -112,12 +115,33 @@ func removeImageOnCleanup(t *testing.T, cd *Containerd, name string) {
 	t.Helper()
 	rm := func() {
 		ctx := namespaces.WithNamespace(context.Background(), ContainerdNamespace)
-		if err := cd.client.ImageService().Delete(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+		if err := cd.client.ImageService().Delete(ctx, name, images.SynchronousDelete()); err != nil && !errdefs.IsNotFound(err) {
 			t.Errorf("removing image %s: %v", name, err)
 		}
 	}
 	rm()
 	t.Cleanup(rm)
+}
+
+// logRecorder is a logrus hook that records the messages it sees.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (r *logRecorder) Fire(e *logrus.Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, e.Message)
+	return nil
+}
+
+func (r *logRecorder) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs)
 }
 
 // closedPort returns a loopback address nothing listens on.
@@ -178,7 +202,7 @@ func TestPrivilegedImagePull(t *testing.T) {
 	// A sandbox from the pulled image. The exit code tells, rather than
 	// the output: the output of a command that ends at once is sometimes
 	// lost (containerd's task Delete cancels the copy of its streams).
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
 	gw := &fakeGateway{}
 	s, err := Start(ctx, Spec{
 		Command:   []string{"sh", "-c", `echo "image=$FROM_IMAGE"; [ "$FROM_IMAGE" = yes ] && exit 7`},
@@ -187,7 +211,7 @@ func TestPrivilegedImagePull(t *testing.T) {
 		Runtime:   cd,
 		Gateway:   gw.start,
 		Container: ContainerSpec{Image: got, UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
-		Stdio:     Stdio{Out: &out, Err: &out},
+		Stdio:     Stdio{Out: &out, Err: &errOut},
 	})
 	if err != nil {
 		t.Fatalf("starting a sandbox from %s: %v", got, err)
@@ -196,7 +220,7 @@ func TestPrivilegedImagePull(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if code, err := s.Wait(wctx); code != 7 || err != nil {
-		t.Errorf("Wait = %d, %v; want 7 (the command runs from the image, with its environment)\n%s", code, err, out.String())
+		t.Errorf("Wait = %d, %v; want 7 (the command runs from the image, with its environment)\n%s%s", code, err, out.String(), errOut.String())
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -220,6 +244,12 @@ func TestPrivilegedImagePull(t *testing.T) {
 		t.Errorf("always fetched %d blobs it had: %v", n, reqs)
 	}
 
+	// containerd's client logs each failed fetch; none of it may reach
+	// logrus's standard logger, which writes to the user's stderr.
+	logged := &logRecorder{}
+	hooks := logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
+	logrus.StandardLogger().AddHook(logged)
+	t.Cleanup(func() { logrus.StandardLogger().ReplaceHooks(hooks) })
 	missing := reg.host + "/sbxtest/nosuch:1"
 	removeImageOnCleanup(t, cd, missing)
 	if _, err := cd.EnsureImage(ctx, missing, PullMissing, nil); !errors.Is(err, ErrImageNotFound) {
@@ -229,6 +259,9 @@ func TestPrivilegedImagePull(t *testing.T) {
 	removeImageOnCleanup(t, cd, down)
 	if _, err := cd.EnsureImage(ctx, down, PullMissing, nil); !errors.Is(err, ErrRegistryUnreachable) {
 		t.Errorf("EnsureImage from a registry that does not answer: %v, want ErrRegistryUnreachable", err)
+	}
+	if msgs := logged.messages(); len(msgs) != 0 {
+		t.Errorf("failed pulls logged to the standard logger (the user's stderr): %q", msgs)
 	}
 	for _, n := range []string{missing, down} {
 		if _, err := cd.client.GetImage(namespaces.WithNamespace(ctx, ContainerdNamespace), n); !errdefs.IsNotFound(err) {
