@@ -20,7 +20,7 @@ import (
 const testImageRef = "docker.io/sbxtest/busybox:latest"
 
 // busyboxLayer returns an uncompressed layer holding busybox-static and a
-// few of its applets.
+// few of its applets, and a file that makes it new.
 func busyboxLayer(t *testing.T) []byte {
 	t.Helper()
 	bb, err := os.ReadFile("/usr/bin/busybox")
@@ -38,6 +38,11 @@ func busyboxLayer(t *testing.T) []byte {
 	for _, d := range []string{"proc/", "dev/", "sys/", "tmp/", "etc/"} {
 		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
 	}
+	// Blobs of this test alone: none is in containerd's content store
+	// from an earlier test whose image was removed but not yet collected.
+	nonce := []byte(t.Name() + " " + time.Now().Format(time.RFC3339Nano))
+	tw.WriteHeader(&tar.Header{Name: "etc/nonce", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(nonce))})
+	tw.Write(nonce)
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
