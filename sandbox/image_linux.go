@@ -47,7 +47,7 @@ const imageSnapshotter = ""
 // of them, and leaves no image record (the fetched content is left to
 // containerd's garbage collection). Registries are reached over HTTPS,
 // except on a loopback address, where plain HTTP is used. Credentials are
-// not used: private registries need sbx image import.
+// not used: an image of a private registry is loaded with ImportImage.
 //
 // When progress is not nil, the pull's progress is written to it as one
 // line rewritten in place (for a terminal), ending in a newline.
