@@ -25,9 +25,10 @@ type ContainerSpec struct {
 	// RootFS is a directory used as / (read-only); ignored when Image is
 	// set.
 	RootFS string
-	// Image, when set, is the reference of an image already in
-	// containerd's sbx namespace whose filesystem (a read-only view) and
-	// configuration the container starts from.
+	// Image, when set, is the name of an image already in containerd's
+	// sbx namespace (as Containerd.EnsureImage returns it) whose
+	// filesystem (a read-only view) and configuration the container
+	// starts from.
 	Image string
 	// Args is the command and its arguments.
 	Args []string

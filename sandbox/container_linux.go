@@ -266,8 +266,8 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 		img, err := c.client.GetImage(ctx, cs.Image)
 		if err != nil {
 			t.cancel()
-			return nil, fmt.Errorf("image %s is not in containerd's %q namespace (import it with: ctr -n %s images import FILE, or pull it with ctr -n %s images pull): %w",
-				cs.Image, ContainerdNamespace, ContainerdNamespace, ContainerdNamespace, err)
+			return nil, fmt.Errorf("image %s is not in containerd's %q namespace (EnsureImage pulls it; sbx image import FILE loads an archive): %w",
+				cs.Image, ContainerdNamespace, err)
 		}
 		// The image's own settings first, ours over them. The snapshot is
 		// writable for runc to make mount points; the spec makes / read-only.

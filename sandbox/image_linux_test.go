@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,9 @@ import (
 // testImageRef is the image TestPrivilegedImage builds and imports.
 const testImageRef = "docker.io/sbxtest/busybox:latest"
 
-// busyboxImageTar writes an OCI image layout, as a tar, of one layer
-// holding busybox-static and a few of its applets.
-func busyboxImageTar(t *testing.T) string {
+// busyboxLayer returns an uncompressed layer holding busybox-static and a
+// few of its applets, and a file that makes it new.
+func busyboxLayer(t *testing.T) []byte {
 	t.Helper()
 	bb, err := os.ReadFile("/usr/bin/busybox")
 	if err != nil {
@@ -37,8 +38,30 @@ func busyboxImageTar(t *testing.T) string {
 	for _, d := range []string{"proc/", "dev/", "sys/", "tmp/", "etc/"} {
 		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
 	}
-	tw.Close()
+	// Blobs of this test alone: none is in containerd's content store
+	// from an earlier test whose image was removed but not yet collected.
+	nonce := []byte(t.Name() + " " + time.Now().Format(time.RFC3339Nano))
+	tw.WriteHeader(&tar.Header{Name: "etc/nonce", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(nonce))})
+	tw.Write(nonce)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return layer.Bytes()
+}
 
+// busyboxImageTar writes an OCI image layout, as a tar, of one layer
+// holding busybox-static and a few of its applets, named testImageRef.
+func busyboxImageTar(t *testing.T) string {
+	t.Helper()
+	return busyboxImageTarFor(t, testImageRef, false)
+}
+
+// busyboxImageTarFor is busyboxImageTar with the image's name; a corrupt
+// one's configuration names a layer (diff id) other than the one it has,
+// so that it imports but does not unpack.
+func busyboxImageTarFor(t *testing.T, ref string, corrupt bool) string {
+	t.Helper()
+	layer := busyboxLayer(t)
 	blobs := map[string][]byte{}
 	add := func(data []byte) (string, int) {
 		sum := sha256.Sum256(data)
@@ -46,11 +69,15 @@ func busyboxImageTar(t *testing.T) string {
 		blobs[hex.EncodeToString(sum[:])] = data
 		return d, len(data)
 	}
-	layerDigest, layerSize := add(layer.Bytes())
+	layerDigest, layerSize := add(layer)
+	diffID := layerDigest
+	if corrupt {
+		diffID = "sha256:" + strings.Repeat("0", 64)
+	}
 	config, _ := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux",
+		"architecture": runtime.GOARCH, "os": "linux",
 		"config": map[string]any{"Env": []string{"PATH=/bin", "FROM_IMAGE=yes"}, "Cmd": []string{"sh"}},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 	})
 	configDigest, configSize := add(config)
 	manifest, _ := json.Marshal(map[string]any{
@@ -63,7 +90,7 @@ func busyboxImageTar(t *testing.T) string {
 		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
 		"manifests": []any{map[string]any{
 			"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifestDigest, "size": manifestSize,
-			"annotations": map[string]string{"io.containerd.image.name": testImageRef, "org.opencontainers.image.ref.name": "latest"},
+			"annotations": map[string]string{"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": "latest"},
 		}},
 	})
 	path := filepath.Join(t.TempDir(), "image.tar")

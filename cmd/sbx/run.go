@@ -40,6 +40,7 @@ type runOptions struct {
 	resolve    []string
 	rootfs     string
 	image      string
+	pull       string
 	env        []string
 	volumes    []string
 	workdir    string
@@ -111,7 +112,8 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
-	fs.StringVar(&o.image, "image", "", "run from `REF`, an image already in containerd's sbx namespace (instead of --rootfs)")
+	fs.StringVar(&o.image, "image", "", "run from the image `REF` in containerd's sbx namespace, pulled by --pull (instead of --rootfs)")
+	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry: never (sbx image import loads archives), missing, or always")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
@@ -240,6 +242,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		return 0, err
 	}
 	defer cd.Close()
+	if o.image != "" {
+		if o.image, err = ensureImage(ctx, cd, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
+			return 0, err
+		}
+	}
 
 	var sinks []gateway.Sink
 	if !o.quiet && !o.tty {
