@@ -199,9 +199,9 @@ func TestPrivilegedImagePull(t *testing.T) {
 		t.Errorf("progress = %q, want it to end with pulled %s", progress.String(), ref)
 	}
 
-	// A sandbox from the pulled image. The exit code tells, rather than
-	// the output: the output of a command that ends at once is sometimes
-	// lost (containerd's task Delete cancels the copy of its streams).
+	// A sandbox from the pulled image: its exit code and its output, which
+	// is complete once Close returns (Wait may return before the last of
+	// it has been copied).
 	var out, errOut bytes.Buffer
 	gw := &fakeGateway{}
 	s, err := Start(ctx, Spec{
@@ -224,6 +224,9 @@ func TestPrivilegedImagePull(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+	if !strings.Contains(out.String(), "image=yes") {
+		t.Errorf("output %q, want image=yes", out.String())
 	}
 
 	if _, err := cd.EnsureImage(ctx, ref, PullMissing, nil); err != nil {

@@ -263,7 +263,8 @@ func (s *Sandbox) removeAll(teardownNetwork func() error) error {
 }
 
 // Wait waits for the command's end and returns its exit code, or ctx's
-// error when ctx ends first.
+// error when ctx ends first. The command's output may still be on its way
+// to Spec.Stdio then; it is all there once Close returns.
 func (s *Sandbox) Wait(ctx context.Context) (int, error) {
 	select {
 	case <-s.done:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -103,7 +104,7 @@ func TestPrivilegedStart(t *testing.T) {
 	}
 
 	t.Run("run", func(t *testing.T) {
-		var out strings.Builder
+		var out lockedBuilder
 		gw := &fakeGateway{}
 		spec := startSpec(t, cd, gw, `GW=${HTTP_PROXY#http://}; nc ${GW%:*} ${GW##*:} </dev/null; echo "sandbox=$SBX_SANDBOX"; exit 7`, &out)
 		s, err := Start(ctx, spec)
@@ -179,4 +180,60 @@ func TestPrivilegedStart(t *testing.T) {
 		}
 		assertSandboxGone(t, cd, spec.StateDir, gw.cfg.ID)
 	})
+}
+
+// TestPrivilegedOutputIsNotLost: a command that prints and ends at once
+// has all of its output, standard output and error, delivered by the time
+// Close returns, every time.
+func TestPrivilegedOutputIsNotLost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	lost := 0
+	for i := range 12 {
+		var out lockedBuilder
+		spec := startSpec(t, cd, &fakeGateway{}, "echo out-line; echo err-line >&2", &out)
+		s, err := Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, err := s.Wait(ctx); err != nil || code != 0 {
+			t.Errorf("run %d: exit %d, %v", i, code, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("run %d: Close: %v", i, err)
+		}
+		if !strings.Contains(out.String(), "out-line") || !strings.Contains(out.String(), "err-line") {
+			lost++
+			t.Logf("run %d: output %q", i, out.String())
+		}
+	}
+	if lost > 0 {
+		t.Errorf("output lost in %d of 12 runs", lost)
+	}
+}
+
+// lockedBuilder is a strings.Builder that the two stream copiers may
+// write at once.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
