@@ -173,7 +173,9 @@ func TestFindAndStatus(t *testing.T) {
 	if st, _ := Load(dir, "1a2b3c4d"); st.Status != StatusStarting {
 		t.Errorf("a reserved sandbox is %q, want %q", st.Status, StatusStarting)
 	}
+	running := make(chan struct{})
 	go func() {
+		defer close(running)
 		time.Sleep(50 * time.Millisecond)
 		SetStatus(dir, "1a2b3c4d", StatusRunning)
 	}()
@@ -182,11 +184,15 @@ func TestFindAndStatus(t *testing.T) {
 	if st, err := WaitRunning(ctx, dir, "1a2b3c4d"); err != nil || st.Status != StatusRunning {
 		t.Errorf("WaitRunning = %+v, %v; want running", st, err)
 	}
+	<-running
+	released := make(chan struct{})
 	go func() {
+		defer close(released)
 		time.Sleep(50 * time.Millisecond)
 		Release(dir, "1a2bffff")
 	}()
 	if _, err := WaitRunning(ctx, dir, "1a2bffff"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("WaitRunning on a sandbox that went away: %v, want ErrNotFound", err)
 	}
+	<-released // before testRegistry's cleanup changes RegistryDir
 }
