@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/moby/moby/client/pkg/versions"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -154,6 +156,12 @@ func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr er
 			os.Remove(cs.NetnsPath)
 		}
 	}()
+	// Docker lets every group open ICMP echo sockets in its containers'
+	// namespaces; the sandbox's rules refuse ICMP anyway, but the
+	// namespace is made like CreateNamespace's: the kernel's default.
+	if err := netnsSysctl(cs.NetnsPath, "net/ipv4/ping_group_range", "1\t0"); err != nil {
+		return err
+	}
 	// The pid was the pause container's when it was mounted only if the
 	// container still runs as that pid now.
 	if again, err := d.runningPid(ctx, created.ID); err != nil || again != pid {
@@ -492,4 +500,42 @@ func (d *Docker) ContainerIDs(ctx context.Context) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// netnsSysctl writes value to the sysctl key (a path below /proc/sys/) of
+// the network namespace at path. /proc/sys/net is that of the thread that
+// opens it, so the write happens on a locked thread switched into the
+// namespace; if it cannot switch back, the thread is left locked and dies
+// with its goroutine rather than run anything else there.
+func netnsSysctl(path, key, value string) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("opening network namespace %s: %w", path, err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = os.WriteFile("/proc/sys/"+key, []byte(value), 0o644)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			err = fmt.Errorf("setting %s in %s: %w", key, filepath.Base(path), err)
+		}
+		errc <- err
+	}()
+	return <-errc
 }
