@@ -20,9 +20,10 @@
 // after both. A failed Start undoes what it made, in reverse.
 //
 // Docker cannot join a namespace by path, so with *Docker the empty
-// namespace is that of a pause container (Docker's network mode "none":
-// a loopback and nothing else; its process is the host's static busybox
-// sleeping), mounted at the same path in CreateNamespace's place; sbx
+// namespace is that of a pause container (its network disabled, so that
+// runc makes the namespace and Docker's network code nothing in it; its
+// process is the host's static busybox sleeping), mounted at the same
+// path in CreateNamespace's place; sbx
 // fills it as any other, and the command's container shares it
 // ("container:" network mode). No network of Docker's reaches the
 // command, and the sandbox's rules, links and addresses are sbx's.

@@ -51,8 +51,10 @@ func dockerNames(id string) (command, pause string) {
 }
 
 // dockerPauseConfig is the pause container that holds a Docker sandbox's
-// network namespace: Docker's network mode "none" (a namespace with only
-// a loopback, which sbx then fills), from cs.Image but running only
+// network namespace: its network is disabled, so runc makes the namespace
+// and Docker's network code does nothing in it (no sandbox, no hook,
+// no hosts or resolv.conf files): a loopback, down, which sbx then fills.
+// It comes from cs.Image but runs only
 // busybox's sleep, mounted from the host; as nobody, with no capability,
 // no-new-privileges, Docker's default seccomp profile and a read-only
 // root, and small limits. It carries the sandbox's hostname, which the
@@ -72,6 +74,9 @@ func dockerPauseConfig(cs ContainerSpec, busybox string) (*container.Config, *co
 		Cmd:        []string{},
 		WorkingDir: "/",
 		Labels:     map[string]string{DockerLabelSandbox: cs.ID, DockerLabelRole: DockerRolePause},
+		// runc makes the namespace, with nothing in it: Docker's network
+		// code makes no sandbox for it, runs no hook in it.
+		NetworkDisabled: true,
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    "none",

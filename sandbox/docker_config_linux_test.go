@@ -104,7 +104,7 @@ func TestDockerConfig(t *testing.T) {
 	}
 
 	cfg, phc := dockerPauseConfig(cs, "/usr/bin/busybox")
-	if phc.NetworkMode != "none" || !slices.Equal(phc.CapDrop, []string{"ALL"}) || len(phc.CapAdd) > 0 || phc.Privileged || !phc.ReadonlyRootfs {
+	if !cfg.NetworkDisabled || phc.NetworkMode != "none" || !slices.Equal(phc.CapDrop, []string{"ALL"}) || len(phc.CapAdd) > 0 || phc.Privileged || !phc.ReadonlyRootfs {
 		t.Errorf("pause host config %+v: want network none, no capability, unprivileged, a read-only root", phc)
 	}
 	secure(t, phc.SecurityOpt)

@@ -57,8 +57,8 @@ func findStaticBusybox() (string, error) {
 //
 // Docker cannot put a container in a network namespace given by path, so
 // each sandbox has two containers. MakeNamespace starts a pause container,
-// sbx-<id>-pause, in Docker's network mode "none" (a namespace with a
-// loopback and nothing else) and mounts its namespace at
+// sbx-<id>-pause, with its network disabled (runc makes an empty
+// namespace; Docker's network code makes nothing) and mounts it at
 // /var/run/netns/sbx-<id>, where SetupNetwork fills it as it fills the one
 // CreateNamespace makes for containerd. Create then creates the command's
 // container, sbx-<id>, in the pause container's network ("container:"
@@ -110,8 +110,8 @@ func ConnectDocker(ctx context.Context, host string) (*Docker, error) {
 func (d *Docker) Close() error { return d.client.Close() }
 
 // MakeNamespace starts cs's pause container and mounts its network
-// namespace at cs.NetnsPath. The namespace holds a loopback and nothing
-// else; nothing but the pause container's sleep runs in it. cs.Image must
+// namespace at cs.NetnsPath. The namespace holds a loopback, down, and
+// nothing else; nothing but the pause container's sleep runs in it. cs.Image must
 // be in Docker's store. On error nothing is left.
 func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr error) {
 	if cs.Image == "" {

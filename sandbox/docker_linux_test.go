@@ -295,8 +295,11 @@ func checkDockerNetwork(t *testing.T, d *Docker, s *Sandbox) {
 	if got, want := string(cmd.Container.HostConfig.NetworkMode), "container:"+pause.Container.ID; got != want {
 		t.Errorf("the command's network mode is %q, want %q", got, want)
 	}
-	if got := string(pause.Container.HostConfig.NetworkMode); got != "none" {
-		t.Errorf("the pause container's network mode is %q, want none", got)
+	if got := string(pause.Container.HostConfig.NetworkMode); got != "none" || !pause.Container.Config.NetworkDisabled {
+		t.Errorf("the pause container's network mode is %q (disabled: %v), want none and disabled", got, pause.Container.Config.NetworkDisabled)
+	}
+	if ns := pause.Container.NetworkSettings; ns != nil && (len(ns.Networks) > 0 || ns.SandboxKey != "") {
+		t.Errorf("Docker made a network for the pause container: %+v", ns)
 	}
 	if ns := cmd.Container.NetworkSettings; ns != nil && len(ns.Networks) > 0 {
 		t.Errorf("the command's container is on Docker networks %v", ns.Networks)
