@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/moby/moby/client/pkg/versions"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -247,6 +249,16 @@ func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *
 			return nil, fmt.Errorf("image %s: %w", cs.Image, err)
 		}
 	}
+	// Docker writes no /etc/hosts for a container whose network it did
+	// not make, and its empty mount point hides the image's: the
+	// loopback names at least, unless the caller mounts its own.
+	if !slices.ContainsFunc(cs.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
+		if err := writeDockerHosts(); err != nil {
+			return nil, err
+		}
+		cs.Mounts = append(slices.Clip(cs.Mounts), specs.Mount{Destination: "/etc/hosts", Source: DockerHostsFile, Type: "bind",
+			Options: []string{"rbind", "ro"}})
+	}
 	cfg, hc, err := dockerCommandConfig(cs, pause.id, user, d.recursiveRO)
 	if err != nil {
 		return nil, err
@@ -306,6 +318,44 @@ func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *
 	default:
 	}
 	return c, nil
+}
+
+// DockerHostsFile is the /etc/hosts of Docker sandboxes: the loopback's
+// names.
+const DockerHostsFile = "/var/lib/sbx/docker/hosts"
+
+// dockerHosts is DockerHostsFile's content.
+const dockerHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+// writeDockerHosts writes DockerHostsFile when it is missing or differs,
+// atomically, so that sandboxes starting at once never see half of it.
+func writeDockerHosts() error {
+	if data, err := os.ReadFile(DockerHostsFile); err == nil && string(data) == dockerHosts {
+		return nil
+	}
+	dir := filepath.Dir(DockerHostsFile)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".hosts-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(dockerHosts)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), DockerHostsFile)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", DockerHostsFile, err)
+	}
+	return nil
 }
 
 // userFiles returns /etc/passwd and /etc/group of container id (empty
