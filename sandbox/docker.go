@@ -80,6 +80,7 @@ func dockerPauseConfig(cs ContainerSpec, busybox string) (*container.Config, *co
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    "none",
+		Init:           new(bool), // none of the daemon's default: busybox is all that runs
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,
@@ -143,6 +144,7 @@ func dockerCommandConfig(cs ContainerSpec, pause string, user dockerUser, recurs
 	}
 	hc := &container.HostConfig{
 		NetworkMode:    container.NetworkMode("container:" + pause),
+		Init:           new(bool), // cs.Init, never the daemon's default on top
 		CapDrop:        []string{"ALL"},
 		CapAdd:         capAdd,
 		SecurityOpt:    []string{"no-new-privileges"},

@@ -161,6 +161,7 @@ type netReport struct {
 	Status map[string]string `json:"status"`
 	UID    int               `json:"uid"`
 	Links  []string          `json:"links"`
+	Netns  uint64            `json:"netns"`
 }
 
 // TestPrivilegedIsolation runs testdata/netprobe as a sandbox's command,
@@ -202,6 +203,10 @@ func TestPrivilegedIsolation(t *testing.T) {
 					t.Fatalf("Start: %v", err)
 				}
 				t.Cleanup(func() { s.Close() })
+				var sandboxNS unix.Stat_t
+				if err := unix.Stat("/var/run/netns/"+s.Names.Netns, &sandboxNS); err != nil {
+					t.Fatal(err)
+				}
 				if d, ok := tr.rt.(*Docker); ok {
 					checkDockerNetwork(t, d, s)
 				}
@@ -218,6 +223,9 @@ func TestPrivilegedIsolation(t *testing.T) {
 					t.Fatalf("probe output %q (stderr %q): %v", out.String(), errOut.String(), err)
 				}
 				checkIsolation(t, r, uid)
+				if r.Netns != sandboxNS.Ino {
+					t.Errorf("the command ran in network namespace %d, not the sandbox's %d", r.Netns, sandboxNS.Ino)
+				}
 				if !slices.Equal(r.Links, []string{"lo", s.Names.InnerVeth}) {
 					t.Errorf("links in the namespace %v, want lo and %s only", r.Links, s.Names.InnerVeth)
 				}

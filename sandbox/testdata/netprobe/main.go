@@ -32,6 +32,7 @@ type report struct {
 	Status map[string]string `json:"status"`
 	UID    int               `json:"uid"`
 	Links  []string          `json:"links"`
+	Netns  uint64            `json:"netns"` // the inode of its network namespace
 }
 
 func main() {
@@ -124,6 +125,10 @@ func main() {
 		for _, i := range ifs {
 			r.Links = append(r.Links, i.Name)
 		}
+	}
+	var st syscall.Stat_t
+	if syscall.Stat("/proc/self/ns/net", &st) == nil {
+		r.Netns = st.Ino
 	}
 	if f, err := os.Open("/proc/self/status"); err == nil {
 		s := bufio.NewScanner(f)
