@@ -42,3 +42,7 @@ func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 // DefaultLimits are the limits a sandbox gets unless told; on this
 // platform only the processes limit is known.
 func DefaultLimits() Limits { return Limits{Pids: DefaultPidsLimit} }
+
+// swapAccounted reports whether the kernel limits memory and swap
+// together; on this platform it is not known to.
+var swapAccounted = func() bool { return false }

@@ -11,13 +11,22 @@
 //
 // Start runs a sandbox's whole life from a Spec, and Wait, Stop and Close
 // end it; sbx run only maps its flags to a Spec. The container runtime is
-// a Runtime (*Containerd) and the gateway a StartGateway function that
-// the caller provides, so this package imports no gateway. A sandbox
-// starts in overlapping steps: CreateNamespace makes the empty namespace;
-// then SetupNetwork (rules loaded before any link is up) followed by the
-// gateway, and Runtime.Create (the container and its process, created but
-// not started), run at once; the command starts only after both. A failed
-// Start undoes what it made, in reverse.
+// a Runtime (*Containerd or *Docker) and the gateway a StartGateway
+// function that the caller provides, so this package imports no gateway.
+// A sandbox starts in overlapping steps: CreateNamespace makes the empty
+// namespace; then SetupNetwork (rules loaded before any link is up)
+// followed by the gateway, and Runtime.Create (the container and its
+// process, created but not started), run at once; the command starts only
+// after both. A failed Start undoes what it made, in reverse.
+//
+// Docker cannot join a namespace by path, so with *Docker the empty
+// namespace is that of a pause container (its network disabled, so that
+// runc makes the namespace and Docker's network code nothing in it; its
+// process is the host's static busybox sleeping), mounted at the same
+// path in CreateNamespace's place; sbx
+// fills it as any other, and the command's container shares it
+// ("container:" network mode). No network of Docker's reaches the
+// command, and the sandbox's rules, links and addresses are sbx's.
 //
 // The container runs as the ContainerSpec's user (sbx run never picks host
 // root unasked), with none of DroppedCapabilities unless CapAdd gives one
@@ -27,5 +36,7 @@
 //
 // Every kernel object is named after the sandbox id (namespace sbx-<id>,
 // veths sbxh<id> and sbxc<id>, chains SBX-<id>-*) and every iptables rule
-// carries the comment sbx:<id>, so that garbage collection can find them.
+// carries the comment sbx:<id>, so that garbage collection can find them;
+// so are Docker's containers (sbx-<id> and sbx-<id>-pause, labelled
+// DockerLabelSandbox=<id>).
 package sandbox

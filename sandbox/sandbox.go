@@ -20,14 +20,25 @@ import (
 // host end of its veth.
 const DefaultGatewayPort = 3128
 
-// Runtime runs a sandbox's container: *Containerd, and later Docker. It is
-// what Start and GC need of one.
+// Runtime runs a sandbox's container: *Containerd or *Docker. It is what
+// Start and GC need of one.
 type Runtime interface {
 	ContainerRuntime
 	// Create creates cs's container with its process created but not
 	// started, in the network namespace at cs.NetnsPath; a command that
 	// cannot be run is a *StartError. On error nothing is left.
 	Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error)
+}
+
+// namespaceMaker is a Runtime that cannot join a network namespace by
+// path (*Docker): MakeNamespace makes the sandbox's empty namespace
+// itself, mounted at cs.NetnsPath (where CreateNamespace would have made
+// it), and Start calls it in CreateNamespace's place, before the network
+// is set up in it. On error nothing of it is left; otherwise what it made
+// goes with RemoveContainer(cs.ID) or the container's Delete, and with
+// TeardownNetwork.
+type namespaceMaker interface {
+	MakeNamespace(ctx context.Context, cs ContainerSpec) error
 }
 
 // Container is a container made by a Runtime, whose command runs from
@@ -168,9 +179,6 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	s.undo = append(s.undo, func() error { return Release(spec.StateDir, id) })
 	teardownNetwork := onlyOnce(func() error { return TeardownNetwork(teardownCtx, names) })
 	s.undo = append(s.undo, teardownNetwork)
-	if err := CreateNamespace(names); err != nil {
-		return nil, err
-	}
 
 	gw := netip.AddrPortFrom(s.Subnet.Host, spec.GatewayPort)
 	s.Proxy = "http://" + net.JoinHostPort(gw.Addr().String(), strconv.Itoa(int(gw.Port())))
@@ -180,6 +188,16 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		"HTTP_PROXY=" + s.Proxy, "HTTPS_PROXY=" + s.Proxy, "http_proxy=" + s.Proxy, "https_proxy=" + s.Proxy,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
 	}, cs.Env...)
+
+	// The namespace, empty; a runtime that cannot join one by path makes
+	// it itself (and undoes it itself when it fails).
+	if nm, ok := spec.Runtime.(namespaceMaker); ok {
+		if err := nm.MakeNamespace(ctx, cs); err != nil {
+			return nil, err
+		}
+	} else if err := CreateNamespace(names); err != nil {
+		return nil, err
+	}
 
 	// The network and gateway on one side, the runtime's container (most
 	// of the start time) on the other, at once.

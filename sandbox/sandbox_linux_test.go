@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +14,13 @@ import (
 )
 
 // fakeGateway answers every connection with "gateway-ok" on the address
-// Start gives it, and records what it was given.
+// Start gives it, and records what it was given. It also listens, and
+// answers nothing, on the next port of that address: another port where
+// something listens, which the sandbox must not reach either.
 type fakeGateway struct {
 	cfg    GatewayConfig
 	ln     net.Listener
+	other  net.Listener
 	closed bool
 	fail   error
 }
@@ -32,7 +34,12 @@ func (g *fakeGateway) start(_ context.Context, c GatewayConfig) (io.Closer, erro
 	if err != nil {
 		return nil, err
 	}
-	g.ln = ln
+	other, err := net.Listen("tcp", netip.AddrPortFrom(c.Listen.Addr(), c.Listen.Port()+1).String())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	g.ln, g.other = ln, other
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -46,36 +53,42 @@ func (g *fakeGateway) start(_ context.Context, c GatewayConfig) (io.Closer, erro
 	return g, nil
 }
 
-func (g *fakeGateway) Close() error { g.closed = true; return g.ln.Close() }
+func (g *fakeGateway) Close() error {
+	g.closed = true
+	g.other.Close()
+	return g.ln.Close()
+}
 
-// startSpec is a Spec for a busybox sandbox in its own state directory and
-// pool, running script.
-func startSpec(t *testing.T, cd *Containerd, gw *fakeGateway, script string, out io.Writer) Spec {
+// testPool is where the privileged tests' sandboxes take their subnets.
+var testPool = netip.MustParsePrefix("10.213.233.0/24")
+
+// startSpec is a Spec for a busybox sandbox of runtime tr in its own
+// state directory and pool, running script.
+func startSpec(t *testing.T, tr testRuntime, gw *fakeGateway, script string, out io.Writer) Spec {
 	t.Helper()
-	root := busyboxRootfs(t)
-	os.Symlink("busybox", filepath.Join(root, "bin", "nc"))
-	os.Symlink("busybox", filepath.Join(root, "bin", "sleep"))
-	return Spec{
+	spec := Spec{
 		Command:   []string{"sh", "-c", script},
 		StateDir:  t.TempDir(),
-		Pool:      netip.MustParsePrefix("10.213.233.0/24"),
-		Runtime:   cd,
+		Pool:      testPool,
+		Runtime:   tr.rt,
 		Gateway:   gw.start,
-		Container: ContainerSpec{RootFS: root, UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
+		Container: ContainerSpec{UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
 		Stdio:     Stdio{Out: out, Err: out},
 	}
+	tr.root(t, &spec.Container)
+	return spec
 }
 
 // assertSandboxGone checks that nothing of sandbox id is left: state,
 // network, container.
-func assertSandboxGone(t *testing.T, cd *Containerd, stateDir, id string) {
+func assertSandboxGone(t *testing.T, rt ContainerRuntime, stateDir, id string) {
 	t.Helper()
 	n, _ := NamesFor(id)
 	assertNetworkGone(t, n)
 	if _, err := Load(stateDir, id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("state of %s left: %v", id, err)
 	}
-	ids, _ := cd.ContainerIDs(context.Background())
+	ids, _ := rt.ContainerIDs(context.Background())
 	for _, c := range ids {
 		if c == id {
 			t.Errorf("container %s left", id)
@@ -92,21 +105,22 @@ func TestPrivilegedStart(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	ctx := context.Background()
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
+	for _, tr := range testRuntimes(t) {
+		t.Run(tr.name, func(t *testing.T) { testStart(t, tr) })
 	}
-	defer cd.Close()
+}
+
+func testStart(t *testing.T, tr testRuntime) {
+	ctx := context.Background()
 	// What is gone is no error (errdefs, not the message's words).
-	if err := cd.RemoveContainer(ctx, "00000000"); err != nil {
+	if err := tr.rt.RemoveContainer(ctx, "00000000"); err != nil {
 		t.Errorf("removing a container that does not exist: %v", err)
 	}
 
 	t.Run("run", func(t *testing.T) {
 		var out lockedBuilder
 		gw := &fakeGateway{}
-		spec := startSpec(t, cd, gw, `GW=${HTTP_PROXY#http://}; nc ${GW%:*} ${GW##*:} </dev/null; echo "sandbox=$SBX_SANDBOX"; exit 7`, &out)
+		spec := startSpec(t, tr, gw, `GW=${HTTP_PROXY#http://}; nc ${GW%:*} ${GW##*:} </dev/null; echo "sandbox=$SBX_SANDBOX"; exit 7`, &out)
 		s, err := Start(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
@@ -125,12 +139,12 @@ func TestPrivilegedStart(t *testing.T) {
 		if gw.cfg.Interface != s.Names.HostVeth || gw.cfg.Client != s.Subnet.Sandbox || !gw.closed {
 			t.Errorf("gateway given %+v (closed %v), want interface %s, client %s, closed", gw.cfg, gw.closed, s.Names.HostVeth, s.Subnet.Sandbox)
 		}
-		assertSandboxGone(t, cd, spec.StateDir, s.ID)
+		assertSandboxGone(t, tr.rt, spec.StateDir, s.ID)
 	})
 
 	t.Run("stop", func(t *testing.T) {
 		gw := &fakeGateway{}
-		spec := startSpec(t, cd, gw, `trap 'exit 143' TERM; while true; do sleep 0.1; done`, io.Discard)
+		spec := startSpec(t, tr, gw, `trap 'exit 143' TERM; while true; do sleep 0.1; done`, io.Discard)
 		s, err := Start(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
@@ -147,12 +161,12 @@ func TestPrivilegedStart(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		assertSandboxGone(t, cd, spec.StateDir, s.ID)
+		assertSandboxGone(t, tr.rt, spec.StateDir, s.ID)
 	})
 
 	t.Run("not found", func(t *testing.T) {
 		gw := &fakeGateway{}
-		spec := startSpec(t, cd, gw, "", io.Discard)
+		spec := startSpec(t, tr, gw, "", io.Discard)
 		spec.Command = []string{"/no/such/command"}
 		s, err := Start(ctx, spec)
 		var se *StartError
@@ -165,12 +179,12 @@ func TestPrivilegedStart(t *testing.T) {
 		if !gw.closed {
 			t.Errorf("the gateway was left running")
 		}
-		assertSandboxGone(t, cd, spec.StateDir, gw.cfg.ID)
+		assertSandboxGone(t, tr.rt, spec.StateDir, gw.cfg.ID)
 	})
 
 	t.Run("gateway fails", func(t *testing.T) {
 		gw := &fakeGateway{fail: errors.New("no gateway today")}
-		spec := startSpec(t, cd, gw, "true", io.Discard)
+		spec := startSpec(t, tr, gw, "true", io.Discard)
 		s, err := Start(ctx, spec)
 		if err == nil || !strings.Contains(err.Error(), "no gateway today") {
 			if s != nil {
@@ -178,7 +192,7 @@ func TestPrivilegedStart(t *testing.T) {
 			}
 			t.Fatalf("Start with a failing gateway: %v", err)
 		}
-		assertSandboxGone(t, cd, spec.StateDir, gw.cfg.ID)
+		assertSandboxGone(t, tr.rt, spec.StateDir, gw.cfg.ID)
 	})
 }
 
@@ -190,32 +204,31 @@ func TestPrivilegedOutputIsNotLost(t *testing.T) {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
 	ctx := context.Background()
-	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
-	lost := 0
-	for i := range 12 {
-		var out lockedBuilder
-		spec := startSpec(t, cd, &fakeGateway{}, "echo out-line; echo err-line >&2", &out)
-		s, err := Start(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code, err := s.Wait(ctx); err != nil || code != 0 {
-			t.Errorf("run %d: exit %d, %v", i, code, err)
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("run %d: Close: %v", i, err)
-		}
-		if !strings.Contains(out.String(), "out-line") || !strings.Contains(out.String(), "err-line") {
-			lost++
-			t.Logf("run %d: output %q", i, out.String())
-		}
-	}
-	if lost > 0 {
-		t.Errorf("output lost in %d of 12 runs", lost)
+	for _, tr := range testRuntimes(t) {
+		t.Run(tr.name, func(t *testing.T) {
+			lost := 0
+			for i := range 12 {
+				var out lockedBuilder
+				spec := startSpec(t, tr, &fakeGateway{}, "echo out-line; echo err-line >&2", &out)
+				s, err := Start(ctx, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if code, err := s.Wait(ctx); err != nil || code != 0 {
+					t.Errorf("run %d: exit %d, %v", i, code, err)
+				}
+				if err := s.Close(); err != nil {
+					t.Errorf("run %d: Close: %v", i, err)
+				}
+				if !strings.Contains(out.String(), "out-line") || !strings.Contains(out.String(), "err-line") {
+					lost++
+					t.Logf("run %d: output %q", i, out.String())
+				}
+			}
+			if lost > 0 {
+				t.Errorf("output lost in %d of 12 runs", lost)
+			}
+		})
 	}
 }
 

@@ -53,3 +53,30 @@ need_containerd() {
 	echo "$0: containerd did not start; see /var/log/sbx-containerd.log" >&2
 	exit 1
 }
+
+# need_docker starts dockerd when Docker does not answer. Debian's
+# docker.io starts it under systemd; where there is none (CI, containers),
+# it is started here, on the containerd that need_containerd started, and
+# keeps running, as a service would. sbx gives its containers networks of
+# its own, so this dockerd makes no bridge and writes no iptables rules
+# of its own into the host's tables (the privileged tests check that sbx
+# leaves those as it found them).
+need_docker() {
+	[ "$(id -u)" -eq 0 ] || return 0
+	docker_answers && return 0
+	log "starting dockerd (log: /var/log/sbx-dockerd.log)"
+	nohup dockerd --containerd=/run/containerd/containerd.sock --iptables=false --ip-forward=false --bridge=none \
+		>/var/log/sbx-dockerd.log 2>&1 </dev/null &
+	for _ in $(seq 100); do
+		docker_answers && return 0
+		sleep 0.2
+	done
+	echo "$0: dockerd did not start; see /var/log/sbx-dockerd.log" >&2
+	exit 1
+}
+
+# docker_answers reports whether a Docker daemon answers (DOCKER_HOST, or
+# its default socket).
+docker_answers() {
+	timeout 5 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+}

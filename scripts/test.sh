@@ -18,9 +18,12 @@ cd "$(dirname "$0")/.."
 need_go
 # gcc for the race detector; iproute2 and iptables for the sandbox's
 # privileged tests (throwaway namespaces); containerd, runc and
-# busybox-static for its container tests.
-need_packages gcc iproute2 iptables containerd runc tini busybox-static
+# busybox-static for its container tests; docker.io for the same tests
+# with --runtime docker (their images are loaded through Docker's API:
+# no registry is needed).
+need_packages gcc iproute2 iptables containerd runc tini busybox-static docker.io
 need_containerd
+need_docker
 
 pkgs=("$@")
 [ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)

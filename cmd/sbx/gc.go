@@ -10,28 +10,36 @@ import (
 )
 
 func newGCCmd() *cobra.Command {
-	var stateDir, socket string
+	var stateDir, socket, dockerHost string
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what crashed sandboxes left behind",
 		Long: `Gc finds sandboxes whose sbx run process is gone (killed, crashed, or the
-machine's power cut) and removes what they left: their container, network
-namespace, veth pair, iptables rules and chains, and state in /run/sbx.
+machine's power cut) and removes what they left: their containers (in
+containerd and in Docker, each when it answers), network namespace, veth pair, iptables rules and chains, and state in /run/sbx.
 Running sandboxes and anything not named as sbx names its objects are left
 alone. Decision logs in /var/lib/sbx are kept. Needs root.`,
 		Example: `  sudo sbx gc`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
-				return needsRoot("sbx gc", "namespaces, iptables, containerd")
+				return needsRoot("sbx gc", "namespaces, iptables, containerd and Docker")
+			}
+			// The containers of every runtime that answers; a runtime
+			// that does not (not installed, say) is said and skipped.
+			rts, closers, err := connectGCRuntimes(cmd.Context(), runtimeOptions{socket: socket, dockerHost: dockerHost})
+			for _, c := range closers {
+				defer c.Close()
 			}
 			var rt sandbox.ContainerRuntime
-			cd, err := sandbox.ConnectContainerd(cmd.Context(), socket)
-			if err != nil {
+			switch {
+			case len(rts) == 0:
 				fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %v; removing networks and state only\n", err)
-			} else {
-				defer cd.Close()
-				rt = cd
+			case err != nil:
+				fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %v; removing the containers of the others\n", err)
+				rt = rts
+			default:
+				rt = rts
 			}
 			cleaned, err := sandbox.GC(cmd.Context(), stateDir, rt)
 			for _, id := range cleaned {
@@ -45,6 +53,8 @@ alone. Decision logs in /var/lib/sbx are kept. Needs root.`,
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	cmd.Flags().StringVar(&socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
+	cmd.Flags().StringVar(&dockerHost, "docker-host", "", "Docker's `ADDRESS` (default: DOCKER_HOST, or Docker's own default)")
 	cmd.Flags().MarkHidden("state-dir")
+	cmd.Flags().MarkHidden("docker-host")
 	return cmd
 }

@@ -51,6 +51,7 @@ type runOptions struct {
 	log        string
 	name       string
 	runtime    string
+	dockerHost string // hidden: for tests
 	api        []string
 	subnetPool string
 	stateDir   string // hidden: for tests
@@ -85,12 +86,16 @@ capability that reaches beyond the sandbox (--cap-add gives one back), and
 its memory, CPU time and processes are limited (see the defaults below).
 
 Exit code: COMMAND's; 125 when sbx itself fails, 126 when COMMAND cannot be
-executed, 127 when it is not found. Needs root, containerd and iptables.`,
+executed, 127 when it is not found. Needs root, iptables, and containerd
+or Docker (--runtime docker runs images from Docker's store, --image).`,
 		Example: `  # A busybox root filesystem, the npm registry allowed, everything else blocked.
   sbx run --rootfs ./rootfs --allow registry.npmjs.org -- wget -q -O- https://registry.npmjs.org/
 
   # Test against a server of your own under a fake name.
-  sbx run --rootfs ./rootfs --allow api.test:8080 --resolve api.test=10.0.0.5 --allow-private 10.0.0.5/32 -- sh`,
+  sbx run --rootfs ./rootfs --allow api.test:8080 --resolve api.test=10.0.0.5 --allow-private 10.0.0.5/32 -- sh
+
+  # An image from Docker's store, with Docker's network replaced by sbx's.
+  sbx run --runtime docker --image node:22 --allow registry.npmjs.org -- npm ci`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf(cmd, "no command given; write sbx run [flags] -- COMMAND [ARG...]")
@@ -112,8 +117,8 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
-	fs.StringVar(&o.image, "image", "", "run from the image `REF` in containerd's sbx namespace, pulled by --pull (instead of --rootfs)")
-	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry: never (sbx image import loads archives), missing, or always")
+	fs.StringVar(&o.image, "image", "", "run from the image `REF`: in containerd's sbx namespace, pulled by --pull; or, with --runtime docker, already in Docker's store (instead of --rootfs)")
+	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry into containerd: never (sbx image import loads archives), missing, or always")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
@@ -130,14 +135,28 @@ executed, 127 when it is not found. Needs root, containerd and iptables.`,
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
-	fs.StringVar(&o.runtime, "runtime", "containerd", "the container `RUNTIME` (containerd; Docker comes later)")
+	fs.StringVar(&o.runtime, "runtime", "", "the container `RUNTIME`: containerd, or docker (images only, --image) (default: containerd when its socket answers, else docker)")
 	fs.StringArrayVar(&o.api, "api", nil, "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
+	fs.StringVar(&o.dockerHost, "docker-host", "", "Docker's `ADDRESS` (default: DOCKER_HOST, or Docker's own default)")
 	fs.MarkHidden("state-dir")
+	fs.MarkHidden("docker-host")
 	fs.SetInterspersed(false)
 	return cmd
+}
+
+// dockerNeedsImage refuses what the docker runtime cannot run: a root
+// filesystem that is not an image.
+func dockerNeedsImage(cmd *cobra.Command, o runOptions) error {
+	if o.image != "" {
+		return nil
+	}
+	if cmd.Flags().Changed("rootfs") {
+		return fmt.Errorf("--rootfs %s with --runtime docker: Docker runs images from its store only (give --image REF), as it cannot bind the host's directories read-only all the way down; use --runtime containerd for --rootfs", o.rootfs)
+	}
+	return errors.New("--runtime docker runs images from Docker's store only: give --image REF (docker images lists them), or use --runtime containerd for --rootfs host")
 }
 
 // errSilent carries an exit code without a message: the command's own
@@ -152,13 +171,18 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	// messages come from different goroutines.
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	if os.Geteuid() != 0 {
-		return 0, needsRoot("sbx run", "namespaces, iptables, containerd")
+		return 0, needsRoot("sbx run", "namespaces, iptables, containerd or Docker")
 	}
 	if o.name != "" && !validName(o.name) {
 		return 0, fmt.Errorf("--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
 	}
-	if o.runtime != "containerd" {
-		return 0, fmt.Errorf("--runtime %q: only containerd is supported so far", o.runtime)
+	if o.runtime != "" && o.runtime != runtimeContainerd && o.runtime != runtimeDocker {
+		return 0, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeContainerd, runtimeDocker)
+	}
+	if o.runtime == runtimeDocker {
+		if err := dockerNeedsImage(cmd, o); err != nil {
+			return 0, err
+		}
 	}
 	limits, tmpSize, err := o.limits()
 	if err != nil {
@@ -174,6 +198,16 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}
 	if o.image != "" && cmd.Flags().Changed("rootfs") {
 		return 0, errors.New("--image and --rootfs both say what / is; give one of them")
+	}
+	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost})
+	if err != nil {
+		return 0, err
+	}
+	defer rt.Close()
+	if rtName == runtimeDocker {
+		if err := dockerNeedsImage(cmd, o); err != nil {
+			return 0, fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)
+		}
 	}
 	hostLayout := o.image == "" && o.rootfs == "host"
 	cwd, err := os.Getwd()
@@ -237,14 +271,13 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 		res.AddStatic(host, ip)
 	}
-	cd, err := sandbox.ConnectContainerd(ctx, o.socket)
-	if err != nil {
-		return 0, err
-	}
-	defer cd.Close()
 	if o.image != "" {
-		if o.image, err = ensureImage(ctx, cd, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
-			return 0, err
+		if cd, ok := rt.(*sandbox.Containerd); ok {
+			if o.image, err = ensureImage(ctx, cd, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
+				return 0, err
+			}
+		} else if o.pull == "always" {
+			return 0, errors.New("--pull always: sbx does not pull into Docker's store yet; docker pull the image first, or use --runtime containerd")
 		}
 	}
 
@@ -291,7 +324,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		Command:  args,
 		StateDir: o.stateDir,
 		Pool:     pool,
-		Runtime:  cd,
+		Runtime:  rt,
 		Gateway:  startGateway,
 		Container: sandbox.ContainerSpec{
 			RootFS:        layout.Root,
@@ -313,6 +346,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	var se *sandbox.StartError
 	if errors.As(err, &se) {
 		return se.Code, nil
+	}
+	if errors.Is(err, sandbox.ErrDockerCapAdd) {
+		return 0, fmt.Errorf("%w; with --runtime docker, give --cap-add only with --user 0, or use --runtime containerd", err)
 	}
 	if err != nil {
 		return 0, err

@@ -212,7 +212,9 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", "--allow", "*.", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "--allow"},
 		{[]string{"run", "--rootfs", "/no/such/dir", "--", "true"}, exitSbxFailed, "not a directory"},
 		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "UID[:GID]"},
-		{[]string{"run", "--runtime", "docker", "--", "true"}, exitSbxFailed, "only containerd"},
+		{[]string{"run", "--runtime", "docker", "--", "true"}, exitSbxFailed, "give --image REF"},
+		{[]string{"run", "--runtime", "docker", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "runs images from its store only"},
+		{[]string{"run", "--runtime", "podman", "--", "true"}, exitSbxFailed, "want containerd or docker"},
 		{[]string{"run", "--image", "docker.io/library/x:1", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "give one of them"},
 		{[]string{"run", "-v", "nonsense", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "SRC:DST"},
 	}

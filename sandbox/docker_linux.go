@@ -1,0 +1,591 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/hashicorp/go-multierror"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"github.com/moby/moby/client/pkg/versions"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// busyboxCandidates are where Debian's busybox-static puts busybox.
+var busyboxCandidates = []string{"/usr/bin/busybox", "/bin/busybox"}
+
+// findStaticBusybox returns the path of a statically linked busybox on
+// the host: the pause container runs it, whatever its image holds.
+func findStaticBusybox() (string, error) {
+	for _, p := range busyboxCandidates {
+		f, err := elf.Open(p)
+		if err != nil {
+			continue
+		}
+		static := true
+		for _, prog := range f.Progs {
+			if prog.Type == elf.PT_INTERP {
+				static = false
+			}
+		}
+		f.Close()
+		if static {
+			return p, nil
+		}
+	}
+	return "", errors.New("no statically linked busybox on this machine, which Docker sandboxes need to hold their network namespace: apt-get install busybox-static")
+}
+
+// Docker runs sandbox containers through a Docker daemon (DESIGN.md §14):
+// images from Docker's store, and the sandbox's network namespace, with
+// all of sbx's rules, instead of any network of Docker's.
+//
+// Docker cannot put a container in a network namespace given by path, so
+// each sandbox has two containers. MakeNamespace starts a pause container,
+// sbx-<id>-pause, with its network disabled (runc makes an empty
+// namespace; Docker's network code makes nothing) and mounts it at
+// /var/run/netns/sbx-<id>, where SetupNetwork fills it as it fills the one
+// CreateNamespace makes for containerd. Create then creates the command's
+// container, sbx-<id>, in the pause container's network ("container:"
+// mode), which Start starts. Both carry DockerLabelSandbox, for garbage
+// collection. A Docker is safe for concurrent use.
+type Docker struct {
+	client      *client.Client
+	busybox     string
+	recursiveRO bool // the daemon makes read-only binds read-only all the way down
+
+	mu     sync.Mutex
+	pauses map[string]dockerPause // by sandbox id, from MakeNamespace to Create
+}
+
+// dockerPause is a sandbox's pause container.
+type dockerPause struct {
+	id        string // the container's id
+	imageUser string // the user cs.Image's configuration names
+}
+
+// ConnectDocker connects to the Docker daemon at host (unix:///path or
+// tcp://addr); "" means DOCKER_HOST, or Docker's default socket.
+func ConnectDocker(ctx context.Context, host string) (*Docker, error) {
+	hint := "is it installed and running? (apt-get install docker.io; scripts/test.sh starts dockerd where there is no systemd)"
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	busybox, err := findStaticBusybox()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Docker: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ping, err := c.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("docker at %s does not answer: %s: %w", c.DaemonHost(), hint, err)
+	}
+	return &Docker{client: c, busybox: busybox, recursiveRO: !versions.LessThan(ping.APIVersion, "1.44"),
+		pauses: map[string]dockerPause{}}, nil
+}
+
+// Close closes the connection.
+func (d *Docker) Close() error { return d.client.Close() }
+
+// MakeNamespace starts cs's pause container and mounts its network
+// namespace at cs.NetnsPath. The namespace holds a loopback, down, and
+// nothing else; nothing but the pause container's sleep runs in it. cs.Image must
+// be in Docker's store. On error nothing is left.
+func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr error) {
+	if cs.Image == "" {
+		return errors.New("docker runs images only: ContainerSpec.Image is required (a root directory cannot be given to Docker read-only with its submounts)")
+	}
+	img, err := d.client.ImageInspect(ctx, cs.Image)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("image %s is not in Docker's store (load it with: docker load -i FILE, or pull it with: docker pull %s): %w", cs.Image, cs.Image, err)
+	} else if err != nil {
+		return fmt.Errorf("inspecting image %s: %w", cs.Image, err)
+	}
+	var imageUser string
+	if img.Config != nil {
+		imageUser = img.Config.User
+	}
+	_, name := dockerNames(cs.ID)
+	cfg, hc := dockerPauseConfig(cs, d.busybox)
+	created, err := d.client.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return fmt.Errorf("creating container %s: %w", name, err)
+	}
+	defer func() {
+		if retErr != nil {
+			if err := d.remove(context.WithoutCancel(ctx), created.ID); err != nil {
+				retErr = multierror.Append(retErr, err)
+			}
+		}
+	}()
+	if _, err := d.client.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("starting container %s: %w", name, err)
+	}
+	pid, err := d.runningPid(ctx, created.ID)
+	if err != nil {
+		return err
+	}
+	if err := mountNetns(pid, cs.NetnsPath); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			unix.Unmount(cs.NetnsPath, unix.MNT_DETACH)
+			os.Remove(cs.NetnsPath)
+		}
+	}()
+	// Docker lets every group open ICMP echo sockets in its containers'
+	// namespaces; the sandbox's rules refuse ICMP anyway, but the
+	// namespace is made like CreateNamespace's: the kernel's default.
+	if err := netnsSysctl(cs.NetnsPath, "net/ipv4/ping_group_range", "1\t0"); err != nil {
+		return err
+	}
+	// The pid was the pause container's when it was mounted only if the
+	// container still runs as that pid now.
+	if again, err := d.runningPid(ctx, created.ID); err != nil || again != pid {
+		return fmt.Errorf("container %s stopped while its network namespace was mounted (pid %d, then %d): %v", name, pid, again, err)
+	}
+	d.mu.Lock()
+	d.pauses[cs.ID] = dockerPause{id: created.ID, imageUser: imageUser}
+	d.mu.Unlock()
+	return nil
+}
+
+// runningPid returns the pid of container id's process, which must run.
+func (d *Docker) runningPid(ctx context.Context, id string) (int, error) {
+	res, err := d.client.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("inspecting container %s: %w", id, err)
+	}
+	st := res.Container.State
+	if st == nil || !st.Running || st.Pid <= 0 {
+		return 0, fmt.Errorf("container %s does not run (%+v)", id, st)
+	}
+	return st.Pid, nil
+}
+
+// mountNetns bind-mounts the network namespace of process pid at path, as
+// ip netns attach does. It refuses the host's own namespace: sbx's rules
+// must never go there.
+func mountNetns(pid int, path string) (retErr error) {
+	src := "/proc/" + strconv.Itoa(pid) + "/ns/net"
+	var ns, self unix.Stat_t
+	if err := unix.Stat(src, &ns); err != nil {
+		return fmt.Errorf("finding the network namespace of pid %d: %w", pid, err)
+	}
+	if err := unix.Stat("/proc/self/ns/net", &self); err != nil {
+		return err
+	}
+	if ns.Ino == self.Ino && ns.Dev == self.Dev {
+		return fmt.Errorf("pid %d is in the host's network namespace", pid)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("creating network namespace %s: %w", filepath.Base(path), err)
+	}
+	f.Close()
+	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("mounting the network namespace of pid %d at %s: %w", pid, path, err)
+	}
+	return nil
+}
+
+// Create creates cs's container in the network of the pause container
+// that MakeNamespace started for cs.ID, with its standard streams
+// attached: nothing of the command runs, and no standard input is read,
+// until Start. Its output is copied until the container ends. On error
+// the command's container is not left (the pause container is, for
+// RemoveContainer).
+func (d *Docker) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error) {
+	c, err := d.create(ctx, cs, stdio)
+	if err != nil {
+		return nil, err // not a nil *DockerContainer in a non-nil interface
+	}
+	return c, nil
+}
+
+func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *DockerContainer, retErr error) {
+	d.mu.Lock()
+	pause, ok := d.pauses[cs.ID]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s has no pause container: MakeNamespace comes first", cs.ID)
+	}
+	user := dockerUser{UID: cs.UID, GID: cs.GID}
+	if cs.KeepImageUser && pause.imageUser != "" {
+		passwd, group, err := d.userFiles(ctx, pause.id)
+		if err != nil {
+			return nil, err
+		}
+		if user, err = imageUser(pause.imageUser, passwd, group, user); err != nil {
+			return nil, fmt.Errorf("image %s: %w", cs.Image, err)
+		}
+	}
+	// Docker writes no /etc/hosts for a container whose network it did
+	// not make, and its empty mount point hides the image's: the
+	// loopback names at least, unless the caller mounts its own.
+	if !slices.ContainsFunc(cs.Mounts, func(m specs.Mount) bool { return m.Destination == "/etc/hosts" }) {
+		if err := writeDockerHosts(); err != nil {
+			return nil, err
+		}
+		cs.Mounts = append(slices.Clip(cs.Mounts), specs.Mount{Destination: "/etc/hosts", Source: DockerHostsFile, Type: "bind",
+			Options: []string{"rbind", "ro"}})
+	}
+	cfg, hc, err := dockerCommandConfig(cs, pause.id, user, d.recursiveRO)
+	if err != nil {
+		return nil, err
+	}
+	if stdio.In != nil {
+		cfg.OpenStdin, cfg.StdinOnce, cfg.AttachStdin = true, true, true
+	}
+	name, _ := dockerNames(cs.ID)
+	created, err := d.client.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+	if err != nil {
+		return nil, fmt.Errorf("creating container %s: %w", name, err)
+	}
+	c := &DockerContainer{d: d, id: created.ID, name: name, sandbox: cs.ID, pause: pause.id,
+		started: make(chan struct{}), outDone: make(chan struct{})}
+	c.cleanupCtx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if retErr != nil {
+			if err := c.deleteCommand(); err != nil {
+				retErr = multierror.Append(retErr, err)
+			}
+		}
+	}()
+	// Attached before the start, so that no output is lost.
+	att, err := d.client.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{
+		Stream: true, Stdin: stdio.In != nil, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to container %s: %w", name, err)
+	}
+	c.conn = &att.HijackedResponse
+	out, errOut := stdio.Out, stdio.Err
+	if out == nil {
+		out = io.Discard
+	}
+	if errOut == nil {
+		errOut = io.Discard
+	}
+	// Ends when the container's output ends (its processes are gone) or
+	// Delete closes the connection.
+	go func() {
+		defer close(c.outDone)
+		if cs.TTY {
+			io.Copy(out, att.Reader)
+		} else {
+			stdcopy.StdCopy(out, errOut, att.Reader)
+		}
+	}()
+	if stdio.In != nil {
+		c.in = &gatedReader{r: stdio.In, open: c.started, done: c.cleanupCtx.Done()}
+	}
+	// Registered now (the daemon answers once it waits), so that an exit
+	// right after the start is not missed.
+	w := d.client.ContainerWait(c.cleanupCtx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	c.waitRes, c.waitErr = w.Result, w.Error
+	select {
+	case err := <-c.waitErr:
+		return nil, fmt.Errorf("waiting for container %s: %w", name, err)
+	default:
+	}
+	return c, nil
+}
+
+// DockerHostsFile is the /etc/hosts of Docker sandboxes: the loopback's
+// names.
+const DockerHostsFile = "/var/lib/sbx/docker/hosts"
+
+// dockerHosts is DockerHostsFile's content.
+const dockerHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+// writeDockerHosts writes DockerHostsFile when it is missing or differs,
+// atomically, so that sandboxes starting at once never see half of it.
+func writeDockerHosts() error {
+	if data, err := os.ReadFile(DockerHostsFile); err == nil && string(data) == dockerHosts {
+		return nil
+	}
+	dir := filepath.Dir(DockerHostsFile)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".hosts-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(dockerHosts)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), DockerHostsFile)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", DockerHostsFile, err)
+	}
+	return nil
+}
+
+// userFiles returns /etc/passwd and /etc/group of container id (empty
+// when the image has none).
+func (d *Docker) userFiles(ctx context.Context, id string) (passwd, group []byte, err error) {
+	read := func(path string) ([]byte, error) {
+		res, err := d.client.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
+		if errdefs.IsNotFound(err) {
+			return nil, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("reading %s of the image: %w", path, err)
+		}
+		defer res.Content.Close()
+		tr := tar.NewReader(res.Content)
+		for {
+			h, err := tr.Next()
+			if err != nil {
+				return nil, nil // a link or a directory: as if absent
+			}
+			if h.Typeflag == tar.TypeReg {
+				return io.ReadAll(io.LimitReader(tr, 1<<20))
+			}
+		}
+	}
+	if passwd, err = read("/etc/passwd"); err != nil {
+		return nil, nil, err
+	}
+	group, err = read("/etc/group")
+	return passwd, group, err
+}
+
+// DockerContainer is a sandbox's command in Docker: created, attached,
+// and started by Start.
+type DockerContainer struct {
+	d       *Docker
+	id      string // the command's container
+	name    string
+	sandbox string
+	pause   string // the pause container
+	conn    *client.HijackedResponse
+	in      io.Reader     // the gated standard input, nil for none
+	started chan struct{} // closed by Start once the command runs
+	outDone chan struct{} // closed when the output is copied
+	waitRes <-chan container.WaitResponse
+	waitErr <-chan error
+	exited  atomic.Bool
+	deleted sync.Once
+	delErr  error
+	// cleanupCtx outlives the caller's context: the wait and Delete use
+	// it; cancel ends the wait and the stdin gate.
+	cleanupCtx context.Context
+	cancel     context.CancelFunc
+}
+
+// Start starts the command: a *StartError when it cannot be run (not
+// found, not executable). From then on standard input flows to it.
+func (c *DockerContainer) Start(ctx context.Context) error {
+	if _, err := c.d.client.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
+		if code, ok := startFailure(err); ok {
+			return &StartError{Code: code, Err: err}
+		}
+		return fmt.Errorf("starting %s: %w", c.name, err)
+	}
+	close(c.started)
+	if c.in != nil {
+		// Ends at the input's end, or when the connection is closed and
+		// the input's next read returns. The command sees the end of its
+		// input when the input ends.
+		go func() {
+			io.Copy(c.conn.Conn, c.in)
+			c.conn.CloseWrite()
+		}()
+	}
+	return nil
+}
+
+// Wait waits for the started command's end and returns its exit code, or
+// ctx's error when ctx ends first. Only one Wait may end with the exit.
+func (c *DockerContainer) Wait(ctx context.Context) (int, error) {
+	select {
+	case res := <-c.waitRes:
+		if res.Error != nil && res.Error.Message != "" {
+			return int(res.StatusCode), fmt.Errorf("waiting for %s: %s", c.name, res.Error.Message)
+		}
+		c.exited.Store(true)
+		return int(res.StatusCode), nil
+	case err := <-c.waitErr:
+		return -1, fmt.Errorf("waiting for %s: %w", c.name, err)
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+// Signal sends sig to the command (to the init, when there is one, which
+// passes it on to the command's process group).
+func (c *DockerContainer) Signal(ctx context.Context, sig syscall.Signal) error {
+	_, err := c.d.client.ContainerKill(ctx, c.id, client.ContainerKillOptions{Signal: strconv.Itoa(int(sig))})
+	return err
+}
+
+// Exited reports whether Wait saw the command end.
+func (c *DockerContainer) Exited() bool { return c.exited.Load() }
+
+// Delete kills what is left and removes the command's container (once its
+// output is copied) and the pause container. The namespace's mount stays
+// for TeardownNetwork. It is safe to call more than once.
+func (c *DockerContainer) Delete() error {
+	c.deleted.Do(func() {
+		c.delErr = all(c.deleteCommand, func() error {
+			ctx, cancel := context.WithTimeout(c.cleanupCtx, deleteTimeout)
+			defer cancel()
+			return c.d.remove(ctx, c.pause)
+		})
+		c.d.mu.Lock()
+		delete(c.d.pauses, c.sandbox)
+		c.d.mu.Unlock()
+		c.cancel()
+	})
+	return c.delErr
+}
+
+// deleteCommand removes the command's container, killing what runs, and
+// lets its output be copied to the end first.
+func (c *DockerContainer) deleteCommand() error {
+	ctx, cancel := context.WithTimeout(c.cleanupCtx, deleteTimeout)
+	defer cancel()
+	err := c.d.remove(ctx, c.id)
+	if c.conn != nil {
+		// Output comes only from a command that started; the attachment
+		// of one that never did is not ended by the daemon.
+		select {
+		case <-c.started:
+			select {
+			case <-c.outDone:
+			case <-ctx.Done():
+			}
+		default:
+		}
+		c.conn.Close()
+	}
+	return err
+}
+
+// remove removes container id, killing what runs in it; a container that
+// is gone already is no error.
+func (d *Docker) remove(ctx context.Context, id string) error {
+	_, err := d.client.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("removing container %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveContainer removes sandbox id's containers (both, whatever their
+// state) for garbage collection, and for a Start that failed before it had
+// a container.
+func (d *Docker) RemoveContainer(ctx context.Context, id string) error {
+	d.mu.Lock()
+	delete(d.pauses, id)
+	d.mu.Unlock()
+	list, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", DockerLabelSandbox+"="+id)})
+	if err != nil {
+		return fmt.Errorf("listing the containers of sandbox %s: %w", id, err)
+	}
+	var errs *multierror.Error
+	for _, c := range list.Items {
+		if c.Labels[DockerLabelSandbox] != id {
+			continue
+		}
+		if err := d.remove(ctx, c.ID); err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+// ContainerIDs lists the ids of the sandboxes that have containers in
+// Docker.
+func (d *Docker) ContainerIDs(ctx context.Context) ([]string, error) {
+	list, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", DockerLabelSandbox)})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, c := range list.Items {
+		if id := c.Labels[DockerLabelSandbox]; id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// netnsSysctl writes value to the sysctl key (a path below /proc/sys/) of
+// the network namespace at path. /proc/sys/net is that of the thread that
+// opens it, so the write happens on a locked thread switched into the
+// namespace; if it cannot switch back, the thread is left locked and dies
+// with its goroutine rather than run anything else there.
+func netnsSysctl(path, key, value string) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("opening network namespace %s: %w", path, err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = os.WriteFile("/proc/sys/"+key, []byte(value), 0o644)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			err = fmt.Errorf("setting %s in %s: %w", key, filepath.Base(path), err)
+		}
+		errc <- err
+	}()
+	return <-errc
+}
