@@ -829,7 +829,7 @@ func TestOperateErrors(t *testing.T) {
 			args []string
 			code int
 			want string
-		}{[]string{"run", "--containerd", filepath.Join(state, "none.sock"), "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "is it installed and running"})
+		}{[]string{"run", "--runtime", "containerd", "--containerd", filepath.Join(state, "none.sock"), "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "is it installed and running"})
 	}
 	for _, tt := range tests {
 		_, stderr, code := runCLI(t, tt.args...)
