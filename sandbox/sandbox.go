@@ -230,7 +230,10 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	if err := multierror.Append(nil, errNet, errCtr).ErrorOrNil(); err != nil {
 		return nil, err
 	}
-	if err := s.container.Start(ctx); err != nil {
+	// Not cancelled by ctx: a signal that lands while the runtime is still
+	// answering that the command started must reach the command (through
+	// Stop), not fail a start that happened.
+	if err := s.container.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, err
 	}
 	// From now on sbx ps says running, and commands that talk to it

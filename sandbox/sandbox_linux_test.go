@@ -250,3 +250,58 @@ func (l *lockedBuilder) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// cancelOnStart is a Runtime whose containers cancel the context of
+// Start just after the command started, as a signal to sbx run that lands
+// while the runtime is still answering does.
+type cancelOnStart struct {
+	Runtime
+	cancel context.CancelFunc
+}
+
+func (r cancelOnStart) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error) {
+	c, err := r.Runtime.Create(ctx, cs, stdio)
+	if err != nil {
+		return nil, err
+	}
+	return cancelingContainer{c, r.cancel}, nil
+}
+
+type cancelingContainer struct {
+	Container
+	cancel context.CancelFunc
+}
+
+func (c cancelingContainer) Start(ctx context.Context) error {
+	if err := c.Container.Start(ctx); err != nil {
+		return err
+	}
+	c.cancel()
+	return ctx.Err() // what a runtime call cut off by the cancel returns
+}
+
+// TestPrivilegedSignalDuringStart: a signal that lands while the command
+// is being started does not fail the start (sbx run said exit 125 and
+// tore down a running command); the sandbox starts, and Stop then gives
+// the command's own answer to SIGTERM.
+func TestPrivilegedSignalDuringStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	tr := testRuntimes(t)[0] // containerd
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	spec := startSpec(t, tr, &fakeGateway{}, `trap 'exit 143' TERM; while true; do sleep 0.1; done`, io.Discard)
+	spec.Runtime = cancelOnStart{spec.Runtime, cancel}
+	s, err := Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start with a signal while the command starts: %v", err)
+	}
+	defer s.Close()
+	if _, err := s.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait: %v, want the cancelled context", err)
+	}
+	if code, err := s.Stop(5 * time.Second); err != nil || code != 143 {
+		t.Errorf("Stop = %d, %v; want 143", code, err)
+	}
+}

@@ -522,7 +522,8 @@ func TestPrivilegedInit(t *testing.T) {
 	run := exec.Command(bin, "run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.243.0/24", "--log", filepath.Join(dir, "log.jsonl"), "--",
 		"sh", "-c", `echo "pid $$"; while true; do sleep 1; done`)
-	run.Stdout = &out
+	var errOut syncBuffer
+	run.Stdout, run.Stderr = &out, &errOut
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +543,7 @@ func TestPrivilegedInit(t *testing.T) {
 	case err := <-ended:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-			t.Errorf("after SIGTERM: %v, want exit 143", err)
+			t.Errorf("after SIGTERM: %v, want exit 143\n%s", err, errOut.String())
 		}
 	case <-time.After(5 * time.Second): // the grace before SIGKILL is 10 s
 		run.Process.Kill()
