@@ -25,8 +25,9 @@ type ContainerSpec struct {
 	// RootFS is a directory used as / (read-only); ignored when Image is
 	// set.
 	RootFS string
-	// Image, when set, is the name of an image already in containerd's
-	// sbx namespace (as Containerd.EnsureImage returns it) whose
+	// Image, when set, is the name of an image already in the runtime's
+	// store, containerd's sbx namespace or Docker's (as
+	// Containerd.EnsureImage or Docker.EnsureImage returns it), whose
 	// filesystem (a read-only view) and configuration the container
 	// starts from.
 	Image string

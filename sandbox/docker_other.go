@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 )
 
 // Docker needs Linux: a sandbox's network namespace is Linux's.
@@ -36,4 +37,9 @@ func (d *Docker) ContainerIDs(ctx context.Context) ([]string, error) {
 // RemoveContainer needs Linux.
 func (d *Docker) RemoveContainer(ctx context.Context, id string) error {
 	return errors.ErrUnsupported
+}
+
+// EnsureImage needs Linux.
+func (d *Docker) EnsureImage(ctx context.Context, ref string, policy PullPolicy, progress io.Writer) (string, error) {
+	return "", errors.ErrUnsupported
 }

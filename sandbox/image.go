@@ -5,12 +5,13 @@ import (
 	"fmt"
 )
 
-// PullPolicy says when EnsureImage pulls an image from its registry.
+// PullPolicy says when EnsureImage (Containerd's or Docker's) pulls an
+// image from its registry.
 type PullPolicy int
 
 const (
-	// PullMissing pulls the image only when it is not in containerd's
-	// sbx namespace; the zero value.
+	// PullMissing pulls the image only when it is not in the runtime's
+	// store (containerd's sbx namespace, Docker's images); the zero value.
 	PullMissing PullPolicy = iota
 	// PullNever never pulls: an image that is not there is
 	// ErrImageNotPresent.
@@ -52,8 +53,9 @@ func (p PullPolicy) String() string {
 // Errors of EnsureImage that callers act on; each comes wrapped with the
 // image's name and the cause.
 var (
-	// ErrImageNotPresent: the image is not in containerd's sbx namespace
-	// and the policy forbids pulling it.
+	// ErrImageNotPresent: the image is not in the runtime's store
+	// (containerd's sbx namespace, Docker's images) and the policy forbids
+	// pulling it.
 	ErrImageNotPresent = errors.New("image not present")
 	// ErrImageNotFound: the registry answered that it has no such image
 	// (or that it is not allowed to say without credentials).

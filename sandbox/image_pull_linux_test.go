@@ -36,6 +36,9 @@ type ociRegistry struct {
 	host string // 127.0.0.1:port
 	mu   sync.Mutex
 	reqs []string // "GET /v2/<repo>/blobs/<digest>"
+	// lost is a repository whose blobs are answered 404 (blob unknown),
+	// as if they were lost after its manifest was written; "" for none.
+	lost string
 }
 
 func startRegistry(t *testing.T) *ociRegistry {
@@ -45,12 +48,26 @@ func startRegistry(t *testing.T) *ociRegistry {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
+		lost := r.lost
 		r.mu.Unlock()
+		if lost != "" && strings.HasPrefix(req.URL.Path, "/v2/"+lost+"/blobs/") && req.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown to registry"}]}`)
+			return
+		}
 		h.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
 	r.host = strings.TrimPrefix(srv.URL, "http://")
 	return r
+}
+
+// loseBlobs makes the registry answer 404 to every blob of repo.
+func (r *ociRegistry) loseBlobs(repo string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost = repo
 }
 
 // take returns the requests since the last take.
@@ -156,6 +173,41 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
+// runFromPushed starts a sandbox with rt from image, one that pushBusybox
+// pushed, and checks that the command runs from it: its exit code and
+// its output, which is complete once Close returns (Wait may return
+// before the last of it has been copied).
+func runFromPushed(t *testing.T, rt Runtime, image string, pool netip.Prefix) {
+	t.Helper()
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	gw := &fakeGateway{}
+	s, err := Start(ctx, Spec{
+		Command:   []string{"sh", "-c", `echo "image=$FROM_IMAGE"; [ "$FROM_IMAGE" = yes ] && exit 7`},
+		StateDir:  t.TempDir(),
+		Pool:      pool,
+		Runtime:   rt,
+		Gateway:   gw.start,
+		Container: ContainerSpec{Image: image, UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
+		Stdio:     Stdio{Out: &out, Err: &errOut},
+	})
+	if err != nil {
+		t.Fatalf("starting a sandbox from %s: %v", image, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if code, err := s.Wait(wctx); code != 7 || err != nil {
+		t.Errorf("Wait = %d, %v; want 7 (the command runs from the image, with its environment)\n%s%s", code, err, out.String(), errOut.String())
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if !strings.Contains(out.String(), "image=yes") {
+		t.Errorf("output %q, want image=yes", out.String())
+	}
+}
+
 // TestPrivilegedImagePull pulls from a registry on loopback: --pull never
 // refuses a missing image; missing pulls it once (manifest and blobs),
 // then runs a sandbox from it, and a second missing asks the registry
@@ -199,35 +251,7 @@ func TestPrivilegedImagePull(t *testing.T) {
 		t.Errorf("progress = %q, want it to end with pulled %s", progress.String(), ref)
 	}
 
-	// A sandbox from the pulled image: its exit code and its output, which
-	// is complete once Close returns (Wait may return before the last of
-	// it has been copied).
-	var out, errOut bytes.Buffer
-	gw := &fakeGateway{}
-	s, err := Start(ctx, Spec{
-		Command:   []string{"sh", "-c", `echo "image=$FROM_IMAGE"; [ "$FROM_IMAGE" = yes ] && exit 7`},
-		StateDir:  t.TempDir(),
-		Pool:      netip.MustParsePrefix("10.213.229.0/24"),
-		Runtime:   cd,
-		Gateway:   gw.start,
-		Container: ContainerSpec{Image: got, UID: NobodyID, GID: NobodyID, Limits: Limits{Pids: 64}},
-		Stdio:     Stdio{Out: &out, Err: &errOut},
-	})
-	if err != nil {
-		t.Fatalf("starting a sandbox from %s: %v", got, err)
-	}
-	t.Cleanup(func() { s.Close() })
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if code, err := s.Wait(wctx); code != 7 || err != nil {
-		t.Errorf("Wait = %d, %v; want 7 (the command runs from the image, with its environment)\n%s%s", code, err, out.String(), errOut.String())
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if !strings.Contains(out.String(), "image=yes") {
-		t.Errorf("output %q, want image=yes", out.String())
-	}
+	runFromPushed(t, cd, got, netip.MustParsePrefix("10.213.229.0/24"))
 
 	if _, err := cd.EnsureImage(ctx, ref, PullMissing, nil); err != nil {
 		t.Fatalf("EnsureImage(missing) of a present image: %v", err)

@@ -117,8 +117,8 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
-	fs.StringVar(&o.image, "image", "", "run from the image `REF`: in containerd's sbx namespace, pulled by --pull; or, with --runtime docker, already in Docker's store (instead of --rootfs)")
-	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry into containerd: never (sbx image import loads archives), missing, or always")
+	fs.StringVar(&o.image, "image", "", "run from the image `REF`, in containerd's sbx namespace or, with --runtime docker, Docker's store; pulled by --pull (instead of --rootfs)")
+	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry into the runtime's store: never (sbx image import, or docker load, loads archives), missing, or always")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the command's environment; repeatable")
 	fs.StringArrayVarP(&o.volumes, "volume", "v", nil, "bind-mount `SRC:DST[:ro]` (SRC a host path, DST absolute); repeatable")
 	fs.StringVarP(&o.workdir, "workdir", "w", "", "the command's working `DIR` inside the sandbox")
@@ -272,12 +272,8 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		res.AddStatic(host, ip)
 	}
 	if o.image != "" {
-		if cd, ok := rt.(*sandbox.Containerd); ok {
-			if o.image, err = ensureImage(ctx, cd, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
-				return 0, err
-			}
-		} else if o.pull == "always" {
-			return 0, errors.New("--pull always: sbx does not pull into Docker's store yet; docker pull the image first, or use --runtime containerd")
+		if o.image, err = ensureImage(ctx, rt, rtName, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
+			return 0, err
 		}
 	}
 

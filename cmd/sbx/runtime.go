@@ -27,6 +27,7 @@ type runtimeOptions struct {
 // connectedRuntime is a container runtime sbx run has connected to.
 type connectedRuntime interface {
 	sandbox.Runtime
+	imageEnsurer
 	io.Closer
 }
 
