@@ -462,7 +462,10 @@ func (e *eofReader) Read(p []byte) (int, error) {
 }
 
 // startFailure maps runc's failure to exec the command to a shell's exit
-// code.
+// code. It reads the error's text because that is all there is: runc's
+// exec error comes through the shim and containerd's API as a message
+// (gRPC Unknown), with no type or code to check. Container lookups, which
+// do carry codes, are checked with errdefs.
 func startFailure(err error) (int, bool) {
 	msg := err.Error()
 	switch {
