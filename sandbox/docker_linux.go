@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -553,39 +552,18 @@ func (d *Docker) ContainerIDs(ctx context.Context) ([]string, error) {
 }
 
 // netnsSysctl writes value to the sysctl key (a path below /proc/sys/) of
-// the network namespace at path. /proc/sys/net is that of the thread that
-// opens it, so the write happens on a locked thread switched into the
-// namespace; if it cannot switch back, the thread is left locked and dies
-// with its goroutine rather than run anything else there.
+// the network namespace at path: /proc/sys/net is that of the thread that
+// opens it (inNetns).
 func netnsSysctl(path, key, value string) error {
 	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
 	defer ns.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
+	return inNetns(ns, func() error {
+		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("setting %s in %s: %w", key, filepath.Base(path), err)
 		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		err = os.WriteFile("/proc/sys/"+key, []byte(value), 0o644)
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		if err != nil {
-			err = fmt.Errorf("setting %s in %s: %w", key, filepath.Base(path), err)
-		}
-		errc <- err
-	}()
-	return <-errc
+		return nil
+	})
 }

@@ -184,12 +184,25 @@ func restore(ctx context.Context, ns, tool, doc string) error {
 }
 
 // restoreIn runs tool in network namespace ns (called name in errors)
-// with doc on its standard input. The child inherits the namespace of the
-// thread that forks it, so the work happens on a locked thread switched
-// into ns; if it cannot switch back, the thread is left locked and dies
-// with its goroutine rather than run anything else in the wrong
-// namespace. This saves an `ip netns exec` per rule set.
+// with doc on its standard input. This saves an `ip netns exec` per rule
+// set.
 func restoreIn(ctx context.Context, ns netns.NsHandle, name, tool, doc string) error {
+	return inNetns(ns, func() error {
+		cmd := exec.CommandContext(ctx, tool, "-w")
+		cmd.Stdin = strings.NewReader(doc)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("loading rules in %s with %s: %w: %s", name, tool, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	})
+}
+
+// inNetns runs fn on a thread switched into network namespace ns: what
+// fn opens under /proc/sys/net, and the children it starts, are that
+// namespace's. The thread is locked first and switched back after; if it
+// cannot switch back, it is left locked and dies with its goroutine
+// rather than run anything else in the wrong namespace.
+func inNetns(ns netns.NsHandle, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -205,14 +218,9 @@ func restoreIn(ctx context.Context, ns netns.NsHandle, name, tool, doc string) e
 			errc <- err
 			return
 		}
-		cmd := exec.CommandContext(ctx, tool, "-w")
-		cmd.Stdin = strings.NewReader(doc)
-		out, err := cmd.CombinedOutput()
+		err = fn()
 		if netns.Set(orig) == nil {
 			runtime.UnlockOSThread()
-		}
-		if err != nil {
-			err = fmt.Errorf("loading rules in %s with %s: %w: %s", name, tool, err, strings.TrimSpace(string(out)))
 		}
 		errc <- err
 	}()
