@@ -57,6 +57,7 @@ const (
 const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
+	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
 )
 
 // Record is one line of the decision log. Which fields are written depends
@@ -82,9 +83,12 @@ type Record struct {
 	Sandbox string
 	// Client is the client's address as ip:port.
 	Client string
-	// Kind is KindHTTP or KindConnect (later also transparent, dns, bypass).
+	// Kind is KindHTTP, KindConnect, KindDNS or KindConn (later also
+	// transparent, bypass).
 	Kind string
-	// Method is the HTTP method, CONNECT for tunnels.
+	// Method is the HTTP method, CONNECT for tunnels; for KindDNS the
+	// query type, such as A, AAAA or TXT (TYPE<n> for a type without a
+	// name here), empty when the query has no readable question.
 	Method string
 	// Host is the normalized target host, an IP literal for IP targets.
 	Host string
@@ -100,7 +104,9 @@ type Record struct {
 	Enforced bool
 	// Rule is the id of the rule that decided, or default, guard, or
 	// invalid for targets that could not be parsed (and, in a close
-	// record, for a tunnel the TLS server-name check closed).
+	// record, for a tunnel the TLS server-name check closed; for KindDNS,
+	// for a query that is malformed or of an opcode, class or type the
+	// stub does not decide).
 	Rule string
 	// Reason is one readable sentence saying why; in a dropped record,
 	// which budget was exceeded.
@@ -113,7 +119,9 @@ type Record struct {
 	// that answer; in that of an allowed request 0, since nothing was
 	// sent yet. A close record has the final status: the upstream's for
 	// HTTP, 200 for an opened tunnel, or 429, 502, 504 when the gateway
-	// could not go on.
+	// could not go on. A KindDNS record has the DNS response code sent
+	// (0 NOERROR, 1 FORMERR, 2 SERVFAIL, 3 NXDOMAIN, 4 NOTIMP, 5 REFUSED,
+	// 16 BADVERS), and 0 with Error set for a packet left unanswered.
 	Status int
 	// Upstream is the dialed ip:port (close records only).
 	Upstream string

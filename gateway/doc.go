@@ -28,5 +28,27 @@
 // it leaves records over the budget out, never policy records, and writes
 // a dropped record counting them (FileSinkOptions).
 //
+// The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Options.DNS for
+// Start) answers from the policy alone and never sends a query anywhere,
+// so no name reaches a real resolver before a connection to it is decided
+// and DNS cannot carry data out (DESIGN.md §11.1). It answers A for a name
+// that netpolicy's DecideHost lets through on some port (every valid name
+// in audit mode) with a fake address from 198.18.0.0/15 that the name
+// keeps for the server's life, allocated in order; FakeIPs maps an
+// address back to its name for the transparent capture to come. Once all
+// 131 070 addresses are taken, a new name gets SERVFAIL and the names
+// already answered keep theirs. A name blocked on every port, and a name
+// that does not normalize (NXDOMAIN is final, where REFUSED would send a
+// client to retry or to another server), gets NXDOMAIN whatever the type;
+// AAAA, HTTPS and SVCB get no records (NOERROR); every other type or class
+// is REFUSED, a message that does not parse FORMERR, another opcode
+// NOTIMP, an EDNS version but 0 BADVERS. Names with a static answer in the
+// Resolver and IP literals get fake addresses too, never their own.
+// Answers have a TTL of 5 s and echo the question as asked; a response
+// stays within 512 bytes, or the client's EDNS size up to 1232, and a
+// query over 1232 bytes is FORMERR. Every message is one decision record
+// of kind dns (KindDNS): host the normalized name, method the query type,
+// port 53, status the response code.
+//
 // The package imports no other package of sbx but netpolicy.
 package gateway

@@ -236,6 +236,16 @@ func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body st
 	}
 	remote := c.RemoteAddr().String()
 	c.Close()
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		remote = unmapAddrPort(ap).String()
+	}
+	s.logRefusal(lim, client, remote, status, reason)
+}
+
+// logRefusal counts a refused connection or packet from client (whose
+// address is remote, ip:port) in the metrics and logs it, with kind
+// KindConn, when lim lets it; reason builds the record's reason only then.
+func (s *Server) logRefusal(lim *refusalLimiter, client netip.Addr, remote string, status int, reason func(client netip.Addr) string) {
 	// Counted after it is logged, so that a count seen means the record
 	// is out.
 	defer s.metrics.request(KindConn, netpolicy.Block)
@@ -246,9 +256,6 @@ func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body st
 	text := reason(client)
 	if folded > 0 {
 		text += fmt.Sprintf(" (%d more refused for the same reason since the last record)", folded)
-	}
-	if ap, err := netip.ParseAddrPort(remote); err == nil {
-		remote = unmapAddrPort(ap).String()
 	}
 	s.emit(&Record{
 		ID:       strconv.FormatUint(s.connID.Add(1), 36),
@@ -261,6 +268,12 @@ func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body st
 		Reason:   text,
 		Status:   status,
 	})
+}
+
+// notClientReason is the reason of a refusal of a client outside
+// Config.Clients.
+func notClientReason(ip netip.Addr) string {
+	return "client " + ip.String() + " is not this gateway's sandbox"
 }
 
 // Refusals of whole connections are logged at most refusalBurst at once

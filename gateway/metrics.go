@@ -33,7 +33,7 @@ func newMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sbx_gateway_requests_total",
-			Help: "Requests and tunnels decided, by kind (http, connect) and action (allow, block, intercept).",
+			Help: "Requests, tunnels and DNS queries decided, by kind (http, connect, dns, conn) and action (allow, block, intercept).",
 		}, []string{"kind", "action"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sbx_gateway_bytes_total",
@@ -51,7 +51,7 @@ func newMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat)
 	m.byKindAction = map[[2]string]prometheus.Counter{}
-	for _, kind := range []string{KindHTTP, KindConnect} {
+	for _, kind := range []string{KindHTTP, KindConnect, KindDNS} {
 		for _, action := range []netpolicy.Action{netpolicy.Allow, netpolicy.Block, netpolicy.Intercept} {
 			m.byKindAction[[2]string{kind, string(action)}] = m.requests.WithLabelValues(kind, string(action))
 		}

@@ -30,6 +30,7 @@ type Limits struct {
 	MaxConnsPerClient   int           // open connections per client IP, 429 beyond: 4096
 	ResponseTimeout     time.Duration // waiting for an upstream's response head: 5 min
 	MaxHeaderBytes      int           // request line and headers, 431 beyond: 64 KiB
+	DNSIdleTimeout      time.Duration // a DNS-over-TCP client between queries, and writing an answer: 10 s
 }
 
 func (l Limits) withDefaults() Limits {
@@ -44,6 +45,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.IdleTunnelTimeout, 10*time.Minute)
 	def(&l.IdleConnTimeout, 2*time.Minute)
 	def(&l.ResponseTimeout, 5*time.Minute)
+	def(&l.DNSIdleTimeout, 10*time.Second)
 	if l.MaxTunnelsPerClient <= 0 {
 		l.MaxTunnelsPerClient = 1024
 	}
@@ -111,12 +113,16 @@ type Server struct {
 	pool     upstreamPool
 	metrics  *Metrics
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{}
-	tunnels   map[netip.Addr]int
-	clients   map[netip.Addr]int // open connections per client IP
-	closed    bool
+	// fakeIPs are the DNS stub's names and their fake addresses.
+	fakeIPs *FakeIPs
+
+	mu          sync.Mutex
+	listeners   map[net.Listener]struct{}
+	packetConns map[net.PacketConn]struct{} // the DNS stub's UDP sockets
+	conns       map[net.Conn]struct{}
+	tunnels     map[netip.Addr]int
+	clients     map[netip.Addr]int // open connections per client IP
+	closed      bool
 
 	// base is cancelled by Close, ending every request still waiting on
 	// an upstream.
@@ -154,15 +160,17 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		limits:    cfg.Limits.withDefaults(),
-		logger:    cfg.Logger,
-		resolver:  cfg.Resolver,
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[net.Conn]struct{}{},
-		tunnels:   map[netip.Addr]int{},
-		clients:   map[netip.Addr]int{},
-		metrics:   newMetrics(),
+		cfg:         cfg,
+		limits:      cfg.Limits.withDefaults(),
+		logger:      cfg.Logger,
+		resolver:    cfg.Resolver,
+		fakeIPs:     newFakeIPs(MaxFakeIPs),
+		listeners:   map[net.Listener]struct{}{},
+		packetConns: map[net.PacketConn]struct{}{},
+		conns:       map[net.Conn]struct{}{},
+		tunnels:     map[netip.Addr]int{},
+		clients:     map[netip.Addr]int{},
+		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
 	s.base, s.cancelBase = context.WithCancel(context.Background())
@@ -191,6 +199,10 @@ func New(cfg Config) (*Server, error) {
 // Metrics returns the server's counters, for the management API.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
+// FakeIPs returns the DNS stub's table of names and fake addresses, which
+// lives as long as the server.
+func (s *Server) FakeIPs() *FakeIPs { return s.fakeIPs }
+
 // Store returns the policy store the server decides with.
 func (s *Server) Store() *netpolicy.Store { return s.cfg.Store }
 
@@ -212,6 +224,14 @@ func (s *Server) AddOwnAddr(ap netip.AddrPort) {
 // A client outside Config.Clients, or over Limits.MaxConnsPerClient, is
 // refused as soon as it is accepted (see KindConn).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serveListener(ctx, ln, "proxy", http.StatusTooManyRequests, "sbx: too many connections from this client\n", s.serveConn)
+}
+
+// serveListener accepts the clients of a service (what: "proxy", "DNS")
+// on ln, as Serve says, and serves each with handle in a goroutine of its
+// own. A client over Limits.MaxConnsPerClient is answered with overCap
+// and body before it is closed, or reset when overCap is 0.
+func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string, overCap int, body string, handle func(context.Context, net.Conn)) error {
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
 		s.AddOwnAddr(ap)
 	}
@@ -245,9 +265,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			// Out of file descriptors, or another passing failure: wait
 			// and go on, as net/http does; a client must not be able to
-			// stop the proxy by exhausting descriptors.
+			// stop the service by exhausting descriptors.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.logger.Warn("accepting proxy clients", "err", err, "retry_in", backoff)
+			s.logger.Warn("accepting "+what+" clients", "err", err, "retry_in", backoff)
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
@@ -257,9 +277,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		backoff = 0
 		if !s.isClient(clientAddr(c)) {
-			s.refuseConn(c, &s.notClients, 0, "", func(ip netip.Addr) string {
-				return "client " + ip.String() + " is not this gateway's sandbox"
-			})
+			s.refuseConn(c, &s.notClients, 0, "", notClientReason)
 			continue
 		}
 		switch s.track(c) {
@@ -267,7 +285,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			c.Close()
 			return nil
 		case trackTooMany:
-			s.refuseConn(c, &s.overCap, http.StatusTooManyRequests, "sbx: too many connections from this client\n", func(ip netip.Addr) string {
+			s.refuseConn(c, &s.overCap, overCap, body, func(ip netip.Addr) string {
 				return fmt.Sprintf("client %s has %d connections open, the limit per client", ip, s.limits.MaxConnsPerClient)
 			})
 			continue
@@ -277,7 +295,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			defer s.untrack(c)
-			s.serveConn(ctx, c)
+			handle(ctx, c)
 		}()
 	}
 }
@@ -349,16 +367,19 @@ func (s *Server) untrackUpstream(c net.Conn) {
 	s.mu.Unlock()
 }
 
-// Close stops every listener, closes every client connection and tunnel,
-// waits for their goroutines (whose close records reach the log) and
-// closes idle upstream connections. It does not close the Log; its owner
-// does, after Close.
+// Close stops every listener and DNS socket, closes every client
+// connection and tunnel, waits for their goroutines (whose close records
+// reach the log) and closes idle upstream connections. It does not close
+// the Log; its owner does, after Close.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.cancelBase()
 	for ln := range s.listeners {
 		ln.Close()
+	}
+	for pc := range s.packetConns {
+		pc.Close()
 	}
 	for c := range s.conns {
 		c.Close()

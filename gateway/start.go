@@ -21,6 +21,12 @@ import (
 type Options struct {
 	// Listen is the proxy's host:port; "" means 127.0.0.1:3128.
 	Listen string
+	// DNS, when set, is the host:port of the DNS stub (DESIGN.md §11.1),
+	// served over UDP and TCP on the same port (port 0: a free one, the
+	// same for both); see Server.ServeDNSUDP. Its sockets are bound to
+	// ListenInterface and serve Clients only, as the proxy's. "" means no
+	// DNS stub.
+	DNS string
 	// API lists the management API's addresses: "unix:/path/api.sock" or
 	// a TCP host:port. None means no API.
 	API []string
@@ -76,6 +82,9 @@ type Gateway struct {
 	Ring   *Ring
 	// ProxyAddr is the address the proxy listens on.
 	ProxyAddr net.Addr
+	// DNSAddr is the address of the DNS stub's UDP socket, whose port its
+	// TCP listener has too; nil without Options.DNS.
+	DNSAddr net.Addr
 	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
 	APIAddrs []string
 
@@ -86,10 +95,10 @@ type Gateway struct {
 	errs    []error
 }
 
-// Start opens the proxy listener, the decision log and the management API
-// and serves them. When ctx is done the listeners stop; Close ends the
-// connections and closes the log, and must always be called. A failure
-// undoes what Start had made.
+// Start opens the proxy listener, the DNS stub's sockets (Options.DNS),
+// the decision log and the management API and serves them. When ctx is
+// done the listeners stop; Close ends the connections and closes the log,
+// and must always be called. A failure undoes what Start had made.
 func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	if o.Policy == nil {
 		return nil, errors.New("gateway: Options.Policy is required")
@@ -140,6 +149,20 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	closers = append(closers, ln.Close)
 	g.ProxyAddr = ln.Addr()
 
+	var dnsPC net.PacketConn
+	var dnsLn net.Listener
+	if o.DNS != "" {
+		if dnsPC, dnsLn, err = listenDNS(ctx, o.DNS, o.ListenInterface); err != nil {
+			return nil, fmt.Errorf("listening for DNS queries on %s: %w", o.DNS, err)
+		}
+		closers = append(closers, dnsPC.Close, dnsLn.Close)
+		g.DNSAddr = dnsPC.LocalAddr()
+		// The guard refuses the stub's port from the start.
+		if ap, err := netip.ParseAddrPort(dnsPC.LocalAddr().String()); err == nil {
+			srv.AddOwnAddr(ap)
+		}
+	}
+
 	var apiLns []net.Listener
 	var token string
 	if len(o.API) > 0 {
@@ -175,6 +198,10 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	snap := store.Load()
 	g.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
 	g.serve(func() error { return srv.Serve(ctx, ln) })
+	if dnsPC != nil {
+		g.serve(func() error { return srv.ServeDNSUDP(ctx, dnsPC) })
+		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })
+	}
 	if len(apiLns) > 0 {
 		api, err := NewAPI(APIConfig{Server: srv, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
 		if err != nil {

@@ -17,6 +17,10 @@ type Policy struct {
 	index index
 	// defaultDecision is returned when no rule matches.
 	defaultDecision Decision
+	// hostDefault is DecideHost's decision when no rule decides every
+	// port of a host: the default, worded for a host rather than one
+	// target.
+	hostDefault Decision
 	// hasPathRules is set when a rule has a path, so Decide resolves dot
 	// segments only when it matters.
 	hasPathRules bool
@@ -34,6 +38,9 @@ type compiledRule struct {
 	// tunnelDecision is the decision for a CONNECT that an httpOnly
 	// block or intercept rule stops.
 	tunnelDecision Decision
+	// hostDecision is DecideHost's decision when this allow or intercept
+	// rule is the first that could let a host through.
+	hostDecision Decision
 }
 
 // fieldError is a problem with one field of a rule or of the policy. Decode
@@ -87,6 +94,12 @@ func Compile(spec Spec) (*Policy, error) {
 		Rule:   RuleDefault,
 		Reason: "no rule matched; the default is " + string(spec.Default),
 	}
+	p.hostDefault = Decision{Action: spec.Default, Rule: RuleDefault}
+	if spec.Default == Allow {
+		p.hostDefault.Reason = "no rule blocks it on every port; the default is allow"
+	} else {
+		p.hostDefault.Reason = "no rule allows it on any port; the default is block"
+	}
 	for i := range p.rules {
 		cr := &p.rules[i]
 		r := &spec.Rules[i]
@@ -95,6 +108,10 @@ func Compile(spec Spec) (*Policy, error) {
 			Rule:     r.ID,
 			Reason:   fmt.Sprintf("rule %s: %s %s", r.ID, r.Action, r.Host),
 			Response: r.Response,
+		}
+		cr.hostDecision = Decision{Action: Allow, Rule: r.ID, Reason: cr.decision.Reason}
+		if r.Action == Intercept {
+			cr.hostDecision.Reason += " (the gateway answers its requests, so the host is let through to it)"
 		}
 		if cr.httpOnly {
 			cr.tunnelDecision = cr.decision

@@ -17,6 +17,11 @@ type index struct {
 	anyPort  map[uint16][]int32 // rules "*" by each port they list
 	anyAll   []int32            // rules "*" for every port
 	prefixes []prefixBucket     // IP and CIDR rules, by prefix length
+
+	// For DecideHost: the rules "*" but those that block a list of ports
+	// whatever the method and path, and for each port the first of those.
+	anyHost      []int32
+	anyPortBlock map[uint16]int32
 }
 
 // prefixBucket holds the IP/CIDR rules of one address family and length.
@@ -27,7 +32,7 @@ type prefixBucket struct {
 }
 
 func buildIndex(rules []compiledRule) index {
-	ix := index{exact: map[string][]int32{}, wildcard: map[string][]int32{}, anyPort: map[uint16][]int32{}}
+	ix := index{exact: map[string][]int32{}, wildcard: map[string][]int32{}, anyPort: map[uint16][]int32{}, anyPortBlock: map[uint16]int32{}}
 	for i := range rules {
 		pos := int32(i)
 		pat := rules[i].pat
@@ -37,6 +42,15 @@ func buildIndex(rules []compiledRule) index {
 		case patWildcard:
 			ix.wildcard[pat.name] = append(ix.wildcard[pat.name], pos)
 		case patAny:
+			if r := &rules[i]; r.decision.Action == Block && !r.httpOnly && !r.anyPort {
+				for _, port := range r.ports {
+					if _, ok := ix.anyPortBlock[port]; !ok {
+						ix.anyPortBlock[port] = pos
+					}
+				}
+			} else {
+				ix.anyHost = append(ix.anyHost, pos)
+			}
 			if rules[i].anyPort {
 				ix.anyAll = append(ix.anyAll, pos)
 			}

@@ -15,6 +15,12 @@
 // unmapped). A target that cannot be normalized, such as 127.1 or
 // user@host, never matches a rule: Decide blocks it with rule "invalid".
 //
+// DecideHost gives the verdict on a host over every port, method and path,
+// for the gateway's DNS stub, which must answer for a name before it knows
+// what will be asked of it: allowed when some request to the host could be
+// let through, blocked when every port is blocked. MayAllowHost adds the
+// mode: in audit mode every valid host may be let through.
+//
 // Decide is indexed: exact names and "*.domain" suffixes are map lookups,
 // IP and CIDR rules are looked up per prefix length, so a decision costs
 // about the same with ten rules or ten thousand. Decide does no DNS;
