@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // removeDockerImageOnCleanup removes the image name from Docker's store
@@ -49,67 +51,20 @@ func TestPrivilegedDockerImagePull(t *testing.T) {
 		t.Fatalf("%v (scripts/test.sh installs docker.io and starts dockerd)", err)
 	}
 	t.Cleanup(func() { d.Close() })
-	reg := startRegistry(t)
-	ref := reg.pushBusybox(t, "sbxtest/busybox:docker-pull")
+	reg := sandboxtest.StartRegistry(t)
+	ref := reg.Push(t, "sbxtest/busybox:docker-pull")
 	removeDockerImageOnCleanup(t, d, ref)
 
-	if _, err := d.EnsureImage(ctx, ref, PullNever, nil); !errors.Is(err, ErrImageNotPresent) {
-		t.Fatalf("EnsureImage(never) of a missing image: %v, want ErrImageNotPresent", err)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("--pull never asked the registry: %v", reqs)
-	}
-
-	var progress bytes.Buffer
-	got, err := d.EnsureImage(ctx, ref, PullMissing, &progress)
-	if err != nil {
-		t.Fatalf("EnsureImage(missing): %v", err)
-	}
-	if got != ref {
-		t.Errorf("EnsureImage(missing) = %q, want %q", got, ref)
-	}
-	reqs := reg.take()
-	if countRequests(reqs, "GET", "manifests") == 0 || countRequests(reqs, "GET", "blobs") < 2 {
-		t.Errorf("the pull did not fetch the manifest, config and layer: %v", reqs)
-	}
-	if p := progress.String(); !strings.HasPrefix(p, "\r") || !strings.HasSuffix(p, "\n") || !strings.Contains(p, "pulled "+ref) {
+	p := checkPullPolicies(t, reg, d, ref, netip.MustParsePrefix("10.213.230.0/24"))
+	if !strings.HasPrefix(p, "\r") || !strings.HasSuffix(p, "\n") || !strings.Contains(p, "pulled "+ref) {
 		t.Errorf("progress = %q, want one line rewritten in place, ending with pulled %s", p, ref)
 	}
 
-	runFromPushed(t, d, got, netip.MustParsePrefix("10.213.230.0/24"))
-
-	if _, err := d.EnsureImage(ctx, ref, PullMissing, nil); err != nil {
-		t.Fatalf("EnsureImage(missing) of a present image: %v", err)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("missing asked the registry again for a present image: %v", reqs)
-	}
-
-	if _, err := d.EnsureImage(ctx, ref, PullAlways, nil); err != nil {
-		t.Fatalf("EnsureImage(always): %v", err)
-	}
-	reqs = reg.take()
-	if countRequests(reqs, "HEAD", "manifests")+countRequests(reqs, "GET", "manifests") == 0 {
-		t.Errorf("always did not ask the registry for the manifest: %v", reqs)
-	}
-	if n := countRequests(reqs, "GET", "blobs"); n != 0 {
-		t.Errorf("always fetched %d blobs it had: %v", n, reqs)
-	}
-
-	missing := reg.host + "/sbxtest/nosuch:1"
-	removeDockerImageOnCleanup(t, d, missing)
-	if _, err := d.EnsureImage(ctx, missing, PullMissing, nil); !errors.Is(err, ErrImageNotFound) {
-		t.Errorf("EnsureImage of an image the registry lacks: %v, want ErrImageNotFound", err)
-	}
-	down := closedPort(t) + "/sbxtest/busybox:docker-pull"
-	removeDockerImageOnCleanup(t, d, down)
-	if _, err := d.EnsureImage(ctx, down, PullMissing, nil); !errors.Is(err, ErrRegistryUnreachable) {
-		t.Errorf("EnsureImage from a registry that does not answer: %v, want ErrRegistryUnreachable", err)
-	}
-	lost := reg.pushBusybox(t, "sbxtest/lost:1")
+	missing, down := checkPullFailures(t, reg, d, func(name string) { removeDockerImageOnCleanup(t, d, name) }, "sbxtest/busybox:docker-pull")
+	lost := reg.Push(t, "sbxtest/lost:1")
 	removeDockerImageOnCleanup(t, d, lost)
-	reg.loseBlobs("sbxtest/lost")
-	progress.Reset()
+	reg.LoseBlobs("sbxtest/lost")
+	var progress bytes.Buffer
 	_, err = d.EnsureImage(ctx, lost, PullMissing, &progress)
 	if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrRegistryUnreachable) {
 		t.Errorf("EnsureImage of an image whose blobs are lost: %v, want an error that is neither not found nor unreachable", err)
@@ -183,8 +138,8 @@ func TestDialRegistry(t *testing.T) {
 	if err := dialRegistry(context.Background(), closedPort(t)); err == nil {
 		t.Errorf("dialRegistry of a closed port: nil, want an error")
 	}
-	reg := startRegistry(t)
-	if err := dialRegistry(context.Background(), reg.host); err != nil {
-		t.Errorf("dialRegistry(%s): %v, want nil", reg.host, err)
+	reg := sandboxtest.StartRegistry(t)
+	if err := dialRegistry(context.Background(), reg.Host); err != nil {
+		t.Errorf("dialRegistry(%s): %v, want nil", reg.Host, err)
 	}
 }

@@ -14,40 +14,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // testImageRef is the image TestPrivilegedImage builds and imports.
 const testImageRef = "docker.io/sbxtest/busybox:latest"
-
-// busyboxLayer returns an uncompressed layer holding busybox-static and a
-// few of its applets, and a file that makes it new.
-func busyboxLayer(t *testing.T) []byte {
-	t.Helper()
-	bb, err := os.ReadFile("/usr/bin/busybox")
-	if err != nil {
-		t.Fatalf("busybox-static is missing: %v", err)
-	}
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
-	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
-	tw.Write(bb)
-	for _, c := range []string{"sh", "echo", "cat"} {
-		tw.WriteHeader(&tar.Header{Name: "bin/" + c, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
-	}
-	for _, d := range []string{"proc/", "dev/", "sys/", "tmp/", "etc/"} {
-		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
-	}
-	// Blobs of this test alone: none is in containerd's content store
-	// from an earlier test whose image was removed but not yet collected.
-	nonce := []byte(t.Name() + " " + time.Now().Format(time.RFC3339Nano))
-	tw.WriteHeader(&tar.Header{Name: "etc/nonce", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(nonce))})
-	tw.Write(nonce)
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return layer.Bytes()
-}
 
 // busyboxImageTar writes an OCI image layout, as a tar, of one layer
 // holding busybox-static and a few of its applets, named testImageRef.
@@ -61,7 +33,7 @@ func busyboxImageTar(t *testing.T) string {
 // so that it imports but does not unpack.
 func busyboxImageTarFor(t *testing.T, ref string, corrupt bool) string {
 	t.Helper()
-	layer := busyboxLayer(t)
+	layer := sandboxtest.BusyboxLayer(t)
 	blobs := map[string][]byte{}
 	add := func(data []byte) (string, int) {
 		sum := sha256.Sum256(data)

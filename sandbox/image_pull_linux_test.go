@@ -5,13 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -21,110 +17,10 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/sirupsen/logrus"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
-
-// ociRegistry is an OCI registry on loopback (go-containerregistry's)
-// that records the requests it gets.
-type ociRegistry struct {
-	host string // 127.0.0.1:port
-	mu   sync.Mutex
-	reqs []string // "GET /v2/<repo>/blobs/<digest>"
-	// lost is a repository whose blobs are answered 404 (blob unknown),
-	// as if they were lost after its manifest was written; "" for none.
-	lost string
-}
-
-func startRegistry(t *testing.T) *ociRegistry {
-	t.Helper()
-	r := &ociRegistry{}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.mu.Lock()
-		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
-		lost := r.lost
-		r.mu.Unlock()
-		if lost != "" && strings.HasPrefix(req.URL.Path, "/v2/"+lost+"/blobs/") && req.Method == http.MethodGet {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusNotFound)
-			io.WriteString(w, `{"errors":[{"code":"BLOB_UNKNOWN","message":"blob unknown to registry"}]}`)
-			return
-		}
-		h.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	r.host = strings.TrimPrefix(srv.URL, "http://")
-	return r
-}
-
-// loseBlobs makes the registry answer 404 to every blob of repo.
-func (r *ociRegistry) loseBlobs(repo string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lost = repo
-}
-
-// take returns the requests since the last take.
-func (r *ociRegistry) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reqs := r.reqs
-	r.reqs = nil
-	return reqs
-}
-
-// countRequests counts the requests of reqs with method for kind
-// ("manifests" or "blobs").
-func countRequests(reqs []string, method, kind string) int {
-	n := 0
-	for _, r := range reqs {
-		if strings.HasPrefix(r, method+" /v2/") && strings.Contains(r, "/"+kind+"/") {
-			n++
-		}
-	}
-	return n
-}
-
-// pushBusybox pushes a busybox image (FROM_IMAGE=yes in its environment)
-// to r as repoTag and returns its reference.
-func (r *ociRegistry) pushBusybox(t *testing.T, repoTag string) string {
-	t.Helper()
-	data := busyboxLayer(t)
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/bin", "FROM_IMAGE=yes"}
-	cf.Config.Cmd = []string{"sh"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.ParseReference(r.host + "/" + repoTag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
-	}
-	r.take() // the push's own requests
-	return ref.Name()
-}
 
 // removeImageOnCleanup removes the image name from containerd's sbx
 // namespace now (a leftover of an earlier run) and when the test ends.
@@ -208,6 +104,84 @@ func runFromPushed(t *testing.T, rt Runtime, image string, pool netip.Prefix) {
 	}
 }
 
+// imagePuller is a runtime whose store EnsureImage fills: *Containerd
+// and *Docker.
+type imagePuller interface {
+	Runtime
+	EnsureImage(ctx context.Context, ref string, policy PullPolicy, progress io.Writer) (string, error)
+}
+
+// checkPullPolicies runs the pull policies on ref, pushed to reg and not
+// yet in rt's store: never refuses it and asks the registry nothing;
+// missing pulls it (manifest and blobs) and a sandbox runs from it (in
+// pool); a second missing asks the registry nothing; always asks for the
+// manifest again and fetches no blob. It returns the progress missing
+// drew.
+func checkPullPolicies(t *testing.T, reg *sandboxtest.Registry, rt imagePuller, ref string, pool netip.Prefix) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rt.EnsureImage(ctx, ref, PullNever, nil); !errors.Is(err, ErrImageNotPresent) {
+		t.Fatalf("EnsureImage(never) of a missing image: %v, want ErrImageNotPresent", err)
+	}
+	if reqs := reg.Take(); len(reqs) != 0 {
+		t.Errorf("--pull never asked the registry: %v", reqs)
+	}
+
+	var progress bytes.Buffer
+	got, err := rt.EnsureImage(ctx, ref, PullMissing, &progress)
+	if err != nil {
+		t.Fatalf("EnsureImage(missing): %v", err)
+	}
+	if got != ref {
+		t.Errorf("EnsureImage(missing) = %q, want %q", got, ref)
+	}
+	reqs := reg.Take()
+	if sandboxtest.CountRequests(reqs, "GET", "manifests") == 0 || sandboxtest.CountRequests(reqs, "GET", "blobs") < 2 {
+		t.Errorf("the pull did not fetch the manifest, config and layer: %v", reqs)
+	}
+
+	runFromPushed(t, rt, got, pool)
+
+	if _, err := rt.EnsureImage(ctx, ref, PullMissing, nil); err != nil {
+		t.Fatalf("EnsureImage(missing) of a present image: %v", err)
+	}
+	if reqs := reg.Take(); len(reqs) != 0 {
+		t.Errorf("missing asked the registry again for a present image: %v", reqs)
+	}
+
+	if _, err := rt.EnsureImage(ctx, ref, PullAlways, nil); err != nil {
+		t.Fatalf("EnsureImage(always): %v", err)
+	}
+	reqs = reg.Take()
+	if sandboxtest.CountRequests(reqs, "HEAD", "manifests")+sandboxtest.CountRequests(reqs, "GET", "manifests") == 0 {
+		t.Errorf("always did not ask the registry for the manifest: %v", reqs)
+	}
+	if n := sandboxtest.CountRequests(reqs, "GET", "blobs"); n != 0 {
+		t.Errorf("always fetched %d blobs it had: %v", n, reqs)
+	}
+	return progress.String()
+}
+
+// checkPullFailures pulls an image reg lacks (ErrImageNotFound) and one
+// from a registry that does not answer (ErrRegistryUnreachable), after
+// removeOnCleanup of each, and returns their names for the caller to
+// check that no image was left.
+func checkPullFailures(t *testing.T, reg *sandboxtest.Registry, rt imagePuller, removeOnCleanup func(string), repoTag string) (missing, down string) {
+	t.Helper()
+	ctx := context.Background()
+	missing = reg.Host + "/sbxtest/nosuch:1"
+	removeOnCleanup(missing)
+	if _, err := rt.EnsureImage(ctx, missing, PullMissing, nil); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("EnsureImage of an image the registry lacks: %v, want ErrImageNotFound", err)
+	}
+	down = closedPort(t) + "/" + repoTag
+	removeOnCleanup(down)
+	if _, err := rt.EnsureImage(ctx, down, PullMissing, nil); !errors.Is(err, ErrRegistryUnreachable) {
+		t.Errorf("EnsureImage from a registry that does not answer: %v, want ErrRegistryUnreachable", err)
+	}
+	return missing, down
+}
+
 // TestPrivilegedImagePull pulls from a registry on loopback: --pull never
 // refuses a missing image; missing pulls it once (manifest and blobs),
 // then runs a sandbox from it, and a second missing asks the registry
@@ -224,51 +198,13 @@ func TestPrivilegedImagePull(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cd.Close() })
-	reg := startRegistry(t)
-	ref := reg.pushBusybox(t, "sbxtest/busybox:pull")
+	reg := sandboxtest.StartRegistry(t)
+	ref := reg.Push(t, "sbxtest/busybox:pull")
 	removeImageOnCleanup(t, cd, ref)
 
-	if _, err := cd.EnsureImage(ctx, ref, PullNever, nil); !errors.Is(err, ErrImageNotPresent) {
-		t.Fatalf("EnsureImage(never) of a missing image: %v, want ErrImageNotPresent", err)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("--pull never asked the registry: %v", reqs)
-	}
-
-	var progress bytes.Buffer
-	got, err := cd.EnsureImage(ctx, ref, PullMissing, &progress)
-	if err != nil {
-		t.Fatalf("EnsureImage(missing): %v", err)
-	}
-	if got != ref {
-		t.Errorf("EnsureImage(missing) = %q, want %q", got, ref)
-	}
-	reqs := reg.take()
-	if countRequests(reqs, "GET", "manifests") == 0 || countRequests(reqs, "GET", "blobs") < 2 {
-		t.Errorf("the pull did not fetch the manifest, config and layer: %v", reqs)
-	}
-	if !strings.Contains(progress.String(), "pulled "+ref) {
-		t.Errorf("progress = %q, want it to end with pulled %s", progress.String(), ref)
-	}
-
-	runFromPushed(t, cd, got, netip.MustParsePrefix("10.213.229.0/24"))
-
-	if _, err := cd.EnsureImage(ctx, ref, PullMissing, nil); err != nil {
-		t.Fatalf("EnsureImage(missing) of a present image: %v", err)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("missing asked the registry again for a present image: %v", reqs)
-	}
-
-	if _, err := cd.EnsureImage(ctx, ref, PullAlways, nil); err != nil {
-		t.Fatalf("EnsureImage(always): %v", err)
-	}
-	reqs = reg.take()
-	if countRequests(reqs, "HEAD", "manifests")+countRequests(reqs, "GET", "manifests") == 0 {
-		t.Errorf("always did not ask the registry for the manifest: %v", reqs)
-	}
-	if n := countRequests(reqs, "GET", "blobs"); n != 0 {
-		t.Errorf("always fetched %d blobs it had: %v", n, reqs)
+	progress := checkPullPolicies(t, reg, cd, ref, netip.MustParsePrefix("10.213.229.0/24"))
+	if !strings.Contains(progress, "pulled "+ref) {
+		t.Errorf("progress = %q, want it to end with pulled %s", progress, ref)
 	}
 
 	// containerd's client logs each failed fetch; none of it may reach
@@ -277,16 +213,7 @@ func TestPrivilegedImagePull(t *testing.T) {
 	hooks := logrus.StandardLogger().ReplaceHooks(logrus.LevelHooks{})
 	logrus.StandardLogger().AddHook(logged)
 	t.Cleanup(func() { logrus.StandardLogger().ReplaceHooks(hooks) })
-	missing := reg.host + "/sbxtest/nosuch:1"
-	removeImageOnCleanup(t, cd, missing)
-	if _, err := cd.EnsureImage(ctx, missing, PullMissing, nil); !errors.Is(err, ErrImageNotFound) {
-		t.Errorf("EnsureImage of an image the registry lacks: %v, want ErrImageNotFound", err)
-	}
-	down := closedPort(t) + "/sbxtest/busybox:pull"
-	removeImageOnCleanup(t, cd, down)
-	if _, err := cd.EnsureImage(ctx, down, PullMissing, nil); !errors.Is(err, ErrRegistryUnreachable) {
-		t.Errorf("EnsureImage from a registry that does not answer: %v, want ErrRegistryUnreachable", err)
-	}
+	missing, down := checkPullFailures(t, reg, cd, func(name string) { removeImageOnCleanup(t, cd, name) }, "sbxtest/busybox:pull")
 	if msgs := logged.messages(); len(msgs) != 0 {
 		t.Errorf("failed pulls logged to the standard logger (the user's stderr): %q", msgs)
 	}

@@ -16,11 +16,10 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/moby/moby/client"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // testDockerImage is the image TestPrivilegedDockerRun loads into Docker.
@@ -161,16 +160,8 @@ func TestPrivilegedDockerRunPull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and Docker (CI runs as root)")
 	}
-	reg := startRecordingRegistry(t)
-	ref, err := name.ParseReference(reg.host + "/sbxtest/busybox:docker-run-pull")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, busyboxImage(t)); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
-	}
-	reg.take()
-	image := ref.Name()
+	reg := sandboxtest.StartRegistry(t)
+	image := reg.Push(t, "sbxtest/busybox:docker-run-pull")
 	ctx := context.Background()
 	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -197,40 +188,12 @@ func TestPrivilegedDockerRunPull(t *testing.T) {
 	if code != exitSbxFailed || !strings.Contains(stderr, "not in Docker's store") || !strings.Contains(stderr, "docker load -i FILE") || !strings.Contains(stderr, "--pull missing") {
 		t.Errorf("--pull never of a missing image: exit %d, stderr:\n%s\nwant %d and advice naming docker load -i FILE and --pull missing", code, stderr, exitSbxFailed)
 	}
-	if reqs := reg.take(); len(reqs) != 0 {
+	if reqs := reg.Take(); len(reqs) != 0 {
 		t.Errorf("--pull never asked the registry: %v", reqs)
 	}
 
-	stdout, stderr, code := run("--pull", "missing", "--image", image)
-	if code != 7 {
-		t.Fatalf("sbx run --runtime docker --pull missing: exit %d, want 7 (run from the image)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-	}
-	reqs := reg.take()
-	if count(reqs, "GET", "manifests") == 0 || count(reqs, "GET", "blobs") < 2 {
-		t.Errorf("the first run did not fetch the manifest, config and layer: %v", reqs)
-	}
-	if strings.Contains(stderr, "pulling") || strings.Contains(stderr, "\r") {
-		t.Errorf("progress on stderr that is not a terminal:\n%q", stderr)
-	}
+	checkRunPulls(t, reg, run, "--pull", "missing", "--image", image)
 	if _, err := c.ImageInspect(ctx, image); err != nil {
 		t.Errorf("the pulled image is not in Docker's store: %v", err)
-	}
-
-	if _, stderr, code := run("--pull", "missing", "--image", image); code != 7 {
-		t.Errorf("second sbx run --pull missing: exit %d, want 7\n%s", code, stderr)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("the second run asked the registry for a present image: %v", reqs)
-	}
-
-	if _, stderr, code := run("--pull", "always", "--image", image); code != 7 {
-		t.Errorf("sbx run --runtime docker --pull always: exit %d, want 7\n%s", code, stderr)
-	}
-	reqs = reg.take()
-	if count(reqs, "HEAD", "manifests")+count(reqs, "GET", "manifests") == 0 {
-		t.Errorf("--pull always did not ask the registry for the manifest: %v", reqs)
-	}
-	if n := count(reqs, "GET", "blobs"); n != 0 {
-		t.Errorf("--pull always fetched %d blobs it had: %v", n, reqs)
 	}
 }

@@ -5,119 +5,60 @@ import (
 	"bytes"
 	"io"
 	"io/fs"
-	"log"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
-// busyboxImage is an image of busybox-static and sh, FROM_IMAGE=yes in
-// its environment, whose blobs are new.
-func busyboxImage(t *testing.T) v1.Image {
+// checkRunPulls runs sbx run with first (the flags of a run with the pull
+// policy missing, the image not yet there) through run: it pulls once
+// (manifest and blobs, no progress on stderr that is not a terminal) and
+// runs the command from the image (exit 7); a second run asks the
+// registry nothing; --pull always asks for the manifest again and fetches
+// no blob it has.
+func checkRunPulls(t *testing.T, reg *sandboxtest.Registry, run func(...string) (string, string, int), first ...string) {
 	t.Helper()
-	bb, err := os.ReadFile("/usr/bin/busybox")
-	if err != nil {
-		t.Fatalf("busybox-static is missing (scripts/test.sh installs it): %v", err)
+	image := first[len(first)-1]
+	stdout, stderr, code := run(first...)
+	if code != 7 {
+		t.Fatalf("sbx run %s: exit %d, want 7 (run from the image)\nstdout:\n%s\nstderr:\n%s", strings.Join(first, " "), code, stdout, stderr)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
-	tw.WriteHeader(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))})
-	tw.Write(bb)
-	tw.WriteHeader(&tar.Header{Name: "bin/sh", Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777})
-	// Blobs of this image alone: none is in containerd's content store
-	// from an earlier test whose image was removed but not yet collected.
-	nonce := []byte(t.Name() + " " + time.Now().Format(time.RFC3339Nano))
-	tw.WriteHeader(&tar.Header{Name: "etc/nonce", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(nonce))})
-	tw.Write(nonce)
-	for _, d := range []string{"proc/", "dev/", "sys/", "tmp/", "etc/"} {
-		tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: 0o755})
+	reqs := reg.Take()
+	if sandboxtest.CountRequests(reqs, "GET", "manifests") == 0 || sandboxtest.CountRequests(reqs, "GET", "blobs") < 2 {
+		t.Errorf("the first run did not fetch the manifest, config and layer: %v", reqs)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+	if strings.Contains(stderr, "pulling") || strings.Contains(stderr, "\r") {
+		t.Errorf("progress on stderr that is not a terminal:\n%q", stderr)
 	}
-	data := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/bin", "FROM_IMAGE=yes"}
-	cf.Config.Cmd = []string{"sh"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
 
-// recordingRegistry serves go-containerregistry's registry on
-// 127.0.0.1 and records the requests it gets.
-type recordingRegistry struct {
-	host string
-	mu   sync.Mutex
-	reqs []string // "GET /v2/<repo>/blobs/<digest>"
-}
-
-func startRecordingRegistry(t *testing.T) *recordingRegistry {
-	t.Helper()
-	r := &recordingRegistry{}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.mu.Lock()
-		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
-		r.mu.Unlock()
-		h.ServeHTTP(w, req)
-	}))
-	t.Cleanup(srv.Close)
-	r.host = strings.TrimPrefix(srv.URL, "http://")
-	return r
-}
-
-// take returns the requests since the last take.
-func (r *recordingRegistry) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reqs := r.reqs
-	r.reqs = nil
-	return reqs
-}
-
-// count counts the requests of reqs with method for kind ("manifests"
-// or "blobs").
-func count(reqs []string, method, kind string) int {
-	n := 0
-	for _, r := range reqs {
-		if strings.HasPrefix(r, method+" /v2/") && strings.Contains(r, "/"+kind+"/") {
-			n++
-		}
+	if _, stderr, code := run(first...); code != 7 {
+		t.Errorf("second sbx run %s: exit %d, want 7\n%s", strings.Join(first, " "), code, stderr)
 	}
-	return n
+	if reqs := reg.Take(); len(reqs) != 0 {
+		t.Errorf("the second run asked the registry for a present image: %v", reqs)
+	}
+
+	if _, stderr, code := run("--pull", "always", "--image", image); code != 7 {
+		t.Errorf("sbx run --pull always: exit %d, want 7\n%s", code, stderr)
+	}
+	reqs = reg.Take()
+	if sandboxtest.CountRequests(reqs, "HEAD", "manifests")+sandboxtest.CountRequests(reqs, "GET", "manifests") == 0 {
+		t.Errorf("--pull always did not ask the registry for the manifest: %v", reqs)
+	}
+	if n := sandboxtest.CountRequests(reqs, "GET", "blobs"); n != 0 {
+		t.Errorf("--pull always fetched %d blobs it had: %v", n, reqs)
+	}
 }
 
 // removeImageOnCleanup removes image name from containerd's sbx namespace
@@ -153,7 +94,7 @@ func imageRunArgs(t *testing.T) []string {
 		"--log", filepath.Join(dir, "decisions.jsonl")}
 }
 
-// fromImage is a command that exits 7 when it runs from busyboxImage.
+// fromImage is a command that exits 7 when it runs from sandboxtest.BusyboxImage.
 // (Its exit code tells, not its output, which a command that ends at
 // once sometimes loses.)
 var fromImage = []string{"--", "sh", "-c", `[ "$FROM_IMAGE" = yes ] && exit 7`}
@@ -169,16 +110,8 @@ func TestPrivilegedRunPull(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
-	reg := startRecordingRegistry(t)
-	ref, err := name.ParseReference(reg.host + "/sbxtest/busybox:run-pull")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, busyboxImage(t)); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
-	}
-	reg.take()
-	image := ref.Name()
+	reg := sandboxtest.StartRegistry(t)
+	image := reg.Push(t, "sbxtest/busybox:run-pull")
 	removeImageOnCleanup(t, image)
 
 	args := imageRunArgs(t)
@@ -191,42 +124,14 @@ func TestPrivilegedRunPull(t *testing.T) {
 	if code != exitSbxFailed || !strings.Contains(stderr, "sbx image import FILE") || !strings.Contains(stderr, "--pull missing") {
 		t.Errorf("--pull never of a missing image: exit %d, stderr:\n%s\nwant %d and advice naming sbx image import FILE and --pull missing", code, stderr, exitSbxFailed)
 	}
-	if reqs := reg.take(); len(reqs) != 0 {
+	if reqs := reg.Take(); len(reqs) != 0 {
 		t.Errorf("--pull never asked the registry: %v", reqs)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(filepath.Dir(args[2]), "state")); len(entries) > 1 {
 		t.Errorf("--pull never of a missing image made a sandbox: %v", entries)
 	}
 
-	stdout, stderr, code := run("--image", image)
-	if code != 7 {
-		t.Fatalf("sbx run --image (missing): exit %d, want 7 (run from the image)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-	}
-	reqs := reg.take()
-	if count(reqs, "GET", "manifests") == 0 || count(reqs, "GET", "blobs") < 2 {
-		t.Errorf("the first run did not fetch the manifest, config and layer: %v", reqs)
-	}
-	if strings.Contains(stderr, "pulling") || strings.Contains(stderr, "\r") {
-		t.Errorf("progress on stderr that is not a terminal:\n%q", stderr)
-	}
-
-	if _, stderr, code := run("--image", image); code != 7 {
-		t.Errorf("second sbx run --image: exit %d, want 7\n%s", code, stderr)
-	}
-	if reqs := reg.take(); len(reqs) != 0 {
-		t.Errorf("the second run asked the registry for a present image: %v", reqs)
-	}
-
-	if _, stderr, code := run("--pull", "always", "--image", image); code != 7 {
-		t.Errorf("sbx run --pull always: exit %d, want 7\n%s", code, stderr)
-	}
-	reqs = reg.take()
-	if count(reqs, "HEAD", "manifests")+count(reqs, "GET", "manifests") == 0 {
-		t.Errorf("--pull always did not ask the registry for the manifest: %v", reqs)
-	}
-	if n := count(reqs, "GET", "blobs"); n != 0 {
-		t.Errorf("--pull always fetched %d blobs it had: %v", n, reqs)
-	}
+	checkRunPulls(t, reg, run, "--image", image)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -238,7 +143,7 @@ func TestPrivilegedRunPull(t *testing.T) {
 		flags []string
 		want  []string
 	}{
-		{[]string{"--image", reg.host + "/sbxtest/nosuch:1"}, []string{"image not found in its registry", "check the name and tag", "sbx image import FILE"}},
+		{[]string{"--image", reg.Host + "/sbxtest/nosuch:1"}, []string{"image not found in its registry", "check the name and tag", "sbx image import FILE"}},
 		{[]string{"--image", closed + "/sbxtest/busybox:1"}, []string{"registry unreachable", "check the network", "sbx image import FILE"}},
 		{[]string{"--pull", "sometimes", "--image", image}, []string{`--pull "sometimes": want never, missing or always`}},
 	} {
@@ -252,7 +157,7 @@ func TestPrivilegedRunPull(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{reg.host + "/sbxtest/nosuch:1", closed + "/sbxtest/busybox:1"} {
+	for _, n := range []string{reg.Host + "/sbxtest/nosuch:1", closed + "/sbxtest/busybox:1"} {
 		if imageInContainerd(t, n) {
 			t.Errorf("a failed pull left image %s", n)
 			exec.Command("ctr", "-n", "sbx", "images", "rm", "--sync", n).Run()
@@ -313,7 +218,7 @@ func TestPrivilegedImageImport(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for containerd (CI runs as root)")
 	}
-	img := busyboxImage(t)
+	img := sandboxtest.BusyboxImage(t)
 
 	// docker save: manifest.json, RepoTags normalized by containerd.
 	saved := "docker.io/sbxtest/import:docker-save"

@@ -27,6 +27,7 @@ var layers = []struct {
 	{"gateway", []string{"netpolicy"}, "gateway imports netpolicy only"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
 	{"rootfs", nil, "rootfs imports no other sbx package"},
+	{"sandbox/sandboxtest", nil, "the tests' image and registry helpers import no sbx package"},
 }
 
 // goTool returns the go command of the toolchain running the test.
