@@ -90,38 +90,8 @@ func TestPrivilegedDockerRun(t *testing.T) {
 		t.Skip("needs root for namespaces, iptables and Docker (CI runs as root)")
 	}
 	loadDockerImage(t)
-	up := upstreamNamespace(t)
-	dir := t.TempDir()
+	_, stderr, dir := runEndToEnd(t, "10.213.241.0/24", "--runtime", "docker", "--image", testDockerImage)
 	logFile := filepath.Join(dir, "decisions.jsonl")
-	script := `GW=${HTTP_PROXY#http://}
-ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
-ask allowed.test
-ask blocked.test
-nc -w 2 ` + up.Addr + ` 8080 </dev/null && echo DIRECT-REACHED
-exit 7`
-	stdout, stderr, code := runCLI(t, "run", "--runtime", "docker", "--image", testDockerImage, "--state-dir", filepath.Join(dir, "state"),
-		"--subnet-pool", "10.213.241.0/24", "--log", logFile,
-		"--allow", "allowed.test:8080", "--resolve", "allowed.test="+up.Addr, "--resolve", "blocked.test="+up.Addr,
-		"--allow-private", up.Net, "--", "sh", "-c", script)
-	if code != 7 {
-		t.Errorf("exit %d, want 7\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-	}
-	if !strings.Contains(stdout, "hello-upstream") {
-		t.Errorf("the allowed request got no answer from the upstream:\n%s\n%s", stdout, stderr)
-	}
-	if !strings.Contains(stdout, "403 Forbidden") || !strings.Contains(stdout, "X-Sbx-Decision: block") {
-		t.Errorf("the blocked request did not get 403 with X-Sbx-Decision:\n%s", stdout)
-	}
-	if strings.Contains(stdout, "DIRECT-REACHED") {
-		t.Errorf("the sandbox reached the upstream without the gateway")
-	}
-	data, err := os.ReadFile(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(data), `"event":"decision"`); n != 2 {
-		t.Errorf("%d decision records, want 2:\n%s", n, data)
-	}
 	// A command that is not in the image exits 127, as in a shell.
 	if _, stderr, code := runCLI(t, "run", "--runtime", "docker", "--image", testDockerImage, "--quiet", "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.241.0/24", "--log", logFile, "--", "no-such-command"); code != 127 {

@@ -152,32 +152,58 @@ func TestPrivilegedRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
+	_, stderr, _ := runEndToEnd(t, "10.213.240.0/24", "--rootfs", busyboxRoot(t))
+	for _, want := range []string{"allow", "block", "decision log of sandbox"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "sbx-") {
+			t.Errorf("namespace left: %s", line)
+		}
+	}
+	rules, _ := exec.Command("iptables", "-S").Output()
+	if strings.Contains(string(rules), "sbx:") {
+		t.Errorf("iptables rules left:\n%s", rules)
+	}
+}
+
+// runEndToEnd runs sbx run with flags (the runtime and root), taking its /30 from pool: the
+// command asks the gateway for an allowed and a blocked host, both served
+// by an upstream in a namespace of the test's own, and tries the upstream
+// directly. The allowed one answers, the blocked one gets 403 with
+// X-Sbx-Decision, the direct try fails, the exit code comes back, the log
+// holds the two decisions, and no state is left. It returns what sbx
+// printed and the test's directory.
+func runEndToEnd(t *testing.T, pool string, flags ...string) (stdout, stderr, dir string) {
+	t.Helper()
 	up := upstreamNamespace(t)
-	root := busyboxRoot(t)
-	dir := t.TempDir()
+	dir = t.TempDir()
 	logFile := filepath.Join(dir, "decisions.jsonl")
 	script := `GW=${HTTP_PROXY#http://}
 ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
 ask allowed.test
 ask blocked.test
+nc -w 2 ` + up.Addr + ` 8080 </dev/null && echo DIRECT-REACHED
 exit 7`
-	stdout, stderr, code := runCLI(t, "run", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
-		"--subnet-pool", "10.213.240.0/24", "--log", logFile,
+	args := append([]string{"run"}, flags...)
+	stdout, stderr, code := runCLI(t, append(args, "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", pool, "--log", logFile,
 		"--allow", "allowed.test:8080", "--resolve", "allowed.test="+up.Addr, "--resolve", "blocked.test="+up.Addr,
-		"--allow-private", up.Net, "--", "sh", "-c", script)
+		"--allow-private", up.Net, "--", "sh", "-c", script)...)
 	if code != 7 {
 		t.Errorf("exit %d, want 7\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	if !strings.Contains(stdout, "hello-upstream") {
-		t.Errorf("the allowed request got no answer from the upstream:\n%s", stdout)
+		t.Errorf("the allowed request got no answer from the upstream:\n%s\n%s", stdout, stderr)
 	}
 	if !strings.Contains(stdout, "403 Forbidden") || !strings.Contains(stdout, "X-Sbx-Decision: block") {
 		t.Errorf("the blocked request did not get 403 with X-Sbx-Decision:\n%s", stdout)
 	}
-	for _, want := range []string{"allow", "block", "decision log of sandbox"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr)
-		}
+	if strings.Contains(stdout, "DIRECT-REACHED") {
+		t.Errorf("the sandbox reached the upstream without the gateway")
 	}
 	data, err := os.ReadFile(logFile)
 	if err != nil {
@@ -190,16 +216,7 @@ exit 7`
 	if entries, _ := os.ReadDir(filepath.Join(dir, "state")); len(entries) > 1 { // .lock stays
 		t.Errorf("state left: %v", entries)
 	}
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "sbx-") {
-			t.Errorf("namespace left: %s", line)
-		}
-	}
-	rules, _ := exec.Command("iptables", "-S").Output()
-	if strings.Contains(string(rules), "sbx:") {
-		t.Errorf("iptables rules left:\n%s", rules)
-	}
+	return stdout, stderr, dir
 }
 
 func TestRunErrors(t *testing.T) {
