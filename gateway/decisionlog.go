@@ -43,6 +43,10 @@ const (
 	FieldChange        = "change"
 	FieldCount         = "count"
 	FieldSince         = "since"
+	FieldProto         = "proto"
+	FieldPID           = "pid"
+	FieldComm          = "comm"
+	FieldExe           = "exe"
 )
 
 // Values of the "event" field.
@@ -58,6 +62,16 @@ const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
 	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
+	// KindTransparent is a TCP connection the sandbox made without the
+	// proxy, which its rules redirected to the gateway (see
+	// ServeTransparent): one record per connection, or per request when it
+	// speaks plain HTTP.
+	KindTransparent = "transparent"
+	// KindBypass is a packet the sandbox sent that is neither TCP nor DNS
+	// (UDP, ICMP, another protocol), which its rules refused and reported
+	// (see Server.ReportPacket): at most one record per protocol,
+	// destination and port a second, with a count.
+	KindBypass = "bypass"
 )
 
 // Record is one line of the decision log. Which fields are written depends
@@ -83,8 +97,8 @@ type Record struct {
 	Sandbox string
 	// Client is the client's address as ip:port.
 	Client string
-	// Kind is KindHTTP, KindConnect, KindDNS or KindConn (later also
-	// transparent, bypass).
+	// Kind is KindHTTP, KindConnect, KindDNS, KindConn, KindTransparent or
+	// KindBypass.
 	Kind string
 	// Method is the HTTP method, CONNECT for tunnels; for KindDNS the
 	// query type, such as A, AAAA or TXT (TYPE<n> for a type without a
@@ -138,11 +152,25 @@ type Record struct {
 	// "rule gh added" (policy records only).
 	Change string
 	// Count is how many records a FileSink left out since its previous
-	// dropped record (dropped records only).
+	// dropped record (dropped records), or how many packets a bypass
+	// record stands for (KindBypass).
 	Count uint64
 	// Since is when the first of those Count records was left out
 	// (dropped records only).
 	Since time.Time
+
+	// Proto is the packet's protocol: "udp", "icmp", "icmpv6" or
+	// "proto-<n>" (KindBypass only, where Count is how many packets the
+	// record stands for).
+	Proto string
+	// PID, Comm and Exe name the sandboxed process that owned the
+	// client's socket (its process id in the host's PID namespace, its
+	// command name, and its executable's path as the sandbox sees it),
+	// when it could be told for certain; PID is 0 otherwise, and the three
+	// fields are left out.
+	PID  int
+	Comm string
+	Exe  string
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -155,7 +183,9 @@ type Record struct {
 //     bytes_out, bytes_in and duration_ms.
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
 //     client, kind, method, host, port, path, action, enforced, rule,
-//     reason, policy_version, status, and error when r.Error is not empty.
+//     reason, policy_version, status; for KindBypass proto and count; pid,
+//     comm and exe (exe only when known) when r.PID is not 0; and error
+//     when r.Error is not empty.
 //
 // Strings are escaped as encoding/json escapes them with HTML escaping off:
 // quotes, backslashes, control characters, U+2028 and U+2029 are escaped and
@@ -226,6 +256,22 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	b = strconv.AppendUint(b, r.PolicyVersion, 10)
 	b = appendLogKey(b, FieldStatus)
 	b = strconv.AppendInt(b, int64(r.Status), 10)
+	if r.Kind == KindBypass {
+		b = appendLogKey(b, FieldProto)
+		b = appendJSONString(b, r.Proto)
+		b = appendLogKey(b, FieldCount)
+		b = strconv.AppendUint(b, r.Count, 10)
+	}
+	if r.PID != 0 {
+		b = appendLogKey(b, FieldPID)
+		b = strconv.AppendInt(b, int64(r.PID), 10)
+		b = appendLogKey(b, FieldComm)
+		b = appendJSONString(b, r.Comm)
+		if r.Exe != "" {
+			b = appendLogKey(b, FieldExe)
+			b = appendJSONString(b, r.Exe)
+		}
+	}
 	if r.Event == EventClose {
 		b = appendLogKey(b, FieldUpstream)
 		b = appendJSONString(b, r.Upstream)

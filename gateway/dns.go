@@ -123,7 +123,7 @@ func (s *Server) readDNSUDP(ctx context.Context, pc net.PacketConn) {
 			s.logRefusal(&s.notClients, client.Addr(), client.String(), 0, notClientReason)
 			continue
 		}
-		resp, ok := s.answerDNS(buf[:n], false, client.String(), out[:0])
+		resp, ok := s.answerDNS(buf[:n], false, client, out[:0])
 		if !ok {
 			continue
 		}
@@ -154,9 +154,9 @@ func (s *Server) ServeDNSTCP(ctx context.Context, ln net.Listener) error {
 // closes, idles out, sends what the stub does not answer, or Close closes
 // the connection.
 func (s *Server) serveDNSConn(c net.Conn) {
-	client := ""
+	var client netip.AddrPort
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		client = unmapAddrPort(ap).String()
+		client = unmapAddrPort(ap)
 	}
 	br := bufio.NewReaderSize(c, 2+dnsMaxQuery)
 	buf := make([]byte, dnsMaxQuery+1)
@@ -191,16 +191,16 @@ func (s *Server) serveDNSConn(c net.Conn) {
 	}
 }
 
-// answerDNS answers one query, msg, from client (ip:port), and logs it: it
+// answerDNS answers one query, msg, from client, and logs it: it
 // appends the response to out and returns it, or reports false when msg
 // gets no answer (it is no query, or too short to answer). tcp says
 // whether the response may be longer than a UDP one.
-func (s *Server) answerDNS(msg []byte, tcp bool, client string, out []byte) ([]byte, bool) {
+func (s *Server) answerDNS(msg []byte, tcp bool, client netip.AddrPort, out []byte) ([]byte, bool) {
 	snap := s.cfg.Store.Load()
 	rec := &Record{
 		ID:            strconv.FormatUint(s.connID.Add(1), 36),
 		Event:         EventDecision,
-		Client:        client,
+		Client:        client.String(),
 		Kind:          KindDNS,
 		Port:          dnsLogPort,
 		PolicyVersion: snap.Version(),
@@ -210,6 +210,15 @@ func (s *Server) answerDNS(msg []byte, tcp bool, client string, out []byte) ([]b
 		Rule:     netpolicy.RuleInvalid,
 	}
 	resp, ok := s.respondDNS(snap, msg, tcp, rec, out)
+	if s.cfg.Owner != nil {
+		// The query was sent to some resolver's address that the rules
+		// redirected here, which the socket alone knows.
+		network := "udp"
+		if tcp {
+			network = "tcp"
+		}
+		rec.setProcess(s.owner(network, client, netip.AddrPort{}))
+	}
 	s.metrics.request(KindDNS, netpolicy.Action(rec.Action))
 	s.emit(rec)
 	return resp, ok

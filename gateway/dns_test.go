@@ -1015,7 +1015,7 @@ func FuzzDNSQuery(f *testing.F) {
 			t.Skip("longer than the bound by more than 8 bytes: the same FORMERR as the seed one byte over")
 		}
 		before := last.n
-		resp, ok := srv.answerDNS(msg, tcp, "127.0.0.1:5353", nil)
+		resp, ok := srv.answerDNS(msg, tcp, netip.MustParseAddrPort("127.0.0.1:5353"), nil)
 		if last.n != before+1 {
 			t.Fatalf("%d records for one message, want 1", last.n-before)
 		}

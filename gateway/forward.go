@@ -66,16 +66,9 @@ func isWebSocket(h http.Header) bool {
 // whether the connection may carry another request.
 func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool {
 	start := time.Now()
-	hasBody := head.Chunked || head.ContentLength > 0
-	// A request whose body the gateway does not read ends the connection.
-	keepAlive := !head.Close && !hasBody
-
 	u, serr := parseProxyTarget(head.Target)
 	if serr != nil {
-		rec := s.newRecord(c, KindHTTP, head.Method, 0)
-		rec.Host = redactTarget(head.Target)
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
-		writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
+		s.refuseTarget(c, KindHTTP, head, serr, start)
 		return false
 	}
 	port := uint16(80)
@@ -83,7 +76,28 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		n, _ := strconv.ParseUint(p, 10, 16) // parseProxyTarget checked it
 		port = uint16(n)
 	}
-	rec, snap, t, d := s.decide(c, KindHTTP, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
+	return s.forwardHTTP(ctx, c, head, KindHTTP, u, port, start)
+}
+
+// refuseTarget answers and logs a request whose target cannot be used,
+// and closes the connection.
+func (s *Server) refuseTarget(c *conn, kind string, head *requestHead, serr *statusError, start time.Time) {
+	rec := s.newRecord(c, kind, head.Method, 0)
+	rec.Host = redactTarget(head.Target)
+	s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
+	writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
+}
+
+// forwardHTTP decides and answers one request of kind (KindHTTP, or
+// KindTransparent for a request the sandbox sent without the proxy) for
+// the http URL u, whose port is port. It reports whether the connection
+// may carry another request.
+func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, kind string, u *url.URL, port uint16, start time.Time) bool {
+	hasBody := head.Chunked || head.ContentLength > 0
+	// A request whose body the gateway does not read ends the connection.
+	keepAlive := !head.Close && !hasBody
+
+	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
 	rec.Path = truncate(t.Path, maxLoggedPath)
 
 	switch {

@@ -31,6 +31,10 @@ type Limits struct {
 	ResponseTimeout     time.Duration // waiting for an upstream's response head: 5 min
 	MaxHeaderBytes      int           // request line and headers, 431 beyond: 64 KiB
 	DNSIdleTimeout      time.Duration // a DNS-over-TCP client between queries, and writing an answer: 10 s
+	// FirstBytesTimeout is how long a transparent connection waits for the
+	// client's first bytes before it is decided by name and port alone, as
+	// a protocol where the server speaks first: 250 ms.
+	FirstBytesTimeout time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -46,6 +50,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.IdleConnTimeout, 2*time.Minute)
 	def(&l.ResponseTimeout, 5*time.Minute)
 	def(&l.DNSIdleTimeout, 10*time.Second)
+	def(&l.FirstBytesTimeout, 250*time.Millisecond)
 	if l.MaxTunnelsPerClient <= 0 {
 		l.MaxTunnelsPerClient = 1024
 	}
@@ -89,6 +94,14 @@ type Config struct {
 	// not this gateway's sandbox" (rate-bounded: see KindConn). Empty
 	// serves every client that can connect.
 	Clients []netip.Prefix
+	// Owner, when set, names the sandboxed process that owns the client's
+	// socket of a connection or packet: network is "tcp" or "udp", client
+	// the socket's own address and remote its peer's as the client sees it
+	// (the invalid AddrPort when not known). It reports false when it
+	// cannot tell for certain. What it returns goes into the records' pid,
+	// comm and exe. It is called once per connection, DNS query and bypass
+	// record, and must be safe for concurrent use.
+	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
 	// Fence lists networks the gateway never dials, whatever allow_private
 	// or an IP or CIDR allow rule says (in sbx run, the sandbox subnet
 	// pool, so that a sandbox reaches no other sandbox and no gateway):
@@ -115,6 +128,8 @@ type Server struct {
 
 	// fakeIPs are the DNS stub's names and their fake addresses.
 	fakeIPs *FakeIPs
+	// bypass folds the reported packets into bypass records.
+	bypass bypassLog
 
 	mu          sync.Mutex
 	listeners   map[net.Listener]struct{}
@@ -387,7 +402,15 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.pool.closeAll()
+	s.flushBypass(true)
 	return nil
+}
+
+// Process is a sandboxed process, as Config.Owner finds it.
+type Process struct {
+	PID  int
+	Comm string // its command name, /proc/PID/comm
+	Exe  string // its executable's path as the sandbox sees it; "" when unknown
 }
 
 // conn is one client connection with its buffered reader.
@@ -395,7 +418,39 @@ type conn struct {
 	net.Conn
 	br         *bufio.Reader // nil once released
 	client     netip.AddrPort
-	clientText string // client as ip:port, for the records
+	clientText string  // client as ip:port, for the records
+	proc       Process // the process that owns the client's socket, if known
+}
+
+// newConn wraps an accepted connection, whose client socket's peer address
+// (as the client sees it) is remote, and finds the process that owns it.
+func (s *Server) newConn(nc net.Conn, remote netip.AddrPort) *conn {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(nc)
+	c := &conn{Conn: nc, br: br}
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		c.client = unmapAddrPort(ap)
+	}
+	c.clientText = c.client.String()
+	c.proc = s.owner("tcp", c.client, remote)
+	return c
+}
+
+// owner returns the process that owns a client's socket, or the zero
+// Process when there is no Config.Owner or it cannot tell.
+func (s *Server) owner(network string, client, remote netip.AddrPort) Process {
+	if s.cfg.Owner == nil {
+		return Process{}
+	}
+	if p, ok := s.cfg.Owner(network, client, remote); ok {
+		return p
+	}
+	return Process{}
+}
+
+// setProcess copies p into rec.
+func (rec *Record) setProcess(p Process) {
+	rec.PID, rec.Comm, rec.Exe = p.PID, p.Comm, p.Exe
 }
 
 // readerPool holds the clients' read buffers: 16 KiB each, so that a
@@ -415,14 +470,14 @@ func (c *conn) releaseReader() {
 // serveConn reads requests from one client until it closes or a request
 // ends the connection.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(nc)
-	c := &conn{Conn: nc, br: br}
-	defer c.releaseReader()
-	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
-		c.client = unmapAddrPort(ap)
+	var local netip.AddrPort
+	if s.cfg.Owner != nil {
+		if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
+			local = unmapAddrPort(ap)
+		}
 	}
-	c.clientText = c.client.String()
+	c := s.newConn(nc, local)
+	defer c.releaseReader()
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
 		// here, the whole head must come within HeaderReadTimeout.
@@ -478,6 +533,9 @@ func (s *Server) newRecord(c *conn, kind, method string, port uint16) *Record {
 		Kind:   kind,
 		Method: method,
 		Port:   int(port),
+		PID:    c.proc.PID,
+		Comm:   c.proc.Comm,
+		Exe:    c.proc.Exe,
 	}
 }
 

@@ -27,6 +27,16 @@ type Options struct {
 	// ListenInterface and serve Clients only, as the proxy's. "" means no
 	// DNS stub.
 	DNS string
+	// Transparent, when set, is a listener for the TCP connections the
+	// sandbox's rules redirect (DESIGN.md §11.2; see ServeTransparent),
+	// opened by the caller in the sandbox's network namespace. Start
+	// serves it and Close closes it. OriginalDst tells where each
+	// connection was going; nil means OriginalDst (Linux).
+	Transparent net.Listener
+	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// Owner names the sandboxed process that owns a client's socket; see
+	// Config.Owner. nil leaves the records' pid, comm and exe out.
+	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
 	// API lists the management API's addresses: "unix:/path/api.sock" or
 	// a TCP host:port. None means no API.
 	API []string
@@ -121,6 +131,9 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 			g.removeSockets()
 		}
 	}()
+	if o.Transparent != nil {
+		closers = append(closers, o.Transparent.Close) // Start owns it from here
+	}
 
 	sinks := append([]Sink{g.Ring}, o.Sinks...)
 	if o.LogFile != "" {
@@ -135,7 +148,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 
 	store := netpolicy.NewStore(o.Policy)
 	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
-		Clients: o.Clients, Fence: o.Fence})
+		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner})
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +211,13 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	snap := store.Load()
 	g.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
 	g.serve(func() error { return srv.Serve(ctx, ln) })
+	if o.Transparent != nil {
+		origDst := o.OriginalDst
+		if origDst == nil {
+			origDst = OriginalDst
+		}
+		g.serve(func() error { return srv.ServeTransparent(ctx, o.Transparent, origDst) })
+	}
 	if dnsPC != nil {
 		g.serve(func() error { return srv.ServeDNSUDP(ctx, dnsPC) })
 		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })

@@ -96,6 +96,16 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		return
 	}
 	closeRec.Status = http.StatusOK
+	s.relay(c, up, closeRec, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, t.Host) })
+}
+
+// relay relays an open tunnel between c and up until either side closes
+// or it idles out, counting the bytes in closeRec. first reads and checks
+// the client's first bytes from src (its buffered reader, or the
+// connection itself once the buffer is given back) and returns what it
+// consumed, which goes upstream first; its error ends the tunnel, logged
+// in the close record as a block of rule invalid.
+func (s *Server) relay(c *conn, up net.Conn, closeRec *Record, first func(src io.Reader) ([]byte, error)) {
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
 
@@ -128,15 +138,15 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		c.releaseReader()
 		src = c.Conn
 	}
-	first, sniErr := s.checkSNI(c, src, t.Host)
+	firstBytes, sniErr := first(src)
 	if sniErr != nil {
 		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
 		closeRec.Error = sniErr.Error()
 		return
 	}
 	out := int64(0)
-	if len(first) > 0 {
-		n, err := up.Write(first)
+	if len(firstBytes) > 0 {
+		n, err := up.Write(firstBytes)
 		out += int64(n)
 		if err != nil {
 			closeRec.BytesOut = out
@@ -175,8 +185,21 @@ func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
 	if b[0] != 0x16 { // 0x16: a TLS handshake record
 		return b[:], nil
 	}
-	rc := &recordingConn{r: io.MultiReader(bytes.NewReader(b[:]), src)}
-	var sni string
+	consumed, sni, err := readClientHello(io.MultiReader(bytes.NewReader(b[:]), src))
+	if err != nil || sni == "" {
+		return consumed, err // no name to compare, as for IP targets
+	}
+	if name, err := netpolicy.NormalizeHost(sni); err != nil || name != host {
+		return consumed, errSNIMismatch
+	}
+	return consumed, nil
+}
+
+// readClientHello reads a TLS ClientHello from src, however it is
+// fragmented, and returns the bytes it consumed and the server name it
+// asks for ("" for none). A ClientHello that cannot be parsed is an error.
+func readClientHello(src io.Reader) (consumed []byte, sni string, err error) {
+	rc := &recordingConn{r: src}
 	var sawHello bool
 	stop := errors.New("client hello read")
 	srv := tls.Server(rc, &tls.Config{
@@ -187,15 +210,9 @@ func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
 	})
 	srv.Handshake()
 	if !sawHello {
-		return rc.buf.Bytes(), errors.New("malformed TLS ClientHello")
+		return rc.buf.Bytes(), "", errors.New("malformed TLS ClientHello")
 	}
-	if sni == "" {
-		return rc.buf.Bytes(), nil // no name to compare, as for IP targets
-	}
-	if name, err := netpolicy.NormalizeHost(sni); err != nil || name != host {
-		return rc.buf.Bytes(), errSNIMismatch
-	}
-	return rc.buf.Bytes(), nil
+	return rc.buf.Bytes(), sni, nil
 }
 
 // recordingConn feeds crypto/tls the client's bytes and keeps them; what

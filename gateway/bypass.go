@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Packet is a packet the sandbox sent that is neither TCP nor DNS, which
+// its rules refused and reported (DESIGN.md §11.3).
+type Packet struct {
+	// Proto is "udp", "icmp", "icmpv6", "tcp" or "proto-<n>".
+	Proto string
+	// Src is the sandbox's end; Dst where the packet was going. Their
+	// ports are 0 for a protocol without ports.
+	Src, Dst netip.AddrPort
+}
+
+// Bounds of the bypass records: at most one record per protocol,
+// destination and port per bypassInterval, and at most maxBypassTargets
+// such targets remembered at once; packets to targets beyond them are
+// counted in one record per bypassInterval with no host.
+const (
+	bypassInterval   = time.Second
+	maxBypassTargets = 1024
+	bypassIdle       = 10 * time.Second // a target this long without a packet is forgotten
+)
+
+// bypassKey is what one bypass record stands for.
+type bypassKey struct {
+	proto string
+	dst   netip.AddrPort
+}
+
+// bypassTarget is the state of one bypassKey: when its next record may be
+// written, and how many packets since its last one are not in a record yet.
+type bypassTarget struct {
+	next   time.Time
+	last   time.Time
+	folded uint64
+	src    netip.AddrPort // the latest packet's source
+}
+
+// bypassLog folds the reported packets into records.
+type bypassLog struct {
+	mu       sync.Mutex
+	targets  map[bypassKey]*bypassTarget
+	overflow bypassTarget // packets to targets beyond maxBypassTargets
+	timer    *time.Timer  // armed while packets wait to be counted
+	closed   bool         // set by the final flush: later packets are not logged
+}
+
+// ReportPacket logs p, a packet the sandbox's rules refused, as a bypass
+// record (kind KindBypass, action block, rule guard): the first packet to
+// a protocol, destination and port is logged at once, and the ones that
+// follow within a second are folded into the count of the next record for
+// it, written when the second is over. A flood therefore writes at most
+// one record a second for each of at most 1024 targets, and one for all
+// the others. It is safe for concurrent use; Close writes what is still
+// folded, and packets reported after are not logged.
+func (s *Server) ReportPacket(p Packet) {
+	now := time.Now()
+	k := bypassKey{p.Proto, unmapAddrPort(p.Dst)}
+	b := &s.bypass
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if b.targets == nil {
+		b.targets = map[bypassKey]*bypassTarget{}
+	}
+	t := b.targets[k]
+	if t == nil && len(b.targets) >= maxBypassTargets {
+		b.prune(now)
+	}
+	switch {
+	case t == nil && len(b.targets) >= maxBypassTargets:
+		b.overflow.folded++
+		b.overflow.src, b.overflow.last = p.Src, now
+		b.arm(s)
+		b.mu.Unlock()
+		return
+	case t == nil:
+		t = &bypassTarget{}
+		b.targets[k] = t
+	}
+	t.src, t.last = p.Src, now
+	if now.Before(t.next) {
+		t.folded++
+		b.arm(s)
+		b.mu.Unlock()
+		return
+	}
+	count := t.folded + 1
+	t.folded, t.next = 0, now.Add(bypassInterval)
+	b.mu.Unlock()
+	s.emitBypass(k, p.Src, count)
+}
+
+// arm makes sure a flush runs after the interval. b.mu is held.
+func (b *bypassLog) arm(s *Server) {
+	if b.timer == nil {
+		b.timer = time.AfterFunc(bypassInterval, func() { s.flushBypass(false) })
+	}
+}
+
+// prune forgets the targets idle for bypassIdle with nothing folded. b.mu
+// is held.
+func (b *bypassLog) prune(now time.Time) {
+	for k, t := range b.targets {
+		if t.folded == 0 && now.Sub(t.last) > bypassIdle {
+			delete(b.targets, k)
+		}
+	}
+}
+
+// flushBypass writes a record for every target whose folded packets are
+// due (all of them when final), and arms the timer again while some wait.
+func (s *Server) flushBypass(final bool) {
+	type due struct {
+		k     bypassKey
+		src   netip.AddrPort
+		count uint64
+	}
+	var out []due
+	now := time.Now()
+	b := &s.bypass
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	b.closed = b.closed || final
+	waiting := false
+	for k, t := range b.targets {
+		if t.folded == 0 {
+			continue
+		}
+		if !final && now.Before(t.next) {
+			waiting = true
+			continue
+		}
+		out = append(out, due{k, t.src, t.folded})
+		t.folded, t.next = 0, now.Add(bypassInterval)
+	}
+	if b.overflow.folded > 0 {
+		out = append(out, due{bypassKey{}, b.overflow.src, b.overflow.folded})
+		b.overflow.folded = 0
+	}
+	if waiting && !final {
+		b.arm(s)
+	}
+	b.prune(now)
+	b.mu.Unlock()
+	for _, d := range out {
+		s.emitBypass(d.k, d.src, d.count)
+	}
+}
+
+// emitBypass writes the bypass record of count packets to k from src; the
+// zero k stands for the targets beyond maxBypassTargets.
+func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
+	snap := s.cfg.Store.Load()
+	rec := &Record{
+		ID:            strconv.FormatUint(s.connID.Add(1), 36),
+		Event:         EventDecision,
+		Client:        src.String(),
+		Kind:          KindBypass,
+		Proto:         k.proto,
+		Count:         count,
+		Action:        string(netpolicy.Block),
+		Enforced:      true,
+		Rule:          netpolicy.RuleGuard,
+		PolicyVersion: snap.Version(),
+	}
+	if k == (bypassKey{}) {
+		rec.Reason = fmt.Sprintf("%d packets to more than %d other destinations were refused: only TCP and DNS leave the sandbox", count, maxBypassTargets)
+	} else {
+		rec.Host, rec.Port = k.dst.Addr().String(), int(k.dst.Port())
+		what := strings.ToUpper(k.proto) + " to " + k.dst.Addr().String()
+		if k.dst.Port() != 0 {
+			what = strings.ToUpper(k.proto) + " to " + k.dst.String()
+		}
+		rec.Reason = what + " was refused: only TCP and DNS leave the sandbox"
+		if k.proto == "udp" {
+			rec.setProcess(s.owner("udp", src, netip.AddrPort{}))
+		}
+	}
+	s.metrics.request(KindBypass, netpolicy.Block)
+	s.emit(rec)
+}

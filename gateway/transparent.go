@@ -1,0 +1,278 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// The transparent path (DESIGN.md §11.2): the sandbox's rules redirect
+// every TCP connection that is not for the proxy or the DNS stub to a
+// listener of the gateway, which learns where the connection was going
+// (its original destination), decides it, and relays it exactly as it
+// relays a CONNECT tunnel or a proxied request.
+//
+// The target is the name behind a fake address of the DNS stub
+// (FakeIPRange), or the IP that was dialed. Before deciding, the gateway
+// waits for the client's first bytes, at most Limits.FirstBytesTimeout:
+//   - a TLS ClientHello must name the target (else "sni mismatch"); one
+//     sent to an IP target names the target instead, which is then decided
+//     and dialed as that name;
+//   - plain HTTP/1.x is served like the forward proxy, request by request,
+//     so methods and path rules apply and a block is the proxy's 403; a
+//     Host header that names another host than the target is blocked;
+//   - anything else, or nothing (a protocol where the server speaks
+//     first), is decided by the target and port alone.
+
+// reasonHostMismatch starts the reason of a transparent request whose
+// Host header names another host than the connection's target.
+const reasonHostMismatch = "host mismatch"
+
+// ServeTransparent serves, until ctx is done or Close is called, the TCP
+// connections that the sandbox's rules redirected to ln; origDst returns a
+// connection's original destination (OriginalDst does, for a listener in
+// the network namespace whose rules redirected it). Each connection is
+// decided and logged with kind KindTransparent; see the comment above.
+// Clients are fenced as in Serve.
+func (s *Server) ServeTransparent(ctx context.Context, ln net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
+	return s.serveListener(ctx, ln, "transparent", 0, "", func(ctx context.Context, nc net.Conn) {
+		s.serveTransparent(ctx, nc, origDst)
+	})
+}
+
+// serveTransparent decides and serves one redirected connection.
+func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func(net.Conn) (netip.AddrPort, error)) {
+	start := time.Now()
+	dst, dstErr := origDst(nc)
+	dst = unmapAddrPort(dst)
+	c := s.newConn(nc, dst)
+	defer c.releaseReader()
+	refuse := func(rule, reason string) {
+		rec := s.newRecord(c, KindTransparent, "", dst.Port())
+		if dst.IsValid() {
+			rec.Host = dst.Addr().String()
+		}
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: rule, Reason: reason}, 0, start)
+	}
+	if dstErr != nil || !dst.IsValid() {
+		refuse(netpolicy.RuleInvalid, fmt.Sprintf("the connection's original destination is unknown: %v", dstErr))
+		return
+	}
+	if local, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil && unmapAddrPort(local) == dst {
+		refuse(netpolicy.RuleInvalid, "a connection to the transparent listener itself was not redirected")
+		return
+	}
+	host, named := dst.Addr().String(), false
+	if FakeIPRange().Contains(dst.Addr()) {
+		name, ok := s.fakeIPs.Name(dst.Addr())
+		if !ok {
+			refuse(netpolicy.RuleInvalid, fmt.Sprintf("%s is not an address the DNS stub gave out", dst.Addr()))
+			return
+		}
+		host, named = name, true
+	}
+
+	// The client's first bytes, if it sends any soon.
+	nc.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
+	_, peekErr := c.br.Peek(1)
+	nc.SetReadDeadline(time.Time{})
+	switch {
+	case peekErr != nil:
+		// Nothing yet: the server speaks first, or the client left.
+	case peekTLS(c.br):
+		nc.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		hello, sni, err := readClientHello(c.br)
+		nc.SetReadDeadline(time.Time{})
+		s.transparentTLS(ctx, c, dst, host, named, hello, sni, err, start)
+		return
+	case s.peekHTTP(c):
+		s.transparentHTTP(ctx, c, dst, host, named)
+		return
+	}
+	s.transparentTunnel(ctx, c, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil, start)
+}
+
+// peekTLS reports whether the buffered bytes start a TLS handshake
+// record.
+func peekTLS(br *bufio.Reader) bool {
+	b, _ := br.Peek(1)
+	return len(b) == 1 && b[0] == 0x16
+}
+
+// peekHTTP reports whether the client's first bytes are an HTTP/1.x
+// request line's start: a method token and a space. It waits up to
+// Limits.HeaderReadTimeout for a token split across packets.
+func (s *Server) peekHTTP(c *conn) bool {
+	const maxMethod = 20
+	defer c.SetReadDeadline(time.Time{})
+	c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+	for n := 1; n <= maxMethod+1; n++ {
+		b, err := c.br.Peek(n)
+		if err != nil {
+			return false
+		}
+		switch ch := b[n-1]; {
+		case ch == ' ':
+			return n > 1
+		case !isTokenChar(ch):
+			return false
+		}
+	}
+	return false
+}
+
+// isTokenChar reports whether c may appear in an HTTP token (RFC 9110
+// §5.6.2).
+func isTokenChar(c byte) bool {
+	if 'a' <= c|0x20 && c|0x20 <= 'z' || isDigit(c) {
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// transparentTLS decides a connection that began with a TLS ClientHello
+// for sni (read as hello; helloErr when it could not be parsed), and
+// relays it when allowed.
+func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, hello []byte, sni string, helloErr error, start time.Time) {
+	t := netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}
+	refuse := func(reason string) {
+		rec := s.newRecord(c, KindTransparent, "", dst.Port())
+		rec.Host = host
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
+	}
+	if helloErr != nil {
+		refuse(helloErr.Error())
+		return
+	}
+	if sni != "" {
+		name, err := netpolicy.NormalizeHost(sni)
+		switch {
+		case err != nil:
+			refuse(fmt.Sprintf("%s: the TLS server name is not a valid host name", reasonSNIMismatch))
+			return
+		case named && name != host:
+			refuse(fmt.Sprintf("%s: the TLS server name is %s, but the address was given for %s", reasonSNIMismatch, truncate(name, 80), host))
+			return
+		case !named:
+			// An IP dialed with a name: the name decides and is dialed,
+			// so that the policy's names keep their meaning.
+			t.Host = name
+		}
+	}
+	s.transparentTunnel(ctx, c, t, hello, start)
+}
+
+// transparentTunnel decides t, the target of a redirected connection, as a
+// tunnel is decided, and when it is allowed dials it as CONNECT does and
+// relays it; first are bytes already read from the client, which go
+// upstream before the rest.
+func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
+	rec, snap, t, d := s.decide(c, KindTransparent, t)
+	rec.Method = "" // decided as a tunnel; no HTTP method was sent
+	if d.Action == netpolicy.Intercept {
+		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
+	}
+	if d.Action == netpolicy.Block && enforced(snap, d) {
+		s.finishRefusal(rec, d, 0, start)
+		return
+	}
+	if !s.acquireTunnel(c.client.Addr()) {
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
+			http.StatusTooManyRequests, start)
+		return
+	}
+	defer s.releaseTunnel(c.client.Addr())
+	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
+	if guard != nil {
+		s.finishRefusal(rec, *guard, 0, start)
+		return
+	}
+	closeRec := s.admit(rec, d, start)
+	defer s.end(closeRec, start)
+	if rerr != nil {
+		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
+		return
+	}
+	up, err := s.dialFirst(ctx, addrs, t.Port)
+	if err != nil {
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
+		return
+	}
+	defer up.Close()
+	if !s.trackUpstream(up) {
+		return
+	}
+	defer s.untrackUpstream(up)
+	closeRec.Upstream = up.RemoteAddr().String()
+	closeRec.Status = http.StatusOK
+	s.relay(c, up, closeRec, func(io.Reader) ([]byte, error) { return first, nil })
+}
+
+// transparentHTTP serves a redirected connection that speaks plain
+// HTTP/1.x, request by request, as the forward proxy serves its clients:
+// each request is decided for the target with its method and path. The
+// request's host (its Host header, or an absolute URL's) must name the
+// target; the port is the connection's.
+func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool) {
+	for first := true; ; first = false {
+		if !first {
+			c.SetReadDeadline(time.Now().Add(s.limits.IdleConnTimeout))
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+		}
+		start := time.Now()
+		c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			var se *statusError
+			if errors.As(err, &se) {
+				s.refuseTarget(c, KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
+			}
+			return
+		}
+		target := head.Target
+		if len(target) > 0 && target[0] == '/' {
+			h := head.Header.Values("Host")
+			if len(h) != 1 || h[0] == "" {
+				s.refuseTarget(c, KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
+				return
+			}
+			target = "http://" + h[0] + target
+		}
+		u, serr := parseProxyTarget(target)
+		if serr != nil {
+			s.refuseTarget(c, KindTransparent, head, serr, start)
+			return
+		}
+		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
+			rec := s.newRecord(c, KindTransparent, head.Method, dst.Port())
+			rec.Host, rec.Path = host, truncate(u.EscapedPath(), maxLoggedPath)
+			reason := fmt.Sprintf("%s: the request names %s, but the connection is to %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
+			if !named {
+				reason = fmt.Sprintf("%s: the request names %s, but the connection is to the address %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
+			}
+			d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}
+			s.finishRefusal(rec, d, http.StatusForbidden, start)
+			s.writeBlock(c, head.Method, host, dst.Port(), u.EscapedPath(), d, true)
+			return
+		}
+		if !s.forwardHTTP(ctx, c, head, KindTransparent, u, dst.Port(), start) {
+			return
+		}
+	}
+}
