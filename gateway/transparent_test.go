@@ -298,4 +298,3 @@ func TestTransparentGuard(t *testing.T) {
 		t.Errorf("guard record: %v", rec)
 	}
 }
-
