@@ -27,6 +27,25 @@ type Resolver struct {
 	lookupNetIP func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
+// ServerResolver returns a net.Resolver that asks the DNS server at addr
+// (ip:port; port 53 when missing) for every name, over UDP or TCP as Go's
+// resolver chooses, instead of the servers in /etc/resolv.conf. The
+// server's address is not checked by the address guard: it is the
+// host's choice, not the sandbox's.
+func ServerResolver(addr string) (*net.Resolver, error) {
+	if _, err := netip.ParseAddrPort(addr); err != nil {
+		ip, perr := netip.ParseAddr(addr)
+		if perr != nil {
+			return nil, fmt.Errorf("DNS server %q is not an IP or ip:port; write e.g. 192.0.2.53 or 192.0.2.53:5353", addr)
+		}
+		addr = netip.AddrPortFrom(ip, 53).String()
+	}
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}, nil
+}
+
 // AddStatic makes host resolve to ip, before any lookup. The host is
 // normalized as the policy normalizes it.
 func (r *Resolver) AddStatic(host string, ip netip.Addr) error {

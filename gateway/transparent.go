@@ -108,12 +108,15 @@ func peekTLS(br *bufio.Reader) bool {
 }
 
 // peekHTTP reports whether the client's first bytes are an HTTP/1.x
-// request line's start: a method token and a space. It waits up to
-// Limits.HeaderReadTimeout for a token split across packets.
+// request line's start: a method token and a space. A client sends its
+// request line in one write, so what is buffered nearly always tells; a
+// token still unfinished there is waited for at most
+// Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
+// look like a token is held up no longer than one that sends nothing.
 func (s *Server) peekHTTP(c *conn) bool {
 	const maxMethod = 20
 	defer c.SetReadDeadline(time.Time{})
-	c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+	c.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
 	for n := 1; n <= maxMethod+1; n++ {
 		b, err := c.br.Peek(n)
 		if err != nil {

@@ -49,6 +49,17 @@ func TestNamespaceRulesGolden(t *testing.T) {
 	golden(t, "netns-v6.rules", v6)
 }
 
+func TestCaptureRulesGolden(t *testing.T) {
+	p := testPlan(t)
+	p.Capture = &Capture{DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort, PacketGroup: DefaultPacketGroup}
+	v4, v6 := p.NamespaceRules()
+	golden(t, "capture-netns-v4.rules", v4)
+	golden(t, "capture-netns-v6.rules", v6)
+	v4, v6 = p.HostRules()
+	golden(t, "capture-host-v4.rules", v4)
+	golden(t, "capture-host-v6.rules", v6)
+}
+
 func TestHostRulesGolden(t *testing.T) {
 	v4, v6 := testPlan(t).HostRules()
 	golden(t, "host-v4.rules", v4)

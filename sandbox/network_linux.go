@@ -19,9 +19,10 @@ import (
 
 // SetupNetwork makes the sandbox's network as p describes: the namespace,
 // the veth pair with its addresses, the namespace's rules loaded before
-// any link is up, the host's rules, and only then the links up. The
-// sandbox side gets no default route: every address but the gateway's is
-// unreachable. A failure undoes what was made.
+// any link is up, the host's rules, and only then the links up. Without
+// p.Capture the sandbox side gets no default route: every address but the
+// gateway's is unreachable; with it, the default route is the host end,
+// where nothing is forwarded. A failure undoes what was made.
 func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	n := p.Names
 	defer func() {
@@ -75,6 +76,18 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.HostVeth+"/disable_ipv6", []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("disabling IPv6 on %s: %w", n.HostVeth, err)
 	}
+	// Nor on the sandbox's end: the kernel would send neighbour and
+	// multicast listener messages of its own there, which no process
+	// sent (with capture, they would be reported as the sandbox's).
+	if err := inNetns(ns, func() error {
+		err := os.WriteFile("/proc/sys/net/ipv6/conf/"+n.InnerVeth+"/disable_ipv6", []byte("1"), 0o644)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // no IPv6 in this kernel
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("disabling IPv6 on %s: %w", n.InnerVeth, err)
+	}
 	host, err := netlink.LinkByName(n.HostVeth)
 	if err != nil {
 		return fmt.Errorf("finding veth %s: %w", n.HostVeth, err)
@@ -109,6 +122,16 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	} {
 		if err := up(); err != nil {
 			return fmt.Errorf("bringing up the sandbox's links: %w", err)
+		}
+	}
+	// With capture, every address routes to the host end, so that a
+	// connection anywhere becomes a packet the rules redirect or refuse
+	// and report, instead of failing unseen with "network unreachable".
+	// The host forwards none of them.
+	if p.Capture != nil {
+		route := &netlink.Route{LinkIndex: inner.Attrs().Index, Gw: p.Subnet.Host.AsSlice()}
+		if err := h.RouteAdd(route); err != nil {
+			return fmt.Errorf("routing the sandbox's traffic to %s: %w", n.HostVeth, err)
 		}
 	}
 	return nil
@@ -331,4 +354,25 @@ func hasComment(fields []string, c string) bool {
 		}
 	}
 	return false
+}
+
+// listenInNetns opens a TCP listener on addr inside the network namespace
+// at nsPath: the socket belongs to that namespace for its life, while the
+// process that accepts on it stays in the host's.
+func listenInNetns(nsPath, addr string) (net.Listener, error) {
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("opening network namespace %s: %w", nsPath, err)
+	}
+	defer ns.Close()
+	var ln net.Listener
+	err = inNetns(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s in %s: %w", addr, nsPath, err)
+	}
+	return ln, nil
 }

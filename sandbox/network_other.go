@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"net"
 )
 
 // CreateNamespace needs Linux network namespaces.
@@ -15,3 +16,6 @@ func SetupNetwork(ctx context.Context, p NetPlan) error { return errors.ErrUnsup
 
 // TeardownNetwork needs Linux network namespaces.
 func TeardownNetwork(ctx context.Context, n Names) error { return errors.ErrUnsupported }
+
+// listenInNetns needs Linux network namespaces.
+func listenInNetns(nsPath, addr string) (net.Listener, error) { return nil, errors.ErrUnsupported }

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // DefaultGatewayPort is the port a sandbox's gateway listens on, on the
@@ -75,6 +77,9 @@ type GatewayConfig struct {
 	// StateDir is the sandbox's directory in the state directory, where
 	// its management API's socket and token go.
 	StateDir string
+	// Capture is set when Spec.Capture is: what the gateway must serve
+	// besides its proxy.
+	Capture *GatewayCapture
 }
 
 // StartGateway starts a sandbox's gateway once its network is up, and
@@ -107,6 +112,13 @@ type Spec struct {
 	Container ContainerSpec
 	// Stdio are the command's streams.
 	Stdio Stdio
+	// Capture sends what the command tries without the proxy to the
+	// gateway too (DESIGN.md §11): DNS to its stub (the container's
+	// /etc/resolv.conf names it), other TCP connections to a transparent
+	// listener, and reports of every other packet refused; the gateway
+	// gets them in GatewayConfig.Capture. Without it, the proxy port is
+	// the only way out and everything else fails unseen.
+	Capture bool
 }
 
 // Sandbox is a running sandbox made by Start. Wait, Stop and Close may be
@@ -122,7 +134,11 @@ type Sandbox struct {
 	spec      Spec
 	container Container
 	gateway   io.Closer
-	undo      []func() error // what Close undoes, in reverse
+	// packets is the capture's PacketLog, closed before the gateway;
+	// captureClosers close the rest of what openCapture opened, after it.
+	packets        *PacketLog
+	captureClosers []func() error
+	undo           []func() error // what Close undoes, in reverse
 
 	done     chan struct{} // closed when the command's end is known
 	code     int
@@ -188,6 +204,16 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		"HTTP_PROXY=" + s.Proxy, "HTTPS_PROXY=" + s.Proxy, "http_proxy=" + s.Proxy, "https_proxy=" + s.Proxy,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", "SBX_SANDBOX=" + id,
 	}, cs.Env...)
+	plan := NetPlan{Names: names, Subnet: s.Subnet, GatewayPort: spec.GatewayPort}
+	if spec.Capture {
+		plan.Capture = &Capture{DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort, PacketGroup: DefaultPacketGroup}
+		resolv, err := writeResolvConf(filepath.Join(spec.StateDir, id), s.Subnet.Host)
+		if err != nil {
+			return nil, err
+		}
+		cs.Mounts = append(slices.Clip(cs.Mounts), specs.Mount{Destination: "/etc/resolv.conf", Source: resolv, Type: "bind",
+			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 
 	// The namespace, empty; a runtime that cannot join one by path makes
 	// it itself (and undoes it itself when it fails).
@@ -203,15 +229,23 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	// of the start time) on the other, at once.
 	netErr, ctrErr := make(chan error, 1), make(chan error, 1)
 	go func() {
-		if err := SetupNetwork(ctx, NetPlan{Names: names, Subnet: s.Subnet, GatewayPort: spec.GatewayPort}); err != nil {
+		if err := SetupNetwork(ctx, plan); err != nil {
 			netErr <- err
 			return
 		}
-		var err error
-		s.gateway, err = spec.Gateway(teardownCtx, GatewayConfig{
+		gc := GatewayConfig{
 			ID: id, Listen: gw, Interface: names.HostVeth, Client: s.Subnet.Sandbox,
 			Fence: fence(spec.Pool), StateDir: filepath.Join(spec.StateDir, id),
-		})
+		}
+		if plan.Capture != nil {
+			var err error
+			if gc.Capture, err = s.openCapture(cs.NetnsPath, plan); err != nil {
+				netErr <- err
+				return
+			}
+		}
+		var err error
+		s.gateway, err = spec.Gateway(teardownCtx, gc)
 		netErr <- err
 	}()
 	go func() {
@@ -249,6 +283,37 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	return s, nil
 }
 
+// openCapture opens what the gateway of a capturing sandbox serves: the
+// transparent listener in its namespace, the report of refused packets and
+// the finder of sockets' processes. Close closes them (after the gateway);
+// so does a failed Start.
+func (s *Sandbox) openCapture(nsPath string, plan NetPlan) (*GatewayCapture, error) {
+	c := &GatewayCapture{DNS: netip.AddrPortFrom(plan.Subnet.Host, plan.Capture.DNSPort)}
+	var err error
+	s.captureClosers = append(s.captureClosers, func() error {
+		var errs *multierror.Error
+		if c.Transparent != nil {
+			c.Transparent.Close() // the gateway closed it already, normally
+		}
+		if c.Owners != nil {
+			errs = multierror.Append(errs, c.Owners.Close())
+		}
+		return errs.ErrorOrNil()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(plan.Capture.TransparentPort)))
+	if c.Transparent, err = listenInNetns(nsPath, addr); err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	if c.Packets, err = OpenPacketLog(nsPath, plan.Capture.PacketGroup); err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	s.packets = c.Packets
+	if c.Owners, err = NewOwners(nsPath); err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	return c, nil
+}
+
 // fence returns the networks a sandbox's gateway never dials.
 func fence(pool netip.Prefix) []netip.Prefix {
 	if pool == DefaultPool {
@@ -270,10 +335,21 @@ func (s *Sandbox) removeAll(teardownNetwork func() error) error {
 		return s.container.Delete()
 	}
 	closeGateway := func() error {
-		if s.gateway == nil {
-			return nil
+		var err error
+		// The refused packets' reports still in the socket are read and
+		// reported before the gateway closes its log.
+		if s.packets != nil {
+			err = s.packets.Close()
 		}
-		return s.gateway.Close()
+		if s.gateway != nil {
+			err = multierror.Append(err, s.gateway.Close()).ErrorOrNil()
+		}
+		// What the gateway served goes after it.
+		for _, c := range s.captureClosers {
+			err = multierror.Append(err, c()).ErrorOrNil()
+		}
+		s.captureClosers = nil
+		return err
 	}
 	if s.container != nil && s.container.Exited() {
 		ctrErr := make(chan error, 1)

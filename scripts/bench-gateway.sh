@@ -6,7 +6,11 @@
 #   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
 #     median time to open a tunnel vs a direct connect (+150 us at most),
 #     from go test -bench in the gateway package, median of 5 runs each
-#     (single runs vary by 20% on a 2-core machine).
+#     (single runs vary by 20% on a 2-core machine);
+#   - DESIGN.md §16: transparent TCP bulk throughput vs direct (>= 0.9),
+#     the median time to open a transparent connection by a fake
+#     address's name vs a direct connect (+200 us at most), and the DNS
+#     stub's queries/s (>= 50 000) and p99 (<= 1 ms), the same way.
 # Installs wrk, tinyproxy, squid and nginx-light from Debian when missing
 # (needs root for that). Every server it starts is stopped when it ends.
 #
@@ -169,3 +173,24 @@ END {
 	printf "  throughput  direct %.0f MB/s, sbx %.0f MB/s: sbx/direct %.3fx   (target >= 0.9x)\n", dm, sm, sm / dm
 	printf "  tunnel open median: direct %d us, sbx %d us, added %d us   (target <= 150 us added)\n", odm, osm, osm - odm
 }' "$work/tunnel.txt"
+
+echo
+echo "Capture (DESIGN.md §16), go test -bench (gateway package), median of 5 runs each:"
+go test ./gateway -run '^$' -bench 'Transparent|DNSStub' -benchtime 2s -count 5 >"$work/capture.txt"
+awk '
+function median(a, n,    i, j, t) {
+	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return a[int((n + 1) / 2)]
+}
+function value(unit,    i) { for (i = 1; i <= NF; i++) if ($(i+1) == unit) return $i }
+/TransparentThroughput\/direct/ { d[++nd] = value("MB/s") }
+/TransparentThroughput\/sbx/    { s[++ns] = value("MB/s") }
+/TransparentOpen\/direct/       { od[++nod] = value("p50-µs") }
+/TransparentOpen\/sbx/          { os[++nos] = value("p50-µs") }
+/DNSStub/                        { q[++nq] = value("queries/s"); p[++np] = value("p99-µs") }
+END {
+	dm = median(d, nd); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
+	printf "  transparent throughput  direct %.0f MB/s, sbx %.0f MB/s: sbx/direct %.3fx   (target >= 0.9x)\n", dm, sm, sm / dm
+	printf "  transparent open median: direct %d us, sbx %d us, added %d us   (target <= 200 us added)\n", odm, osm, osm - odm
+	printf "  DNS stub: %.0f queries/s, p99 %d us   (targets >= 50000/s, <= 1000 us)\n", median(q, nq), median(p, np)
+}' "$work/capture.txt"

@@ -35,6 +35,40 @@ type decisionRecord struct {
 	Change   string    `json:"change"`
 	Client   string    `json:"client"`
 	Count    uint64    `json:"count"`
+	Proto    string    `json:"proto"`
+	PID      int       `json:"pid"`
+	Comm     string    `json:"comm"`
+}
+
+// target is what the record was about: [METHOD ]host:port[path], the
+// protocol first for a bypass record, the client for a conn record.
+func (r decisionRecord) target() string {
+	switch r.Kind {
+	case "conn": // refused before any request: no target, only who
+		return "from " + r.Client
+	case "bypass":
+		t := strings.ToUpper(r.Proto) + " " + r.Host
+		if r.Port != 0 {
+			t += ":" + strconv.Itoa(r.Port)
+		}
+		if r.Count > 1 {
+			t += fmt.Sprintf(" x%d", r.Count)
+		}
+		return t
+	}
+	t := r.Host + ":" + strconv.Itoa(r.Port) + r.Path
+	if r.Method != "" && r.Method != "CONNECT" {
+		t = r.Method + " " + t
+	}
+	return t
+}
+
+// process names the process the record is about, " by comm[pid]", or "".
+func (r decisionRecord) process() string {
+	if r.PID == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" by %s[%d]", r.Comm, r.PID)
 }
 
 // reason is the record's reason, saying so when audit mode let a block
@@ -63,17 +97,10 @@ func formatDecision(r decisionRecord, color bool) string {
 			action = "\x1b[" + code + "m" + action + "\x1b[0m"
 		}
 	}
-	target := r.Host + ":" + strconv.Itoa(r.Port) + r.Path
-	if r.Kind == "conn" { // refused before any request: no target, only who
-		target = "from " + r.Client
-	}
-	if r.Method != "" && r.Method != "CONNECT" {
-		target = r.Method + " " + target
-	}
 	// Fixed widths rather than a tabwriter: lines are printed as they come
 	// (--follow). A longer field pushes the rest of its line only.
-	return fmt.Sprintf("%s  %s %-9s %-*s  %-*s  %s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
-		targetWidth, printable(target), ruleWidth, printable(r.Rule), printable(r.reason()))
+	return fmt.Sprintf("%s  %s %-11s %-*s  %-*s  %s%s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
+		targetWidth, printable(r.target()), ruleWidth, printable(r.Rule), printable(r.reason()), printable(r.process()))
 }
 
 // Column widths of formatDecision.

@@ -16,9 +16,9 @@ func TestFormatDecisionAligned(t *testing.T) {
 		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "POST", Host: "x.test", Port: 80, Path: "/b", Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}, false),
 	}
 	want := []string{
-		"12:00:00.000  allow     connect   registry.npmjs.org:443                    r1        rule r1: allow registry.npmjs.org",
-		"12:00:00.000  block     http      GET x.test:80/a                           default   no rule matched; the default is block",
-		"12:00:00.000  block     http      POST x.test:80/b                          default   no rule matched; the default is block; audit mode let it through",
+		"12:00:00.000  allow     connect     registry.npmjs.org:443                    r1        rule r1: allow registry.npmjs.org",
+		"12:00:00.000  block     http        GET x.test:80/a                           default   no rule matched; the default is block",
+		"12:00:00.000  block     http        POST x.test:80/b                          default   no rule matched; the default is block; audit mode let it through",
 	}
 	for i := range lines {
 		if lines[i] != want[i] {
@@ -56,7 +56,7 @@ func TestFormatDroppedAndConn(t *testing.T) {
 		{decisionRecord{Event: "dropped", Time: at, Count: 3804, Reason: "over the decision log's rate limit of 1000 records a second (burst 20000)"},
 			"12:00:00.000  dropped   3804 records left out of the log: over the decision log's rate limit of 1000 records a second (burst 20000)"},
 		{decisionRecord{Event: "decision", Time: at, Kind: "conn", Client: "10.213.0.6:4242", Action: "block", Enforced: true, Rule: "guard", Reason: "client 10.213.0.6 is not this gateway's sandbox"},
-			"12:00:00.000  block     conn      from 10.213.0.6:4242                      guard     client 10.213.0.6 is not this gateway's sandbox"},
+			"12:00:00.000  block     conn        from 10.213.0.6:4242                      guard     client 10.213.0.6 is not this gateway's sandbox"},
 	} {
 		if got := formatDecision(tc.r, false); got != tc.want {
 			t.Errorf("\n got %q\nwant %q", got, tc.want)

@@ -38,6 +38,7 @@ const exitSbxFailed = 125
 type runOptions struct {
 	policy     policyFlags
 	resolve    []string
+	hostDNS    string
 	rootfs     string
 	image      string
 	pull       string
@@ -62,6 +63,7 @@ type runOptions struct {
 	pidsLimit  int64
 	tmpSize    string
 	logLimits  logLimitFlags
+	noCapture  bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -116,6 +118,7 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
+	fs.StringVar(&o.hostDNS, "host-dns", "", "resolve allowed names on the host with the DNS server `IP[:PORT]` instead of the host's resolver")
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
 	fs.StringVar(&o.image, "image", "", "run from the image `REF`, in containerd's sbx namespace or, with --runtime docker, Docker's store; pulled by --pull (instead of --rootfs)")
 	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry into the runtime's store: never (sbx image import, or docker load, loads archives), missing, or always")
@@ -132,6 +135,7 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
+	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
@@ -264,6 +268,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		return 0, err
 	}
 	res := &gateway.Resolver{}
+	if o.hostDNS != "" {
+		if res.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
+			return 0, fmt.Errorf("--host-dns: %w", err)
+		}
+	}
 	for _, v := range o.resolve {
 		host, ip, err := gateway.ParseStatic(v)
 		if err != nil {
@@ -298,7 +307,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		if logFile == "" {
 			logFile = filepath.Join(logRoot, c.ID, "decisions.jsonl")
 		}
-		return gateway.Start(ctx, gateway.Options{
+		opts := gateway.Options{
 			Listen:    c.Listen.String(),
 			API:       append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, o.api...),
 			TokenFile: filepath.Join(c.StateDir, "token"),
@@ -313,7 +322,27 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			ListenInterface: c.Interface,
 			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
 			Fence:           c.Fence,
+		}
+		if c.Capture == nil {
+			return gateway.Start(ctx, opts)
+		}
+		// Capture (DESIGN.md §11): the DNS stub, the transparent
+		// listener, the refused packets' reports, and which process
+		// owned each socket.
+		opts.DNS, opts.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
+		owners := c.Capture.Owners
+		opts.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
+			p, ok := owners.Lookup(network, client, remote)
+			return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
+		}
+		g, err := gateway.Start(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		go c.Capture.Packets.Run(func(p sandbox.Packet) {
+			g.Server.ReportPacket(gateway.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst})
 		})
+		return g, nil
 	}
 	s, err := sandbox.Start(ctx, sandbox.Spec{
 		Name:     o.name,
@@ -337,7 +366,8 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			TTY:           o.tty,
 			Init:          initPath,
 		},
-		Stdio: sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr},
+		Stdio:   sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr},
+		Capture: !o.noCapture,
 	})
 	var se *sandbox.StartError
 	if errors.As(err, &se) {
@@ -463,8 +493,20 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	if !strings.Contains(why, r.Rule) {
 		why = r.Rule + ": " + why
 	}
-	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s  (%s)\n", r.Action,
-		printable(r.Method+" "+r.Host+":"+strconv.Itoa(r.Port)+r.Path), printable(why))
+	target := r.target()
+	switch {
+	case r.Method == "CONNECT":
+		target = "CONNECT " + target
+	case r.Kind == "transparent":
+		if r.Method == "" {
+			target = "transparent " + target
+		} else {
+			target += " (transparent)"
+		}
+	case r.Kind == "bypass":
+		target = "bypass " + target
+	}
+	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s%s  (%s)\n", r.Action, printable(target), printable(r.process()), printable(why))
 	return err
 }
 

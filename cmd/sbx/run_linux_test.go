@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,25 @@ func busyboxRoot(t *testing.T) string {
 // end is Host, in the /30 Net.
 type upstream struct {
 	Host, Addr, Net string
+	// Name is the network namespace, where listenIn opens more services.
+	Name string
+	// remotes counts the HTTP server's requests by client address.
+	mu      sync.Mutex
+	remotes map[string]int
+}
+
+// requestsFrom returns how many requests the HTTP server had from clients
+// whose address is not the host end's: from anything but a gateway.
+func (u *upstream) requestsFromElsewhere() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for ip, c := range u.remotes {
+		if ip != u.Host {
+			n += c
+		}
+	}
+	return n
 }
 
 // upstreamNamespace starts an HTTP server on port 8080 inside a network
@@ -59,14 +79,15 @@ type upstream struct {
 // pair. Its names and its /30 (in 10.214.0.0/16, clear of every host
 // address) are random, so that test runs at the same time never meet; it
 // is removed when the test ends.
-func upstreamNamespace(t *testing.T) upstream {
+func upstreamNamespace(t *testing.T) *upstream {
 	t.Helper()
 	var rnd [3]byte
 	rand.Read(rnd[:])
 	tag := hex.EncodeToString(rnd[:])
 	name, veth := "sbxtest-up-"+tag, "sbxtu"+tag
 	subnet := freeTestSubnet(t, netip.MustParsePrefix("10.214.0.0/16"))
-	up := upstream{Host: subnet.Addr().Next().String(), Addr: subnet.Addr().Next().Next().String(), Net: subnet.String()}
+	up := &upstream{Host: subnet.Addr().Next().String(), Addr: subnet.Addr().Next().Next().String(), Net: subnet.String(),
+		Name: name, remotes: map[string]int{}}
 	hostCIDR, nsCIDR, listen := up.Host+"/30", up.Addr+"/30", up.Addr+":8080"
 	t.Cleanup(func() {
 		if l, err := netlink.LinkByName(veth); err == nil {
@@ -88,8 +109,26 @@ func upstreamNamespace(t *testing.T) upstream {
 			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	// The listening socket is made inside the namespace; it stays there
-	// whatever thread serves it.
+	ln := listenIn(t, name, func() (io.Closer, error) { return net.Listen("tcp", listen) }).(net.Listener)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		up.mu.Lock()
+		up.remotes[host]++
+		up.mu.Unlock()
+		io.WriteString(w, "hello-upstream\n")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return up
+}
+
+// freeTestSubnet picks a random /30 of pool that overlaps no address of
+// this host's interfaces.
+// listenIn runs open (a net.Listen or net.ListenPacket) on a thread
+// switched into the network namespace name: the socket it makes stays
+// there whatever thread serves it. It is closed when the test ends.
+func listenIn(t *testing.T, name string, open func() (io.Closer, error)) io.Closer {
+	t.Helper()
 	runtime.LockOSThread()
 	orig, _ := netns.Get()
 	ns, err := netns.GetFromName(name)
@@ -98,7 +137,7 @@ func upstreamNamespace(t *testing.T) upstream {
 		t.Fatal(err)
 	}
 	netns.Set(ns)
-	ln, lerr := net.Listen("tcp", listen)
+	c, lerr := open()
 	if err := netns.Set(orig); err != nil {
 		panic(err)
 	}
@@ -108,14 +147,10 @@ func upstreamNamespace(t *testing.T) upstream {
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello-upstream\n") })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return up
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
-// freeTestSubnet picks a random /30 of pool that overlaps no address of
-// this host's interfaces.
 func freeTestSubnet(t *testing.T, pool netip.Prefix) netip.Prefix {
 	t.Helper()
 	addrs, err := net.InterfaceAddrs()
@@ -186,7 +221,7 @@ func runEndToEnd(t *testing.T, pool string, flags ...string) (stdout, stderr, di
 ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: close\r\n\r\n' "$1" "$1" | nc ${GW%:*} ${GW##*:}; }
 ask allowed.test
 ask blocked.test
-nc -w 2 ` + up.Addr + ` 8080 </dev/null && echo DIRECT-REACHED
+printf 'GET / HTTP/1.0\r\nHost: %s:8080\r\n\r\n' ` + up.Addr + ` | nc -w 2 ` + up.Addr + ` 8080 | grep -q hello-upstream && echo DIRECT-REACHED
 exit 7`
 	args := append([]string{"run"}, flags...)
 	stdout, stderr, code := runCLI(t, append(args, "--state-dir", filepath.Join(dir, "state"),
@@ -202,15 +237,17 @@ exit 7`
 	if !strings.Contains(stdout, "403 Forbidden") || !strings.Contains(stdout, "X-Sbx-Decision: block") {
 		t.Errorf("the blocked request did not get 403 with X-Sbx-Decision:\n%s", stdout)
 	}
-	if strings.Contains(stdout, "DIRECT-REACHED") {
+	if strings.Contains(stdout, "DIRECT-REACHED") || up.requestsFromElsewhere() != 0 {
 		t.Errorf("the sandbox reached the upstream without the gateway")
 	}
 	data, err := os.ReadFile(logFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(data), `"event":"decision"`); n != 2 {
-		t.Errorf("%d decision records, want 2:\n%s", n, data)
+	// The two through the proxy, and the direct one, captured and blocked
+	// as its IP.
+	if n := strings.Count(string(data), `"event":"decision"`); n != 3 || !strings.Contains(string(data), `"kind":"transparent","method":"GET","host":"`+up.Addr+`","port":8080,"path":"/","action":"block"`) {
+		t.Errorf("%d decision records, want 3 with the direct request captured:\n%s", n, data)
 	}
 	// Nothing of the sandbox is left.
 	if entries, _ := os.ReadDir(filepath.Join(dir, "state")); len(entries) > 1 { // .lock stays
@@ -407,7 +444,9 @@ IF=$(ls /sys/class/net | grep sbxc)
 name=ipv6; probe nc -w 2 "fe80::1%%$IF" 3128
 name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), up.Addr, up.Host, hostA, hostA)
 	start := time.Now()
-	second := <-runInBackground(ctx, append(append([]string{}, common...), "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
+	// Without capture: the wave-1 rules, where a probe that connects has
+	// reached something. TestPrivilegedCaptureIsolation probes with it.
+	second := <-runInBackground(ctx, append(append([]string{}, common...), "--no-capture", "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
 	elapsed := time.Since(start)
 	t.Logf("probes from the second sandbox:\n%s", second[0])
 	if strings.Contains(second[0], "REACHED") || strings.Contains(second[0], "SLOW") || strings.Count(second[0], "failed") != 8 {

@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe euid|setcap FILE|mknod PATH|forkbomb|sleep|alloc MIB|limits")
+		fmt.Fprintln(os.Stderr, "usage: probe euid|setcap FILE|mknod PATH|forkbomb|sleep|alloc MIB|limits|dns udp|tcp SERVER NAME|udpflood ADDR N|icmp IP")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -103,10 +104,106 @@ func main() {
 			}
 			f.Close()
 		}
+	case "dns":
+		// One A query for NAME to SERVER (ip:port) over udp or tcp; prints
+		// the answer's rcode and addresses.
+		fmt.Println(dnsQuery(os.Args[2], os.Args[3], os.Args[4]))
+	case "udpflood":
+		// N datagrams to ADDR from one socket, as fast as it can.
+		n, _ := strconv.Atoi(os.Args[3])
+		c, err := net.Dial("udp", os.Args[2])
+		if err != nil {
+			fmt.Printf("udpflood: %v\n", err)
+			return
+		}
+		sent, failed := 0, 0
+		for i := 0; i < n; i++ {
+			if _, err := c.Write([]byte("flood")); err != nil {
+				failed++ // the rules' ICMP error comes back as ECONNREFUSED
+			} else {
+				sent++
+			}
+		}
+		fmt.Printf("udpflood: sent %d, refused %d\n", sent, failed)
+		// The socket stays a moment: a process that is gone by the time
+		// the gateway reads the report cannot be named.
+		time.Sleep(300 * time.Millisecond)
+	case "icmp":
+		// An ICMP echo request over a raw socket (needs CAP_NET_RAW).
+		c, err := net.Dial("ip4:icmp", os.Args[2])
+		if err != nil {
+			fmt.Printf("icmp: %v\n", err)
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte{8, 0, 0xf7, 0xfe, 0, 1, 0, 0}); err != nil {
+			fmt.Printf("icmp: %v\n", err)
+			return
+		}
+		b := make([]byte, 64)
+		if _, err := c.Read(b); err != nil {
+			fmt.Printf("icmp: no reply: %v\n", err)
+			return
+		}
+		fmt.Println("icmp: reply")
 	default:
 		fmt.Fprintf(os.Stderr, "probe: unknown %q\n", os.Args[1])
 		os.Exit(2)
 	}
+}
+
+// dnsQuery sends one A query for name to server over network ("udp" or
+// "tcp") and describes the answer: "rcode=N a=IP,IP" or "error: ...".
+func dnsQuery(network, server, name string) string {
+	q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
+		q = append(q, byte(len(label)))
+		q = append(q, label...)
+	}
+	q = append(q, 0, 0, 1, 0, 1) // root, type A, class IN
+	c, err := net.DialTimeout(network, server, 3*time.Second)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	if network == "tcp" {
+		q = append([]byte{byte(len(q) >> 8), byte(len(q))}, q...)
+	}
+	if _, err := c.Write(q); err != nil {
+		return "error: " + err.Error()
+	}
+	resp := make([]byte, 1024)
+	n, err := c.Read(resp)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	resp = resp[:n]
+	if network == "tcp" {
+		resp = resp[2:]
+	}
+	if len(resp) < 12 {
+		return "error: short answer"
+	}
+	out := fmt.Sprintf("rcode=%d", resp[3]&0xf)
+	// The answers follow the question: skip it, then read each A record.
+	i := 12
+	for i < len(resp) && resp[i] != 0 {
+		i += int(resp[i]) + 1
+	}
+	i += 5
+	var addrs []string
+	for an := int(resp[6])<<8 | int(resp[7]); an > 0 && i+12 <= len(resp); an-- {
+		i += 2 // a name pointer
+		typ, rdlen := int(resp[i])<<8|int(resp[i+1]), int(resp[i+8])<<8|int(resp[i+9])
+		i += 10
+		if typ == 1 && rdlen == 4 && i+4 <= len(resp) {
+			addrs = append(addrs, net.IP(resp[i:i+4]).String())
+		}
+		i += rdlen
+	}
+	return out + " a=" + strings.Join(addrs, ",")
 }
 
 // readFirst returns the trimmed content of the first of files that can be

@@ -1,0 +1,485 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"golang.org/x/sys/unix"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestOwnersHelper is a process with sockets, started inside a test
+// namespace by the Owners tests; on its own it skips. SBX_OWNERS_HELPER
+// lists what to open, space-separated:
+//
+//	listen=ADDR        a TCP listener; it accepts one connection and says "accepted"
+//	dial=LOCAL>REMOTE  a TCP connection from LOCAL
+//	udp=ADDR           an unconnected UDP socket bound to ADDR
+//	udpconn=LOCAL>REMOTE  a UDP socket bound to LOCAL and connected to REMOTE
+//
+// It says "ready" once all are open, and holds them until its standard
+// input closes.
+func TestOwnersHelper(t *testing.T) {
+	spec := os.Getenv("SBX_OWNERS_HELPER")
+	if spec == "" {
+		t.Skip("runs only inside a test namespace, started by the Owners tests")
+	}
+	var keep []io.Closer
+	var mu sync.Mutex
+	say := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Println(s)
+	}
+	for _, item := range strings.Fields(spec) {
+		kind, arg, _ := strings.Cut(item, "=")
+		local, remote, _ := strings.Cut(arg, ">")
+		switch kind {
+		case "listen":
+			ln, err := net.Listen("tcp", local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep = append(keep, ln)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					say("accept: " + err.Error())
+					return
+				}
+				mu.Lock()
+				keep = append(keep, c)
+				mu.Unlock()
+				say("accepted")
+			}()
+		case "dial":
+			d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(local))}
+			c, err := d.Dial("tcp", remote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep = append(keep, c)
+		case "udp":
+			c, err := net.ListenPacket("udp", local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep = append(keep, c)
+		case "udpconn":
+			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort(local)), net.UDPAddrFromAddrPort(netip.MustParseAddrPort(remote)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep = append(keep, c)
+		default:
+			t.Fatalf("unknown item %q", item)
+		}
+	}
+	say("ready")
+	io.Copy(io.Discard, os.Stdin)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range keep {
+		c.Close()
+	}
+}
+
+// helper is a TestOwnersHelper process.
+type helper struct {
+	pid   int
+	lines chan string
+	stop  func()
+}
+
+// startHelper starts TestOwnersHelper in the namespace called name with
+// spec, waits until it is ready, and stops it when t ends.
+func startHelper(t testing.TB, name, spec string) *helper {
+	t.Helper()
+	return startHelperFiles(t, name, spec)
+}
+
+// startHelperFiles is startHelper handing the helper files as well.
+func startHelperFiles(t testing.TB, name, spec string, files ...*os.File) *helper {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", name, os.Args[0], "-test.run=^TestOwnersHelper$")
+	cmd.Env = append(os.Environ(), "SBX_OWNERS_HELPER="+spec)
+	cmd.ExtraFiles = files
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{pid: cmd.Process.Pid, lines: make(chan string, 16)}
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			stdin.Close()
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	t.Cleanup(h.stop)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			h.lines <- s.Text()
+		}
+		close(h.lines)
+	}()
+	h.await(t, "ready")
+	return h
+}
+
+// await waits for the helper to say want.
+func (h *helper) await(t testing.TB, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-h.lines:
+			if !ok {
+				t.Fatalf("helper %d ended before saying %q", h.pid, want)
+			}
+			if line == want {
+				return
+			}
+			if !strings.HasPrefix(line, "=== RUN") {
+				t.Logf("helper %d: %s", h.pid, line)
+			}
+		case <-timeout:
+			t.Fatalf("helper %d did not say %q within 10 s", h.pid, want)
+		}
+	}
+}
+
+// ownersNetns makes a test namespace with a server and a client process
+// (TestOwnersHelper) in it, each with the same sockets every time:
+//
+//	server: TCP listener 127.0.0.1:7001 and the connection it accepted
+//	        from 127.0.0.1:7002, UDP unconnected on 127.0.0.1:7003
+//	client: TCP 127.0.0.1:7002 -> 127.0.0.1:7001, UDP 127.0.0.1:7004
+//	        connected to 127.0.0.2:53, UDP unconnected on [::]:7005
+func ownersNetns(t testing.TB, name string) (path string, server, client *helper) {
+	t.Helper()
+	ns, path := testNetns(t, name)
+	ns.Close()
+	nsName := filepath.Base(path)
+	server = startHelper(t, nsName, "listen=127.0.0.1:7001 udp=127.0.0.1:7003")
+	client = startHelper(t, nsName, "dial=127.0.0.1:7002>127.0.0.1:7001 udpconn=127.0.0.1:7004>127.0.0.2:53 udp=[::]:7005")
+	server.await(t, "accepted")
+	return path, server, client
+}
+
+// TestPrivilegedOwners starts two processes with TCP and UDP sockets in a
+// namespace, and the same two with the same sockets in a second one, and
+// expects each lookup to name the process of the first namespace that
+// holds the socket, and no process at all for a tuple that is not there,
+// even where the other namespace has it.
+func TestPrivilegedOwners(t *testing.T) {
+	path, server, client := ownersNetns(t, "owners")
+	_, _, client2 := ownersNetns(t, "owners2") // the same tuples in another namespace
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ = filepath.EvalSymlinks(exe)
+	comm := filepath.Base(exe)
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ap := netip.MustParseAddrPort
+	none := netip.AddrPort{}
+	tests := []struct {
+		name          string
+		proto         string
+		local, remote netip.AddrPort
+		want          *helper // nil: not found
+	}{
+		{"tcp client", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001"), client},
+		{"tcp accepted", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7002"), server},
+		{"tcp client, local only", "tcp", ap("127.0.0.1:7002"), none, client},
+		{"tcp listener and accepted, local only", "tcp", ap("127.0.0.1:7001"), none, server},
+		{"tcp, IPv4-mapped", "tcp", ap("[::ffff:127.0.0.1]:7002"), ap("[::ffff:127.0.0.1]:7001"), client},
+		{"tcp, wrong remote port", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7009"), nil},
+		{"tcp, listener's port, unknown remote", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7999"), nil},
+		{"tcp, wrong local address", "tcp", ap("127.0.0.3:7002"), ap("127.0.0.1:7001"), nil},
+		{"tcp, no such port", "tcp", ap("127.0.0.1:7999"), none, nil},
+		{"tcp tuple of a udp socket", "tcp", ap("127.0.0.1:7003"), none, nil},
+		{"udp unconnected, any remote", "udp", ap("127.0.0.1:7003"), ap("192.0.2.9:53"), server},
+		{"udp unconnected, local only", "udp", ap("127.0.0.1:7003"), none, server},
+		{"udp connected", "udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53"), client},
+		{"udp connected, another remote", "udp", ap("127.0.0.1:7004"), ap("127.0.0.3:53"), nil},
+		{"udp on [::], IPv4 local", "udp", ap("127.0.0.1:7005"), ap("192.0.2.9:53"), client},
+		{"udp on [::], IPv6 local", "udp", ap("[::1]:7005"), ap("[2001:db8::9]:53"), client},
+		{"udp, no such port", "udp", ap("127.0.0.1:7999"), ap("192.0.2.9:53"), nil},
+		{"udp, families differ", "udp", ap("127.0.0.1:7003"), ap("[2001:db8::9]:53"), nil},
+		{"unknown protocol", "sctp", ap("127.0.0.1:7002"), none, nil},
+		{"no local address", "tcp", none, ap("127.0.0.1:7001"), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ok := o.Lookup(tt.proto, tt.local, tt.remote)
+			if tt.want == nil {
+				if ok {
+					t.Errorf("Lookup(%s, %v, %v) = %+v, want not found", tt.proto, tt.local, tt.remote, p)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("Lookup(%s, %v, %v): not found, want pid %d", tt.proto, tt.local, tt.remote, tt.want.pid)
+			}
+			if p.PID == client2.pid {
+				t.Fatalf("Lookup(%s, %v, %v) = pid %d, the process in the other namespace", tt.proto, tt.local, tt.remote, p.PID)
+			}
+			if want := (Process{PID: tt.want.pid, Comm: comm, Exe: exe}); p != want {
+				t.Errorf("Lookup(%s, %v, %v) = %+v, want %+v", tt.proto, tt.local, tt.remote, p, want)
+			}
+		})
+	}
+
+	// Lookups from several goroutines at once (run with -race), each
+	// switching the process found last.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := range 50 {
+				q, want := tests[0], client
+				if (i+j)%2 == 1 {
+					q, want = tests[1], server
+				}
+				if p, ok := o.Lookup(q.proto, q.local, q.remote); !ok || p.PID != want.pid {
+					t.Errorf("concurrent Lookup(%s, %v, %v) = %+v, %v, want pid %d", q.proto, q.local, q.remote, p, ok, want.pid)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	// Once the client is gone, its tuples are nobody's here, though the
+	// other namespace's client still has them.
+	client.stop()
+	for _, q := range []struct {
+		proto         string
+		local, remote netip.AddrPort
+	}{
+		{"tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001")},
+		{"udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53")},
+	} {
+		if p, ok := o.Lookup(q.proto, q.local, q.remote); ok {
+			t.Errorf("after the client ended, Lookup(%s, %v, %v) = %+v, want not found", q.proto, q.local, q.remote, p)
+		}
+	}
+	// The server's side of the closed connection may linger (CLOSE_WAIT)
+	// and is still the server's.
+	if p, ok := o.Lookup("udp", ap("127.0.0.1:7003"), none); !ok || p.PID != server.pid {
+		t.Errorf("Lookup(udp, 127.0.0.1:7003) = %+v, %v, want pid %d", p, ok, server.pid)
+	}
+
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := o.Lookup("udp", ap("127.0.0.1:7003"), none); ok {
+		t.Errorf("Lookup after Close = %+v, want not found", p)
+	}
+	if _, err := NewOwners("/var/run/netns/sbxtest-missing"); err == nil {
+		t.Error("NewOwners of a missing namespace: nil error")
+	}
+}
+
+// TestPrivilegedOwnersShared checks that sockets of one tuple held by
+// two processes are given to neither: two UDP sockets on one port
+// (SO_REUSEPORT), made in the namespace by this test process (which is
+// not in it) and handed to helpers in it.
+func TestPrivilegedOwnersShared(t *testing.T) {
+	ns, path := testNetns(t, "ownersshared")
+	var fds [2]int
+	for i := range fds {
+		fds[i] = -1
+		err := inNetns(ns, func() error {
+			var err error
+			fds[i], err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if fds[i] >= 0 {
+				unix.Close(fds[i])
+			}
+		})
+		if err := unix.SetsockoptInt(fds[i], unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Bind(fds[i], &unix.SockaddrInet4{Port: 7101, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	local := netip.MustParseAddrPort("127.0.0.1:7101")
+	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); ok {
+		t.Errorf("sockets held only outside the namespace: Lookup = %+v, want not found", p)
+	}
+	h0 := startHelperWithFile(t, filepath.Base(path), fds[0])
+	h1 := startHelperWithFile(t, filepath.Base(path), fds[1])
+	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); ok {
+		t.Errorf("two sockets of one tuple in two processes: Lookup = %+v, want not found", p)
+	}
+	// Once the second socket is gone, the tuple is the first helper's.
+	h1.stop()
+	unix.Close(fds[1])
+	fds[1] = -1
+	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); !ok || p.PID != h0.pid {
+		t.Errorf("one socket left: Lookup = %+v, %v, want pid %d", p, ok, h0.pid)
+	}
+}
+
+// startHelperWithFile starts TestOwnersHelper with no sockets of its own
+// in the namespace called name, handing it a copy of fd.
+func startHelperWithFile(t testing.TB, name string, fd int) *helper {
+	t.Helper()
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(dup), "socket")
+	defer f.Close()
+	return startHelperFiles(t, name, " ", f)
+}
+
+// BenchmarkOwnersLookup measures Lookup in a throwaway namespace with a
+// few processes: "tcp" for a connection with its whole tuple (the common
+// case: the gateway names the sandbox's connections), "udp" for a socket
+// found by its port, "miss" for a tuple nobody has, and "cold" for a
+// finder that knows no process yet (it lists /proc). It reports the
+// median and 99th percentile.
+func BenchmarkOwnersLookup(b *testing.B) {
+	path, _, client := ownersNetns(b, "ownersbench")
+	for range 3 {
+		cmd := exec.Command("ip", "netns", "exec", filepath.Base(path), "/bin/busybox", "sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Skipf("no busybox for the extra processes: %v", err)
+		}
+		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	ap := netip.MustParseAddrPort
+	for _, bb := range []struct {
+		name          string
+		proto         string
+		local, remote netip.AddrPort
+		found, cold   bool
+	}{
+		{"tcp", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001"), true, false},
+		{"udp", "udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53"), true, false},
+		{"miss", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7009"), false, false},
+		{"cold", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001"), true, true},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			o, err := NewOwners(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			var times []time.Duration
+			for b.Loop() {
+				if bb.cold {
+					o.mu.Lock()
+					o.members = nil
+					if o.last.fd >= 0 {
+						unix.Close(o.last.fd)
+						o.last.fd = -1
+					}
+					o.mu.Unlock()
+				}
+				start := time.Now()
+				p, ok := o.Lookup(bb.proto, bb.local, bb.remote)
+				times = append(times, time.Since(start))
+				if ok != bb.found || ok && p.PID != client.pid {
+					b.Fatalf("Lookup = %+v, %v", p, ok)
+				}
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Nanoseconds())/1e3, "median-µs")
+			b.ReportMetric(float64(times[len(times)*99/100].Nanoseconds())/1e3, "p99-µs")
+		})
+	}
+}
+
+// TestDiagSockMatches checks, without root, which sockets a lookup
+// weighs: by local port and address (a socket on the unspecified address
+// takes any of its family, and "::" IPv4 too unless IPv6-only), and by
+// remote, which an unconnected UDP socket matches whatever it is.
+func TestDiagSockMatches(t *testing.T) {
+	a := netip.MustParseAddr
+	ap := netip.MustParseAddrPort
+	v4 := func(src string, sport uint16, dst string, dport uint16) diagSock {
+		return diagSock{family: unix.AF_INET, src: a(src), sport: sport, dst: a(dst), dport: dport, inode: 1}
+	}
+	v6 := func(src string, sport uint16, dst string, dport uint16, v6only bool) diagSock {
+		return diagSock{family: unix.AF_INET6, src: a(src).Unmap(), sport: sport, dst: a(dst).Unmap(), dport: dport, inode: 1, v6only: v6only}
+	}
+	none := netip.AddrPort{}
+	tests := []struct {
+		name          string
+		s             diagSock
+		proto         uint8
+		local, remote netip.AddrPort
+		want          bool
+	}{
+		{"connected tcp", v4("10.0.0.2", 5000, "10.0.0.1", 3128), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), ap("10.0.0.1:3128"), true},
+		{"other port", v4("10.0.0.2", 5001, "10.0.0.1", 3128), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), ap("10.0.0.1:3128"), false},
+		{"other local address", v4("10.0.0.3", 5000, "10.0.0.1", 3128), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), none, false},
+		{"other remote", v4("10.0.0.2", 5000, "10.0.0.1", 3128), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), ap("10.0.0.1:80"), false},
+		{"tcp listener, remote given", v4("0.0.0.0", 5000, "0.0.0.0", 0), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), ap("10.0.0.1:80"), false},
+		{"tcp listener, local only", v4("0.0.0.0", 5000, "0.0.0.0", 0), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), none, true},
+		{"unconnected udp", v4("0.0.0.0", 5000, "0.0.0.0", 0), unix.IPPROTO_UDP, ap("10.0.0.2:5000"), ap("8.8.8.8:53"), true},
+		{"connected udp, other remote", v4("10.0.0.2", 5000, "8.8.4.4", 53), unix.IPPROTO_UDP, ap("10.0.0.2:5000"), ap("8.8.8.8:53"), false},
+		{"no inode", diagSock{family: unix.AF_INET, src: a("10.0.0.2"), sport: 5000}, unix.IPPROTO_UDP, ap("10.0.0.2:5000"), none, false},
+		{"dual-stack on ::, IPv4", v6("::", 5000, "::", 0, false), unix.IPPROTO_UDP, ap("10.0.0.2:5000"), ap("8.8.8.8:53"), true},
+		{"IPv6-only on ::, IPv4", v6("::", 5000, "::", 0, true), unix.IPPROTO_UDP, ap("10.0.0.2:5000"), ap("8.8.8.8:53"), false},
+		{"IPv6-only on ::, IPv6", v6("::", 5000, "::", 0, true), unix.IPPROTO_UDP, ap("[fd00::2]:5000"), ap("[2001:db8::1]:53"), true},
+		{"IPv6 on mapped 0.0.0.0, IPv6", v6("::ffff:0.0.0.0", 5000, "::", 0, false), unix.IPPROTO_UDP, ap("[fd00::2]:5000"), none, false},
+		{"IPv6 socket, mapped, connected", v6("::ffff:10.0.0.2", 5000, "::ffff:10.0.0.1", 3128, false), unix.IPPROTO_TCP, ap("10.0.0.2:5000"), ap("10.0.0.1:3128"), true},
+		{"IPv6 socket on another IPv6 address", v6("fd00::3", 5000, "::", 0, false), unix.IPPROTO_UDP, ap("10.0.0.2:5000"), none, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.matches(tt.proto, tt.local, tt.remote); got != tt.want {
+				t.Errorf("%+v.matches(%v, %v) = %v, want %v", tt.s, tt.local, tt.remote, got, tt.want)
+			}
+		})
+	}
+}
