@@ -321,9 +321,11 @@ fi
 			// nc made the raw connection; where a record names one, it is
 			// the right one.
 			for what, rec := range map[string]map[string]any{
-				"probe": findRecord(recs, func(r map[string]any) bool { return r["kind"] == "dns" && r["host"] == "secret-data.blocked.test" }),
+				"probe":  findRecord(recs, func(r map[string]any) bool { return r["kind"] == "dns" && r["host"] == "secret-data.blocked.test" }),
 				"probe ": findRecord(recs, func(r map[string]any) bool { return r["kind"] == "bypass" && r["host"] == up.Addr }),
-				"busybox": findRecord(recs, func(r map[string]any) bool { return r["kind"] == "transparent" && r["host"] == "echo.test" && r["port"] == 2222.0 }),
+				"busybox": findRecord(recs, func(r map[string]any) bool {
+					return r["kind"] == "transparent" && r["host"] == "echo.test" && r["port"] == 2222.0
+				}),
 			} {
 				if rec == nil || rec["comm"] != strings.TrimSpace(what) && !(what == "busybox" && rec["comm"] == "nc") {
 					t.Errorf("want a record naming %s: %v", what, rec)
@@ -388,7 +390,9 @@ fi
 				if out["node"] != "hello-upstream+hello-tls" {
 					t.Errorf("node fetch over HTTP and HTTPS: %q", out["node"])
 				}
-				r := findRecord(recs, func(r map[string]any) bool { return r["kind"] == "transparent" && r["host"] == "tls.test" && r["comm"] == "node" })
+				r := findRecord(recs, func(r map[string]any) bool {
+					return r["kind"] == "transparent" && r["host"] == "tls.test" && r["comm"] == "node"
+				})
 				if r == nil || r["action"] != "allow" || r["method"] != "" {
 					t.Errorf("no transparent record of node's HTTPS request naming node: %v", r)
 				}
