@@ -57,10 +57,10 @@ func (s *Server) ServeDNSUDP(ctx context.Context, pc net.PacketConn) error {
 	}
 	workers := min(max(2*runtime.GOMAXPROCS(0), 4), 64)
 	s.mu.Lock()
-	if s.closed {
+	if s.closed { // closed before it began serving: not an error
 		s.mu.Unlock()
 		pc.Close()
-		return net.ErrClosed
+		return nil
 	}
 	s.packetConns[pc] = struct{}{}
 	s.wg.Add(workers) // so that Close waits for their last records

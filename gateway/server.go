@@ -252,9 +252,10 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 	}
 	s.mu.Lock()
 	if s.closed {
+		// Closed before it began serving: as Close after, not an error.
 		s.mu.Unlock()
 		ln.Close()
-		return net.ErrClosed
+		return nil
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()

@@ -403,3 +403,49 @@ fi
 	// names it dialed.
 	t.Logf("names the host's resolver was asked: %v", up.asked())
 }
+
+// TestPrivilegedBypassFlood: ICMP (from a command given CAP_NET_RAW) and a
+// flood of 100 000 UDP datagrams are refused inside the sandbox and
+// logged as bypass records, the flood as a handful of records whose counts
+// add up to no more than what was sent; the upstream gets nothing.
+func TestPrivilegedBypassFlood(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	shared := readableDir(t)
+	buildProbe(t, shared)
+	up := newCaptureUpstream(t, shared)
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "decisions.jsonl")
+	start := time.Now()
+	stdout, stderr, code := runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.235.0/24", "--log", logFile, "--rootfs", busyboxRoot(t), "-v", shared+":/t:ro",
+		"--cap-add", "CAP_NET_RAW", "--", "sh", "-c", "/t/probe icmp "+up.Addr+"; /t/probe udpflood "+up.Addr+":9999 100000")
+	elapsed := time.Since(start)
+	t.Logf("exit %d in %v\n%s\n%s", code, elapsed, stdout, stderr)
+	if !strings.Contains(stdout, "icmp: ") || strings.Contains(stdout, "icmp: reply") || !strings.Contains(stdout, "udpflood: sent") {
+		t.Fatalf("the probe did not run as expected:\n%s", stdout)
+	}
+	if n := up.udp.Load(); n != 0 {
+		t.Errorf("the upstream got %d datagrams", n)
+	}
+	recs := readRecords(t, logFile)
+	var udp []map[string]any
+	var counted float64
+	for _, r := range recs {
+		if r["kind"] == "bypass" && r["proto"] == "udp" {
+			udp = append(udp, r)
+			counted += r["count"].(float64)
+		}
+	}
+	if len(udp) == 0 || len(udp) > 2+2*int(elapsed/time.Second) {
+		t.Errorf("%d bypass records for a UDP flood of %v, want a few", len(udp), elapsed)
+	}
+	if counted < 1 || counted > 100000 {
+		t.Errorf("the flood's records count %v packets", counted)
+	}
+	if r := findRecord(recs, func(r map[string]any) bool { return r["kind"] == "bypass" && r["proto"] == "icmp" }); r == nil || r["host"] != up.Addr || r["action"] != "block" {
+		t.Errorf("no bypass record of the ICMP echo: %v", r)
+	}
+	t.Logf("%d records in all; the flood's %d count %v packets", len(recs), len(udp), counted)
+}

@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// bypassRecords returns the bypass records logged so far and the packets
+// they count.
+func bypassRecords(t *testing.T, g *testGateway) (recs []map[string]any, packets uint64) {
+	t.Helper()
+	for _, r := range g.records(t) {
+		if r["kind"] == KindBypass {
+			recs = append(recs, r)
+			packets += uint64(r["count"].(float64))
+		}
+	}
+	return recs, packets
+}
+
+func TestBypassRecordsFoldAFlood(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
+	src := netip.MustParseAddrPort("10.213.0.2:40000")
+	dst := netip.MustParseAddrPort("192.0.2.1:9999")
+	start := time.Now()
+	const n = 100_000
+	for range n {
+		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: dst})
+	}
+	// One more target meanwhile: it gets a record of its own at once.
+	g.srv.ReportPacket(Packet{Proto: "icmp", Src: netip.AddrPortFrom(src.Addr(), 0), Dst: netip.MustParseAddrPort("192.0.2.7:0")})
+	elapsed := time.Since(start)
+	recs, _ := bypassRecords(t, g)
+	if len(recs) != 2 || recs[0]["count"] != 1.0 || recs[0]["proto"] != "udp" || recs[0]["host"] != "192.0.2.1" || recs[0]["port"] != 9999.0 ||
+		recs[1]["proto"] != "icmp" || recs[1]["host"] != "192.0.2.7" || recs[1]["port"] != 0.0 {
+		t.Fatalf("records during the flood: %v", recs)
+	}
+	// The folded packets are counted once their second is over.
+	time.Sleep(bypassInterval + 200*time.Millisecond)
+	recs, packets := bypassRecords(t, g)
+	if packets != n+1 {
+		t.Errorf("the records count %d packets, want %d", packets, n+1)
+	}
+	if max := 2 + 2*int(elapsed/bypassInterval+2); len(recs) > max {
+		t.Errorf("%d records for a flood to one target, want at most %d", len(recs), max)
+	}
+	for _, r := range recs {
+		if r["action"] != "block" || r["rule"] != netpolicy.RuleGuard || r["enforced"] != true || r["client"] != src.String() && r["proto"] == "udp" {
+			t.Errorf("bypass record: %v", r)
+		}
+	}
+}
+
+func TestBypassRecordsAreBoundedAcrossTargets(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
+	src := netip.MustParseAddrPort("10.213.0.2:40000")
+	const n = 3 * maxBypassTargets
+	for i := range n {
+		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: netip.MustParseAddrPort(fmt.Sprintf("192.0.2.1:%d", 1000+i))})
+	}
+	recs, packets := bypassRecords(t, g)
+	if len(recs) != maxBypassTargets {
+		t.Errorf("%d records at once for %d targets, want %d", len(recs), n, maxBypassTargets)
+	}
+	g.srv.flushBypass(false)
+	recs, packets = bypassRecords(t, g)
+	if packets != n || len(recs) != maxBypassTargets+1 {
+		t.Errorf("%d records counting %d packets, want %d counting %d", len(recs), packets, maxBypassTargets+1, n)
+	}
+	last := recs[len(recs)-1]
+	if last["host"] != "" || last["count"] != float64(n-maxBypassTargets) {
+		t.Errorf("the record of the targets beyond the bound: %v", last)
+	}
+}
+
+func TestBypassAfterCloseIsNotLogged(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
+	p := Packet{Proto: "udp", Src: netip.MustParseAddrPort("10.213.0.2:1"), Dst: netip.MustParseAddrPort("192.0.2.1:53")}
+	g.srv.ReportPacket(p)
+	g.srv.ReportPacket(p)   // folded
+	g.srv.flushBypass(true) // what Close does: writes the folded one
+	g.srv.ReportPacket(p)
+	recs, packets := bypassRecords(t, g)
+	if len(recs) != 2 || packets != 2 {
+		t.Errorf("%d records counting %d packets, want 2 counting 2", len(recs), packets)
+	}
+}
