@@ -89,7 +89,8 @@ type PacketLog struct {
 // namespace at nsPath (such as /var/run/netns/sbx-<id>). NFLOG groups
 // belong to a namespace, so the listener is made inside it; only one
 // listener may hold a group in a namespace, and a second one gets an
-// error. It needs CAP_NET_ADMIN. Reports of IPv4 and IPv6 packets
+// error. It needs root (CAP_SYS_ADMIN to enter the namespace,
+// CAP_NET_ADMIN to bind the group). Reports of IPv4 and IPv6 packets
 // alike arrive, whichever of iptables and ip6tables logged them.
 func OpenPacketLog(nsPath string, group uint16) (_ *PacketLog, retErr error) {
 	ns, err := netns.GetFromPath(nsPath)
@@ -119,9 +120,9 @@ func OpenPacketLog(nsPath string, group uint16) (_ *PacketLog, retErr error) {
 		return nil, fmt.Errorf("setting up the NFLOG socket in %s: %w", nsPath, err)
 	}
 
-	// Old kernels (before 3.17) report nothing to a family that has not
-	// bound nfnetlink_log; newer ones ignore these two. They are
-	// best-effort: a failure here still leaves the group bound below.
+	// Old kernels hand NFLOG's packets only to the logger bound to their
+	// family; newer ones have no need of this. It is best-effort: a
+	// failure here still leaves the group bound below.
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		l.configure(family, 0, attr{nfulaCfgCmd, []byte{nfulnlCfgCmdPFUnbind}})
 		l.configure(family, 0, attr{nfulaCfgCmd, []byte{nfulnlCfgCmdPFBind}})
@@ -140,7 +141,7 @@ func OpenPacketLog(nsPath string, group uint16) (_ *PacketLog, retErr error) {
 		attr{nfulaCfgTimeout, binary.BigEndian.AppendUint32(nil, packetLogFlush)},
 		attr{nfulaCfgFlags, binary.BigEndian.AppendUint16(nil, nfulnlCfgFSeq)})
 	switch {
-	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EPERM) && l.hasCapNetAdmin():
+	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EPERM) && hasCapNetAdmin():
 		return nil, fmt.Errorf("binding NFLOG group %d in %s: another listener holds it (close it first, or use another group): %w", group, nsPath, err)
 	case errors.Is(err, unix.EPERM):
 		return nil, fmt.Errorf("binding NFLOG group %d in %s: %w (it needs CAP_NET_ADMIN; run sbx as root)", group, nsPath, err)
@@ -153,7 +154,7 @@ func OpenPacketLog(nsPath string, group uint16) (_ *PacketLog, retErr error) {
 // hasCapNetAdmin reports whether this process has CAP_NET_ADMIN, which
 // tells a group held by someone else (EPERM with it) from a missing
 // privilege (EPERM without it).
-func (l *PacketLog) hasCapNetAdmin() bool {
+func hasCapNetAdmin() bool {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if unix.Capget(&hdr, &data[0]) != nil {
@@ -350,7 +351,8 @@ func netlinkAttrs(b []byte) func(yield func(uint16, []byte) bool) {
 // Close, having called fn for every report that was in the socket when
 // Close was called, or the error that stopped it reading. While fn runs
 // no report is read: a slow fn makes the kernel drop reports, which Lost
-// counts. Only one Run may read a PacketLog at a time.
+// counts. Only one Run may read a PacketLog at a time, and fn must not
+// call Close (which waits for Run).
 func (l *PacketLog) Run(fn func(Packet)) error {
 	if !l.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("reading NFLOG group %d in %s: another Run is reading it", l.group, l.nsPath)
@@ -363,9 +365,18 @@ func (l *PacketLog) Run(fn func(Packet)) error {
 		l.dispatch(early, fn)
 	}
 	buf := make([]byte, packetLogReadBuf)
+	var drained int
 	for {
 		n, err := l.read(buf)
 		switch {
+		case err == nil && l.closed.Load():
+			// After Close, what was queued is read, but no more than the
+			// socket could hold: a flood that goes on does not hold
+			// Close up.
+			if drained += n; drained > 2*packetLogRcvBuf {
+				return nil
+			}
+			l.dispatch(buf[:n], fn)
 		case err == nil:
 			l.dispatch(buf[:n], fn)
 		case l.closed.Load():

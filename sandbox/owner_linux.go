@@ -66,8 +66,9 @@ type procDir struct {
 }
 
 // NewOwners returns a finder for sockets in the network namespace at
-// nsPath (such as /var/run/netns/sbx-<id>). It needs root (or
-// CAP_SYS_PTRACE and CAP_NET_ADMIN) to read other users' /proc/<pid>/fd.
+// nsPath (such as /var/run/netns/sbx-<id>). It needs root:
+// CAP_SYS_ADMIN to enter the namespace, and CAP_SYS_PTRACE to read the
+// /proc/<pid>/fd of other users' processes.
 func NewOwners(nsPath string) (_ *Owners, retErr error) {
 	var st unix.Stat_t
 	if err := unix.Stat(nsPath, &st); err != nil {
@@ -123,10 +124,10 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 // (IPv4 ones too for an IPv6 socket that takes them); an unconnected UDP
 // socket matches any remote, since it may send anywhere. When several
 // sockets match (say a listener and the connections it accepted), one
-// process must hold them all. A socket several processes hold (one
-// inherited across fork) is reported as the first one found to hold it,
-// trying the process found last first. Processes outside the namespace
-// are never reported, even when they hold one of its sockets.
+// process must hold them all. Of the processes that hold one socket
+// (inherited across fork), the one reported is the first found: the
+// process found last, if it is one of them. Processes outside the
+// namespace are never reported, even when they hold one of its sockets.
 func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (p Process, ok bool) {
 	var ipproto uint8
 	switch proto {

@@ -178,16 +178,20 @@ func (h *helper) await(t testing.TB, want string) {
 // (TestOwnersHelper) in it, each with the same sockets every time:
 //
 //	server: TCP listener 127.0.0.1:7001 and the connection it accepted
-//	        from 127.0.0.1:7002, UDP unconnected on 127.0.0.1:7003
+//	        from 127.0.0.1:7002, UDP unconnected on 127.0.0.1:7003,
+//	        TCP listener [::]:7006 (dual-stack) and the connection it
+//	        accepted from 127.0.0.1:7007 (an IPv6 socket, IPv4-mapped)
 //	client: TCP 127.0.0.1:7002 -> 127.0.0.1:7001, UDP 127.0.0.1:7004
-//	        connected to 127.0.0.2:53, UDP unconnected on [::]:7005
+//	        connected to 127.0.0.2:53, UDP unconnected on [::]:7005,
+//	        TCP 127.0.0.1:7007 -> 127.0.0.1:7006
 func ownersNetns(t testing.TB, name string) (path string, server, client *helper) {
 	t.Helper()
 	ns, path := testNetns(t, name)
 	ns.Close()
 	nsName := filepath.Base(path)
-	server = startHelper(t, nsName, "listen=127.0.0.1:7001 udp=127.0.0.1:7003")
-	client = startHelper(t, nsName, "dial=127.0.0.1:7002>127.0.0.1:7001 udpconn=127.0.0.1:7004>127.0.0.2:53 udp=[::]:7005")
+	server = startHelper(t, nsName, "listen=127.0.0.1:7001 udp=127.0.0.1:7003 listen=[::]:7006")
+	client = startHelper(t, nsName, "dial=127.0.0.1:7002>127.0.0.1:7001 udpconn=127.0.0.1:7004>127.0.0.2:53 udp=[::]:7005 dial=127.0.0.1:7007>127.0.0.1:7006")
+	server.await(t, "accepted")
 	server.await(t, "accepted")
 	return path, server, client
 }
@@ -228,6 +232,9 @@ func TestPrivilegedOwners(t *testing.T) {
 		{"tcp client, local only", "tcp", ap("127.0.0.1:7002"), none, client},
 		{"tcp listener and accepted, local only", "tcp", ap("127.0.0.1:7001"), none, server},
 		{"tcp, IPv4-mapped", "tcp", ap("[::ffff:127.0.0.1]:7002"), ap("[::ffff:127.0.0.1]:7001"), client},
+		{"tcp accepted by a dual-stack listener", "tcp", ap("127.0.0.1:7006"), ap("127.0.0.1:7007"), server},
+		{"tcp dual-stack listener and accepted, local only", "tcp", ap("127.0.0.1:7006"), none, server},
+		{"tcp dual-stack listener, IPv6 local", "tcp", ap("[::1]:7006"), none, server},
 		{"tcp, wrong remote port", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7009"), nil},
 		{"tcp, listener's port, unknown remote", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7999"), nil},
 		{"tcp, wrong local address", "tcp", ap("127.0.0.3:7002"), ap("127.0.0.1:7001"), nil},
