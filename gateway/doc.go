@@ -18,6 +18,16 @@
 // (loopback aside, which the guard handles) or the Fence networks (sbx run
 // gives its subnet pool and the default one).
 //
+// The transparent path (Server.ServeTransparent; Options.Transparent for
+// Start) serves the TCP connections a sandbox's rules redirect instead of
+// letting them out (DESIGN.md §11.2): OriginalDst says where each was
+// going, the name behind a fake address (or the IP dialed) is decided
+// after the client's first bytes are peeked, and an allowed connection is
+// dialed and relayed as a CONNECT tunnel or, for plain HTTP, served
+// request by request as the proxy serves. Server.ReportPacket turns the
+// packets the rules refused into bypass records, folded per target and
+// second (§11.3); Config.Owner names the process behind each record.
+//
 // The decision log (Log, Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record
 // for the allowed ones, policy records for changes. Its file may sit in a
@@ -35,7 +45,7 @@
 // that netpolicy's DecideHost lets through on some port (every valid name
 // in audit mode) with a fake address from 198.18.0.0/15 that the name
 // keeps for the server's life, allocated in order; FakeIPs maps an
-// address back to its name for the transparent capture to come. Once all
+// address back to its name for the transparent path. Once all
 // 131 070 addresses are taken, a new name gets SERVFAIL and the names
 // already answered keep theirs. A name blocked on every port, and a name
 // that does not normalize (NXDOMAIN is final, where REFUSED would send a

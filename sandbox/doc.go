@@ -19,6 +19,13 @@
 // process, created but not started), run at once; the command starts only
 // after both. A failed Start undoes what it made, in reverse.
 //
+// With Spec.Capture (DESIGN.md §11) the namespace's rules also send DNS
+// to the gateway's stub and redirect other TCP connections to a listener
+// the gateway serves on the namespace's loopback; the packets they still
+// refuse are reported through NFLOG (PacketLog), and Owners tells which
+// process of the namespace holds a socket (sock_diag and /proc, no eBPF).
+// Start opens these and hands them to the gateway in GatewayConfig.Capture.
+//
 // Docker cannot join a namespace by path, so with *Docker the empty
 // namespace is that of a pause container (its network disabled, so that
 // runc makes the namespace and Docker's network code nothing in it; its
