@@ -541,14 +541,6 @@ func (r *captureRig) removeHostRules(t *testing.T) {
 	}
 }
 
-// checkWithNoLayer expects, once both layers are off, every probe that
-// has a sink at its address to reach it: the escapes the layers stop are
-// real paths, so the probes could have seen one.
-func (r *captureRig) checkWithNoLayer(t *testing.T) {
-	t.Helper()
-	r.check(t, "no layer (the probes can see an escape)", func(p captureProbe) string { return p.target }, false, false)
-}
-
 // TestPrivilegedCaptureNetwork sets up a sandbox network with capture and
 // checks, from inside, DESIGN.md §11 with §2 standing: TCP to any address
 // and port but the proxy's lands on the transparent listener, which learns
@@ -589,35 +581,41 @@ func TestPrivilegedCaptureNetwork(t *testing.T) {
 	assertNetworkGone(t, r.names)
 }
 
-// TestPrivilegedCaptureHostLayer switches the namespace's layer off (its
-// filter and nat tables flushed, policies ACCEPT: what a process that
-// rewrote them could do) and checks that the host's rules alone still
-// keep the sandbox to the gateway's proxy and DNS ports: TCP, UDP, DNS
-// and ICMP to the upstream and to the host end's other ports reach
-// nothing, and nothing is forwarded (DESIGN.md §2.4, §11.4). Failing at
-// once is not promised here (the host drops what it would forward).
-// Last, with the host's rules removed too, the same probes reach the real
-// services.
-func TestPrivilegedCaptureHostLayer(t *testing.T) {
-	r := newCaptureRig(t)
-	r.checkControls(t)
-	r.flushNamespaceRules(t)
-	r.check(t, "host layer alone", func(p captureProbe) string { return p.hostOnly }, false, false)
-	r.removeHostRules(t)
-	r.checkWithNoLayer(t)
-}
-
-// TestPrivilegedCaptureNamespaceLayer switches the host's layer off (its
-// chains and jumps removed) and checks that the namespace's rules alone
-// keep every real service from the sandbox: TCP is redirected to the
-// transparent listener, DNS to the stub, UDP, ICMP and IPv6 are refused
-// at once. Last, with the namespace's rules flushed too, the same probes
-// reach the real services.
-func TestPrivilegedCaptureNamespaceLayer(t *testing.T) {
-	r := newCaptureRig(t)
-	r.checkControls(t)
-	r.removeHostRules(t)
-	r.check(t, "namespace layer alone", func(p captureProbe) string { return p.captured }, false, true)
-	r.flushNamespaceRules(t)
-	r.checkWithNoLayer(t)
+// TestPrivilegedCaptureLayers checks each layer of DESIGN.md §2.4 and
+// §11.4 with the other switched off, then with both off:
+//
+//   - the host's rules alone (the namespace's filter and nat tables
+//     flushed, policies ACCEPT: what a process that rewrote them could
+//     do) still keep the sandbox to the gateway's proxy and DNS ports:
+//     TCP, UDP, DNS and ICMP to the upstream and to the host end's other
+//     ports reach nothing, and nothing is forwarded. Failing at once is
+//     not promised here (the host drops what it would forward);
+//   - the namespace's rules alone (the host's chains and jumps removed)
+//     still keep every real service from the sandbox: TCP is redirected
+//     to the transparent listener, DNS to the stub, UDP, ICMP and IPv6
+//     are refused at once;
+//   - with both off, the same probes reach the real services: the
+//     escapes the layers stop are real paths, so the probes could have
+//     seen one.
+func TestPrivilegedCaptureLayers(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		off, otherOff func(*captureRig, *testing.T)
+		want          func(captureProbe) string
+		fast          bool
+	}{
+		{"host layer alone", (*captureRig).flushNamespaceRules, (*captureRig).removeHostRules,
+			func(p captureProbe) string { return p.hostOnly }, false},
+		{"namespace layer alone", (*captureRig).removeHostRules, (*captureRig).flushNamespaceRules,
+			func(p captureProbe) string { return p.captured }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCaptureRig(t)
+			r.checkControls(t)
+			tt.off(r, t)
+			r.check(t, tt.name, tt.want, false, tt.fast)
+			tt.otherOff(r, t)
+			r.check(t, "no layer (the probes can see an escape)", func(p captureProbe) string { return p.target }, false, false)
+		})
+	}
 }
