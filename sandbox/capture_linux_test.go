@@ -364,9 +364,9 @@ func (r *captureRig) probes() []captureProbe {
 		{name: "DNS over TCP to the upstream", network: "tcp", addr: at(up, 53), target: "upstream-dns-tcp", captured: "dns-tcp"},
 		{name: "ICMP echo to the upstream", network: "icmp", addr: at(up, 0), target: "upstream-icmp"},
 		// Anywhere else, where nothing of the test listens.
-		{name: "DNS over UDP to 192.0.2.53", network: "udp", addr: "192.0.2.53:53", captured: "dns-udp", foreign: true},
-		{name: "DNS over TCP to 192.0.2.53", network: "tcp", addr: "192.0.2.53:53", captured: "dns-tcp", foreign: true},
-		{name: "TCP to 192.0.2.53", network: "tcp", addr: "192.0.2.53:80", captured: "transparent", foreign: true},
+		{name: "DNS over UDP to 10.214.255.53", network: "udp", addr: "10.214.255.53:53", captured: "dns-udp", foreign: true},
+		{name: "DNS over TCP to 10.214.255.53", network: "tcp", addr: "10.214.255.53:53", captured: "dns-tcp", foreign: true},
+		{name: "TCP to 10.214.255.53", network: "tcp", addr: "10.214.255.53:80", captured: "transparent", foreign: true},
 		// IPv6: no address, no route, rules that refuse it.
 		{name: "TCP over IPv6", network: "tcp6", addr: "[2001:db8::1]:80"},
 		{name: "DNS over IPv6", network: "udp6", addr: "[2001:db8::53]:53"},

@@ -225,7 +225,7 @@ func TestPrivilegedCapture(t *testing.T) {
 	checks := fmt.Sprintf(`unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy
 GW=$(sed -n 's/^nameserver //p' /etc/resolv.conf)
 echo "dns-udp-any: $(/t/probe dns udp %[1]s:53 echo.test)"
-echo "dns-tcp-any: $(/t/probe dns tcp 192.0.2.53:53 echo.test)"
+echo "dns-tcp-any: $(/t/probe dns tcp 10.214.255.53:53 echo.test)"
 echo "dns-blocked: $(/t/probe dns udp $GW:53 secret-data.blocked.test)"
 echo "raw: $( (echo ping-raw; sleep 1) | busybox nc -w 3 echo.test 2222)"
 echo "banner: $(sleep 1 | busybox nc -w 3 banner.test 2223)"

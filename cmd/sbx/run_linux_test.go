@@ -445,7 +445,7 @@ name=ipv6; probe nc -w 2 "fe80::1%%$IF" 3128
 name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), up.Addr, up.Host, hostA, hostA)
 	start := time.Now()
 	// Without capture: the wave-1 rules, where a probe that connects has
-	// reached something. TestPrivilegedCaptureIsolation probes with it.
+	// reached something. TestPrivilegedCaptureNetwork and TestPrivilegedCaptureLayers probe with it.
 	second := <-runInBackground(ctx, append(append([]string{}, common...), "--no-capture", "--log", filepath.Join(dir, "b.jsonl"), "--", "sh", "-c", probes)...)
 	elapsed := time.Since(start)
 	t.Logf("probes from the second sandbox:\n%s", second[0])
