@@ -187,41 +187,7 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 	if d.Action == netpolicy.Intercept {
 		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
 	}
-	if d.Action == netpolicy.Block && enforced(snap, d) {
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
-			http.StatusTooManyRequests, start)
-		return
-	}
-	defer s.releaseTunnel(c.client.Addr())
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
-	if guard != nil {
-		s.finishRefusal(rec, *guard, 0, start)
-		return
-	}
-	closeRec := s.admit(rec, d, start)
-	defer s.end(closeRec, start)
-	if rerr != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
-		return
-	}
-	up, err := s.dialFirst(ctx, addrs, t.Port)
-	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
-		return
-	}
-	defer up.Close()
-	if !s.trackUpstream(up) {
-		return
-	}
-	defer s.untrackUpstream(up)
-	closeRec.Upstream = up.RemoteAddr().String()
-	closeRec.Status = http.StatusOK
-	s.relay(c, up, closeRec, func(io.Reader) ([]byte, error) { return first, nil })
+	s.openTunnel(ctx, c, rec, snap, t, d, start, false, func(io.Reader) ([]byte, error) { return first, nil })
 }
 
 // transparentHTTP serves a redirected connection that speaks plain

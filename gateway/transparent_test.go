@@ -297,4 +297,18 @@ func TestTransparentGuard(t *testing.T) {
 	if rec := g.waitDecision(t, "127.0.0.1"); rec["action"] != "block" || rec["rule"] != netpolicy.RuleGuard {
 		t.Errorf("guard record: %v", rec)
 	}
+
+	// With loopback allowed, the gateway's own address is still refused.
+	g = startTransparent(t, loopbackPolicy(netpolicy.Allow), nil)
+	own := netip.MustParseAddrPort(g.testGateway.addr)
+	c = g.dial(t, own)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+own.String()+"\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || resp.Header.Get("X-Sbx-Rule") != netpolicy.RuleGuard || !strings.Contains(resp.Header.Get("X-Sbx-Reason"), classGateway) {
+		t.Errorf("a transparent request to the gateway's own address: %d %v", resp.StatusCode, resp.Header)
+	}
 }

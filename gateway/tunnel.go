@@ -43,46 +43,70 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	rec, snap, t, d := s.decide(c, KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
 
-	switch {
-	case d.Action == netpolicy.Intercept:
+	if d.Action == netpolicy.Intercept {
 		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "HTTPS intercept needs TLS interception"}
-		fallthrough
-	case d.Action == netpolicy.Block && enforced(snap, d):
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return
 	}
-	// The tunnel cap is a decision of its own (action block, status 429),
-	// taken before the name is resolved: a client at its cap makes the
-	// gateway do nothing more.
+	s.openTunnel(ctx, c, rec, snap, t, d, start, true, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, t.Host) })
+}
+
+// openTunnel takes a tunnel to t, decided as d under snap, from its verdict
+// to its end: an enforced block, the client's tunnel cap (a decision of its
+// own, action block and status 429, taken before the name is resolved, so
+// that a client at its cap makes the gateway do nothing more), the guard,
+// then the decision record (logged before any byte moves), resolution,
+// dial and relay, first reading the client's first bytes (see relay). A
+// CONNECT client (proxied) is answered in HTTP at each step: 403, 429,
+// 502 or 504, 200. A transparent client, which does not know the gateway
+// is there, gets its connection closed; its refusals are logged with
+// status 0, but the cap's 429.
+func (s *Server) openTunnel(ctx context.Context, c *conn, rec *Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
+	refuse := func(d netpolicy.Decision) {
+		if !proxied {
+			s.finishRefusal(rec, d, 0, start)
+			return
+		}
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
+	}
+	if d.Action == netpolicy.Block && enforced(snap, d) {
+		refuse(d)
+		return
+	}
 	if !s.acquireTunnel(c.client.Addr()) {
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
 			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
 			http.StatusTooManyRequests, start)
-		writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		if proxied {
+			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		}
 		return
 	}
 	defer s.releaseTunnel(c.client.Addr())
 	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
 	if guard != nil {
-		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", *guard, true)
+		refuse(*guard)
 		return
 	}
-	// The decision is logged now, before any byte moves; the close record
-	// says how the tunnel ended, including a block by the SNI check.
+	// The close record says how the tunnel ended, including a block by
+	// the SNI check.
 	closeRec := s.admit(rec, d, start)
 	defer s.end(closeRec, start)
-
+	fail := func(status int, errText, answer string) {
+		closeRec.Status, closeRec.Error = status, errText
+		if proxied {
+			writeSimple(c, status, "", answer, true, nil)
+		}
+	}
 	if rerr != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
-		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", true, nil)
+		fail(upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error(), "sbx: cannot resolve "+t.Host+"\n")
 		return
 	}
-	up, err := s.dialFirst(ctx, addrs, port)
+	up, err := s.dialFirst(ctx, addrs, t.Port)
 	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
-		writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+joinHostPort(rec.Host, port)+"\n", true, nil)
+		fail(upstreamStatus(err, false), err.Error(), "sbx: cannot connect to "+joinHostPort(rec.Host, t.Port)+"\n")
 		return
 	}
 	defer up.Close()
@@ -91,12 +115,14 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	defer s.untrackUpstream(up)
 	closeRec.Upstream = up.RemoteAddr().String()
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		closeRec.Error = "writing to the client: " + err.Error()
-		return
+	if proxied {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			closeRec.Error = "writing to the client: " + err.Error()
+			return
+		}
 	}
 	closeRec.Status = http.StatusOK
-	s.relay(c, up, closeRec, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, t.Host) })
+	s.relay(c, up, closeRec, first)
 }
 
 // relay relays an open tunnel between c and up until either side closes

@@ -134,11 +134,11 @@ type Sandbox struct {
 	spec      Spec
 	container Container
 	gateway   io.Closer
-	// packets is the capture's PacketLog, closed before the gateway;
-	// captureClosers close the rest of what openCapture opened, after it.
-	packets        *PacketLog
-	captureClosers []func() error
-	undo           []func() error // what Close undoes, in reverse
+	// capture is what openCapture opened (as far as it got), for the
+	// gateway; removeAll closes its PacketLog before the gateway and the
+	// rest after.
+	capture *GatewayCapture
+	undo    []func() error // what Close undoes, in reverse
 
 	done     chan struct{} // closed when the command's end is known
 	code     int
@@ -285,21 +285,13 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 
 // openCapture opens what the gateway of a capturing sandbox serves: the
 // transparent listener in its namespace, the report of refused packets and
-// the finder of sockets' processes. Close closes them (after the gateway);
-// so does a failed Start.
+// the finder of sockets' processes, kept in s.capture however far it got.
+// removeAll closes them, around the gateway, for Close and for a failed
+// Start.
 func (s *Sandbox) openCapture(nsPath string, plan NetPlan) (*GatewayCapture, error) {
 	c := &GatewayCapture{DNS: netip.AddrPortFrom(plan.Subnet.Host, plan.Capture.DNSPort)}
+	s.capture = c
 	var err error
-	s.captureClosers = append(s.captureClosers, func() error {
-		var errs *multierror.Error
-		if c.Transparent != nil {
-			c.Transparent.Close() // the gateway closed it already, normally
-		}
-		if c.Owners != nil {
-			errs = multierror.Append(errs, c.Owners.Close())
-		}
-		return errs.ErrorOrNil()
-	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(plan.Capture.TransparentPort)))
 	if c.Transparent, err = listenInNetns(nsPath, addr); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
@@ -307,7 +299,6 @@ func (s *Sandbox) openCapture(nsPath string, plan NetPlan) (*GatewayCapture, err
 	if c.Packets, err = OpenPacketLog(nsPath, plan.Capture.PacketGroup); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	s.packets = c.Packets
 	if c.Owners, err = NewOwners(nsPath); err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
@@ -335,21 +326,25 @@ func (s *Sandbox) removeAll(teardownNetwork func() error) error {
 		return s.container.Delete()
 	}
 	closeGateway := func() error {
-		var err error
+		c := s.capture
+		s.capture = nil
+		var errs *multierror.Error
 		// The refused packets' reports still in the socket are read and
-		// reported before the gateway closes its log.
-		if s.packets != nil {
-			err = s.packets.Close()
+		// reported before the gateway closes its log; what the gateway
+		// served goes after it.
+		if c != nil && c.Packets != nil {
+			errs = multierror.Append(errs, c.Packets.Close())
 		}
 		if s.gateway != nil {
-			err = multierror.Append(err, s.gateway.Close()).ErrorOrNil()
+			errs = multierror.Append(errs, s.gateway.Close())
 		}
-		// What the gateway served goes after it.
-		for _, c := range s.captureClosers {
-			err = multierror.Append(err, c()).ErrorOrNil()
+		if c != nil && c.Transparent != nil {
+			c.Transparent.Close() // the gateway closed it already, normally
 		}
-		s.captureClosers = nil
-		return err
+		if c != nil && c.Owners != nil {
+			errs = multierror.Append(errs, c.Owners.Close())
+		}
+		return errs.ErrorOrNil()
 	}
 	if s.container != nil && s.container.Exited() {
 		ctrErr := make(chan error, 1)

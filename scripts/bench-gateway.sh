@@ -157,13 +157,16 @@ echo "  decision records written by sbx: $logged"
 echo
 echo "CONNECT tunnels, go test -bench (gateway package), median of 5 runs each:"
 go test ./gateway -run '^$' -bench 'Tunnel' -benchtime 2s -count 5 >"$work/tunnel.txt"
-# median VALUE-of-UNIT over the lines of one benchmark
-awk '
+# awk functions for go test -bench output: the median of n values, and a
+# line's VALUE of UNIT.
+benchawk='
 function median(a, n,    i, j, t) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return a[int((n + 1) / 2)]
 }
 function value(unit,    i) { for (i = 1; i <= NF; i++) if ($(i+1) == unit) return $i }
+'
+awk "$benchawk"'
 /TunnelThroughput\/direct/ { d[++nd] = value("MB/s") }
 /TunnelThroughput\/sbx/    { s[++ns] = value("MB/s") }
 /TunnelOpen\/direct/       { od[++nod] = value("p50-µs") }
@@ -177,12 +180,7 @@ END {
 echo
 echo "Capture (DESIGN.md §16), go test -bench (gateway package), median of 5 runs each:"
 go test ./gateway -run '^$' -bench 'Transparent|DNSStub' -benchtime 2s -count 5 >"$work/capture.txt"
-awk '
-function median(a, n,    i, j, t) {
-	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
-	return a[int((n + 1) / 2)]
-}
-function value(unit,    i) { for (i = 1; i <= NF; i++) if ($(i+1) == unit) return $i }
+awk "$benchawk"'
 /TransparentThroughput\/direct/ { d[++nd] = value("MB/s") }
 /TransparentThroughput\/sbx/    { s[++ns] = value("MB/s") }
 /TransparentOpen\/direct/       { od[++nod] = value("p50-µs") }
