@@ -178,6 +178,15 @@ type observation struct {
 // short is o for a message: what came back, or how it failed.
 func (o observation) short() string {
 	var parts []string
+	if o.Created {
+		parts = append(parts, "made")
+	}
+	if o.Exists {
+		parts = append(parts, "it exists")
+	}
+	if o.Answered {
+		parts = append(parts, "DNS answer "+rcodeName(o.Rcode))
+	}
 	if o.Data != "" {
 		parts = append(parts, fmt.Sprintf("got %q", clip(o.Data, 80)))
 	}
@@ -188,14 +197,23 @@ func (o observation) short() string {
 		parts = append(parts, clip(o.Err, 160))
 	}
 	if len(parts) == 0 {
-		return "nothing"
+		return "no answer"
 	}
 	return strings.Join(parts, "; ")
 }
 
-// clip shortens s to n bytes, marking the cut, and replaces control
-// characters (the text came from a sandbox).
+// rcodeName names a DNS answer's code as dig does.
+func rcodeName(rcode int) string {
+	if n, ok := map[int]string{0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}[rcode]; ok {
+		return n
+	}
+	return "rcode " + strconv.Itoa(rcode)
+}
+
+// clip shortens s to n bytes, marking the cut, shows line breaks as " | "
+// and replaces other control characters (the text came from a sandbox).
 func clip(s string, n int) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(s), "\r\n", "\n"), "\n", " | ")
 	if len(s) > n {
 		s = s[:n] + "..."
 	}

@@ -49,10 +49,19 @@ const (
 	lateGrace     = 300 * time.Millisecond
 )
 
+// errInterrupted is selftest's error when Ctrl-C (or SIGTERM) stopped it.
+var errInterrupted = errors.New("selftest interrupted; what it made is removed")
+
 // runSelftest runs the escape catalogue and prints the results; it returns
 // how many cases failed, or an error when it could not run.
 func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr error) {
 	ctx := cmd.Context()
+	defer func() {
+		// Whatever failed when the context ended failed because of it.
+		if retErr != nil && ctx.Err() != nil {
+			retErr = errInterrupted
+		}
+	}()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx selftest", "it makes sandboxes and a network namespace of its own")
@@ -98,7 +107,7 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 		return 0, err
 	}
 	defer func() {
-		if failed > 0 || retErr != nil {
+		if failed > 0 || retErr != nil && ctx.Err() == nil {
 			fmt.Fprintf(stderr, "sbx: the sandboxes' decision logs are kept in %s\n", logs)
 			return
 		}
@@ -173,6 +182,9 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 	controls, err := runControls(ctx, cases)
 	if err != nil {
 		return 0, err
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err() // the controls were cut short
 	}
 	var plan probePlan
 	for _, c := range cases {
