@@ -35,30 +35,33 @@ func newSelftestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "selftest",
 		Short: "Try every known way out of a sandbox on this machine, and say which were stopped",
-		Long: `Selftest starts a throwaway sandbox, as sbx run would (--rootfs host, capture
-on, --user 0: root inside, the hardest case), and runs sbx itself in it as a
-probe that tries every way out sbx knows of: TCP, UDP, ICMP and IPv6 to an
+		Long: `Selftest makes two throwaway sandboxes as sbx run would (capture on, the
+command root inside: the hardest case; --rootfs host with containerd, an
+image holding sbx with Docker) and runs sbx itself in the first as a probe
+that tries every way out sbx knows of: TCP, UDP, ICMP and IPv6 to an
 outside address, TCP to an outside name, DNS to an outside resolver, the
-gateway's other ports, a second sandbox's gateway and address, the
-management API (its socket and its TCP address), raw sockets, capabilities
-and new namespaces; and one allowed target, which must be reached through
-the gateway.
+gateway's other ports, the second sandbox's gateway and address, the
+management API (its socket and a TCP address of the host), raw sockets,
+capabilities and new namespaces; and one allowed target, which it must
+reach through the gateway.
 
 The "outside" is a network namespace selftest makes for the run (an address
 in 10.214.0.0/16, servers that answer with a secret), so no traffic leaves
 the machine. A case passes only when its target did not answer the probe
-(its secret never came back, and its own server saw nothing) and a control
-shows the target does answer from where it may be reached: a target that
-is merely down or unrouted proves nothing, and fails the case.
+(its secret never came back, and its own server saw nothing) and a control,
+the same attempt made from where the target may be reached, shows that the
+target answers: a target that is merely down or unrouted proves nothing,
+and fails the case.
 
 It prints PASS or FAIL per case and a summary, and removes everything it
-made, on Ctrl-C too. Exit code: 0 when every case passes, 1 when any fails,
-125 when selftest itself cannot run (not root, no container runtime).`,
+made, on Ctrl-C too; after a failure it keeps the sandboxes' decision logs
+and says where. Exit code: 0 when every case passes, 1 when any fails, 125
+when selftest itself cannot run (not root, no container runtime).`,
 		Example: `  # On a machine where sbx runs sandboxes, as root.
   sudo sbx selftest
 
-  # With a given runtime.
-  sudo sbx selftest --runtime containerd`,
+  # With Docker, saying what each attempt saw.
+  sudo sbx selftest --runtime docker --verbose`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			failed, err := runSelftest(cmd, o)
@@ -77,7 +80,7 @@ made, on Ctrl-C too. Exit code: 0 when every case passes, 1 when any fails,
 	fs.StringVar(&o.dockerHost, "docker-host", "", "Docker's `ADDRESS` (default: DOCKER_HOST, or Docker's own default)")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandboxes' /30 from `CIDR`")
-	fs.BoolVarP(&o.verbose, "verbose", "v", false, "under each case, say what each attempt and its control saw")
+	fs.BoolVar(&o.verbose, "verbose", false, "under each case, say what each attempt and its control saw")
 	fs.BoolVar(&o.flushRules, "test-flush-rules", false, "for sbx's own tests: flush the probed sandbox's rules first, so that cases must fail")
 	for _, name := range []string{"docker-host", "state-dir", "subnet-pool", "test-flush-rules"} {
 		fs.MarkHidden(name)
