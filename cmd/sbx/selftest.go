@@ -239,9 +239,11 @@ type selftestCheck struct {
 	// control shows something else (that namespaces can be made at all).
 	reached        func(observation) bool
 	controlReached func(observation) bool
-	// hits, when set, is what the target's own server saw while the probe
-	// ran: anything at all means the attempt reached it.
-	hits func() int64
+	// hits, when set, counts what the target's own server saw: while the
+	// probe ran (anything at all means the attempt reached it), and in
+	// all, the control included (nothing at all means the count proves
+	// nothing).
+	hits func() (probing, all int64)
 	// extra, when set, finds what is wrong with the probe's observation
 	// besides reaching the target ("" when nothing).
 	extra func(observation) string
@@ -306,7 +308,10 @@ func judgeCase(c selftestCase, controls, probe map[string]observation) caseResul
 		}
 		var hits int64
 		if ch.hits != nil {
-			hits = ch.hits()
+			var all int64
+			if hits, all = ch.hits(); all == 0 {
+				fails = append(fails, ch.what+": the target's server counted nothing, not even the control, so its count of the probe's attempts proves nothing")
+			}
 		}
 		switch {
 		case c.allowed && !ch.reached(obs):

@@ -21,22 +21,25 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 	}
 	tcpTo := func(id, target string, hits *hitCounter) selftestCheck {
 		return selftestCheck{what: "TCP to " + target, attempt: probeAttempt{ID: id, Kind: attemptTCP, Addr: target, Send: line},
-			reached: secret, hits: hits.count}
+			reached: secret, hits: hits.counts}
 	}
 	udpTo := func(id, target string, hits *hitCounter) selftestCheck {
 		return selftestCheck{what: "UDP to " + target, attempt: probeAttempt{ID: id, Kind: attemptUDP, Addr: target, Send: line},
-			reached: secret, hits: hits.count}
+			reached: secret, hits: hits.counts}
 	}
 	ping := func(id, kind, what string) selftestCheck {
-		token := "sbx-selftest-" + id + "-" + randomHex(6)
+		token, controlToken := "sbx-selftest-"+id+"-"+randomHex(6), "sbx-selftest-control-"+randomHex(6)
 		return selftestCheck{
 			what:    fmt.Sprintf("ICMP echo to %s from %s", out.addr, what),
 			attempt: probeAttempt{ID: id, Kind: kind, Addr: out.addr.String(), Token: token},
 			// From the host, as root, with a raw socket: a ping socket
 			// needs net.ipv4.ping_group_range, which may exclude root.
-			control: probeAttempt{Kind: attemptPingRaw, Addr: out.addr.String(), Token: "sbx-selftest-control-" + randomHex(6)},
+			control: probeAttempt{Kind: attemptPingRaw, Addr: out.addr.String(), Token: controlToken},
 			reached: echoed,
-			hits:    func() int64 { return out.icmp.seen(token) },
+			hits: func() (int64, int64) {
+				n := out.icmp.seen(token)
+				return n, n + out.icmp.seen(controlToken)
+			},
 		}
 	}
 	dns := func(id, kind, what string, hits *hitCounter) selftestCheck {
@@ -45,7 +48,7 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 			what:    fmt.Sprintf("a DNS query for %s to %s over %s", name, addr(out.addr, portDNS), what),
 			attempt: probeAttempt{ID: id, Kind: kind, Addr: addr(out.addr, portDNS), Name: name},
 			reached: hasAddr(out.dnsAnswer.String()),
-			hits:    hits.count,
+			hits:    hits.counts,
 			extra:   stubAnswered(out.dnsAnswer.String()),
 		}
 	}
@@ -75,7 +78,7 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 			what:    fmt.Sprintf("TCP to %s:%d (a port the policy does not allow)", reachName, portTCPByName),
 			attempt: probeAttempt{ID: "tcp-name", Kind: attemptTCP, Name: reachName, Port: portTCPByName, Send: line},
 			control: probeAttempt{Kind: attemptTCP, Addr: addr(out.addr, portTCPByName), Send: line},
-			reached: secret, hits: out.tcpByName.count, extra: resolvedToFake,
+			reached: secret, hits: out.tcpByName.counts, extra: resolvedToFake,
 		}}},
 		{name: "udp out", checks: []selftestCheck{udpTo("udp", addr(out.addr, portUDP), out.udp)}},
 		{name: "icmp echo out (ping socket)", checks: []selftestCheck{ping("ping", attemptPing, "a ping socket")}},
@@ -92,7 +95,7 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 				what:         fmt.Sprintf("a request for http://%s:%d/ to the second sandbox's proxy %s (its policy allows it)", otherName, portOtherHTTP, otherProxy),
 				attempt:      probeAttempt{ID: "other-proxy", Kind: attemptTCP, Addr: otherProxy, Send: httpGet(fmt.Sprintf("http://%s:%d/", otherName, portOtherHTTP), fmt.Sprintf("%s:%d", otherName, portOtherHTTP))},
 				controlNetns: t.otherNetns,
-				reached:      secret, hits: out.otherHTTP.count,
+				reached:      secret, hits: out.otherHTTP.counts,
 			},
 			{
 				what:         "a DNS query to the second sandbox's DNS stub " + otherDNS,
@@ -105,7 +108,7 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 			what:         "TCP to " + addr(t.otherAddr, portOther),
 			attempt:      probeAttempt{ID: "other-addr", Kind: attemptTCP, Addr: addr(t.otherAddr, portOther), Send: line},
 			controlNetns: t.otherNetns,
-			reached:      secret, hits: t.otherHits.count,
+			reached:      secret, hits: t.otherHits.counts,
 		}}},
 		{name: "the management API's socket", checks: []selftestCheck{{
 			what:    "the socket " + t.apiSocket,
@@ -146,8 +149,8 @@ func ipv6Case(out *selftestOutside, line string) selftestCase {
 	target := net.JoinHostPort(out.addr6.String(), strconv.Itoa(portIPv6))
 	secret := hasSecret(out.secret)
 	c.checks = []selftestCheck{
-		{what: "TCP to " + target, attempt: probeAttempt{ID: "tcp6", Kind: attemptTCP, Addr: target, Send: line}, reached: secret, hits: out.tcp6.count},
-		{what: "UDP to " + target, attempt: probeAttempt{ID: "udp6", Kind: attemptUDP, Addr: target, Send: line}, reached: secret, hits: out.udp6.count},
+		{what: "TCP to " + target, attempt: probeAttempt{ID: "tcp6", Kind: attemptTCP, Addr: target, Send: line}, reached: secret, hits: out.tcp6.counts},
+		{what: "UDP to " + target, attempt: probeAttempt{ID: "udp6", Kind: attemptUDP, Addr: target, Send: line}, reached: secret, hits: out.udp6.counts},
 	}
 	return c
 }

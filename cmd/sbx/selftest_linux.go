@@ -307,7 +307,7 @@ func (s *selftestSandbox) probe(ctx context.Context, plan probePlan) (probeRepor
 	err := json.NewEncoder(s.stdin).Encode(plan)
 	s.stdin.Close()
 	if err != nil {
-		return probeReport{}, fmt.Errorf("sending the probe its plan: %w", err)
+		return probeReport{}, fmt.Errorf("sending the probe its plan: %w\n%s", err, s.stderr.String())
 	}
 	select {
 	case <-s.done:

@@ -55,20 +55,22 @@ const (
 	portDNS       = 53
 )
 
-// hitCounter counts what reaches a server while probing is set: the
-// controls, made before, do not count.
+// hitCounter counts what reaches a server: all of it, and what came
+// while probing was set (the controls, made before, did not).
 type hitCounter struct {
-	probing *atomic.Bool
-	n       atomic.Int64
+	probing     *atomic.Bool
+	all, probed atomic.Int64
 }
 
 func (h *hitCounter) hit() {
+	h.all.Add(1)
 	if h.probing.Load() {
-		h.n.Add(1)
+		h.probed.Add(1)
 	}
 }
 
-func (h *hitCounter) count() int64 { return h.n.Load() }
+// counts returns what came while probing, and all.
+func (h *hitCounter) counts() (probing, all int64) { return h.probed.Load(), h.all.Load() }
 
 // selftestOutside is the outside made by newSelftestOutside. Close removes
 // it.

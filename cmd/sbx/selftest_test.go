@@ -16,7 +16,7 @@ func TestSelftestJudgeCase(t *testing.T) {
 	got := observation{Data: "sbx-selftest " + secret}
 	none := observation{Err: "connection refused"}
 	check := func(hits int64) selftestCheck {
-		return selftestCheck{what: "TCP to x", attempt: probeAttempt{ID: "a"}, reached: hasSecret(secret), hits: func() int64 { return hits }}
+		return selftestCheck{what: "TCP to x", attempt: probeAttempt{ID: "a"}, reached: hasSecret(secret), hits: func() (int64, int64) { return hits, hits + 1 }}
 	}
 	tests := []struct {
 		name          string
@@ -33,6 +33,8 @@ func TestSelftestJudgeCase(t *testing.T) {
 		{"allowed, reached", selftestCase{allowed: true, checks: []selftestCheck{check(1)}}, map[string]observation{"a": got}, map[string]observation{"a": got}, verdictPass, ""},
 		{"allowed, not reached", selftestCase{allowed: true, checks: []selftestCheck{check(0)}}, map[string]observation{"a": got}, map[string]observation{"a": none}, verdictFail, "did not reach the allowed target"},
 		{"skipped", selftestCase{skip: "no IPv6 here"}, nil, nil, verdictSkip, "no IPv6 here"},
+		{"server counts nothing", selftestCase{checks: []selftestCheck{{what: "TCP to x", attempt: probeAttempt{ID: "a"}, reached: hasSecret(secret),
+			hits: func() (int64, int64) { return 0, 0 }}}}, map[string]observation{"a": got}, map[string]observation{"a": none}, verdictFail, "proves nothing"},
 	}
 	for _, tt := range tests {
 		tt.c.name = tt.name
