@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -35,15 +36,18 @@ func newSelftestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "selftest",
 		Short: "Try every known way out of a sandbox on this machine, and say which were stopped",
-		Long: `Selftest makes two throwaway sandboxes as sbx run would (capture on, the
-command root inside: the hardest case; --rootfs host with containerd, an
-image holding sbx with Docker) and runs sbx itself in the first as a probe
-that tries every way out sbx knows of: TCP, UDP, ICMP and IPv6 to an
-outside address, TCP to an outside name, DNS to an outside resolver, the
-gateway's other ports, the second sandbox's gateway and address, the
-management API (its socket and a TCP address of the host), raw sockets,
-capabilities and new namespaces; and one allowed target, which it must
-reach through the gateway.
+		Long: `Selftest makes throwaway sandboxes as sbx run would (capture on, the command
+root inside: the hardest case; --rootfs host with containerd, an image
+holding sbx with Docker) and runs sbx itself in one as a probe that tries
+every way out sbx knows of: TCP, UDP, ICMP and IPv6 to an outside address,
+TCP to an outside name, DNS to an outside resolver, the gateway's other
+ports, a second sandbox's gateway and address, the management API (its
+socket and a TCP address of the host), raw sockets, capabilities and new
+namespaces; and one allowed target, which it must reach through the
+gateway. Each refused attempt must fail at once, not hang. A second round
+("host layer only") flushes the probed sandbox's own rules, as a process
+that rewrote them could, and tries the network cases again: the host's
+rules alone must stop them.
 
 The "outside" is a network namespace selftest makes for the run (an address
 in 10.214.0.0/16, servers that answer with a secret), so no traffic leaves
@@ -148,6 +152,10 @@ type probeAttempt struct {
 	Token string `json:"token,omitempty"`
 }
 
+// attemptTimeout bounds one attempt. Inside a sound sandbox every attempt
+// fails at once; the bound is for what hangs.
+const attemptTimeout = 3 * time.Second
+
 // probePlan is what sbx selftest sends the probe on its standard input.
 type probePlan struct {
 	Attempts []probeAttempt `json:"attempts"`
@@ -176,6 +184,8 @@ type observation struct {
 	// were made.
 	Exists  bool `json:"exists,omitempty"`
 	Created bool `json:"created,omitempty"`
+	// TimedOut: the attempt was still waiting when its time was up.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // short is o for a message: what came back, or how it failed.
@@ -257,6 +267,9 @@ type selftestCase struct {
 	name    string
 	checks  []selftestCheck
 	allowed bool
+	// failFast: an attempt must fail at once (DESIGN.md §2.1), not wait
+	// until the probe gives up.
+	failFast bool
 	// skip, when set, is why the case cannot be tried on this machine.
 	skip string
 }
@@ -320,6 +333,8 @@ func judgeCase(c selftestCase, controls, probe map[string]observation) caseResul
 			fails = append(fails, fmt.Sprintf("%s reached the target (%s)", ch.what, obs.short()))
 		case !c.allowed && hits > 0:
 			fails = append(fails, fmt.Sprintf("%s reached the target: its server saw %s", ch.what, plural(int(hits), "attempt")))
+		case !c.allowed && c.failFast && obs.TimedOut:
+			fails = append(fails, fmt.Sprintf("%s hung until the probe gave up after %v (%s), instead of failing at once", ch.what, attemptTimeout, obs.short()))
 		}
 		if ch.extra != nil {
 			if msg := ch.extra(obs); msg != "" {
@@ -351,35 +366,43 @@ func controlVantage(ch selftestCheck) string {
 // printResults writes one line per case (with verbose, what each attempt
 // saw under it) and a summary, and returns how many cases failed.
 func printResults(w io.Writer, results []caseResult, verbose bool) int {
-	var pass, fail, skip int
 	for _, r := range results {
-		switch r.verdict {
-		case verdictPass:
-			pass++
-			if r.why != "" {
-				fmt.Fprintf(w, "PASS %s (%s)\n", r.name, r.why)
-			} else {
-				fmt.Fprintf(w, "PASS %s\n", r.name)
-			}
-		case verdictSkip:
-			skip++
-			fmt.Fprintf(w, "SKIP %s: %s\n", r.name, r.why)
-		default:
-			fail++
-			fmt.Fprintf(w, "FAIL %s: %s\n", r.name, r.why)
-		}
-		if verbose {
-			for _, s := range r.seen {
-				fmt.Fprintf(w, "    %s\n", s)
-			}
+		printCase(w, r, verbose)
+	}
+	return printSummary(w, results)
+}
+
+// printCase writes r's line: PASS or FAIL (or SKIP), its name and why;
+// with verbose, what each attempt and control saw, under it.
+func printCase(w io.Writer, r caseResult, verbose bool) {
+	switch {
+	case r.verdict == verdictPass && r.why != "":
+		fmt.Fprintf(w, "PASS %s (%s)\n", r.name, r.why)
+	case r.verdict == verdictPass:
+		fmt.Fprintf(w, "PASS %s\n", r.name)
+	default:
+		fmt.Fprintf(w, "%s %s: %s\n", r.verdict, r.name, r.why)
+	}
+	if verbose {
+		for _, s := range r.seen {
+			fmt.Fprintf(w, "    %s\n", s)
 		}
 	}
-	summary := fmt.Sprintf("%d passed, %d failed", pass, fail)
-	if skip > 0 {
-		summary += fmt.Sprintf(", %d skipped", skip)
+}
+
+// printSummary writes the summary of results and returns how many
+// failed.
+func printSummary(w io.Writer, results []caseResult) int {
+	count := map[string]int{}
+	for _, r := range results {
+		count[r.verdict]++
+	}
+	summary := fmt.Sprintf("%d passed, %d failed", count[verdictPass], count[verdictFail])
+	if n := count[verdictSkip]; n > 0 {
+		summary += fmt.Sprintf(", %d skipped", n)
 	}
 	fmt.Fprintf(w, "selftest: %s of %s\n", summary, plural(len(results), "case"))
-	return fail
+	return count[verdictFail]
 }
 
 // errNoProbeReport is what a probe that reported nothing gets.

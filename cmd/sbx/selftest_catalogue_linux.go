@@ -4,15 +4,23 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
+// hostLayerSuffix marks the cases of the round whose sandbox has only the
+// host's rules (its namespace's are flushed).
+const hostLayerSuffix = ", host layer only"
+
 // selftestCatalogue is the escape catalogue: every way out of a sandbox
 // that sbx knows of (DESIGN.md §2 and §11), each against a target that
-// answers with out's secret, and the one allowed target.
-func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase {
+// answers with out's secret, and the one allowed target. With hostLayer
+// (the probed sandbox's namespace rules flushed, nothing captured) it is
+// the cases that go through the network, each of which the host's rules
+// alone must stop, and the proxy still reached.
+func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool) []selftestCase {
 	secret := hasSecret(out.secret)
 	addr := func(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), strconv.Itoa(port)) }
 	line := "probe\n"
@@ -135,7 +143,41 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets) []selftestCase 
 			netnsCheck("netns-user", "user+net", out),
 		}},
 	}
+	if hostLayer {
+		return hostLayerCases(cases)
+	}
+	for i := range cases {
+		cases[i].failFast = true
+	}
 	return cases
+}
+
+// hostLayerCases are the cases of cases that the host's rules alone must
+// stop (those that do not go through the network, or need the DNS stub,
+// are left out), renamed; the allowed target is reached through the
+// proxy only, as nothing is captured, and no DNS answer is expected. The
+// host drops what it refuses from a sandbox that rewrote its rules, so
+// these attempts may hang until the probe gives up.
+func hostLayerCases(cases []selftestCase) []selftestCase {
+	keep := map[string]bool{
+		"allowed target through the gateway": true, "tcp out by address": true, "udp out": true, "ipv6 out": true,
+		"dns to an outside resolver over udp": true, "dns to an outside resolver over tcp": true,
+		"the gateway's other ports": true, "another sandbox's gateway": true, "another sandbox's address": true,
+		"the management API's TCP address": true,
+	}
+	var kept []selftestCase
+	for _, c := range cases {
+		if !keep[c.name] {
+			continue
+		}
+		c.name += hostLayerSuffix
+		c.checks = slices.DeleteFunc(slices.Clone(c.checks), func(ch selftestCheck) bool { return ch.attempt.Name != "" && ch.attempt.Kind == attemptTCP })
+		for i := range c.checks {
+			c.checks[i].extra = nil
+		}
+		kept = append(kept, c)
+	}
+	return kept
 }
 
 // ipv6Case tries TCP and UDP to the outside's IPv6 address, unless the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,12 +135,6 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 			retErr = multierror.Append(retErr, err)
 		}
 	}()
-	// The management API also listens on a TCP address of the host, one
-	// that is not loopback: the outside's host end.
-	apiAddr, err := freePort(out.host)
-	if err != nil {
-		return 0, err
-	}
 	tag := randomHex(3)
 	common = append(common, "--allow-private", out.addr.String()+"/32")
 	other, err := startSelftestSandbox(ctx, o.stateDir, "selftest-"+tag+"-other", append(common,
@@ -153,38 +148,84 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 			retErr = multierror.Append(retErr, fmt.Errorf("the second sandbox: %w", err))
 		}
 	}()
-	probed, err := startSelftestSandbox(ctx, o.stateDir, "selftest-"+tag, append(common,
-		"--allow", fmt.Sprintf("%s:%d", reachName, portHTTP), "--resolve", reachName+"="+out.addr.String(),
-		"--api", apiAddr.String(), "--log", filepath.Join(logs, "probed.jsonl"), "--", probeExe, selftestProbeCommand))
+	var results []caseResult
+	for _, hostLayer := range []bool{false, true} {
+		r := selftestRound{
+			o: o, out: out, other: other.state, hostLayer: hostLayer, name: "selftest-" + tag,
+			args: append(slices.Clip(common), "--", probeExe, selftestProbeCommand), logs: logs,
+		}
+		if hostLayer {
+			r.name += "-host"
+		}
+		got, err := r.run(ctx, stderr)
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range got {
+			printCase(stdout, c, o.verbose)
+		}
+		results = append(results, got...)
+	}
+	return printSummary(stdout, results), nil
+}
+
+// selftestRound is one sandbox probed with the catalogue: as sbx run
+// makes it, or (hostLayer) with its namespace's own rules flushed, so
+// that only the host's rules for it stand (DESIGN.md §2.4: what a
+// process that rewrote them could do).
+type selftestRound struct {
+	o         selftestOptions
+	out       *selftestOutside
+	other     sandbox.State
+	hostLayer bool
+	name      string   // the sandbox's name
+	args      []string // sbx run's: flags, --, the probe
+	logs      string   // the directory of the decision logs
+}
+
+// run makes the round's sandbox and its targets, makes the controls,
+// runs the probe and judges the cases; it takes the sandbox down.
+func (r selftestRound) run(ctx context.Context, stderr io.Writer) (_ []caseResult, retErr error) {
+	// The management API also listens on a TCP address of the host, one
+	// that is not loopback: the outside's host end.
+	apiAddr, err := freePort(r.out.host)
 	if err != nil {
-		return 0, fmt.Errorf("starting the probed sandbox: %w", err)
+		return nil, err
+	}
+	flags := []string{"--allow", fmt.Sprintf("%s:%d", reachName, portHTTP), "--resolve", reachName + "=" + r.out.addr.String(),
+		"--api", apiAddr.String(), "--log", filepath.Join(r.logs, r.name+".jsonl")}
+	probed, err := startSelftestSandbox(ctx, r.o.stateDir, r.name, append(flags, r.args...))
+	if err != nil {
+		return nil, fmt.Errorf("starting the probed sandbox: %w", err)
 	}
 	defer func() {
 		if err := probed.stop(); err != nil {
 			retErr = multierror.Append(retErr, fmt.Errorf("the probed sandbox: %w", err))
 		}
 	}()
-	fmt.Fprintf(stderr, "sbx: selftest: probing from sandbox %s (runtime %s); the outside is %s, the second sandbox %s\n",
-		probed.state.ID, o.runtime, out.addr, other.state.ID)
+	layer := "as sbx run makes it"
+	if r.hostLayer {
+		layer = "with its namespace's rules flushed"
+	}
+	fmt.Fprintf(stderr, "sbx: selftest: probing from sandbox %s %s (runtime %s); the outside is %s, the second sandbox %s\n",
+		probed.state.ID, layer, r.o.runtime, r.out.addr, r.other.ID)
 
-	t, err := newSelftestTargets(out, probed.state, other.state, o.stateDir, apiAddr)
+	t, err := newSelftestTargets(r.out, probed.state, r.other, r.o.stateDir, apiAddr)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer t.Close()
-	if o.flushRules {
-		if err := flushSandboxRules(ctx, probed.state.ID); err != nil {
-			return 0, fmt.Errorf("--test-flush-rules: %w", err)
-		}
+	if err := flushSandboxRules(ctx, probed.state.ID, r.hostLayer || r.o.flushRules, r.o.flushRules); err != nil {
+		return nil, err
 	}
-	cases := selftestCatalogue(out, t)
+	cases := selftestCatalogue(r.out, t, r.hostLayer)
 
 	controls, err := runControls(ctx, cases)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if ctx.Err() != nil {
-		return 0, ctx.Err() // the controls were cut short
+		return nil, ctx.Err() // the controls were cut short
 	}
 	var plan probePlan
 	for _, c := range cases {
@@ -192,18 +233,18 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 			plan.Attempts = append(plan.Attempts, ch.attempt)
 		}
 	}
-	out.probing.Store(true)
+	r.out.probing.Store(true)
 	report, err := probed.probe(ctx, plan)
 	time.Sleep(lateGrace) // what is still on its way is counted too
-	out.probing.Store(false)
+	r.out.probing.Store(false)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var results []caseResult
 	for _, c := range cases {
 		results = append(results, judgeCase(c, controls, report.Results))
 	}
-	return printResults(stdout, results, o.verbose), nil
+	return results, nil
 }
 
 // freePort returns addr with a port nothing listens on now.
@@ -465,31 +506,37 @@ func inNamedNetns(name string, fn func() error) error {
 	return withNetns(ns, fn)
 }
 
-// flushSandboxRules takes the rules of sandbox id away, inside its
-// namespace (every chain accepts, nothing is redirected) and on the host
-// (its chains are emptied): for the tests of selftest, which must then
-// fail.
-func flushSandboxRules(ctx context.Context, id string) error {
+// flushSandboxRules takes the rules of sandbox id away: inside its
+// namespace (every chain accepts, nothing is redirected), and on the host
+// (its chains emptied), as asked.
+func flushSandboxRules(ctx context.Context, id string, inside, onHost bool) error {
 	n, err := sandbox.NamesFor(id)
 	if err != nil {
 		return err
 	}
 	const open = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"
 	const openNAT = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
-	for _, c := range []struct {
+	type step struct {
 		stdin string
 		args  []string
-	}{
-		{open + openNAT, []string{"ip", "netns", "exec", n.Netns, "iptables-restore", "-w"}},
-		{open, []string{"ip", "netns", "exec", n.Netns, "ip6tables-restore", "-w"}},
-		{"", []string{"iptables", "-w", "-F", n.ChainIn}},
-		{"", []string{"iptables", "-w", "-F", n.ChainFwd}},
-		{"", []string{"ip6tables", "-w", "-F", n.ChainIn}},
-	} {
+	}
+	var steps []step
+	if inside {
+		steps = append(steps,
+			step{open + openNAT, []string{"ip", "netns", "exec", n.Netns, "iptables-restore", "-w"}},
+			step{open, []string{"ip", "netns", "exec", n.Netns, "ip6tables-restore", "-w"}})
+	}
+	if onHost {
+		steps = append(steps,
+			step{"", []string{"iptables", "-w", "-F", n.ChainIn}},
+			step{"", []string{"iptables", "-w", "-F", n.ChainFwd}},
+			step{"", []string{"ip6tables", "-w", "-F", n.ChainIn}})
+	}
+	for _, c := range steps {
 		cmd := exec.CommandContext(ctx, c.args[0], c.args[1:]...)
 		cmd.Stdin = strings.NewReader(c.stdin)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w: %s", strings.Join(c.args, " "), err, out)
+			return fmt.Errorf("flushing sandbox %s's rules: %s: %w: %s", id, strings.Join(c.args, " "), err, out)
 		}
 	}
 	return nil

@@ -33,6 +33,8 @@ func TestSelftestJudgeCase(t *testing.T) {
 		{"allowed, reached", selftestCase{allowed: true, checks: []selftestCheck{check(1)}}, map[string]observation{"a": got}, map[string]observation{"a": got}, verdictPass, ""},
 		{"allowed, not reached", selftestCase{allowed: true, checks: []selftestCheck{check(0)}}, map[string]observation{"a": got}, map[string]observation{"a": none}, verdictFail, "did not reach the allowed target"},
 		{"skipped", selftestCase{skip: "no IPv6 here"}, nil, nil, verdictSkip, "no IPv6 here"},
+		{"hung", selftestCase{failFast: true, checks: []selftestCheck{check(0)}}, map[string]observation{"a": got}, map[string]observation{"a": {Err: "i/o timeout", TimedOut: true}}, verdictFail, "instead of failing at once"},
+		{"hung where the host drops", selftestCase{checks: []selftestCheck{check(0)}}, map[string]observation{"a": got}, map[string]observation{"a": {Err: "i/o timeout", TimedOut: true}}, verdictPass, ""},
 		{"server counts nothing", selftestCase{checks: []selftestCheck{{what: "TCP to x", attempt: probeAttempt{ID: "a"}, reached: hasSecret(secret),
 			hits: func() (int64, int64) { return 0, 0 }}}}, map[string]observation{"a": got}, map[string]observation{"a": none}, verdictFail, "proves nothing"},
 	}
