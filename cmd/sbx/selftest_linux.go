@@ -219,6 +219,7 @@ func (r selftestRound) run(ctx context.Context, stderr io.Writer) (_ []caseResul
 		return nil, err
 	}
 	cases := selftestCatalogue(r.out, t, r.hostLayer)
+	r.out.resetCounts() // what an earlier round saw is not this one's
 
 	controls, err := runControls(ctx, cases)
 	if err != nil {

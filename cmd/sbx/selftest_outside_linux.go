@@ -92,10 +92,31 @@ type selftestOutside struct {
 	tcpByAddr, tcpByName, udp, tcp6, udp6, dnsUDP, dnsTCP, http, otherHTTP *hitCounter
 	icmp                                                                   *icmpSniffer
 
+	mu       sync.Mutex
+	counters []*hitCounter // every counter made by counter()
+
 	closers []func() error // undone in reverse by Close
 }
 
-func (e *selftestOutside) counter() *hitCounter { return &hitCounter{probing: &e.probing} }
+// counter makes a hitCounter that counts while e.probing is set, and that
+// resetCounts clears.
+func (e *selftestOutside) counter() *hitCounter {
+	h := &hitCounter{probing: &e.probing}
+	e.mu.Lock()
+	e.counters = append(e.counters, h)
+	e.mu.Unlock()
+	return h
+}
+
+// resetCounts clears every counter, for a new round of probing.
+func (e *selftestOutside) resetCounts() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range e.counters {
+		h.all.Store(0)
+		h.probed.Store(0)
+	}
+}
 
 // newSelftestOutside makes the outside: its namespace and veth pair (a
 // free /30 of outsidePool, a random IPv6 ULA /64 unless the host has IPv6
