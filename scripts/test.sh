@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what sbx's tests need on a Debian or Ubuntu machine (skipping what
 # is already there) and runs the whole suite: gofmt, go vet (Linux and, to
-# catch a missing build tag, darwin) and go test -race.
+# catch a missing build tag, darwin), go test -race and, for the whole
+# suite, sbx selftest with each container runtime, as a user would run it.
 #
 #   scripts/test.sh                 # everything
-#   scripts/test.sh ./netpolicy/... # only some packages
+#   scripts/test.sh ./netpolicy/... # only some packages (no selftest)
 #
 # Privileged tests (named TestPrivileged*) need root and skip, saying so,
 # without it. As root, or with SBX_REQUIRE_PRIVILEGED=1, a privileged test
@@ -26,7 +27,8 @@ need_containerd
 need_docker
 
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+whole=0
+[ ${#pkgs[@]} -gt 0 ] || { pkgs=(./...); whole=1; }
 
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
@@ -61,4 +63,24 @@ set -e
 if [ "${status[0]}" -ne 0 ]; then
 	exit "${status[0]}"
 fi
-exit "${status[1]}"
+if [ "${status[1]}" -ne 0 ]; then
+	exit "${status[1]}"
+fi
+
+# sbx selftest: the escape catalogue, from a sandbox of the sbx just
+# tested, with each runtime. It needs root, as the privileged tests do;
+# where they are required, so is it.
+if [ "$whole" -eq 1 ]; then
+	if [ "$(id -u)" -eq 0 ]; then
+		go build -o "$report_dir/sbx" ./cmd/sbx
+		for rt in containerd docker; do
+			log "sbx selftest --runtime $rt"
+			"$report_dir/sbx" selftest --runtime "$rt"
+		done
+	elif [ "${SBX_REQUIRE_PRIVILEGED:-}" = 1 ]; then
+		echo "$0: sbx selftest needs root, and SBX_REQUIRE_PRIVILEGED=1 requires it: run as root" >&2
+		exit 1
+	else
+		log "sbx selftest skipped: it needs root (sudo scripts/test.sh runs it)"
+	fi
+fi

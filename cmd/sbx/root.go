@@ -119,6 +119,8 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		newPolicyCmd(),
 		newPSCmd(),
 		newRunCmd(),
+		newSelftestCmd(),
+		newSelftestProbeCmd(),
 		newStopCmd(),
 		newVersionCmd(),
 	)
