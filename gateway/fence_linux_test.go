@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -310,7 +312,7 @@ func TestPrivilegedFence(t *testing.T) {
 			}
 			waitBlocked(t, g.Server, uint64(1+len(want))) // A's 403 and the refusals
 			var got []string
-			for _, r := range recordsOfKind(t, g.Ring, KindConn) {
+			for _, r := range recordsOfKind(t, g.Ring, decisionlog.KindConn) {
 				got = append(got, r["reason"].(string))
 			}
 			if !slices.Equal(got, want) {
