@@ -36,7 +36,7 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 	switch r.Kind {
 	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
 		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
-		tunnel := r.Method == "" || r.Method == "CONNECT"
+		tunnel := isTunnel(r.Method)
 		if tunnel {
 			t.Method, t.Path = "CONNECT", ""
 		}
@@ -141,7 +141,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 			return nil
 		}
 		k := unexpectedKey{kind: r.Kind, proto: r.Proto, host: r.Host, port: r.Port}
-		if r.Method != "" && r.Method != "CONNECT" {
+		if !isTunnel(r.Method) {
 			k.method, k.path = r.Method, r.Path
 		}
 		u := found[k]
@@ -179,4 +179,11 @@ func loggedAs(r *decisionlog.Record) string {
 		s += " (audit mode let it through)"
 	}
 	return s
+}
+
+// isTunnel reports whether a record's method is a tunnel's: none (a
+// transparent connection that was not plain HTTP) or CONNECT, in any case,
+// as netpolicy reads it.
+func isTunnel(method string) bool {
+	return method == "" || strings.EqualFold(method, "CONNECT")
 }

@@ -121,7 +121,7 @@ type Target struct {
 	Processes []string `json:"processes,omitempty"`
 
 	kinds, methods, procs set
-	paths             map[string]uint64
+	paths                 map[string]uint64
 }
 
 // DNSName is one name the sandbox looked up through the DNS stub.
@@ -346,13 +346,13 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	if r.Action == "intercept" {
 		t.InterceptStatus = r.Status
 	}
-	if r.Method == "" || r.Method == "CONNECT" {
+	if isTunnel(r.Method) {
 		t.Tunnels++
 	}
 	if r.Method != "" && len(t.methods) < 32 {
 		t.methods.add(r.Method)
 	}
-	if r.Method != "" && r.Method != "CONNECT" {
+	if !isTunnel(r.Method) {
 		s.addPath(t, r.Path)
 	}
 	if r.PID != 0 && len(t.procs) < 16 {
@@ -400,7 +400,9 @@ func (s *Summary) addClose(r *decisionlog.Record) {
 	if r.Kind == decisionlog.KindDNS || r.Kind == decisionlog.KindBypass || r.Kind == decisionlog.KindConn {
 		return
 	}
-	if t := s.targets[targetKey{r.Host, r.Port}]; t != nil {
+	// The row is made here when the close comes first, which merged logs
+	// or a log read out of order allow.
+	if t := s.target(r); t != nil {
 		t.BytesOut += r.BytesOut
 		t.BytesIn += r.BytesIn
 		t.Seen.add(r.Time)

@@ -83,7 +83,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	byHost := map[string][]*Target{}
 	var hosts []string
 	for _, t := range rep.Targets {
-		if _, err := netpolicy.NormalizeHost(t.Host); err != nil || port(t.Port) == 0 {
+		if !validTarget(t.Host, t.Port) {
 			skipped = append(skipped, fmt.Sprintf("%d attempts at %q port %d, which is not a valid target", t.Total(), t.Host, t.Port))
 			continue
 		}
@@ -112,8 +112,14 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
 				continue
 			}
-			methods := slices.DeleteFunc(slices.Clone(t.Methods), func(m string) bool { return m == "CONNECT" })
-			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || len(t.Paths) == 0 {
+			methods := slices.DeleteFunc(slices.Clone(t.Methods), isTunnel)
+			if bad := slices.DeleteFunc(slices.Clone(methods), netpolicy.IsToken[string]); len(bad) > 0 {
+				skipped = append(skipped, fmt.Sprintf("requests to %s with %q, which is not an HTTP method", hostPort(h, t.Port), bad))
+				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
+			}
+			// Port 443 is CONNECT's: a rule cannot restrict it to
+			// methods or a path.
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || len(t.Paths) == 0 || t.Port == 443 {
 				open = append(open, t.Port)
 				openNotes = append(openNotes, note)
 				continue
@@ -146,7 +152,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		if seen[d.Name] {
 			continue
 		}
-		if _, err := netpolicy.NormalizeHost(d.Name); err != nil {
+		if !validTarget(d.Name, 443) {
 			skipped = append(skipped, fmt.Sprintf("%d DNS queries for %q, which is not a valid name", d.Total(), d.Name))
 			continue
 		}
@@ -160,6 +166,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	for _, b := range rep.Bypass {
 		if b.Host == "" {
 			skipped = append(skipped, fmt.Sprintf("%s whose destinations the gateway did not keep apart", plural(b.Packets, "packet", "packets")))
+			continue
+		}
+		if !validTarget(b.Host, 443) {
+			skipped = append(skipped, fmt.Sprintf("%s to %q, which is not a valid address", plural(b.Packets, "packet", "packets"), b.Host))
 			continue
 		}
 		if _, ok := bypassPorts[b.Host]; !ok {
@@ -438,7 +448,7 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 	}
 	for _, t := range rep.Targets {
-		if _, err := netpolicy.NormalizeHost(t.Host); err != nil || port(t.Port) == 0 {
+		if !validTarget(t.Host, t.Port) {
 			continue // not a valid target: listed as not covered
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
@@ -447,8 +457,8 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 		r.Kind = decisionlog.KindHTTP
 		for _, m := range t.Methods {
-			if m == "CONNECT" {
-				continue
+			if isTunnel(m) || !netpolicy.IsToken(m) {
+				continue // a method that is not one is listed as not covered
 			}
 			r.Method = m
 			for _, pc := range t.Paths {
@@ -458,12 +468,12 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 	}
 	for _, d := range rep.DNSNames {
-		if _, err := netpolicy.NormalizeHost(d.Name); err == nil {
+		if validTarget(d.Name, 443) {
 			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindDNS, Host: d.Name})
 		}
 	}
 	for _, b := range rep.Bypass {
-		if b.Host != "" {
+		if b.Host != "" && validTarget(b.Host, 443) {
 			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindBypass, Host: b.Host, Port: b.Port, Proto: b.Proto})
 		}
 	}
@@ -489,4 +499,13 @@ func byteSize(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
+}
+
+// allowAll decides targets for validTarget.
+var allowAll, _ = netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Allow})
+
+// validTarget reports whether a rule can name host and port: the gateway
+// decides every other target as invalid, whatever the policy.
+func validTarget(host string, p int) bool {
+	return allowAll.Decide(netpolicy.Target{Host: host, Port: port(p), Method: "CONNECT"}).Rule != netpolicy.RuleInvalid
 }
