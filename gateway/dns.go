@@ -14,10 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -18,10 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"context"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -19,11 +19,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // dlTestTime is not in UTC, so the tests see the encoder convert it.

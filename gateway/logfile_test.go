@@ -13,10 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

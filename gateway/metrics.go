@@ -4,10 +4,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // ringLine is the line the ring tests write for seq.

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
-
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

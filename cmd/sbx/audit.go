@@ -68,6 +68,7 @@ that does not load, wrong flags).`,
   sbx audit --suggest decisions.jsonl > reviewed-policy.yaml
   sbx audit --expect reviewed-policy.yaml decisions.jsonl   # in CI
   sbx audit --diff v1.jsonl v2.jsonl`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAudit(cmd, o, args)
 		},

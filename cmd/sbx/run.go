@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
-	"github.com/spf13/cobra"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"

@@ -29,7 +29,9 @@ func rec(sec int, kind, method, host string, port int, path, action, rule string
 }
 
 func closed(out, in int64) func(*decisionlog.Record) {
-	return func(r *decisionlog.Record) { r.Event, r.BytesOut, r.BytesIn, r.Status = decisionlog.EventClose, out, in, 200 }
+	return func(r *decisionlog.Record) {
+		r.Event, r.BytesOut, r.BytesIn, r.Status = decisionlog.EventClose, out, in, 200
+	}
 }
 
 func by(comm string, pid int) func(*decisionlog.Record) {
@@ -90,7 +92,7 @@ func TestReport(t *testing.T) {
 		t.Fatal("no row for registry.npmjs.org:80")
 	}
 	want := &Target{Host: "registry.npmjs.org", Port: 80, Kinds: []string{"http"}, Methods: []string{"GET", "HEAD"},
-		Paths: []PathCount{{"/left-pad", 1}, {"/lodash", 1}, {"/lodash/-/lodash-4.17.21.tgz", 1}},
+		Paths:  []PathCount{{"/left-pad", 1}, {"/lodash", 1}, {"/lodash/-/lodash-4.17.21.tgz", 1}},
 		Counts: Counts{Allowed: 3}, BytesOut: 120, BytesIn: 4000, Seen: Seen{t0.Add(time.Second), t0.Add(3 * time.Second)},
 		Rules: map[string]uint64{"npm": 3}, Processes: []string{"node"}}
 	if diff := cmp.Diff(want, npm, cmp.AllowUnexported(Target{}), cmp.FilterPath(func(p cmp.Path) bool {
