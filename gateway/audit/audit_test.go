@@ -409,3 +409,44 @@ func TestDiff(t *testing.T) {
 		t.Error("a new log the gateway left records out of: the diff says nothing new, which it cannot know")
 	}
 }
+
+// TestFormatsEscapeLogStrings: hosts, paths and process names come from the
+// sandbox; they cannot drive a terminal, break a markdown table or add a
+// line to a suggested policy.
+func TestFormatsEscapeLogStrings(t *testing.T) {
+	evil := "a\x1b[2J|`*\n- host: \"*\"\n  action: allow"
+	recs := []decisionlog.Record{
+		rec(1, "http", "GET", "ok.example", 80, "/x"+evil, "allow", "r", by(evil, 5)),
+		rec(2, "dns", "A", evil, 53, "", "block", "invalid"),
+	}
+	rep := summarize(t, recs)
+	var text, md bytes.Buffer
+	if err := WriteReport(&text, rep, FormatText); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(text.String(), "\x1b") || strings.Contains(text.String(), "\n- host") {
+		t.Errorf("the text report passes control characters through:\n%q", text.String())
+	}
+	if err := WriteReport(&md, rep, FormatMarkdown); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(md.String(), "\n") {
+		if strings.HasPrefix(line, "| ") && strings.Contains(line, "ok.example:80") {
+			cells := strings.Count(line, "|") - strings.Count(line, "\\|")
+			if cells != 11 {
+				t.Errorf("a target row has %d cell borders, want 11: %s", cells, line)
+			}
+		}
+	}
+	policy, err := Suggest(rep, SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := netpolicy.Decode("suggested", policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Rules) != 1 || spec.Rules[0].Host != "ok.example" {
+		t.Errorf("a process name added rules to the suggested policy: got %+v\n%s", spec.Rules, policy)
+	}
+}
