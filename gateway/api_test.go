@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -202,7 +203,7 @@ func TestAPIChangesApplyToTheNextRequest(t *testing.T) {
 	for _, l := range lines {
 		var r map[string]any
 		json.Unmarshal(l, &r)
-		if r["event"] == EventPolicy {
+		if r["event"] == decisionlog.EventPolicy {
 			changes = append(changes, fmt.Sprint(r["policy_version"], " ", r["change"]))
 		}
 	}
@@ -446,9 +447,9 @@ func TestPolicyRecordPrecedesItsDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch r.Event {
-		case EventPolicy:
+		case decisionlog.EventPolicy:
 			seen = max(seen, r.PolicyVersion)
-		case EventDecision:
+		case decisionlog.EventDecision:
 			decisions++
 			if r.PolicyVersion > seen {
 				t.Fatalf("record %d: a decision under policy version %d before that version's policy record (last seen %d)", r.Seq, r.PolicyVersion, seen)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -56,7 +57,7 @@ type bypassLog struct {
 }
 
 // ReportPacket logs p, a packet the sandbox's rules refused, as a bypass
-// record (kind KindBypass, action block, rule guard): the first packet to
+// record (kind decisionlog.KindBypass, action block, rule guard): the first packet to
 // a protocol, destination and port is logged at once, and the ones that
 // follow within a second are folded into the count of the next record for
 // it, written when the second is over. A flood therefore writes at most
@@ -167,11 +168,11 @@ func (s *Server) flushBypass(final bool) {
 // zero k stands for the targets beyond maxBypassTargets.
 func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
 	snap := s.cfg.Store.Load()
-	rec := &Record{
+	rec := &decisionlog.Record{
 		ID:            strconv.FormatUint(s.connID.Add(1), 36),
-		Event:         EventDecision,
+		Event:         decisionlog.EventDecision,
 		Client:        src.String(),
-		Kind:          KindBypass,
+		Kind:          decisionlog.KindBypass,
 		Proto:         k.proto,
 		Count:         count,
 		Action:        string(netpolicy.Block),
@@ -189,9 +190,9 @@ func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
 		}
 		rec.Reason = what + " was refused: only TCP and DNS leave the sandbox"
 		if k.proto == "udp" {
-			rec.setProcess(s.owner("udp", src, netip.AddrPort{}))
+			setProcess(rec, s.owner("udp", src, netip.AddrPort{}))
 		}
 	}
-	s.metrics.request(KindBypass, netpolicy.Block)
+	s.metrics.request(decisionlog.KindBypass, netpolicy.Block)
 	s.emit(rec)
 }

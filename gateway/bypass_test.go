@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -14,7 +15,7 @@ import (
 func bypassRecords(t *testing.T, g *testGateway) (recs []map[string]any, packets uint64) {
 	t.Helper()
 	for _, r := range g.records(t) {
-		if r["kind"] == KindBypass {
+		if r["kind"] == decisionlog.KindBypass {
 			recs = append(recs, r)
 			packets += uint64(r["count"].(float64))
 		}

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -49,7 +50,7 @@ const (
 // Close is called, and then returns nil; it closes pc. What it answers,
 // and what it logs, is said in the package documentation; a query from
 // outside Config.Clients is dropped unanswered (and logged, rate-bounded,
-// with kind KindConn). Several goroutines read pc at once: each ends when
+// with kind decisionlog.KindConn). Several goroutines read pc at once: each ends when
 // pc is closed, and ServeDNSUDP returns when all have.
 func (s *Server) ServeDNSUDP(ctx context.Context, pc net.PacketConn) error {
 	if ap, err := netip.ParseAddrPort(pc.LocalAddr().String()); err == nil {
@@ -145,7 +146,7 @@ func (s *Server) readDNSUDP(ctx context.Context, pc net.PacketConn) {
 // rest of one once it has begun; it is closed after a message the stub
 // does not answer. Clients outside Config.Clients, or over
 // Limits.MaxConnsPerClient (which counts proxy and DNS connections
-// together), are reset at once (see KindConn).
+// together), are reset at once (see decisionlog.KindConn).
 func (s *Server) ServeDNSTCP(ctx context.Context, ln net.Listener) error {
 	return s.serveListener(ctx, ln, "DNS", 0, "", func(_ context.Context, c net.Conn) { s.serveDNSConn(c) })
 }
@@ -197,11 +198,11 @@ func (s *Server) serveDNSConn(c net.Conn) {
 // whether the response may be longer than a UDP one.
 func (s *Server) answerDNS(msg []byte, tcp bool, client netip.AddrPort, out []byte) ([]byte, bool) {
 	snap := s.cfg.Store.Load()
-	rec := &Record{
+	rec := &decisionlog.Record{
 		ID:            strconv.FormatUint(s.connID.Add(1), 36),
-		Event:         EventDecision,
+		Event:         decisionlog.EventDecision,
 		Client:        client.String(),
-		Kind:          KindDNS,
+		Kind:          decisionlog.KindDNS,
 		Port:          dnsLogPort,
 		PolicyVersion: snap.Version(),
 		// What the stub does not decide by the policy it refuses.
@@ -217,15 +218,15 @@ func (s *Server) answerDNS(msg []byte, tcp bool, client netip.AddrPort, out []by
 		if tcp {
 			network = "tcp"
 		}
-		rec.setProcess(s.owner(network, client, netip.AddrPort{}))
+		setProcess(rec, s.owner(network, client, netip.AddrPort{}))
 	}
-	s.metrics.request(KindDNS, netpolicy.Action(rec.Action))
+	s.metrics.request(decisionlog.KindDNS, netpolicy.Action(rec.Action))
 	s.emit(rec)
 	return resp, ok
 }
 
 // respondDNS is answerDNS without the logging: it fills in rec.
-func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec *Record, out []byte) ([]byte, bool) {
+func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec *decisionlog.Record, out []byte) ([]byte, bool) {
 	var p dnsmessage.Parser
 	h, err := p.Start(msg)
 	if err != nil { // only a message shorter than a header fails here
@@ -343,7 +344,7 @@ type dnsReply struct {
 	hasA     bool
 	edns     bool // the query had an OPT record; the response has one
 	limit    int  // the largest response, in bytes of out
-	rec      *Record
+	rec      *decisionlog.Record
 }
 
 // send is finish for a query the stub refuses or cannot read: reason goes

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -567,7 +568,7 @@ func TestDNSPolicyChanges(t *testing.T) {
 	if rc, ip := queryA(t, st, true, "api.test."); rc != rcNoError || ip != first {
 		t.Errorf("allowed again: %v %s, want NOERROR and the same address %s", rc, ip, first)
 	}
-	recs := recordsOfKind(t, st.ring, KindDNS)
+	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	var versions []float64
 	for _, r := range recs {
 		versions = append(versions, r["policy_version"].(float64))
@@ -599,7 +600,7 @@ func TestDNSAuditMode(t *testing.T) {
 		{"anything.test", netpolicy.RuleDefault, false, 0},
 		{"127.1.", netpolicy.RuleInvalid, true, 3},
 	}
-	recs := recordsOfKind(t, st.ring, KindDNS)
+	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	if len(recs) != len(want) {
 		t.Fatalf("%d dns records, want %d: %v", len(recs), len(want), recs)
 	}
@@ -734,7 +735,7 @@ func TestDNSMalformed(t *testing.T) {
 		}
 	}
 	// Every query was logged, answered or not, and none was allowed.
-	recs := recordsOfKind(t, st.ring, KindDNS)
+	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	if len(recs) != 2*len(tests) {
 		t.Errorf("%d dns records, want %d", len(recs), 2*len(tests))
 	}
@@ -781,7 +782,7 @@ func TestDNSRecords(t *testing.T) {
 		{"", "", "block", "invalid", "malformed query: no question", "", true, 1},
 		{"", "", "block", "invalid", "malformed query: 4 bytes, shorter than a DNS header", "not answered", true, 0},
 	}
-	recs := recordsOfKind(t, st.ring, KindDNS)
+	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	if len(recs) != len(want) {
 		t.Fatalf("%d dns records, want %d: %v", len(recs), len(want), recs)
 	}
@@ -795,7 +796,7 @@ func TestDNSRecords(t *testing.T) {
 		if got != want[i] {
 			t.Errorf("record %d:\n got %+v\nwant %+v", i, got, want[i])
 		}
-		if r["event"] != EventDecision || r["kind"] != "dns" || r["port"] != 53.0 || r["path"] != "" || r["client"] != client || r["policy_version"] != 1.0 {
+		if r["event"] != decisionlog.EventDecision || r["kind"] != "dns" || r["port"] != 53.0 || r["path"] != "" || r["client"] != client || r["policy_version"] != 1.0 {
 			t.Errorf("record %d: %v; want a decision of kind dns, port 53, no path, client %s, policy version 1", i, r, client)
 		}
 		if ids[r["id"]] || r["id"] == "" {
@@ -836,7 +837,7 @@ func TestDNSReplyOverLimitIsTruncated(t *testing.T) {
 			question: &dnsmessage.Question{Name: name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET},
 			a:        [4]byte{198, 18, 0, 1}, hasA: true,
 			limit: limit,
-			rec:   &Record{},
+			rec:   &decisionlog.Record{},
 		}
 		resp, ok := r.finish(nil, rcNoError)
 		if !ok {
@@ -919,7 +920,7 @@ func TestDNSFakeIPsExhausted(t *testing.T) {
 	if resp := exchange(t, st, false, dnsQuery{name: "d.test.", typ: dnsmessage.TypeAAAA}.pack(t, 1)); unpack(t, resp).Header.RCode != rcNoError {
 		t.Errorf("AAAA once the table is full: %v, want NOERROR", unpack(t, resp).Header.RCode)
 	}
-	recs := recordsOfKind(t, st.ring, KindDNS)
+	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	r := recs[2]
 	if r["host"] != "c.test" || r["action"] != "allow" || r["status"] != 2.0 || !strings.Contains(fmt.Sprint(r["error"]), "no fake address left") {
 		t.Errorf("record of the refused name: %v; want action allow, status 2 (SERVFAIL), error no fake address left", r)
@@ -936,10 +937,10 @@ func TestDNSClientsOutsideAreRefused(t *testing.T) {
 		t.Errorf("TCP query from outside Clients answered")
 	}
 	waitBlocked(t, st.srv, 2)
-	if recs := recordsOfKind(t, st.ring, KindDNS); len(recs) != 0 {
+	if recs := recordsOfKind(t, st.ring, decisionlog.KindDNS); len(recs) != 0 {
 		t.Errorf("dns records %v, want none: nothing was read from a refused client", recs)
 	}
-	if recs := recordsOfKind(t, st.ring, KindConn); len(recs) != 2 || !strings.Contains(recs[0]["reason"].(string), "is not this gateway's sandbox") {
+	if recs := recordsOfKind(t, st.ring, decisionlog.KindConn); len(recs) != 2 || !strings.Contains(recs[0]["reason"].(string), "is not this gateway's sandbox") {
 		t.Errorf("conn records %v, want two refusals of a client outside", recs)
 	}
 }
@@ -960,7 +961,7 @@ func TestStartServesDNS(t *testing.T) {
 			t.Errorf("tcp %v: %v %s, want NOERROR 198.18.0.1", tcp, rc, ip)
 		}
 	}
-	if n := len(recordsOfKind(t, g.Ring, KindDNS)); n != 2 {
+	if n := len(recordsOfKind(t, g.Ring, decisionlog.KindDNS)); n != 2 {
 		t.Errorf("%d dns records in the gateway's ring, want 2", n)
 	}
 	// The stub's port is the gateway's own: the guard refuses it,
@@ -1023,7 +1024,7 @@ func FuzzDNSQuery(f *testing.F) {
 		if err := json.Unmarshal(last.line, &rec); err != nil {
 			t.Fatalf("record %q: %v", last.line, err)
 		}
-		if rec["kind"] != KindDNS || rec["port"] != 53.0 || rec["reason"] == "" || (rec["action"] != "allow" && rec["action"] != "block") {
+		if rec["kind"] != decisionlog.KindDNS || rec["port"] != 53.0 || rec["reason"] == "" || (rec["action"] != "allow" && rec["action"] != "block") {
 			t.Fatalf("record %v, want kind dns, port 53, a reason, action allow or block", rec)
 		}
 		if !ok {

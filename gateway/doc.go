@@ -28,7 +28,7 @@
 // packets the rules refused into bypass records, folded per target and
 // second (§11.3); Config.Owner names the process behind each record.
 //
-// The decision log (Log, Record, FileSink, Ring) is the contract of
+// The decision log (Log, decisionlog.Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record
 // for the allowed ones, policy records for changes. Its file may sit in a
 // directory a sandbox can write, so OpenFileSink appends only to a regular
@@ -57,7 +57,7 @@
 // Answers have a TTL of 5 s and echo the question as asked; a response
 // stays within 512 bytes, or the client's EDNS size up to 1232, and a
 // query over 1232 bytes is FORMERR. Every message is one decision record
-// of kind dns (KindDNS): host the normalized name, method the query type,
+// of kind dns (decisionlog.KindDNS): host the normalized name, method the query type,
 // port 53, status the response code.
 //
 // The package imports no other package of sbx but netpolicy.

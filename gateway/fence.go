@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -28,14 +29,6 @@ import (
 //     own listening addresses, the addresses in Config.Fence (the sandbox
 //     pool) and this host's own addresses are refused by the address guard
 //     always, whatever allow_private and IP/CIDR allow rules say.
-
-// KindConn is the kind of a decision record for a client connection the
-// gateway refused before reading a request from it: a client outside
-// Config.Clients, or one over Limits.MaxConnsPerClient. Such a record has
-// no method, host, port or path. These records are rate-bounded (see
-// refusalLimiter): their count is in the reason, and every refusal in the
-// metrics.
-const KindConn = "conn"
 
 // Guard classes of the fence, for reasons "address guard: <ip> is <class>"
 // (DESIGN.md §4.2).
@@ -220,7 +213,7 @@ func (s *Server) isClient(ip netip.Addr) bool {
 // refuseConn closes a client connection refused before any request was
 // read: with status 0, at once and without a byte (a TCP reset); else
 // after an answer with that status and body. It counts the refusal in the
-// metrics and logs it, with kind KindConn, when lim lets it; reason builds
+// metrics and logs it, with kind decisionlog.KindConn, when lim lets it; reason builds
 // the record's reason only then.
 func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body string, reason func(client netip.Addr) string) {
 	client := clientAddr(c)
@@ -244,11 +237,11 @@ func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body st
 
 // logRefusal counts a refused connection or packet from client (whose
 // address is remote, ip:port) in the metrics and logs it, with kind
-// KindConn, when lim lets it; reason builds the record's reason only then.
+// decisionlog.KindConn, when lim lets it; reason builds the record's reason only then.
 func (s *Server) logRefusal(lim *refusalLimiter, client netip.Addr, remote string, status int, reason func(client netip.Addr) string) {
 	// Counted after it is logged, so that a count seen means the record
 	// is out.
-	defer s.metrics.request(KindConn, netpolicy.Block)
+	defer s.metrics.request(decisionlog.KindConn, netpolicy.Block)
 	ok, folded := lim.allow(time.Now())
 	if !ok {
 		return
@@ -257,11 +250,11 @@ func (s *Server) logRefusal(lim *refusalLimiter, client netip.Addr, remote strin
 	if folded > 0 {
 		text += fmt.Sprintf(" (%d more refused for the same reason since the last record)", folded)
 	}
-	s.emit(&Record{
+	s.emit(&decisionlog.Record{
 		ID:       strconv.FormatUint(s.connID.Add(1), 36),
-		Event:    EventDecision,
+		Event:    decisionlog.EventDecision,
 		Client:   remote,
-		Kind:     KindConn,
+		Kind:     decisionlog.KindConn,
 		Action:   string(netpolicy.Block),
 		Enforced: true,
 		Rule:     netpolicy.RuleGuard,

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -310,7 +311,7 @@ func TestPrivilegedFence(t *testing.T) {
 			}
 			waitBlocked(t, g.Server, uint64(1+len(want))) // A's 403 and the refusals
 			var got []string
-			for _, r := range recordsOfKind(t, g.Ring, KindConn) {
+			for _, r := range recordsOfKind(t, g.Ring, decisionlog.KindConn) {
 				got = append(got, r["reason"].(string))
 			}
 			if !slices.Equal(got, want) {

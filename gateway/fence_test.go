@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -38,7 +39,7 @@ func recordsOfKind(t *testing.T, ring *Ring, kind string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, r := range ringRecords(t, ring) {
-		if r["event"] == EventDecision && r["kind"] == kind {
+		if r["event"] == decisionlog.EventDecision && r["kind"] == kind {
 			out = append(out, r)
 		}
 	}
@@ -112,9 +113,9 @@ func TestClientsOutsideAreRefused(t *testing.T) {
 					t.Errorf("a client outside Clients read %d bytes, want 0", n)
 				}
 				waitBlocked(t, g.Server, 1)
-				recs := recordsOfKind(t, g.Ring, KindConn)
+				recs := recordsOfKind(t, g.Ring, decisionlog.KindConn)
 				if len(recs) != 1 {
-					t.Fatalf("%d records of kind %s, want 1: %v", len(recs), KindConn, ringRecords(t, g.Ring))
+					t.Fatalf("%d records of kind %s, want 1: %v", len(recs), decisionlog.KindConn, ringRecords(t, g.Ring))
 				}
 				r := recs[0]
 				if r["action"] != "block" || r["rule"] != "guard" || r["enforced"] != true || r["status"] != 0.0 ||
@@ -126,7 +127,7 @@ func TestClientsOutsideAreRefused(t *testing.T) {
 			if n == 0 {
 				t.Errorf("a client in Clients got no answer (%v)", rerr)
 			}
-			if recs := recordsOfKind(t, g.Ring, KindConn); len(recs) != 0 {
+			if recs := recordsOfKind(t, g.Ring, decisionlog.KindConn); len(recs) != 0 {
 				t.Errorf("a served client was logged as refused: %v", recs)
 			}
 		})
@@ -145,7 +146,7 @@ func TestRefusedConnectionsAreRateBounded(t *testing.T) {
 	}
 	waitBlocked(t, srv, n) // every refusal is counted, logged or not
 	elapsed := time.Since(start)
-	recs := recordsOfKind(t, ring, KindConn)
+	recs := recordsOfKind(t, ring, decisionlog.KindConn)
 	if max := refusalBurst + int(elapsed/refusalEvery) + 1; len(recs) < 1 || len(recs) > max {
 		t.Errorf("%d refusals in %v logged %d records, want 1 to %d", n, elapsed, len(recs), max)
 	}
@@ -217,7 +218,7 @@ func TestFenceIsRefusedWhateverThePolicy(t *testing.T) {
 					if tc.want != 403 {
 						continue
 					}
-					recs := recordsOfKind(t, ring, map[string]string{"GET": KindHTTP, "CONNECT": KindConnect}[method])
+					recs := recordsOfKind(t, ring, map[string]string{"GET": decisionlog.KindHTTP, "CONNECT": decisionlog.KindConnect}[method])
 					r := recs[len(recs)-1]
 					if r["rule"] != "guard" || r["reason"] != "address guard: 127.0.0.1 is in the sandbox pool" {
 						t.Errorf("%s %s logged %v %q, want guard, in the sandbox pool", method, target, r["rule"], r["reason"])
@@ -289,7 +290,7 @@ func TestHostAddressesAreRefused(t *testing.T) {
 			if tc.want != 403 {
 				continue
 			}
-			recs := recordsOfKind(t, ring, map[string]string{"GET": KindHTTP, "CONNECT": KindConnect}[method])
+			recs := recordsOfKind(t, ring, map[string]string{"GET": decisionlog.KindHTTP, "CONNECT": decisionlog.KindConnect}[method])
 			if r := recs[len(recs)-1]; r["rule"] != "guard" || r["reason"] != tc.reason {
 				t.Errorf("%s %s logged %v %q, want guard, %q", method, tc.target, r["rule"], r["reason"], tc.reason)
 			}

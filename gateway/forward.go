@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -68,7 +69,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	start := time.Now()
 	u, serr := parseProxyTarget(head.Target)
 	if serr != nil {
-		s.refuseTarget(c, KindHTTP, head, serr, start)
+		s.refuseTarget(c, decisionlog.KindHTTP, head, serr, start)
 		return false
 	}
 	port := uint16(80)
@@ -76,7 +77,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 		n, _ := strconv.ParseUint(p, 10, 16) // parseProxyTarget checked it
 		port = uint16(n)
 	}
-	return s.forwardHTTP(ctx, c, head, KindHTTP, u, port, start)
+	return s.forwardHTTP(ctx, c, head, decisionlog.KindHTTP, u, port, start)
 }
 
 // refuseTarget answers and logs a request whose target cannot be used,
@@ -88,8 +89,8 @@ func (s *Server) refuseTarget(c *conn, kind string, head *requestHead, serr *sta
 	writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
 }
 
-// forwardHTTP decides and answers one request of kind (KindHTTP, or
-// KindTransparent for a request the sandbox sent without the proxy) for
+// forwardHTTP decides and answers one request of kind (decisionlog.KindHTTP, or
+// decisionlog.KindTransparent for a request the sandbox sent without the proxy) for
 // the http URL u, whose port is port. It reports whether the connection
 // may carry another request.
 func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, kind string, u *url.URL, port uint16, start time.Time) bool {
@@ -236,7 +237,7 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<
 
 // finishRefusal logs a request the gateway answers itself: blocked,
 // refused by the guard, invalid or intercepted.
-func (s *Server) finishRefusal(rec *Record, d netpolicy.Decision, status int, start time.Time) {
+func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time) {
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = true
 	rec.Status = status
@@ -246,14 +247,15 @@ func (s *Server) finishRefusal(rec *Record, d netpolicy.Decision, status int, st
 }
 
 // decide starts the record of a request of c to t and decides it with the
-// current policy. It returns t with its host normalized, and the snapshot
+// current policy's Verdict (so an allowed IP literal that the address
+// guard refuses is refused here, before anything is resolved). It returns t with its host normalized, and the snapshot
 // that decided. The record logs the normalized host, or the raw one
-// redacted when it does not normalize (Decide then blocks it as invalid).
-func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
+// redacted when it does not normalize (Verdict then blocks it as invalid).
+func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*decisionlog.Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
 	rec := s.newRecord(c, kind, t.Method, t.Port)
 	snap := s.cfg.Store.Load()
 	rec.PolicyVersion = snap.Version()
-	d := snap.Policy().Decide(t)
+	d := snap.Policy().Verdict(t)
 	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
 		rec.Host, t.Host = host, host
 	} else {
@@ -265,19 +267,19 @@ func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*Record, *net
 // admit logs d, which lets rec's request or tunnel through (allowed, or a
 // block that audit mode does not enforce), and returns its close record,
 // which end logs when the request or tunnel is over.
-func (s *Server) admit(rec *Record, d netpolicy.Decision, start time.Time) *Record {
+func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	s.metrics.request(rec.Kind, d.Action)
 	s.metrics.decided(start)
 	closeRec := *rec // before emit stamps rec's time: the close gets its own
-	closeRec.Event = EventClose
+	closeRec.Event = decisionlog.EventClose
 	s.emit(rec)
 	return &closeRec
 }
 
 // end logs a close record that admit made.
-func (s *Server) end(closeRec *Record, start time.Time) {
+func (s *Server) end(closeRec *decisionlog.Record, start time.Time) {
 	closeRec.Duration = time.Since(start)
 	s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
 	s.emit(closeRec)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -112,7 +113,7 @@ func (g *testGateway) lastDecision(t *testing.T) map[string]any {
 	for {
 		recs := g.records(t)
 		for i := len(recs) - 1; i >= 0; i-- {
-			if recs[i]["event"] == EventDecision {
+			if recs[i]["event"] == decisionlog.EventDecision {
 				return recs[i]
 			}
 		}
@@ -418,7 +419,7 @@ func TestConnectVerdictsAndSNI(t *testing.T) {
 	var closeRec map[string]any
 	for deadline := time.Now().Add(5 * time.Second); closeRec == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		for _, r := range g.records(t) {
-			if r["event"] == EventClose && r["reason"] == "sni mismatch" {
+			if r["event"] == decisionlog.EventClose && r["reason"] == "sni mismatch" {
 				closeRec = r
 			}
 		}
@@ -491,9 +492,9 @@ func TestMalformedRequests(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
 			}
-			kind := KindHTTP
+			kind := decisionlog.KindHTTP
 			if tt.method == http.MethodConnect {
-				kind = KindConnect
+				kind = decisionlog.KindConnect
 			}
 			if d := g.lastDecision(t); d["kind"] != kind || d["method"] != tt.method || d["rule"] != netpolicy.RuleInvalid {
 				t.Errorf("logged kind %v, method %v, rule %v; want %s, %q, %s", d["kind"], d["method"], d["rule"], kind, tt.method, netpolicy.RuleInvalid)
@@ -534,7 +535,7 @@ func TestTunnelLimit(t *testing.T) {
 			t.Fatalf("tunnel %d: status %d, want %d", i+1, resp.StatusCode, want)
 		}
 	}
-	recs := recordsOfKind(t, ring, KindConnect)
+	recs := recordsOfKind(t, ring, decisionlog.KindConnect)
 	if len(recs) != 3 {
 		t.Fatalf("%d decision records, want 3 (one per CONNECT): %v", len(recs), recs)
 	}
@@ -543,7 +544,7 @@ func TestTunnelLimit(t *testing.T) {
 		t.Errorf("third CONNECT logged %v, want block by guard, 429, %q", r, want)
 	}
 	for _, r := range ringRecords(t, ring) {
-		if r["event"] == EventClose && r["status"] == 429.0 {
+		if r["event"] == decisionlog.EventClose && r["status"] == 429.0 {
 			t.Errorf("the refused tunnel has a close record, as if it had been allowed: %v", r)
 		}
 	}
@@ -595,14 +596,14 @@ func TestEveryRequestIsLoggedOnce(t *testing.T) {
 			}
 			lastSeq = seq
 			switch r["event"] {
-			case EventDecision:
+			case decisionlog.EventDecision:
 				decisions++
-				for _, f := range []string{FieldV, FieldSeq, FieldID, FieldEvent, FieldTime, FieldSandbox, FieldClient, FieldKind, FieldMethod, FieldHost, FieldPort, FieldPath, FieldAction, FieldEnforced, FieldRule, FieldReason, FieldPolicyVersion, FieldStatus} {
+				for _, f := range []string{decisionlog.FieldV, decisionlog.FieldSeq, decisionlog.FieldID, decisionlog.FieldEvent, decisionlog.FieldTime, decisionlog.FieldSandbox, decisionlog.FieldClient, decisionlog.FieldKind, decisionlog.FieldMethod, decisionlog.FieldHost, decisionlog.FieldPort, decisionlog.FieldPath, decisionlog.FieldAction, decisionlog.FieldEnforced, decisionlog.FieldRule, decisionlog.FieldReason, decisionlog.FieldPolicyVersion, decisionlog.FieldStatus} {
 					if _, ok := r[f]; !ok {
 						t.Fatalf("decision record without %s: %v", f, r)
 					}
 				}
-			case EventClose:
+			case decisionlog.EventClose:
 				closes++
 			}
 		}
@@ -922,7 +923,7 @@ func TestConnectionsPerClientAreCapped(t *testing.T) {
 		}
 	}
 	waitBlocked(t, srv, 2)
-	recs := recordsOfKind(t, ring, KindConn)
+	recs := recordsOfKind(t, ring, decisionlog.KindConn)
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2: %v", len(recs), recs)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // Defaults of FileSinkOptions, and NoLimit, which turns a limit off.
@@ -287,7 +289,7 @@ func (s *FileSink) clock(now time.Time) time.Time {
 // writeBudgeted writes the dropped record reserved for this record, if
 // any, then line, unless line is over the budget and policy is false.
 // now is the current time, or zero.
-func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error {
+func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -299,7 +301,7 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Ti
 			return err
 		}
 	}
-	if (r == nil || r.Event != EventPolicy) && !s.admit(len(line), r, now) {
+	if (r == nil || r.Event != decisionlog.EventPolicy) && !s.admit(len(line), r, now) {
 		return nil
 	}
 	return s.write(line)
@@ -310,7 +312,7 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Ti
 // out. Over the rate, a record for a target the flood has not shown yet
 // is still written (see novel): a flood of requests to one place cannot
 // hide one to another. now is the current time, or zero. s.mu is held.
-func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
+func (s *FileSink) admit(n int, r *decisionlog.Record, now time.Time) bool {
 	if int64(n) > s.maxBytes-s.size {
 		s.leaveOut(s.clock(now), &s.overSize)
 		return false
@@ -341,7 +343,7 @@ const maxNovel = 4096
 // action) not seen since the rate's bucket was last full, and remembers
 // it: once a flood has had maxNovel targets written this way, none is.
 // The targets are forgotten when the bucket fills again. s.mu is held.
-func (s *FileSink) novel(r *Record) bool {
+func (s *FileSink) novel(r *decisionlog.Record) bool {
 	if r == nil || r.Host == "" || len(s.flood) >= maxNovel {
 		return false // no target (a dropped or conn record), or too many
 	}
@@ -428,8 +430,8 @@ func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool 
 // stage encodes the dropped record numbered seq, made at now, for the
 // records left out so far. s.mu is held.
 func (s *FileSink) stage(seq uint64, now time.Time) {
-	r := Record{
-		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: s.since,
+	r := decisionlog.Record{
+		V: decisionlog.SchemaVersion, Seq: seq, Event: decisionlog.EventDropped, Time: now, Since: s.since,
 		Count: s.uncounted.Load(), Reason: s.dropReason(),
 	}
 	s.dropBuf = append(r.AppendJSON(s.dropBuf[:0]), '\n')

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -164,10 +165,10 @@ func TestFileSinkBudget(t *testing.T) {
 			l := NewLog("sb", fs)
 			for _, st := range tt.steps {
 				for range st.decisions {
-					l.Emit(&Record{Event: EventDecision, Action: "allow"})
+					l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Action: "allow"})
 				}
 				if st.policy {
-					l.Emit(&Record{Event: EventPolicy})
+					l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy})
 				}
 				clock.Advance(st.wait)
 			}
@@ -177,7 +178,7 @@ func TestFileSinkBudget(t *testing.T) {
 			var got []string
 			for _, r := range lfRead(t, path) {
 				s := fmt.Sprintf("%s %d", r.Event, r.Seq)
-				if r.Event == EventDropped {
+				if r.Event == decisionlog.EventDropped {
 					s += fmt.Sprintf(" count=%d since=%v", r.Count, r.Since.Sub(lfStart))
 				}
 				got = append(got, s)
@@ -205,10 +206,10 @@ func TestFileSinkFlood(t *testing.T) {
 	policies := 0
 	for i := range total {
 		if i%10_000 == 5000 {
-			l.Emit(&Record{Event: EventPolicy})
+			l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy})
 			policies++
 		} else {
-			l.Emit(&Record{Event: EventDecision})
+			l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
 		}
 		clock.Advance(interval)
 	}
@@ -235,11 +236,11 @@ func TestFileSinkFlood(t *testing.T) {
 		}
 		lastSeq = r.Seq
 		switch r.Event {
-		case EventDecision:
+		case decisionlog.EventDecision:
 			decisions++
-		case EventPolicy:
+		case decisionlog.EventPolicy:
 			gotPolicies++
-		case EventDropped:
+		case decisionlog.EventDropped:
 			dropped++
 			counted += r.Count
 			if r.Count == 0 || r.Since.After(r.Time) || r.Reason == "" {
@@ -251,7 +252,7 @@ func TestFileSinkFlood(t *testing.T) {
 			}
 			lastDrop = r.Time
 		}
-		if got, want := inOther[r.Seq], r.Event != EventDropped; got != want {
+		if got, want := inOther[r.Seq], r.Event != decisionlog.EventDropped; got != want {
 			t.Errorf("line %d: %s record with seq %d: got it in the other sink %v, want %v", i+1, r.Event, r.Seq, got, want)
 		}
 		inOther[r.Seq] = true
@@ -277,8 +278,8 @@ func TestFileSinkFlood(t *testing.T) {
 	if maxDropped := int(elapsed/fileSinkDroppedInterval) + 2; dropped > maxDropped {
 		t.Errorf("got %d dropped records in %v, want at most %d", dropped, elapsed, maxDropped)
 	}
-	if recs[len(recs)-1].Event != EventDropped {
-		t.Errorf("last record: got event %q, want %q", recs[len(recs)-1].Event, EventDropped)
+	if recs[len(recs)-1].Event != decisionlog.EventDropped {
+		t.Errorf("last record: got event %q, want %q", recs[len(recs)-1].Event, decisionlog.EventDropped)
 	}
 }
 
@@ -311,7 +312,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	if fi.Size() > maxBytes || fi.Size() < maxBytes-1024 {
 		t.Errorf("size when full: got %d, want at most %d and no less than a record below it", fi.Size(), maxBytes)
 	}
-	l.Emit(&Record{Event: EventPolicy, Change: "rule x added"})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, Change: "rule x added"})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -325,21 +326,21 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	lines := dlReadLines(t, path)[1:]
 	recs := lfRead(t, path)[1:]
 	last := len(recs) - 1
-	if recs[last].Event != EventDropped {
-		t.Fatalf("last record: got event %q, want %q", recs[last].Event, EventDropped)
+	if recs[last].Event != decisionlog.EventDropped {
+		t.Fatalf("last record: got event %q, want %q", recs[last].Event, decisionlog.EventDropped)
 	}
 	var decisions, policies int
 	var counted uint64
 	for i, r := range recs {
 		switch r.Event {
-		case EventDecision:
+		case decisionlog.EventDecision:
 			decisions++
-		case EventPolicy:
+		case decisionlog.EventPolicy:
 			policies++
 			if got, want := int64(len(data)-len(lines[i])-1-len(lines[last])-1), int64(maxBytes); got > want {
 				t.Errorf("size without the policy and the last dropped record: got %d, want at most %d", got, want)
 			}
-		case EventDropped:
+		case decisionlog.EventDropped:
 			counted += r.Count
 		}
 	}
@@ -357,7 +358,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 func TestFileSinkWriteRecordBudget(t *testing.T) {
 	fs, path, _ := lfOpen(t, FileSinkOptions{RatePerSecond: 1, Burst: 2})
 	for seq := uint64(1); seq <= 5; seq++ {
-		line := (&Record{Seq: seq, Event: EventDecision}).AppendJSON(nil)
+		line := (&decisionlog.Record{Seq: seq, Event: decisionlog.EventDecision}).AppendJSON(nil)
 		if err := fs.WriteRecord(seq, append(line, '\n')); err != nil {
 			t.Fatalf("WriteRecord %d: %v", seq, err)
 		}
@@ -386,10 +387,10 @@ func TestFileSinkLogClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := NewLog("sb", fs)
-	l.Emit(&Record{Event: EventDecision})
-	l.Emit(&Record{Event: EventDecision})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
 	time.Sleep(150 * time.Millisecond)
-	l.Emit(&Record{Event: EventDecision})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestStartLogLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		g.Log.Emit(&Record{Event: EventDecision})
+		g.Log.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
@@ -552,18 +553,18 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	l := NewLog("sb", fs)
 	flood := func(n int) {
 		for range n {
-			l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: "noise.test", Port: 80, Action: "block"})
+			l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: "noise.test", Port: 80, Action: "block"})
 			clock.Advance(time.Millisecond)
 		}
 	}
 	flood(10_000)
-	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
-	l.Emit(&Record{Event: EventClose, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
-	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
 	flood(10_000)
 	// Many targets: at most maxNovel of them are written over the rate.
 	for i := range 2 * maxNovel {
-		l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
+		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -51,7 +52,7 @@ func newMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat)
 	m.byKindAction = map[[2]string]prometheus.Counter{}
-	for _, kind := range []string{KindHTTP, KindConnect, KindDNS} {
+	for _, kind := range []string{decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindDNS} {
 		for _, action := range []netpolicy.Action{netpolicy.Allow, netpolicy.Block, netpolicy.Intercept} {
 			m.byKindAction[[2]string{kind, string(action)}] = m.requests.WithLabelValues(kind, string(action))
 		}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -90,8 +91,8 @@ type Config struct {
 	// proxy serves (in sbx run, the sandbox's own address): a connection
 	// from any other address is closed at once, before a byte is read or
 	// written, with a TCP reset, and logged as a decision with kind
-	// KindConn, action block, rule guard and the reason "client <ip> is
-	// not this gateway's sandbox" (rate-bounded: see KindConn). Empty
+	// decisionlog.KindConn, action block, rule guard and the reason "client <ip> is
+	// not this gateway's sandbox" (rate-bounded: see decisionlog.KindConn). Empty
 	// serves every client that can connect.
 	Clients []netip.Prefix
 	// Owner, when set, names the sandboxed process that owns the client's
@@ -205,7 +206,7 @@ func New(cfg Config) (*Server, error) {
 		// Every change to the store is recorded before a request can be
 		// decided under it.
 		cfg.Store.OnChange(func(next *netpolicy.Snapshot) {
-			cfg.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: next.Version(), Change: next.Change()})
+			cfg.Log.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, PolicyVersion: next.Version(), Change: next.Change()})
 		})
 	}
 	return s, nil
@@ -237,7 +238,7 @@ func (s *Server) AddOwnAddr(ap netip.AddrPort) {
 // Serve accepts proxy clients on ln until ctx is done or Close is called,
 // and then returns nil; other accept errors are returned. It closes ln.
 // A client outside Config.Clients, or over Limits.MaxConnsPerClient, is
-// refused as soon as it is accepted (see KindConn).
+// refused as soon as it is accepted (see decisionlog.KindConn).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return s.serveListener(ctx, ln, "proxy", http.StatusTooManyRequests, "sbx: too many connections from this client\n", s.serveConn)
 }
@@ -450,7 +451,7 @@ func (s *Server) owner(network string, client, remote netip.AddrPort) Process {
 }
 
 // setProcess copies p into rec.
-func (rec *Record) setProcess(p Process) {
+func setProcess(rec *decisionlog.Record, p Process) {
 	rec.PID, rec.Comm, rec.Exe = p.PID, p.Comm, p.Exe
 }
 
@@ -513,9 +514,9 @@ func (s *Server) refuseMalformed(c *conn, err error) {
 	if !errors.As(err, &se) {
 		return // EOF, timeout or reset: nobody to answer
 	}
-	kind := KindHTTP
+	kind := decisionlog.KindHTTP
 	if se.Method == http.MethodConnect {
-		kind = KindConnect
+		kind = decisionlog.KindConnect
 	}
 	rec := s.newRecord(c, kind, se.Method, 0)
 	rec.Action, rec.Rule, rec.Reason = string(netpolicy.Block), netpolicy.RuleInvalid, "malformed request: "+se.Reason
@@ -526,10 +527,10 @@ func (s *Server) refuseMalformed(c *conn, err error) {
 }
 
 // newRecord starts a decision record for a request of c.
-func (s *Server) newRecord(c *conn, kind, method string, port uint16) *Record {
-	return &Record{
+func (s *Server) newRecord(c *conn, kind, method string, port uint16) *decisionlog.Record {
+	return &decisionlog.Record{
 		ID:     strconv.FormatUint(s.connID.Add(1), 36),
-		Event:  EventDecision,
+		Event:  decisionlog.EventDecision,
 		Client: c.clientText,
 		Kind:   kind,
 		Method: method,
@@ -541,7 +542,7 @@ func (s *Server) newRecord(c *conn, kind, method string, port uint16) *Record {
 }
 
 // emit writes rec to the decision log, if there is one.
-func (s *Server) emit(rec *Record) {
+func (s *Server) emit(rec *decisionlog.Record) {
 	if s.cfg.Log != nil {
 		s.cfg.Log.Emit(rec)
 	}

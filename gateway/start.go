@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -209,7 +210,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	}
 
 	snap := store.Load()
-	g.Log.Emit(&Record{Event: EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
+	g.Log.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, PolicyVersion: snap.Version(), Change: snap.Change()})
 	g.serve(func() error { return srv.Serve(ctx, ln) })
 	if o.Transparent != nil {
 		origDst := o.OriginalDst

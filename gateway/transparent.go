@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -40,7 +41,7 @@ const reasonHostMismatch = "host mismatch"
 // connections that the sandbox's rules redirected to ln; origDst returns a
 // connection's original destination (OriginalDst does, for a listener in
 // the network namespace whose rules redirected it). Each connection is
-// decided and logged with kind KindTransparent; see the comment above.
+// decided and logged with kind decisionlog.KindTransparent; see the comment above.
 // Clients are fenced as in Serve.
 func (s *Server) ServeTransparent(ctx context.Context, ln net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
 	return s.serveListener(ctx, ln, "transparent", 0, "", func(ctx context.Context, nc net.Conn) {
@@ -56,7 +57,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	c := s.newConn(nc, dst)
 	defer c.releaseReader()
 	refuse := func(rule, reason string) {
-		rec := s.newRecord(c, KindTransparent, "", dst.Port())
+		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		if dst.IsValid() {
 			rec.Host = dst.Addr().String()
 		}
@@ -151,7 +152,7 @@ func isTokenChar(c byte) bool {
 func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, hello []byte, sni string, helloErr error, start time.Time) {
 	t := netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}
 	refuse := func(reason string) {
-		rec := s.newRecord(c, KindTransparent, "", dst.Port())
+		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		rec.Host = host
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
 	}
@@ -182,7 +183,7 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 // relays it; first are bytes already read from the client, which go
 // upstream before the rest.
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
-	rec, snap, t, d := s.decide(c, KindTransparent, t)
+	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t)
 	rec.Method = "" // decided as a tunnel; no HTTP method was sent
 	if d.Action == netpolicy.Intercept {
 		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
@@ -210,7 +211,7 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if err != nil {
 			var se *statusError
 			if errors.As(err, &se) {
-				s.refuseTarget(c, KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
+				s.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
 			}
 			return
 		}
@@ -218,18 +219,18 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if len(target) > 0 && target[0] == '/' {
 			h := head.Header.Values("Host")
 			if len(h) != 1 || h[0] == "" {
-				s.refuseTarget(c, KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
+				s.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
 				return
 			}
 			target = "http://" + h[0] + target
 		}
 		u, serr := parseProxyTarget(target)
 		if serr != nil {
-			s.refuseTarget(c, KindTransparent, head, serr, start)
+			s.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
 			return
 		}
 		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
-			rec := s.newRecord(c, KindTransparent, head.Method, dst.Port())
+			rec := s.newRecord(c, decisionlog.KindTransparent, head.Method, dst.Port())
 			rec.Host, rec.Path = host, truncate(u.EscapedPath(), maxLoggedPath)
 			reason := fmt.Sprintf("%s: the request names %s, but the connection is to %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
 			if !named {
@@ -240,7 +241,7 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 			s.writeBlock(c, head.Method, host, dst.Port(), u.EscapedPath(), d, true)
 			return
 		}
-		if !s.forwardHTTP(ctx, c, head, KindTransparent, u, dst.Port(), start) {
+		if !s.forwardHTTP(ctx, c, head, decisionlog.KindTransparent, u, dst.Port(), start) {
 			return
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -109,7 +110,7 @@ func (g *transparentGateway) waitDecision(t *testing.T, host string) map[string]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		for _, r := range g.records(t) {
-			if r["event"] == EventDecision && r["kind"] == KindTransparent && r["host"] == host {
+			if r["event"] == decisionlog.EventDecision && r["kind"] == decisionlog.KindTransparent && r["host"] == host {
 				return r
 			}
 		}
@@ -175,7 +176,7 @@ func TestTransparentHTTP(t *testing.T) {
 	}
 	var found bool
 	for _, r := range g.records(t) {
-		if r["kind"] == KindTransparent && strings.HasPrefix(r["reason"].(string), reasonHostMismatch) {
+		if r["kind"] == decisionlog.KindTransparent && strings.HasPrefix(r["reason"].(string), reasonHostMismatch) {
 			found = r["action"] == "block" && r["host"] == "api.test"
 		}
 	}

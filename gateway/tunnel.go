@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -35,13 +36,13 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		if errors.As(err, &se) {
 			status, reason = se.Status, se.Reason
 		}
-		rec := s.newRecord(c, KindConnect, http.MethodConnect, 0)
+		rec := s.newRecord(c, decisionlog.KindConnect, http.MethodConnect, 0)
 		rec.Host = redactTarget(head.Target)
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, status, start)
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
 	}
-	rec, snap, t, d := s.decide(c, KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
+	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
 
 	if d.Action == netpolicy.Intercept {
 		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "HTTPS intercept needs TLS interception"}
@@ -62,7 +63,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 // 502 or 504, 200. A transparent client, which does not know the gateway
 // is there, gets its connection closed; its refusals are logged with
 // status 0, but the cap's 429.
-func (s *Server) openTunnel(ctx context.Context, c *conn, rec *Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
+func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
 	refuse := func(d netpolicy.Decision) {
 		if !proxied {
 			s.finishRefusal(rec, d, 0, start)
@@ -131,7 +132,7 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *Record, snap *net
 // connection itself once the buffer is given back) and returns what it
 // consumed, which goes upstream first; its error ends the tunnel, logged
 // in the close record as a block of rule invalid.
-func (s *Server) relay(c *conn, up net.Conn, closeRec *Record, first func(src io.Reader) ([]byte, error)) {
+func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first func(src io.Reader) ([]byte, error)) {
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
 

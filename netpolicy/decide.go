@@ -104,6 +104,32 @@ func (p *Policy) Decide(t Target) Decision {
 	return r.decision
 }
 
+// Verdict is the gateway's verdict on t before it resolves a name, the
+// one verdict that the gateway, sbx policy check and sbx audit --expect
+// share: Decide's, replaced by the address guard's refusal (GuardAddr)
+// when Decide allows an IP literal that the guard refuses. A name's
+// addresses are guarded by the gateway once it has resolved them, which
+// a verdict without DNS cannot do; an intercept dials nothing and is not
+// guarded. Like Decide it ignores the mode.
+func (p *Policy) Verdict(t Target) Decision {
+	d := p.Decide(t)
+	if d.Action != Allow {
+		return d
+	}
+	host, err := normalizeTarget(t.Host)
+	if err != nil {
+		return d // cannot happen: Decide blocks what does not normalize
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return d
+	}
+	if g, refused := p.GuardAddr(ip, t); refused {
+		return g
+	}
+	return d
+}
+
 // match returns the position of the first rule that matches t, whose host
 // is normalized, or -1.
 func (p *Policy) match(host string, t Target) int {

@@ -311,3 +311,38 @@ func TestGuardHostNameRuleExemptsNothing(t *testing.T) {
 		t.Errorf("GuardAddr(127.0.0.1) passed under a host-name rule, want refused")
 	}
 }
+
+// TestVerdict shows the verdict the gateway, sbx policy check and sbx
+// audit share: Decide, with the address guard's refusal of an allowed IP
+// literal.
+func TestVerdict(t *testing.T) {
+	spec := Spec{Version: 1, Default: Block, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16")}, Rules: []Rule{
+		{ID: "any", Host: "*", Ports: []Port{8080}, Action: Allow},
+		{ID: "lan", Host: "192.168.1.0/24", Action: Allow},
+		{ID: "mock", Host: "127.0.0.1", Ports: []Port{9}, Action: Intercept, Response: &Response{Status: 204}},
+		{ID: "gh", Host: "api.github.com", Action: Allow},
+	}}
+	p, err := Compile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		host   string
+		port   uint16
+		action Action
+		rule   string
+	}{
+		{"api.github.com", 443, Allow, "gh"},
+		{"10.1.2.3", 8080, Block, RuleGuard}, // allowed by "*": a host pattern exempts nothing
+		{"10.9.2.3", 8080, Allow, "any"},     // allow_private
+		{"192.168.1.7", 443, Allow, "lan"},   // an allow rule for the range exempts it
+		{"169.254.169.254", 8080, Block, RuleGuard},
+		{"127.0.0.1", 9, Intercept, "mock"}, // an intercept dials nothing
+		{"evil.example", 443, Block, RuleDefault},
+	} {
+		d := p.Verdict(Target{Host: tt.host, Port: tt.port, Method: "CONNECT"})
+		if d.Action != tt.action || d.Rule != tt.rule {
+			t.Errorf("Verdict(%s:%d): got %s by %s, want %s by %s", tt.host, tt.port, d.Action, d.Rule, tt.action, tt.rule)
+		}
+	}
+}

@@ -22,7 +22,7 @@ need_go
 # busybox-static for its container tests; docker.io for the same tests
 # with --runtime docker (their images are loaded through Docker's API:
 # no registry is needed).
-need_packages gcc iproute2 iptables containerd runc tini busybox-static docker.io
+need_packages gcc iproute2 iptables containerd runc tini busybox-static docker.io chromium
 need_containerd
 need_docker
 

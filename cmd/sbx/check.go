@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -75,7 +74,7 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 			if err != nil {
 				return err
 			}
-			d := decide(p, t)
+			d := p.Verdict(t)
 			if o.json {
 				return writeDecisionJSON(cmd.OutOrStdout(), d)
 			}
@@ -112,28 +111,6 @@ func (o *checkOptions) build(cmd *cobra.Command) (*netpolicy.Policy, error) {
 		source := "the running policy (version " + strconv.FormatUint(p.Version, 10) + ")"
 		return p.Policy, source, nil
 	})
-}
-
-// decide returns the verdict of p for t as the gateway would give it
-// before resolving names: p's decision, replaced by the address guard's
-// refusal when p allows an IP literal that the guard refuses.
-func decide(p *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
-	d := p.Decide(t)
-	if d.Action != netpolicy.Allow {
-		return d // an intercept is answered by the gateway and dials nothing
-	}
-	host, err := netpolicy.NormalizeHost(t.Host)
-	if err != nil {
-		return d // cannot happen: Decide blocks what does not normalize
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return d // a name: the guard checks the addresses it resolves to
-	}
-	if g, refused := p.GuardAddr(ip, t); refused {
-		return g
-	}
-	return d
 }
 
 // writeDecisionJSON writes d as one JSON object and a newline.

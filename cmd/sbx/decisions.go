@@ -15,34 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
-// decisionRecord is what sbx decisions shows of a decision record.
-type decisionRecord struct {
-	Seq      uint64    `json:"seq"`
-	Event    string    `json:"event"`
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"`
-	Method   string    `json:"method"`
-	Host     string    `json:"host"`
-	Port     int       `json:"port"`
-	Path     string    `json:"path"`
-	Action   string    `json:"action"`
-	Enforced bool      `json:"enforced"`
-	Rule     string    `json:"rule"`
-	Reason   string    `json:"reason"`
-	Change   string    `json:"change"`
-	Client   string    `json:"client"`
-	Count    uint64    `json:"count"`
-	Proto    string    `json:"proto"`
-	PID      int       `json:"pid"`
-	Comm     string    `json:"comm"`
-}
-
-// target is what the record was about: [METHOD ]host:port[path], the
+// recordTarget is what the record was about: [METHOD ]host:port[path], the
 // protocol first for a bypass record, the client for a conn record.
-func (r decisionRecord) target() string {
+func recordTarget(r *decisionlog.Record) string {
 	switch r.Kind {
 	case "conn": // refused before any request: no target, only who
 		return "from " + r.Client
@@ -63,17 +42,17 @@ func (r decisionRecord) target() string {
 	return t
 }
 
-// process names the process the record is about, " by comm[pid]", or "".
-func (r decisionRecord) process() string {
+// recordProcess names the process the record is about, " by comm[pid]", or "".
+func recordProcess(r *decisionlog.Record) string {
 	if r.PID == 0 {
 		return ""
 	}
 	return fmt.Sprintf(" by %s[%d]", r.Comm, r.PID)
 }
 
-// reason is the record's reason, saying so when audit mode let a block
+// recordReason is the record's reason, saying so when audit mode let a block
 // verdict through.
-func (r decisionRecord) reason() string {
+func recordReason(r *decisionlog.Record) string {
 	if r.Event == "decision" && r.Action == "block" && !r.Enforced {
 		return r.Reason + "; audit mode let it through"
 	}
@@ -82,7 +61,7 @@ func (r decisionRecord) reason() string {
 
 // formatDecision renders one record as a line; color adds ANSI colors to
 // the action.
-func formatDecision(r decisionRecord, color bool) string {
+func formatDecision(r *decisionlog.Record, color bool) string {
 	switch r.Event {
 	case "policy":
 		return fmt.Sprintf("%s  policy    %s", r.Time.Local().Format("15:04:05.000"), printable(r.Change))
@@ -100,7 +79,7 @@ func formatDecision(r decisionRecord, color bool) string {
 	// Fixed widths rather than a tabwriter: lines are printed as they come
 	// (--follow). A longer field pushes the rest of its line only.
 	return fmt.Sprintf("%s  %s %-11s %-*s  %-*s  %s%s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
-		targetWidth, printable(r.target()), ruleWidth, printable(r.Rule), printable(r.reason()), printable(r.process()))
+		targetWidth, printable(recordTarget(r)), ruleWidth, printable(r.Rule), printable(recordReason(r)), printable(recordProcess(r)))
 }
 
 // Column widths of formatDecision.
@@ -134,6 +113,7 @@ until interrupted; --json passes the records through unchanged.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
 			color := isTerminal(out) && !asJSON
+			var dec decisionlog.Decoder
 			show := func(line []byte) error {
 				line = []byte(strings.TrimSpace(string(line)))
 				if len(line) == 0 {
@@ -143,14 +123,14 @@ until interrupted; --json passes the records through unchanged.`,
 					_, err := fmt.Fprintf(out, "%s\n", line)
 					return err
 				}
-				var r decisionRecord
-				if err := json.Unmarshal(line, &r); err != nil {
-					return fmt.Errorf("not a decision record: %s", line)
+				var r decisionlog.Record
+				if err := dec.Decode(line, &r); err != nil {
+					return fmt.Errorf("not a decision record (%v): %s", err, printable(string(line)))
 				}
 				if r.Event == "close" {
 					return nil
 				}
-				_, err := fmt.Fprintln(out, formatDecision(r, color))
+				_, err := fmt.Fprintln(out, formatDecision(&r, color))
 				return err
 			}
 			showAll := func(r io.Reader) error { // one record per line

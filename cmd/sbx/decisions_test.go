@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // TestFormatDecisionAligned: lines of different lengths start their rule
@@ -11,9 +13,9 @@ import (
 func TestFormatDecisionAligned(t *testing.T) {
 	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
 	lines := []string{
-		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "connect", Method: "CONNECT", Host: "registry.npmjs.org", Port: 443, Action: "allow", Rule: "r1", Reason: "rule r1: allow registry.npmjs.org"}, false),
-		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "GET", Host: "x.test", Port: 80, Path: "/a", Action: "block", Enforced: true, Rule: "default", Reason: "no rule matched; the default is block"}, false),
-		formatDecision(decisionRecord{Event: "decision", Time: at, Kind: "http", Method: "POST", Host: "x.test", Port: 80, Path: "/b", Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}, false),
+		formatDecision(&decisionlog.Record{Event: "decision", Time: at, Kind: "connect", Method: "CONNECT", Host: "registry.npmjs.org", Port: 443, Action: "allow", Rule: "r1", Reason: "rule r1: allow registry.npmjs.org"}, false),
+		formatDecision(&decisionlog.Record{Event: "decision", Time: at, Kind: "http", Method: "GET", Host: "x.test", Port: 80, Path: "/a", Action: "block", Enforced: true, Rule: "default", Reason: "no rule matched; the default is block"}, false),
+		formatDecision(&decisionlog.Record{Event: "decision", Time: at, Kind: "http", Method: "POST", Host: "x.test", Port: 80, Path: "/b", Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}, false),
 	}
 	want := []string{
 		"12:00:00.000  allow     connect     registry.npmjs.org:443                    r1        rule r1: allow registry.npmjs.org",
@@ -34,7 +36,7 @@ func TestFormatDecisionAligned(t *testing.T) {
 // come from the sandbox; none of their control characters reach the
 // terminal.
 func TestFormatDecisionReplacesControlCharacters(t *testing.T) {
-	line := formatDecision(decisionRecord{Event: "decision", Kind: "http", Method: "GET", Host: "x.test\x1b[2J", Port: 80,
+	line := formatDecision(&decisionlog.Record{Event: "decision", Kind: "http", Method: "GET", Host: "x.test\x1b[2J", Port: 80,
 		Path: "/\x1b]0;pwned\x07\u009b", Action: "block", Enforced: true, Rule: "default", Reason: "no rule\r\n"}, false)
 	if strings.ContainsAny(line, "\x1b\x07\r\n\u009b") {
 		t.Errorf("a control character reached the line: %q", line)
@@ -50,15 +52,15 @@ func TestFormatDecisionReplacesControlCharacters(t *testing.T) {
 func TestFormatDroppedAndConn(t *testing.T) {
 	at := time.Date(2026, 11, 21, 12, 0, 0, 0, time.Local)
 	for _, tc := range []struct {
-		r    decisionRecord
+		r    decisionlog.Record
 		want string
 	}{
-		{decisionRecord{Event: "dropped", Time: at, Count: 3804, Reason: "over the decision log's rate limit of 1000 records a second (burst 20000)"},
+		{decisionlog.Record{Event: "dropped", Time: at, Count: 3804, Reason: "over the decision log's rate limit of 1000 records a second (burst 20000)"},
 			"12:00:00.000  dropped   3804 records left out of the log: over the decision log's rate limit of 1000 records a second (burst 20000)"},
-		{decisionRecord{Event: "decision", Time: at, Kind: "conn", Client: "10.213.0.6:4242", Action: "block", Enforced: true, Rule: "guard", Reason: "client 10.213.0.6 is not this gateway's sandbox"},
+		{decisionlog.Record{Event: "decision", Time: at, Kind: "conn", Client: "10.213.0.6:4242", Action: "block", Enforced: true, Rule: "guard", Reason: "client 10.213.0.6 is not this gateway's sandbox"},
 			"12:00:00.000  block     conn        from 10.213.0.6:4242                      guard     client 10.213.0.6 is not this gateway's sandbox"},
 	} {
-		if got := formatDecision(tc.r, false); got != tc.want {
+		if got := formatDecision(&tc.r, false); got != tc.want {
 			t.Errorf("\n got %q\nwant %q", got, tc.want)
 		}
 	}

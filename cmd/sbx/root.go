@@ -112,6 +112,7 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 	}
 	root.SetFlagErrorFunc(usageError)
 	root.AddCommand(
+		newAuditCmd(),
 		newDecisionsCmd(),
 		newGCCmd(),
 		newGatewayCmd(),

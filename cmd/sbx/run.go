@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,11 +15,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -485,15 +484,15 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	if !strings.Contains(string(line), `"event":"decision"`) {
 		return nil
 	}
-	var r decisionRecord
-	if err := json.Unmarshal(line, &r); err != nil {
+	var r decisionlog.Record
+	if err := decisionlog.Decode(line, &r); err != nil {
 		return nil
 	}
-	why := r.reason() // "rule r1: allow x", "address guard: ...", "no rule matched; the default is block"
+	why := recordReason(&r) // "rule r1: allow x", "address guard: ...", "no rule matched; the default is block"
 	if !strings.Contains(why, r.Rule) {
 		why = r.Rule + ": " + why
 	}
-	target := r.target()
+	target := recordTarget(&r)
 	switch {
 	case r.Method == "CONNECT":
 		target = "CONNECT " + target
@@ -506,7 +505,7 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	case r.Kind == "bypass":
 		target = "bypass " + target
 	}
-	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s%s  (%s)\n", r.Action, printable(target), printable(r.process()), printable(why))
+	_, err := fmt.Fprintf(s.w, "sbx: %-9s %s%s  (%s)\n", r.Action, printable(target), printable(recordProcess(&r)), printable(why))
 	return err
 }
 

@@ -1,11 +1,7 @@
-package gateway
+package decisionlog
 
 import (
-	"errors"
-	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -62,6 +58,12 @@ const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
 	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
+	// KindConn is a client connection the gateway refused before reading
+	// a request from it: a client outside the gateway's allowed clients,
+	// or one over its per-client connection limit. Such a record has no
+	// method, host, port or path. These records are rate-bounded: their
+	// count is in the reason.
+	KindConn = "conn"
 	// KindTransparent is a TCP connection the sandbox made without the
 	// proxy, which its rules redirected to the gateway (see
 	// ServeTransparent): one record per connection, or per request when it
@@ -384,213 +386,4 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
-}
-
-// A Sink receives the encoded records of a Log.
-//
-// Log calls WriteRecord with one record at a time, in increasing seq order,
-// never concurrently with another call of the same Log; line is one JSON
-// object followed by '\n' and is valid only during the call (the Log reuses
-// its memory), so a sink that keeps it must copy it. A sink shared with
-// other goroutines (a FileSink's flusher, a Ring's readers) does its own
-// locking.
-type Sink interface {
-	// WriteRecord writes the record numbered seq, encoded as line.
-	WriteRecord(seq uint64, line []byte) error
-	// Flush pushes what the sink buffers to where it goes.
-	Flush() error
-	// Close flushes the sink and releases what it holds. Writes after
-	// Close fail with an error wrapping ErrSinkClosed.
-	Close() error
-}
-
-// ErrSinkClosed is returned by a sink's writes after it was closed, and by
-// Subscription.Err when the Ring it follows was closed.
-var ErrSinkClosed = errors.New("decision log sink closed")
-
-// Log numbers decision records, encodes them and writes them to its sinks
-// (DESIGN.md §5). Make one with NewLog. A Log is safe for concurrent use:
-// Emit from many goroutines writes every record to every sink in seq
-// order. The caller that made the Log must Close it.
-type Log struct {
-	sandbox string
-	sinks   []Sink
-	budgets []budgetedSink // budgets[i] is sinks[i] when that leaves records out over a budget, else nil
-	nerrs   atomic.Uint64
-
-	mu     sync.Mutex // held while a record is numbered, encoded and written
-	seq    uint64     // last assigned
-	buf    []byte     // the line being written, reused
-	closed bool
-
-	errMu    sync.Mutex // separate from mu, so Err does not wait for a slow sink
-	firstErr error
-}
-
-// NewLog returns a Log for the sandbox with the given id (empty for a
-// standalone gateway) that writes to sinks, skipping nil ones. Closing the
-// Log closes the sinks.
-func NewLog(sandbox string, sinks ...Sink) *Log {
-	l := &Log{sandbox: sandbox, buf: make([]byte, 0, 1024)}
-	for _, s := range sinks {
-		if s != nil {
-			l.sinks = append(l.sinks, s)
-			b, _ := s.(budgetedSink)
-			l.budgets = append(l.budgets, b)
-		}
-	}
-	return l
-}
-
-// A budgetedSink is a Sink that leaves out the records over its budget
-// and later writes a dropped record saying how many (FileSink). The Log
-// numbers those dropped records as it numbers its own, so that a seq names
-// one record wherever it appears; the other sinks see a gap in the seqs
-// instead.
-type budgetedSink interface {
-	Sink
-	// reserveDropped is called, with the Log's lock held, before the Log
-	// numbers a record (at is dropBeforeRecord or dropBeforePolicy) or
-	// closes the sink (dropAtClose). It reports whether the sink took seq
-	// for a dropped record that it writes before that record, or when it
-	// is closed; the Log then numbers its record seq+1. now is the
-	// current time, or zero when the sink is to read its clock.
-	reserveDropped(seq uint64, at dropPoint, now time.Time) bool
-	// writeBudgeted is WriteRecord for r, encoded as line, which the sink
-	// may leave out when it is over budget (never a policy record). now
-	// is as for reserveDropped.
-	writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error
-}
-
-// dropPoint says when a budgetedSink is asked to write a dropped record.
-type dropPoint uint8
-
-const (
-	dropBeforeRecord dropPoint = iota // before a record the budget applies to
-	dropBeforePolicy                  // before a policy record, which is never left out
-	dropAtClose                       // when the Log closes
-)
-
-// Emit assigns r the next seq (1 for the first record), sets r.V, sets
-// r.Sandbox to the Log's sandbox and r.Time to the current time when it is
-// zero, writes r to every sink and returns the seq. Emit does not keep r.
-//
-// A FileSink over its budget leaves r out (unless it is a policy record),
-// and before the next record it writes, it may write a dropped record
-// saying how many it left out. That record takes a seq of its own, before
-// r's: seqs always increase, and the sinks that did not get it skip it.
-//
-// A sink's error does not stop the other sinks or later records; it is
-// counted by Errors and the first one is kept for Err. After Close, Emit
-// writes nothing and returns 0.
-func (l *Log) Emit(r *Record) uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return 0
-	}
-	// now is the time stamped on r, which budgeted sinks take for the
-	// current time rather than read the clock again; zero when r came
-	// with a time of its own.
-	var now time.Time
-	if r.Time.IsZero() {
-		now = time.Now()
-		r.Time = now
-	}
-	policy := r.Event == EventPolicy
-	for _, b := range l.budgets {
-		if b != nil && b.reserveDropped(l.seq+1, dropPointFor(policy), now) {
-			l.seq++
-		}
-	}
-	l.seq++
-	r.Seq = l.seq
-	r.V = SchemaVersion
-	r.Sandbox = l.sandbox
-	if len(l.sinks) == 0 {
-		return r.Seq
-	}
-	l.buf = append(r.AppendJSON(l.buf[:0]), '\n')
-	for i, s := range l.sinks {
-		var err error
-		if b := l.budgets[i]; b != nil {
-			err = b.writeBudgeted(r.Seq, l.buf, r, now)
-		} else {
-			err = s.WriteRecord(r.Seq, l.buf)
-		}
-		if err != nil {
-			l.sinkFailed(i, err)
-		}
-	}
-	return r.Seq
-}
-
-// dropPointFor returns where a budgetedSink is asked for a dropped record
-// before a record that is a policy record or not.
-func dropPointFor(policy bool) dropPoint {
-	if policy {
-		return dropBeforePolicy
-	}
-	return dropBeforeRecord
-}
-
-// sinkFailed counts a failed write and keeps the first error.
-func (l *Log) sinkFailed(i int, err error) {
-	if l.nerrs.Add(1) == 1 {
-		l.errMu.Lock()
-		l.firstErr = fmt.Errorf("decision log sink %d: %w", i, err)
-		l.errMu.Unlock()
-	}
-}
-
-// Errors returns how many sink writes have failed.
-func (l *Log) Errors() uint64 { return l.nerrs.Load() }
-
-// Err returns the first sink write error, or nil when every write worked.
-func (l *Log) Err() error {
-	l.errMu.Lock()
-	defer l.errMu.Unlock()
-	return l.firstErr
-}
-
-// Flush flushes every sink and returns their errors joined. It does
-// nothing after Close.
-func (l *Log) Flush() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	var errs []error
-	for i, s := range l.sinks {
-		if err := s.Flush(); err != nil {
-			errs = append(errs, fmt.Errorf("flushing decision log sink %d: %w", i, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Close closes every sink (which flushes it, and makes a FileSink write
-// a last dropped record when it left out records it has not counted yet)
-// and returns their errors joined. Later calls of Emit do nothing;
-// closing again returns nil.
-func (l *Log) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	l.closed = true
-	for _, b := range l.budgets {
-		if b != nil && b.reserveDropped(l.seq+1, dropAtClose, time.Time{}) {
-			l.seq++
-		}
-	}
-	var errs []error
-	for i, s := range l.sinks {
-		if err := s.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("closing decision log sink %d: %w", i, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/gateway/audit"
+	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// auditOptions are sbx audit's flags.
+type auditOptions struct {
+	sandboxes []string
+	format    string
+	out       string
+	suggest   bool
+	wildcards bool
+	expect    string
+	diff      bool
+	factor    float64
+	stateDir  string
+	logDir    string
+}
+
+func newAuditCmd() *cobra.Command {
+	var o auditOptions
+	cmd := &cobra.Command{
+		Use:   "audit [flags] LOG...",
+		Short: "Report what sandboxes reached, suggest a policy, gate CI on one, or diff two runs",
+		Long: `Audit reads decision logs (files, - for standard input, or --sandbox ID for
+a sandbox's log, running or ended; several are merged) and answers the
+questions of an audit or a security review.
+
+  sbx audit LOG...                  a report: one row per target (host, port)
+                                    with kinds, methods, frequent paths,
+                                    allowed/blocked/intercepted counts, bytes,
+                                    first and last seen, rules and processes;
+                                    DNS queries and packets sent around the
+                                    gateway; a summary line
+  sbx audit --suggest LOG...        a policy that allows exactly what the logs
+                                    saw, for review
+  sbx audit --expect POLICY LOG...  replays every attempt against POLICY with
+                                    the gateway's own decision code and lists
+                                    what it would not allow
+  sbx audit --diff OLD NEW          what NEW reaches that OLD did not, what it
+                                    no longer reaches, and counts that changed
+                                    more than --factor times
+
+Logs are read as a stream: their size does not bound what can be audited.
+
+Exit code: 0; with --expect, 1 when POLICY does not allow an attempt (or the
+log lacks records the gateway left out); with --diff, 1 when NEW reaches
+something new; 2 for bad input (a file that is not a decision log, a policy
+that does not load, wrong flags).`,
+		Example: `  sbx audit --sandbox 1a2b3c4d
+  sbx audit --format html -o report.html run1.jsonl run2.jsonl
+  sbx audit --suggest decisions.jsonl > reviewed-policy.yaml
+  sbx audit --expect reviewed-policy.yaml decisions.jsonl   # in CI
+  sbx audit --diff v1.jsonl v2.jsonl`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runAudit(cmd, o, args)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringArrayVar(&o.sandboxes, "sandbox", nil, "read the decision log of sandbox `ID` (its id or a unique prefix; a running one's --name too); repeatable")
+	fs.StringVar(&o.format, "format", "", "the output's format: text, json, markdown or html (default text, or what -o's extension names)")
+	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output")
+	fs.BoolVar(&o.suggest, "suggest", false, "print a policy (YAML) that allows exactly what the logs saw")
+	fs.BoolVar(&o.wildcards, "suggest-wildcards", false, "with --suggest, fold 3 or more sibling subdomains into *.domain")
+	fs.StringVar(&o.expect, "expect", "", "replay the logs against policy `FILE` and list what it would not allow (exit 1 if anything)")
+	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW: exit 1 when NEW reaches something OLD did not")
+	fs.Float64Var(&o.factor, "factor", 10, "with --diff, list targets whose attempts or bytes changed more than `N` times")
+	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
+	fs.StringVar(&o.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
+	fs.MarkHidden("state-dir")
+	fs.MarkHidden("log-dir")
+	return cmd
+}
+
+func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
+	modes := 0
+	for _, on := range []bool{o.suggest, o.expect != "", o.diff} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes > 1:
+		return usageErrorf(cmd, "--suggest, --expect and --diff each do their own job: give one")
+	case o.wildcards && !o.suggest:
+		return usageErrorf(cmd, "--suggest-wildcards goes with --suggest")
+	case cmd.Flags().Changed("factor") && !o.diff:
+		return usageErrorf(cmd, "--factor goes with --diff")
+	case o.factor <= 1:
+		return usageErrorf(cmd, "--factor %v: want a number above 1", o.factor)
+	case o.suggest && cmd.Flags().Changed("format") && o.format != "yaml":
+		return usageErrorf(cmd, "--suggest writes a policy file (YAML); --format does not apply")
+	}
+	format := o.format
+	if format == "" {
+		format = formatOf(o.out)
+	}
+	if !o.suggest && !slices.Contains(audit.Formats, format) {
+		return usageErrorf(cmd, "--format %q: use one of %s", format, strings.Join(audit.Formats, ", "))
+	}
+	if o.diff && format == audit.FormatHTML || o.expect != "" && format == audit.FormatHTML {
+		return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+	}
+
+	ctx := cmd.Context()
+	var out bytes.Buffer // written whole at the end: a failed audit leaves no half a file
+	code := exitOK
+	switch {
+	case o.diff:
+		if len(args) != 2 || len(o.sandboxes) > 0 {
+			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW")
+		}
+		var reps [2]*audit.Report
+		for i, a := range args {
+			srcs, err := auditSources(cmd, o, []string{a}, nil)
+			if err != nil {
+				return err
+			}
+			s, err := audit.Summarize(ctx, srcs, audit.Limits{})
+			if err != nil {
+				return auditInputError(err)
+			}
+			reps[i] = s.Report()
+		}
+		d := audit.DiffReports(reps[0], reps[1], o.factor)
+		if err := audit.WriteDiff(&out, d, format); err != nil {
+			return err
+		}
+		if d.ReachesNew() {
+			code = exitFailure
+		}
+	case o.expect != "":
+		p, err := netpolicy.ParseFile(o.expect)
+		if err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("--expect: %w", err)}
+		}
+		srcs, err := auditSources(cmd, o, args, o.sandboxes)
+		if err != nil {
+			return err
+		}
+		e, err := audit.Expect(ctx, p, o.expect, srcs, audit.Limits{})
+		if err != nil {
+			return auditInputError(err)
+		}
+		if err := audit.WriteExpectation(&out, e, format); err != nil {
+			return err
+		}
+		if !e.Holds() {
+			code = exitFailure
+		}
+	default:
+		srcs, err := auditSources(cmd, o, args, o.sandboxes)
+		if err != nil {
+			return err
+		}
+		s, err := audit.Summarize(ctx, srcs, audit.Limits{})
+		if err != nil {
+			return auditInputError(err)
+		}
+		rep := s.Report()
+		if o.suggest {
+			policy, err := audit.Suggest(rep, audit.SuggestOptions{Wildcards: o.wildcards})
+			if err != nil {
+				return err
+			}
+			out.Write(policy)
+		} else if err := audit.WriteReport(&out, rep, format); err != nil {
+			return err
+		}
+	}
+	if err := writeOutput(cmd.OutOrStdout(), o.out, out.Bytes()); err != nil {
+		return err
+	}
+	if code != exitOK {
+		return &exitError{code: code, err: errSilent}
+	}
+	return nil
+}
+
+// formatOf names the format a file's extension asks for, text when none.
+func formatOf(path string) string {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".html", ".htm":
+		return audit.FormatHTML
+	case ".md", ".markdown":
+		return audit.FormatMarkdown
+	case ".json":
+		return audit.FormatJSON
+	}
+	return audit.FormatText
+}
+
+// auditInputError makes a log that cannot be read exit 2, bad input; an
+// interrupted read is reported as it is.
+func auditInputError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &exitError{code: exitUsage, err: err}
+}
+
+// auditSources turns LOG arguments and --sandbox values into sources. A
+// file must open now, so that a typo is reported before anything is read.
+func auditSources(cmd *cobra.Command, o auditOptions, files, sandboxes []string) ([]audit.Source, error) {
+	if len(files)+len(sandboxes) == 0 {
+		return nil, usageErrorf(cmd, "give decision logs to read: files, - for standard input, or --sandbox ID")
+	}
+	var srcs []audit.Source
+	stdin := false
+	for _, f := range files {
+		if f == "-" {
+			if stdin {
+				return nil, usageErrorf(cmd, "- (standard input) can be read once")
+			}
+			stdin = true
+			in := cmd.InOrStdin()
+			srcs = append(srcs, audit.Source{Name: "standard input", Open: func() (io.ReadCloser, error) { return io.NopCloser(in), nil }})
+			continue
+		}
+		if err := checkLogFile(f); err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		srcs = append(srcs, fileSource(f))
+	}
+	for _, ref := range sandboxes {
+		path, err := sandboxLog(o, ref)
+		if err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		srcs = append(srcs, fileSource(path))
+	}
+	return srcs, nil
+}
+
+func fileSource(path string) audit.Source {
+	return audit.Source{Name: path, Open: func() (io.ReadCloser, error) { return os.Open(path) }}
+}
+
+// checkLogFile says what is wrong with a log file argument, if anything.
+func checkLogFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such file; give a decision log (sbx run prints its path at the end) or --sandbox ID", path)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%s: %w; sandboxes' logs are root's: run sbx audit with sudo", path, fs.ErrPermission)
+	case err != nil:
+		return err
+	case fi.IsDir():
+		if _, err := os.Stat(filepath.Join(path, "decisions.jsonl")); err == nil {
+			return fmt.Errorf("%s is a directory; did you mean %s?", path, filepath.Join(path, "decisions.jsonl"))
+		}
+		return fmt.Errorf("%s is a directory, not a decision log", path)
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%s: %w; sandboxes' logs are root's: run sbx audit with sudo", path, fs.ErrPermission)
+	} else if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// sandboxLog finds the decision log of the sandbox ref names: a running
+// sandbox by id, name or prefix, or an ended one by id or a unique prefix
+// of it among the logs kept in o.logDir.
+func sandboxLog(o auditOptions, ref string) (string, error) {
+	id := ""
+	if st, err := sandbox.Find(o.stateDir, ref); err == nil {
+		id = st.ID
+	} else {
+		entries, rerr := os.ReadDir(o.logDir)
+		if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return "", orNeedsRoot(rerr, "--sandbox")
+		}
+		var matches []string
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), ref) {
+				if _, err := os.Stat(filepath.Join(o.logDir, e.Name(), "decisions.jsonl")); err == nil {
+					matches = append(matches, e.Name())
+				}
+			}
+		}
+		switch {
+		case ref == "":
+			return "", errors.New("--sandbox: give a sandbox id")
+		case len(matches) == 0:
+			return "", fmt.Errorf("--sandbox %s: no running sandbox of that id or name, and no log of one in %s (a name is known only while its sandbox runs; a log written with --log is read as a file)", ref, o.logDir)
+		case len(matches) > 1 && !slices.Contains(matches, ref):
+			return "", fmt.Errorf("--sandbox %s: the logs of %s match; give more of the id", ref, strings.Join(matches, ", "))
+		case len(matches) > 1:
+			id = ref
+		default:
+			id = matches[0]
+		}
+	}
+	path := filepath.Join(o.logDir, id, "decisions.jsonl")
+	if err := checkLogFile(path); err != nil {
+		return "", fmt.Errorf("--sandbox %s: %w (a sandbox run with --log keeps its log where that said)", ref, err)
+	}
+	return path, nil
+}
+
+// writeOutput writes data to path, or to w when path is empty: to a
+// temporary file renamed over path, so that path is never half written.
+func writeOutput(w io.Writer, path string, data []byte) error {
+	if path == "" || path == "-" {
+		_, err := w.Write(data)
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+)
+
+// auditLog writes records as the gateway encodes them to a file named
+// name in dir, and returns its path.
+func auditLog(t *testing.T, dir, name string, recs ...decisionlog.Record) string {
+	t.Helper()
+	var b bytes.Buffer
+	for i := range recs {
+		recs[i].Seq = uint64(i + 1)
+		b.Write(recs[i].AppendJSON(nil))
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func decided(kind, method, host string, port int, path, action string) decisionlog.Record {
+	return decisionlog.Record{V: 1, Event: decisionlog.EventDecision, Time: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC),
+		Sandbox: "5e6f7a8b", Client: "10.213.0.2:4000", Kind: kind, Method: method, Host: host, Port: port, Path: path,
+		Action: action, Enforced: true, Rule: "r1", Reason: "because"}
+}
+
+func TestAuditCLI(t *testing.T) {
+	dir := t.TempDir()
+	v1 := auditLog(t, dir, "v1.jsonl",
+		decided("connect", "CONNECT", "api.ext.example", 443, "", "allow"),
+		decided("http", "GET", "cdn.ext.example", 80, "/assets/app.js", "allow"),
+	)
+	v2 := auditLog(t, dir, "v2.jsonl",
+		decided("connect", "CONNECT", "api.ext.example", 443, "", "allow"),
+		decided("http", "GET", "cdn.ext.example", 80, "/assets/app.js", "allow"),
+		decided("transparent", "", "collect.tracker.example", 443, "", "block"),
+	)
+	bad := writeFile(t, "bad.jsonl", `{"v":1,"event":"decision"}`+"\nnot json\n")
+
+	// The report, text by default.
+	out, errOut, code := runCLI(t, "audit", v1)
+	if code != 0 || !strings.Contains(out, "api.ext.example:443") || !strings.Contains(out, "Summary: 2 records at 2 targets") {
+		t.Errorf("sbx audit v1: exit %d, stdout:\n%s\nstderr: %s", code, out, errOut)
+	}
+	// --suggest, then --expect of the same log passes, and of v2 fails.
+	policy, errOut, code := runCLI(t, "audit", "--suggest", v1)
+	if code != 0 {
+		t.Fatalf("--suggest: exit %d: %s", code, errOut)
+	}
+	pfile := writeFile(t, "reviewed.yaml", policy)
+	if out, errOut, code := runCLI(t, "policy", "validate", pfile); code != 0 {
+		t.Errorf("sbx policy validate of the suggested policy: exit %d\n%s%s\n%s", code, out, errOut, policy)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--expect", pfile, v1); code != 0 || !strings.Contains(out, "allows all 2 attempts") {
+		t.Errorf("--expect of the log it was suggested from: exit %d, want 0\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "audit", "--expect", pfile, v2)
+	if code != 1 || !strings.Contains(out, "collect.tracker.example:443") {
+		t.Errorf("--expect of v2: exit %d, want 1 naming collect.tracker.example\n%s%s", code, out, errOut)
+	}
+	// --diff: exit 1 on anything new, 0 the other way round.
+	out, errOut, code = runCLI(t, "audit", "--diff", v1, v2)
+	if code != 1 || !strings.Contains(out, "collect.tracker.example:443") {
+		t.Errorf("--diff v1 v2: exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--diff", v2, v1); code != 0 || !strings.Contains(out, "No longer reached") {
+		t.Errorf("--diff v2 v1: exit %d, want 0 and what is no longer reached\n%s%s", code, out, errOut)
+	}
+	// -o writes the file whole, its format from the extension.
+	md := filepath.Join(dir, "report.md")
+	if _, errOut, code := runCLI(t, "audit", "-o", md, v1, v2); code != 0 {
+		t.Errorf("-o report.md: exit %d: %s", code, errOut)
+	} else if data, _ := os.ReadFile(md); !strings.HasPrefix(string(data), "## sbx audit") || !strings.Contains(string(data), "| `api.ext.example:443` |") {
+		t.Errorf("report.md is not markdown:\n%s", data)
+	}
+	// --sandbox reads an ended sandbox's log by a prefix of its id.
+	logDir := filepath.Join(dir, "logs")
+	auditLog(t, logDir, "5e6f7a8b/decisions.jsonl", decided("http", "GET", "only.example", 80, "/", "allow"))
+	if out, errOut, code := runCLI(t, "audit", "--log-dir", logDir, "--state-dir", filepath.Join(dir, "state"), "--sandbox", "5e6f", "--format", "json"); code != 0 || !strings.Contains(out, `"host": "only.example"`) {
+		t.Errorf("--sandbox 5e6f: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Bad input exits 2 and says what is wrong and where.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"audit", bad}, bad + ":2: not a decision record"},
+		{[]string{"audit", filepath.Join(dir, "nope.jsonl")}, "no such file; give a decision log"},
+		{[]string{"audit", dir}, "is a directory"},
+		{[]string{"audit"}, "give decision logs to read"},
+		{[]string{"audit", "--expect", bad, v1}, "--expect: "},
+		{[]string{"audit", "--suggest", "--expect", pfile, v1}, "give one"},
+		{[]string{"audit", "--diff", v1}, "--diff compares two logs"},
+		{[]string{"audit", "--format", "pdf", v1}, `--format "pdf"`},
+		{[]string{"audit", "--format", "html", "--diff", v1, v2}, "--format html is for the report"},
+		{[]string{"audit", "--log-dir", logDir, "--state-dir", filepath.Join(dir, "state"), "--sandbox", "ffff"}, "no running sandbox of that id or name"},
+	} {
+		out, errOut, code := runCLI(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("sbx %s: exit %d, stderr %q; want exit 2 and %q (stdout %q)", strings.Join(tc.args, " "), code, errOut, tc.want, out)
+		}
+	}
+	// A failed audit leaves no half-written output file.
+	if _, _, code := runCLI(t, "audit", "-o", filepath.Join(dir, "never.json"), v1, bad); code != 2 {
+		t.Errorf("a bad log among good ones: exit %d, want 2", code)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never.json")); err == nil {
+		t.Error("a failed audit wrote its output file")
+	}
+}
+
+// TestAuditStdin reads a log from standard input.
+func TestAuditStdin(t *testing.T) {
+	r := decided("http", "GET", "stdin.example", 80, "/", "allow")
+	var out, errOut strings.Builder
+	root := newRootCmd()
+	root.SetArgs([]string{"audit", "--format", "json", "-"})
+	root.SetIn(strings.NewReader(string(r.AppendJSON(nil)) + "\n"))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	if code := execute(t.Context(), root); code != 0 || !strings.Contains(out.String(), `"stdin.example"`) {
+		t.Errorf("sbx audit -: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+}

@@ -1,0 +1,26 @@
+// Package audit answers, from decision logs, the questions of an audit or
+// a security review (DESIGN.md §12): what did the sandbox reach, is that
+// what it should reach, and what does this version reach that the last one
+// did not.
+//
+// Summary reads records into a Report, streaming and in bounded memory
+// (Limits): one row per target (host, port), per DNS name, per bypass
+// destination and per process, a timeline and the totals. Whatever goes
+// over a limit is counted, and the report says so; a log the gateway left
+// records out of (dropped records) is reported as incomplete. The report
+// does not depend on the order of the records, so logs are merged by
+// reading them one after the other.
+//
+// Expect replays every attempt of the logs against a policy with Replay,
+// which decides with netpolicy's Verdict and DecideHost, the code the
+// gateway decides with: a CI gate for "this plugin reaches only what we
+// reviewed". Suggest writes the policy that allows exactly what a report
+// saw, checked to compile and to pass Expect of the same logs. DiffReports
+// lists what a new run reaches that an old one did not.
+//
+// WriteReport writes a report as text, JSON, markdown or one
+// self-contained HTML file (no script, no fetch, its charts inline SVG).
+// Every string in a log came from the sandbox and is treated as hostile:
+// control characters are replaced in text, markup is escaped in markdown
+// and HTML, and a suggested policy's comments stay on their lines.
+package audit

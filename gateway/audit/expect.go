@@ -1,0 +1,189 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// Replay returns what p says of the attempt r records, with the decision
+// code the gateway uses (netpolicy's Verdict and DecideHost), and whether
+// r is an attempt at all (decisions of kinds http, connect, transparent,
+// dns and bypass are; close, policy and dropped records and refused
+// clients are not).
+//
+//   - http, connect, transparent: Verdict of the target, with the method
+//     and path of a plain HTTP request; a transparent connection that was
+//     not plain HTTP is decided as a CONNECT, and an intercept of it is a
+//     block, as the gateway does.
+//   - dns: DecideHost of the name, as the DNS stub decides.
+//   - bypass: the packet's destination as a target: Verdict of (address,
+//     port) as a CONNECT, or DecideHost of the address for ICMP and other
+//     protocols without ports. The gateway refuses these packets whatever
+//     the policy; an allow here says only that the policy names their
+//     target. A bypass record without a destination (the gateway's
+//     overflow record) cannot be replayed and is a block.
+//
+// Like Verdict, Replay ignores the policy's mode.
+func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, bool) {
+	if r.Event != decisionlog.EventDecision {
+		return netpolicy.Decision{}, false
+	}
+	switch r.Kind {
+	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
+		tunnel := isTunnel(r.Method)
+		if tunnel {
+			t.Method, t.Path = "CONNECT", ""
+		}
+		d := p.Verdict(t)
+		if tunnel && r.Kind == decisionlog.KindTransparent && d.Action == netpolicy.Intercept {
+			d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
+		}
+		return d, true
+	case decisionlog.KindDNS:
+		return p.DecideHost(r.Host), true
+	case decisionlog.KindBypass:
+		if r.Host == "" {
+			return netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+				Reason: "the gateway did not keep these packets' destinations apart (too many targets), so no policy can be said to allow them"}, true
+		}
+		if r.Port > 0 {
+			return p.Verdict(netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: "CONNECT"}), true
+		}
+		return p.DecideHost(r.Host), true
+	}
+	return netpolicy.Decision{}, false
+}
+
+// port returns n as a port, 0 (which Decide calls invalid) when it is not
+// one.
+func port(n int) uint16 {
+	if n < 1 || n > 65535 {
+		return 0
+	}
+	return uint16(n)
+}
+
+// Unexpected is one target that the policy would not allow, with the
+// attempts at it.
+type Unexpected struct {
+	Kind   string `json:"kind"`
+	Proto  string `json:"proto,omitempty"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Attempts counts the records (for bypass, the packets).
+	Attempts uint64 `json:"attempts"`
+	// Logged is what the log says was done at the time.
+	Logged string `json:"logged"`
+	// Rule and Reason are the policy's verdict.
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+	Seen
+}
+
+// Expectation is the outcome of replaying logs against a policy.
+type Expectation struct {
+	Policy string `json:"policy"`
+	// Attempts is how many attempts were replayed.
+	Attempts uint64 `json:"attempts"`
+	// Unexpected are the targets the policy would not allow, sorted by
+	// kind, host, port, method and path.
+	Unexpected []*Unexpected `json:"unexpected"`
+	// NotKept counts unexpected attempts at targets beyond the first
+	// Limits.Targets, which are not listed one by one.
+	NotKept uint64 `json:"not_kept,omitempty"`
+	// Dropped is how many records the gateway left out of the logs: those
+	// attempts cannot be replayed, so the expectation cannot hold.
+	Dropped uint64 `json:"dropped"`
+}
+
+// Holds reports whether every attempt was allowed and none is missing.
+func (e *Expectation) Holds() bool {
+	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0
+}
+
+type unexpectedKey struct {
+	kind, proto, host string
+	port              int
+	method, path      string
+}
+
+// Expect replays every attempt of sources against p (see Replay) and
+// returns the targets p would not allow: a block verdict, or an invalid
+// target. An intercept is expected (the gateway answers it, nothing
+// leaves). name names the policy in the result.
+func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Source, lim Limits) (*Expectation, error) {
+	lim = lim.withDefaults()
+	e := &Expectation{Policy: name, Unexpected: []*Unexpected{}}
+	found := map[unexpectedKey]*Unexpected{}
+	err := Scan(ctx, sources, func(r *decisionlog.Record) error {
+		if r.Event == decisionlog.EventDropped {
+			e.Dropped += r.Count
+			return nil
+		}
+		d, ok := Replay(p, r)
+		if !ok {
+			return nil
+		}
+		n := uint64(1)
+		if r.Kind == decisionlog.KindBypass {
+			n = max(r.Count, 1)
+		}
+		e.Attempts += n
+		if d.Action != netpolicy.Block {
+			return nil
+		}
+		k := unexpectedKey{kind: r.Kind, proto: r.Proto, host: r.Host, port: r.Port}
+		if !isTunnel(r.Method) {
+			k.method, k.path = r.Method, r.Path
+		}
+		u := found[k]
+		if u == nil {
+			if len(found) >= lim.Targets {
+				e.NotKept += n
+				return nil
+			}
+			u = &Unexpected{Kind: k.kind, Proto: k.proto, Host: k.host, Port: k.port, Method: k.method, Path: k.path,
+				Rule: d.Rule, Reason: d.Reason}
+			found[k] = u
+		}
+		u.Attempts += n
+		u.Logged = loggedAs(r)
+		u.Seen.add(r.Time)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range found {
+		e.Unexpected = append(e.Unexpected, u)
+	}
+	slices.SortFunc(e.Unexpected, func(a, b *Unexpected) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port),
+			strings.Compare(a.Proto, b.Proto), strings.Compare(a.Method, b.Method), strings.Compare(a.Path, b.Path))
+	})
+	return e, nil
+}
+
+// loggedAs says what the gateway did with r: its action and rule.
+func loggedAs(r *decisionlog.Record) string {
+	s := r.Action + " by " + r.Rule
+	if r.Action == "block" && !r.Enforced && r.Kind != decisionlog.KindDNS && r.Kind != decisionlog.KindBypass {
+		s += " (audit mode let it through)"
+	}
+	return s
+}
+
+// isTunnel reports whether a record's method is a tunnel's: none (a
+// transparent connection that was not plain HTTP) or CONNECT, in any case,
+// as netpolicy reads it.
+func isTunnel(method string) bool {
+	return method == "" || strings.EqualFold(method, "CONNECT")
+}

@@ -1,0 +1,454 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Formats of a report, for WriteReport.
+const (
+	FormatText     = "text"
+	FormatJSON     = "json"
+	FormatMarkdown = "markdown"
+	FormatHTML     = "html"
+)
+
+// Formats lists the formats WriteReport takes.
+var Formats = []string{FormatText, FormatJSON, FormatMarkdown, FormatHTML}
+
+// WriteReport writes rep in the given format.
+func WriteReport(w io.Writer, rep *Report, format string) error {
+	switch format {
+	case FormatJSON:
+		return writeJSON(w, rep)
+	case FormatMarkdown:
+		return writeMarkdown(w, rep)
+	case FormatHTML:
+		return WriteHTML(w, rep)
+	case FormatText:
+		return writeText(w, rep)
+	}
+	return fmt.Errorf("unknown format %q: use one of %s", format, strings.Join(Formats, ", "))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// SummaryLine is the report in one line.
+func (r *Report) SummaryLine() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s at %s: %s (%d allowed, %d blocked, %d intercepted)",
+		plural(r.Records, "record", "records"), plural(uint64(len(r.Targets)), "target", "targets"),
+		plural(r.Requests.Total(), "request", "requests"), r.Requests.Allowed, r.Requests.Blocked, r.Requests.Intercepted)
+	fmt.Fprintf(&b, ", %s (%d blocked)", plural(r.DNS.Total(), "DNS query", "DNS queries"), r.DNS.Blocked)
+	fmt.Fprintf(&b, ", %s around the gateway", plural(r.BypassPackets, "packet", "packets"))
+	fmt.Fprintf(&b, ", %s out, %s in", byteSize(r.BytesOut), byteSize(r.BytesIn))
+	return b.String()
+}
+
+// span says when the report's records were written.
+func (r *Report) span() string {
+	if r.First.IsZero() {
+		return "no times"
+	}
+	const layout = "2006-01-02 15:04:05Z07:00"
+	return fmt.Sprintf("%s to %s (%s)", r.First.Format(layout), r.Last.Format(layout), r.Last.Sub(r.First).Round(time.Millisecond))
+}
+
+// warnings are what a reader must know before trusting the counts.
+func (r *Report) warnings() []string {
+	var ws []string
+	if r.Dropped > 0 {
+		ws = append(ws, fmt.Sprintf("the gateway left %d records out of these logs to stay within its budget: the counts are low, and what they were is not known", r.Dropped))
+	}
+	o := r.Overflow
+	if o.Targets+o.DNSNames+o.Bypass+o.Processes > 0 {
+		ws = append(ws, fmt.Sprintf("more targets than sbx audit keeps apart: %d attempts, %d DNS queries, %d packets and %d process records are in the totals only", o.Targets, o.DNSNames, o.Bypass, o.Processes))
+	}
+	if o.Paths > 0 {
+		ws = append(ws, fmt.Sprintf("%d requests had paths beyond the %s sbx audit keeps", o.Paths, "200 000"))
+	}
+	return ws
+}
+
+func writeText(w io.Writer, r *Report) error {
+	ew := &errWriter{w: w}
+	fmt.Fprintf(ew, "sbx audit of %s\n", printable(strings.Join(r.Logs, ", ")))
+	if len(r.Sandboxes) > 0 {
+		fmt.Fprintf(ew, "sandboxes: %s\n", printable(strings.Join(r.Sandboxes, ", ")))
+	}
+	fmt.Fprintf(ew, "from %s\n", r.span())
+	for _, warn := range r.warnings() {
+		fmt.Fprintf(ew, "WARNING: %s\n", warn)
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintf(ew, "\nTargets\n")
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TARGET\tKINDS\tALLOW\tBLOCK\tINTERCEPT\tOUT\tIN\tRULES\tMETHODS, PATHS\tPROCESSES")
+		for _, t := range r.Targets {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", printable(hostPort(t.Host, t.Port)),
+				strings.Join(t.Kinds, ","), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
+				printable(rulesText(t.Rules)), printable(methodsPaths(t, 3)), printable(strings.Join(t.Processes, ",")))
+		}
+		tw.Flush()
+	}
+	if len(r.DNSNames) > 0 {
+		fmt.Fprintf(ew, "\nDNS queries\n")
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tTYPES\tANSWERED\tREFUSED\tPROCESSES")
+		for _, d := range r.DNSNames {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", printable(d.Name), printable(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, printable(strings.Join(d.Processes, ",")))
+		}
+		tw.Flush()
+	}
+	if len(r.Bypass) > 0 {
+		fmt.Fprintf(ew, "\nPackets around the gateway (refused)\n")
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROTO\tDESTINATION\tPACKETS\tFIRST\tLAST\tPROCESSES")
+		for _, b := range r.Bypass {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(b.Proto), printable(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), printable(strings.Join(b.Processes, ",")))
+		}
+		tw.Flush()
+	}
+	if len(r.Processes) > 0 {
+		fmt.Fprintf(ew, "\nProcesses\n")
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "COMMAND\tEXECUTABLE\tPIDS\tTARGETS\tALLOW\tBLOCK\tINTERCEPT")
+		for _, p := range r.Processes {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", printable(p.Comm), printable(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+		}
+		tw.Flush()
+	}
+	if len(r.PolicyChanges) > 0 {
+		fmt.Fprintf(ew, "\nPolicy changes\n")
+		for _, c := range r.PolicyChanges {
+			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, printable(c.Change))
+		}
+	}
+	if r.RefusedClients > 0 {
+		fmt.Fprintf(ew, "\n%s refused before any request (not the sandbox's, or over its limit)\n", plural(r.RefusedClients, "connection", "connections"))
+	}
+	fmt.Fprintf(ew, "\nSummary: %s\n", r.SummaryLine())
+	return ew.err
+}
+
+func writeMarkdown(w io.Writer, r *Report) error {
+	ew := &errWriter{w: w}
+	fmt.Fprintf(ew, "## sbx audit\n\n")
+	fmt.Fprintf(ew, "**%s**\n\n", mdText(r.SummaryLine()))
+	fmt.Fprintf(ew, "Logs: %s  \n", mdCode(strings.Join(r.Logs, ", ")))
+	if len(r.Sandboxes) > 0 {
+		fmt.Fprintf(ew, "Sandboxes: %s  \n", mdCode(strings.Join(r.Sandboxes, ", ")))
+	}
+	fmt.Fprintf(ew, "From %s\n\n", mdText(r.span()))
+	for _, warn := range r.warnings() {
+		fmt.Fprintf(ew, "> **Warning:** %s\n\n", mdText(warn))
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintf(ew, "### Targets\n\n| target | kinds | allowed | blocked | intercepted | out | in | rules | methods, paths | processes |\n|---|---|--:|--:|--:|--:|--:|---|---|---|\n")
+		for _, t := range r.Targets {
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCode(hostPort(t.Host, t.Port)), strings.Join(t.Kinds, ", "),
+				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCode(rulesText(t.Rules)),
+				mdCode(methodsPaths(t, 3)), mdCode(strings.Join(t.Processes, ", ")))
+		}
+		fmt.Fprintln(ew)
+	}
+	if len(r.DNSNames) > 0 {
+		fmt.Fprintf(ew, "### DNS queries\n\n| name | types | answered | refused | processes |\n|---|---|--:|--:|---|\n")
+		for _, d := range r.DNSNames {
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %s |\n", mdCode(d.Name), mdCode(strings.Join(d.Types, ", ")), d.Allowed+d.Intercepted, d.Blocked, mdCode(strings.Join(d.Processes, ", ")))
+		}
+		fmt.Fprintln(ew)
+	}
+	if len(r.Bypass) > 0 {
+		fmt.Fprintf(ew, "### Packets around the gateway (refused)\n\n| proto | destination | packets | processes |\n|---|---|--:|---|\n")
+		for _, b := range r.Bypass {
+			fmt.Fprintf(ew, "| %s | %s | %d | %s |\n", mdCode(b.Proto), mdCode(bypassDest(b)), b.Packets, mdCode(strings.Join(b.Processes, ", ")))
+		}
+		fmt.Fprintln(ew)
+	}
+	if len(r.Processes) > 0 {
+		fmt.Fprintf(ew, "### Processes\n\n| command | executable | targets | allowed | blocked | intercepted |\n|---|---|--:|--:|--:|--:|\n")
+		for _, p := range r.Processes {
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %d |\n", mdCode(p.Comm), mdCode(p.Exe), p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+		}
+		fmt.Fprintln(ew)
+	}
+	return ew.err
+}
+
+// WriteExpectation writes the outcome of Expect as text, markdown or JSON.
+func WriteExpectation(w io.Writer, e *Expectation, format string) error {
+	if format == FormatJSON {
+		return writeJSON(w, struct {
+			Holds bool `json:"holds"`
+			*Expectation
+		}{e.Holds(), e})
+	}
+	md := format == FormatMarkdown
+	ew := &errWriter{w: w}
+	if md {
+		fmt.Fprintf(ew, "## sbx audit --expect %s\n\n", mdCode(e.Policy))
+	}
+	switch {
+	case e.Holds():
+		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", printable(e.Policy), plural(e.Attempts, "attempt", "attempts"))
+		return ew.err
+	case len(e.Unexpected) > 0:
+		fmt.Fprintf(ew, "%s does not allow %s:\n\n", printable(e.Policy), plural(uint64(len(e.Unexpected)), "target the logs show", "targets the logs show"))
+	}
+	if md && len(e.Unexpected) > 0 {
+		fmt.Fprintf(ew, "| kind | target | attempts | logged as | policy says |\n|---|---|--:|---|---|\n")
+		for _, u := range e.Unexpected {
+			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", u.Kind, mdCode(unexpectedTarget(u)), u.Attempts, mdText(u.Logged), mdText(u.Rule+": "+u.Reason))
+		}
+		fmt.Fprintln(ew)
+	} else if len(e.Unexpected) > 0 {
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KIND\tTARGET\tATTEMPTS\tLOGGED AS\tPOLICY SAYS")
+		for _, u := range e.Unexpected {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", u.Kind, printable(unexpectedTarget(u)), u.Attempts, printable(u.Logged), printable(u.Rule+": "+u.Reason))
+		}
+		tw.Flush()
+	}
+	if e.NotKept > 0 {
+		fmt.Fprintf(ew, "\n%d more attempts at targets the policy does not allow, beyond those listed.\n", e.NotKept)
+	}
+	if e.Dropped > 0 {
+		fmt.Fprintf(ew, "\nThe gateway left %d records out of the logs (over its budget): what they were cannot be replayed, so the logs cannot show that the policy allows everything.\n", e.Dropped)
+	}
+	return ew.err
+}
+
+func unexpectedTarget(u *Unexpected) string {
+	t := hostPort(u.Host, u.Port)
+	if u.Proto != "" {
+		t = u.Proto + " " + u.Host
+		if u.Port != 0 {
+			t += ":" + strconv.Itoa(u.Port)
+		}
+	}
+	if u.Method != "" {
+		t = u.Method + " " + t + u.Path
+	}
+	return t
+}
+
+// WriteDiff writes a Diff as text, markdown or JSON.
+func WriteDiff(w io.Writer, d *Diff, format string) error {
+	if format == FormatJSON {
+		return writeJSON(w, struct {
+			ReachesNew bool `json:"reaches_new"`
+			*Diff
+		}{d.ReachesNew(), d})
+	}
+	md := format == FormatMarkdown
+	ew := &errWriter{w: w}
+	head := func(s string) {
+		if md {
+			fmt.Fprintf(ew, "\n### %s\n\n", s)
+		} else {
+			fmt.Fprintf(ew, "\n%s\n", s)
+		}
+	}
+	item := func(s string) {
+		if md {
+			fmt.Fprintf(ew, "- %s\n", mdText(s))
+		} else {
+			fmt.Fprintf(ew, "  %s\n", printable(s))
+		}
+	}
+	if md {
+		fmt.Fprintf(ew, "## sbx audit --diff\n\n")
+	}
+	fmt.Fprintf(ew, "old: %s\nnew: %s\n", printable(strings.Join(d.Old, ", ")), printable(strings.Join(d.New, ", ")))
+	for _, s := range d.Incomplete {
+		item("WARNING: " + s + "; the diff may miss what is new")
+	}
+	if len(d.NewTargets)+len(d.NewDNSNames)+len(d.NewBypass) > 0 {
+		head("New: reached by the new logs only")
+		for _, t := range d.NewTargets {
+			item(fmt.Sprintf("%s  %s  %s  (%s)", hostPort(t.Host, t.Port), strings.Join(t.Kinds, ","), verdicts(t.Counts), methodsPaths(t, 5)))
+		}
+		for _, n := range d.NewDNSNames {
+			item(fmt.Sprintf("dns %s  %s", n.Name, verdicts(n.Counts)))
+		}
+		for _, b := range d.NewBypass {
+			item(fmt.Sprintf("%s %s  %s (refused)", b.Proto, bypassDest(b), plural(b.Packets, "packet", "packets")))
+		}
+	}
+	if len(d.Changed) > 0 {
+		head("Changed")
+		for _, c := range d.Changed {
+			s := hostPort(c.Host, c.Port) + ": " + strings.Join(c.Changed, ", ")
+			if len(c.NewKinds) > 0 {
+				s += "; new kinds " + strings.Join(c.NewKinds, ",")
+			}
+			if len(c.NewMethods) > 0 {
+				s += "; new methods " + strings.Join(c.NewMethods, ",")
+			}
+			if len(c.NewPaths) > 0 {
+				s += "; new paths " + strings.Join(first(c.NewPaths, 10), " ")
+			}
+			if c.PathsUncertain {
+				s += " (not every path was kept)"
+			}
+			item(s)
+		}
+	}
+	if len(d.GoneTargets)+len(d.GoneDNS)+len(d.GoneBypass) > 0 {
+		head("No longer reached")
+		for _, t := range d.GoneTargets {
+			item(fmt.Sprintf("%s  %s", hostPort(t.Host, t.Port), verdicts(t.Counts)))
+		}
+		for _, n := range d.GoneDNS {
+			item("dns " + n.Name)
+		}
+		for _, b := range d.GoneBypass {
+			item(b.Proto + " " + bypassDest(b))
+		}
+	}
+	if len(d.NewProcesses) > 0 {
+		head("New processes")
+		item(strings.Join(d.NewProcesses, ", "))
+	}
+	if d.ReachesNew() {
+		fmt.Fprintf(ew, "\nThe new logs reach something the old ones do not.\n")
+	} else {
+		fmt.Fprintf(ew, "\nNothing new is reached.\n")
+	}
+	return ew.err
+}
+
+func verdicts(c Counts) string {
+	return fmt.Sprintf("%d allowed, %d blocked, %d intercepted", c.Allowed, c.Blocked, c.Intercepted)
+}
+
+func first(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), fmt.Sprintf("(and %d more)", len(s)-n))
+}
+
+func hostPort(host string, port int) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + strconv.Itoa(port)
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+func bypassDest(b *Bypass) string {
+	switch {
+	case b.Host == "":
+		return "(destinations not kept apart)"
+	case b.Port == 0:
+		return b.Host
+	}
+	return hostPort(b.Host, b.Port)
+}
+
+// rulesText lists rules with their counts, the most used first.
+func rulesText(rules map[string]uint64) string {
+	ids := slices.SortedFunc(maps.Keys(rules), func(a, b string) int {
+		if rules[a] != rules[b] {
+			if rules[a] > rules[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("%s×%d", id, rules[id])
+	}
+	return strings.Join(parts, " ")
+}
+
+// methodsPaths lists t's methods and its n most frequent paths.
+func methodsPaths(t *Target, n int) string {
+	s := strings.Join(t.Methods, ",")
+	for i, p := range t.Paths {
+		if i == n {
+			s += fmt.Sprintf(" +%d", len(t.Paths)-n)
+			break
+		}
+		s += fmt.Sprintf(" %s×%d", p.Path, p.Count)
+	}
+	return strings.TrimSpace(s)
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05Z")
+}
+
+// printable replaces control characters: hosts, paths and names come from
+// the sandbox and must not drive a terminal.
+func printable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == '\u2028' || c == '\u2029' {
+			return '?'
+		}
+		return c
+	}, s)
+}
+
+// mdText escapes what markdown would read as markup.
+func mdText(s string) string {
+	var b strings.Builder
+	for _, c := range printable(s) {
+		if strings.ContainsRune("\\`*_{}[]()<>#+-.!|~&", c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// mdCode writes s as inline code: a run of backticks longer than any in s,
+// and '|' escaped, so that a table cell stays one cell.
+func mdCode(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ReplaceAll(printable(s), "|", "\\|")
+	ticks := "`"
+	for strings.Contains(s, ticks) {
+		ticks += "`"
+	}
+	pad := ""
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		pad = " "
+	}
+	return ticks + pad + s + pad + ticks
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}

@@ -1,0 +1,634 @@
+package audit
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+)
+
+// ReportVersion is the version of the JSON report's format.
+const ReportVersion = 1
+
+// Limits bound what a Summary keeps, so that a log of any size, or one a
+// sandbox filled with random names on purpose, is read in bounded memory.
+// What goes over a limit is still counted, in the summary's Overflow, and
+// the report says so. The zero value of a field means its default.
+type Limits struct {
+	// Targets is how many distinct (host, port) targets, DNS names,
+	// bypass targets and processes are kept, each: 65 536 by default.
+	Targets int
+	// Paths is how many distinct (target, path) pairs are kept in all:
+	// 200 000 by default.
+	Paths int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.Targets <= 0 {
+		l.Targets = 1 << 16
+	}
+	if l.Paths <= 0 {
+		l.Paths = 200_000
+	}
+	return l
+}
+
+// Counts are the verdicts of a set of attempts.
+type Counts struct {
+	Allowed     uint64 `json:"allowed"`
+	Blocked     uint64 `json:"blocked"`
+	Intercepted uint64 `json:"intercepted"`
+	// Unenforced counts the blocked attempts that audit mode let through
+	// (they are in Blocked too).
+	Unenforced uint64 `json:"unenforced,omitempty"`
+}
+
+func (c *Counts) add(r *decisionlog.Record, n uint64) {
+	switch r.Action {
+	case "allow":
+		c.Allowed += n
+	case "intercept":
+		c.Intercepted += n
+	default:
+		c.Blocked += n
+		if !r.Enforced && r.Event == decisionlog.EventDecision && r.Action == "block" && r.Kind != decisionlog.KindBypass && r.Kind != decisionlog.KindDNS {
+			c.Unenforced += n
+		}
+	}
+}
+
+// Total is the number of attempts counted.
+func (c Counts) Total() uint64 { return c.Allowed + c.Blocked + c.Intercepted }
+
+// Seen is when something was first and last seen.
+type Seen struct {
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+}
+
+func (s *Seen) add(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	if s.First.IsZero() || t.Before(s.First) {
+		s.First = t
+	}
+	if t.After(s.Last) {
+		s.Last = t
+	}
+}
+
+// PathCount is a path and how many requests asked for it.
+type PathCount struct {
+	Path  string `json:"path"`
+	Count uint64 `json:"count"`
+}
+
+// Target is one row of the report: what the sandbox tried to reach at one
+// (host, port) by HTTP through the proxy, CONNECT or a transparent
+// connection.
+type Target struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// Kinds are the record kinds seen (http, connect, transparent).
+	Kinds []string `json:"kinds"`
+	// Methods are the HTTP methods seen, CONNECT included; a transparent
+	// connection that was not plain HTTP has none.
+	Methods []string `json:"methods"`
+	// Paths are the paths of plain HTTP requests, the most frequent first
+	// (all that were kept; see PathsIncomplete).
+	Paths []PathCount `json:"paths,omitempty"`
+	// PathsIncomplete says some paths of this target were not kept
+	// (Limits.Paths).
+	PathsIncomplete bool `json:"paths_incomplete,omitempty"`
+	// Tunnels counts the attempts that carried no method and path the
+	// gateway could see: CONNECT tunnels and transparent connections that
+	// were not plain HTTP.
+	Tunnels uint64 `json:"tunnels"`
+	Counts
+	BytesOut int64 `json:"bytes_out"`
+	BytesIn  int64 `json:"bytes_in"`
+	Seen
+	// Rules are the rules that decided, with how many attempts each.
+	Rules map[string]uint64 `json:"rules"`
+	// InterceptStatus is the status of the last intercepted answer.
+	InterceptStatus int `json:"intercept_status,omitempty"`
+	// Processes are the processes (comm) that made the attempts, when the
+	// log names them.
+	Processes []string `json:"processes,omitempty"`
+
+	kinds, methods, procs set
+	paths                 map[string]uint64
+}
+
+// DNSName is one name the sandbox looked up through the DNS stub.
+type DNSName struct {
+	Name string `json:"name"`
+	// Types are the query types (A, AAAA, ...).
+	Types []string `json:"types"`
+	Counts
+	Seen
+	Processes []string `json:"processes,omitempty"`
+
+	types, procs set
+}
+
+// Bypass is one target of packets the sandbox sent around the gateway
+// (UDP, ICMP, other protocols), which its rules refused.
+type Bypass struct {
+	Proto string `json:"proto"`
+	Host  string `json:"host"`
+	Port  int    `json:"port"`
+	// Packets is how many packets the records stand for; Records how
+	// many records there were.
+	Packets uint64 `json:"packets"`
+	Records uint64 `json:"records"`
+	Seen
+	Processes []string `json:"processes,omitempty"`
+
+	procs set
+}
+
+// Process is one process of the sandbox that the log names.
+type Process struct {
+	Comm string `json:"comm"`
+	Exe  string `json:"exe,omitempty"`
+	// Attempts counts its decisions, DNS queries and bypass records.
+	Counts
+	// Targets is how many distinct targets it tried.
+	Targets int `json:"targets"`
+	PIDs    int `json:"pids"`
+
+	targets set
+	pids    map[int]struct{}
+}
+
+// Bucket is one interval of the timeline.
+type Bucket struct {
+	Start time.Time `json:"start"`
+	Counts
+}
+
+// Overflow counts what went over the Limits and was counted but not kept
+// apart.
+type Overflow struct {
+	Targets   uint64 `json:"targets,omitempty"`
+	DNSNames  uint64 `json:"dns_names,omitempty"`
+	Bypass    uint64 `json:"bypass,omitempty"`
+	Processes uint64 `json:"processes,omitempty"`
+	Paths     uint64 `json:"paths,omitempty"`
+}
+
+func (o Overflow) any() bool { return o != Overflow{} }
+
+// Report is what sbx audit says of a set of decision logs (DESIGN.md §12).
+type Report struct {
+	V int `json:"v"`
+	// Logs are the names of the logs read.
+	Logs      []string `json:"logs"`
+	Sandboxes []string `json:"sandboxes"`
+	Seen
+	// Records is how many records were read.
+	Records uint64 `json:"records"`
+	// Requests counts the decisions of kinds http, connect and
+	// transparent.
+	Requests Counts `json:"requests"`
+	DNS      Counts `json:"dns"`
+	// BypassPackets counts the packets of bypass records.
+	BypassPackets uint64 `json:"bypass_packets"`
+	BytesOut      int64  `json:"bytes_out"`
+	BytesIn       int64  `json:"bytes_in"`
+	// RefusedClients counts connections refused before any request (kind
+	// conn: a client not of the sandbox, or over its connection limit).
+	RefusedClients uint64 `json:"refused_clients"`
+	// PolicyChanges are the policy records' changes, in order.
+	PolicyChanges []PolicyChange `json:"policy_changes"`
+	// Dropped is how many records the gateway left out of the logs to stay
+	// within its budget (dropped records): the logs are incomplete when it
+	// is not 0.
+	Dropped uint64 `json:"dropped"`
+
+	Targets   []*Target  `json:"targets"`
+	DNSNames  []*DNSName `json:"dns_names"`
+	Bypass    []*Bypass  `json:"bypass"`
+	Processes []*Process `json:"processes"`
+	// Timeline counts the attempts per interval of BucketSeconds, over
+	// the whole span; at most MaxBuckets intervals.
+	BucketSeconds int64    `json:"bucket_seconds"`
+	Timeline      []Bucket `json:"timeline"`
+	Overflow      Overflow `json:"overflow"`
+}
+
+// PolicyChange is one policy record.
+type PolicyChange struct {
+	Time          time.Time `json:"time"`
+	PolicyVersion uint64    `json:"policy_version"`
+	Change        string    `json:"change"`
+}
+
+// maxPolicyChanges bounds Report.PolicyChanges; later ones are counted in
+// the last entry's place.
+const maxPolicyChanges = 1000
+
+// MaxBuckets is the most intervals a timeline has.
+const MaxBuckets = 120
+
+type targetKey struct {
+	host string
+	port int
+}
+
+type bypassKey struct {
+	proto, host string
+	port        int
+}
+
+type procKey struct{ comm, exe string }
+
+// Summary gathers records into a Report, in memory bounded by its Limits.
+// Records may come in any order and from several logs: the report does
+// not depend on the order. Make one with NewSummary. A Summary is not
+// safe for concurrent use.
+type Summary struct {
+	lim       Limits
+	r         Report
+	sandboxes set
+	targets   map[targetKey]*Target
+	dns       map[string]*DNSName
+	bypass    map[bypassKey]*Bypass
+	procs     map[procKey]*Process
+	paths     int // (target, path) pairs kept
+	changes   uint64
+
+	// The timeline: counts per bucket of width bucketNS nanoseconds,
+	// indexed by time/bucketNS; the width doubles whenever the span
+	// needs more than MaxBuckets buckets.
+	bucketNS int64
+	buckets  map[int64]*Counts
+}
+
+// NewSummary returns an empty Summary with the given limits.
+func NewSummary(lim Limits) *Summary {
+	return &Summary{
+		lim:      lim.withDefaults(),
+		r:        Report{V: ReportVersion},
+		targets:  map[targetKey]*Target{},
+		dns:      map[string]*DNSName{},
+		bypass:   map[bypassKey]*Bypass{},
+		procs:    map[procKey]*Process{},
+		bucketNS: int64(time.Second),
+		buckets:  map[int64]*Counts{},
+	}
+}
+
+// AddLog notes the name of a log that is read into the Summary.
+func (s *Summary) AddLog(name string) { s.r.Logs = append(s.r.Logs, name) }
+
+// Add counts one record.
+func (s *Summary) Add(r *decisionlog.Record) {
+	s.r.Records++
+	s.r.Seen.add(r.Time)
+	if r.Sandbox != "" && len(s.sandboxes) < 1024 {
+		s.sandboxes.add(r.Sandbox)
+	}
+	switch r.Event {
+	case decisionlog.EventPolicy:
+		s.changes++
+		if len(s.r.PolicyChanges) < maxPolicyChanges {
+			s.r.PolicyChanges = append(s.r.PolicyChanges, PolicyChange{Time: r.Time, PolicyVersion: r.PolicyVersion, Change: r.Change})
+		}
+		return
+	case decisionlog.EventDropped:
+		s.r.Dropped += r.Count
+		return
+	case decisionlog.EventClose:
+		s.addClose(r)
+		return
+	case decisionlog.EventDecision:
+	default:
+		return // an event of a later version: counted as a record only
+	}
+	switch r.Kind {
+	case decisionlog.KindConn:
+		s.r.RefusedClients++
+		return
+	case decisionlog.KindDNS:
+		s.r.DNS.add(r, 1)
+		s.addDNS(r)
+		s.addProcess(r, 1, "dns "+r.Host)
+		s.tick(r, 1)
+		return
+	case decisionlog.KindBypass:
+		n := max(r.Count, 1)
+		s.r.BypassPackets += n
+		s.addBypass(r, n)
+		s.addProcess(r, 1, r.Proto+" "+r.Host)
+		return
+	}
+	s.r.Requests.add(r, 1)
+	s.tick(r, 1)
+	t := s.target(r)
+	if t == nil {
+		return
+	}
+	t.Counts.add(r, 1)
+	t.Seen.add(r.Time)
+	if t.Rules == nil {
+		t.Rules = map[string]uint64{}
+	}
+	if len(t.Rules) < 64 {
+		t.Rules[r.Rule]++
+	}
+	t.kinds.add(r.Kind)
+	if r.Action == "intercept" {
+		t.InterceptStatus = r.Status
+	}
+	if isTunnel(r.Method) {
+		t.Tunnels++
+	}
+	if r.Method != "" && len(t.methods) < 32 {
+		t.methods.add(r.Method)
+	}
+	if !isTunnel(r.Method) {
+		s.addPath(t, r.Path)
+	}
+	if r.PID != 0 && len(t.procs) < 16 {
+		t.procs.add(r.Comm)
+	}
+	s.addProcess(r, 1, t.Host+":"+fmt.Sprint(t.Port))
+}
+
+// target returns r's row, nil when the table is full (the attempt is
+// then counted in Overflow.Targets).
+func (s *Summary) target(r *decisionlog.Record) *Target {
+	k := targetKey{r.Host, r.Port}
+	t := s.targets[k]
+	if t == nil {
+		if len(s.targets) >= s.lim.Targets {
+			s.r.Overflow.Targets++
+			return nil
+		}
+		t = &Target{Host: r.Host, Port: r.Port}
+		s.targets[k] = t
+	}
+	return t
+}
+
+func (s *Summary) addPath(t *Target, path string) {
+	if n, ok := t.paths[path]; ok {
+		t.paths[path] = n + 1
+		return
+	}
+	if s.paths >= s.lim.Paths {
+		s.r.Overflow.Paths++
+		t.PathsIncomplete = true
+		return
+	}
+	if t.paths == nil {
+		t.paths = map[string]uint64{}
+	}
+	t.paths[path] = 1
+	s.paths++
+}
+
+func (s *Summary) addClose(r *decisionlog.Record) {
+	s.r.BytesOut += r.BytesOut
+	s.r.BytesIn += r.BytesIn
+	if r.Kind == decisionlog.KindDNS || r.Kind == decisionlog.KindBypass || r.Kind == decisionlog.KindConn {
+		return
+	}
+	// The row is made here when the close comes first, which merged logs
+	// or a log read out of order allow.
+	if t := s.target(r); t != nil {
+		t.BytesOut += r.BytesOut
+		t.BytesIn += r.BytesIn
+		t.Seen.add(r.Time)
+	}
+}
+
+func (s *Summary) addDNS(r *decisionlog.Record) {
+	d := s.dns[r.Host]
+	if d == nil {
+		if len(s.dns) >= s.lim.Targets {
+			s.r.Overflow.DNSNames++
+			return
+		}
+		d = &DNSName{Name: r.Host}
+		s.dns[r.Host] = d
+	}
+	d.Counts.add(r, 1)
+	d.Seen.add(r.Time)
+	if r.Method != "" && len(d.types) < 16 {
+		d.types.add(r.Method)
+	}
+	if r.PID != 0 && len(d.procs) < 16 {
+		d.procs.add(r.Comm)
+	}
+}
+
+func (s *Summary) addBypass(r *decisionlog.Record, n uint64) {
+	k := bypassKey{r.Proto, r.Host, r.Port}
+	b := s.bypass[k]
+	if b == nil {
+		if len(s.bypass) >= s.lim.Targets {
+			s.r.Overflow.Bypass += n
+			return
+		}
+		b = &Bypass{Proto: r.Proto, Host: r.Host, Port: r.Port}
+		s.bypass[k] = b
+	}
+	b.Packets += n
+	b.Records++
+	b.Seen.add(r.Time)
+	if r.PID != 0 && len(b.procs) < 16 {
+		b.procs.add(r.Comm)
+	}
+}
+
+// addProcess counts r for the process it names, if any; target names
+// what it tried, for the process's count of distinct targets.
+func (s *Summary) addProcess(r *decisionlog.Record, n uint64, target string) {
+	if r.PID == 0 {
+		return
+	}
+	k := procKey{r.Comm, r.Exe}
+	p := s.procs[k]
+	if p == nil {
+		if len(s.procs) >= s.lim.Targets {
+			s.r.Overflow.Processes++
+			return
+		}
+		p = &Process{Comm: r.Comm, Exe: r.Exe, pids: map[int]struct{}{}}
+		s.procs[k] = p
+	}
+	p.Counts.add(r, n)
+	if len(p.targets) < 4096 {
+		p.targets.add(target)
+	}
+	if len(p.pids) < 4096 {
+		p.pids[r.PID] = struct{}{}
+	}
+}
+
+// tick counts r in the timeline.
+func (s *Summary) tick(r *decisionlog.Record, n uint64) {
+	if r.Time.IsZero() {
+		return
+	}
+	i := floorDiv(r.Time.UnixNano(), s.bucketNS)
+	c := s.buckets[i]
+	if c == nil {
+		c = &Counts{}
+		s.buckets[i] = c
+		for s.spanBuckets() > MaxBuckets {
+			s.widen()
+		}
+		c = s.buckets[floorDiv(r.Time.UnixNano(), s.bucketNS)]
+	}
+	c.add(r, n)
+}
+
+// spanBuckets is how many buckets the span from the first to the last
+// bucket covers.
+func (s *Summary) spanBuckets() int64 {
+	lo, hi := int64(0), int64(0)
+	first := true
+	for i := range s.buckets {
+		if first || i < lo {
+			lo = i
+		}
+		if first || i > hi {
+			hi = i
+		}
+		first = false
+	}
+	return hi - lo + 1
+}
+
+// widen doubles the bucket width, merging pairs of buckets.
+func (s *Summary) widen() {
+	s.bucketNS *= 2
+	merged := make(map[int64]*Counts, len(s.buckets)/2+1)
+	for i, c := range s.buckets {
+		j := floorDiv(i, 2)
+		m := merged[j]
+		if m == nil {
+			m = &Counts{}
+			merged[j] = m
+		}
+		m.Allowed += c.Allowed
+		m.Blocked += c.Blocked
+		m.Intercepted += c.Intercepted
+		m.Unenforced += c.Unenforced
+	}
+	s.buckets = merged
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// Report returns the report of what was added so far. Rows are sorted by
+// host, then port (DNS names by name, bypass targets by protocol, host and
+// port, processes by command name).
+func (s *Summary) Report() *Report {
+	r := s.r // a copy; the slices below are new
+	r.Logs = slices.Clone(s.r.Logs)
+	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
+	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {
+		r.PolicyChanges = append(r.PolicyChanges, PolicyChange{Change: fmt.Sprintf("%d more policy changes not listed", extra)})
+	}
+	r.Sandboxes = s.sandboxes.sorted()
+	r.Targets = make([]*Target, 0, len(s.targets))
+	for _, t := range s.targets {
+		c := *t
+		c.Kinds, c.Methods, c.Processes = t.kinds.sorted(), t.methods.sorted(), t.procs.sorted()
+		c.Paths = make([]PathCount, 0, len(t.paths))
+		for p, n := range t.paths {
+			c.Paths = append(c.Paths, PathCount{p, n})
+		}
+		slices.SortFunc(c.Paths, func(a, b PathCount) int {
+			return cmp.Or(cmp.Compare(b.Count, a.Count), strings.Compare(a.Path, b.Path))
+		})
+		r.Targets = append(r.Targets, &c)
+	}
+	slices.SortFunc(r.Targets, func(a, b *Target) int {
+		return cmp.Or(strings.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port))
+	})
+	r.DNSNames = make([]*DNSName, 0, len(s.dns))
+	for _, d := range s.dns {
+		c := *d
+		c.Types, c.Processes = d.types.sorted(), d.procs.sorted()
+		r.DNSNames = append(r.DNSNames, &c)
+	}
+	slices.SortFunc(r.DNSNames, func(a, b *DNSName) int { return strings.Compare(a.Name, b.Name) })
+	r.Bypass = make([]*Bypass, 0, len(s.bypass))
+	for _, b := range s.bypass {
+		c := *b
+		c.Processes = b.procs.sorted()
+		r.Bypass = append(r.Bypass, &c)
+	}
+	slices.SortFunc(r.Bypass, func(a, b *Bypass) int {
+		return cmp.Or(strings.Compare(a.Proto, b.Proto), strings.Compare(a.Host, b.Host), cmp.Compare(a.Port, b.Port))
+	})
+	r.Processes = make([]*Process, 0, len(s.procs))
+	for _, p := range s.procs {
+		c := *p
+		c.Targets, c.PIDs = len(p.targets), len(p.pids)
+		r.Processes = append(r.Processes, &c)
+	}
+	slices.SortFunc(r.Processes, func(a, b *Process) int {
+		return cmp.Or(strings.Compare(a.Comm, b.Comm), strings.Compare(a.Exe, b.Exe))
+	})
+	r.BucketSeconds = max(s.bucketNS/int64(time.Second), 1)
+	r.Timeline = nil
+	if len(s.buckets) > 0 {
+		lo, hi := int64(0), int64(0)
+		first := true
+		for i := range s.buckets {
+			if first || i < lo {
+				lo = i
+			}
+			if first || i > hi {
+				hi = i
+			}
+			first = false
+		}
+		for i := lo; i <= hi; i++ {
+			b := Bucket{Start: time.Unix(0, i*s.bucketNS).UTC()}
+			if c := s.buckets[i]; c != nil {
+				b.Counts = *c
+			}
+			r.Timeline = append(r.Timeline, b)
+		}
+	}
+	return &r
+}
+
+// set is a set of strings.
+type set map[string]struct{}
+
+func (s *set) add(v string) {
+	if *s == nil {
+		*s = set{}
+	}
+	(*s)[v] = struct{}{}
+}
+
+func (s set) has(v string) bool { _, ok := s[v]; return ok }
+
+func (s set) sorted() []string {
+	out := make([]string, 0, len(s))
+	for v := range s {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,511 @@
+package audit
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// SuggestOptions are the options of Suggest.
+type SuggestOptions struct {
+	// Wildcards folds three or more sibling subdomains (a.x.example,
+	// b.x.example, c.x.example) into one rule for *.x.example, never
+	// wider than a registrable domain.
+	Wildcards bool
+}
+
+// suggestedRule is one rule of a suggested policy, with what its comment
+// says.
+type suggestedRule struct {
+	host      string
+	ports     []int // nil: the default ports (a name seen only in DNS)
+	methods   []string
+	path      string
+	intercept int // the status of an intercept rule, 0 for allow
+	notes     []string
+	blocked   bool // every attempt was blocked at run time
+	bypass    bool // seen only as packets around the gateway
+}
+
+// Suggest returns a policy (YAML, version 1, default block) that allows
+// exactly the targets the report saw, grouped by registrable domain, with
+// counts in comments and hosts that can carry data out (paste sites,
+// object stores, webhooks, link shorteners, gists) marked. A target seen
+// only as plain HTTP requests gets the methods seen and the longest path
+// prefix (to a '/') they share; a target also reached by a tunnel gets
+// neither, since a rule with methods or a path never allows a tunnel.
+// Targets every attempt at which was blocked at run time, and the
+// destinations of bypass packets, come last, each under a comment saying
+// so: they are allowed only because they were seen.
+//
+// The policy is checked before it is returned: it compiles, and every
+// attempt in the report replays as allowed or intercepted (see Replay).
+// The attempts it cannot cover (targets that did not parse, bypass
+// packets whose destinations the gateway did not keep) are listed in its
+// header.
+func Suggest(rep *Report, opt SuggestOptions) ([]byte, error) {
+	free := map[string]bool{} // hosts whose rules must not have methods or a path
+	for range 2 {
+		rules, skipped := suggestRules(rep, opt, free)
+		out := renderPolicy(rep, rules, skipped)
+		p, err := netpolicy.Parse("suggested policy", out)
+		if err != nil {
+			return nil, fmt.Errorf("the suggested policy does not compile (a bug in sbx audit): %w", err)
+		}
+		misses := coverage(p, rep)
+		if len(misses) == 0 {
+			return out, nil
+		}
+		for _, h := range misses {
+			if free[h] {
+				return nil, fmt.Errorf("the suggested policy does not allow %s, which the log has (a bug in sbx audit)", h)
+			}
+			free[h] = true
+		}
+	}
+	return nil, fmt.Errorf("the suggested policy does not allow all the log has (a bug in sbx audit)")
+}
+
+// suggestRules builds the rules, and lists what no rule can allow.
+func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*suggestedRule, []string) {
+	var rules []*suggestedRule
+	var skipped []string
+	byHost := map[string][]*Target{}
+	var hosts []string
+	for _, t := range rep.Targets {
+		if !validTarget(t.Host, t.Port) {
+			skipped = append(skipped, fmt.Sprintf("%d attempts at %q port %d, which is not a valid target", t.Total(), t.Host, t.Port))
+			continue
+		}
+		if byHost[t.Host] == nil {
+			hosts = append(hosts, t.Host)
+		}
+		byHost[t.Host] = append(byHost[t.Host], t)
+	}
+	for _, h := range hosts {
+		ts := byHost[h]
+		// Ports that need an unrestricted rule, and the restricted ones
+		// grouped by their methods and path.
+		var open []int
+		var openNotes []string
+		blocked := true
+		type restriction struct{ methods, path string }
+		restricted := map[restriction]*suggestedRule{}
+		var order []restriction
+		for _, t := range ts {
+			if t.Allowed+t.Intercepted > 0 {
+				blocked = false
+			}
+			note := targetNote(t)
+			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.Tunnels == 0 {
+				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
+					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
+				continue
+			}
+			methods := slices.DeleteFunc(slices.Clone(t.Methods), isTunnel)
+			if bad := slices.DeleteFunc(slices.Clone(methods), netpolicy.IsToken[string]); len(bad) > 0 {
+				skipped = append(skipped, fmt.Sprintf("requests to %s with %q, which is not an HTTP method", hostPort(h, t.Port), bad))
+				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
+			}
+			// Port 443 is CONNECT's: a rule cannot restrict it to
+			// methods or a path.
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || len(t.Paths) == 0 || t.Port == 443 {
+				open = append(open, t.Port)
+				openNotes = append(openNotes, note)
+				continue
+			}
+			k := restriction{strings.Join(methods, ","), pathPrefix(t.Paths)}
+			r := restricted[k]
+			if r == nil {
+				r = &suggestedRule{host: h, methods: methods, path: k.path}
+				restricted[k] = r
+				order = append(order, k)
+			}
+			r.ports = append(r.ports, t.Port)
+			r.notes = append(r.notes, note)
+		}
+		if len(open) > 0 {
+			slices.Sort(open)
+			rules = append(rules, &suggestedRule{host: h, ports: open, notes: openNotes, blocked: blocked})
+		}
+		for _, k := range order {
+			r := restricted[k]
+			r.blocked = blocked
+			rules = append(rules, r)
+		}
+	}
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		seen[h] = true
+	}
+	for _, d := range rep.DNSNames {
+		if seen[d.Name] {
+			continue
+		}
+		if !validTarget(d.Name, 443) {
+			skipped = append(skipped, fmt.Sprintf("%d DNS queries for %q, which is not a valid name", d.Total(), d.Name))
+			continue
+		}
+		seen[d.Name] = true
+		rules = append(rules, &suggestedRule{host: d.Name, blocked: d.Allowed+d.Intercepted == 0,
+			notes: []string{fmt.Sprintf("%s; seen only in DNS lookups, no connection followed", plural(d.Total(), "query", "queries"))}})
+	}
+	bypassPorts := map[string][]int{}
+	bypassNotes := map[string][]string{}
+	var bypassHosts []string
+	for _, b := range rep.Bypass {
+		if b.Host == "" {
+			skipped = append(skipped, fmt.Sprintf("%s whose destinations the gateway did not keep apart", plural(b.Packets, "packet", "packets")))
+			continue
+		}
+		if !validTarget(b.Host, 443) {
+			skipped = append(skipped, fmt.Sprintf("%s to %q, which is not a valid address", plural(b.Packets, "packet", "packets"), b.Host))
+			continue
+		}
+		if _, ok := bypassPorts[b.Host]; !ok {
+			bypassHosts = append(bypassHosts, b.Host)
+			bypassPorts[b.Host] = nil
+		}
+		p := b.Port
+		if p == 0 {
+			p = -1 // ICMP and the like: any port names the address
+		}
+		bypassPorts[b.Host] = append(bypassPorts[b.Host], p)
+		bypassNotes[b.Host] = append(bypassNotes[b.Host], fmt.Sprintf("%s %s", plural(b.Packets, b.Proto+" packet", b.Proto+" packets"), portNote(b.Port)))
+	}
+	for _, h := range bypassHosts {
+		ports := bypassPorts[h]
+		if slices.Contains(ports, -1) {
+			ports = []int{-1}
+		}
+		slices.Sort(ports)
+		rules = append(rules, &suggestedRule{host: h, ports: slices.Compact(ports), bypass: true, notes: bypassNotes[h]})
+	}
+	if rep.Overflow.Targets > 0 {
+		skipped = append(skipped, fmt.Sprintf("%d attempts at targets beyond the first %d, which were not kept apart", rep.Overflow.Targets, len(rep.Targets)))
+	}
+	if rep.Dropped > 0 {
+		skipped = append(skipped, fmt.Sprintf("%d records the gateway left out of the log (it was over its budget)", rep.Dropped))
+	}
+	if opt.Wildcards {
+		rules = foldWildcards(rules)
+	}
+	return rules, skipped
+}
+
+// targetNote is a rule's comment for t: counts, bytes and process names.
+func targetNote(t *Target) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "port %d: %s", t.Port, plural(t.Total(), "attempt", "attempts"))
+	if len(t.Methods) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(t.Methods, ", "))
+	}
+	if t.Blocked > 0 {
+		fmt.Fprintf(&b, ", %d blocked when logged", t.Blocked)
+	}
+	if t.BytesOut+t.BytesIn > 0 {
+		fmt.Fprintf(&b, ", %s out, %s in", byteSize(t.BytesOut), byteSize(t.BytesIn))
+	}
+	if len(t.Processes) > 0 {
+		fmt.Fprintf(&b, ", by %s", strings.Join(t.Processes, ", "))
+	}
+	return b.String()
+}
+
+func portNote(p int) string {
+	if p == 0 {
+		return ""
+	}
+	return "to port " + strconv.Itoa(p)
+}
+
+// pathPrefix returns the longest prefix the canonical forms of paths
+// share, cut after its last '/', or the one path when they are all the
+// same; "" when that is "/", which restricts nothing.
+func pathPrefix(paths []PathCount) string {
+	prefix := netpolicy.CanonicalPath(paths[0].Path)
+	same := true
+	for _, p := range paths[1:] {
+		c := netpolicy.CanonicalPath(p.Path)
+		if c != prefix {
+			same = false
+		}
+		n := 0
+		for n < len(prefix) && n < len(c) && prefix[n] == c[n] {
+			n++
+		}
+		prefix = prefix[:n]
+	}
+	if !same {
+		prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
+	}
+	if prefix == "/" || !strings.HasPrefix(prefix, "/") || strings.ContainsAny(prefix, "?#") ||
+		strings.ContainsFunc(prefix, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return ""
+	}
+	return prefix
+}
+
+// foldWildcards replaces three or more rules for sibling names with one
+// rule for *.parent, where parent is the registrable domain or below it.
+// Only plain allow rules fold; the wildcard's ports are all of theirs.
+func foldWildcards(rules []*suggestedRule) []*suggestedRule {
+	children := map[string][]*suggestedRule{}
+	var parents []string
+	for _, r := range rules {
+		if r.intercept != 0 || r.methods != nil || r.bypass || r.ports == nil || isIP(r.host) {
+			continue
+		}
+		dot := strings.IndexByte(r.host, '.')
+		if dot < 0 {
+			continue
+		}
+		parent := r.host[dot+1:]
+		etld1, err := publicsuffix.EffectiveTLDPlusOne(r.host)
+		if err != nil || (parent != etld1 && !strings.HasSuffix(parent, "."+etld1)) {
+			continue // *.parent would be wider than a registrable domain
+		}
+		if children[parent] == nil {
+			parents = append(parents, parent)
+		}
+		children[parent] = append(children[parent], r)
+	}
+	folded := map[*suggestedRule]*suggestedRule{}
+	for _, parent := range parents {
+		kids := children[parent]
+		names := map[string]bool{}
+		for _, k := range kids {
+			names[k.host] = true
+		}
+		if len(names) < 3 {
+			continue
+		}
+		w := &suggestedRule{host: "*." + parent}
+		for _, k := range kids {
+			w.ports = append(w.ports, k.ports...)
+			w.notes = append(w.notes, k.host+" "+strings.Join(k.notes, "; "))
+			folded[k] = w
+		}
+		w.blocked = !slices.ContainsFunc(kids, func(k *suggestedRule) bool { return !k.blocked })
+		slices.Sort(w.ports)
+		w.ports = slices.Compact(w.ports)
+	}
+	var out []*suggestedRule
+	placed := map[*suggestedRule]bool{}
+	for _, r := range rules {
+		if w := folded[r]; w != nil {
+			if !placed[w] {
+				placed[w] = true
+				out = append(out, w)
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func isIP(h string) bool {
+	_, err := netip.ParseAddr(h)
+	return err == nil
+}
+
+// group is the registrable domain a rule is listed under.
+func group(host string) string {
+	h := strings.TrimPrefix(host, "*.")
+	if isIP(h) {
+		return "addresses"
+	}
+	if d, err := publicsuffix.EffectiveTLDPlusOne(h); err == nil {
+		return d
+	}
+	return h
+}
+
+// renderPolicy writes the rules as a policy file.
+func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte {
+	var b bytes.Buffer
+	b.WriteString("# A policy that allows what these decision logs saw, from sbx audit --suggest.\n")
+	fmt.Fprintf(&b, "# Logs: %s\n", strings.Join(rep.Logs, ", "))
+	if !rep.First.IsZero() {
+		fmt.Fprintf(&b, "# From %s to %s, %s.\n", rep.First.Format("2006-01-02 15:04:05Z07:00"), rep.Last.Format("2006-01-02 15:04:05Z07:00"), plural(rep.Records, "record", "records"))
+	}
+	b.WriteString("# Review it before you use it: every rule allows something the code tried,\n")
+	b.WriteString("# including what was blocked when the log was written (listed last).\n")
+	b.WriteString("# Lines marked CAN CARRY DATA OUT name hosts that accept uploads from anyone.\n")
+	if len(skipped) > 0 {
+		b.WriteString("#\n# Not covered, since no rule can allow it:\n")
+		for _, s := range skipped {
+			fmt.Fprintf(&b, "#   %s\n", oneLine(s))
+		}
+	}
+	b.WriteString("version: 1\ndefault: block\nrules:\n")
+	sections := []struct {
+		title string
+		pick  func(*suggestedRule) bool
+	}{
+		{"", func(r *suggestedRule) bool { return !r.blocked && !r.bypass }},
+		{"Blocked when the log was written; allowed here only because the code tried them.\n  # Delete what you do not want, and sbx audit --expect will list it.", func(r *suggestedRule) bool { return r.blocked && !r.bypass }},
+		{"Destinations of packets sent around the gateway (UDP, ICMP, ...), which sbx refuses\n  # whatever the policy says. A rule here lets sbx audit --expect accept those packets, and\n  # lets TCP to the address through: delete it if you want neither.", func(r *suggestedRule) bool { return r.bypass }},
+	}
+	for _, sec := range sections {
+		var rs []*suggestedRule
+		for _, r := range rules {
+			if sec.pick(r) {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		if sec.title != "" {
+			fmt.Fprintf(&b, "\n  # %s\n", sec.title)
+		}
+		slices.SortStableFunc(rs, func(a, c *suggestedRule) int {
+			return cmp.Or(strings.Compare(group(a.host), group(c.host)), strings.Compare(strings.TrimPrefix(a.host, "*."), strings.TrimPrefix(c.host, "*.")))
+		})
+		last := ""
+		for _, r := range rs {
+			if g := group(r.host); g != last {
+				fmt.Fprintf(&b, "\n  # %s\n", oneLine(g))
+				last = g
+			}
+			if why := exfilClass(r.host); why != "" {
+				fmt.Fprintf(&b, "  # CAN CARRY DATA OUT: %s\n", why)
+			}
+			for _, n := range r.notes {
+				fmt.Fprintf(&b, "  # %s\n", oneLine(n))
+			}
+			fmt.Fprintf(&b, "  - host: %s\n", quote(r.host))
+			if r.ports != nil {
+				ps := make([]string, len(r.ports))
+				for i, p := range r.ports {
+					if p < 0 {
+						ps[i] = `"*"`
+					} else {
+						ps[i] = strconv.Itoa(p)
+					}
+				}
+				fmt.Fprintf(&b, "    ports: [%s]\n", strings.Join(ps, ", "))
+			}
+			if len(r.methods) > 0 {
+				qs := make([]string, len(r.methods))
+				for i, m := range r.methods {
+					qs[i] = quote(m)
+				}
+				fmt.Fprintf(&b, "    methods: [%s]\n", strings.Join(qs, ", "))
+			}
+			if r.path != "" {
+				fmt.Fprintf(&b, "    path: %s\n", quote(r.path))
+			}
+			if r.intercept != 0 {
+				fmt.Fprintf(&b, "    action: intercept\n    response:\n      status: %d\n", r.intercept)
+			} else {
+				b.WriteString("    action: allow\n")
+			}
+		}
+	}
+	if len(rules) == 0 {
+		b.WriteString("  []\n")
+	}
+	return b.Bytes()
+}
+
+// quote writes s as a double-quoted scalar; a JSON string is one in YAML.
+func quote(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// oneLine keeps a comment on its line: a host or path from the log may
+// hold anything.
+func oneLine(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c < ' ' || c == 0x7f || c == '\u2028' || c == '\u2029' || c == '\u0085' {
+			return '?'
+		}
+		return c
+	}, s)
+}
+
+// coverage replays every attempt of the report against p and returns the
+// hosts of those p does not allow.
+func coverage(p *netpolicy.Policy, rep *Report) []string {
+	var misses []string
+	miss := func(r *decisionlog.Record) {
+		if d, _ := Replay(p, r); d.Action == netpolicy.Block && !slices.Contains(misses, r.Host) {
+			misses = append(misses, r.Host)
+		}
+	}
+	for _, t := range rep.Targets {
+		if !validTarget(t.Host, t.Port) {
+			continue // not a valid target: listed as not covered
+		}
+		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
+		if t.Tunnels > 0 {
+			miss(&r)
+		}
+		r.Kind = decisionlog.KindHTTP
+		for _, m := range t.Methods {
+			if isTunnel(m) || !netpolicy.IsToken(m) {
+				continue // a method that is not one is listed as not covered
+			}
+			r.Method = m
+			for _, pc := range t.Paths {
+				r.Path = pc.Path
+				miss(&r)
+			}
+		}
+	}
+	for _, d := range rep.DNSNames {
+		if validTarget(d.Name, 443) {
+			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindDNS, Host: d.Name})
+		}
+	}
+	for _, b := range rep.Bypass {
+		if b.Host != "" && validTarget(b.Host, 443) {
+			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindBypass, Host: b.Host, Port: b.Port, Proto: b.Proto})
+		}
+	}
+	return misses
+}
+
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.FormatUint(n, 10) + " " + many
+}
+
+// byteSize writes n bytes for people: 512 B, 3.4 kB, 12 MB.
+func byteSize(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
+}
+
+// allowAll decides targets for validTarget.
+var allowAll, _ = netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Allow})
+
+// validTarget reports whether a rule can name host and port: the gateway
+// decides every other target as invalid, whatever the policy.
+func validTarget(host string, p int) bool {
+	return allowAll.Decide(netpolicy.Target{Host: host, Port: port(p), Method: "CONNECT"}).Rule != netpolicy.RuleInvalid
+}

@@ -1,0 +1,424 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+)
+
+// dlTestTime is not in UTC, so the tests see the encoder convert it.
+var dlTestTime = time.Date(2025, 3, 4, 5, 6, 7, 890123000, time.FixedZone("CET", 3600))
+
+// dlTestSink records what a Log writes to it and can be told to fail.
+type dlTestSink struct {
+	mu       sync.Mutex
+	seqs     []uint64
+	lines    []string
+	writeErr error
+	closeErr error
+	flushes  int
+	closes   int
+}
+
+func (s *dlTestSink) WriteRecord(seq uint64, line []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writeErr != nil {
+		return s.writeErr
+	}
+	s.seqs = append(s.seqs, seq)
+	s.lines = append(s.lines, string(line))
+	return nil
+}
+
+func (s *dlTestSink) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushes++
+	return nil
+}
+
+func (s *dlTestSink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closes++
+	return s.closeErr
+}
+
+// dlSeq returns the seq field of a line AppendJSON or ringLine wrote,
+// without a full JSON decoder, which is slow under the race detector.
+func dlSeq(t testing.TB, line []byte) uint64 {
+	t.Helper()
+	_, after, ok := bytes.Cut(line, []byte(`"`+decisionlog.FieldSeq+`":`))
+	if end := bytes.IndexAny(after, ",}"); ok && end > 0 {
+		if seq, err := strconv.ParseUint(string(after[:end]), 10, 64); err == nil {
+			return seq
+		}
+	}
+	t.Fatalf("line %q: no seq", line)
+	return 0
+}
+
+func TestLogEmit(t *testing.T) {
+	sink := &dlTestSink{}
+	l := NewLog("sb1", sink, nil)
+	before := time.Now()
+	r1 := &decisionlog.Record{Event: decisionlog.EventDecision, Sandbox: "other", V: 7, Host: "a.example"}
+	if got := l.Emit(r1); got != 1 {
+		t.Errorf("first Emit: got seq %d, want 1", got)
+	}
+	if r1.Seq != 1 || r1.V != decisionlog.SchemaVersion || r1.Sandbox != "sb1" {
+		t.Errorf("after Emit: got Seq %d, V %d, Sandbox %q, want 1, %d, %q", r1.Seq, r1.V, r1.Sandbox, decisionlog.SchemaVersion, "sb1")
+	}
+	if r1.Time.Before(before) || r1.Time.After(time.Now()) {
+		t.Errorf("after Emit: got Time %v, want the time of the call", r1.Time)
+	}
+	r2 := &decisionlog.Record{Event: decisionlog.EventPolicy, Time: dlTestTime, Change: "rule gh added", PolicyVersion: 2}
+	if got := l.Emit(r2); got != 2 {
+		t.Errorf("second Emit: got seq %d, want 2", got)
+	}
+	if !r2.Time.Equal(dlTestTime) {
+		t.Errorf("Emit changed a set Time: got %v, want %v", r2.Time, dlTestTime)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		string(r1.AppendJSON(nil)) + "\n",
+		`{"v":1,"seq":2,"event":"policy","time":"2025-03-04T04:06:07.890123Z","policy_version":2,"change":"rule gh added"}` + "\n",
+	}
+	if diff := cmp.Diff(want, sink.lines); diff != "" {
+		t.Errorf("lines written (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]uint64{1, 2}, sink.seqs); diff != "" {
+		t.Errorf("seqs written (-want +got):\n%s", diff)
+	}
+	if sink.closes != 1 {
+		t.Errorf("sink closed %d times, want 1", sink.closes)
+	}
+	if got := l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision}); got != 0 {
+		t.Errorf("Emit after Close: got seq %d, want 0", got)
+	}
+	if len(sink.lines) != 2 {
+		t.Errorf("Emit after Close wrote: got %d lines, want 2", len(sink.lines))
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+	if sink.closes != 1 {
+		t.Errorf("sink closed %d times after a second Close, want 1", sink.closes)
+	}
+}
+
+func TestLogSinkErrors(t *testing.T) {
+	errWrite := errors.New("disk full")
+	errClose := errors.New("close failed")
+	bad := &dlTestSink{writeErr: errWrite, closeErr: errClose}
+	good := &dlTestSink{}
+	l := NewLog("", bad, good)
+	if err := l.Err(); err != nil {
+		t.Errorf("Err before any write: got %v, want nil", err)
+	}
+	for range 3 {
+		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+	}
+	if got := len(good.lines); got != 3 {
+		t.Errorf("good sink: got %d lines, want 3", got)
+	}
+	if got := l.Errors(); got != 3 {
+		t.Errorf("Errors: got %d, want 3", got)
+	}
+	if err := l.Err(); !errors.Is(err, errWrite) {
+		t.Errorf("Err: got %v, want it to wrap %v", err, errWrite)
+	}
+	if err := l.Flush(); err != nil {
+		t.Errorf("Flush: got %v, want nil", err)
+	}
+	if bad.flushes != 1 || good.flushes != 1 {
+		t.Errorf("Flush: got %d and %d flushes, want 1 and 1", bad.flushes, good.flushes)
+	}
+	err := l.Close()
+	if !errors.Is(err, errClose) {
+		t.Errorf("Close: got %v, want it to wrap %v", err, errClose)
+	}
+	if bad.closes != 1 || good.closes != 1 {
+		t.Errorf("Close: got %d and %d closes, want 1 and 1", bad.closes, good.closes)
+	}
+}
+
+// dlReadLines returns the lines of the file at path, failing when the
+// file does not end in a newline.
+func dlReadLines(t testing.TB, path string) [][]byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if data[len(data)-1] != '\n' {
+		t.Fatalf("%s does not end in a newline", path)
+	}
+	return bytes.Split(data[:len(data)-1], []byte("\n"))
+}
+
+func TestLogConcurrentEmit(t *testing.T) {
+	const goroutines, each = 16, 1000
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				l.Emit(&decisionlog.Record{
+					Event: decisionlog.EventDecision, ID: strconv.Itoa(g) + "-" + strconv.Itoa(i), Kind: decisionlog.KindConnect,
+					Method: "CONNECT", Host: "example.com", Port: 443, Action: "allow", Enforced: true,
+				})
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err: got %v, want nil", err)
+	}
+	lines := dlReadLines(t, path)
+	if got, want := len(lines), goroutines*each; got != want {
+		t.Fatalf("got %d lines, want %d", got, want)
+	}
+	ids := map[string]bool{}
+	for i, line := range lines {
+		var r struct {
+			Seq uint64
+			ID  string
+		}
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if want := uint64(i + 1); r.Seq != want {
+			t.Fatalf("line %d: got seq %d, want %d", i+1, r.Seq, want)
+		}
+		if ids[r.ID] {
+			t.Fatalf("line %d: id %s written twice", i+1, r.ID)
+		}
+		ids[r.ID] = true
+	}
+}
+
+func TestFileSinkCloseFlushes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	for range 3 {
+		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(dlReadLines(t, path)); got != 3 {
+		t.Errorf("right after Close: got %d lines, want 3", got)
+	}
+	if err := fs.WriteRecord(4, []byte("{}\n")); !errors.Is(err, ErrSinkClosed) {
+		t.Errorf("WriteRecord after Close: got %v, want ErrSinkClosed", err)
+	}
+	if err := fs.Flush(); !errors.Is(err, ErrSinkClosed) {
+		t.Errorf("Flush after Close: got %v, want ErrSinkClosed", err)
+	}
+	if err := fs.Close(); err != nil {
+		t.Errorf("second Close: got %v, want nil", err)
+	}
+}
+
+func TestFileSinkFlush(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if err := fs.WriteRecord(1, []byte("{\"seq\":1}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(dlReadLines(t, path)); got != 1 {
+		t.Errorf("after Flush: got %d lines, want 1", got)
+	}
+}
+
+// TestFileSinkBackgroundFlush waits for the flusher to write a record
+// nobody flushed. The flusher does it within 200 ms; the deadline only
+// guards against a flusher that never runs.
+func TestFileSinkBackgroundFlush(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	for seq := uint64(1); seq <= 2; seq++ {
+		if err := fs.WriteRecord(seq, []byte("{}\n")); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if got := len(dlReadLines(t, path)); got == int(seq) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("record %d was not flushed in the background", seq)
+			}
+		}
+	}
+}
+
+func TestFileSinkModes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a", "b", "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		want os.FileMode
+	}{
+		{filepath.Join(dir, "a"), os.ModeDir | 0o700},
+		{filepath.Join(dir, "a", "b"), os.ModeDir | 0o700},
+		{path, 0o600},
+	} {
+		fi, err := os.Stat(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode(); got != c.want {
+			t.Errorf("%s: got mode %v, want %v", c.path, got, c.want)
+		}
+	}
+}
+
+func TestFileSinkAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	for run := range 2 {
+		fs, err := OpenFileSink(path, FileSinkOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.WriteRecord(uint64(run+1), []byte("{\"run\":"+strconv.Itoa(run)+"}\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := dlReadLines(t, path)
+	want := [][]byte{[]byte(`{"run":0}`), []byte(`{"run":1}`)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("file after two runs (-want +got):\n%s", diff)
+	}
+}
+
+func TestOpenFileSinkError(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fs, err := OpenFileSink(filepath.Join(file, "decisions.jsonl"), FileSinkOptions{}); err == nil {
+		fs.Close()
+		t.Errorf("OpenFileSink under a regular file: got nil error, want one")
+	}
+}
+
+// dlBenchLimits are limits a benchmark never reaches: the sink checks its
+// budget for every record and writes every record.
+var dlBenchLimits = FileSinkOptions{RatePerSecond: 1e15, Burst: math.MaxInt, MaxBytes: NoLimit}
+
+// BenchmarkLogEmit measures the decision log's cost per proxied request
+// with a file sink: encoding, the budget check and a buffered write.
+func BenchmarkLogEmit(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs)
+	defer l.Close()
+	rec := dlBenchRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Time = time.Time{}
+		l.Emit(rec)
+	}
+	b.StopTimer()
+	if err := l.Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkLogEmitParallel is BenchmarkLogEmit from GOMAXPROCS goroutines,
+// as the gateway emits.
+func BenchmarkLogEmitParallel(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs, NewRing(0))
+	defer l.Close()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		rec := dlBenchRecord()
+		for pb.Next() {
+			rec.Time = time.Time{}
+			l.Emit(rec)
+		}
+	})
+}
+
+// BenchmarkLogEmitOverBudget is BenchmarkLogEmit with a sink that is over
+// its rate: what a flooding sandbox costs per record left out.
+func BenchmarkLogEmitOverBudget(b *testing.B) {
+	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: 1e-9, Burst: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := NewLog("a1b2c3", fs)
+	defer l.Close()
+	rec := dlBenchRecord()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.Time = time.Time{}
+		l.Emit(rec)
+	}
+}
+
+func dlBenchRecord() *decisionlog.Record {
+	return &decisionlog.Record{
+		ID: "1x2y", Event: decisionlog.EventDecision, Client: "10.213.0.2:51234", Kind: decisionlog.KindHTTP, Method: "GET",
+		Host: "registry.npmjs.org", Port: 80, Path: "/left-pad/-/left-pad-1.3.0.tgz", Action: "allow",
+		Enforced: true, Rule: "npm", Reason: "rule npm allows registry.npmjs.org", PolicyVersion: 3,
+		Status: 200,
+	}
+}
