@@ -28,6 +28,16 @@
 // packets the rules refused into bypass records, folded per target and
 // second (§11.3); Config.Owner names the process behind each record.
 //
+// TLS inspection (Config.CA; DESIGN.md §13): for a host the policy
+// inspects (netpolicy's Inspects), a CONNECT or a transparent TLS
+// connection is opened when some request through it could pass
+// (DecideTunnel), its TLS is terminated with a certificate the sandbox's
+// CA mints for the host, and each HTTP/1.1 or HTTP/2 request in it is
+// decided with its method and path (kind https), answered by an intercept
+// or a 403, or sent on over the gateway's own TLS connection to the guarded
+// address, verified against Config.UpstreamRoots. Every other host's
+// tunnel is spliced and never decrypted.
+//
 // The decision log (Log, decisionlog.Record, FileSink, Ring) is the contract of
 // DESIGN.md §5: one decision record per request or tunnel, a close record
 // for the allowed ones, policy records for changes. Its file may sit in a

@@ -37,6 +37,13 @@ type testGateway struct {
 // addresses. It is closed when the test ends.
 func startGateway(t *testing.T, spec netpolicy.Spec, static map[string]string) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, spec, static, nil)
+}
+
+// startGatewayWith is startGateway with more configuration: set, when not
+// nil, changes the Config before the gateway is made.
+func startGatewayWith(t testing.TB, spec netpolicy.Spec, static map[string]string, set func(*Config)) *testGateway {
+	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
@@ -51,13 +58,17 @@ func startGateway(t *testing.T, spec netpolicy.Spec, static map[string]string) *
 	}
 	ring := NewRing(0)
 	g := &testGateway{ring: ring, log: NewLog("", ring), store: netpolicy.NewStore(p)}
-	g.srv, err = New(Config{
+	cfg := Config{
 		Store:    g.store,
 		Resolver: res,
 		Log:      g.log,
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		Limits:   Limits{HeaderReadTimeout: 2 * time.Second, DialTimeout: 2 * time.Second},
-	})
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	g.srv, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +91,7 @@ func startGateway(t *testing.T, spec netpolicy.Spec, static map[string]string) *
 	return g
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -140,7 +151,7 @@ func echoUpstream(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func portOf(t *testing.T, srv *httptest.Server) netpolicy.Port {
+func portOf(t testing.TB, srv *httptest.Server) netpolicy.Port {
 	t.Helper()
 	u, _ := url.Parse(srv.URL)
 	var p int
@@ -389,7 +400,7 @@ func TestConnectVerdictsAndSNI(t *testing.T) {
 	// Blocked and intercepted CONNECTs get 403 with the headers.
 	for _, tt := range []struct{ host, rule, reason string }{
 		{"evil.test", "default", "no rule matched"},
-		{"mock.test", "mock", "HTTPS intercept needs TLS interception"},
+		{"mock.test", "mock", "an HTTPS intercept needs TLS inspection"},
 	} {
 		status, hdr := rawConnect(t, g.addr, fmt.Sprintf("%s:%d", tt.host, port))
 		if status != 403 || hdr.Get(HeaderDecision) != "block" || hdr.Get(HeaderRule) != tt.rule || !strings.Contains(hdr.Get(HeaderReason), tt.reason) {

@@ -57,7 +57,21 @@ func headerSafe(v string) string {
 // a body that says what was blocked and how to allow it.
 func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path string, d netpolicy.Decision, close bool) error {
 	hostport := joinHostPort(host, port)
-	what := describe(method, hostport, path)
+	return writeSimple(w, http.StatusForbidden, "", s.blockText(describe(method, hostport, path), hostport, d), close, blockHeaders(d))
+}
+
+// blockHeaders are the X-Sbx headers of a 403.
+func blockHeaders(d netpolicy.Decision) [][2]string {
+	return [][2]string{
+		{HeaderDecision, string(netpolicy.Block)},
+		{HeaderRule, d.Rule},
+		{HeaderReason, d.Reason},
+	}
+}
+
+// blockText is the body of a 403: what was blocked (the request, as
+// describe writes it) and how to allow it.
+func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sbx blocked %s\n  rule:   %s\n  reason: %s\n\n", what, d.Rule, d.Reason)
 	switch d.Rule {
@@ -81,19 +95,21 @@ func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path 
 			"(or POST the rule to /v1/policy/rules on the management API),\n"+
 			"or add an allow rule for it to the policy.\n", target, hostport)
 	}
-	return writeSimple(w, http.StatusForbidden, "", b.String(), close, [][2]string{
-		{HeaderDecision, string(netpolicy.Block)},
-		{HeaderRule, d.Rule},
-		{HeaderReason, d.Reason},
-	})
+	return b.String()
 }
 
 // writeIntercept answers with an intercept rule's response.
 func writeIntercept(w io.Writer, d netpolicy.Decision, close bool) error {
+	status, contentType, extra := interceptHead(d)
+	return writeSimple(w, status, contentType, d.Response.Body, close, extra)
+}
+
+// interceptHead is an intercept rule's status, content type and other
+// headers, the X-Sbx ones first, in a stable order.
+func interceptHead(d netpolicy.Decision) (status int, contentType string, extra [][2]string) {
 	r := d.Response
-	status := interceptStatus(d)
-	extra := [][2]string{{HeaderDecision, string(netpolicy.Intercept)}, {HeaderRule, d.Rule}}
-	contentType := ""
+	status = interceptStatus(d)
+	extra = [][2]string{{HeaderDecision, string(netpolicy.Intercept)}, {HeaderRule, d.Rule}}
 	names := make([]string, 0, len(r.Headers))
 	for k := range r.Headers {
 		names = append(names, k)
@@ -106,7 +122,7 @@ func writeIntercept(w io.Writer, d netpolicy.Decision, close bool) error {
 		}
 		extra = append(extra, [2]string{http.CanonicalHeaderKey(k), r.Headers[k]})
 	}
-	return writeSimple(w, status, contentType, r.Body, close, extra)
+	return status, contentType, extra
 }
 
 // describe renders a request for messages: "GET http://host:80/path" or

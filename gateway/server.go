@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -113,6 +114,15 @@ type Config struct {
 	// which allow_private governs as before: "address guard: <ip> is this
 	// host's own address".
 	Fence []netip.Prefix
+	// CA, when set, lets the gateway terminate TLS for the hosts the
+	// policy inspects (netpolicy's Inspects: rules with inspect, methods,
+	// path or intercept; DESIGN.md §13), with certificates it mints for
+	// them; the sandbox must trust CA.CertPEM. Nil inspects nothing: every
+	// CONNECT is a spliced tunnel, decided as a whole.
+	CA *CA
+	// UpstreamRoots verify the upstreams of inspected requests; nil means
+	// the host's system roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Server is the gateway: an HTTP forward proxy and CONNECT tunnel that
@@ -121,6 +131,7 @@ type Config struct {
 // every decision. Make one with New; it is safe for concurrent use.
 type Server struct {
 	cfg      Config
+	inspect  *http.Transport // inspected requests go upstream through it; nil without Config.CA
 	limits   Limits
 	logger   *slog.Logger
 	resolver *Resolver
@@ -189,6 +200,9 @@ func New(cfg Config) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
+	if cfg.CA != nil {
+		s.inspect = s.newInspectTransport(cfg.UpstreamRoots)
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,12 @@ type Options struct {
 	// Fence lists networks never dialed, whatever the policy says (in sbx
 	// run, the subnet pool); see Config.Fence.
 	Fence []netip.Prefix
+	// CA and UpstreamRoots are Config's: TLS inspection of the hosts the
+	// policy inspects, with certificates from CA, upstreams verified
+	// against UpstreamRoots (nil: the host's roots). A nil CA inspects
+	// nothing.
+	CA            *CA
+	UpstreamRoots *x509.CertPool
 }
 
 // Gateway is a running gateway made by Start. Close stops it.
@@ -149,7 +156,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 
 	store := netpolicy.NewStore(o.Policy)
 	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
-		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner})
+		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots})
 	if err != nil {
 		return nil, err
 	}

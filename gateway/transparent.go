@@ -184,7 +184,11 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 // upstream before the rest.
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
 	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t)
-	rec.Method = "" // decided as a tunnel; no HTTP method was sent
+	rec.Method = ""                                                         // decided as a tunnel; no HTTP method was sent
+	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
+		s.inspectTunnel(ctx, c, rec, snap, t, snap.Policy().DecideTunnel(t), start, false, first)
+		return
+	}
 	if d.Action == netpolicy.Intercept {
 		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
 	}

@@ -43,9 +43,13 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		return
 	}
 	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
+	if s.inspects(snap.Policy(), t) {
+		s.inspectTunnel(ctx, c, rec, snap, t, snap.Policy().DecideTunnel(t), start, true, nil)
+		return
+	}
 
 	if d.Action == netpolicy.Intercept {
-		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "HTTPS intercept needs TLS interception"}
+		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an HTTPS intercept needs TLS inspection, and this gateway has no CA"}
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return

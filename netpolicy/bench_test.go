@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // decideLinear is the obvious implementation of Decide: try every rule in
-// order. It is the oracle that the indexed Decide is checked against, and
-// the baseline of BenchmarkDecide.
+// order but the inspect-only ones. It is the oracle that the indexed Decide
+// is checked against, and the baseline of BenchmarkDecide.
 func (p *Policy) decideLinear(t Target) Decision {
 	host, err := normalizeTarget(t.Host)
 	if err != nil || t.Port == 0 {
@@ -20,6 +21,9 @@ func (p *Policy) decideLinear(t Target) Decision {
 	ip, ipErr := netip.ParseAddr(host)
 	for i := range p.rules {
 		r := &p.rules[i]
+		if r.inspectOnly {
+			continue
+		}
 		var hostMatch bool
 		switch r.pat.kind {
 		case patExact:
@@ -69,6 +73,21 @@ func realisticRules(n int, rng *rand.Rand) []Rule {
 	return rules
 }
 
+// withInspectMarkers returns rules with n inspect-only rules for the
+// hosts of random rules among them inserted at random places.
+func withInspectMarkers(rules []Rule, n int, rng *rand.Rand) []Rule {
+	rules = slices.Clone(rules)
+	for range n {
+		r := rules[rng.IntN(len(rules))]
+		m := Rule{Host: r.Host, Ports: slices.Clone(r.Ports), Inspect: true}
+		if m.Host == "*" && m.Ports == nil {
+			m.Ports = []Port{443}
+		}
+		rules = slices.Insert(rules, rng.IntN(len(rules)+1), m)
+	}
+	return rules
+}
+
 // targetsFor makes targets that hit exact rules, wildcards at several
 // depths, CIDRs, near misses (evil-prefix, apex of a wildcard) and misses.
 func targetsFor(rules []Rule, n int, rng *rand.Rand) []Target {
@@ -108,6 +127,7 @@ func TestIndexAgreesWithLinearScan(t *testing.T) {
 		Rule{Host: "11.0.0.0/8", Action: Block},
 	)
 	rng.Shuffle(len(rules), func(i, j int) { rules[i], rules[j] = rules[j], rules[i] })
+	rules = withInspectMarkers(rules, 500, rng)
 	p := mustCompile(t, Block, rules...)
 	for _, tg := range targetsFor(rules, 20000, rng) {
 		if got, want := p.Decide(tg), p.decideLinear(tg); got.Rule != want.Rule {
@@ -161,6 +181,42 @@ func BenchmarkDecideHost(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		p.DecideHost(targets[i&4095].Host)
+		i++
+	}
+}
+
+// BenchmarkInspects measures the question the gateway asks of every
+// CONNECT, against 10 000 rules of which some 600 mark hosts for
+// inspection (inspect-only rules, and rules with methods and path).
+func BenchmarkInspects(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := mustCompile(b, Block, withInspectMarkers(realisticRules(10000, rng), 500, rng)...)
+	targets := targetsFor(p.Rules(), 4096, rng)
+	for i := range targets {
+		h, err := NormalizeHost(targets[i].Host)
+		if err == nil {
+			targets[i].Host = h // as the gateway has it, after Decide
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tg := targets[i&4095]
+		p.Inspects(tg.Host, tg.Port)
+		i++
+	}
+}
+
+// BenchmarkDecideTunnel measures the verdict on an inspected CONNECT
+// against 10 000 rules.
+func BenchmarkDecideTunnel(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := mustCompile(b, Block, withInspectMarkers(realisticRules(10000, rng), 500, rng)...)
+	targets := targetsFor(p.Rules(), 4096, rng)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p.DecideTunnel(targets[i&4095])
 		i++
 	}
 }

@@ -14,7 +14,13 @@ import (
 type Policy struct {
 	spec  Spec // normalized, ids assigned; never modified
 	rules []compiledRule
+	// index holds the rules that decide: every rule but the inspect-only
+	// ones, which Decide and its kin skip as if they were absent.
 	index index
+	// inspect holds the rules that mark their hosts for inspection, for
+	// Inspects; hasInspect is set when there is one.
+	inspect    index
+	hasInspect bool
 	// defaultDecision is returned when no rule matches.
 	defaultDecision Decision
 	// hostDefault is DecideHost's decision when no rule decides every
@@ -24,6 +30,9 @@ type Policy struct {
 	// hasPathRules is set when a rule has a path, so Decide resolves dot
 	// segments only when it matters.
 	hasPathRules bool
+	// tunnelDefault is DecideTunnel's decision when no rule decides a
+	// port of a host under the default block.
+	tunnelDefault Decision
 }
 
 // compiledRule is a checked rule with what Decide needs precomputed.
@@ -34,6 +43,12 @@ type compiledRule struct {
 	methods  []string
 	path     string
 	httpOnly bool // methods or path set: see matchesRest for CONNECT
+	// inspectOnly marks a rule with inspect: true and no action, which
+	// decides nothing and is left out of the deciding index.
+	inspectOnly bool
+	// inspect is set when the rule marks its hosts for inspection:
+	// inspect: true, methods, a path, or action intercept.
+	inspect  bool
 	decision Decision
 	// tunnelDecision is the decision for a CONNECT that an httpOnly
 	// block or intercept rule stops.
@@ -100,9 +115,16 @@ func Compile(spec Spec) (*Policy, error) {
 	} else {
 		p.hostDefault.Reason = "no rule allows it on any port; the default is block"
 	}
+	p.tunnelDefault = Decision{Action: Block, Rule: RuleDefault, Reason: "no rule allows a request to it on this port; the default is block"}
 	for i := range p.rules {
 		cr := &p.rules[i]
 		r := &spec.Rules[i]
+		if cr.inspect {
+			p.hasInspect = true
+		}
+		if cr.inspectOnly {
+			continue // it decides nothing
+		}
 		cr.decision = Decision{
 			Action:   r.Action,
 			Rule:     r.ID,
@@ -121,7 +143,8 @@ func Compile(spec Spec) (*Policy, error) {
 			p.hasPathRules = true
 		}
 	}
-	p.index = buildIndex(p.rules)
+	p.index = buildIndex(p.rules, func(r *compiledRule) bool { return !r.inspectOnly })
+	p.inspect = buildIndex(p.rules, func(r *compiledRule) bool { return r.inspect })
 	return p, nil
 }
 
@@ -210,7 +233,10 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	switch r.Action {
 	case Allow, Block, Intercept:
 	case "":
-		bad("action", "missing; write action: allow, block or intercept")
+		if !r.Inspect {
+			bad("action", "missing; write action: allow, block or intercept (or inspect: true alone, for a rule that only marks hosts for inspection)")
+		}
+		cr.inspectOnly = r.Inspect
 	default:
 		bad("action", "%q is not an action; write allow, block or intercept", r.Action)
 	}
@@ -244,7 +270,11 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		}
 	}
 	if err == nil && pat.kind == patAny && r.Action != Block && !explicitPorts {
-		bad("host", "\"*\" matches every host, so with action %s it needs an explicit port list (ports: [443], or *:443 on the command line)", r.Action)
+		what := "with action " + string(r.Action)
+		if cr.inspectOnly {
+			what = "as an inspect-only rule"
+		}
+		bad("host", "\"*\" matches every host, so %s it needs an explicit port list (ports: [443], or *:443 on the command line)", what)
 	}
 
 	for i, m := range r.Methods {
@@ -253,7 +283,7 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		case !IsToken(m):
 			bad("methods", "%q is not an HTTP method", m)
 		case up == "CONNECT":
-			bad("methods", "CONNECT cannot be listed: rules with methods apply only to plain HTTP requests; omit methods to match tunnels")
+			bad("methods", "CONNECT cannot be listed: rules with methods apply to HTTP requests (plain, or inside an inspected tunnel), not to tunnels; omit methods to match tunnels")
 		}
 		r.Methods[i] = up
 	}
@@ -278,12 +308,19 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		cr.path = r.Path
 	}
 	cr.httpOnly = len(r.Methods) > 0 || r.Path != ""
-	if cr.httpOnly && !cr.anyPort && len(cr.ports) > 0 && !slices.ContainsFunc(cr.ports, func(p uint16) bool { return p != 443 }) {
-		field := "methods"
-		if len(r.Methods) == 0 {
-			field = "path"
+	cr.inspect = r.Inspect || cr.httpOnly || r.Action == Intercept
+
+	if cr.inspectOnly {
+		const only = "an inspect-only rule (inspect: true, no action) decides nothing"
+		if len(r.Methods) > 0 {
+			bad("methods", "%s, so it takes no methods; add an action to decide these requests, or remove methods", only)
 		}
-		bad(field, "methods and path match only plain HTTP, but this rule's only port is 443, which is reached by CONNECT; add the plain HTTP port (ports: [80]) or drop methods and path")
+		if r.Path != "" {
+			bad("path", "%s, so it takes no path; add an action to decide these requests, or remove path", only)
+		}
+		if r.Response != nil {
+			bad("response", "%s, so it has no response; write action: intercept to answer requests, or remove response", only)
+		}
 	}
 
 	switch {

@@ -31,9 +31,14 @@ type prefixBucket struct {
 	rules map[netip.Prefix][]int32
 }
 
-func buildIndex(rules []compiledRule) index {
+// buildIndex indexes the rules for which keep is true, by their positions
+// in rules.
+func buildIndex(rules []compiledRule, keep func(*compiledRule) bool) index {
 	ix := index{exact: map[string][]int32{}, wildcard: map[string][]int32{}, anyPort: map[uint16][]int32{}, anyPortBlock: map[uint16]int32{}}
 	for i := range rules {
+		if !keep(&rules[i]) {
+			continue
+		}
 		pos := int32(i)
 		pat := rules[i].pat
 		switch pat.kind {
@@ -73,11 +78,14 @@ func buildIndex(rules []compiledRule) index {
 // Decide returns the decision of the first rule that matches t, else the
 // default. A target whose host or port is invalid is blocked with rule
 // RuleInvalid and never matches a rule, whatever the default or the mode.
+// Inspect-only rules are skipped: they decide nothing.
 //
 // A rule with methods or path never allows a CONNECT. A block or intercept
 // rule with methods or path does stop a CONNECT to its ports, since the
 // tunnel could carry the very request the rule names; the decision's reason
-// says so.
+// says so. That is the verdict on a tunnel the gateway does not inspect; a
+// CONNECT that it inspects (Inspects) is decided by DecideTunnel, and each
+// request inside it by Decide, with the request's method and path.
 //
 // Decide does no DNS and no address guard; see GuardAddr. It is safe for
 // concurrent use, and does not allocate for a target whose host is already
@@ -203,7 +211,7 @@ func (p *Policy) first(list []int32, best int, t Target, rp requestPath) int {
 // path differ, an allow rule must match both and a block or intercept rule
 // either, so that ambiguity never lets more through.
 func (r *compiledRule) matchesRest(t Target, rp requestPath) bool {
-	if !r.anyPort && !slices.Contains(r.ports, t.Port) {
+	if !r.matchesPort(t.Port) {
 		return false
 	}
 	if !r.httpOnly {
@@ -222,6 +230,11 @@ func (r *compiledRule) matchesRest(t Target, rp requestPath) bool {
 		return strings.HasPrefix(rp.plain, r.path) && strings.HasPrefix(rp.stripped, r.path)
 	}
 	return strings.HasPrefix(rp.plain, r.path) || strings.HasPrefix(rp.stripped, r.path)
+}
+
+// matchesPort reports whether the rule's ports hold port.
+func (r *compiledRule) matchesPort(port uint16) bool {
+	return r.anyPort || slices.Contains(r.ports, port)
 }
 
 // asciiEqualFold is strings.EqualFold for ASCII only, so that no Unicode

@@ -93,7 +93,11 @@ func TestDecidePatterns(t *testing.T) {
 		{"any port", Rule{Host: "example.com", Ports: []Port{AnyPort}}, connect("example.com", 22), true},
 		{"port 0 never", Rule{Host: "example.com", Ports: []Port{AnyPort}}, connect("example.com", 0), false},
 
-		// Methods and path: plain HTTP only.
+		// Methods and path: HTTP requests (plain, or inside an inspected
+		// tunnel, on its port), never a CONNECT.
+		{"method on 443, inside an inspected tunnel", Rule{Host: "example.com", Ports: []Port{443}, Methods: []string{"GET"}}, get("example.com", 443, "/"), true},
+		{"path on 443, inside an inspected tunnel", Rule{Host: "example.com", Ports: []Port{443}, Path: "/v1/"}, get("example.com", 443, "/v1/x"), true},
+		{"method on 443 never CONNECT", Rule{Host: "example.com", Ports: []Port{443}, Methods: []string{"GET"}}, connect("example.com", 443), false},
 		{"method", Rule{Host: "example.com", Methods: []string{"GET"}}, get("example.com", 80, "/"), true},
 		{"method lower case in rule", Rule{Host: "example.com", Methods: []string{"get"}}, get("example.com", 80, "/"), true},
 		{"method other", Rule{Host: "example.com", Methods: []string{"GET"}}, Target{Host: "example.com", Port: 80, Method: "POST", Path: "/"}, false},
@@ -207,7 +211,7 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		Rule{Host: "*.example.com", Action: Allow},
 		Rule{Host: "10.0.0.0/8", Action: Allow},
 		Rule{Host: "api.example.org", Path: "/v1/", Action: Allow})
-	for _, tg := range []Target{connect("a.b.example.com", 443), connect("10.1.2.3", 443), get("api.example.org", 80, "/v1/x")} {
+	for _, tg := range []Target{connect("a.b.example.com", 443), connect("10.1.2.3", 443), connect("2001:db8::1", 443), get("api.example.org", 80, "/v1/x")} {
 		if n := testing.AllocsPerRun(100, func() { p.Decide(tg) }); n != 0 {
 			t.Errorf("Decide(%+v) allocates %v times, want 0", tg, n)
 		}

@@ -280,7 +280,7 @@ func TestDecideHostRandomPolicies(t *testing.T) {
 		}
 		p, err := Compile(Spec{Default: []Action{Allow, Block}[rng.IntN(2)], Rules: rules})
 		if err != nil {
-			continue // "*" without ports, methods on port 443 only
+			continue // "*" without ports
 		}
 		shadowable := slices.ContainsFunc(p.rules, func(r compiledRule) bool { return r.httpOnly && r.decision.Action == Block })
 		for _, h := range hosts {

@@ -21,6 +21,15 @@
 // let through, blocked when every port is blocked. MayAllowHost adds the
 // mode: in audit mode every valid host may be let through.
 //
+// Inspects says for which hosts and ports the gateway terminates TLS and
+// decides each HTTPS request (DESIGN.md §13): those that a rule marks with
+// inspect: true, or whose rules have methods, a path or action intercept.
+// An inspect-only rule (inspect: true and no action, as --inspect makes)
+// only marks hosts; every decision is made as if it were absent. An
+// inspected CONNECT is decided by DecideTunnel, which refuses it only when
+// no request through it could be let through, and each request inside by
+// Decide, with its method and path.
+//
 // Decide is indexed: exact names and "*.domain" suffixes are map lookups,
 // IP and CIDR rules are looked up per prefix length, so a decision costs
 // about the same with ten rules or ten thousand. Decide does no DNS;

@@ -8,22 +8,34 @@ type InterceptFlag struct {
 	Response Response
 }
 
-// FlagRules turns the command-line policy flags into rules, in the order of
-// DESIGN.md §3: every intercept, then every block, then every allow, so that
-// block beats allow and intercept beats both. Patterns take the flag forms
-// of ParseFlagPattern. Rules get no ids; Compile assigns them. Every
-// pattern is checked; the error names each bad one and wraps
-// ErrInvalidRule.
-func FlagRules(intercepts []InterceptFlag, blocks, allows []string) ([]Rule, error) {
+// FlagPatterns are the patterns of the command-line policy flags that make
+// rules, each in the flag forms of ParseFlagPattern. The zero value makes
+// no rules.
+type FlagPatterns struct {
+	Inspect   []string        // --inspect PATTERN: inspect-only rules
+	Intercept []InterceptFlag // --intercept PATTERN=FILE
+	Block     []string        // --block PATTERN
+	Allow     []string        // --allow PATTERN
+}
+
+// Rules turns the patterns into rules. First come the inspect-only rules
+// of Inspect: they decide nothing, so their place changes no decision, and
+// putting them first keeps the deciding rules together after them and
+// lists what is inspected at the top of the policy. Then the deciding
+// rules, in the order of DESIGN.md §3: every intercept, then every block,
+// then every allow, so that block beats allow and intercept beats both.
+// Rules get no ids; Compile assigns them. Every pattern is checked; the
+// error names each bad one with its flag and wraps ErrInvalidRule.
+func (f FlagPatterns) Rules() ([]Rule, error) {
 	var rules []Rule
 	var errs ErrorList
-	add := func(flag, pattern string, action Action, resp *Response) {
+	add := func(flag, pattern string, r Rule) {
 		host, ports, err := ParseFlagPattern(pattern)
 		if err != nil {
 			errs = append(errs, &ParseError{Msg: fmt.Sprintf("--%s %s: %v", flag, pattern, err), Err: ErrInvalidRule})
 			return
 		}
-		r := Rule{Host: host, Ports: ports, Action: action, Response: resp}
+		r.Host, r.Ports = host, ports
 		check := r.clone()
 		if _, ferrs := checkRule(&check); len(ferrs) > 0 {
 			for _, fe := range ferrs {
@@ -33,18 +45,28 @@ func FlagRules(intercepts []InterceptFlag, blocks, allows []string) ([]Rule, err
 		}
 		rules = append(rules, r)
 	}
-	for _, ic := range intercepts {
+	for _, p := range f.Inspect {
+		add("inspect", p, Rule{Inspect: true})
+	}
+	for _, ic := range f.Intercept {
 		resp := ic.Response
-		add("intercept", ic.Pattern, Intercept, &resp)
+		add("intercept", ic.Pattern, Rule{Action: Intercept, Response: &resp})
 	}
-	for _, p := range blocks {
-		add("block", p, Block, nil)
+	for _, p := range f.Block {
+		add("block", p, Rule{Action: Block})
 	}
-	for _, p := range allows {
-		add("allow", p, Allow, nil)
+	for _, p := range f.Allow {
+		add("allow", p, Rule{Action: Allow})
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return rules, nil
+}
+
+// FlagRules is FlagPatterns{Intercept: intercepts, Block: blocks, Allow:
+// allows}.Rules(): the rules of the deciding flags, without inspect-only
+// ones.
+func FlagRules(intercepts []InterceptFlag, blocks, allows []string) ([]Rule, error) {
+	return FlagPatterns{Intercept: intercepts, Block: blocks, Allow: allows}.Rules()
 }

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,5 +110,101 @@ func TestFlagRulesErrors(t *testing.T) {
 	}
 	if !errors.Is(err, ErrInvalidRule) {
 		t.Errorf("FlagRules error does not wrap ErrInvalidRule")
+	}
+}
+
+func TestFlagPatternsInspect(t *testing.T) {
+	rules, err := FlagPatterns{
+		Allow:     []string{"api.test", "*.cdn.test:443"},
+		Block:     []string{"evil.test"},
+		Intercept: []InterceptFlag{{Pattern: "mock.test:443", Response: Response{Body: "canned"}}},
+		Inspect:   []string{"api.test", "*.cdn.test:443", "10.0.0.0/8:*", "*:8443", "[2001:db8::1]:443"},
+	}.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(Spec{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same rules written in a policy file: inspect-only rules first.
+	fromFile, err := Parse("p.yaml", []byte(`rules:
+  - {host: api.test, inspect: true}
+  - {host: "*.cdn.test", ports: [443], inspect: true}
+  - {host: 10.0.0.0/8, ports: ["*"], inspect: true}
+  - {host: "*", ports: [8443], inspect: true}
+  - {host: "2001:db8::1", ports: [443], inspect: true}
+  - {host: mock.test, ports: [443], action: intercept, response: {body: canned}}
+  - {host: evil.test, action: block}
+  - {host: api.test, action: allow}
+  - {host: "*.cdn.test", ports: [443], action: allow}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fromFile.Spec(), p.Spec()); diff != "" {
+		t.Errorf("flag rules differ from the file's (-file +flags):\n%s", diff)
+	}
+	// They decide nothing: the deciding flags decide as without them.
+	for _, tt := range []struct {
+		target Target
+		action Action
+		host   string // of the deciding rule; "" for the default
+	}{
+		{connect("api.test", 443), Allow, "api.test"},
+		{connect("x.cdn.test", 443), Allow, "*.cdn.test"},
+		{connect("evil.test", 443), Block, "evil.test"},
+		{connect("mock.test", 443), Intercept, "mock.test"},
+		{connect("10.1.2.3", 22), Block, ""},
+		{connect("other.test", 8443), Block, ""},
+	} {
+		d := p.Decide(tt.target)
+		host := ""
+		if i := slices.IndexFunc(p.Rules(), func(r Rule) bool { return r.ID == d.Rule }); i >= 0 {
+			host = p.Rules()[i].Host
+		}
+		if d.Action != tt.action || host != tt.host {
+			t.Errorf("Decide(%+v): got %s by the rule for %q, want %s by the rule for %q", tt.target, d.Action, host, tt.action, tt.host)
+		}
+	}
+	for _, tt := range []struct {
+		host string
+		port uint16
+		want bool
+	}{
+		{"api.test", 443, true},
+		{"x.cdn.test", 443, true},
+		{"x.cdn.test", 80, false},
+		{"10.1.2.3", 5432, true},
+		{"other.test", 8443, true},
+		{"2001:db8::1", 443, true},
+		{"mock.test", 443, true}, // implied by --intercept
+		{"evil.test", 443, false},
+	} {
+		if got := p.Inspects(tt.host, tt.port); got != tt.want {
+			t.Errorf("Inspects(%q, %d): got %v, want %v", tt.host, tt.port, got, tt.want)
+		}
+	}
+}
+
+func TestFlagPatternsInspectErrors(t *testing.T) {
+	_, err := FlagPatterns{Inspect: []string{"*", "*.", "x.test:0", "ok.test"}}.Rules()
+	if err == nil {
+		t.Fatal("Rules succeeded, want errors")
+	}
+	for _, want := range []string{
+		`--inspect *: "*" matches every host, so as an inspect-only rule it needs an explicit port list`,
+		`--inspect *.: "*.": '*.' needs a domain after it`,
+		`--inspect x.test:0: pattern "x.test:0": port "0"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Rules error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "ok.test") {
+		t.Errorf("Rules error names the good pattern ok.test:\n%v", err)
+	}
+	if !errors.Is(err, ErrInvalidRule) {
+		t.Errorf("Rules error does not wrap ErrInvalidRule")
 	}
 }

@@ -79,7 +79,8 @@ func mustFuzzPolicy(t *testing.T, host string) *Policy {
 // FuzzDecode checks that decoding never panics, that every problem comes
 // back as an ErrorList of lined errors, and that whatever Decode accepts
 // compiles and survives a JSON round trip unchanged, as the management API
-// needs (GET the policy, PUT it back).
+// needs (GET the policy, PUT it back). On what Decode accepts it also
+// checks that inspect-only rules inserted anywhere change no decision.
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(examplePolicyYAML))
 	f.Add([]byte(examplePolicyJSON))
@@ -88,6 +89,8 @@ func FuzzDecode(f *testing.F) {
 		"rules:\n  - host: \"*.\"\n    action: deny\n", "default: &a allow\nmode: *a\n", "a: b\n---\nc: d\n",
 		"{\"rules\": [{\"host\": \"a\", \"ports\": [1e3]}]}", "allow_private: [::ffff:10.0.0.0/104]\n",
 		"rules:\n  - {host: x.test, action: intercept, response: {headers: {A: b}}}\n",
+		"rules:\n  - {host: x.test, inspect: true}\n  - {host: x.test, action: block, inspect: true}\n",
+		"{\"rules\": [{\"host\": \"x.test\", \"ports\": [443], \"methods\": [\"GET\"], \"action\": \"allow\"}]}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -120,6 +123,7 @@ func FuzzDecode(f *testing.F) {
 		if diff := cmp.Diff(p.Spec(), q.Spec(), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 			t.Fatalf("JSON round trip changed the policy (-before +after):\n%s", diff)
 		}
+		checkInspectOnlyRulesDecideNothing(t, spec, seedOf(data))
 	})
 }
 
@@ -130,15 +134,17 @@ func FuzzParseFlagPattern(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		rules, err := FlagRules(nil, []string{s}, nil)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidRule) {
-				t.Fatalf("FlagRules(%q) error %v does not wrap ErrInvalidRule", s, err)
+		for _, fp := range []FlagPatterns{{Block: []string{s}}, {Inspect: []string{s}}} {
+			rules, err := fp.Rules()
+			if err != nil {
+				if !errors.Is(err, ErrInvalidRule) {
+					t.Fatalf("%+v.Rules() error %v does not wrap ErrInvalidRule", fp, err)
+				}
+				continue
 			}
-			return
-		}
-		if _, err := Compile(Spec{Rules: rules}); err != nil {
-			t.Fatalf("FlagRules accepted %q but Compile rejects it: %v", s, err)
+			if _, err := Compile(Spec{Rules: rules}); err != nil {
+				t.Fatalf("%+v.Rules() accepted %q but Compile rejects it: %v", fp, s, err)
+			}
 		}
 	})
 }

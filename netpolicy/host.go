@@ -55,10 +55,14 @@ func NormalizeHost(host string) (string, error) {
 // fastNormalize handles the common cases cheaply: an ASCII name of
 // letters, digits, '-', '_' and dots, with at most one trailing dot and no
 // punycode label, or a dotted-quad IPv4 address (netip accepts only the
-// canonical spelling). For these normalizeHost only lower-cases and drops
+// canonical spelling), or an IPv6 address already in the form
+// normalizeHost gives. For these normalizeHost only lower-cases and drops
 // the trailing dot, so the result is the same. It allocates only to lower
 // the case of a name that has upper-case letters.
 func fastNormalize(host string) (string, bool) {
+	if strings.IndexByte(host, ':') >= 0 {
+		return fastNormalizeIPv6(host)
+	}
 	host = strings.TrimSuffix(host, ".")
 	if len(host) == 0 || len(host) > maxHostLen {
 		return "", false
@@ -86,6 +90,18 @@ func fastNormalize(host string) (string, bool) {
 		return host, err == nil && ip.Is4()
 	}
 	return strings.ToLower(host), true
+}
+
+// fastNormalizeIPv6 accepts an IPv6 address that is already normalized:
+// in the canonical text form (RFC 5952), without a zone, and not
+// IPv4-mapped, which normalizeHost unmaps.
+func fastNormalizeIPv6(host string) (string, bool) {
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Is6() || ip.Is4In6() || ip.Zone() != "" {
+		return "", false
+	}
+	var buf [64]byte
+	return host, string(ip.AppendTo(buf[:0])) == host
 }
 
 // errHost is the reason a host is invalid; NormalizeHost wraps it.

@@ -306,7 +306,7 @@ func (d *decoder) fields(n *yaml.Node, what string, known []string, fn func(key 
 
 var (
 	specFields     = []string{"version", "default", "mode", "allow_private", "rules"}
-	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "response"}
+	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "inspect", "response"}
 	responseFields = []string{"status", "headers", "body"}
 )
 
@@ -387,6 +387,8 @@ func (d *decoder) rule(n *yaml.Node, what string, ids map[string]int) (Rule, boo
 			r.Action = Action(s)
 		case "path":
 			r.Path, _ = d.str(v, what+": path")
+		case "inspect":
+			r.Inspect, _ = d.bool(v, what+": inspect")
 		case "methods":
 			r.Methods = []string{}
 			for _, item := range d.seq(v, what+": methods") {
@@ -491,6 +493,22 @@ func (d *decoder) str(n *yaml.Node, what string) (string, bool) {
 		return "", false
 	}
 	return n.Value, true
+}
+
+// bool reads a boolean scalar: true or false, not a string such as "yes"
+// or "true" in quotes.
+func (d *decoder) bool(n *yaml.Node, what string) (bool, bool) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		if v, err := strconv.ParseBool(n.Value); err == nil {
+			return v, true
+		}
+	}
+	got := fmt.Sprintf("%q", n.Value)
+	if n.Kind != yaml.ScalarNode {
+		got = "a list or mapping"
+	}
+	d.errorf(n.Line, ErrInvalidRule, "%s: want true or false without quotes, got %s", what, got)
+	return false, false
 }
 
 // int reads an integer scalar.

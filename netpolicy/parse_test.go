@@ -37,6 +37,17 @@ rules:
       status: 200
       headers: {Content-Type: application/json}
       body: '{"ok": true}'
+  - id: tls
+    host: "*.corp.example"
+    ports: [443, 8443]
+    inspect: true
+  - host: uploads.example.org
+    ports: [443]
+    methods: [POST]
+    action: block
+  - host: git.example.org
+    action: allow
+    inspect: true
 `
 
 // The same policy in JSON, written with tabs and a "\/" escape, which the
@@ -48,7 +59,10 @@ const examplePolicyJSON = "{\n\t\"version\": 1,\n\t\"default\": \"block\",\n\t\"
 	"\t\t{\"host\": \"api.example.com\", \"ports\": [80, 8080], \"methods\": [\"get\", \"HEAD\"], \"path\": \"\\/v1\\/\", \"action\": \"allow\"},\n" +
 	"\t\t{\"host\": \"*\", \"ports\": [\"*\"], \"action\": \"block\"},\n" +
 	"\t\t{\"id\": \"mock\", \"host\": \"mock.test\", \"action\": \"intercept\",\n" +
-	"\t\t \"response\": {\"status\": 200, \"headers\": {\"Content-Type\": \"application/json\"}, \"body\": \"{\\\"ok\\\": true}\"}}\n" +
+	"\t\t \"response\": {\"status\": 200, \"headers\": {\"Content-Type\": \"application/json\"}, \"body\": \"{\\\"ok\\\": true}\"}},\n" +
+	"\t\t{\"id\": \"tls\", \"host\": \"*.corp.example\", \"ports\": [443, 8443], \"inspect\": true},\n" +
+	"\t\t{\"host\": \"uploads.example.org\", \"ports\": [443], \"methods\": [\"POST\"], \"action\": \"block\"},\n" +
+	"\t\t{\"host\": \"git.example.org\", \"action\": \"allow\", \"inspect\": true}\n" +
 	"\t]\n}\n"
 
 func TestParseYAMLAndJSONAgree(t *testing.T) {
@@ -64,6 +78,9 @@ func TestParseYAMLAndJSONAgree(t *testing.T) {
 			{ID: "r3", Host: "*", Ports: []Port{AnyPort}, Action: Block},
 			{ID: "mock", Host: "mock.test", Ports: []Port{80, 443}, Action: Intercept, Response: &Response{
 				Status: 200, Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"ok": true}`}},
+			{ID: "tls", Host: "*.corp.example", Ports: []Port{443, 8443}, Inspect: true},
+			{ID: "r4", Host: "uploads.example.org", Ports: []Port{443}, Methods: []string{"POST"}, Action: Block},
+			{ID: "r5", Host: "git.example.org", Ports: []Port{80, 443}, Action: Allow, Inspect: true},
 		},
 	}
 	for _, doc := range []struct{ name, data string }{
@@ -163,10 +180,30 @@ func TestParseErrors(t *testing.T) {
 			[]string{`4: rule 1: response: header "X-Sbx-Decision" is reserved`}},
 		{"intercept framing header", "rules:\n  - host: a.test\n    action: intercept\n    response: {headers: {Content-Length: \"5\"}}\n",
 			[]string{`4: rule 1: response: header "Content-Length" is set by the gateway`}},
-		{"methods with CONNECT-only ports", "rules:\n  - host: a.test\n    ports: [443]\n    methods: [GET]\n    action: allow\n",
-			[]string{`4: rule 1: methods: methods and path match only plain HTTP, but this rule's only port is 443`}},
-		{"path with CONNECT-only ports", "rules:\n  - host: a.test\n    ports: [443]\n    path: /x\n    action: allow\n",
-			[]string{`4: rule 1: path: methods and path match only plain HTTP`}},
+		{"inspect quoted", "rules:\n  - host: a.test\n    inspect: \"true\"\n",
+			[]string{`3: rule 1: inspect: want true or false without quotes, got "true"`}},
+		{"inspect yes", "rules:\n  - host: a.test\n    inspect: yes\n",
+			[]string{`3: rule 1: inspect: want true or false without quotes, got "yes"`}},
+		{"inspect number", "rules:\n  - host: a.test\n    action: allow\n    inspect: 1\n",
+			[]string{`4: rule 1: inspect: want true or false without quotes, got "1"`}},
+		{"inspect list", "rules:\n  - host: a.test\n    action: allow\n    inspect: [true]\n",
+			[]string{`4: rule 1: inspect: want true or false without quotes, got a list or mapping`}},
+		{"inspect typo", "rules:\n  - host: a.test\n    inspcet: true\n",
+			[]string{`3: rule 1: unknown field "inspcet"; did you mean "inspect"?`}},
+		{"inspect false without action", "rules:\n  - host: a.test\n    inspect: false\n",
+			[]string{`2: rule 1: action: missing; write action: allow, block or intercept (or inspect: true alone`}},
+		{"inspect-only with methods", "rules:\n  - host: a.test\n    inspect: true\n    methods: [GET]\n",
+			[]string{`4: rule 1: methods: an inspect-only rule (inspect: true, no action) decides nothing, so it takes no methods; add an action`}},
+		{"inspect-only with path", "rules:\n  - host: a.test\n    inspect: true\n    path: /v1/\n",
+			[]string{`4: rule 1: path: an inspect-only rule (inspect: true, no action) decides nothing, so it takes no path`}},
+		{"inspect-only with response", "rules:\n  - host: a.test\n    inspect: true\n    response: {status: 204}\n",
+			[]string{`4: rule 1: response: an inspect-only rule (inspect: true, no action) decides nothing, so it has no response; write action: intercept`}},
+		{"inspect-only star without ports", "rules:\n  - host: \"*\"\n    inspect: true\n",
+			[]string{`2: rule 1: host: "*" matches every host, so as an inspect-only rule it needs an explicit port list`}},
+		{"json inspect string", "{\"rules\": [\n  {\"host\": \"a.test\",\n   \"inspect\": \"true\"}]}",
+			[]string{`3: rule 1: inspect: want true or false without quotes, got "true"`}},
+		{"json inspect null", "{\"rules\": [{\"host\": \"a.test\", \"action\": \"allow\", \"inspect\": null}]}",
+			[]string{`1: rule 1: inspect: want true or false without quotes, got "null"`}},
 		{"CONNECT method", "rules:\n  - host: a.test\n    methods: [CONNECT]\n    action: allow\n",
 			[]string{`3: rule 1: methods: CONNECT cannot be listed`}},
 		{"bad method", "rules:\n  - host: a.test\n    methods: [\"GE T\"]\n    action: allow\n",

@@ -153,15 +153,30 @@ type Rule struct {
 	Host string `json:"host"`
 	// Ports is nil for DefaultPorts, or a list of ports, or [AnyPort].
 	Ports []Port `json:"ports,omitempty"`
-	// Methods, when set, limits the rule to plain HTTP requests with one of
-	// these methods. It never matches a CONNECT.
+	// Methods, when set, limits the rule to HTTP requests with one of
+	// these methods: plain HTTP requests, and HTTPS requests inside a
+	// tunnel the gateway inspects. A rule with methods implies inspection
+	// of its hosts on its ports (see Policy.Inspects). It never matches
+	// a CONNECT itself (see Policy.Decide).
 	Methods []string `json:"methods,omitempty"`
-	// Path, when set, limits the rule to plain HTTP requests whose path
-	// starts with it. Both are compared in the form CanonicalPath gives.
-	// It never matches a CONNECT.
+	// Path, when set, limits the rule to HTTP requests whose path starts
+	// with it, as Methods does. Both are compared in the form
+	// CanonicalPath gives.
 	Path string `json:"path,omitempty"`
-	// Action is what the rule does.
-	Action Action `json:"action"`
+	// Action is what the rule does. It is empty only on an inspect-only
+	// rule: Inspect set and no action, a rule that decides nothing.
+	Action Action `json:"action,omitempty"`
+	// Inspect asks the gateway to terminate TLS for the hosts this rule
+	// matches on its ports and to decide each HTTPS request inside
+	// (DESIGN.md §13). With an action the rule decides as any other and
+	// marks its hosts too. Without one it is an inspect-only rule, as
+	// --inspect makes: it only marks hosts, and every decision is made as
+	// if it were absent. An inspect-only rule has no methods, path or
+	// response, and its ports default to DefaultPorts like any rule's;
+	// inspection matters only on ports where clients speak TLS, so a
+	// mark on port 80 changes nothing for plain HTTP, which the gateway
+	// sees anyway.
+	Inspect bool `json:"inspect,omitempty"`
 	// Response is the intercept rule's answer; it is set on intercept
 	// rules and only on them.
 	Response *Response `json:"response,omitempty"`
@@ -180,7 +195,8 @@ type Spec struct {
 	Mode Mode `json:"mode"`
 	// AllowPrivate lists networks exempt from the address guard.
 	AllowPrivate []netip.Prefix `json:"allow_private"`
-	// Rules are evaluated in order; the first match wins.
+	// Rules are evaluated in order; the first match wins. Inspect-only
+	// rules decide nothing and are skipped.
 	Rules []Rule `json:"rules"`
 }
 
@@ -191,12 +207,15 @@ type Target struct {
 	Host string
 	// Port is the TCP port, 1 to 65535.
 	Port uint16
-	// Method is the HTTP method; "CONNECT" for tunnels. Rules compare it
-	// without regard to case.
+	// Method is the HTTP method; "CONNECT" for tunnels. A request inside
+	// a tunnel the gateway inspects is a target of its own, with its
+	// method and path and the tunnel's host and port. Rules compare the
+	// method without regard to case.
 	Method string
 	// Path is the request path as sent (still percent-encoded), without
-	// the query, for plain HTTP; empty for tunnels. Rules compare it in the
-	// form CanonicalPath gives.
+	// the query, for plain HTTP and for requests inside an inspected
+	// tunnel; empty for tunnels. Rules compare it in the form
+	// CanonicalPath gives.
 	Path string
 }
 

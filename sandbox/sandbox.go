@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,6 +120,12 @@ type Spec struct {
 	// gets them in GatewayConfig.Capture. Without it, the proxy port is
 	// the only way out and everything else fails unseen.
 	Capture bool
+	// Trust, when set, is a CA the command trusts besides its roots: the
+	// gateway's TLS inspection CA. Its files are in TrustDir in the
+	// container, bound over Trust.Replace, and named by the variables TLS
+	// clients read (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, ...), which come
+	// before Container.Env's, so the command's own win.
+	Trust *Trust
 }
 
 // Sandbox is a running sandbox made by Start. Wait, Stop and Close may be
@@ -213,6 +220,26 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		}
 		cs.Mounts = append(slices.Clip(cs.Mounts), specs.Mount{Destination: "/etc/resolv.conf", Source: resolv, Type: "bind",
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+
+	if spec.Trust != nil {
+		mounts, err := writeTrust(filepath.Join(spec.StateDir, id), spec.Trust)
+		if err != nil {
+			return nil, err
+		}
+		cs.Mounts = append(slices.Clip(cs.Mounts), mounts...)
+		java := ""
+		for _, kv := range cs.Env {
+			if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok {
+				java = v
+			}
+		}
+		env := spec.Trust.trustEnv(java)
+		cs.Env = append(env, cs.Env...)
+		if java != "" { // ours holds the command's own options; drop theirs
+			cs.Env = slices.DeleteFunc(cs.Env[len(env):], func(kv string) bool { return strings.HasPrefix(kv, "JAVA_TOOL_OPTIONS=") })
+			cs.Env = append(env, cs.Env...)
+		}
 	}
 
 	// The namespace, empty; a runtime that cannot join one by path makes

@@ -10,7 +10,9 @@
 #   - DESIGN.md §16: transparent TCP bulk throughput vs direct (>= 0.9),
 #     the median time to open a transparent connection by a fake
 #     address's name vs a direct connect (+200 us at most), and the DNS
-#     stub's queries/s (>= 50 000) and p99 (<= 1 ms), the same way.
+#     stub's queries/s (>= 50 000) and p99 (<= 1 ms), the same way; and
+#     HTTPS keep-alive requests to a host the policy inspects vs the same
+#     through an uninspected tunnel (>= 0.5).
 # Installs wrk, tinyproxy, squid and nginx-light from Debian when missing
 # (needs root for that). Every server it starts is stopped when it ends.
 #
@@ -192,3 +194,14 @@ END {
 	printf "  transparent open median: direct %d us, sbx %d us, added %d us   (target <= 200 us added)\n", odm, osm, osm - odm
 	printf "  DNS stub: %.0f queries/s, p99 %d us   (targets >= 50000/s, <= 1000 us)\n", median(q, nq), median(p, np)
 }' "$work/capture.txt"
+
+echo
+echo "TLS inspection (DESIGN.md §16), go test -bench (gateway package), median of 5 runs each:"
+go test ./gateway -run '^$' -bench 'InspectedRequests' -benchtime 2s -count 5 >"$work/inspect.txt"
+awk "$benchawk"'
+/InspectedRequests\/tunnel/    { t[++nt] = value("requests/s") }
+/InspectedRequests\/inspected/ { i[++ni] = value("requests/s") }
+END {
+	tm = median(t, nt); im = median(i, ni)
+	printf "  HTTPS keep-alive requests: tunnel %.0f/s, inspected %.0f/s: inspected/tunnel %.3fx   (target >= 0.5x)\n", tm, im, im / tm
+}' "$work/inspect.txt"

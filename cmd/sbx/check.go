@@ -75,10 +75,21 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 				return err
 			}
 			d := p.Verdict(t)
+			_, https := inspectedRequest(args[0], "", "", t)
+			inspected := (t.IsConnect() || https) && p.Inspects(t.Host, t.Port)
+			if inspected && t.IsConnect() {
+				// The gateway decrypts this host's tunnels (DESIGN.md
+				// §13): the tunnel opens unless no request could pass,
+				// and an https:// URL's request is decided in it.
+				d = p.DecideTunnel(t)
+				if req, ok := inspectedRequest(args[0], o.method, o.path, t); ok && d.Action != netpolicy.Block {
+					t, d = req, p.Verdict(req)
+				}
+			}
 			if o.json {
 				return writeDecisionJSON(cmd.OutOrStdout(), d)
 			}
-			return writeDecision(cmd.OutOrStdout(), p, t, d)
+			return writeDecision(cmd.OutOrStdout(), p, t, d, inspected)
 		},
 	}
 	fs := cmd.Flags()
@@ -125,9 +136,13 @@ func writeDecisionJSON(w io.Writer, d netpolicy.Decision) error {
 //	block  GET http://example.com:80/admin
 //	  rule:   default
 //	  reason: no rule matched; the default is block
-func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpolicy.Decision) error {
+func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpolicy.Decision, inspected bool) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %s\n", d.Action, describeTarget(t))
+	what := describeTarget(t)
+	if inspected && !t.IsConnect() {
+		what = strings.Replace(what, " http://", " https://", 1)
+	}
+	fmt.Fprintf(&b, "%s  %s\n", d.Action, what)
 	fmt.Fprintf(&b, "  rule:   %s\n", d.Rule)
 	fmt.Fprintf(&b, "  reason: %s\n", d.Reason)
 	if r := d.Response; d.Action == netpolicy.Intercept && r != nil {
@@ -136,9 +151,9 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 			status = 200
 		}
 		fmt.Fprintf(&b, "  answer: status %d, body of %s\n", status, plural(len(r.Body), "byte"))
-		if t.IsConnect() {
-			fmt.Fprintf(&b, "  note:   until sbx does TLS interception, the gateway answers an intercepted CONNECT with 403 (DESIGN.md §4.4)\n")
-		}
+	}
+	if inspected {
+		fmt.Fprintf(&b, "  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n")
 	}
 	// An unparseable target cannot be forwarded, audit mode or not.
 	if p.Mode() == netpolicy.Audit && d.Action == netpolicy.Block && d.Rule != netpolicy.RuleInvalid {
@@ -160,6 +175,27 @@ func describeTarget(t netpolicy.Target) string {
 		return "CONNECT " + hostport
 	}
 	return t.Method + " http://" + hostport + t.Path
+}
+
+// inspectedRequest is the request an https:// (or wss://) TARGET makes
+// inside tunnel t, which the gateway inspects: --method (default GET) and
+// --path or the URL's path (default /). It reports false for a host:port
+// TARGET or --method CONNECT, which name the tunnel alone.
+func inspectedRequest(arg, method, path string, t netpolicy.Target) (netpolicy.Target, bool) {
+	u, err := url.Parse(arg)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "wss") || strings.EqualFold(method, "CONNECT") {
+		return netpolicy.Target{}, false
+	}
+	if path == "" {
+		path = u.EscapedPath()
+	}
+	if path == "" {
+		path = "/"
+	}
+	if method == "" {
+		method = "GET"
+	}
+	return netpolicy.Target{Host: t.Host, Port: t.Port, Method: strings.ToUpper(method), Path: cutQuery(path)}, true
 }
 
 // parseTarget turns a TARGET argument and the --method and --path flags

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 
@@ -11,13 +12,15 @@ import (
 
 // gatewayOptions are the flags of sbx gateway.
 type gatewayOptions struct {
-	policy    policyFlags
-	listen    string
-	api       []string
-	tokenFile string
-	resolve   []string
-	log       string
-	logLimits logLimitFlags
+	policy     policyFlags
+	listen     string
+	api        []string
+	tokenFile  string
+	resolve    []string
+	log        string
+	logLimits  logLimitFlags
+	caCert     string
+	upstreamCA string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -33,6 +36,11 @@ guard), and logs every decision as JSON Lines.
 Point clients at it with HTTP_PROXY and HTTPS_PROXY. With --api it also
 serves the management API (DESIGN.md §6), where rules can be changed while
 it runs; every request there needs the bearer token in --token-file.
+
+Hosts the policy inspects (rules with inspect, methods, path or intercept;
+--inspect) have their TLS terminated with certificates from a CA made at
+start and held only in memory; --ca-cert writes its certificate, which the
+clients must trust.
 
 It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
 ends open tunnels and flushes the decision log.`,
@@ -64,15 +72,32 @@ ends open tunnels and flushes the decision log.`,
 					return usageError(cmd, err)
 				}
 			}
+			ca, err := gateway.NewCA("gateway", caLifetime)
+			if err != nil {
+				return err
+			}
+			if o.caCert != "" {
+				if err := ca.WriteCertFile(o.caCert); err != nil {
+					return fmt.Errorf("--ca-cert: %w", err)
+				}
+			}
+			var roots *x509.CertPool
+			if o.upstreamCA != "" {
+				if roots, err = upstreamRoots(o.upstreamCA); err != nil {
+					return err
+				}
+			}
 			g, err := gateway.Start(cmd.Context(), gateway.Options{
-				Listen:    o.listen,
-				API:       o.api,
-				TokenFile: o.tokenFile,
-				Policy:    p,
-				Resolver:  res,
-				LogFile:   o.log,
-				LogLimits: logLimits,
-				Logger:    slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				Listen:        o.listen,
+				API:           o.api,
+				TokenFile:     o.tokenFile,
+				Policy:        p,
+				Resolver:      res,
+				LogFile:       o.log,
+				LogLimits:     logLimits,
+				Logger:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				CA:            ca,
+				UpstreamRoots: roots,
 			})
 			if err != nil {
 				return err
@@ -98,6 +123,8 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
+	fs.StringVar(&o.caCert, "ca-cert", "", "write the certificate of the CA that inspected hosts' certificates come from to `FILE` (PEM), for the clients to trust")
+	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	o.logLimits.AddFlags(fs)
 	return cmd
 }

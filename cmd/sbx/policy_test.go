@@ -127,10 +127,10 @@ func TestPolicyCheck(t *testing.T) {
 			want: "intercept  GET http://example.com:80/\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n",
 		},
 		{
-			name: "intercept of a CONNECT",
+			name: "an HTTPS intercept: the host is inspected and its request answered",
 			args: []string{"--intercept", "example.com:443=" + reply, "https://example.com/"},
-			want: "intercept  CONNECT example.com:443\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n" +
-				"  note:   until sbx does TLS interception, the gateway answers an intercepted CONNECT with 403 (DESIGN.md §4.4)\n",
+			want: "intercept  GET https://example.com:443/\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n" +
+				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n",
 		},
 		{
 			name: "default allow",
@@ -163,9 +163,10 @@ func TestPolicyCheck(t *testing.T) {
 			want: "allow  GET http://api.example.org:80/v1/items\n  rule:   api-read\n  reason: rule api-read: allow api.example.org\n",
 		},
 		{
-			name: "path rules never match a CONNECT",
+			name: "a path rule makes its host inspected: the CONNECT opens, each request in it is decided",
 			args: []string{"--policy", policy, "api.example.org:80"},
-			want: "block  CONNECT api.example.org:80\n  rule:   default\n  reason: no rule matched; the default is block\n",
+			want: "allow  CONNECT api.example.org:80\n  rule:   api-read\n  reason: inspected: each request is decided\n" +
+				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n",
 		},
 		{
 			name: "--method on a host makes a plain request to port 80",

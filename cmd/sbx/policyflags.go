@@ -28,6 +28,7 @@ type policyFlags struct {
 	Allow        []string // --allow PATTERN
 	Block        []string // --block PATTERN
 	Intercept    []string // --intercept PATTERN=FILE
+	Inspect      []string // --inspect PATTERN
 	AllowPrivate []string // --allow-private CIDR
 	Default      string   // --default allow|block; empty keeps the file's
 	Audit        bool     // --audit
@@ -40,13 +41,15 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.Allow, "allow", nil, "allow requests to `PATTERN` (host, host:port, *.domain, IP, CIDR); repeatable")
 	fs.StringArrayVar(&f.Block, "block", nil, "block requests to `PATTERN`; beats --allow; repeatable")
 	fs.StringArrayVar(&f.Intercept, "intercept", nil, "intercept `PATTERN=FILE`: answer requests to PATTERN with status 200 and FILE's contents; beats --block and --allow; repeatable")
+	fs.StringArrayVar(&f.Inspect, "inspect", nil, "decrypt and decide each HTTPS request to `PATTERN` (the sandbox trusts a per-sandbox CA); implied by --intercept and by rules with methods or path; repeatable")
 	fs.StringVar(&f.Default, "default", "", "`allow|block` requests no rule matches (default: the policy file's, else block)")
 	fs.BoolVar(&f.Audit, "audit", false, "audit mode: log block verdicts but let the traffic through")
 	fs.StringArrayVar(&f.AllowPrivate, "allow-private", nil, "exempt the network `CIDR` from the address guard; replaces the policy file's allow_private; repeatable")
 }
 
 // Build makes the policy the flags describe: the --policy file's rules
-// after the rules of --intercept, --block and --allow (DESIGN.md §3), and
+// after the inspect-only rules of --inspect and the rules of --intercept,
+// --block and --allow (DESIGN.md §3, netpolicy.FlagPatterns), and
 // --default, --audit and --allow-private in place of the file's settings.
 //
 // A bad flag value is a usage error (exit 2) that names the flag. An invalid
@@ -76,7 +79,7 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 		}
 		intercepts = append(intercepts, ic)
 	}
-	flagRules, err := netpolicy.FlagRules(intercepts, f.Block, f.Allow)
+	flagRules, err := netpolicy.FlagPatterns{Inspect: f.Inspect, Intercept: intercepts, Block: f.Block, Allow: f.Allow}.Rules()
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w\n%s", err, patternHelp)}
 	}

@@ -20,6 +20,7 @@ func TestPolicyFlagsParse(t *testing.T) {
 		"--allow", "a.example", "--allow", "b.example,c.example",
 		"--block", "d.example",
 		"--intercept", "e.example=reply,v2.json",
+		"--inspect", "f.example", "--inspect", "*.g.example:8443",
 		"--default", "allow",
 		"--audit",
 		"--allow-private", "10.0.0.0/8", "--allow-private", "fd00::/8",
@@ -32,6 +33,7 @@ func TestPolicyFlagsParse(t *testing.T) {
 		Allow:        []string{"a.example", "b.example,c.example"}, // no comma splitting
 		Block:        []string{"d.example"},
 		Intercept:    []string{"e.example=reply,v2.json"},
+		Inspect:      []string{"f.example", "*.g.example:8443"},
 		AllowPrivate: []string{"10.0.0.0/8", "fd00::/8"},
 		Default:      "allow",
 		Audit:        true,
@@ -57,6 +59,7 @@ rules:
 		Allow:        []string{"allowed.example:8080"},
 		Block:        []string{"*.blocked.example"},
 		Intercept:    []string{"json.example=" + jsonReply, "plain.example=" + plainReply},
+		Inspect:      []string{"allowed.example:8080", "*.tls.example:443"},
 		AllowPrivate: []string{"10.0.0.0/8"},
 		Default:      "block",
 		Audit:        true,
@@ -66,16 +69,37 @@ rules:
 		t.Fatal(err)
 	}
 	want := []netpolicy.Rule{
-		{ID: "r1", Host: "json.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Intercept,
+		{ID: "r1", Host: "allowed.example", Ports: []netpolicy.Port{8080}, Inspect: true},
+		{ID: "r2", Host: "*.tls.example", Ports: []netpolicy.Port{443}, Inspect: true},
+		{ID: "r3", Host: "json.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Intercept,
 			Response: &netpolicy.Response{Status: 200, Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"ok":true}`}},
-		{ID: "r2", Host: "plain.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Intercept,
+		{ID: "r4", Host: "plain.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Intercept,
 			Response: &netpolicy.Response{Status: 200, Headers: map[string]string{"Content-Type": "text/plain; charset=utf-8"}, Body: "nope"}},
-		{ID: "r3", Host: "*.blocked.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Block},
-		{ID: "r4", Host: "allowed.example", Ports: []netpolicy.Port{8080}, Action: netpolicy.Allow},
+		{ID: "r5", Host: "*.blocked.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Block},
+		{ID: "r6", Host: "allowed.example", Ports: []netpolicy.Port{8080}, Action: netpolicy.Allow},
 		{ID: "file-rule", Host: "file.example", Ports: netpolicy.DefaultPorts, Action: netpolicy.Block},
 	}
 	if diff := cmp.Diff(want, p.Rules()); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct {
+		host string
+		port uint16
+		want bool
+	}{
+		{"allowed.example", 8080, true},
+		{"a.tls.example", 443, true},
+		{"json.example", 443, true}, // implied by --intercept
+		{"file.example", 443, false},
+	} {
+		if got := p.Inspects(tt.host, tt.port); got != tt.want {
+			t.Errorf("Inspects(%s, %d): got %v, want %v", tt.host, tt.port, got, tt.want)
+		}
+	}
+	// Inspect-only rules decide nothing: allowed.example:8080 is decided
+	// by the --allow rule after them.
+	if d := p.Decide(netpolicy.Target{Host: "allowed.example", Port: 8080, Method: "CONNECT"}); d.Action != netpolicy.Allow || d.Rule != "r6" {
+		t.Errorf("Decide(CONNECT allowed.example:8080): got %s by %s, want allow by r6", d.Action, d.Rule)
 	}
 	if p.Default() != netpolicy.Block {
 		t.Errorf("default: got %s, want block (--default beats the file)", p.Default())
@@ -117,6 +141,8 @@ func TestPolicyFlagsBuildErrors(t *testing.T) {
 		{"bad allow", policyFlags{Allow: []string{"*."}}, exitUsage},
 		{"bad block", policyFlags{Block: []string{"exa_mple..com"}}, exitUsage},
 		{"bad intercept", policyFlags{Intercept: []string{"=x"}}, exitUsage},
+		{"bad inspect", policyFlags{Inspect: []string{"*.:443"}}, exitUsage},
+		{"inspect every host without a port", policyFlags{Inspect: []string{"*"}}, exitUsage},
 		{"bad default", policyFlags{Default: "Allow"}, exitUsage},
 		{"bad allow-private", policyFlags{AllowPrivate: []string{"10.0.0.0/33"}}, exitUsage},
 		{"invalid file", policyFlags{Policy: bad}, exitFailure},

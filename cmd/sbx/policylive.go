@@ -62,7 +62,14 @@ func newPolicyShowCmd() *cobra.Command {
 				for _, p := range r.Ports {
 					ports = append(ports, p.String())
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Action, r.Host, strings.Join(ports, ","), strings.Join(r.Methods, ","), r.Path)
+				action := string(r.Action)
+				switch {
+				case action == "": // a mark only (--inspect)
+					action = "inspect"
+				case r.Inspect:
+					action += "+inspect"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, action, r.Host, strings.Join(ports, ","), strings.Join(r.Methods, ","), r.Path)
 			}
 			return tw.Flush()
 		},

@@ -63,6 +63,7 @@ type runOptions struct {
 	tmpSize    string
 	logLimits  logLimitFlags
 	noCapture  bool
+	upstreamCA string
 }
 
 func newRunCmd() *cobra.Command {
@@ -134,6 +135,7 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
+	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
@@ -297,6 +299,12 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	for _, m := range layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
 	}
+	// TLS inspection, for the hosts the policy inspects now or later: a
+	// CA for this sandbox, which its command trusts (DESIGN.md §13).
+	insp, err := newInspection(trustTarget{host: hostLayout, dir: layout.Root}, o.upstreamCA)
+	if err != nil {
+		return 0, err
+	}
 	initPath := sandbox.FindInit()
 	if initPath == "" && !o.quiet {
 		fmt.Fprintln(stderr, "sbx: no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it")
@@ -321,6 +329,8 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			ListenInterface: c.Interface,
 			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
 			Fence:           c.Fence,
+			CA:              insp.ca,
+			UpstreamRoots:   insp.upstreamRoots,
 		}
 		if c.Capture == nil {
 			return gateway.Start(ctx, opts)
@@ -367,6 +377,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		},
 		Stdio:   sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr},
 		Capture: !o.noCapture,
+		Trust:   insp.trust,
 	})
 	var se *sandbox.StartError
 	if errors.As(err, &se) {

@@ -58,6 +58,10 @@ const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
 	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
+	// KindHTTPS is a request inside a tunnel the gateway inspects
+	// (DESIGN.md §13): TLS terminated with the sandbox's CA, each request
+	// decided with its method and path.
+	KindHTTPS = "https"
 	// KindConn is a client connection the gateway refused before reading
 	// a request from it: a client outside the gateway's allowed clients,
 	// or one over its per-client connection limit. Such a record has no

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// TestNewInspection: the sandbox trusts the host's roots and the CA, never
+// the CA instead of them; the bundles bound over are those the sandbox's
+// filesystem has; Java's truststore holds the same.
+func TestNewInspection(t *testing.T) {
+	roots, err := hostRoots()
+	if err != nil {
+		t.Skipf("this host has no bundle of roots: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etc/ssl/certs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "etc/ssl/certs/ca-certificates.crt"), []byte("x"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(dir, "etc/ssl/cert.pem")) // a link is not followed out of the root
+	in, err := newInspection(trustTarget{dir: dir}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(in.trust.Replace, []string{"/etc/ssl/certs/ca-certificates.crt"}) {
+		t.Errorf("bound over %v, want the one regular bundle of the root directory", in.trust.Replace)
+	}
+	if string(in.trust.Roots) != string(roots) || !strings.Contains(string(in.trust.CertPEM), "BEGIN CERTIFICATE") {
+		t.Error("the trust does not hold the host's roots and the CA")
+	}
+	certs, err := pkcs12.DecodeTrustStore(in.trust.TrustStore, sandbox.TrustStorePassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := x509.SystemCertPool()
+	if len(certs) < 2 || !certs[0].Equal(in.ca.Certificate()) || pool == nil {
+		t.Errorf("the truststore holds %d certificates, want the CA first and the host's roots", len(certs))
+	}
+	if in, err := newInspection(trustTarget{}, ""); err != nil || len(in.trust.Replace) != 0 {
+		t.Errorf("an image: got %v, %v; want no bundle bound over (sbx cannot see its files)", in.trust.Replace, err)
+	}
+	if _, err := newInspection(trustTarget{}, filepath.Join(dir, "etc/ssl/certs/ca-certificates.crt")); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("--upstream-ca of a file with no certificate: got %v", err)
+	}
+}
+
+// BenchmarkNewInspection is what TLS inspection adds to every sbx run's
+// start: a CA, the bundle and the Java truststore.
+func BenchmarkNewInspection(b *testing.B) {
+	for b.Loop() {
+		if _, err := newInspection(trustTarget{host: true}, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

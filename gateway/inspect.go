@@ -1,0 +1,450 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// reasonCARejected is the close record's error when the client ends the
+// TLS handshake of an inspected tunnel (DESIGN.md §13): it does not trust
+// the sandbox's CA, most likely because it pins its server's certificate.
+const reasonCARejected = "client rejected the sbx CA"
+
+// inspectProtos are the protocols an inspected tunnel offers its client.
+var inspectProtos = []string{"h2", "http/1.1"}
+
+// inspects reports whether the gateway terminates TLS for t under p: the
+// policy asks for it (netpolicy's Inspects) and the gateway has a CA.
+func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
+	return s.cfg.CA != nil && p.Inspects(t.Host, t.Port)
+}
+
+// inspectTunnel serves a tunnel to t that the policy inspects, decided as
+// d (netpolicy's DecideTunnel: a block only when no request through it
+// could be allowed): the client's TLS is terminated with a certificate for
+// t.Host from the sandbox's CA, and every HTTP/1.1 or HTTP/2 request in it
+// is decided and logged as kind https with its method and path, then
+// answered by an intercept, a 403, or the upstream over TLS verified
+// against the host's roots. rec is the tunnel's decision record (kind
+// connect or transparent); its close record counts the tunnel's bytes and
+// says how it ended (reasonCARejected when the client would not trust the
+// CA). first are client bytes already read (a transparent connection's
+// ClientHello); proxied says a CONNECT client waits for a 200 first.
+func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first []byte) {
+	if d.Action == netpolicy.Block && enforced(snap, d) {
+		if !proxied { // a transparent client is closed on, unanswered
+			s.finishRefusal(rec, d, 0, start)
+			return
+		}
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
+		return
+	}
+	if !s.acquireTunnel(c.client.Addr()) {
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
+			http.StatusTooManyRequests, start)
+		if proxied {
+			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		}
+		return
+	}
+	defer s.releaseTunnel(c.client.Addr())
+	closeRec := s.admit(rec, d, start)
+	defer s.end(closeRec, start)
+	if proxied {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			closeRec.Error = "writing to the client: " + err.Error()
+			return
+		}
+	}
+	closeRec.Status = http.StatusOK
+	s.metrics.tunnelOpened()
+	defer s.metrics.tunnelClosed()
+
+	// The client's side: what was read already, then its buffer, then
+	// the socket; counted for the close record.
+	cc := &inspectedConn{Conn: c.Conn, r: io.MultiReader(strings.NewReader(string(first)), c.br)}
+	defer func() { closeRec.BytesOut, closeRec.BytesIn = cc.in.Load(), cc.out.Load() }()
+	// A CONNECT may carry plain HTTP (to port 80, say): the client's
+	// first byte tells, and then its requests are served as they are.
+	isTLS := true
+	if len(first) == 0 {
+		c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		b, err := c.br.Peek(1)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			closeRec.Error = "the client sent nothing: " + err.Error()
+			return
+		}
+		isTLS = b[0] == 0x16
+	}
+	var served net.Conn = cc
+	if isTLS {
+		tc := tls.Server(cc, s.cfg.CA.ServerConfig(t.Host, inspectProtos))
+		hctx, cancel := context.WithTimeout(ctx, s.limits.HeaderReadTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			closeRec.Error = handshakeError(err)
+			tc.Close()
+			return
+		}
+		if sni := tc.ConnectionState().ServerName; sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), t.Host) {
+			closeRec.Action, closeRec.Rule = string(netpolicy.Block), netpolicy.RuleInvalid
+			closeRec.Reason = fmt.Sprintf("%s: the TLS server name is %s, not %s", reasonSNIMismatch, truncate(sni, 80), t.Host)
+			tc.Close()
+			return
+		}
+		served = tc
+	}
+
+	// net/http serves the decrypted connection, HTTP/2 when the client
+	// chose it by ALPN; Serve returns at once (the listener has one
+	// connection), and the connection's end is awaited through
+	// ConnState.
+	done := make(chan struct{})
+	var once sync.Once
+	srv := &http.Server{
+		Handler:           &inspectHandler{s: s, c: c, t: t, tls: isTLS},
+		ReadHeaderTimeout: s.limits.IdleConnTimeout,
+		IdleTimeout:       s.limits.IdleConnTimeout,
+		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				once.Do(func() { close(done) })
+			}
+		},
+	}
+	srv.Serve(&oneConnListener{c: served})
+	select {
+	case <-done:
+	case <-ctx.Done(): // the gateway is closing
+		served.Close()
+		<-done
+	}
+}
+
+// handshakeError says why an inspected tunnel's TLS handshake failed: the
+// client's alert means it does not trust the sandbox's CA.
+func handshakeError(err error) string {
+	var ae tls.AlertError
+	var rh tls.RecordHeaderError
+	switch {
+	case errors.As(err, &rh):
+		return "the client does not speak TLS: " + err.Error()
+	case errors.As(err, &ae), strings.Contains(err.Error(), "remote error"):
+		return reasonCARejected + ": " + err.Error()
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), strings.Contains(err.Error(), "connection reset"):
+		// A client that hangs up on the certificate without an alert
+		// (some pinning clients) looks the same.
+		return reasonCARejected + " (it closed the connection during the handshake): " + err.Error()
+	}
+	return "TLS handshake with the client: " + err.Error()
+}
+
+// inspectedConn is the client's side of an inspected tunnel: reads come
+// from r (bytes already read, then the connection's buffer), and both
+// directions are counted.
+type inspectedConn struct {
+	net.Conn
+	r       io.Reader
+	in, out atomic.Int64 // from and to the client
+}
+
+func (c *inspectedConn) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.in.Add(int64(n))
+	return n, err
+}
+
+func (c *inspectedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.out.Add(int64(n))
+	return n, err
+}
+
+// oneConnListener hands out one connection, then says it is closed.
+type oneConnListener struct {
+	mu sync.Mutex
+	c  net.Conn
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c == nil {
+		return nil, net.ErrClosed
+	}
+	c := l.c
+	l.c = nil
+	return c, nil
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return dummyAddr{} }
+
+type dummyAddr struct{}
+
+func (dummyAddr) Network() string { return "tcp" }
+func (dummyAddr) String() string  { return "inspected" }
+
+// inspectHandler decides and answers the requests of one inspected
+// tunnel to t: HTTPS (kind https) when the client spoke TLS in it, else
+// plain HTTP (kind http), which goes upstream as it came.
+type inspectHandler struct {
+	s   *Server
+	c   *conn
+	t   netpolicy.Target
+	tls bool
+}
+
+// inspectAddrsKey carries the guarded addresses of a request's upstream to
+// the transport's dial, which dials nothing else.
+type inspectAddrsKey struct{}
+
+func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s, t := h.s, h.t
+	start := time.Now()
+	snap := s.cfg.Store.Load()
+	kind, scheme := decisionlog.KindHTTPS, "https"
+	if !h.tls {
+		kind, scheme = decisionlog.KindHTTP, "http"
+	}
+	rec := s.newRecord(h.c, kind, r.Method, t.Port)
+	rec.Host, rec.PolicyVersion = t.Host, snap.Version()
+	path := r.URL.EscapedPath()
+	if r.URL.Opaque != "" || !strings.HasPrefix(path, "/") && path != "*" {
+		path = "/"
+	}
+	rec.Path = truncate(path, maxLoggedPath)
+	hostport := joinHostPort(t.Host, t.Port)
+	what := r.Method + " " + scheme + "://" + hostport + path
+
+	// The request must be for the tunnel's host: another Host would be
+	// decided as one host and sent to another.
+	defaultPort := uint16(443)
+	if !h.tls {
+		defaultPort = 80
+	}
+	if !sameAuthority(r.Host, t, defaultPort) {
+		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), hostport)}
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
+	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
+	d := snap.Policy().Verdict(tgt)
+	switch {
+	case d.Action == netpolicy.Intercept:
+		status, contentType, extra := interceptHead(d)
+		s.finishRefusal(rec, d, status, start)
+		respond(w, status, contentType, d.Response.Body, extra)
+		return
+	case d.Action == netpolicy.Block && enforced(snap, d):
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
+	ctx := r.Context()
+	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), tgt)
+	if guard != nil {
+		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *guard), blockHeaders(*guard))
+		return
+	}
+	closeRec := s.admit(rec, d, start)
+	defer s.end(closeRec, start)
+	if rerr != nil {
+		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
+		respond(w, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", nil)
+		return
+	}
+
+	out := r.Clone(context.WithValue(ctx, inspectAddrsKey{}, addrs))
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host = scheme, hostport
+	out.Host = hostport
+	if t.Port == 443 && h.tls || t.Port == 80 && !h.tls {
+		out.Host = t.Host
+	}
+	removeHopByHop(out.Header, false)
+	body := &countingReader{r: r.Body}
+	if r.Body == nil || r.Body == http.NoBody {
+		body.r = http.NoBody
+	}
+	out.Body = io.NopCloser(body)
+	if r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody) {
+		out.Body = nil
+	}
+	resp, err := s.inspect.RoundTrip(out)
+	closeRec.BytesOut = body.n.Load()
+	if err != nil {
+		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
+		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		// Which upstream answered: the transport dialed one of addrs.
+		closeRec.Upstream = hostport
+	}
+	closeRec.Status = resp.StatusCode
+	removeHopByHop(resp.Header, false)
+	dst := w.Header()
+	for k, vs := range resp.Header {
+		dst[k] = vs
+	}
+	for k := range resp.Trailer {
+		dst.Add("Trailer", k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	cw := &countingWriter{w: w}
+	_, cerr := io.Copy(flushWriter{cw, w}, resp.Body)
+	closeRec.BytesIn = cw.n
+	for k, vs := range resp.Trailer {
+		dst[k] = vs
+	}
+	if cerr != nil {
+		closeRec.Error = "relaying the response: " + cerr.Error()
+	}
+}
+
+// sameAuthority reports whether a request's Host names t: its host (IDN
+// and case as netpolicy normalizes them) and its port, or none for the
+// scheme's default port.
+func sameAuthority(authority string, t netpolicy.Target, defaultPort uint16) bool {
+	host, port := authority, ""
+	if h, p, err := net.SplitHostPort(authority); err == nil {
+		host, port = h, p
+	}
+	n, err := netpolicy.NormalizeHost(host)
+	if err != nil || n != t.Host {
+		return false
+	}
+	if port == "" {
+		return t.Port == defaultPort
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && uint16(p) == t.Port
+}
+
+// respond writes a response the gateway makes itself.
+func respond(w http.ResponseWriter, status int, contentType, body string, extra [][2]string) {
+	h := w.Header()
+	if contentType == "" {
+		contentType = "text/plain; charset=utf-8"
+	}
+	h.Set("Content-Type", contentType)
+	for _, kv := range extra {
+		h.Add(kv[0], headerSafe(kv[1]))
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// inspectUpstreamError is the status and logged error of a failed round
+// trip to an inspected upstream: 502 for a certificate that does not
+// verify (the request never reached anyone the policy named), as for any
+// other failure, 504 for a timeout.
+func inspectUpstreamError(err error) (int, string) {
+	var uae x509.UnknownAuthorityError
+	var hne x509.HostnameError
+	var cie x509.CertificateInvalidError
+	var tve *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &tve), errors.As(err, &uae), errors.As(err, &hne), errors.As(err, &cie):
+		return http.StatusBadGateway, "upstream certificate: " + err.Error()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return http.StatusGatewayTimeout, err.Error()
+	}
+	return http.StatusBadGateway, err.Error()
+}
+
+// flushWriter flushes after every write, so a streamed response (server
+// sent events, a long poll) reaches the client as it comes.
+type flushWriter struct {
+	w io.Writer
+	f http.ResponseWriter
+}
+
+func (fw flushWriter) Write(p []byte) (int, error) {
+	n, err := fw.w.Write(p)
+	if fl, ok := fw.f.(http.Flusher); ok {
+		fl.Flush()
+	}
+	return n, err
+}
+
+// newInspectTransport returns the transport inspected requests go
+// upstream through: TLS verified against roots (the host's when nil), the
+// SNI the request's host, HTTP/2 when the upstream offers it, and a dial
+// that connects only to the guarded addresses the request carries.
+func (s *Server) newInspectTransport(roots *x509.CertPool) *http.Transport {
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			addrs, _ := ctx.Value(inspectAddrsKey{}).([]netip.Addr)
+			_, p, err := net.SplitHostPort(addr)
+			if len(addrs) == 0 || err != nil {
+				return nil, fmt.Errorf("no guarded address to dial for %s", addr)
+			}
+			port, err := strconv.ParseUint(p, 10, 16)
+			if err != nil {
+				return nil, err
+			}
+			up, err := s.dialFirst(ctx, addrs, uint16(port))
+			if err != nil {
+				return nil, err
+			}
+			if !s.trackUpstream(up) {
+				up.Close()
+				return nil, net.ErrClosed
+			}
+			return &untrackOnClose{Conn: up, s: s}, nil
+		},
+		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		TLSHandshakeTimeout:    s.limits.HeaderReadTimeout,
+		ResponseHeaderTimeout:  s.limits.ResponseTimeout,
+		IdleConnTimeout:        90 * time.Second,
+		MaxIdleConnsPerHost:    8,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: int64(s.limits.MaxHeaderBytes),
+	}
+}
+
+// untrackOnClose stops tracking an upstream connection when the transport
+// closes it.
+type untrackOnClose struct {
+	net.Conn
+	s    *Server
+	once sync.Once
+}
+
+func (u *untrackOnClose) Close() error {
+	u.once.Do(func() { u.s.untrackUpstream(u.Conn) })
+	return u.Conn.Close()
+}

@@ -1,0 +1,358 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// inspectSetup is a gateway that inspects example.com (the name the test
+// TLS server's certificate carries) on the upstream's port, and an
+// upstream that says what it was asked.
+type inspectSetup struct {
+	g    *testGateway
+	ca   *CA
+	up   *httptest.Server
+	port netpolicy.Port
+}
+
+func newInspectSetup(t *testing.T, mode netpolicy.Mode, roots func(up *httptest.Server) *x509.CertPool, rules ...netpolicy.Rule) *inspectSetup {
+	t.Helper()
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Upstream-Proto", r.Proto)
+		io.WriteString(w, "upstream "+r.Method+" "+r.URL.RequestURI()+" host="+r.Host+" body="+string(body))
+	}))
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	s := &inspectSetup{up: up, port: portOf(t, up)}
+	for i := range rules {
+		if len(rules[i].Ports) == 0 {
+			rules[i].Ports = []netpolicy.Port{s.port}
+		}
+	}
+	ca, err := NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ca = ca
+	spec := loopbackPolicy(netpolicy.Block, rules...)
+	spec.Mode = mode
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	if roots != nil {
+		pool = roots(up)
+	}
+	s.g = startGatewayWith(t, spec, map[string]string{"example.com": "127.0.0.1", "other.example": "127.0.0.1"}, func(c *Config) {
+		c.CA, c.UpstreamRoots = ca, pool
+	})
+	return s
+}
+
+// client trusts the sandbox's CA (and the upstream's own certificate, for
+// tunnels that are not inspected), through the gateway.
+func (s *inspectSetup) client(t *testing.T, h2 bool) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(s.ca.Certificate())
+	pool.AddCert(s.up.Certificate())
+	proxy, _ := url.Parse("http://" + s.g.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: h2}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func (s *inspectSetup) url(host, path string) string {
+	return "https://" + host + ":" + strconv.Itoa(int(s.port)) + path
+}
+
+func TestInspectedRequestsAreDecidedOneByOne(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, nil,
+		netpolicy.Rule{ID: "mock", Host: "example.com", Path: "/mock", Action: netpolicy.Intercept,
+			Response: &netpolicy.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"mocked":true}`}},
+		netpolicy.Rule{ID: "read", Host: "example.com", Methods: []string{"GET"}, Path: "/v1/", Action: netpolicy.Allow},
+	)
+	for _, h2 := range []bool{false, true} {
+		c := s.client(t, h2)
+		wantProto := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[h2]
+		for _, tc := range []struct {
+			method, path string
+			status       int
+			body, rule   string
+		}{
+			{"GET", "/v1/items?q=secret", 200, "upstream GET /v1/items?q=secret host=example.com:" + strconv.Itoa(int(s.port)), "read"},
+			{"POST", "/v1/items", 403, "sbx blocked POST https://example.com:", "default"},
+			{"GET", "/admin", 403, "sbx blocked GET https://example.com:", "default"},
+			{"GET", "/mock", 201, `{"mocked":true}`, "mock"},
+		} {
+			req, _ := http.NewRequest(tc.method, s.url("example.com", tc.path), strings.NewReader("payload"))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("h2 %v: %s %s: %v", h2, tc.method, tc.path, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.HasPrefix(string(body), tc.body) || resp.Proto != wantProto {
+				t.Errorf("h2 %v: %s %s: got %d %s %q, want %d %s %q", h2, tc.method, tc.path, resp.StatusCode, resp.Proto, body, tc.status, wantProto, tc.body)
+			}
+			if got := resp.Header.Get(HeaderRule); tc.status != 200 && got != tc.rule {
+				t.Errorf("h2 %v: %s %s: %s %q, want %q", h2, tc.method, tc.path, HeaderRule, got, tc.rule)
+			}
+			rec := s.g.lastDecision(t)
+			if rec["kind"] != decisionlog.KindHTTPS || rec["method"] != tc.method || rec["rule"] != tc.rule || strings.Contains(rec["path"].(string), "secret") {
+				t.Errorf("h2 %v: %s %s: logged %v, want kind https, the method, rule %s and no query", h2, tc.method, tc.path, rec, tc.rule)
+			}
+		}
+	}
+	// The tunnel itself is logged as a CONNECT, allowed because requests
+	// in it may be.
+	var connects int
+	for _, r := range s.g.records(t) {
+		if r["kind"] == decisionlog.KindConnect && r["event"] == decisionlog.EventDecision {
+			connects++
+			if r["action"] != "allow" || !strings.Contains(r["reason"].(string), "inspect") {
+				t.Errorf("the inspected CONNECT: %v, want allow with a reason that says it is inspected", r)
+			}
+		}
+	}
+	if connects == 0 {
+		t.Error("no connect record for the inspected tunnels")
+	}
+}
+
+// TestUninspectedHostsStaySpliced: a host no rule inspects is a tunnel;
+// the client sees the upstream's own certificate, never one of the CA's,
+// even while another port of it is inspected.
+func TestUninspectedHostsStaySpliced(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, nil,
+		netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{1}, Path: "/v1/", Action: netpolicy.Allow},
+		netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow},
+	)
+	resp, err := s.client(t, false).Get(s.url("example.com", "/anything"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName == s.ca.Certificate().Subject.CommonName {
+		t.Errorf("example.com: got %d, issuer %v; want 200 from the upstream's own certificate", resp.StatusCode, resp.TLS.PeerCertificates[0].Issuer)
+	}
+	for _, r := range s.g.records(t) {
+		if r["kind"] == decisionlog.KindHTTPS {
+			t.Errorf("an uninspected tunnel logged a request: %v", r)
+		}
+	}
+}
+
+func TestInspectedUpstreamCertificateIsVerified(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, func(*httptest.Server) *x509.CertPool { return x509.NewCertPool() },
+		netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow})
+	resp, err := s.client(t, false).Get(s.url("example.com", "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("an upstream the roots do not vouch for: got %d, want 502", resp.StatusCode)
+	}
+	if cl := lastClose(t, s.g, decisionlog.KindHTTPS); !strings.Contains(cl["error"].(string), "upstream certificate") {
+		t.Errorf("close record %v: want an error about the upstream certificate", cl)
+	}
+}
+
+// TestPinningClientIsLogged: a client that does not trust the CA ends the
+// handshake, and the tunnel's close record says so.
+func TestPinningClientIsLogged(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, nil, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow})
+	proxy, _ := url.Parse("http://" + s.g.addr)
+	pool := x509.NewCertPool()
+	pool.AddCert(s.up.Certificate()) // the real server's only: a pinning client
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 10 * time.Second}
+	_, err := c.Get(s.url("example.com", "/"))
+	var uae x509.UnknownAuthorityError
+	if !errors.As(err, &uae) {
+		t.Errorf("a client that trusts only the upstream: got %v, want an unknown authority", err)
+	}
+	if cl := lastClose(t, s.g, decisionlog.KindConnect); !strings.Contains(cl["error"].(string), "client rejected the sbx CA") {
+		t.Errorf("close record %v: want %q", cl, "client rejected the sbx CA")
+	}
+}
+
+func TestInspectAuditModeAndHostMismatch(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Audit, nil, netpolicy.Rule{Host: "example.com", Path: "/ok", Action: netpolicy.Allow})
+	c := s.client(t, false)
+	resp, err := c.Get(s.url("example.com", "/not-ok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rec := s.g.lastDecision(t)
+	if resp.StatusCode != 200 || rec["action"] != "block" || rec["enforced"] != false {
+		t.Errorf("audit mode: got %d, logged %v; want 200 and an unenforced block", resp.StatusCode, rec)
+	}
+	// A request for another host inside the tunnel is refused, audit
+	// mode or not.
+	req, _ := http.NewRequest("GET", s.url("example.com", "/ok"), nil)
+	req.Host = "other.example"
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	rec = s.g.lastDecision(t)
+	if resp.StatusCode != 403 || rec["rule"] != netpolicy.RuleInvalid || !strings.Contains(rec["reason"].(string), "host mismatch") {
+		t.Errorf("Host other.example in a tunnel to example.com: got %d, logged %v; want 403, rule invalid, host mismatch", resp.StatusCode, rec)
+	}
+}
+
+// lastClose waits for the last close record of kind.
+func lastClose(t *testing.T, g *testGateway, kind string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		recs := g.records(t)
+		for i := len(recs) - 1; i >= 0; i-- {
+			if recs[i]["event"] == decisionlog.EventClose && recs[i]["kind"] == kind {
+				if _, ok := recs[i]["error"]; !ok {
+					recs[i]["error"] = ""
+				}
+				return recs[i]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no close record of kind %s", kind)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// FuzzInspectedRequest sends whatever bytes the fuzzer makes as requests
+// inside an inspected tunnel whose policy allows GET under /public/ only.
+// Whatever the framing, encoding or path tricks, the upstream never gets
+// a request the policy does not allow, and the gateway answers or closes.
+func FuzzInspectedRequest(f *testing.F) {
+	f.Add([]byte("GET /public/x HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	f.Add([]byte("GET /public/../admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	f.Add([]byte("GET /public/%2e%2e/admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\nGET /admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	f.Add([]byte("POST /public/x HTTP/1.1\r\nHost: example.com:PORT\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	f.Add([]byte("GET http://example.com:PORT/admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	f.Add([]byte("GET //admin HTTP/1.1\r\nHost: example.com:PORT\r\n\r\n"))
+	var mu sync.Mutex
+	var seen []string
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.EscapedPath())
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	up.StartTLS()
+	f.Cleanup(up.Close)
+	port := portOf(f, up)
+	ca, err := NewCA("fuzz", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	spec := loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Methods: []string{"GET"}, Path: "/public/", Action: netpolicy.Allow})
+	g := startGatewayWith(f, spec, map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
+	p, err := netpolicy.Compile(spec)
+	if err != nil {
+		f.Fatal(err)
+	}
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(ca.Certificate())
+	target := "example.com:" + strconv.Itoa(int(port))
+	f.Fuzz(func(t *testing.T, req []byte) {
+		req = bytes.ReplaceAll(req, []byte("PORT"), []byte(strconv.Itoa(int(port))))
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		tc := tls.Client(&bufConn{Conn: c, br: br}, &tls.Config{ServerName: "example.com", RootCAs: clientPool, NextProtos: []string{"http/1.1"}})
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		tc.Write(req)
+		tc.CloseWrite()
+		io.Copy(io.Discard, tc)
+
+		mu.Lock()
+		got := seen
+		seen = nil
+		mu.Unlock()
+		for _, s := range got {
+			method, path, _ := strings.Cut(s, " ")
+			if d := p.Verdict(netpolicy.Target{Host: "example.com", Port: uint16(port), Method: method, Path: path}); d.Action != netpolicy.Allow ||
+				!strings.HasPrefix(netpolicy.CanonicalPath(path), "/public/") {
+				t.Fatalf("the upstream got %q, which the policy does not allow (%s: %s)", s, d.Rule, d.Reason)
+			}
+		}
+	})
+}
+
+// TestInspectedConnectCarryingPlainHTTP: a CONNECT to an inspected host
+// whose client speaks plain HTTP in it (a proxy client to port 80) has its
+// requests decided one by one as kind http.
+func TestInspectedConnectCarryingPlainHTTP(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Path: "/ok", Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+			var err error
+			if c.CA, err = NewCA("plain", time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		})
+	target := "example.com:" + strconv.Itoa(int(port))
+	c, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	for _, tc := range []struct {
+		path   string
+		status int
+	}{{"/ok", 200}, {"/admin", 403}} {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", tc.path, target)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		rec := g.lastDecision(t)
+		if resp.StatusCode != tc.status || rec["kind"] != decisionlog.KindHTTP || rec["path"] != tc.path {
+			t.Errorf("GET %s in the tunnel: got %d, logged %v; want %d and an http record", tc.path, resp.StatusCode, rec, tc.status)
+		}
+	}
+}

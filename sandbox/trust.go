@@ -1,0 +1,95 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// TrustDir is where a sandbox finds the certificates of its Trust: the
+// CA alone (ca.pem), the bundle of the host's roots and the CA
+// (bundle.pem), and the Java truststore (truststore.p12) when there is one.
+const TrustDir = "/run/sbx-ca"
+
+// TrustStorePassword is the password of Trust.TrustStore, which guards
+// nothing (every certificate in it is public): Java asks for one.
+const TrustStorePassword = "changeit"
+
+// Trust is a certificate authority the command is to trust besides the
+// roots it trusts already: the gateway's TLS inspection CA (DESIGN.md
+// §13). The CA is added, never put in the roots' place.
+type Trust struct {
+	// CertPEM is the CA's certificate, PEM-encoded.
+	CertPEM []byte
+	// Roots are the certificates (PEM) the CA is added to in bundle.pem:
+	// the host's system bundle.
+	Roots []byte
+	// Replace are files of the container's filesystem that hold a system
+	// bundle, over which bundle.pem is bound, read-only, so that a client
+	// that reads the usual path trusts the CA too. Only paths that exist
+	// there may be listed.
+	Replace []string
+	// TrustStore, when set, is a PKCS#12 truststore of Roots and the CA
+	// (password TrustStorePassword), which JAVA_TOOL_OPTIONS points Java
+	// at.
+	TrustStore []byte
+}
+
+// trustEnv returns the variables that point TLS clients at the trust
+// directory: OpenSSL (curl, git, Python's ssl and urllib, Ruby) and Go
+// read SSL_CERT_FILE; Node adds NODE_EXTRA_CA_CERTS to its own roots;
+// requests, pip, Deno and the AWS tools read their own variables. java
+// is JAVA_TOOL_OPTIONS's value before (its own options, kept after ours).
+func (t *Trust) trustEnv(java string) []string {
+	bundle := TrustDir + "/bundle.pem"
+	env := []string{
+		"SSL_CERT_FILE=" + bundle,
+		"NODE_EXTRA_CA_CERTS=" + TrustDir + "/ca.pem",
+		"REQUESTS_CA_BUNDLE=" + bundle,
+		"CURL_CA_BUNDLE=" + bundle,
+		"GIT_SSL_CAINFO=" + bundle,
+		"PIP_CERT=" + bundle,
+		"DENO_CERT=" + bundle,
+		"AWS_CA_BUNDLE=" + bundle,
+	}
+	if t.TrustStore != nil {
+		opts := "-Djavax.net.ssl.trustStore=" + TrustDir + "/truststore.p12 -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
+		if java != "" {
+			opts += " " + java
+		}
+		env = append(env, "JAVA_TOOL_OPTIONS="+opts)
+	}
+	return env
+}
+
+// writeTrust writes t's files into dir/trust (and the CA as dir/ca.pem,
+// where the user finds it) and returns the mounts that show them to the
+// container.
+func writeTrust(dir string, t *Trust) ([]specs.Mount, error) {
+	tdir := filepath.Join(dir, "trust")
+	if err := os.Mkdir(tdir, 0o755); err != nil {
+		return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+	}
+	bundle := append(append([]byte(nil), t.Roots...), '\n')
+	bundle = append(bundle, t.CertPEM...)
+	files := map[string][]byte{"ca.pem": t.CertPEM, "bundle.pem": bundle}
+	if t.TrustStore != nil {
+		files["truststore.p12"] = t.TrustStore
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(tdir, name), data, 0o644); err != nil {
+			return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), t.CertPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+	}
+	ro := []string{"rbind", "ro", "nosuid", "nodev", "noexec"}
+	mounts := []specs.Mount{{Destination: TrustDir, Source: tdir, Type: "bind", Options: ro}}
+	for _, p := range t.Replace {
+		mounts = append(mounts, specs.Mount{Destination: p, Source: filepath.Join(tdir, "bundle.pem"), Type: "bind", Options: ro})
+	}
+	return mounts, nil
+}
