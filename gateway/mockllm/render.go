@@ -156,7 +156,7 @@ func withIDs(d Dialect, calls []ToolCall) []ToolCall {
 // renderReply renders a reply, whose tool calls have ids, for req: the
 // recorded answer when it fits, or one made from the fields.
 func renderReply(req *request, r *Reply) *answer {
-	if raw := r.Raw; raw != nil && raw.Dialect == req.dialect && (len(raw.Events) > 0) == req.stream {
+	if raw := r.Raw; raw.fits(req) {
 		var a *answer
 		if req.stream {
 			a = newAnswer(http.StatusOK, contentSSE, true)
@@ -181,6 +181,12 @@ func renderReply(req *request, r *Reply) *answer {
 	}
 	a.gap = time.Duration(r.ChunkDelayMS) * time.Millisecond
 	return a
+}
+
+// fits reports whether a recorded answer answers req as it is: the same
+// dialect, streaming or not alike.
+func (raw *Raw) fits(req *request) bool {
+	return raw != nil && raw.Dialect == req.dialect && (len(raw.Events) > 0) == req.stream
 }
 
 func chunkSize(r *Reply) int {
@@ -253,7 +259,15 @@ func renderAnthropic(req *request, r *Reply) *answer {
 		Type    string           `json:"type"`
 		Message anthropicMessage `json:"message"`
 	}{"message_start", start})
-	a.pieces = append(a.pieces, []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n"))
+	// The API pings after the first block starts (after message_start
+	// when there is none).
+	pinged := false
+	ping := func() {
+		if !pinged {
+			a.pieces = append(a.pieces, []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n"))
+			pinged = true
+		}
+	}
 	type delta struct {
 		Type        string  `json:"type"`
 		Text        *string `json:"text,omitempty"`
@@ -276,6 +290,7 @@ func renderAnthropic(req *request, r *Reply) *answer {
 	index := 0
 	if r.Text != "" {
 		add("content_block_start", blockStart{"content_block_start", index, anthropicText{"text", ""}})
+		ping()
 		for _, c := range chunks(r.Text, chunkSize(r)) {
 			add("content_block_delta", blockDelta{"content_block_delta", index, delta{Type: "text_delta", Text: &c}})
 		}
@@ -284,6 +299,7 @@ func renderAnthropic(req *request, r *Reply) *answer {
 	}
 	for _, call := range r.ToolCalls {
 		add("content_block_start", blockStart{"content_block_start", index, anthropicToolUse{"tool_use", call.ID, call.Name, json.RawMessage("{}")}})
+		ping()
 		empty := ""
 		add("content_block_delta", blockDelta{"content_block_delta", index, delta{Type: "input_json_delta", PartialJSON: &empty}})
 		for _, c := range chunks(string(call.Input), chunkSize(r)) {
@@ -292,6 +308,7 @@ func renderAnthropic(req *request, r *Reply) *answer {
 		add("content_block_stop", blockStop{"content_block_stop", index})
 		index++
 	}
+	ping()
 	type stopDelta struct {
 		StopReason   string  `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`

@@ -203,6 +203,7 @@ func (r *Responder) Reset() {
 func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	j := Journaled{Time: time.Now(), Method: hr.Method, Path: hr.URL.Path}
 	d, known := dialectOf(hr.URL.Path)
+	j.Dialect = d
 	body, err := io.ReadAll(io.LimitReader(hr.Body, MaxRequestBody+1))
 	if err != nil {
 		// The client went away while sending; there is no one to answer.
@@ -210,7 +211,6 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	if !known || hr.Method != http.MethodPost {
-		j.Dialect = d
 		d = Responses // the OpenAI error shape
 		if hr.Header.Get("anthropic-version") != "" {
 			d = Anthropic
@@ -219,7 +219,6 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		r.unmatched(w, hr, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
 		return
 	}
-	j.Dialect = d
 	if len(body) > MaxRequestBody {
 		msg := fmt.Sprintf("sbx mock LLM: the request body is larger than %d MiB", MaxRequestBody>>20)
 		r.unmatched(w, hr, &j, body, d, http.StatusRequestEntityTooLarge, "request too large", msg)
@@ -251,7 +250,7 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		}
 		a = renderReply(req, &reply)
 		j.Outcome = e.name() + ": reply"
-		if raw := reply.Raw; raw != nil && raw.Dialect == d && (len(raw.Events) > 0) == req.stream {
+		if reply.Raw.fits(req) {
 			j.Outcome = e.name() + ": recorded reply"
 		}
 	default:

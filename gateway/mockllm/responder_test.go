@@ -428,8 +428,8 @@ func TestStreamEvents(t *testing.T) {
 `
 	want := map[Dialect][]string{
 		Anthropic: {
-			"message_start", "ping",
-			"content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+			"message_start",
+			"content_block_start", "ping", "content_block_delta", "content_block_delta", "content_block_stop",
 			"content_block_start", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_delta", "content_block_stop",
 			"message_delta", "message_stop",
 		},
