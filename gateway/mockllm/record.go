@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // maxRecordedAnswer is the largest answer a Recorder keeps; a longer one
@@ -258,6 +259,9 @@ func (r *Recorder) turnOf(req *request, resp *http.Response, answer []byte) *Tur
 		} else {
 			reply = replyOfJSON(req.dialect, answer)
 			reply.Raw = &Raw{Dialect: req.dialect, Body: string(answer)}
+		}
+		if !utf8.Valid(answer) {
+			reply.Raw = nil // a script holds text; the reply's fields replay it
 		}
 		t.Reply = reply
 	default:

@@ -3,9 +3,12 @@ package mockllm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Dialect is an LLM API the Responder speaks, chosen by the request's path.
@@ -184,6 +187,12 @@ func checkTurn(t *Turn) []problem {
 	case t.Reply != nil && t.Fault != nil:
 		add("fault", "a turn has a reply or a fault, not both; put them in two turns")
 	}
+	strs := turnStrings(t)
+	for _, field := range slices.Sorted(maps.Keys(strs)) {
+		if !utf8.ValidString(strs[field]) {
+			add(field, "not valid UTF-8; a script holds text")
+		}
+	}
 	if t.Times < 0 {
 		add("times", "%d: want 1 or more (leave it out for 1)", t.Times)
 	}
@@ -257,6 +266,31 @@ func checkTurn(t *Turn) []problem {
 		}
 	}
 	return ps
+}
+
+// turnStrings returns a turn's strings by field, for the UTF-8 check.
+func turnStrings(t *Turn) map[string]string {
+	fields := map[string]string{}
+	if m := t.Match; m != nil {
+		fields["match.model"], fields["match.user"], fields["match.user_regexp"], fields["match.tool_result"] = m.Model, m.User, m.UserRegexp, m.ToolResult
+	}
+	if r := t.Reply; r != nil {
+		fields["reply.text"], fields["reply.stop_reason"] = r.Text, r.StopReason
+		for _, c := range r.ToolCalls {
+			fields["reply.tool_calls"] += c.ID + c.Name + string(c.Input)
+		}
+		if raw := r.Raw; raw != nil {
+			fields["reply.raw.events"] = strings.Join(raw.Events, "")
+			fields["reply.raw.body"] = raw.Body
+		}
+	}
+	if f := t.Fault; f != nil {
+		fields["fault.body"] = f.Body
+		for name, v := range f.Headers {
+			fields["fault.headers"] += name + v
+		}
+	}
+	return fields
 }
 
 // CheckTurns checks turns built in Go the way the decoders check a

@@ -212,9 +212,11 @@ func TestCheckTurns(t *testing.T) {
 		{Reply: &Reply{Text: "fine"}},
 		{Reply: &Reply{ToolCalls: []ToolCall{{Name: "f", Input: json.RawMessage(`[1]`)}}}, Origin: "go"},
 		{Fault: &Fault{Status: 700}},
+		{Reply: &Reply{Raw: &Raw{Dialect: Anthropic, Body: "\xff"}}},
 	})
 	want := "turn 2 (go): reply.tool_calls: tool call 1: input must be a JSON object of argument names to values\n" +
-		"turn 3: fault.status: 700: want 200 (a reply cut short) or an error from 400 to 599"
+		"turn 3: fault.status: 700: want 200 (a reply cut short) or an error from 400 to 599\n" +
+		"turn 4: reply.raw.body: not valid UTF-8; a script holds text"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want\n%s", err, want)
 	}
