@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.yaml.in/yaml/v3"
 )
 
 func intp(n int) *int { return &n }
@@ -263,5 +264,27 @@ func TestWriteScriptRefusesBadTurns(t *testing.T) {
 	err := WriteScript(&bytes.Buffer{}, []Turn{{}})
 	if !errors.Is(err, ErrInvalidScript) {
 		t.Errorf("got %v, want ErrInvalidScript", err)
+	}
+}
+
+// TestMarshalYAML: yaml.Marshal of a Script writes what ParseScript reads.
+func TestMarshalYAML(t *testing.T) {
+	orig, err := ParseScript("s.yaml", []byte(everyField))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := yaml.Marshal(orig)
+	if err != nil {
+		t.Fatalf("yaml.Marshal: %v", err)
+	}
+	got, err := ParseScript("marshaled.yaml", data)
+	if err != nil {
+		t.Fatalf("ParseScript of yaml.Marshal's output: %v\n%s", err, data)
+	}
+	if diff := cmp.Diff(orig, got, cmpopts.IgnoreFields(Turn{}, "Origin")); diff != "" {
+		t.Errorf("marshaled and read back (-want +got):\n%s", diff)
+	}
+	if _, err := yaml.Marshal(&Script{Turns: []Turn{{}}}); !errors.Is(err, ErrInvalidScript) {
+		t.Errorf("yaml.Marshal of a bad script: got %v, want ErrInvalidScript", err)
 	}
 }
