@@ -3,6 +3,7 @@ package audit
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -13,13 +14,24 @@ import (
 // Replay returns what p says of the attempt r records, with the decision
 // code the gateway uses (netpolicy's Verdict and DecideHost), and whether
 // r is an attempt at all (decisions of kinds http, connect, transparent,
-// dns and bypass are; close, policy and dropped records and refused
-// clients are not).
+// dns and bypass are, and so is a close record of a tunnel the gateway's
+// TLS check closed; other close records, policy and dropped records and
+// refused clients are not).
 //
 //   - http, connect, transparent: Verdict of the target, with the method
-//     and path of a plain HTTP request; a transparent connection that was
-//     not plain HTTP is decided as a CONNECT, and an intercept of it is a
-//     block, as the gateway does.
+//     and path of a plain HTTP request. A tunnel (a CONNECT, or a
+//     transparent connection that was not plain HTTP) is decided as a
+//     CONNECT, and an intercept of it is a block, as the gateway does.
+//     A request whose path the log cut short (over 1024 bytes) is decided
+//     as such a tunnel to its host and port, since its real path is
+//     unknown.
+//   - http, connect, transparent whose record has rule invalid (a target
+//     that did not parse, a malformed request, a Host header or TLS
+//     server name that is not the target's): the logged block, which the
+//     gateway gives whatever the policy. So is a close record of action
+//     block and rule invalid, a tunnel the gateway closed when its first
+//     bytes were a ClientHello for another host, or one it could not
+//     parse.
 //   - dns: DecideHost of the name, as the DNS stub decides.
 //   - bypass: the packet's destination as a target: Verdict of (address,
 //     port) as a CONNECT, or DecideHost of the address for ICMP and other
@@ -30,21 +42,29 @@ import (
 //
 // Like Verdict, Replay ignores the policy's mode.
 func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, bool) {
-	if r.Event != decisionlog.EventDecision {
+	switch r.Event {
+	case decisionlog.EventDecision:
+	case decisionlog.EventClose:
+		if closedByTLSCheck(r) {
+			return loggedInvalid(r), true
+		}
+		return netpolicy.Decision{}, false
+	default:
 		return netpolicy.Decision{}, false
 	}
 	switch r.Kind {
 	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+		if r.Rule == netpolicy.RuleInvalid {
+			return loggedInvalid(r), true
+		}
 		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
-		tunnel := isTunnel(r.Method)
-		if tunnel {
-			t.Method, t.Path = "CONNECT", ""
+		switch {
+		case isTunnel(r.Method):
+			return tunnelVerdict(p, t, ""), true
+		case pathCut(r.Path):
+			return tunnelVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(r.Host, r.Port))), true
 		}
-		d := p.Verdict(t)
-		if tunnel && r.Kind == decisionlog.KindTransparent && d.Action == netpolicy.Intercept {
-			d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
-		}
-		return d, true
+		return p.Verdict(t), true
 	case decisionlog.KindDNS:
 		return p.DecideHost(r.Host), true
 	case decisionlog.KindBypass:
@@ -59,6 +79,50 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 	}
 	return netpolicy.Decision{}, false
 }
+
+// tunnelVerdict is the gateway's verdict on a tunnel to t (a CONNECT, or a
+// transparent connection that is not plain HTTP): Verdict of t as a
+// CONNECT, where an intercept is a block, since an intercept answers HTTP
+// requests and the gateway cannot read them inside a tunnel (DESIGN.md
+// §4.4). why, when not empty, is added to the reason. When the gateway
+// inspects TLS (DESIGN.md §13), this stays the verdict on a tunnel it
+// does not inspect.
+func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, why string) netpolicy.Decision {
+	t.Method, t.Path = "CONNECT", ""
+	d := p.Verdict(t)
+	if d.Action == netpolicy.Intercept {
+		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule,
+			Reason: "rule " + d.Rule + " intercepts it, and an intercept answers HTTP requests, which the gateway cannot read inside a tunnel, so the gateway refuses the tunnel"}
+	}
+	if why != "" {
+		d.Reason = why + ": " + d.Reason
+	}
+	return d
+}
+
+// loggedInvalid is the block the gateway logged for r, which it refused
+// as invalid whatever the policy.
+func loggedInvalid(r *decisionlog.Record) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+		Reason: "the gateway refused it whatever the policy (" + clipString(r.Reason, maxShortString) + "), so no policy can allow it"}
+}
+
+// closedByTLSCheck reports whether r is the close record of a tunnel the
+// gateway closed after it opened: its first bytes were a TLS ClientHello
+// for another host than the target, or one that could not be parsed
+// (gateway/tunnel.go's relay logs action block, rule invalid).
+func closedByTLSCheck(r *decisionlog.Record) bool {
+	return r.Event == decisionlog.EventClose && r.Action == string(netpolicy.Block) && r.Rule == netpolicy.RuleInvalid &&
+		(r.Kind == decisionlog.KindConnect || r.Kind == decisionlog.KindTransparent)
+}
+
+// maxLoggedPath is the longest path the gateway logs whole; a longer one
+// is cut to this many bytes and "..." (gateway/forward.go).
+const maxLoggedPath = 1024
+
+// pathCut reports whether a logged path may have been cut short: the
+// gateway never logs a longer one whole.
+func pathCut(path string) bool { return len(path) > maxLoggedPath }
 
 // port returns n as a port, 0 (which Decide calls invalid) when it is not
 // one.

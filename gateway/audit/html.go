@@ -63,6 +63,7 @@ type htmlView struct {
 	Span       string
 	Stats      []htmlStatGroup
 	Overflow   []string
+	Notices    []string
 	Timeline   *timelineChart
 	Hosts      *hostChart
 	Targets    []targetRow
@@ -240,6 +241,9 @@ func newHTMLView(r *Report) *htmlView {
 		if f.n > 0 {
 			v.Overflow = append(v.Overflow, digits(f.n)+" "+f.what)
 		}
+	}
+	for _, n := range r.notices() {
+		v.Notices = append(v.Notices, visible(n))
 	}
 	v.Timeline = newTimeline(r)
 	v.Hosts = newHostChart(r)
@@ -628,6 +632,9 @@ Time span: <b data-stat="span">{{.Span}}</b>.
 {{- if .Overflow}}
 <div class="warn-box" role="alert" data-warning="overflow"><b>Some attempts are counted but not listed:</b> the report kept tables within its limits, and left out
 <ul>{{range .Overflow}}<li>{{.}}</li>{{end}}</ul></div>
+{{- end}}
+{{- range .Notices}}
+<div class="warn-box" role="alert" data-warning="notice"><b>Note:</b> {{.}}.</div>
 {{- end}}
 {{- if .Unenforced}}
 <div class="warn-box" data-warning="unenforced"><b>Audit mode:</b> {{digits .Unenforced}} blocked requests were let through.</div>

@@ -72,12 +72,23 @@ func (r *Report) warnings() []string {
 	if r.Dropped > 0 {
 		ws = append(ws, fmt.Sprintf("the gateway left %d records out of these logs to stay within its budget: the counts are low, and what they were is not known", r.Dropped))
 	}
+	ws = append(ws, r.notices()...)
 	o := r.Overflow
 	if o.Targets+o.DNSNames+o.Bypass+o.Processes > 0 {
 		ws = append(ws, fmt.Sprintf("more targets than sbx audit keeps apart: %d attempts, %d DNS queries, %d packets and %d process records are in the totals only", o.Targets, o.DNSNames, o.Bypass, o.Processes))
 	}
 	if o.Paths > 0 {
 		ws = append(ws, fmt.Sprintf("%d requests had paths beyond the %s sbx audit keeps", o.Paths, "200 000"))
+	}
+	return ws
+}
+
+// notices are the warnings besides dropped records and overflow, which
+// the HTML report shows in a box of their own.
+func (r *Report) notices() []string {
+	var ws []string
+	if r.ClosedByTLSCheck > 0 {
+		ws = append(ws, fmt.Sprintf("the gateway closed %s after opening them, since their first bytes were a TLS ClientHello for another host than the target (sni mismatch) or one it could not parse: each is counted allowed when decided and blocked (rule invalid) when closed, and no policy can allow it", plural(r.ClosedByTLSCheck, "tunnel", "tunnels")))
 	}
 	return ws
 }

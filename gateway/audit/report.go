@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // ReportVersion is the version of the JSON report's format.
@@ -104,6 +105,10 @@ type Target struct {
 	// PathsIncomplete says some paths of this target were not kept
 	// (Limits.Paths).
 	PathsIncomplete bool `json:"paths_incomplete,omitempty"`
+	// PathsCut says the log cut some request's path short (the gateway
+	// logs at most 1024 bytes of a path): what was asked for is not
+	// known past the cut.
+	PathsCut bool `json:"paths_cut,omitempty"`
 	// Tunnels counts the attempts that carried no method and path the
 	// gateway could see: CONNECT tunnels and transparent connections that
 	// were not plain HTTP.
@@ -114,6 +119,16 @@ type Target struct {
 	Seen
 	// Rules are the rules that decided, with how many attempts each.
 	Rules map[string]uint64 `json:"rules"`
+	// Invalid counts the attempts the gateway refused whatever the policy
+	// (rule invalid: a malformed request, a Host header or TLS server
+	// name that is not the target's), ClosedByTLSCheck included. They are
+	// in Blocked too.
+	Invalid uint64 `json:"invalid,omitempty"`
+	// ClosedByTLSCheck counts the tunnels the gateway opened and then
+	// closed, since their first bytes were a TLS ClientHello for another
+	// host than the target, or one it could not parse: each is counted
+	// twice, allowed when it was decided and blocked when it was closed.
+	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
 	// InterceptStatus is the status of the last intercepted answer.
 	InterceptStatus int `json:"intercept_status,omitempty"`
 	// Processes are the processes (comm) that made the attempts, when the
@@ -201,6 +216,10 @@ type Report struct {
 	BypassPackets uint64 `json:"bypass_packets"`
 	BytesOut      int64  `json:"bytes_out"`
 	BytesIn       int64  `json:"bytes_in"`
+	// ClosedByTLSCheck counts the tunnels the gateway closed after it
+	// opened them (see Target.ClosedByTLSCheck); they are in Requests
+	// twice, allowed and blocked.
+	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
 	// RefusedClients counts connections refused before any request (kind
 	// conn: a client not of the sandbox, or over its connection limit).
 	RefusedClients uint64 `json:"refused_clients"`
@@ -339,10 +358,13 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	if t.Rules == nil {
 		t.Rules = map[string]uint64{}
 	}
-	if len(t.Rules) < 64 {
+	if _, ok := t.Rules[r.Rule]; ok || len(t.Rules) < 64 {
 		t.Rules[r.Rule]++
 	}
 	t.kinds.add(r.Kind)
+	if r.Rule == netpolicy.RuleInvalid {
+		t.Invalid++
+	}
 	if r.Action == "intercept" {
 		t.InterceptStatus = r.Status
 	}
@@ -353,6 +375,9 @@ func (s *Summary) Add(r *decisionlog.Record) {
 		t.methods.add(r.Method)
 	}
 	if !isTunnel(r.Method) {
+		if pathCut(r.Path) {
+			t.PathsCut = true
+		}
 		s.addPath(t, r.Path)
 	}
 	if r.PID != 0 && len(t.procs) < 16 {
@@ -402,10 +427,31 @@ func (s *Summary) addClose(r *decisionlog.Record) {
 	}
 	// The row is made here when the close comes first, which merged logs
 	// or a log read out of order allow.
-	if t := s.target(r); t != nil {
+	t := s.target(r)
+	if t != nil {
 		t.BytesOut += r.BytesOut
 		t.BytesIn += r.BytesIn
 		t.Seen.add(r.Time)
+	}
+	if !closedByTLSCheck(r) {
+		return
+	}
+	// A tunnel the TLS check closed: a blocked attempt, on top of its
+	// allowed decision.
+	s.r.ClosedByTLSCheck++
+	s.r.Requests.add(r, 1)
+	s.tick(r, 1)
+	if t == nil {
+		return
+	}
+	t.Counts.add(r, 1)
+	t.Invalid++
+	t.ClosedByTLSCheck++
+	if t.Rules == nil {
+		t.Rules = map[string]uint64{}
+	}
+	if _, ok := t.Rules[r.Rule]; ok || len(t.Rules) < 64 {
+		t.Rules[r.Rule]++
 	}
 }
 

@@ -103,11 +103,17 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		restricted := map[restriction]*suggestedRule{}
 		var order []restriction
 		for _, t := range ts {
+			if t.Invalid > 0 {
+				skipped = append(skipped, fmt.Sprintf("%d attempts at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", t.Invalid, hostPort(h, t.Port)))
+			}
+			if onlyInvalid(t) {
+				continue // a rule would allow what the log does not show
+			}
 			if t.Allowed+t.Intercepted > 0 {
 				blocked = false
 			}
 			note := targetNote(t)
-			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.Tunnels == 0 {
+			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.Tunnels == 0 && !t.PathsCut {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
 					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
 				continue
@@ -118,8 +124,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
 			}
 			// Port 443 is CONNECT's: a rule cannot restrict it to
-			// methods or a path.
-			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || len(t.Paths) == 0 || t.Port == 443 {
+			// methods or a path. A path the log cut short is replayed
+			// as a tunnel (see Replay), which only a rule without
+			// methods or path allows.
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 || t.Port == 443 {
 				open = append(open, t.Port)
 				openNotes = append(openNotes, note)
 				continue
@@ -202,6 +210,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	}
 	return rules, skipped
 }
+
+// onlyInvalid reports whether the gateway refused every attempt at t
+// whatever the policy.
+func onlyInvalid(t *Target) bool { return t.Invalid >= t.Total() }
 
 // targetNote is a rule's comment for t: counts, bytes and process names.
 func targetNote(t *Target) string {
@@ -448,8 +460,8 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 	}
 	for _, t := range rep.Targets {
-		if !validTarget(t.Host, t.Port) {
-			continue // not a valid target: listed as not covered
+		if !validTarget(t.Host, t.Port) || onlyInvalid(t) {
+			continue // listed as not covered
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
 		if t.Tunnels > 0 {
