@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -34,10 +35,12 @@ import (
 //     parse.
 //   - dns: DecideHost of the name, as the DNS stub decides.
 //   - bypass: the packet's destination as a target: Verdict of (address,
-//     port) as a CONNECT, or DecideHost of the address for ICMP and other
-//     protocols without ports. The gateway refuses these packets whatever
-//     the policy; an allow here says only that the policy names their
-//     target. A bypass record without a destination (the gateway's
+//     port) as a CONNECT, or, for ICMP and other protocols without ports,
+//     DecideHost of the address and then, when it allows, the address
+//     guard as Verdict applies it (which only a rule for the address with
+//     ports "*" exempts from, a packet having no port). The gateway
+//     refuses these packets whatever the policy; an allow here says only
+//     that the policy names their target. A bypass record without a destination (the gateway's
 //     overflow record) cannot be replayed and is a block.
 //
 // Like Verdict, Replay ignores the policy's mode.
@@ -75,7 +78,21 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		if r.Port > 0 {
 			return p.Verdict(netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: "CONNECT"}), true
 		}
-		return p.DecideHost(r.Host), true
+		d := p.DecideHost(r.Host)
+		if d.Action == netpolicy.Block {
+			return d, true
+		}
+		if h, err := netpolicy.NormalizeHost(r.Host); err == nil {
+			if ip, err := netip.ParseAddr(h); err == nil {
+				// The address guard, as Verdict applies it to an IP
+				// literal; a packet has no port, so only a rule for
+				// every port can exempt its address.
+				if g, refused := p.GuardAddr(ip, netpolicy.Target{Host: h, Method: "CONNECT"}); refused {
+					return g, true
+				}
+			}
+		}
+		return d, true
 	}
 	return netpolicy.Decision{}, false
 }

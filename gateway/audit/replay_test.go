@@ -196,3 +196,34 @@ func TestSuggestGatewayRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayPortlessBypassGuard: a packet without a port (ICMP) to an
+// address the guard refuses is refused as Verdict refuses an IP literal,
+// unless a rule for the address and every port exempts it.
+func TestReplayPortlessBypassGuard(t *testing.T) {
+	p := mustPolicy(t, `
+version: 1
+rules:
+  - {host: 10.99.0.6, ports: [80], action: allow}
+  - {host: 10.99.0.7, ports: ["*"], action: allow}
+  - {host: 192.0.2.0/24, ports: ["*"], action: allow}
+  - {host: 203.0.113.9, ports: [80], action: allow}
+`)
+	for _, tt := range []struct {
+		host     string
+		want     netpolicy.Action
+		wantRule string
+	}{
+		{"10.99.0.6", netpolicy.Block, netpolicy.RuleGuard}, // the guard, which a rule for port 80 does not lift
+		{"10.99.0.7", netpolicy.Allow, "r2"},
+		{"192.0.2.5", netpolicy.Allow, "r3"},                  // a documentation range its CIDR rule exempts
+		{"203.0.113.9", netpolicy.Block, netpolicy.RuleGuard}, // documentation range, rule for port 80 only
+		{"10.99.0.8", netpolicy.Block, netpolicy.RuleDefault},
+		{"198.51.100.1", netpolicy.Block, netpolicy.RuleDefault},
+	} {
+		r := rec(1, "bypass", "", tt.host, 0, "", "block", "guard", func(r *decisionlog.Record) { r.Proto, r.Count = "icmp", 1 })
+		if d, ok := Replay(p, &r); !ok || d.Action != tt.want || d.Rule != tt.wantRule {
+			t.Errorf("icmp to %s: got %s by %s (%s), want %s by %s", tt.host, d.Action, d.Rule, d.Reason, tt.want, tt.wantRule)
+		}
+	}
+}
