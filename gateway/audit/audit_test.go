@@ -319,6 +319,7 @@ func TestSuggestWildcards(t *testing.T) {
 func FuzzSuggest(f *testing.F) {
 	f.Add([]byte("GET a.example 80 /x\nCONNECT b.example 443\n"))
 	f.Add([]byte("dns c.example\nbypass 10.0.0.1 0\nPOST a.example 8080 /v1/a%2fb\nPOST a.example 8080 /v1/../c"))
+	f.Add([]byte("GET a.example 80 /app/cart;jsessionid=1/view\nGET a.example 80 /app/cart;jsessionid=1/edit\nGET b.example 80 /x/%3Fy/z"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var recs []decisionlog.Record
 		for i, line := range strings.Split(string(data), "\n") {

@@ -243,7 +243,9 @@ func portNote(p int) string {
 
 // pathPrefix returns the longest prefix the canonical forms of paths
 // share, cut after its last '/', or the one path when they are all the
-// same; "" when that is "/", which restricts nothing.
+// same; cut again before the first segment that holds a character a path
+// rule refuses (see badInRulePath); "" when that leaves "/", which
+// restricts nothing.
 func pathPrefix(paths []PathCount) string {
 	prefix := netpolicy.CanonicalPath(paths[0].Path)
 	same := true
@@ -261,11 +263,25 @@ func pathPrefix(paths []PathCount) string {
 	if !same {
 		prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
 	}
-	if prefix == "/" || !strings.HasPrefix(prefix, "/") || strings.ContainsAny(prefix, "?#") ||
-		strings.ContainsFunc(prefix, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+	if !strings.HasPrefix(prefix, "/") {
+		return ""
+	}
+	if i := strings.IndexFunc(prefix, badInRulePath); i >= 0 {
+		prefix = prefix[:strings.LastIndexByte(prefix[:i], '/')+1]
+	}
+	if prefix == "/" {
 		return ""
 	}
 	return prefix
+}
+
+// badInRulePath reports whether a path rule refuses c (netpolicy's
+// checkRule): '?' and '#' (a query or fragment), ';' (path parameters,
+// which servers read differently), a space or control character, DEL,
+// and, since a canonical path escapes them, anything else not printable
+// ASCII.
+func badInRulePath(c rune) bool {
+	return c == '?' || c == '#' || c == ';' || c <= ' ' || c >= 0x7f
 }
 
 // foldWildcards replaces three or more rules for sibling names with one

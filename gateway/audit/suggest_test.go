@@ -1,0 +1,69 @@
+package audit
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+func TestPathPrefix(t *testing.T) {
+	for _, tt := range []struct {
+		paths []string
+		want  string
+	}{
+		{[]string{"/v1/items", "/v1/users/7"}, "/v1/"},
+		{[]string{"/v1/items"}, "/v1/items"},
+		{[]string{"/a", "/b"}, ""},
+		{[]string{"/a/b;x/c"}, "/a/"},                       // path parameters
+		{[]string{"/a/b;x/c", "/a/b;x/d"}, "/a/"},           // in the shared prefix
+		{[]string{"/a/b/c;jsessionid=1"}, "/a/b/"},          // in the last segment
+		{[]string{"/a/b%3Bx/c"}, "/a/"},                     // an escaped ';' is one
+		{[]string{"/a/%3Fq/c", "/a/%3Fq/d"}, "/a/"},         // an escaped '?'
+		{[]string{"/a/b%23frag/c"}, "/a/"},                  // an escaped '#'
+		{[]string{"/;x"}, ""},                               // nothing left
+		{[]string{"/a/b%20c/d", "/a/b%20c/e"}, "/a/b%20c/"}, // a space stays escaped, which a rule takes
+		{[]string{"*"}, ""},
+	} {
+		var pcs []PathCount
+		for _, p := range tt.paths {
+			pcs = append(pcs, PathCount{Path: p, Count: 1})
+		}
+		got := pathPrefix(pcs)
+		if got != tt.want {
+			t.Errorf("pathPrefix(%q): got %q, want %q", tt.paths, got, tt.want)
+		}
+		if got == "" {
+			continue
+		}
+		if _, err := netpolicy.Compile(netpolicy.Spec{Rules: []netpolicy.Rule{{Host: "a.example", Ports: []netpolicy.Port{80}, Methods: []string{"GET"}, Path: got, Action: netpolicy.Allow}}}); err != nil {
+			t.Errorf("pathPrefix(%q) = %q, which a rule refuses: %v", tt.paths, got, err)
+		}
+	}
+}
+
+// TestSuggestPathParameters: paths with ';' (which a path rule refuses)
+// give a rule for the prefix before them, and --expect of the log holds.
+func TestSuggestPathParameters(t *testing.T) {
+	recs := []decisionlog.Record{
+		rec(1, "http", "GET", "a.example", 80, "/app/cart;jsessionid=1A2B/view", "allow", "r"),
+		rec(2, "http", "GET", "a.example", 80, "/app/cart;jsessionid=1A2B/edit", "allow", "r"),
+		rec(3, "http", "GET", "b.example", 80, "/x/%3Fy/z", "allow", "r"),
+	}
+	out, err := Suggest(summarize(t, recs), SuggestOptions{})
+	if err != nil {
+		t.Fatalf("Suggest: %v", err)
+	}
+	if !strings.Contains(string(out), `path: "/app/"`) || !strings.Contains(string(out), `path: "/x/"`) {
+		t.Errorf("want rules for /app/ and /x/:\n%s", out)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, string(out)), "suggested", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Holds() {
+		t.Errorf("--expect of the suggested policy lists %d targets:\n%s", len(e.Unexpected), out)
+	}
+}
