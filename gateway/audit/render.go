@@ -95,22 +95,22 @@ func (r *Report) notices() []string {
 
 func writeText(w io.Writer, r *Report) error {
 	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "sbx audit of %s\n", printable(strings.Join(r.Logs, ", ")))
+	fmt.Fprintf(ew, "sbx audit of %s\n", visible(strings.Join(r.Logs, ", ")))
 	if len(r.Sandboxes) > 0 {
-		fmt.Fprintf(ew, "sandboxes: %s\n", printable(strings.Join(r.Sandboxes, ", ")))
+		fmt.Fprintf(ew, "sandboxes: %s\n", visible(strings.Join(r.Sandboxes, ", ")))
 	}
 	fmt.Fprintf(ew, "from %s\n", r.span())
 	for _, warn := range r.warnings() {
-		fmt.Fprintf(ew, "WARNING: %s\n", warn)
+		fmt.Fprintf(ew, "WARNING: %s\n", visible(warn))
 	}
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(ew, "\nTargets\n")
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TARGET\tKINDS\tALLOW\tBLOCK\tINTERCEPT\tOUT\tIN\tRULES\tMETHODS, PATHS\tPROCESSES")
 		for _, t := range r.Targets {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", printable(hostPort(t.Host, t.Port)),
-				strings.Join(t.Kinds, ","), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
-				printable(rulesText(t.Rules)), printable(methodsPaths(t, 3)), printable(strings.Join(t.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", visible(hostPort(t.Host, t.Port)),
+				visible(strings.Join(t.Kinds, ",")), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
+				visible(rulesText(t.Rules)), visible(methodsPaths(t, 3)), visible(strings.Join(t.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -119,7 +119,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tTYPES\tANSWERED\tREFUSED\tPROCESSES")
 		for _, d := range r.DNSNames {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", printable(d.Name), printable(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, printable(strings.Join(d.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", visible(d.Name), visible(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, visible(strings.Join(d.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -128,7 +128,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROTO\tDESTINATION\tPACKETS\tFIRST\tLAST\tPROCESSES")
 		for _, b := range r.Bypass {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(b.Proto), printable(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), printable(strings.Join(b.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", visible(b.Proto), visible(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), visible(strings.Join(b.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -137,14 +137,14 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "COMMAND\tEXECUTABLE\tPIDS\tTARGETS\tALLOW\tBLOCK\tINTERCEPT")
 		for _, p := range r.Processes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", printable(p.Comm), printable(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", visible(p.Comm), visible(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
 		}
 		tw.Flush()
 	}
 	if len(r.PolicyChanges) > 0 {
 		fmt.Fprintf(ew, "\nPolicy changes\n")
 		for _, c := range r.PolicyChanges {
-			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, printable(c.Change))
+			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, visible(c.Change))
 		}
 	}
 	if r.RefusedClients > 0 {
@@ -169,7 +169,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(ew, "### Targets\n\n| target | kinds | allowed | blocked | intercepted | out | in | rules | methods, paths | processes |\n|---|---|--:|--:|--:|--:|--:|---|---|---|\n")
 		for _, t := range r.Targets {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCode(hostPort(t.Host, t.Port)), strings.Join(t.Kinds, ", "),
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCode(hostPort(t.Host, t.Port)), mdCode(strings.Join(t.Kinds, ", ")),
 				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCode(rulesText(t.Rules)),
 				mdCode(methodsPaths(t, 3)), mdCode(strings.Join(t.Processes, ", ")))
 		}
@@ -209,27 +209,29 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	}
 	md := format == FormatMarkdown
 	ew := &errWriter{w: w}
+	txt := visible
 	if md {
+		txt = mdText
 		fmt.Fprintf(ew, "## sbx audit --expect %s\n\n", mdCode(e.Policy))
 	}
 	switch {
 	case e.Holds():
-		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", printable(e.Policy), plural(e.Attempts, "attempt", "attempts"))
+		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", txt(e.Policy), plural(e.Attempts, "attempt", "attempts"))
 		return ew.err
 	case len(e.Unexpected) > 0:
-		fmt.Fprintf(ew, "%s does not allow %s:\n\n", printable(e.Policy), plural(uint64(len(e.Unexpected)), "target the logs show", "targets the logs show"))
+		fmt.Fprintf(ew, "%s does not allow %s:\n\n", txt(e.Policy), plural(uint64(len(e.Unexpected)), "target the logs show", "targets the logs show"))
 	}
 	if md && len(e.Unexpected) > 0 {
 		fmt.Fprintf(ew, "| kind | target | attempts | logged as | policy says |\n|---|---|--:|---|---|\n")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", u.Kind, mdCode(unexpectedTarget(u)), u.Attempts, mdText(u.Logged), mdText(u.Rule+": "+u.Reason))
+			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", mdCode(u.Kind), mdCode(unexpectedTarget(u)), u.Attempts, mdText(u.Logged), mdText(u.Rule+": "+u.Reason))
 		}
 		fmt.Fprintln(ew)
 	} else if len(e.Unexpected) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KIND\tTARGET\tATTEMPTS\tLOGGED AS\tPOLICY SAYS")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", u.Kind, printable(unexpectedTarget(u)), u.Attempts, printable(u.Logged), printable(u.Rule+": "+u.Reason))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", visible(u.Kind), visible(unexpectedTarget(u)), u.Attempts, visible(u.Logged), visible(u.Rule+": "+u.Reason))
 		}
 		tw.Flush()
 	}
@@ -277,13 +279,15 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 		if md {
 			fmt.Fprintf(ew, "- %s\n", mdText(s))
 		} else {
-			fmt.Fprintf(ew, "  %s\n", printable(s))
+			fmt.Fprintf(ew, "  %s\n", visible(s))
 		}
 	}
+	txt, br := visible, "\n"
 	if md {
+		txt, br = mdText, "  \n"
 		fmt.Fprintf(ew, "## sbx audit --diff\n\n")
 	}
-	fmt.Fprintf(ew, "old: %s\nnew: %s\n", printable(strings.Join(d.Old, ", ")), printable(strings.Join(d.New, ", ")))
+	fmt.Fprintf(ew, "old: %s%snew: %s\n", txt(strings.Join(d.Old, ", ")), br, txt(strings.Join(d.New, ", ")))
 	for _, s := range d.Incomplete {
 		item("WARNING: " + s + "; the diff may miss what is new")
 	}
@@ -408,21 +412,10 @@ func clock(t time.Time) string {
 	return t.UTC().Format("15:04:05Z")
 }
 
-// printable replaces control characters: hosts, paths and names come from
-// the sandbox and must not drive a terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == '\u2028' || c == '\u2029' {
-			return '?'
-		}
-		return c
-	}, s)
-}
-
 // mdText escapes what markdown would read as markup.
 func mdText(s string) string {
 	var b strings.Builder
-	for _, c := range printable(s) {
+	for _, c := range visible(s) {
 		if strings.ContainsRune("\\`*_{}[]()<>#+-.!|~&", c) {
 			b.WriteByte('\\')
 		}
@@ -437,7 +430,7 @@ func mdCode(s string) string {
 	if s == "" {
 		return ""
 	}
-	s = strings.ReplaceAll(printable(s), "|", "\\|")
+	s = strings.ReplaceAll(visible(s), "|", "\\|")
 	ticks := "`"
 	for strings.Contains(s, ticks) {
 		ticks += "`"

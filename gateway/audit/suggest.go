@@ -364,7 +364,7 @@ func group(host string) string {
 func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte {
 	var b bytes.Buffer
 	b.WriteString("# A policy that allows what these decision logs saw, from sbx audit --suggest.\n")
-	fmt.Fprintf(&b, "# Logs: %s\n", strings.Join(rep.Logs, ", "))
+	fmt.Fprintf(&b, "# Logs: %s\n", visible(strings.Join(rep.Logs, ", ")))
 	if !rep.First.IsZero() {
 		fmt.Fprintf(&b, "# From %s to %s, %s.\n", rep.First.Format("2006-01-02 15:04:05Z07:00"), rep.Last.Format("2006-01-02 15:04:05Z07:00"), plural(rep.Records, "record", "records"))
 	}
@@ -374,7 +374,7 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 	if len(skipped) > 0 {
 		b.WriteString("#\n# Not covered, since no rule can allow it:\n")
 		for _, s := range skipped {
-			fmt.Fprintf(&b, "#   %s\n", oneLine(s))
+			fmt.Fprintf(&b, "#   %s\n", visible(s))
 		}
 	}
 	b.WriteString("version: 1\ndefault: block\nrules:\n")
@@ -405,14 +405,14 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 		last := ""
 		for _, r := range rs {
 			if g := group(r.host); g != last {
-				fmt.Fprintf(&b, "\n  # %s\n", oneLine(g))
+				fmt.Fprintf(&b, "\n  # %s\n", visible(g))
 				last = g
 			}
 			if why := exfilClass(r.host); why != "" {
 				fmt.Fprintf(&b, "  # CAN CARRY DATA OUT: %s\n", why)
 			}
 			for _, n := range r.notes {
-				fmt.Fprintf(&b, "  # %s\n", oneLine(n))
+				fmt.Fprintf(&b, "  # %s\n", visible(n))
 			}
 			fmt.Fprintf(&b, "  - host: %s\n", quote(r.host))
 			if r.ports != nil {
@@ -453,17 +453,6 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 func quote(s string) string {
 	q, _ := json.Marshal(s)
 	return string(q)
-}
-
-// oneLine keeps a comment on its line: a host or path from the log may
-// hold anything.
-func oneLine(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || c == '\u2028' || c == '\u2029' || c == '\u0085' {
-			return '?'
-		}
-		return c
-	}, s)
 }
 
 // coverage replays every attempt of the report against p and returns the
