@@ -18,6 +18,10 @@ type TargetChange struct {
 	// PathsUncertain says a path the old report did not keep may be
 	// listed as new, or one the new report did not keep missed.
 	PathsUncertain bool `json:"paths_uncertain,omitempty"`
+	// MethodsUncertain says the same of methods (more than 32 at one
+	// target); a method the new report did not keep makes the diff
+	// Incomplete.
+	MethodsUncertain bool `json:"methods_uncertain,omitempty"`
 	// Counts are old → new, when attempts or bytes changed by more than
 	// the factor.
 	OldAttempts uint64 `json:"old_attempts"`
@@ -116,6 +120,10 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		}
 		slices.Sort(c.NewPaths)
 		c.PathsUncertain = o.PathsIncomplete || t.PathsIncomplete
+		c.MethodsUncertain = o.MethodsIncomplete || t.MethodsIncomplete
+		if t.MethodsIncomplete {
+			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have more methods at %s than sbx audit keeps (%d), so a new one may not be listed", hostPort(t.Host, t.Port), maxMethods))
+		}
 		for _, n := range []struct {
 			name string
 			vs   []string

@@ -319,6 +319,9 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 			if c.PathsUncertain {
 				s += " (not every path was kept)"
 			}
+			if c.MethodsUncertain {
+				s += " (not every method was kept)"
+			}
 			item(s)
 		}
 	}
@@ -395,6 +398,9 @@ func rulesText(rules map[string]uint64) string {
 // methodsPaths lists t's methods and its n most frequent paths.
 func methodsPaths(t *Target, n int) string {
 	s := strings.Join(t.Methods, ",")
+	if t.MethodsIncomplete {
+		s += ",+more"
+	}
 	for i, p := range t.Paths {
 		if i == n {
 			s += fmt.Sprintf(" +%d", len(t.Paths)-n)

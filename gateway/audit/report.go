@@ -99,6 +99,9 @@ type Target struct {
 	// Methods are the HTTP methods seen, CONNECT included; a transparent
 	// connection that was not plain HTTP has none.
 	Methods []string `json:"methods"`
+	// MethodsIncomplete says this target saw more methods than are kept
+	// (maxMethods): the others are not listed.
+	MethodsIncomplete bool `json:"methods_incomplete,omitempty"`
 	// Paths are the paths of plain HTTP requests, the most frequent first
 	// (all that were kept; see PathsIncomplete).
 	Paths []PathCount `json:"paths,omitempty"`
@@ -252,6 +255,9 @@ type PolicyChange struct {
 // the last entry's place.
 const maxPolicyChanges = 1000
 
+// maxMethods is the most methods a target keeps.
+const maxMethods = 32
+
 // MaxBuckets is the most intervals a timeline has.
 const MaxBuckets = 120
 
@@ -371,8 +377,12 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	if isTunnel(r.Method) {
 		t.Tunnels++
 	}
-	if r.Method != "" && len(t.methods) < 32 {
-		t.methods.add(r.Method)
+	if r.Method != "" && !t.methods.has(r.Method) {
+		if len(t.methods) < maxMethods {
+			t.methods.add(r.Method)
+		} else {
+			t.MethodsIncomplete = true
+		}
 	}
 	if !isTunnel(r.Method) {
 		if pathCut(r.Path) {

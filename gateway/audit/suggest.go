@@ -124,10 +124,11 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
 			}
 			// Port 443 is CONNECT's: a rule cannot restrict it to
-			// methods or a path. A path the log cut short is replayed
+			// methods or a path. Methods or paths that were not kept
+			// cannot be listed. A path the log cut short is replayed
 			// as a tunnel (see Replay), which only a rule without
 			// methods or path allows.
-			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 || t.Port == 443 {
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.MethodsIncomplete || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 || t.Port == 443 {
 				open = append(open, t.Port)
 				openNotes = append(openNotes, note)
 				continue

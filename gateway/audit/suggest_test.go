@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -65,5 +66,40 @@ func TestSuggestPathParameters(t *testing.T) {
 	}
 	if !e.Holds() {
 		t.Errorf("--expect of the suggested policy lists %d targets:\n%s", len(e.Unexpected), out)
+	}
+}
+
+// TestMethodsIncomplete: a target with more methods than are kept gets a
+// rule without methods, and a diff cannot say no new method is reached.
+func TestMethodsIncomplete(t *testing.T) {
+	var recs []decisionlog.Record
+	for i := range maxMethods + 8 {
+		recs = append(recs, rec(i, "http", fmt.Sprintf("M%02d", i), "a.example", 80, "/x", "allow", "r"))
+	}
+	rep := summarize(t, recs)
+	tg := rep.Targets[0]
+	if !tg.MethodsIncomplete || len(tg.Methods) != maxMethods {
+		t.Fatalf("got %d methods, incomplete %v; want %d, true", len(tg.Methods), tg.MethodsIncomplete, maxMethods)
+	}
+	out, err := Suggest(rep, SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := netpolicy.Decode("suggested", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Rules) != 1 || spec.Rules[0].Methods != nil || spec.Rules[0].Path != "" {
+		t.Errorf("want one rule for a.example without methods or path:\n%s", out)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, string(out)), "suggested", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Holds() {
+		t.Errorf("--expect of the suggested policy lists %d targets:\n%s", len(e.Unexpected), out)
+	}
+	if d := DiffReports(rep, rep, 10); !d.ReachesNew() || len(d.Incomplete) == 0 {
+		t.Errorf("a diff with methods not kept: got reaches new %v, incomplete %q; want true and a reason", d.ReachesNew(), d.Incomplete)
 	}
 }
