@@ -113,7 +113,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				blocked = false
 			}
 			note := targetNote(t)
-			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.Tunnels == 0 && !t.PathsCut {
+			// An intercept rule's status is 200..599 (netpolicy); with
+			// any other the target is allowed instead, which --expect
+			// accepts too.
+			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.InterceptStatus <= 599 && t.Tunnels == 0 && !t.PathsCut {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
 					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
 				continue

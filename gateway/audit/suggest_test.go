@@ -103,3 +103,20 @@ func TestMethodsIncomplete(t *testing.T) {
 		t.Errorf("a diff with methods not kept: got reaches new %v, incomplete %q; want true and a reason", d.ReachesNew(), d.Incomplete)
 	}
 }
+
+// TestSuggestInterceptStatus: an intercept rule is suggested only with a
+// status a rule can have (200..599).
+func TestSuggestInterceptStatus(t *testing.T) {
+	for _, status := range []int{100, 199, 200, 599, 600, 1 << 20} {
+		recs := []decisionlog.Record{rec(1, "http", "POST", "t.example", 80, "/c", "intercept", "r", func(r *decisionlog.Record) { r.Status = status })}
+		out, err := Suggest(summarize(t, recs), SuggestOptions{})
+		if err != nil {
+			t.Errorf("status %d: %v", status, err)
+			continue
+		}
+		wantIntercept := status >= 200 && status <= 599
+		if got := strings.Contains(string(out), "action: intercept"); got != wantIntercept {
+			t.Errorf("status %d: got an intercept rule %v, want %v:\n%s", status, got, wantIntercept, out)
+		}
+	}
+}
