@@ -167,8 +167,8 @@ func TestSuggestGatewayRefusals(t *testing.T) {
 	}
 	s := string(out)
 	for _, want := range []string{
-		"#   1 attempts at a.example:443 that the gateway refused whatever the policy",
-		"#   1 attempts at h.example:80 that the gateway refused whatever the policy",
+		"#   1 attempt at a.example:443 that the gateway refused whatever the policy",
+		"#   1 attempt at h.example:80 that the gateway refused whatever the policy",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the suggested policy lacks %q:\n%s", want, s)

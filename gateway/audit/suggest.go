@@ -84,7 +84,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	var hosts []string
 	for _, t := range rep.Targets {
 		if !validTarget(t.Host, t.Port) {
-			skipped = append(skipped, fmt.Sprintf("%d attempts at %q port %d, which is not a valid target", t.Total(), t.Host, t.Port))
+			skipped = append(skipped, fmt.Sprintf("%s at %q port %d, which is not a valid target", plural(t.Total(), "attempt", "attempts"), t.Host, t.Port))
 			continue
 		}
 		if byHost[t.Host] == nil {
@@ -104,7 +104,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		var order []restriction
 		for _, t := range ts {
 			if t.Invalid > 0 {
-				skipped = append(skipped, fmt.Sprintf("%d attempts at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", t.Invalid, hostPort(h, t.Port)))
+				skipped = append(skipped, fmt.Sprintf("%s at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", plural(t.Invalid, "attempt", "attempts"), hostPort(h, t.Port)))
 			}
 			if onlyInvalid(t) {
 				continue // a rule would allow what the log does not show
@@ -165,7 +165,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			continue
 		}
 		if !validTarget(d.Name, 443) {
-			skipped = append(skipped, fmt.Sprintf("%d DNS queries for %q, which is not a valid name", d.Total(), d.Name))
+			skipped = append(skipped, fmt.Sprintf("%s for %q, which is not a valid name", plural(d.Total(), "DNS query", "DNS queries"), d.Name))
 			continue
 		}
 		seen[d.Name] = true
@@ -203,11 +203,17 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		slices.Sort(ports)
 		rules = append(rules, &suggestedRule{host: h, ports: slices.Compact(ports), bypass: true, notes: bypassNotes[h]})
 	}
-	if rep.Overflow.Targets > 0 {
-		skipped = append(skipped, fmt.Sprintf("%d attempts at targets beyond the first %d, which were not kept apart", rep.Overflow.Targets, len(rep.Targets)))
+	if n := rep.Overflow.Targets; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s at targets beyond the first %d, which were not kept apart", plural(n, "attempt", "attempts"), len(rep.Targets)))
+	}
+	if n := rep.Overflow.DNSNames; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s for names beyond the first %d, which were not kept apart", plural(n, "DNS query", "DNS queries"), len(rep.DNSNames)))
+	}
+	if n := rep.Overflow.Bypass; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s around the gateway to destinations beyond the first %d, which were not kept apart", plural(n, "packet", "packets"), len(rep.Bypass)))
 	}
 	if rep.Dropped > 0 {
-		skipped = append(skipped, fmt.Sprintf("%d records the gateway left out of the log (it was over its budget)", rep.Dropped))
+		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (it was over its budget)", plural(rep.Dropped, "record", "records")))
 	}
 	if opt.Wildcards {
 		rules = foldWildcards(rules)

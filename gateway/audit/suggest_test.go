@@ -120,3 +120,27 @@ func TestSuggestInterceptStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestSuggestListsOverflow: DNS names and bypass destinations beyond the
+// report's limits, which no rule can name, are listed as not covered.
+func TestSuggestListsOverflow(t *testing.T) {
+	s := NewSummary(Limits{Targets: 2})
+	for i := range 5 {
+		d := rec(i, "dns", "A", fmt.Sprintf("n%d.example", i), 53, "", "allow", "r")
+		s.Add(&d)
+		b := rec(i, "bypass", "", fmt.Sprintf("192.0.2.%d", i+1), 53, "", "block", "guard", func(r *decisionlog.Record) { r.Proto, r.Count = "udp", 10 })
+		s.Add(&b)
+	}
+	out, err := Suggest(s.Report(), SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#   3 DNS queries for names beyond the first 2, which were not kept apart\n",
+		"#   30 packets around the gateway to destinations beyond the first 2, which were not kept apart\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the suggested policy lacks %q:\n%s", want, out)
+		}
+	}
+}
