@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // TargetChange is what changed at a target both reports saw.
@@ -54,7 +55,9 @@ type Diff struct {
 	// told, not judged.
 	NewProcesses []string `json:"new_processes"`
 	// Incomplete says why the diff may miss something: a report that
-	// overflowed its limits, or a log the gateway left records out of.
+	// overflowed its limits, a log the gateway left records out of, or,
+	// in the new report, targets with methods or paths not kept and
+	// packets whose destinations the gateway did not keep apart.
 	Incomplete []string `json:"incomplete"`
 }
 
@@ -93,6 +96,32 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		}
 	}
 
+	// What the new report did not keep may be new: the diff cannot rule
+	// it out, so it fails closed.
+	if n := cur.Overflow.Paths; n > 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have %s whose paths sbx audit did not keep (over its limit of paths), so a new path may not be listed", plural(n, "request", "requests")))
+	}
+	var methodsNotKept, pathsNotKept []string
+	for _, t := range cur.Targets {
+		if t.MethodsIncomplete {
+			methodsNotKept = append(methodsNotKept, hostPort(t.Host, t.Port))
+		}
+		if t.PathsIncomplete {
+			pathsNotKept = append(pathsNotKept, hostPort(t.Host, t.Port))
+		}
+	}
+	if len(methodsNotKept) > 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have more methods than sbx audit keeps (%d) at %s, so a new method may not be listed", maxMethods, strings.Join(first(methodsNotKept, 5), ", ")))
+	}
+	if len(pathsNotKept) > 0 && cur.Overflow.Paths == 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have paths sbx audit did not keep at %s, so a new path may not be listed", strings.Join(first(pathsNotKept, 5), ", ")))
+	}
+	for _, b := range cur.Bypass {
+		if b.Host == "" {
+			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have %s around the gateway whose destinations the gateway did not keep apart, so a new destination may not be listed", plural(b.Packets, "packet", "packets")))
+		}
+	}
+
 	oldT := map[targetKey]*Target{}
 	for _, t := range old.Targets {
 		oldT[targetKey{t.Host, t.Port}] = t
@@ -121,9 +150,6 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		slices.Sort(c.NewPaths)
 		c.PathsUncertain = o.PathsIncomplete || t.PathsIncomplete
 		c.MethodsUncertain = o.MethodsIncomplete || t.MethodsIncomplete
-		if t.MethodsIncomplete {
-			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have more methods at %s than sbx audit keeps (%d), so a new one may not be listed", hostPort(t.Host, t.Port), maxMethods))
-		}
 		for _, n := range []struct {
 			name string
 			vs   []string

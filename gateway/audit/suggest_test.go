@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,5 +143,46 @@ func TestSuggestListsOverflow(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the suggested policy lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestDiffFailsClosed: what the new report did not keep apart makes the
+// diff incomplete, so it reaches new, even against itself.
+func TestDiffFailsClosed(t *testing.T) {
+	paths := func(s *Summary) {
+		for i := range 5 {
+			r := rec(i, "http", "GET", "a.example", 80, fmt.Sprintf("/p%d", i), "allow", "r")
+			s.Add(&r)
+		}
+	}
+	bypassOverflow := func(s *Summary) {
+		r := rec(1, "bypass", "", "", 0, "", "block", "guard", func(r *decisionlog.Record) { r.Proto, r.Count = "udp", 5 })
+		s.Add(&r)
+	}
+	for _, tt := range []struct {
+		name string
+		lim  Limits
+		add  func(*Summary)
+		want string
+	}{
+		{"paths over the limit", Limits{Paths: 2}, paths, "whose paths sbx audit did not keep"},
+		{"bypass overflow record", Limits{}, bypassOverflow, "whose destinations the gateway did not keep apart"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSummary(tt.lim)
+			tt.add(s)
+			rep := s.Report()
+			d := DiffReports(rep, rep, 10)
+			if !d.ReachesNew() || !slices.ContainsFunc(d.Incomplete, func(m string) bool { return strings.Contains(m, tt.want) }) {
+				t.Errorf("got reaches new %v, incomplete %q; want true and %q", d.ReachesNew(), d.Incomplete, tt.want)
+			}
+		})
+	}
+	// A target whose paths were not kept, in a report read back from
+	// JSON without the overflow count.
+	rep := summarize(t, []decisionlog.Record{rec(1, "http", "GET", "a.example", 80, "/", "allow", "r")})
+	rep.Targets[0].PathsIncomplete = true
+	if d := DiffReports(rep, rep, 10); !d.ReachesNew() || len(d.Incomplete) != 1 || !strings.Contains(d.Incomplete[0], "a.example:80") {
+		t.Errorf("got reaches new %v, incomplete %q; want true and a.example:80 named", d.ReachesNew(), d.Incomplete)
 	}
 }
