@@ -65,7 +65,7 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		case isTunnel(r.Method):
 			return tunnelVerdict(p, t, ""), true
 		case pathCut(r.Path):
-			return tunnelVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(r.Host, r.Port))), true
+			return tunnelVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port))), true
 		}
 		return p.Verdict(t), true
 	case decisionlog.KindDNS:
@@ -221,9 +221,12 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		if d.Action != netpolicy.Block {
 			return nil
 		}
-		k := unexpectedKey{kind: r.Kind, proto: r.Proto, host: r.Host, port: r.Port}
+		// What is kept is cut to bounds (see clipRecord), so that a log
+		// of huge strings is replayed in bounded memory.
+		c := clipRecord(r)
+		k := unexpectedKey{kind: c.Kind, proto: c.Proto, host: c.Host, port: c.Port}
 		if !isTunnel(r.Method) {
-			k.method, k.path = r.Method, r.Path
+			k.method, k.path = c.Method, c.Path
 		}
 		u := found[k]
 		if u == nil {
@@ -232,11 +235,11 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 				return nil
 			}
 			u = &Unexpected{Kind: k.kind, Proto: k.proto, Host: k.host, Port: k.port, Method: k.method, Path: k.path,
-				Rule: d.Rule, Reason: d.Reason}
+				Rule: clipString(d.Rule, maxShortString), Reason: clipString(d.Reason, maxLoggedPath)}
 			found[k] = u
 		}
 		u.Attempts += n
-		u.Logged = loggedAs(r)
+		u.Logged = loggedAs(&c)
 		u.Seen.add(r.Time)
 		return nil
 	})

@@ -97,7 +97,7 @@ func writeText(w io.Writer, r *Report) error {
 	ew := &errWriter{w: w}
 	fmt.Fprintf(ew, "sbx audit of %s\n", visible(strings.Join(r.Logs, ", ")))
 	if len(r.Sandboxes) > 0 {
-		fmt.Fprintf(ew, "sandboxes: %s\n", visible(strings.Join(r.Sandboxes, ", ")))
+		fmt.Fprintf(ew, "sandboxes: %s\n", wideCell(strings.Join(first(r.Sandboxes, 20), ", ")))
 	}
 	fmt.Fprintf(ew, "from %s\n", r.span())
 	for _, warn := range r.warnings() {
@@ -108,9 +108,9 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TARGET\tKINDS\tALLOW\tBLOCK\tINTERCEPT\tOUT\tIN\tRULES\tMETHODS, PATHS\tPROCESSES")
 		for _, t := range r.Targets {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", visible(hostPort(t.Host, t.Port)),
-				visible(strings.Join(t.Kinds, ",")), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
-				visible(rulesText(t.Rules)), visible(methodsPaths(t, 3)), visible(strings.Join(t.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", cell(hostPort(t.Host, t.Port)),
+				cell(strings.Join(t.Kinds, ",")), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
+				cell(rulesText(t.Rules)), cell(methodsPaths(t, 3)), cell(strings.Join(t.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -119,7 +119,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tTYPES\tANSWERED\tREFUSED\tPROCESSES")
 		for _, d := range r.DNSNames {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", visible(d.Name), visible(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, visible(strings.Join(d.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", cell(d.Name), cell(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, cell(strings.Join(d.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -128,7 +128,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROTO\tDESTINATION\tPACKETS\tFIRST\tLAST\tPROCESSES")
 		for _, b := range r.Bypass {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", visible(b.Proto), visible(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), visible(strings.Join(b.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", cell(b.Proto), cell(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), cell(strings.Join(b.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -137,7 +137,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "COMMAND\tEXECUTABLE\tPIDS\tTARGETS\tALLOW\tBLOCK\tINTERCEPT")
 		for _, p := range r.Processes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", visible(p.Comm), visible(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cell(p.Comm), cell(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
 		}
 		tw.Flush()
 	}
@@ -160,7 +160,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	fmt.Fprintf(ew, "**%s**\n\n", mdText(r.SummaryLine()))
 	fmt.Fprintf(ew, "Logs: %s  \n", mdCode(strings.Join(r.Logs, ", ")))
 	if len(r.Sandboxes) > 0 {
-		fmt.Fprintf(ew, "Sandboxes: %s  \n", mdCode(strings.Join(r.Sandboxes, ", ")))
+		fmt.Fprintf(ew, "Sandboxes: %s  \n", mdCode(wideCell(strings.Join(first(r.Sandboxes, 20), ", "))))
 	}
 	fmt.Fprintf(ew, "From %s\n\n", mdText(r.span()))
 	for _, warn := range r.warnings() {
@@ -169,30 +169,30 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(ew, "### Targets\n\n| target | kinds | allowed | blocked | intercepted | out | in | rules | methods, paths | processes |\n|---|---|--:|--:|--:|--:|--:|---|---|---|\n")
 		for _, t := range r.Targets {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCode(hostPort(t.Host, t.Port)), mdCode(strings.Join(t.Kinds, ", ")),
-				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCode(rulesText(t.Rules)),
-				mdCode(methodsPaths(t, 3)), mdCode(strings.Join(t.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCell(hostPort(t.Host, t.Port)), mdCell(strings.Join(t.Kinds, ", ")),
+				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCell(rulesText(t.Rules)),
+				mdCell(methodsPaths(t, 3)), mdCell(strings.Join(t.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.DNSNames) > 0 {
 		fmt.Fprintf(ew, "### DNS queries\n\n| name | types | answered | refused | processes |\n|---|---|--:|--:|---|\n")
 		for _, d := range r.DNSNames {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %s |\n", mdCode(d.Name), mdCode(strings.Join(d.Types, ", ")), d.Allowed+d.Intercepted, d.Blocked, mdCode(strings.Join(d.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %s |\n", mdCell(d.Name), mdCell(strings.Join(d.Types, ", ")), d.Allowed+d.Intercepted, d.Blocked, mdCell(strings.Join(d.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.Bypass) > 0 {
 		fmt.Fprintf(ew, "### Packets around the gateway (refused)\n\n| proto | destination | packets | processes |\n|---|---|--:|---|\n")
 		for _, b := range r.Bypass {
-			fmt.Fprintf(ew, "| %s | %s | %d | %s |\n", mdCode(b.Proto), mdCode(bypassDest(b)), b.Packets, mdCode(strings.Join(b.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %s |\n", mdCell(b.Proto), mdCell(bypassDest(b)), b.Packets, mdCell(strings.Join(b.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.Processes) > 0 {
 		fmt.Fprintf(ew, "### Processes\n\n| command | executable | targets | allowed | blocked | intercepted |\n|---|---|--:|--:|--:|--:|\n")
 		for _, p := range r.Processes {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %d |\n", mdCode(p.Comm), mdCode(p.Exe), p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %d |\n", mdCell(p.Comm), mdCell(p.Exe), p.Targets, p.Allowed, p.Blocked, p.Intercepted)
 		}
 		fmt.Fprintln(ew)
 	}
@@ -224,14 +224,14 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	if md && len(e.Unexpected) > 0 {
 		fmt.Fprintf(ew, "| kind | target | attempts | logged as | policy says |\n|---|---|--:|---|---|\n")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", mdCode(u.Kind), mdCode(unexpectedTarget(u)), u.Attempts, mdText(u.Logged), mdText(u.Rule+": "+u.Reason))
+			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", mdCell(u.Kind), mdCell(unexpectedTarget(u)), u.Attempts, mdText(wideCell(u.Logged)), mdText(wideCell(u.Rule+": "+u.Reason)))
 		}
 		fmt.Fprintln(ew)
 	} else if len(e.Unexpected) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KIND\tTARGET\tATTEMPTS\tLOGGED AS\tPOLICY SAYS")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", visible(u.Kind), visible(unexpectedTarget(u)), u.Attempts, visible(u.Logged), visible(u.Rule+": "+u.Reason))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(u.Kind), cell(unexpectedTarget(u)), u.Attempts, wideCell(u.Logged), wideCell(u.Rule+": "+u.Reason))
 		}
 		tw.Flush()
 	}
@@ -294,7 +294,7 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 	if len(d.NewTargets)+len(d.NewDNSNames)+len(d.NewBypass) > 0 {
 		head("New: reached by the new logs only")
 		for _, t := range d.NewTargets {
-			item(fmt.Sprintf("%s  %s  %s  (%s)", hostPort(t.Host, t.Port), strings.Join(t.Kinds, ","), verdicts(t.Counts), methodsPaths(t, 5)))
+			item(fmt.Sprintf("%s  %s  %s  (%s)", hostPort(t.Host, t.Port), strings.Join(t.Kinds, ","), verdicts(t.Counts), clip(methodsPaths(t, 5), maxWideCell)))
 		}
 		for _, n := range d.NewDNSNames {
 			item(fmt.Sprintf("dns %s  %s", n.Name, verdicts(n.Counts)))
@@ -314,7 +314,11 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 				s += "; new methods " + strings.Join(c.NewMethods, ",")
 			}
 			if len(c.NewPaths) > 0 {
-				s += "; new paths " + strings.Join(first(c.NewPaths, 10), " ")
+				paths := slices.Clone(first(c.NewPaths, 10))
+				for i, p := range paths {
+					paths[i] = clip(p, maxCell)
+				}
+				s += "; new paths " + strings.Join(paths, " ")
 			}
 			if c.PathsUncertain {
 				s += " (not every path was kept)"
@@ -417,6 +421,23 @@ func clock(t time.Time) string {
 	}
 	return t.UTC().Format("15:04:05Z")
 }
+
+// Widths of table cells, in characters: a string from the log is cut to
+// this, with "…", so that a row stays readable and tabwriter's work
+// bounded however long the string.
+const (
+	maxCell     = 120
+	maxWideCell = 400 // a cell that explains: logged as, policy says
+)
+
+// cell is s as a text table cell: visible, and cut to maxCell.
+func cell(s string) string { return clip(visible(s), maxCell) }
+
+// wideCell is s as a text table cell of up to maxWideCell characters.
+func wideCell(s string) string { return clip(visible(s), maxWideCell) }
+
+// mdCell is s as a markdown table cell: code, cut to maxCell.
+func mdCell(s string) string { return mdCode(cell(s)) }
 
 // mdText escapes what markdown would read as markup.
 func mdText(s string) string {

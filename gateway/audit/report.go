@@ -3,7 +3,9 @@ package audit
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,11 +178,12 @@ type Process struct {
 	Exe  string `json:"exe,omitempty"`
 	// Attempts counts its decisions, DNS queries and bypass records.
 	Counts
-	// Targets is how many distinct targets it tried.
+	// Targets is how many distinct targets it tried (at most 4096 are
+	// counted).
 	Targets int `json:"targets"`
 	PIDs    int `json:"pids"`
 
-	targets set
+	targets map[uint64]struct{} // hashes of the targets
 	pids    map[int]struct{}
 }
 
@@ -287,6 +290,7 @@ type Summary struct {
 	procs     map[procKey]*Process
 	paths     int // (target, path) pairs kept
 	changes   uint64
+	seed      maphash.Seed // of the hashes of processes' targets
 
 	// The timeline: counts per bucket of width bucketNS nanoseconds,
 	// indexed by time/bucketNS; the width doubles whenever the span
@@ -304,6 +308,7 @@ func NewSummary(lim Limits) *Summary {
 		dns:      map[string]*DNSName{},
 		bypass:   map[bypassKey]*Bypass{},
 		procs:    map[procKey]*Process{},
+		seed:     maphash.MakeSeed(),
 		bucketNS: int64(time.Second),
 		buckets:  map[int64]*Counts{},
 	}
@@ -313,7 +318,12 @@ func NewSummary(lim Limits) *Summary {
 func (s *Summary) AddLog(name string) { s.r.Logs = append(s.r.Logs, name) }
 
 // Add counts one record.
-func (s *Summary) Add(r *decisionlog.Record) {
+//
+// Every string of r that the Summary keeps is cut to a bound first (see
+// clipRecord), so that a log of huge strings is read in bounded memory.
+func (s *Summary) Add(rec *decisionlog.Record) {
+	c := clipRecord(rec)
+	r := &c
 	s.r.Records++
 	s.r.Seen.add(r.Time)
 	if r.Sandbox != "" && len(s.sandboxes) < 1024 {
@@ -343,14 +353,14 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	case decisionlog.KindDNS:
 		s.r.DNS.add(r, 1)
 		s.addDNS(r)
-		s.addProcess(r, 1, "dns "+r.Host)
+		s.addProcess(r, 1, "dns", r.Host, 0)
 		s.tick(r, 1)
 		return
 	case decisionlog.KindBypass:
 		n := max(r.Count, 1)
 		s.r.BypassPackets += n
 		s.addBypass(r, n)
-		s.addProcess(r, 1, r.Proto+" "+r.Host)
+		s.addProcess(r, 1, r.Proto, r.Host, r.Port)
 		return
 	}
 	s.r.Requests.add(r, 1)
@@ -378,7 +388,7 @@ func (s *Summary) Add(r *decisionlog.Record) {
 		t.Tunnels++
 	}
 	if r.Method != "" && !t.methods.has(r.Method) {
-		if len(t.methods) < maxMethods {
+		if len(t.methods) < maxMethods && len(rec.Method) <= maxShortString {
 			t.methods.add(r.Method)
 		} else {
 			t.MethodsIncomplete = true
@@ -393,7 +403,7 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	if r.PID != 0 && len(t.procs) < 16 {
 		t.procs.add(r.Comm)
 	}
-	s.addProcess(r, 1, t.Host+":"+fmt.Sprint(t.Port))
+	s.addProcess(r, 1, "", t.Host, t.Port)
 }
 
 // target returns r's row, nil when the table is full (the attempt is
@@ -504,9 +514,9 @@ func (s *Summary) addBypass(r *decisionlog.Record, n uint64) {
 	}
 }
 
-// addProcess counts r for the process it names, if any; target names
-// what it tried, for the process's count of distinct targets.
-func (s *Summary) addProcess(r *decisionlog.Record, n uint64, target string) {
+// addProcess counts r for the process it names, if any; what, host and
+// port name what it tried, for the process's count of distinct targets.
+func (s *Summary) addProcess(r *decisionlog.Record, n uint64, what, host string, port int) {
 	if r.PID == 0 {
 		return
 	}
@@ -517,12 +527,19 @@ func (s *Summary) addProcess(r *decisionlog.Record, n uint64, target string) {
 			s.r.Overflow.Processes++
 			return
 		}
-		p = &Process{Comm: r.Comm, Exe: r.Exe, pids: map[int]struct{}{}}
+		p = &Process{Comm: r.Comm, Exe: r.Exe, targets: map[uint64]struct{}{}, pids: map[int]struct{}{}}
 		s.procs[k] = p
 	}
 	p.Counts.add(r, n)
 	if len(p.targets) < 4096 {
-		p.targets.add(target)
+		var h maphash.Hash
+		h.SetSeed(s.seed)
+		h.WriteString(what)
+		h.WriteByte(0)
+		h.WriteString(host)
+		h.WriteByte(0)
+		h.WriteString(strconv.Itoa(port))
+		p.targets[h.Sum64()] = struct{}{}
 	}
 	if len(p.pids) < 4096 {
 		p.pids[r.PID] = struct{}{}
@@ -638,6 +655,7 @@ func (s *Summary) Report() *Report {
 	for _, p := range s.procs {
 		c := *p
 		c.Targets, c.PIDs = len(p.targets), len(p.pids)
+		c.targets, c.pids = nil, nil // the Summary's, and hashes with its seed
 		r.Processes = append(r.Processes, &c)
 	}
 	slices.SortFunc(r.Processes, func(a, b *Process) int {

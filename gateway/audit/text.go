@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // Bounds of the strings a Summary keeps from a log, so that a log of huge
@@ -22,6 +24,39 @@ const (
 	// changes and reasons.
 	maxShortString = 256
 )
+
+// clipRecord returns a copy of r whose strings are cut to the bounds above:
+// its host as clipString cuts it (so that a cut host is never a valid
+// one), its path as the gateway cuts a long one (clipPath), the rest to
+// maxShortString.
+func clipRecord(r *decisionlog.Record) decisionlog.Record {
+	c := *r
+	if len(c.Host) > maxHostString {
+		c.Host = clipString(c.Host, maxHostString)
+	}
+	c.Path = clipPath(c.Path)
+	for _, f := range [...]*string{&c.ID, &c.Event, &c.Sandbox, &c.Client, &c.Kind, &c.Method, &c.Action, &c.Rule,
+		&c.Reason, &c.Upstream, &c.Error, &c.Change, &c.Proto, &c.Comm, &c.Exe} {
+		if len(*f) > maxShortString {
+			*f = clipString(*f, maxShortString)
+		}
+	}
+	return c
+}
+
+// clipPath cuts a path longer than maxPathString as the gateway cuts one
+// longer than maxLoggedPath: to at most that many bytes (at a character
+// boundary) and "...". pathCut reports true of the result.
+func clipPath(p string) string {
+	if len(p) <= maxPathString {
+		return p
+	}
+	cut := maxLoggedPath
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return p[:cut] + "..." + strings.Repeat(".", maxLoggedPath-cut)
+}
 
 // clipString returns s when it has at most n bytes, else its first bytes
 // (cut at a character boundary) and a marker that says how long s was,

@@ -1,0 +1,112 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+)
+
+// stringBytes sums the lengths of the strings v holds, map keys included,
+// and returns the longest.
+func stringBytes(v reflect.Value) (total, longest int) {
+	add := func(t, l int) {
+		total += t
+		longest = max(longest, l)
+	}
+	switch v.Kind() {
+	case reflect.String:
+		add(v.Len(), v.Len())
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			add(stringBytes(v.Elem()))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			add(stringBytes(v.Field(i)))
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			add(stringBytes(v.Index(i)))
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			add(stringBytes(it.Key()))
+			add(stringBytes(it.Value()))
+		}
+	}
+	return total, longest
+}
+
+// TestLongStringsAreBounded: the limits count entries; the strings a
+// report keeps are cut too, so a log of huge strings is read, and
+// written, in bounded memory.
+func TestLongStringsAreBounded(t *testing.T) {
+	const n, size = 300, 100 << 10
+	big := strings.Repeat("a", size)
+	s := NewSummary(Limits{})
+	var few []decisionlog.Record
+	for i := range n {
+		host := fmt.Sprintf("h%03d.%s", i, big) // distinct in its first bytes
+		huge := func(r *decisionlog.Record) {
+			r.Comm, r.PID, r.Exe, r.Sandbox, r.Rule, r.Reason = host, 7, big, host, host, big
+		}
+		recs := []decisionlog.Record{
+			{V: 1, Event: decisionlog.EventPolicy, Time: t0, PolicyVersion: 1, Change: host},
+			rec(i, "http", host, host, 80, "/"+big, "allow", "r", huge),
+			rec(i, "http", "GET", "a.example", 80, "/"+host, "allow", "r", huge),
+			rec(i, host, "GET", "b.example", 80, "/", "allow", "r", huge),
+			rec(i, "dns", host, host, 53, "", "allow", "r", huge),
+			rec(i, "bypass", "", host, 9, "", "block", "guard", huge, func(r *decisionlog.Record) { r.Proto, r.Count = host, 1 }),
+		}
+		for j := range recs {
+			s.Add(&recs[j])
+		}
+		if i < 8 {
+			few = append(few, recs...)
+		}
+	}
+	rep := s.Report()
+	total, longest := stringBytes(reflect.ValueOf(rep))
+	if total > 4<<20 || longest > maxPathString+32 {
+		t.Errorf("the report keeps %d bytes of strings, the longest %d bytes; want at most 4 MiB and %d (the log has %d MiB)",
+			total, longest, maxPathString+32, n*size*12>>20)
+	}
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Host, "h0") && (validTarget(tg.Host, tg.Port) || !strings.HasSuffix(tg.Host, fmt.Sprintf("…(%d bytes)", size+5))) {
+			t.Errorf("a cut host is %q..., valid %v; want it marked with its length and invalid", tg.Host[:16], validTarget(tg.Host, tg.Port))
+			break
+		}
+	}
+	for _, f := range []string{FormatText, FormatMarkdown, FormatJSON} {
+		var b bytes.Buffer
+		if err := WriteReport(&b, rep, f); err != nil {
+			t.Fatal(err)
+		}
+		if b.Len() > 8<<20 {
+			t.Errorf("the %s report is %d bytes, want at most 8 MiB", f, b.Len())
+		}
+		if f == FormatText {
+			for _, line := range strings.Split(b.String(), "\n") {
+				if len(line) > 2000 {
+					t.Errorf("a line of the text report is %d bytes long, want at most 2000: %.80q", len(line), line)
+					break
+				}
+			}
+		}
+	}
+	if _, err := Suggest(rep, SuggestOptions{}); err != nil {
+		t.Errorf("Suggest: %v", err)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, "version: 1\nrules: []\n"), "none", logSource(few), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total, longest := stringBytes(reflect.ValueOf(e)); total > 1<<20 || longest > maxLoggedPath+32 {
+		t.Errorf("the expectation keeps %d bytes of strings, the longest %d; want at most 1 MiB and %d", total, longest, maxLoggedPath+32)
+	}
+}
