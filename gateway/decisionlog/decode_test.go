@@ -102,6 +102,26 @@ func TestDecodeAcceptsOtherJSON(t *testing.T) {
 	}
 }
 
+// TestDecodeNullKeepsField: null leaves a field as it is, as
+// encoding/json does, also after the same key with a value.
+func TestDecodeNullKeepsField(t *testing.T) {
+	line := `{"v":1,"host":"a.example","host":null,"port":443,"port":null,"enforced":true,"enforced":null,` +
+		`"time":"2026-11-25T10:00:00Z","time":null,"bytes_out":5,"bytes_out":null,"duration_ms":2,"duration_ms":null,"kind":null}`
+	var got Record
+	if err := Decode([]byte(line), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Record{V: 1, Host: "a.example", Port: 443, Enforced: true, Time: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
+		BytesOut: 5, Duration: 2 * time.Millisecond}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	var std stdRecord
+	if err := json.Unmarshal([]byte(line), &std); err != nil || std.Host != "a.example" || std.Port != 443 || !std.Enforced {
+		t.Errorf("encoding/json: got %+v, %v; want host, port and enforced kept", std, err)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	for _, tt := range []struct{ line, want string }{
 		{`[]`, "one JSON object"},
@@ -177,6 +197,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(`{"host":"\ud800\u0041","path":"\xff","v":null}`)
 	f.Add(`{"Host":"a","host":"b"}`)
+	f.Add(`{"host":"a","host":null,"port":443,"port":null,"time":"2026-11-25T10:00:00Z","time":null,"enforced":true,"enforced":null}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		var got Record
 		err := Decode([]byte(line), &got)
