@@ -58,11 +58,14 @@ questions of an audit or a security review.
                                     more than --factor times
 
 Logs are read as a stream: their size does not bound what can be audited.
+A log whose last line is cut short (a running sandbox's, or one whose
+gateway stopped mid-record) is read up to that line, with a warning.
 
 Exit code: 0; with --expect, 1 when POLICY does not allow an attempt (or the
-log lacks records the gateway left out); with --diff, 1 when NEW reaches
-something new; 2 for bad input (a file that is not a decision log, a policy
-that does not load, wrong flags).`,
+log is incomplete: records the gateway left out, a last line cut short);
+with --diff, 1 when NEW reaches something new (or may: an incomplete log);
+2 for bad input (a file that is not a decision log, a policy that does not
+load, wrong flags).`,
 		Example: `  sbx audit --sandbox 1a2b3c4d
   sbx audit --format html -o report.html run1.jsonl run2.jsonl
   sbx audit --suggest decisions.jsonl > reviewed-policy.yaml

@@ -136,3 +136,34 @@ func TestAuditStdin(t *testing.T) {
 		t.Errorf("sbx audit -: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestAuditTruncatedTail: a log whose last line was cut short (a running
+// sandbox's) is reported with a warning, fails --expect, and is not bad
+// input; a bad line before the end still is.
+func TestAuditTruncatedTail(t *testing.T) {
+	dir := t.TempDir()
+	path := auditLog(t, dir, "running.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"v":1,"seq":2,"event":"decision","kind":"conn`)
+	f.Close()
+	policy := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	const why = ":2, the log's last line, ends without a newline and is not a whole record: the log is still being written (a running sandbox)"
+	if out, errOut, code := runCLI(t, "audit", path); code != 0 || !strings.Contains(out, "WARNING: "+path+why) {
+		t.Errorf("sbx audit of a cut log: exit %d, want 0 and a warning\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--expect", policy, path); code != 1 || !strings.Contains(out, path+why) {
+		t.Errorf("--expect of a cut log: exit %d, want 1 and why\n%s%s", code, out, errOut)
+	}
+	whole := auditLog(t, dir, "whole.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	if out, errOut, code := runCLI(t, "audit", "--diff", whole, path); code != 1 || !strings.Contains(out, why) {
+		t.Errorf("--diff against a cut log: exit %d, want 1 and why\n%s%s", code, out, errOut)
+	}
+	r := decided("http", "GET", "a.example", 80, "/", "allow")
+	middle := writeFile(t, "middle.jsonl", `{"v":1,"event":"deci`+"\n"+string(r.AppendJSON(nil)))
+	if _, errOut, code := runCLI(t, "audit", middle); code != 2 || !strings.Contains(errOut, middle+":1: not a decision record") {
+		t.Errorf("a bad line before the end: exit %d, stderr %q; want 2 and the line", code, errOut)
+	}
+}

@@ -88,6 +88,9 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		name string
 		r    *Report
 	}{{"old", old}, {"new", cur}} {
+		for _, t := range side.r.Truncated {
+			d.Incomplete = append(d.Incomplete, "of the "+side.name+" logs, "+t)
+		}
 		if side.r.Dropped > 0 {
 			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the %s logs lack %d records the gateway left out", side.name, side.r.Dropped))
 		}

@@ -183,11 +183,15 @@ type Expectation struct {
 	// Dropped is how many records the gateway left out of the logs: those
 	// attempts cannot be replayed, so the expectation cannot hold.
 	Dropped uint64 `json:"dropped"`
+	// Truncated says of each log whose last line was cut short where,
+	// and why that may be (see LogRead.Truncated): what that line
+	// recorded cannot be replayed, so the expectation cannot hold.
+	Truncated []string `json:"truncated,omitempty"`
 }
 
 // Holds reports whether every attempt was allowed and none is missing.
 func (e *Expectation) Holds() bool {
-	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0
+	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0 && len(e.Truncated) == 0
 }
 
 type unexpectedKey struct {
@@ -204,7 +208,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 	lim = lim.withDefaults()
 	e := &Expectation{Policy: name, Unexpected: []*Unexpected{}}
 	found := map[unexpectedKey]*Unexpected{}
-	err := Scan(ctx, sources, func(r *decisionlog.Record) error {
+	reads, err := Scan(ctx, sources, func(r *decisionlog.Record) error {
 		if r.Event == decisionlog.EventDropped {
 			e.Dropped += r.Count
 			return nil
@@ -245,6 +249,11 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range reads {
+		if l.TruncatedLine != 0 {
+			e.Truncated = append(e.Truncated, l.Truncated())
+		}
 	}
 	for _, u := range found {
 		e.Unexpected = append(e.Unexpected, u)

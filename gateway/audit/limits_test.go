@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -108,5 +109,60 @@ func TestLongStringsAreBounded(t *testing.T) {
 	}
 	if total, longest := stringBytes(reflect.ValueOf(e)); total > 1<<20 || longest > maxLoggedPath+32 {
 		t.Errorf("the expectation keeps %d bytes of strings, the longest %d; want at most 1 MiB and %d", total, longest, maxLoggedPath+32)
+	}
+}
+
+// TestTruncatedTail: a log whose last line was cut short (a running
+// sandbox's, or one whose gateway stopped mid-record) is read, and said
+// to be incomplete: the report warns, --expect does not hold and --diff
+// reaches new.
+func TestTruncatedTail(t *testing.T) {
+	recs := sampleLog()
+	src := logSource(recs)
+	var b bytes.Buffer
+	for i := range recs {
+		b.Write(recs[i].AppendJSON(nil))
+		b.WriteByte('\n')
+	}
+	b.WriteString(`{"v":1,"seq":99,"event":"decision","kind":"con`)
+	data := b.Bytes()
+	cut := []Source{{Name: "running.jsonl", Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }}}
+	want := fmt.Sprintf("running.jsonl:%d, the log's last line, ends without a newline and is not a whole record: the log is still being written (a running sandbox) or its gateway stopped", len(recs)+1)
+
+	s, err := Summarize(context.Background(), cut, Limits{})
+	if err != nil {
+		t.Fatalf("Summarize: %v", err)
+	}
+	rep := s.Report()
+	if rep.Records != uint64(len(recs)) || len(rep.Truncated) != 1 || !strings.HasPrefix(rep.Truncated[0], want) {
+		t.Errorf("got %d records, truncated %q; want %d and %q", rep.Records, rep.Truncated, len(recs), want)
+	}
+	var text bytes.Buffer
+	if err := WriteReport(&text, rep, FormatText); err != nil || !strings.Contains(text.String(), "WARNING: "+want) {
+		t.Errorf("the text report does not warn of the cut line (%v):\n%s", err, text.String())
+	}
+
+	open := mustPolicy(t, "version: 1\ndefault: allow\nrules: []\n")
+	e, err := Expect(context.Background(), open, "open", cut, Limits{})
+	if err != nil {
+		t.Fatalf("Expect: %v", err)
+	}
+	if e.Holds() || len(e.Truncated) != 1 {
+		t.Errorf("got holds %v, truncated %q; want false and the cut line", e.Holds(), e.Truncated)
+	}
+	if e, err := Expect(context.Background(), open, "open", src, Limits{}); err != nil || len(e.Truncated) != 0 {
+		t.Errorf("the whole log: got truncated %q, %v; want none", e.Truncated, err)
+	}
+	var out bytes.Buffer
+	if err := WriteExpectation(&out, e, FormatText); err != nil || !strings.Contains(out.String(), want) {
+		t.Errorf("the expectation does not say the log was cut (%v):\n%s", err, out.String())
+	}
+
+	whole, err := Summarize(context.Background(), src, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := DiffReports(whole.Report(), rep, 10); !d.ReachesNew() || len(d.Incomplete) != 1 || !strings.Contains(d.Incomplete[0], want) {
+		t.Errorf("diff against a cut log: got reaches new %v, incomplete %q; want true and the cut line", d.ReachesNew(), d.Incomplete)
 	}
 }

@@ -86,7 +86,7 @@ func (r *Report) warnings() []string {
 // notices are the warnings besides dropped records and overflow, which
 // the HTML report shows in a box of their own.
 func (r *Report) notices() []string {
-	var ws []string
+	ws := slices.Clone(r.Truncated)
 	if r.ClosedByTLSCheck > 0 {
 		ws = append(ws, fmt.Sprintf("the gateway closed %s after opening them, since their first bytes were a TLS ClientHello for another host than the target (sni mismatch) or one it could not parse: each is counted allowed when decided and blocked (rule invalid) when closed, and no policy can allow it", plural(r.ClosedByTLSCheck, "tunnel", "tunnels")))
 	}
@@ -240,6 +240,9 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	}
 	if e.Dropped > 0 {
 		fmt.Fprintf(ew, "\nThe gateway left %d records out of the logs (over its budget): what they were cannot be replayed, so the logs cannot show that the policy allows everything.\n", e.Dropped)
+	}
+	for _, t := range e.Truncated {
+		fmt.Fprintf(ew, "\n%s; so the logs cannot show that the policy allows everything.\n", txt(t))
 	}
 	return ew.err
 }

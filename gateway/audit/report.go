@@ -235,6 +235,10 @@ type Report struct {
 	// within its budget (dropped records): the logs are incomplete when it
 	// is not 0.
 	Dropped uint64 `json:"dropped"`
+	// Truncated says of each log whose last line was cut short (no
+	// newline, not a whole record) where, and why that may be: the logs
+	// are incomplete when it is not empty.
+	Truncated []string `json:"truncated,omitempty"`
 
 	Targets   []*Target  `json:"targets"`
 	DNSNames  []*DNSName `json:"dns_names"`
@@ -313,6 +317,10 @@ func NewSummary(lim Limits) *Summary {
 		buckets:  map[int64]*Counts{},
 	}
 }
+
+// AddTruncated notes that the last line of a log read into the Summary
+// was cut short (see LogRead.Truncated).
+func (s *Summary) AddTruncated(l LogRead) { s.r.Truncated = append(s.r.Truncated, l.Truncated()) }
 
 // AddLog notes the name of a log that is read into the Summary.
 func (s *Summary) AddLog(name string) { s.r.Logs = append(s.r.Logs, name) }
@@ -614,6 +622,7 @@ func floorDiv(a, b int64) int64 {
 func (s *Summary) Report() *Report {
 	r := s.r // a copy; the slices below are new
 	r.Logs = slices.Clone(s.r.Logs)
+	r.Truncated = slices.Clone(s.r.Truncated)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {
 		r.PolicyChanges = append(r.PolicyChanges, PolicyChange{Change: fmt.Sprintf("%d more policy changes not listed", extra)})

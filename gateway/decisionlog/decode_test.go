@@ -237,3 +237,42 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderTruncatedTail: a last line without a newline that is not a
+// record is told apart from a bad line elsewhere.
+func TestReaderTruncatedTail(t *testing.T) {
+	good := string(decodeRecords()[0].AppendJSON(nil))
+	for _, tt := range []struct {
+		name          string
+		log           string
+		wantRecords   int
+		wantLine      int
+		wantTruncated bool
+	}{
+		{"cut short", good + "\n" + good + "\n" + `{"v":1,"event":"deci`, 2, 3, true},
+		{"bad in the middle", good + "\n" + `{"v":1,"event":"deci` + "\n" + good, 1, 2, false},
+		{"bad last line with a newline", good + "\n" + "not json\n", 1, 2, false},
+		{"newer version, cut short", good + "\n" + `{"v":2}`, 1, 2, false},
+		{"whole last line without a newline", good + "\n" + good, 2, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rd := NewReader(strings.NewReader(tt.log), "test.jsonl")
+			var r Record
+			n := 0
+			var err error
+			for err = rd.Next(&r); err == nil; err = rd.Next(&r) {
+				n++
+			}
+			var le *LineError
+			if tt.wantLine == 0 {
+				if n != tt.wantRecords || err != io.EOF {
+					t.Errorf("got %d records and %v, want %d and io.EOF", n, err, tt.wantRecords)
+				}
+				return
+			}
+			if n != tt.wantRecords || !errors.As(err, &le) || le.Line != tt.wantLine || errors.Is(err, ErrTruncated) != tt.wantTruncated {
+				t.Errorf("got %d records and %v, want %d and a LineError at line %d, truncated %v", n, err, tt.wantRecords, tt.wantLine, tt.wantTruncated)
+			}
+		})
+	}
+}
