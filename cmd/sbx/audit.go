@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -79,7 +80,7 @@ load, wrong flags).`,
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.sandboxes, "sandbox", nil, "read the decision log of sandbox `ID` (its id or a unique prefix; a running one's --name too); repeatable")
 	fs.StringVar(&o.format, "format", "", "the output's format: text, json, markdown or html (default text, or what -o's extension names)")
-	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output")
+	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output: replaced whole, its permissions kept; a named pipe or device is written directly, a symbolic link refused")
 	fs.BoolVar(&o.suggest, "suggest", false, "print a policy (YAML) that allows exactly what the logs saw")
 	fs.BoolVar(&o.wildcards, "suggest-wildcards", false, "with --suggest, fold 3 or more sibling subdomains into *.domain")
 	fs.StringVar(&o.expect, "expect", "", "replay the logs against policy `FILE` and list what it would not allow (exit 1 if anything)")
@@ -321,13 +322,45 @@ func sandboxLog(o auditOptions, ref string) (string, error) {
 	return path, nil
 }
 
-// writeOutput writes data to path, or to w when path is empty: to a
-// temporary file renamed over path, so that path is never half written.
+// writeOutput writes data to w when path is empty or "-", else to path:
+//   - a new path, or an existing regular file, through a temporary file
+//     renamed over it, so that path is never half written; an existing
+//     file keeps its permissions, a new one is made 0644;
+//   - a named pipe or a character device (such as /dev/stdout), written
+//     directly, without creating or renaming anything;
+//   - a symbolic link is refused (the real path is asked for, so that no
+//     link the output's directory holds decides where a report goes), and
+//     so is anything else.
 func writeOutput(w io.Writer, path string, data []byte) error {
 	if path == "" || path == "-" {
 		_, err := w.Write(data)
 		return err
 	}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return replaceFile(path, data, 0o644)
+	case err != nil:
+		return fmt.Errorf("writing %s: %w", path, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a symbolic link: give the path of the file itself", path)}
+	case fi.Mode().IsRegular():
+		return replaceFile(path, data, fi.Mode().Perm())
+	case isPipeOrCharDevice(fi.Mode()):
+		return writeDirect(path, data)
+	case fi.IsDir():
+		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a directory: give a file name", path)}
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is not a regular file, a named pipe or a character device: give a file name", path)}
+}
+
+func isPipeOrCharDevice(m fs.FileMode) bool {
+	return m.Type() == fs.ModeNamedPipe || m.Type() == fs.ModeDevice|fs.ModeCharDevice
+}
+
+// replaceFile writes data to a temporary file in path's directory and
+// renames it over path, with permissions perm.
+func replaceFile(path string, data []byte, perm fs.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
@@ -337,14 +370,35 @@ func writeOutput(w io.Writer, path string, data []byte) error {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(perm); err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeDirect writes data to the named pipe or character device at path,
+// which it opens without following a link and checks again once open.
+func writeDirect(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !isPipeOrCharDevice(fi.Mode()) {
+		f.Close()
+		return fmt.Errorf("writing %s: it changed while sbx audit opened it; try again", path)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

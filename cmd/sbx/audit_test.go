@@ -167,3 +167,43 @@ func TestAuditTruncatedTail(t *testing.T) {
 		t.Errorf("a bad line before the end: exit %d, stderr %q; want 2 and the line", code, errOut)
 	}
 }
+
+// TestAuditOutputFile: -o replaces a regular file whole, keeping its
+// permissions, and refuses a symbolic link.
+func TestAuditOutputFile(t *testing.T) {
+	dir := t.TempDir()
+	log := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	private := filepath.Join(dir, "private.txt")
+	if err := os.WriteFile(private, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", private, log); code != 0 {
+		t.Fatalf("-o an existing file: exit %d: %s", code, errOut)
+	}
+	if fi, err := os.Stat(private); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("-o an existing 0600 file: got %v, %v; want its mode kept", fi.Mode(), err)
+	}
+	if data, _ := os.ReadFile(private); !strings.HasPrefix(string(data), "sbx audit of") {
+		t.Errorf("-o an existing file: got %q, want the report", data)
+	}
+	target := filepath.Join(dir, "target.txt")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", link, log); code != 2 || !strings.Contains(errOut, "is a symbolic link: give the path of the file itself") {
+		t.Errorf("-o a symbolic link: exit %d, stderr %q; want 2 and a refusal", code, errOut)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("-o a symbolic link replaced it: %v, %v", fi.Mode(), err)
+	}
+	if data, _ := os.ReadFile(target); string(data) != "keep" {
+		t.Errorf("-o a symbolic link wrote its target: %q", data)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", dir, log); code != 2 || !strings.Contains(errOut, "is a directory") {
+		t.Errorf("-o a directory: exit %d, stderr %q; want 2", code, errOut)
+	}
+}
