@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,7 +72,8 @@ load, wrong flags).`,
   sbx audit --format html -o report.html run1.jsonl run2.jsonl
   sbx audit --suggest decisions.jsonl > reviewed-policy.yaml
   sbx audit --expect reviewed-policy.yaml decisions.jsonl   # in CI
-  sbx audit --diff v1.jsonl v2.jsonl`,
+  sbx audit --diff v1.jsonl v2.jsonl
+  sbx audit --diff --sandbox 1a2b --sandbox 3c4d`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAudit(cmd, o, args)
@@ -84,7 +86,7 @@ load, wrong flags).`,
 	fs.BoolVar(&o.suggest, "suggest", false, "print a policy (YAML) that allows exactly what the logs saw")
 	fs.BoolVar(&o.wildcards, "suggest-wildcards", false, "with --suggest, fold 3 or more sibling subdomains into *.domain")
 	fs.StringVar(&o.expect, "expect", "", "replay the logs against policy `FILE` and list what it would not allow (exit 1 if anything)")
-	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW: exit 1 when NEW reaches something OLD did not")
+	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW (two files, or --sandbox OLD --sandbox NEW): exit 1 when NEW reaches something OLD did not")
 	fs.Float64Var(&o.factor, "factor", 10, "with --diff, list targets whose attempts or bytes changed more than `N` times")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
@@ -107,8 +109,8 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 		return usageErrorf(cmd, "--suggest-wildcards goes with --suggest")
 	case cmd.Flags().Changed("factor") && !o.diff:
 		return usageErrorf(cmd, "--factor goes with --diff")
-	case o.factor <= 1:
-		return usageErrorf(cmd, "--factor %v: want a number above 1", o.factor)
+	case !(o.factor > 1) || math.IsInf(o.factor, 0): // NaN too
+		return usageErrorf(cmd, "--factor %v: want a finite number above 1", o.factor)
 	case o.suggest && cmd.Flags().Changed("format") && o.format != "yaml":
 		return usageErrorf(cmd, "--suggest writes a policy file (YAML); --format does not apply")
 	}
@@ -119,8 +121,11 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 	if !o.suggest && !slices.Contains(audit.Formats, format) {
 		return usageErrorf(cmd, "--format %q: use one of %s", format, strings.Join(audit.Formats, ", "))
 	}
-	if o.diff && format == audit.FormatHTML || o.expect != "" && format == audit.FormatHTML {
-		return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+	if (o.diff || o.expect != "") && format == audit.FormatHTML {
+		if cmd.Flags().Changed("format") {
+			return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+		}
+		return usageErrorf(cmd, "-o %s: its extension asks for html, which is for the report; --expect and --diff write text, markdown or json (give -o a .txt, .md or .json name, or --format)", o.out)
 	}
 
 	ctx := cmd.Context()
@@ -128,16 +133,21 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 	code := exitOK
 	switch {
 	case o.diff:
-		if len(args) != 2 || len(o.sandboxes) > 0 {
-			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW")
+		// OLD and NEW: two files, or two sandboxes, in the order given.
+		// Which of a file and a --sandbox came first is not known.
+		switch {
+		case len(args) > 0 && len(o.sandboxes) > 0:
+			return usageErrorf(cmd, "--diff takes OLD and NEW both as files (or -) or both as --sandbox: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
+		case len(args)+len(o.sandboxes) != 2:
+			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
+		}
+		srcs, err := auditSources(cmd, o, args, o.sandboxes)
+		if err != nil {
+			return err
 		}
 		var reps [2]*audit.Report
-		for i, a := range args {
-			srcs, err := auditSources(cmd, o, []string{a}, nil)
-			if err != nil {
-				return err
-			}
-			s, err := audit.Summarize(ctx, srcs, audit.Limits{})
+		for i, src := range srcs {
+			s, err := audit.Summarize(ctx, []audit.Source{src}, audit.Limits{})
 			if err != nil {
 				return auditInputError(err)
 			}

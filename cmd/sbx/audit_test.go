@@ -207,3 +207,41 @@ func TestAuditOutputFile(t *testing.T) {
 		t.Errorf("-o a directory: exit %d, stderr %q; want 2", code, errOut)
 	}
 }
+
+func TestAuditCLIFlags(t *testing.T) {
+	dir := t.TempDir()
+	v1 := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	v2 := auditLog(t, dir, "v2.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
+	pfile := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	logDir := filepath.Join(dir, "logs")
+	auditLog(t, logDir, "1111aaaa/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	auditLog(t, logDir, "2222bbbb/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
+	sbx := []string{"--log-dir", logDir, "--state-dir", filepath.Join(dir, "state")}
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string // in stderr for exit 2, in stdout otherwise
+	}{
+		{[]string{"--diff", "-", "-"}, 2, "- (standard input) can be read once"},
+		{[]string{"--diff", "--factor", "NaN", v1, v2}, 2, "--factor NaN: want a finite number above 1"},
+		{[]string{"--diff", "--factor", "+Inf", v1, v2}, 2, "--factor +Inf: want a finite number above 1"},
+		{[]string{"--diff", "--factor", "1", v1, v2}, 2, "--factor 1: want a finite number above 1"},
+		{[]string{"--expect", pfile, "-o", filepath.Join(dir, "out.html"), v1}, 2, "out.html: its extension asks for html, which is for the report"},
+		{[]string{"--diff", "-o", filepath.Join(dir, "out.htm"), v1, v2}, 2, "out.htm: its extension asks for html"},
+		{[]string{"--diff", "--format", "html", v1, v2}, 2, "--format html is for the report"},
+		{append([]string{"--diff", "--sandbox", "1111", "--sandbox", "2222"}, sbx...), 1, "new.example:80"},
+		{append([]string{"--diff", "--sandbox", "2222", "--sandbox", "1111"}, sbx...), 0, "No longer reached"},
+		{append([]string{"--diff", v1, "--sandbox", "2222"}, sbx...), 2, "--diff takes OLD and NEW both as files (or -) or both as --sandbox"},
+		{append([]string{"--diff", "--sandbox", "2222"}, sbx...), 2, "--diff compares two logs"},
+	} {
+		args := append([]string{"audit"}, tc.args...)
+		out, errOut, code := runCLI(t, args...)
+		got := out
+		if tc.wantCode == 2 {
+			got = errOut
+		}
+		if code != tc.wantCode || !strings.Contains(got, tc.want) {
+			t.Errorf("sbx %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(args, " "), code, out, errOut, tc.wantCode, tc.want)
+		}
+	}
+}
