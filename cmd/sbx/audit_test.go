@@ -213,6 +213,7 @@ func TestAuditCLIFlags(t *testing.T) {
 	v1 := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
 	v2 := auditLog(t, dir, "v2.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
 	pfile := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	empty := writeFile(t, "empty.jsonl", "\n")
 	logDir := filepath.Join(dir, "logs")
 	auditLog(t, logDir, "1111aaaa/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
 	auditLog(t, logDir, "2222bbbb/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
@@ -223,6 +224,7 @@ func TestAuditCLIFlags(t *testing.T) {
 		want     string // in stderr for exit 2, in stdout otherwise
 	}{
 		{[]string{"--diff", "-", "-"}, 2, "- (standard input) can be read once"},
+		{[]string{"--expect", pfile, v1, empty}, 2, "no decision records in " + empty + ": is this a decision log?"},
 		{[]string{"--diff", "--factor", "NaN", v1, v2}, 2, "--factor NaN: want a finite number above 1"},
 		{[]string{"--diff", "--factor", "+Inf", v1, v2}, 2, "--factor +Inf: want a finite number above 1"},
 		{[]string{"--diff", "--factor", "1", v1, v2}, 2, "--factor 1: want a finite number above 1"},

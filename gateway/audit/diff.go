@@ -88,6 +88,9 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		name string
 		r    *Report
 	}{{"old", old}, {"new", cur}} {
+		if len(side.r.Unknown) > 0 {
+			d.Incomplete = append(d.Incomplete, "the "+side.name+" logs have "+side.r.unknownText()+"; upgrade sbx")
+		}
 		for _, t := range side.r.Truncated {
 			d.Incomplete = append(d.Incomplete, "of the "+side.name+" logs, "+t)
 		}

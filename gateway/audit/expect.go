@@ -3,9 +3,11 @@ package audit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -14,10 +16,10 @@ import (
 
 // Replay returns what p says of the attempt r records, with the decision
 // code the gateway uses (netpolicy's Verdict and DecideHost), and whether
-// r is an attempt at all (decisions of kinds http, connect, transparent,
-// dns and bypass are, and so is a close record of a tunnel the gateway's
-// TLS check closed; other close records, policy and dropped records and
-// refused clients are not).
+// r is an attempt at all (decisions of every kind but conn are, and so is
+// a close record of a tunnel the gateway's TLS check closed, and a record
+// of an event this package does not know; other close records, policy
+// and dropped records and refused clients are not).
 //
 //   - http, connect, transparent: Verdict of the target, with the method
 //     and path of a plain HTTP request. A tunnel (a CONNECT, or a
@@ -40,8 +42,12 @@ import (
 //     guard as Verdict applies it (which only a rule for the address with
 //     ports "*" exempts from, a packet having no port). The gateway
 //     refuses these packets whatever the policy; an allow here says only
-//     that the policy names their target. A bypass record without a destination (the gateway's
-//     overflow record) cannot be replayed and is a block.
+//     that the policy names their target. A bypass record without a
+//     destination (the gateway's overflow record) cannot be replayed and
+//     is a block.
+//   - a decision of a kind, or a record of an event, that this package
+//     does not know (a newer gateway wrote it): a block by RuleUnknown,
+//     since what it stands for cannot be judged; upgrade sbx.
 //
 // Like Verdict, Replay ignores the policy's mode.
 func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, bool) {
@@ -52,8 +58,10 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 			return loggedInvalid(r), true
 		}
 		return netpolicy.Decision{}, false
-	default:
+	case decisionlog.EventPolicy, decisionlog.EventDropped:
 		return netpolicy.Decision{}, false
+	default:
+		return unknownDecision("event", r.Event), true
 	}
 	switch r.Kind {
 	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
@@ -93,8 +101,19 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 			}
 		}
 		return d, true
+	case decisionlog.KindConn:
+		return netpolicy.Decision{}, false
 	}
-	return netpolicy.Decision{}, false
+	return unknownDecision("kind", r.Kind), true
+}
+
+// RuleUnknown is the rule of Replay's block of a record of a kind or
+// event it does not know.
+const RuleUnknown = "unknown"
+
+func unknownDecision(what, name string) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: RuleUnknown,
+		Reason: fmt.Sprintf("%s %q is not known to this sbx audit: upgrade sbx", what, clipString(name, maxShortString))}
 }
 
 // tunnelVerdict is the gateway's verdict on a tunnel to t (a CONNECT, or a
@@ -200,10 +219,25 @@ type unexpectedKey struct {
 	method, path      string
 }
 
+// ErrNoRecords is wrapped by Expect's error for a log without a record:
+// it cannot show that anything holds, and is likely not a decision log.
+var ErrNoRecords = errors.New("no decision records")
+
+// isKnownEvent reports whether this package knows the event.
+func isKnownEvent(ev string) bool {
+	switch ev {
+	case decisionlog.EventDecision, decisionlog.EventClose, decisionlog.EventPolicy, decisionlog.EventDropped:
+		return true
+	}
+	return false
+}
+
 // Expect replays every attempt of sources against p (see Replay) and
-// returns the targets p would not allow: a block verdict, or an invalid
-// target. An intercept is expected (the gateway answers it, nothing
-// leaves). name names the policy in the result.
+// returns the targets p would not allow: a block verdict (an invalid
+// target, and a record of a kind or event it does not know, among them).
+// An intercept is expected (the gateway answers it, nothing leaves). name
+// names the policy in the result. A log without a single record is an
+// error that wraps ErrNoRecords.
 func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Source, lim Limits) (*Expectation, error) {
 	lim = lim.withDefaults()
 	e := &Expectation{Policy: name, Unexpected: []*Unexpected{}}
@@ -229,6 +263,9 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		// of huge strings is replayed in bounded memory.
 		c := clipRecord(r)
 		k := unexpectedKey{kind: c.Kind, proto: c.Proto, host: c.Host, port: c.Port}
+		if d.Rule == RuleUnknown && !isKnownEvent(r.Event) {
+			k.kind = "event " + strconv.Quote(c.Event)
+		}
 		if !isTunnel(r.Method) {
 			k.method, k.path = c.Method, c.Path
 		}
@@ -251,6 +288,9 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		return nil, err
 	}
 	for _, l := range reads {
+		if l.Records == 0 && l.TruncatedLine == 0 {
+			return nil, fmt.Errorf("%w in %s: is this a decision log? (a gateway's log starts with a policy record)", ErrNoRecords, l.Name)
+		}
 		if l.TruncatedLine != 0 {
 			e.Truncated = append(e.Truncated, l.Truncated())
 		}

@@ -87,10 +87,23 @@ func (r *Report) warnings() []string {
 // the HTML report shows in a box of their own.
 func (r *Report) notices() []string {
 	ws := slices.Clone(r.Truncated)
+	if len(r.Unknown) > 0 {
+		ws = append(ws, r.unknownText()+": they are not in the tables below; upgrade sbx to read them")
+	}
 	if r.ClosedByTLSCheck > 0 {
 		ws = append(ws, fmt.Sprintf("the gateway closed %s after opening them, since their first bytes were a TLS ClientHello for another host than the target (sni mismatch) or one it could not parse: each is counted allowed when decided and blocked (rule invalid) when closed, and no policy can allow it", plural(r.ClosedByTLSCheck, "tunnel", "tunnels")))
 	}
 	return ws
+}
+
+// unknownText says how many records of which kinds and events this sbx
+// audit does not know.
+func (r *Report) unknownText() string {
+	var n uint64
+	for _, c := range r.Unknown {
+		n += c
+	}
+	return fmt.Sprintf("%s of kinds or events this sbx audit does not know, written by a newer gateway (%s)", plural(n, "record", "records"), clip(visible(rulesText(r.Unknown)), maxWideCell))
 }
 
 func writeText(w io.Writer, r *Report) error {
@@ -248,6 +261,9 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 }
 
 func unexpectedTarget(u *Unexpected) string {
+	if u.Host == "" && u.Port == 0 && u.Proto == "" && u.Method == "" {
+		return "(no target)"
+	}
 	t := hostPort(u.Host, u.Port)
 	if u.Proto != "" {
 		t = u.Proto + " " + u.Host

@@ -3,8 +3,11 @@ package audit
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -225,5 +228,63 @@ rules:
 		if d, ok := Replay(p, &r); !ok || d.Action != tt.want || d.Rule != tt.wantRule {
 			t.Errorf("icmp to %s: got %s by %s (%s), want %s by %s", tt.host, d.Action, d.Rule, d.Reason, tt.want, tt.wantRule)
 		}
+	}
+}
+
+// newerLog has records a newer gateway might write: a decision of a kind
+// this package does not know, and a record of an unknown event.
+func newerLog() []decisionlog.Record {
+	return []decisionlog.Record{
+		{V: 1, Event: decisionlog.EventPolicy, Time: t0, PolicyVersion: 1, Change: "policy loaded"},
+		rec(1, "connect", "CONNECT", "a.example", 443, "", "allow", "default"),
+		rec(2, "quic", "", "a.example", 443, "", "allow", "default"),
+		rec(3, "quic", "", "a.example", 443, "", "allow", "default"),
+		{V: 1, Event: "stats", Time: t0.Add(4 * time.Second)},
+	}
+}
+
+// TestUnknownKindsFailClosed: what this sbx audit does not know fails
+// --expect, is counted in the report, and makes a diff incomplete.
+func TestUnknownKindsFailClosed(t *testing.T) {
+	open := mustPolicy(t, "version: 1\ndefault: allow\nrules: []\n")
+	recs := newerLog()
+	e, err := Expect(context.Background(), open, "open", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range e.Unexpected {
+		got = append(got, fmt.Sprintf("%s %s ×%d %s: %s", u.Kind, unexpectedTarget(u), u.Attempts, u.Rule, u.Reason))
+	}
+	want := []string{
+		`event "stats" (no target) ×1 unknown: event "stats" is not known to this sbx audit: upgrade sbx`,
+		`quic a.example:443 ×2 unknown: kind "quic" is not known to this sbx audit: upgrade sbx`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" || e.Holds() {
+		t.Errorf("holds %v; unexpected (-want +got):\n%s", e.Holds(), diff)
+	}
+
+	rep := summarize(t, recs)
+	if want := map[string]uint64{`kind "quic"`: 2, `event "stats"`: 1}; !cmp.Equal(rep.Unknown, want) || len(rep.Targets) != 1 || rep.Requests.Total() != 1 {
+		t.Errorf("got unknown %v, %d targets, %d requests; want %v, 1, 1", rep.Unknown, len(rep.Targets), rep.Requests.Total(), want)
+	}
+	var b bytes.Buffer
+	if err := WriteReport(&b, rep, FormatText); err != nil || !strings.Contains(b.String(), "WARNING: 3 records of kinds or events this sbx audit does not know") {
+		t.Errorf("the text report does not count the unknown records (%v):\n%s", err, b.String())
+	}
+	if d := DiffReports(summarize(t, recs[:2]), rep, 10); !d.ReachesNew() || len(d.Incomplete) != 1 {
+		t.Errorf("diff against a log with unknown records: got reaches new %v, incomplete %q; want true, one reason", d.ReachesNew(), d.Incomplete)
+	}
+	out, err := Suggest(rep, SuggestOptions{})
+	if err != nil || !strings.Contains(string(out), "#   3 records of kinds or events this sbx audit does not know") {
+		t.Errorf("the suggested policy does not list the unknown records as not covered (%v):\n%s", err, out)
+	}
+}
+
+func TestExpectNoRecords(t *testing.T) {
+	open := mustPolicy(t, "version: 1\ndefault: allow\nrules: []\n")
+	_, err := Expect(context.Background(), open, "open", logSource(nil), Limits{})
+	if !errors.Is(err, ErrNoRecords) || !strings.Contains(err.Error(), "no decision records in test.jsonl: is this a decision log?") {
+		t.Errorf("an empty log: got %v, want ErrNoRecords naming it", err)
 	}
 }

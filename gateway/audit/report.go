@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,6 +236,11 @@ type Report struct {
 	// within its budget (dropped records): the logs are incomplete when it
 	// is not 0.
 	Dropped uint64 `json:"dropped"`
+	// Unknown counts the records of kinds and events this sbx audit does
+	// not know (a newer gateway wrote them), by `kind "x"` or `event
+	// "y"` (the first 64; the rest under "others"). They are counted in
+	// Records only: the tables do not show them.
+	Unknown map[string]uint64 `json:"unknown,omitempty"`
 	// Truncated says of each log whose last line was cut short (no
 	// newline, not a whole record) where, and why that may be: the logs
 	// are incomplete when it is not empty.
@@ -352,7 +358,8 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		return
 	case decisionlog.EventDecision:
 	default:
-		return // an event of a later version: counted as a record only
+		s.addUnknown("event", r.Event) // of a later version
+		return
 	}
 	switch r.Kind {
 	case decisionlog.KindConn:
@@ -369,6 +376,10 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		s.r.BypassPackets += n
 		s.addBypass(r, n)
 		s.addProcess(r, 1, r.Proto, r.Host, r.Port)
+		return
+	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	default:
+		s.addUnknown("kind", r.Kind) // of a later version
 		return
 	}
 	s.r.Requests.add(r, 1)
@@ -414,6 +425,22 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 	s.addProcess(r, 1, "", t.Host, t.Port)
 }
 
+// maxUnknown is how many kinds and events Report.Unknown tells apart.
+const maxUnknown = 64
+
+// addUnknown counts a record of a kind or event this package does not
+// know.
+func (s *Summary) addUnknown(what, name string) {
+	if s.r.Unknown == nil {
+		s.r.Unknown = map[string]uint64{}
+	}
+	k := fmt.Sprintf("%s %q", what, name)
+	if _, ok := s.r.Unknown[k]; !ok && len(s.r.Unknown) >= maxUnknown {
+		k = "others"
+	}
+	s.r.Unknown[k]++
+}
+
 // target returns r's row, nil when the table is full (the attempt is
 // then counted in Overflow.Targets).
 func (s *Summary) target(r *decisionlog.Record) *Target {
@@ -450,7 +477,12 @@ func (s *Summary) addPath(t *Target, path string) {
 func (s *Summary) addClose(r *decisionlog.Record) {
 	s.r.BytesOut += r.BytesOut
 	s.r.BytesIn += r.BytesIn
-	if r.Kind == decisionlog.KindDNS || r.Kind == decisionlog.KindBypass || r.Kind == decisionlog.KindConn {
+	switch r.Kind {
+	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindDNS, decisionlog.KindBypass, decisionlog.KindConn:
+		return
+	default:
+		s.addUnknown("kind", r.Kind)
 		return
 	}
 	// The row is made here when the close comes first, which merged logs
@@ -623,6 +655,7 @@ func (s *Summary) Report() *Report {
 	r := s.r // a copy; the slices below are new
 	r.Logs = slices.Clone(s.r.Logs)
 	r.Truncated = slices.Clone(s.r.Truncated)
+	r.Unknown = maps.Clone(s.r.Unknown)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {
 		r.PolicyChanges = append(r.PolicyChanges, PolicyChange{Change: fmt.Sprintf("%d more policy changes not listed", extra)})

@@ -212,6 +212,9 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	if n := rep.Overflow.Bypass; n > 0 {
 		skipped = append(skipped, fmt.Sprintf("%s around the gateway to destinations beyond the first %d, which were not kept apart", plural(n, "packet", "packets"), len(rep.Bypass)))
 	}
+	if len(rep.Unknown) > 0 {
+		skipped = append(skipped, rep.unknownText()+"; upgrade sbx")
+	}
 	if rep.Dropped > 0 {
 		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (it was over its budget)", plural(rep.Dropped, "record", "records")))
 	}
