@@ -244,7 +244,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 	found := map[unexpectedKey]*Unexpected{}
 	reads, err := Scan(ctx, sources, func(r *decisionlog.Record) error {
 		if r.Event == decisionlog.EventDropped {
-			e.Dropped += r.Count
+			e.Dropped = satAdd(e.Dropped, r.Count)
 			return nil
 		}
 		d, ok := Replay(p, r)
@@ -255,7 +255,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		if r.Kind == decisionlog.KindBypass {
 			n = max(r.Count, 1)
 		}
-		e.Attempts += n
+		e.Attempts = satAdd(e.Attempts, n)
 		if d.Action != netpolicy.Block {
 			return nil
 		}
@@ -272,14 +272,14 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		u := found[k]
 		if u == nil {
 			if len(found) >= lim.Targets {
-				e.NotKept += n
+				e.NotKept = satAdd(e.NotKept, n)
 				return nil
 			}
 			u = &Unexpected{Kind: k.kind, Proto: k.proto, Host: k.host, Port: k.port, Method: k.method, Path: k.path,
 				Rule: clipString(d.Rule, maxShortString), Reason: clipString(d.Reason, maxLoggedPath)}
 			found[k] = u
 		}
-		u.Attempts += n
+		u.Attempts = satAdd(u.Attempts, n)
 		u.Logged = loggedAs(&c)
 		u.Seen.add(r.Time)
 		return nil

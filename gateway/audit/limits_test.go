@@ -5,11 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // stringBytes sums the lengths of the strings v holds, map keys included,
@@ -164,5 +167,76 @@ func TestTruncatedTail(t *testing.T) {
 	}
 	if d := DiffReports(whole.Report(), rep, 10); !d.ReachesNew() || len(d.Incomplete) != 1 || !strings.Contains(d.Incomplete[0], want) {
 		t.Errorf("diff against a cut log: got reaches new %v, incomplete %q; want true and the cut line", d.ReachesNew(), d.Incomplete)
+	}
+}
+
+// TestCountsSaturate: a log can claim any count or byte total; sums stop
+// at the largest value instead of wrapping, negative bytes add nothing,
+// and a port that is not one is 0.
+func TestCountsSaturate(t *testing.T) {
+	huge := func(r *decisionlog.Record) { r.BytesOut, r.BytesIn = math.MaxInt64, -5 }
+	packets := func(r *decisionlog.Record) { r.Proto, r.Count = "udp", math.MaxUint64 }
+	recs := []decisionlog.Record{
+		rec(1, "connect", "CONNECT", "a.example", 443, "", "allow", "r", closed(0, 0), huge),
+		rec(2, "connect", "CONNECT", "a.example", 443, "", "allow", "r", closed(0, 0), huge),
+		rec(3, "bypass", "", "192.0.2.1", 53, "", "block", "guard", packets),
+		rec(4, "bypass", "", "192.0.2.1", 53, "", "block", "guard", packets),
+		{V: 1, Event: decisionlog.EventDropped, Time: t0, Count: math.MaxUint64},
+		{V: 1, Event: decisionlog.EventDropped, Time: t0, Count: math.MaxUint64},
+		rec(5, "connect", "CONNECT", "b.example", -5, "", "block", "invalid"),
+		rec(6, "connect", "CONNECT", "b.example", 1<<20, "", "block", "invalid"),
+	}
+	rep := summarize(t, recs)
+	if rep.BytesOut != math.MaxInt64 || rep.BytesIn != 0 || rep.BypassPackets != math.MaxUint64 || rep.Dropped != math.MaxUint64 {
+		t.Errorf("got bytes %d out, %d in, %d packets, %d dropped; want the largest values and 0 in", rep.BytesOut, rep.BytesIn, rep.BypassPackets, rep.Dropped)
+	}
+	var ports []int
+	for _, tg := range rep.Targets {
+		ports = append(ports, tg.Port)
+		if tg.BytesOut < 0 || tg.BytesIn < 0 {
+			t.Errorf("%s: got bytes %d out, %d in; want neither negative", tg.Host, tg.BytesOut, tg.BytesIn)
+		}
+	}
+	if want := []int{443, 0}; !cmp.Equal(ports, want) {
+		t.Errorf("got ports %v, want %v", ports, want)
+	}
+	if len(rep.Bypass) != 1 || rep.Bypass[0].Packets != math.MaxUint64 {
+		t.Errorf("got bypass rows %+v, want one of the largest count", rep.Bypass)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, "version: 1\nrules: []\n"), "none", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Attempts != math.MaxUint64 || e.Dropped != math.MaxUint64 {
+		t.Errorf("got %d attempts, %d dropped; want the largest count", e.Attempts, e.Dropped)
+	}
+}
+
+// TestInterceptStatusIgnoresOrder: the status a target's intercepts were
+// answered with is the highest, whatever the order of the records.
+func TestInterceptStatusIgnoresOrder(t *testing.T) {
+	a := rec(1, "http", "GET", "i.example", 80, "/", "intercept", "r", func(r *decisionlog.Record) { r.Status = 503 })
+	b := rec(2, "http", "GET", "i.example", 80, "/", "intercept", "r", func(r *decisionlog.Record) { r.Status = 204 })
+	for _, recs := range [][]decisionlog.Record{{a, b}, {b, a}} {
+		if got := summarize(t, recs).Targets[0].InterceptStatus; got != 503 {
+			t.Errorf("got intercept status %d, want 503", got)
+		}
+	}
+}
+
+// TestValidTarget: validTarget agrees with the gateway's Decide on which
+// targets are invalid whatever the policy.
+func TestValidTarget(t *testing.T) {
+	allow, err := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"a.example", "A.Example.", "127.1", "10.0.0.1", "::1", "[::1]", "fe80::1%eth0", "a b", "", "a..b", "xn--nxasmq6b", "é.example", "*.example", strings.Repeat("a", 300)} {
+		for _, p := range []int{0, 1, 443, 65535, 65536, -1} {
+			want := allow.Decide(netpolicy.Target{Host: host, Port: port(p), Method: "CONNECT"}).Rule != netpolicy.RuleInvalid
+			if got := validTarget(host, p); got != want {
+				t.Errorf("validTarget(%q, %d): got %v, want %v (as Decide)", host, p, got, want)
+			}
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,19 +54,48 @@ type Counts struct {
 func (c *Counts) add(r *decisionlog.Record, n uint64) {
 	switch r.Action {
 	case "allow":
-		c.Allowed += n
+		c.Allowed = satAdd(c.Allowed, n)
 	case "intercept":
-		c.Intercepted += n
+		c.Intercepted = satAdd(c.Intercepted, n)
 	default:
-		c.Blocked += n
+		c.Blocked = satAdd(c.Blocked, n)
 		if !r.Enforced && r.Event == decisionlog.EventDecision && r.Action == "block" && r.Kind != decisionlog.KindBypass && r.Kind != decisionlog.KindDNS {
-			c.Unenforced += n
+			c.Unenforced = satAdd(c.Unenforced, n)
 		}
 	}
 }
 
-// Total is the number of attempts counted.
-func (c Counts) Total() uint64 { return c.Allowed + c.Blocked + c.Intercepted }
+// merge adds o to c.
+func (c *Counts) merge(o Counts) {
+	c.Allowed = satAdd(c.Allowed, o.Allowed)
+	c.Blocked = satAdd(c.Blocked, o.Blocked)
+	c.Intercepted = satAdd(c.Intercepted, o.Intercepted)
+	c.Unenforced = satAdd(c.Unenforced, o.Unenforced)
+}
+
+// satAdd is a+b, or the largest uint64 when that overflows: a log can
+// claim any count.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// addBytes is a+b for a byte count: a negative b (no gateway writes one)
+// adds nothing, and a sum over the largest int64 stays there.
+func addBytes(a, b int64) int64 {
+	if b <= 0 {
+		return a
+	}
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Total is the number of attempts counted (at most the largest uint64).
+func (c Counts) Total() uint64 { return satAdd(satAdd(c.Allowed, c.Blocked), c.Intercepted) }
 
 // Seen is when something was first and last seen.
 type Seen struct {
@@ -135,7 +165,8 @@ type Target struct {
 	// host than the target, or one it could not parse: each is counted
 	// twice, allowed when it was decided and blocked when it was closed.
 	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
-	// InterceptStatus is the status of the last intercepted answer.
+	// InterceptStatus is the highest status of the intercepted answers
+	// (the same whatever the order of the records).
 	InterceptStatus int `json:"intercept_status,omitempty"`
 	// Processes are the processes (comm) that made the attempts, when the
 	// log names them.
@@ -287,9 +318,13 @@ type bypassKey struct {
 type procKey struct{ comm, exe string }
 
 // Summary gathers records into a Report, in memory bounded by its Limits.
-// Records may come in any order and from several logs: the report does
-// not depend on the order. Make one with NewSummary. A Summary is not
-// safe for concurrent use.
+// Records may come in any order and from several logs: the counts, bytes
+// and times do not depend on the order, and neither does what is kept as
+// long as no cap is reached. When one is (rows, paths, and per row 32
+// methods, 64 rules, 16 processes or DNS types), what came first is kept
+// and the rest is counted or said to be left out, so which entries are
+// listed then depends on the order. Make one with NewSummary. A Summary
+// is not safe for concurrent use.
 type Summary struct {
 	lim       Limits
 	r         Report
@@ -351,7 +386,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		}
 		return
 	case decisionlog.EventDropped:
-		s.r.Dropped += r.Count
+		s.r.Dropped = satAdd(s.r.Dropped, r.Count)
 		return
 	case decisionlog.EventClose:
 		s.addClose(r)
@@ -373,7 +408,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		return
 	case decisionlog.KindBypass:
 		n := max(r.Count, 1)
-		s.r.BypassPackets += n
+		s.r.BypassPackets = satAdd(s.r.BypassPackets, n)
 		s.addBypass(r, n)
 		s.addProcess(r, 1, r.Proto, r.Host, r.Port)
 		return
@@ -401,7 +436,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		t.Invalid++
 	}
 	if r.Action == "intercept" {
-		t.InterceptStatus = r.Status
+		t.InterceptStatus = max(t.InterceptStatus, r.Status)
 	}
 	if isTunnel(r.Method) {
 		t.Tunnels++
@@ -475,8 +510,8 @@ func (s *Summary) addPath(t *Target, path string) {
 }
 
 func (s *Summary) addClose(r *decisionlog.Record) {
-	s.r.BytesOut += r.BytesOut
-	s.r.BytesIn += r.BytesIn
+	s.r.BytesOut = addBytes(s.r.BytesOut, r.BytesOut)
+	s.r.BytesIn = addBytes(s.r.BytesIn, r.BytesIn)
 	switch r.Kind {
 	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
 	case decisionlog.KindDNS, decisionlog.KindBypass, decisionlog.KindConn:
@@ -489,8 +524,8 @@ func (s *Summary) addClose(r *decisionlog.Record) {
 	// or a log read out of order allow.
 	t := s.target(r)
 	if t != nil {
-		t.BytesOut += r.BytesOut
-		t.BytesIn += r.BytesIn
+		t.BytesOut = addBytes(t.BytesOut, r.BytesOut)
+		t.BytesIn = addBytes(t.BytesIn, r.BytesIn)
 		t.Seen.add(r.Time)
 	}
 	if !closedByTLSCheck(r) {
@@ -540,13 +575,13 @@ func (s *Summary) addBypass(r *decisionlog.Record, n uint64) {
 	b := s.bypass[k]
 	if b == nil {
 		if len(s.bypass) >= s.lim.Targets {
-			s.r.Overflow.Bypass += n
+			s.r.Overflow.Bypass = satAdd(s.r.Overflow.Bypass, n)
 			return
 		}
 		b = &Bypass{Proto: r.Proto, Host: r.Host, Port: r.Port}
 		s.bypass[k] = b
 	}
-	b.Packets += n
+	b.Packets = satAdd(b.Packets, n)
 	b.Records++
 	b.Seen.add(r.Time)
 	if r.PID != 0 && len(b.procs) < 16 {
@@ -607,7 +642,14 @@ func (s *Summary) tick(r *decisionlog.Record, n uint64) {
 // spanBuckets is how many buckets the span from the first to the last
 // bucket covers.
 func (s *Summary) spanBuckets() int64 {
-	lo, hi := int64(0), int64(0)
+	lo, hi := s.bucketRange()
+	return hi - lo + 1
+}
+
+// bucketRange returns the indexes of the first and last buckets; 0, -1
+// when there is none.
+func (s *Summary) bucketRange() (lo, hi int64) {
+	lo, hi = 0, -1
 	first := true
 	for i := range s.buckets {
 		if first || i < lo {
@@ -618,7 +660,7 @@ func (s *Summary) spanBuckets() int64 {
 		}
 		first = false
 	}
-	return hi - lo + 1
+	return lo, hi
 }
 
 // widen doubles the bucket width, merging pairs of buckets.
@@ -632,10 +674,7 @@ func (s *Summary) widen() {
 			m = &Counts{}
 			merged[j] = m
 		}
-		m.Allowed += c.Allowed
-		m.Blocked += c.Blocked
-		m.Intercepted += c.Intercepted
-		m.Unenforced += c.Unenforced
+		m.merge(*c)
 	}
 	s.buckets = merged
 }
@@ -705,25 +744,13 @@ func (s *Summary) Report() *Report {
 	})
 	r.BucketSeconds = max(s.bucketNS/int64(time.Second), 1)
 	r.Timeline = nil
-	if len(s.buckets) > 0 {
-		lo, hi := int64(0), int64(0)
-		first := true
-		for i := range s.buckets {
-			if first || i < lo {
-				lo = i
-			}
-			if first || i > hi {
-				hi = i
-			}
-			first = false
+	lo, hi := s.bucketRange()
+	for i := lo; i <= hi; i++ {
+		b := Bucket{Start: time.Unix(0, i*s.bucketNS).UTC()}
+		if c := s.buckets[i]; c != nil {
+			b.Counts = *c
 		}
-		for i := lo; i <= hi; i++ {
-			b := Bucket{Start: time.Unix(0, i*s.bucketNS).UTC()}
-			if c := s.buckets[i]; c != nil {
-				b.Counts = *c
-			}
-			r.Timeline = append(r.Timeline, b)
-		}
+		r.Timeline = append(r.Timeline, b)
 	}
 	return &r
 }

@@ -68,7 +68,7 @@ func Suggest(rep *Report, opt SuggestOptions) ([]byte, error) {
 		}
 		for _, h := range misses {
 			if free[h] {
-				return nil, fmt.Errorf("the suggested policy does not allow %s, which the log has (a bug in sbx audit)", h)
+				return nil, fmt.Errorf("the suggested policy does not allow %q, which the log has (a bug in sbx audit)", h)
 			}
 			free[h] = true
 		}
@@ -531,11 +531,13 @@ func byteSize(n int64) string {
 	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
-// allowAll decides targets for validTarget.
-var allowAll, _ = netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Allow})
-
 // validTarget reports whether a rule can name host and port: the gateway
-// decides every other target as invalid, whatever the policy.
+// decides every other target as invalid (netpolicy's Decide: a host that
+// does not normalize, or port 0), whatever the policy.
 func validTarget(host string, p int) bool {
-	return allowAll.Decide(netpolicy.Target{Host: host, Port: port(p), Method: "CONNECT"}).Rule != netpolicy.RuleInvalid
+	if port(p) == 0 {
+		return false
+	}
+	_, err := netpolicy.NormalizeHost(host)
+	return err == nil
 }

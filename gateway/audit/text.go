@@ -28,13 +28,17 @@ const (
 // clipRecord returns a copy of r whose strings are cut to the bounds above:
 // its host as clipString cuts it (so that a cut host is never a valid
 // one), its path as the gateway cuts a long one (clipPath), the rest to
-// maxShortString.
+// maxShortString; and whose port is 0 when it is not one (negative, or
+// over 65535), which is as invalid.
 func clipRecord(r *decisionlog.Record) decisionlog.Record {
 	c := *r
 	if len(c.Host) > maxHostString {
 		c.Host = clipString(c.Host, maxHostString)
 	}
 	c.Path = clipPath(c.Path)
+	if c.Port < 0 || c.Port > 65535 {
+		c.Port = 0 // not a port: an invalid target, as port 0 is
+	}
 	for _, f := range [...]*string{&c.ID, &c.Event, &c.Sandbox, &c.Client, &c.Kind, &c.Method, &c.Action, &c.Rule,
 		&c.Reason, &c.Upstream, &c.Error, &c.Change, &c.Proto, &c.Comm, &c.Exe} {
 		if len(*f) > maxShortString {
