@@ -67,7 +67,8 @@ Exit code: 0; with --expect, 1 when POLICY does not allow an attempt (or the
 log is incomplete: records the gateway left out, a last line cut short);
 with --diff, 1 when NEW reaches something new (or may: an incomplete log);
 2 for bad input (a file that is not a decision log, a policy that does not
-load, wrong flags).`,
+load, wrong flags), and when --suggest cannot write a policy for the logs
+(a bug: the message says so).`,
 		Example: `  sbx audit --sandbox 1a2b3c4d
   sbx audit --format html -o report.html run1.jsonl run2.jsonl
   sbx audit --suggest decisions.jsonl > reviewed-policy.yaml
@@ -192,7 +193,9 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 		if o.suggest {
 			policy, err := audit.Suggest(rep, audit.SuggestOptions{Wildcards: o.wildcards})
 			if err != nil {
-				return err
+				// A log sbx audit cannot write a policy for: not a
+				// finding (exit 1 says that of --expect and --diff).
+				return &exitError{code: exitUsage, err: fmt.Errorf("%w; please report it, with the log if you can", err)}
 			}
 			out.Write(policy)
 		} else if err := audit.WriteReport(&out, rep, format); err != nil {
