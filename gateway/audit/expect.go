@@ -64,16 +64,16 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		return unknownDecision("event", r.Event), true
 	}
 	switch r.Kind {
-	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
 		if r.Rule == netpolicy.RuleInvalid {
 			return loggedInvalid(r), true
 		}
 		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
 		switch {
 		case isTunnel(r.Method):
-			return tunnelVerdict(p, t, ""), true
+			return tunnelVerdict(p, t, r), true
 		case pathCut(r.Path):
-			return tunnelVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port))), true
+			return anyRequestVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port))), true
 		}
 		return p.Verdict(t), true
 	case decisionlog.KindDNS:
@@ -116,14 +116,31 @@ func unknownDecision(what, name string) netpolicy.Decision {
 		Reason: fmt.Sprintf("%s %q is not known to this sbx audit: upgrade sbx", what, clipString(name, maxShortString))}
 }
 
-// tunnelVerdict is the gateway's verdict on a tunnel to t (a CONNECT, or a
-// transparent connection that is not plain HTTP): Verdict of t as a
-// CONNECT, where an intercept is a block, since an intercept answers HTTP
-// requests and the gateway cannot read them inside a tunnel (DESIGN.md
-// §4.4). why, when not empty, is added to the reason. When the gateway
-// inspects TLS (DESIGN.md §13), this stays the verdict on a tunnel it
-// does not inspect.
-func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, why string) netpolicy.Decision {
+// tunnelVerdict is the gateway's verdict on the tunnel to t that r logged
+// (a CONNECT, or a transparent connection that is not plain HTTP):
+// DecideTunnel when the gateway inspects it, else anyRequestVerdict.
+func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Record) netpolicy.Decision {
+	// The gateway decrypts a tunnel to a host the policy inspects and
+	// decides each request in it (DESIGN.md §13), which are records of
+	// their own: every CONNECT, and a transparent connection that spoke
+	// TLS, which its record shows by the reason of its allow. Another
+	// transparent connection (SSH, say) is never inspected.
+	inspectable := r.Kind == decisionlog.KindConnect || r.Action == string(netpolicy.Allow) && r.Reason == netpolicy.InspectedReason
+	if inspectable && p.Inspects(t.Host, t.Port) {
+		t.Method, t.Path = "CONNECT", ""
+		return p.DecideTunnel(t)
+	}
+	return anyRequestVerdict(p, t, "")
+}
+
+// anyRequestVerdict is the verdict on t as an uninspected tunnel, which
+// could carry any request: Verdict of t as a CONNECT, an intercept being a
+// block, since an intercept answers HTTP requests and the gateway cannot
+// read them inside a tunnel it does not inspect (DESIGN.md §4.4). It is
+// also the verdict on a request whose path the log cut: only a rule that
+// would allow any path to its host allows it. why, when not empty, is
+// added to the reason.
+func anyRequestVerdict(p *netpolicy.Policy, t netpolicy.Target, why string) netpolicy.Decision {
 	t.Method, t.Path = "CONNECT", ""
 	d := p.Verdict(t)
 	if d.Action == netpolicy.Intercept {

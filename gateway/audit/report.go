@@ -149,6 +149,10 @@ type Target struct {
 	// gateway could see: CONNECT tunnels and transparent connections that
 	// were not plain HTTP.
 	Tunnels uint64 `json:"tunnels"`
+	// InspectedTunnels counts the tunnels the gateway decrypted (TLS
+	// inspection, DESIGN.md §13); each request in them is an attempt of
+	// kind https of its own, with its method and path.
+	InspectedTunnels uint64 `json:"inspected_tunnels,omitempty"`
 	Counts
 	BytesOut int64 `json:"bytes_out"`
 	BytesIn  int64 `json:"bytes_in"`
@@ -412,7 +416,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		s.addBypass(r, n)
 		s.addProcess(r, 1, r.Proto, r.Host, r.Port)
 		return
-	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
 	default:
 		s.addUnknown("kind", r.Kind) // of a later version
 		return
@@ -438,7 +442,10 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 	if r.Action == "intercept" {
 		t.InterceptStatus = max(t.InterceptStatus, r.Status)
 	}
-	if isTunnel(r.Method) {
+	switch {
+	case isTunnel(r.Method) && r.Action == "allow" && r.Reason == netpolicy.InspectedReason:
+		t.InspectedTunnels++ // its requests are records of their own (kind https)
+	case isTunnel(r.Method):
 		t.Tunnels++
 	}
 	if r.Method != "" && !t.methods.has(r.Method) {
@@ -513,7 +520,7 @@ func (s *Summary) addClose(r *decisionlog.Record) {
 	s.r.BytesOut = addBytes(s.r.BytesOut, r.BytesOut)
 	s.r.BytesIn = addBytes(s.r.BytesIn, r.BytesIn)
 	switch r.Kind {
-	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
 	case decisionlog.KindDNS, decisionlog.KindBypass, decisionlog.KindConn:
 		return
 	default:

@@ -126,12 +126,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				skipped = append(skipped, fmt.Sprintf("requests to %s with %q, which is not an HTTP method", hostPort(h, t.Port), bad))
 				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
 			}
-			// Port 443 is CONNECT's: a rule cannot restrict it to
-			// methods or a path. Methods or paths that were not kept
-			// cannot be listed. A path the log cut short is replayed
+			// Methods or paths that were not kept cannot be listed. A path the log cut short is replayed
 			// as a tunnel (see Replay), which only a rule without
 			// methods or path allows.
-			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.MethodsIncomplete || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 || t.Port == 443 {
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.MethodsIncomplete || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 {
 				open = append(open, t.Port)
 				openNotes = append(openNotes, note)
 				continue
@@ -483,6 +481,10 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
 		if t.Tunnels > 0 {
+			miss(&r)
+		}
+		if t.InspectedTunnels > 0 {
+			r.Action, r.Reason = "allow", netpolicy.InspectedReason
 			miss(&r)
 		}
 		r.Kind = decisionlog.KindHTTP

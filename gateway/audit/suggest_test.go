@@ -186,3 +186,33 @@ func TestDiffFailsClosed(t *testing.T) {
 		t.Errorf("got reaches new %v, incomplete %q; want true and a.example:80 named", d.ReachesNew(), d.Incomplete)
 	}
 }
+
+// TestSuggestInspectedHTTPS: a host whose HTTPS the gateway inspected has
+// its requests logged with methods and paths (kind https); the suggested
+// policy restricts it to them, its tunnels still open (the rule makes the
+// host inspected), and --expect of the log passes.
+func TestSuggestInspectedHTTPS(t *testing.T) {
+	inspected := func(r *decisionlog.Record) { r.Reason = netpolicy.InspectedReason }
+	recs := []decisionlog.Record{
+		rec(1, "connect", "CONNECT", "api.example.com", 443, "", "allow", "r1", inspected),
+		rec(2, "https", "GET", "api.example.com", 443, "/v1/items", "allow", "r1"),
+		rec(3, "https", "GET", "api.example.com", 443, "/v1/users", "allow", "r1"),
+		rec(4, "transparent", "", "api.example.com", 443, "", "allow", "r1", inspected),
+		rec(5, "https", "GET", "api.example.com", 443, "/v1/items/2", "allow", "r1"),
+	}
+	rep := summarize(t, recs)
+	out, err := Suggest(rep, SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(out); !strings.Contains(s, `methods: ["GET"]`) || !strings.Contains(s, `path: "/v1/"`) {
+		t.Errorf("the suggested policy does not keep the inspected requests' methods and path:\n%s", s)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, string(out)), "suggested", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Holds() {
+		t.Errorf("--expect of the log against the suggested policy lists %d targets:\n%s", len(e.Unexpected), out)
+	}
+}
