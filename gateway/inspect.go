@@ -10,11 +10,13 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -67,7 +69,12 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	}
 	defer s.releaseTunnel(c.client.Addr())
 	closeRec := s.admit(rec, d, start)
-	defer s.end(closeRec, start)
+	// Not s.end: the tunnel's bytes are its requests' bytes, which their
+	// own close records count in the metrics.
+	defer func() {
+		closeRec.Duration = time.Since(start)
+		s.emit(closeRec)
+	}()
 	if proxied {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			closeRec.Error = "writing to the client: " + err.Error()
@@ -97,17 +104,24 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	}
 	var served net.Conn = cc
 	if isTLS {
-		tc := tls.Server(cc, s.cfg.CA.ServerConfig(t.Host, inspectProtos))
+		cfg := s.cfg.CA.ServerConfig(t.Host, inspectProtos)
+		var certSent atomic.Bool // the client has seen the CA's certificate
+		getCert := cfg.GetCertificate
+		cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			certSent.Store(true)
+			return getCert(hello)
+		}
+		tc := tls.Server(cc, cfg)
 		hctx, cancel := context.WithTimeout(ctx, s.limits.HeaderReadTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
-			closeRec.Error = handshakeError(err)
+			closeRec.Error = handshakeError(err, certSent.Load())
 			tc.Close()
 			return
 		}
 		if sni := tc.ConnectionState().ServerName; sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), t.Host) {
-			closeRec.Action, closeRec.Rule = string(netpolicy.Block), netpolicy.RuleInvalid
+			closeRec.Action, closeRec.Rule, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, true
 			closeRec.Reason = fmt.Sprintf("%s: the TLS server name is %s, not %s", reasonSNIMismatch, truncate(sni, 80), t.Host)
 			tc.Close()
 			return
@@ -121,9 +135,10 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	// ConnState.
 	done := make(chan struct{})
 	var once sync.Once
+	h := &inspectHandler{s: s, c: c, t: t, tls: isTLS}
 	srv := &http.Server{
-		Handler:           &inspectHandler{s: s, c: c, t: t, tls: isTLS},
-		ReadHeaderTimeout: s.limits.IdleConnTimeout,
+		Handler:           h,
+		ReadHeaderTimeout: s.limits.HeaderReadTimeout,
 		IdleTimeout:       s.limits.IdleConnTimeout,
 		MaxHeaderBytes:    s.limits.MaxHeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
@@ -141,24 +156,41 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 		served.Close()
 		<-done
 	}
+	// An HTTP/2 connection ends before its streams' handlers return:
+	// their close records come before the tunnel's.
+	h.running.Wait()
+	if h.served.Load() == 0 && isTLS && closeRec.Error == "" {
+		closeRec.Error = "the client closed the connection after the TLS handshake without a request (it may pin certificates: " + reasonCARejected + ")"
+	}
 }
 
-// handshakeError says why an inspected tunnel's TLS handshake failed: the
-// client's alert means it does not trust the sandbox's CA.
-func handshakeError(err error) string {
-	var ae tls.AlertError
+// certificateAlerts are the messages of the TLS alerts a client sends
+// when it refuses the server's certificate (RFC 8446 §6.2: bad_certificate
+// 42 to certificate_unknown 46, unknown_ca 48).
+var certificateAlerts = []string{
+	"bad certificate", "unsupported certificate", "certificate revoked", "certificate expired",
+	"certificate unknown", "unknown certificate authority",
+}
+
+// handshakeError says why an inspected tunnel's TLS handshake failed.
+// The client refused the sandbox's CA when it answered the certificate
+// with a certificate alert, or hung up (no alert, as some pinning clients
+// do) after certSent, once it had the certificate.
+func handshakeError(err error, certSent bool) string {
 	var rh tls.RecordHeaderError
-	switch {
-	case errors.As(err, &rh):
+	if errors.As(err, &rh) {
 		return "the client does not speak TLS: " + err.Error()
-	case errors.As(err, &ae), strings.Contains(err.Error(), "remote error"):
-		return reasonCARejected + ": " + err.Error()
-	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), strings.Contains(err.Error(), "connection reset"):
-		// A client that hangs up on the certificate without an alert
-		// (some pinning clients) looks the same.
-		return reasonCARejected + " (it closed the connection during the handshake): " + err.Error()
 	}
-	return "TLS handshake with the client: " + err.Error()
+	msg := err.Error()
+	for _, a := range certificateAlerts {
+		if strings.Contains(msg, "remote error: tls: "+a) {
+			return reasonCARejected + ": " + msg
+		}
+	}
+	if certSent && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return reasonCARejected + " (it closed the connection on the certificate): " + msg
+	}
+	return "TLS handshake with the client: " + msg
 }
 
 // inspectedConn is the client's side of an inspected tunnel: reads come
@@ -215,6 +247,9 @@ type inspectHandler struct {
 	c   *conn
 	t   netpolicy.Target
 	tls bool
+
+	running sync.WaitGroup // the requests being served
+	served  atomic.Int64   // requests seen
 }
 
 // inspectAddrsKey carries the guarded addresses of a request's upstream to
@@ -222,6 +257,9 @@ type inspectHandler struct {
 type inspectAddrsKey struct{}
 
 func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.running.Add(1)
+	defer h.running.Done()
+	h.served.Add(1)
 	s, t := h.s, h.t
 	start := time.Now()
 	snap := s.cfg.Store.Load()
@@ -232,13 +270,22 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := s.newRecord(h.c, kind, r.Method, t.Port)
 	rec.Host, rec.PolicyVersion = t.Host, snap.Version()
 	path := r.URL.EscapedPath()
-	if r.URL.Opaque != "" || !strings.HasPrefix(path, "/") && path != "*" {
-		path = "/"
-	}
 	rec.Path = truncate(path, maxLoggedPath)
 	hostport := joinHostPort(t.Host, t.Port)
 	what := r.Method + " " + scheme + "://" + hostport + path
 
+	// What the gateway would decide one way and send another is refused:
+	// a target that is not an absolute path (the decided path would not
+	// be the one sent), and a CONNECT or an extended CONNECT (HTTP/2's
+	// :protocol, WebSocket) inside the tunnel, which would open a stream
+	// with no tunnel's limits.
+	if refusal := innerRefusal(r, path); refusal != "" {
+		rec.Host = t.Host
+		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: refusal}
+		s.finishRefusal(rec, d, http.StatusBadRequest, start)
+		respond(w, http.StatusBadRequest, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
 	// The request must be for the tunnel's host: another Host would be
 	// decided as one host and sent to another.
 	defaultPort := uint16(443)
@@ -287,8 +334,17 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.Port == 443 && h.tls || t.Port == 80 && !h.tls {
 		out.Host = t.Host
 	}
+	te := r.Header.Get("Te")
 	removeHopByHop(out.Header, false)
-	body := &countingReader{r: r.Body}
+	if strings.Contains(strings.ToLower(te), "trailers") {
+		out.Header.Set("Te", "trailers") // gRPC needs it, as httputil.ReverseProxy keeps it
+	}
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header["User-Agent"] = nil // Go would add its own, as forwardHTTP keeps it out
+	}
+	rc := http.NewResponseController(w)
+	idle := s.limits.IdleConnTimeout
+	body := &countingReader{r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
 	if r.Body == nil || r.Body == http.NoBody {
 		body.r = http.NoBody
 	}
@@ -296,7 +352,12 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody) {
 		out.Body = nil
 	}
-	resp, err := s.inspect.RoundTrip(out)
+	var upstreamAddr string
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
+	}))
+	resp, err := s.inspect.get(s, snap.Version()).RoundTrip(out)
+	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
@@ -304,10 +365,6 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
-		// Which upstream answered: the transport dialed one of addrs.
-		closeRec.Upstream = hostport
-	}
 	closeRec.Status = resp.StatusCode
 	removeHopByHop(resp.Header, false)
 	dst := w.Header()
@@ -318,8 +375,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dst.Add("Trailer", k)
 	}
 	w.WriteHeader(resp.StatusCode)
+	rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
 	cw := &countingWriter{w: w}
-	_, cerr := io.Copy(flushWriter{cw, w}, resp.Body)
+	_, cerr := io.Copy(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
 	closeRec.BytesIn = cw.n
 	for k, vs := range resp.Trailer {
 		dst[k] = vs
@@ -327,6 +385,20 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cerr != nil {
 		closeRec.Error = "relaying the response: " + cerr.Error()
 	}
+}
+
+// innerRefusal says why a request inside an inspected tunnel cannot be
+// forwarded as it was decided, or "" when it can.
+func innerRefusal(r *http.Request, path string) string {
+	switch {
+	case r.Method == http.MethodConnect:
+		return "a CONNECT inside an inspected tunnel is not forwarded"
+	case r.Header.Get(":protocol") != "" || r.Proto == "HTTP/2.0" && isWebSocket(r.Header):
+		return "an extended CONNECT (WebSocket) inside an inspected tunnel is not forwarded yet"
+	case r.URL.Opaque != "" || !strings.HasPrefix(path, "/"):
+		return fmt.Sprintf("the request target %q is not an absolute path", truncate(r.RequestURI, 80))
+	}
+	return ""
 }
 
 // sameAuthority reports whether a request's Host names t: its host (IDN
@@ -384,21 +456,73 @@ func inspectUpstreamError(err error) (int, string) {
 }
 
 // flushWriter flushes after every write, so a streamed response (server
-// sent events, a long poll) reaches the client as it comes.
+// sent events, a long poll) reaches the client as it comes, and renews the
+// write deadline idle ahead first, so a client that stops reading cannot
+// hold the request, its tunnel and its upstream connection forever.
 type flushWriter struct {
-	w io.Writer
-	f http.ResponseWriter
+	w    io.Writer
+	rc   *http.ResponseController
+	idle time.Duration
 }
 
 func (fw flushWriter) Write(p []byte) (int, error) {
+	fw.rc.SetWriteDeadline(time.Now().Add(fw.idle))
 	n, err := fw.w.Write(p)
-	if fl, ok := fw.f.(http.Flusher); ok {
-		fl.Flush()
+	if err == nil {
+		err = fw.rc.Flush()
 	}
 	return n, err
 }
 
-// newInspectTransport returns the transport inspected requests go
+// controlledReader reads a request body, renewing the read deadline idle
+// ahead first, so a client that stalls mid-body cannot hold the request.
+type controlledReader struct {
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (c *controlledReader) Read(p []byte) (int, error) {
+	c.rc.SetReadDeadline(time.Now().Add(c.idle))
+	return c.r.Read(p)
+}
+
+// inspectTransports hands out the transport of the current policy
+// version. A transport pools its upstream connections by host and port,
+// and a pooled connection is not dialed again: each policy version gets a
+// transport of its own, so that a connection the guard passed under one
+// policy never carries a request decided under the next (whose guard may
+// refuse that address), and the old one's idle connections are closed.
+type inspectTransports struct {
+	mu      sync.Mutex
+	version uint64
+	tr      *http.Transport
+}
+
+// get returns the transport for policy version v, making it the first
+// time v is seen.
+func (t *inspectTransports) get(s *Server, v uint64) *http.Transport {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tr == nil || t.version != v {
+		if t.tr != nil {
+			t.tr.CloseIdleConnections() // requests under way finish on it
+		}
+		t.tr, t.version = s.newInspectTransport(s.cfg.UpstreamRoots), v
+	}
+	return t.tr
+}
+
+// closeIdle closes the idle upstream connections (Server.Close).
+func (t *inspectTransports) closeIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tr != nil {
+		t.tr.CloseIdleConnections()
+	}
+}
+
+// newInspectTransport returns a transport inspected requests go
 // upstream through: TLS verified against roots (the host's when nil), the
 // SNI the request's host, HTTP/2 when the upstream offers it, and a dial
 // that connects only to the guarded addresses the request carries.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func newInspectSetup(t *testing.T, mode netpolicy.Mode, roots func(up *httptest.
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("X-Upstream-Proto", r.Proto)
+		w.Header().Set("X-Upstream-Client", r.RemoteAddr)
 		io.WriteString(w, "upstream "+r.Method+" "+r.URL.RequestURI()+" host="+r.Host+" body="+string(body))
 	}))
 	up.EnableHTTP2 = true
@@ -353,6 +355,135 @@ func TestInspectedConnectCarryingPlainHTTP(t *testing.T) {
 		rec := g.lastDecision(t)
 		if resp.StatusCode != tc.status || rec["kind"] != decisionlog.KindHTTP || rec["path"] != tc.path {
 			t.Errorf("GET %s in the tunnel: got %d, logged %v; want %d and an http record", tc.path, resp.StatusCode, rec, tc.status)
+		}
+	}
+}
+
+// TestInspectedRequestsDecidedAsSent: what would be decided one way and
+// sent another is refused and logged: a target that is not an absolute
+// path, and a CONNECT inside the tunnel.
+func TestInspectedRequestsDecidedAsSent(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	ca, err := NewCA("sent", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Path: "/", Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
+	target := "example.com:" + strconv.Itoa(int(port))
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(ca.Certificate())
+	for _, line := range []string{"GET x:admin/secret HTTP/1.1", "CONNECT " + target + " HTTP/1.1"} {
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		tc := tls.Client(&bufConn{Conn: c, br: br}, &tls.Config{ServerName: "example.com", RootCAs: clientPool, NextProtos: []string{"http/1.1"}})
+		fmt.Fprintf(tc, "%s\r\nHost: %s\r\n\r\n", line, target)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		rec := g.lastDecision(t)
+		if resp.StatusCode != http.StatusBadRequest || rec["rule"] != netpolicy.RuleInvalid || rec["kind"] != decisionlog.KindHTTPS {
+			t.Errorf("%s: got %d, logged %v; want 400 and an https record of rule invalid", line, resp.StatusCode, rec)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
+	}
+}
+
+// TestInspectTransportPerPolicyVersion: a policy change retires the
+// upstream connections pooled under the old policy, whose guard may now
+// refuse their address: the next request dials again.
+func TestInspectTransportPerPolicyVersion(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, nil, netpolicy.Rule{ID: "a", Host: "example.com", Inspect: true, Action: netpolicy.Allow})
+	c := s.client(t, false)
+	conns := map[string]bool{} // the gateway's upstream connections, by their address
+	get := func() {
+		resp, err := c.Get(s.url("example.com", "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		conns[resp.Header.Get("X-Upstream-Client")] = true
+	}
+	get()
+	get()
+	if n := len(conns); n != 1 {
+		t.Fatalf("two requests under one policy: %d upstream connections, want 1 (pooled)", n)
+	}
+	if _, _, err := s.g.store.AddRule(netpolicy.Rule{ID: "b", Host: "other.example", Action: netpolicy.Allow}, -1, 0); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	if n := len(conns); n != 2 {
+		t.Errorf("after a policy change: %d upstream connections, want 2 (the pooled one retired)", n)
+	}
+}
+
+// TestInspectedStreamHeadersFlushed: a streamed answer's head reaches the
+// client before its first event.
+func TestInspectedStreamHeadersFlushed(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	up.StartTLS()
+	t.Cleanup(func() { close(release); up.Close() })
+	port := portOf(t, up)
+	ca, _ := NewCA("stream", time.Hour)
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Inspect: true, Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(ca.Certificate())
+	proxy, _ := url.Parse("http://" + g.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientPool}, ResponseHeaderTimeout: 2 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr}).Get("https://example.com:" + strconv.Itoa(int(port)) + "/events")
+	if err != nil {
+		t.Fatalf("the head of a stream did not come before its first event: %v", err)
+	}
+	resp.Body.Close()
+}
+
+func TestHandshakeError(t *testing.T) {
+	alert := &net.OpError{Op: "remote error", Err: errors.New("tls: unknown certificate authority")}
+	for _, tt := range []struct {
+		err      error
+		certSent bool
+		rejected bool
+	}{
+		{alert, true, true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, true, true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: protocol version not supported")}, false, false},
+		{io.EOF, true, true},   // hung up on the certificate
+		{io.EOF, false, false}, // hung up before it
+		{net.ErrClosed, true, false},
+	} {
+		got := strings.HasPrefix(handshakeError(tt.err, tt.certSent), reasonCARejected)
+		if got != tt.rejected {
+			t.Errorf("handshakeError(%v, certSent %v) = %q: rejected %v, want %v", tt.err, tt.certSent, handshakeError(tt.err, tt.certSent), got, tt.rejected)
 		}
 	}
 }

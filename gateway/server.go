@@ -131,7 +131,7 @@ type Config struct {
 // every decision. Make one with New; it is safe for concurrent use.
 type Server struct {
 	cfg      Config
-	inspect  *http.Transport // inspected requests go upstream through it; nil without Config.CA
+	inspect  inspectTransports // inspected requests go upstream through these
 	limits   Limits
 	logger   *slog.Logger
 	resolver *Resolver
@@ -200,9 +200,6 @@ func New(cfg Config) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
-	if cfg.CA != nil {
-		s.inspect = s.newInspectTransport(cfg.UpstreamRoots)
-	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
@@ -418,6 +415,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.pool.closeAll()
+	s.inspect.closeIdle()
 	s.flushBypass(true)
 	return nil
 }

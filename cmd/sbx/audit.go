@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -58,16 +60,21 @@ questions of an audit or a security review.
                                     more than --factor times
 
 Logs are read as a stream: their size does not bound what can be audited.
+A log whose last line is cut short (a running sandbox's, or one whose
+gateway stopped mid-record) is read up to that line, with a warning.
 
 Exit code: 0; with --expect, 1 when POLICY does not allow an attempt (or the
-log lacks records the gateway left out); with --diff, 1 when NEW reaches
-something new; 2 for bad input (a file that is not a decision log, a policy
-that does not load, wrong flags).`,
+log is incomplete: records the gateway left out, a last line cut short);
+with --diff, 1 when NEW reaches something new (or may: an incomplete log);
+2 for bad input (a file that is not a decision log, a policy that does not
+load, wrong flags), and when --suggest cannot write a policy for the logs
+(a bug: the message says so).`,
 		Example: `  sbx audit --sandbox 1a2b3c4d
   sbx audit --format html -o report.html run1.jsonl run2.jsonl
   sbx audit --suggest decisions.jsonl > reviewed-policy.yaml
   sbx audit --expect reviewed-policy.yaml decisions.jsonl   # in CI
-  sbx audit --diff v1.jsonl v2.jsonl`,
+  sbx audit --diff v1.jsonl v2.jsonl
+  sbx audit --diff --sandbox 1a2b --sandbox 3c4d`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAudit(cmd, o, args)
@@ -76,11 +83,11 @@ that does not load, wrong flags).`,
 	fs := cmd.Flags()
 	fs.StringArrayVar(&o.sandboxes, "sandbox", nil, "read the decision log of sandbox `ID` (its id or a unique prefix; a running one's --name too); repeatable")
 	fs.StringVar(&o.format, "format", "", "the output's format: text, json, markdown or html (default text, or what -o's extension names)")
-	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output")
+	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output: replaced whole, its permissions kept; a named pipe or device is written directly, a symbolic link refused")
 	fs.BoolVar(&o.suggest, "suggest", false, "print a policy (YAML) that allows exactly what the logs saw")
 	fs.BoolVar(&o.wildcards, "suggest-wildcards", false, "with --suggest, fold 3 or more sibling subdomains into *.domain")
 	fs.StringVar(&o.expect, "expect", "", "replay the logs against policy `FILE` and list what it would not allow (exit 1 if anything)")
-	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW: exit 1 when NEW reaches something OLD did not")
+	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW (two files, or --sandbox OLD --sandbox NEW): exit 1 when NEW reaches something OLD did not")
 	fs.Float64Var(&o.factor, "factor", 10, "with --diff, list targets whose attempts or bytes changed more than `N` times")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
@@ -103,8 +110,8 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 		return usageErrorf(cmd, "--suggest-wildcards goes with --suggest")
 	case cmd.Flags().Changed("factor") && !o.diff:
 		return usageErrorf(cmd, "--factor goes with --diff")
-	case o.factor <= 1:
-		return usageErrorf(cmd, "--factor %v: want a number above 1", o.factor)
+	case !(o.factor > 1) || math.IsInf(o.factor, 0): // NaN too
+		return usageErrorf(cmd, "--factor %v: want a finite number above 1", o.factor)
 	case o.suggest && cmd.Flags().Changed("format") && o.format != "yaml":
 		return usageErrorf(cmd, "--suggest writes a policy file (YAML); --format does not apply")
 	}
@@ -115,8 +122,11 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 	if !o.suggest && !slices.Contains(audit.Formats, format) {
 		return usageErrorf(cmd, "--format %q: use one of %s", format, strings.Join(audit.Formats, ", "))
 	}
-	if o.diff && format == audit.FormatHTML || o.expect != "" && format == audit.FormatHTML {
-		return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+	if (o.diff || o.expect != "") && format == audit.FormatHTML {
+		if cmd.Flags().Changed("format") {
+			return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+		}
+		return usageErrorf(cmd, "-o %s: its extension asks for html, which is for the report; --expect and --diff write text, markdown or json (give -o a .txt, .md or .json name, or --format)", o.out)
 	}
 
 	ctx := cmd.Context()
@@ -124,16 +134,21 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 	code := exitOK
 	switch {
 	case o.diff:
-		if len(args) != 2 || len(o.sandboxes) > 0 {
-			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW")
+		// OLD and NEW: two files, or two sandboxes, in the order given.
+		// Which of a file and a --sandbox came first is not known.
+		switch {
+		case len(args) > 0 && len(o.sandboxes) > 0:
+			return usageErrorf(cmd, "--diff takes OLD and NEW both as files (or -) or both as --sandbox: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
+		case len(args)+len(o.sandboxes) != 2:
+			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
+		}
+		srcs, err := auditSources(cmd, o, args, o.sandboxes)
+		if err != nil {
+			return err
 		}
 		var reps [2]*audit.Report
-		for i, a := range args {
-			srcs, err := auditSources(cmd, o, []string{a}, nil)
-			if err != nil {
-				return err
-			}
-			s, err := audit.Summarize(ctx, srcs, audit.Limits{})
+		for i, src := range srcs {
+			s, err := audit.Summarize(ctx, []audit.Source{src}, audit.Limits{})
 			if err != nil {
 				return auditInputError(err)
 			}
@@ -178,7 +193,9 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 		if o.suggest {
 			policy, err := audit.Suggest(rep, audit.SuggestOptions{Wildcards: o.wildcards})
 			if err != nil {
-				return err
+				// A log sbx audit cannot write a policy for: not a
+				// finding (exit 1 says that of --expect and --diff).
+				return &exitError{code: exitUsage, err: fmt.Errorf("%w; please report it, with the log if you can", err)}
 			}
 			out.Write(policy)
 		} else if err := audit.WriteReport(&out, rep, format); err != nil {
@@ -318,13 +335,45 @@ func sandboxLog(o auditOptions, ref string) (string, error) {
 	return path, nil
 }
 
-// writeOutput writes data to path, or to w when path is empty: to a
-// temporary file renamed over path, so that path is never half written.
+// writeOutput writes data to w when path is empty or "-", else to path:
+//   - a new path, or an existing regular file, through a temporary file
+//     renamed over it, so that path is never half written; an existing
+//     file keeps its permissions, a new one is made 0644;
+//   - a named pipe or a character device (such as /dev/stdout), written
+//     directly, without creating or renaming anything;
+//   - a symbolic link is refused (the real path is asked for, so that no
+//     link the output's directory holds decides where a report goes), and
+//     so is anything else.
 func writeOutput(w io.Writer, path string, data []byte) error {
 	if path == "" || path == "-" {
 		_, err := w.Write(data)
 		return err
 	}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return replaceFile(path, data, 0o644)
+	case err != nil:
+		return fmt.Errorf("writing %s: %w", path, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a symbolic link: give the path of the file itself", path)}
+	case fi.Mode().IsRegular():
+		return replaceFile(path, data, fi.Mode().Perm())
+	case isPipeOrCharDevice(fi.Mode()):
+		return writeDirect(path, data)
+	case fi.IsDir():
+		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a directory: give a file name", path)}
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is not a regular file, a named pipe or a character device: give a file name", path)}
+}
+
+func isPipeOrCharDevice(m fs.FileMode) bool {
+	return m.Type() == fs.ModeNamedPipe || m.Type() == fs.ModeDevice|fs.ModeCharDevice
+}
+
+// replaceFile writes data to a temporary file in path's directory and
+// renames it over path, with permissions perm.
+func replaceFile(path string, data []byte, perm fs.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
@@ -334,14 +383,35 @@ func writeOutput(w io.Writer, path string, data []byte) error {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(perm); err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeDirect writes data to the named pipe or character device at path,
+// which it opens without following a link and checks again once open.
+func writeDirect(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !isPipeOrCharDevice(fi.Mode()) {
+		f.Close()
+		return fmt.Errorf("writing %s: it changed while sbx audit opened it; try again", path)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPrivilegedAuditReview is the README's security review, for real: a
@@ -74,5 +77,59 @@ func TestPrivilegedAuditReview(t *testing.T) {
 		t.Errorf("-o v2.html: exit %d: %s", code, errOut)
 	} else if data, _ := os.ReadFile(html); !strings.Contains(string(data), "collect.ext.test") {
 		t.Error("the HTML report of v2 does not name collect.ext.test")
+	}
+}
+
+// TestAuditOutputPipeAndDevice: -o writes a named pipe or a character
+// device directly, leaving it in place, instead of renaming a file over
+// it.
+func TestAuditOutputPipeAndDevice(t *testing.T) {
+	dir := t.TempDir()
+	log := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() { // ends when the writer closes the pipe
+		f, err := os.Open(fifo)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer f.Close()
+		data, _ := io.ReadAll(f)
+		got <- string(data)
+	}()
+	if _, errOut, code := runCLI(t, "audit", "-o", fifo, log); code != 0 {
+		t.Fatalf("-o a named pipe: exit %d: %s", code, errOut)
+	}
+	select {
+	case s := <-got:
+		if !strings.HasPrefix(s, "sbx audit of") {
+			t.Errorf("-o a named pipe: the reader got %q, want the report", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("-o a named pipe: nothing was written to it in 10 s")
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close() // lets the reader go
+		}
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+		t.Errorf("-o a named pipe replaced it: %v, %v", fi.Mode(), err)
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("making a character device needs root")
+	}
+	null := filepath.Join(dir, "null")
+	if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, 1<<8|3); err != nil { // 1:3, /dev/null
+		t.Skipf("mknod: %v", err)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", null, log); code != 0 {
+		t.Errorf("-o a character device: exit %d: %s", code, errOut)
+	}
+	if fi, err := os.Lstat(null); err != nil || fi.Mode().Type() != os.ModeDevice|os.ModeCharDevice {
+		t.Errorf("-o a character device replaced it: %v, %v", fi.Mode(), err)
 	}
 }

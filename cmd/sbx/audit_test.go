@@ -136,3 +136,114 @@ func TestAuditStdin(t *testing.T) {
 		t.Errorf("sbx audit -: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestAuditTruncatedTail: a log whose last line was cut short (a running
+// sandbox's) is reported with a warning, fails --expect, and is not bad
+// input; a bad line before the end still is.
+func TestAuditTruncatedTail(t *testing.T) {
+	dir := t.TempDir()
+	path := auditLog(t, dir, "running.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"v":1,"seq":2,"event":"decision","kind":"conn`)
+	f.Close()
+	policy := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	const why = ":2, the log's last line, ends without a newline and is not a whole record: the log is still being written (a running sandbox)"
+	if out, errOut, code := runCLI(t, "audit", path); code != 0 || !strings.Contains(out, "WARNING: "+path+why) {
+		t.Errorf("sbx audit of a cut log: exit %d, want 0 and a warning\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--expect", policy, path); code != 1 || !strings.Contains(out, path+why) {
+		t.Errorf("--expect of a cut log: exit %d, want 1 and why\n%s%s", code, out, errOut)
+	}
+	whole := auditLog(t, dir, "whole.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	if out, errOut, code := runCLI(t, "audit", "--diff", whole, path); code != 1 || !strings.Contains(out, why) {
+		t.Errorf("--diff against a cut log: exit %d, want 1 and why\n%s%s", code, out, errOut)
+	}
+	r := decided("http", "GET", "a.example", 80, "/", "allow")
+	middle := writeFile(t, "middle.jsonl", `{"v":1,"event":"deci`+"\n"+string(r.AppendJSON(nil)))
+	if _, errOut, code := runCLI(t, "audit", middle); code != 2 || !strings.Contains(errOut, middle+":1: not a decision record") {
+		t.Errorf("a bad line before the end: exit %d, stderr %q; want 2 and the line", code, errOut)
+	}
+}
+
+// TestAuditOutputFile: -o replaces a regular file whole, keeping its
+// permissions, and refuses a symbolic link.
+func TestAuditOutputFile(t *testing.T) {
+	dir := t.TempDir()
+	log := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	private := filepath.Join(dir, "private.txt")
+	if err := os.WriteFile(private, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", private, log); code != 0 {
+		t.Fatalf("-o an existing file: exit %d: %s", code, errOut)
+	}
+	if fi, err := os.Stat(private); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("-o an existing 0600 file: got %v, %v; want its mode kept", fi.Mode(), err)
+	}
+	if data, _ := os.ReadFile(private); !strings.HasPrefix(string(data), "sbx audit of") {
+		t.Errorf("-o an existing file: got %q, want the report", data)
+	}
+	target := filepath.Join(dir, "target.txt")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", link, log); code != 2 || !strings.Contains(errOut, "is a symbolic link: give the path of the file itself") {
+		t.Errorf("-o a symbolic link: exit %d, stderr %q; want 2 and a refusal", code, errOut)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("-o a symbolic link replaced it: %v, %v", fi.Mode(), err)
+	}
+	if data, _ := os.ReadFile(target); string(data) != "keep" {
+		t.Errorf("-o a symbolic link wrote its target: %q", data)
+	}
+	if _, errOut, code := runCLI(t, "audit", "-o", dir, log); code != 2 || !strings.Contains(errOut, "is a directory") {
+		t.Errorf("-o a directory: exit %d, stderr %q; want 2", code, errOut)
+	}
+}
+
+func TestAuditCLIFlags(t *testing.T) {
+	dir := t.TempDir()
+	v1 := auditLog(t, dir, "v1.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	v2 := auditLog(t, dir, "v2.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
+	pfile := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	empty := writeFile(t, "empty.jsonl", "\n")
+	logDir := filepath.Join(dir, "logs")
+	auditLog(t, logDir, "1111aaaa/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	auditLog(t, logDir, "2222bbbb/decisions.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "new.example", 80, "/", "allow"))
+	sbx := []string{"--log-dir", logDir, "--state-dir", filepath.Join(dir, "state")}
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string // in stderr for exit 2, in stdout otherwise
+	}{
+		{[]string{"--diff", "-", "-"}, 2, "- (standard input) can be read once"},
+		{[]string{"--expect", pfile, v1, empty}, 2, "no decision records in " + empty + ": is this a decision log?"},
+		{[]string{"--diff", "--factor", "NaN", v1, v2}, 2, "--factor NaN: want a finite number above 1"},
+		{[]string{"--diff", "--factor", "+Inf", v1, v2}, 2, "--factor +Inf: want a finite number above 1"},
+		{[]string{"--diff", "--factor", "1", v1, v2}, 2, "--factor 1: want a finite number above 1"},
+		{[]string{"--expect", pfile, "-o", filepath.Join(dir, "out.html"), v1}, 2, "out.html: its extension asks for html, which is for the report"},
+		{[]string{"--diff", "-o", filepath.Join(dir, "out.htm"), v1, v2}, 2, "out.htm: its extension asks for html"},
+		{[]string{"--diff", "--format", "html", v1, v2}, 2, "--format html is for the report"},
+		{append([]string{"--diff", "--sandbox", "1111", "--sandbox", "2222"}, sbx...), 1, "new.example:80"},
+		{append([]string{"--diff", "--sandbox", "2222", "--sandbox", "1111"}, sbx...), 0, "No longer reached"},
+		{append([]string{"--diff", v1, "--sandbox", "2222"}, sbx...), 2, "--diff takes OLD and NEW both as files (or -) or both as --sandbox"},
+		{append([]string{"--diff", "--sandbox", "2222"}, sbx...), 2, "--diff compares two logs"},
+	} {
+		args := append([]string{"audit"}, tc.args...)
+		out, errOut, code := runCLI(t, args...)
+		got := out
+		if tc.wantCode == 2 {
+			got = errOut
+		}
+		if code != tc.wantCode || !strings.Contains(got, tc.want) {
+			t.Errorf("sbx %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(args, " "), code, out, errOut, tc.wantCode, tc.want)
+		}
+	}
+}

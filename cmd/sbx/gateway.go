@@ -37,10 +37,11 @@ Point clients at it with HTTP_PROXY and HTTPS_PROXY. With --api it also
 serves the management API (DESIGN.md §6), where rules can be changed while
 it runs; every request there needs the bearer token in --token-file.
 
-Hosts the policy inspects (rules with inspect, methods, path or intercept;
---inspect) have their TLS terminated with certificates from a CA made at
-start and held only in memory; --ca-cert writes its certificate, which the
-clients must trust.
+With --ca-cert FILE, hosts the policy inspects (rules with inspect,
+methods, path or intercept; --inspect) have their TLS terminated with
+certificates from a CA made at start and held only in memory, valid for 7
+days; FILE gets its certificate, which the clients must trust. Without it
+such hosts' tunnels are decided as a whole, as without inspection.
 
 It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
 ends open tunnels and flushes the decision log.`,
@@ -72,11 +73,14 @@ ends open tunnels and flushes the decision log.`,
 					return usageError(cmd, err)
 				}
 			}
-			ca, err := gateway.NewCA("gateway", caLifetime)
-			if err != nil {
-				return err
-			}
+			// A CA only where clients can be told to trust it: without
+			// one, an inspected host's CONNECT is refused with a 403 that
+			// says why, rather than a TLS failure no client explains.
+			var ca *gateway.CA
 			if o.caCert != "" {
+				if ca, err = gateway.NewCA("gateway", caLifetime); err != nil {
+					return err
+				}
 				if err := ca.WriteCertFile(o.caCert); err != nil {
 					return fmt.Errorf("--ca-cert: %w", err)
 				}
@@ -123,7 +127,7 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
-	fs.StringVar(&o.caCert, "ca-cert", "", "write the certificate of the CA that inspected hosts' certificates come from to `FILE` (PEM), for the clients to trust")
+	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	o.logLimits.AddFlags(fs)
 	return cmd

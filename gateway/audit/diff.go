@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // TargetChange is what changed at a target both reports saw.
@@ -18,6 +19,10 @@ type TargetChange struct {
 	// PathsUncertain says a path the old report did not keep may be
 	// listed as new, or one the new report did not keep missed.
 	PathsUncertain bool `json:"paths_uncertain,omitempty"`
+	// MethodsUncertain says the same of methods (more than 32 at one
+	// target); a method the new report did not keep makes the diff
+	// Incomplete.
+	MethodsUncertain bool `json:"methods_uncertain,omitempty"`
 	// Counts are old → new, when attempts or bytes changed by more than
 	// the factor.
 	OldAttempts uint64 `json:"old_attempts"`
@@ -50,7 +55,9 @@ type Diff struct {
 	// told, not judged.
 	NewProcesses []string `json:"new_processes"`
 	// Incomplete says why the diff may miss something: a report that
-	// overflowed its limits, or a log the gateway left records out of.
+	// overflowed its limits, a log the gateway left records out of, or,
+	// in the new report, targets with methods or paths not kept and
+	// packets whose destinations the gateway did not keep apart.
 	Incomplete []string `json:"incomplete"`
 }
 
@@ -81,11 +88,43 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		name string
 		r    *Report
 	}{{"old", old}, {"new", cur}} {
+		if len(side.r.Unknown) > 0 {
+			d.Incomplete = append(d.Incomplete, "the "+side.name+" logs have "+side.r.unknownText()+"; upgrade sbx")
+		}
+		for _, t := range side.r.Truncated {
+			d.Incomplete = append(d.Incomplete, "of the "+side.name+" logs, "+t)
+		}
 		if side.r.Dropped > 0 {
 			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the %s logs lack %d records the gateway left out", side.name, side.r.Dropped))
 		}
 		if o := side.r.Overflow; o.Targets+o.DNSNames+o.Bypass > 0 {
 			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the %s logs have more targets than sbx audit keeps apart", side.name))
+		}
+	}
+
+	// What the new report did not keep may be new: the diff cannot rule
+	// it out, so it fails closed.
+	if n := cur.Overflow.Paths; n > 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have %s whose paths sbx audit did not keep (over its limit of paths), so a new path may not be listed", plural(n, "request", "requests")))
+	}
+	var methodsNotKept, pathsNotKept []string
+	for _, t := range cur.Targets {
+		if t.MethodsIncomplete {
+			methodsNotKept = append(methodsNotKept, hostPort(t.Host, t.Port))
+		}
+		if t.PathsIncomplete {
+			pathsNotKept = append(pathsNotKept, hostPort(t.Host, t.Port))
+		}
+	}
+	if len(methodsNotKept) > 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have more methods than sbx audit keeps (%d) at %s, so a new method may not be listed", maxMethods, strings.Join(first(methodsNotKept, 5), ", ")))
+	}
+	if len(pathsNotKept) > 0 && cur.Overflow.Paths == 0 {
+		d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have paths sbx audit did not keep at %s, so a new path may not be listed", strings.Join(first(pathsNotKept, 5), ", ")))
+	}
+	for _, b := range cur.Bypass {
+		if b.Host == "" {
+			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the new logs have %s around the gateway whose destinations the gateway did not keep apart, so a new destination may not be listed", plural(b.Packets, "packet", "packets")))
 		}
 	}
 
@@ -116,6 +155,7 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		}
 		slices.Sort(c.NewPaths)
 		c.PathsUncertain = o.PathsIncomplete || t.PathsIncomplete
+		c.MethodsUncertain = o.MethodsIncomplete || t.MethodsIncomplete
 		for _, n := range []struct {
 			name string
 			vs   []string

@@ -7,9 +7,10 @@
 // (Limits): one row per target (host, port), per DNS name, per bypass
 // destination and per process, a timeline and the totals. Whatever goes
 // over a limit is counted, and the report says so; a log the gateway left
-// records out of (dropped records) is reported as incomplete. The report
-// does not depend on the order of the records, so logs are merged by
-// reading them one after the other.
+// records out of (dropped records), or whose last line was cut short, is
+// reported as incomplete. The counts do not depend on the order of the
+// records, so logs are merged by reading them one after the other; when a
+// cap is reached, what came first is kept (see Summary).
 //
 // Expect replays every attempt of the logs against a policy with Replay,
 // which decides with netpolicy's Verdict and DecideHost, the code the

@@ -3,7 +3,11 @@ package audit
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -12,39 +16,66 @@ import (
 
 // Replay returns what p says of the attempt r records, with the decision
 // code the gateway uses (netpolicy's Verdict and DecideHost), and whether
-// r is an attempt at all (decisions of kinds http, connect, transparent,
-// dns and bypass are; close, policy and dropped records and refused
-// clients are not).
+// r is an attempt at all (decisions of every kind but conn are, and so is
+// a close record of a tunnel the gateway's TLS check closed, and a record
+// of an event this package does not know; other close records, policy
+// and dropped records and refused clients are not).
 //
 //   - http, connect, transparent: Verdict of the target, with the method
-//     and path of a plain HTTP request; a transparent connection that was
-//     not plain HTTP is decided as a CONNECT, and an intercept of it is a
-//     block, as the gateway does.
+//     and path of a plain HTTP request. A tunnel (a CONNECT, or a
+//     transparent connection that was not plain HTTP) is decided as a
+//     CONNECT, and an intercept of it is a block, as the gateway does.
+//     A request whose path the log cut short (over 1024 bytes) is decided
+//     as such a tunnel to its host and port, since its real path is
+//     unknown.
+//   - http, connect, transparent whose record has rule invalid (a target
+//     that did not parse, a malformed request, a Host header or TLS
+//     server name that is not the target's): the logged block, which the
+//     gateway gives whatever the policy. So is a close record of action
+//     block and rule invalid, a tunnel the gateway closed when its first
+//     bytes were a ClientHello for another host, or one it could not
+//     parse.
 //   - dns: DecideHost of the name, as the DNS stub decides.
 //   - bypass: the packet's destination as a target: Verdict of (address,
-//     port) as a CONNECT, or DecideHost of the address for ICMP and other
-//     protocols without ports. The gateway refuses these packets whatever
-//     the policy; an allow here says only that the policy names their
-//     target. A bypass record without a destination (the gateway's
-//     overflow record) cannot be replayed and is a block.
+//     port) as a CONNECT, or, for ICMP and other protocols without ports,
+//     DecideHost of the address and then, when it allows, the address
+//     guard as Verdict applies it (which only a rule for the address with
+//     ports "*" exempts from, a packet having no port). The gateway
+//     refuses these packets whatever the policy; an allow here says only
+//     that the policy names their target. A bypass record without a
+//     destination (the gateway's overflow record) cannot be replayed and
+//     is a block.
+//   - a decision of a kind, or a record of an event, that this package
+//     does not know (a newer gateway wrote it): a block by RuleUnknown,
+//     since what it stands for cannot be judged; upgrade sbx.
 //
 // Like Verdict, Replay ignores the policy's mode.
 func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, bool) {
-	if r.Event != decisionlog.EventDecision {
+	switch r.Event {
+	case decisionlog.EventDecision:
+	case decisionlog.EventClose:
+		if closedByTLSCheck(r) {
+			return loggedInvalid(r), true
+		}
 		return netpolicy.Decision{}, false
+	case decisionlog.EventPolicy, decisionlog.EventDropped:
+		return netpolicy.Decision{}, false
+	default:
+		return unknownDecision("event", r.Event), true
 	}
 	switch r.Kind {
-	case decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
+		if r.Rule == netpolicy.RuleInvalid {
+			return loggedInvalid(r), true
+		}
 		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
-		tunnel := isTunnel(r.Method)
-		if tunnel {
-			t.Method, t.Path = "CONNECT", ""
+		switch {
+		case isTunnel(r.Method):
+			return tunnelVerdict(p, t, r), true
+		case pathCut(r.Path):
+			return anyRequestVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port))), true
 		}
-		d := p.Verdict(t)
-		if tunnel && r.Kind == decisionlog.KindTransparent && d.Action == netpolicy.Intercept {
-			d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
-		}
-		return d, true
+		return p.Verdict(t), true
 	case decisionlog.KindDNS:
 		return p.DecideHost(r.Host), true
 	case decisionlog.KindBypass:
@@ -55,10 +86,96 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		if r.Port > 0 {
 			return p.Verdict(netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: "CONNECT"}), true
 		}
-		return p.DecideHost(r.Host), true
+		d := p.DecideHost(r.Host)
+		if d.Action == netpolicy.Block {
+			return d, true
+		}
+		if h, err := netpolicy.NormalizeHost(r.Host); err == nil {
+			if ip, err := netip.ParseAddr(h); err == nil {
+				// The address guard, as Verdict applies it to an IP
+				// literal; a packet has no port, so only a rule for
+				// every port can exempt its address.
+				if g, refused := p.GuardAddr(ip, netpolicy.Target{Host: h, Method: "CONNECT"}); refused {
+					return g, true
+				}
+			}
+		}
+		return d, true
+	case decisionlog.KindConn:
+		return netpolicy.Decision{}, false
 	}
-	return netpolicy.Decision{}, false
+	return unknownDecision("kind", r.Kind), true
 }
+
+// RuleUnknown is the rule of Replay's block of a record of a kind or
+// event it does not know.
+const RuleUnknown = "unknown"
+
+func unknownDecision(what, name string) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: RuleUnknown,
+		Reason: fmt.Sprintf("%s %q is not known to this sbx audit: upgrade sbx", what, clipString(name, maxShortString))}
+}
+
+// tunnelVerdict is the gateway's verdict on the tunnel to t that r logged
+// (a CONNECT, or a transparent connection that is not plain HTTP):
+// DecideTunnel when the gateway inspects it, else anyRequestVerdict.
+func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Record) netpolicy.Decision {
+	// The gateway decrypts a tunnel to a host the policy inspects and
+	// decides each request in it (DESIGN.md §13), which are records of
+	// their own: every CONNECT, and a transparent connection that spoke
+	// TLS, which its record shows by the reason of its allow. Another
+	// transparent connection (SSH, say) is never inspected.
+	inspectable := r.Kind == decisionlog.KindConnect || r.Action == string(netpolicy.Allow) && r.Reason == netpolicy.InspectedReason
+	if inspectable && p.Inspects(t.Host, t.Port) {
+		t.Method, t.Path = "CONNECT", ""
+		return p.DecideTunnel(t)
+	}
+	return anyRequestVerdict(p, t, "")
+}
+
+// anyRequestVerdict is the verdict on t as an uninspected tunnel, which
+// could carry any request: Verdict of t as a CONNECT, an intercept being a
+// block, since an intercept answers HTTP requests and the gateway cannot
+// read them inside a tunnel it does not inspect (DESIGN.md §4.4). It is
+// also the verdict on a request whose path the log cut: only a rule that
+// would allow any path to its host allows it. why, when not empty, is
+// added to the reason.
+func anyRequestVerdict(p *netpolicy.Policy, t netpolicy.Target, why string) netpolicy.Decision {
+	t.Method, t.Path = "CONNECT", ""
+	d := p.Verdict(t)
+	if d.Action == netpolicy.Intercept {
+		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule,
+			Reason: "rule " + d.Rule + " intercepts it, and an intercept answers HTTP requests, which the gateway cannot read inside a tunnel, so the gateway refuses the tunnel"}
+	}
+	if why != "" {
+		d.Reason = why + ": " + d.Reason
+	}
+	return d
+}
+
+// loggedInvalid is the block the gateway logged for r, which it refused
+// as invalid whatever the policy.
+func loggedInvalid(r *decisionlog.Record) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+		Reason: "the gateway refused it whatever the policy (" + clipString(r.Reason, maxShortString) + "), so no policy can allow it"}
+}
+
+// closedByTLSCheck reports whether r is the close record of a tunnel the
+// gateway closed after it opened: its first bytes were a TLS ClientHello
+// for another host than the target, or one that could not be parsed
+// (gateway/tunnel.go's relay logs action block, rule invalid).
+func closedByTLSCheck(r *decisionlog.Record) bool {
+	return r.Event == decisionlog.EventClose && r.Action == string(netpolicy.Block) && r.Rule == netpolicy.RuleInvalid &&
+		(r.Kind == decisionlog.KindConnect || r.Kind == decisionlog.KindTransparent)
+}
+
+// maxLoggedPath is the longest path the gateway logs whole; a longer one
+// is cut to this many bytes and "..." (gateway/forward.go).
+const maxLoggedPath = 1024
+
+// pathCut reports whether a logged path may have been cut short: the
+// gateway never logs a longer one whole.
+func pathCut(path string) bool { return len(path) > maxLoggedPath }
 
 // port returns n as a port, 0 (which Decide calls invalid) when it is not
 // one.
@@ -102,11 +219,15 @@ type Expectation struct {
 	// Dropped is how many records the gateway left out of the logs: those
 	// attempts cannot be replayed, so the expectation cannot hold.
 	Dropped uint64 `json:"dropped"`
+	// Truncated says of each log whose last line was cut short where,
+	// and why that may be (see LogRead.Truncated): what that line
+	// recorded cannot be replayed, so the expectation cannot hold.
+	Truncated []string `json:"truncated,omitempty"`
 }
 
 // Holds reports whether every attempt was allowed and none is missing.
 func (e *Expectation) Holds() bool {
-	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0
+	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0 && len(e.Truncated) == 0
 }
 
 type unexpectedKey struct {
@@ -115,17 +236,32 @@ type unexpectedKey struct {
 	method, path      string
 }
 
+// ErrNoRecords is wrapped by Expect's error for a log without a record:
+// it cannot show that anything holds, and is likely not a decision log.
+var ErrNoRecords = errors.New("no decision records")
+
+// isKnownEvent reports whether this package knows the event.
+func isKnownEvent(ev string) bool {
+	switch ev {
+	case decisionlog.EventDecision, decisionlog.EventClose, decisionlog.EventPolicy, decisionlog.EventDropped:
+		return true
+	}
+	return false
+}
+
 // Expect replays every attempt of sources against p (see Replay) and
-// returns the targets p would not allow: a block verdict, or an invalid
-// target. An intercept is expected (the gateway answers it, nothing
-// leaves). name names the policy in the result.
+// returns the targets p would not allow: a block verdict (an invalid
+// target, and a record of a kind or event it does not know, among them).
+// An intercept is expected (the gateway answers it, nothing leaves). name
+// names the policy in the result. A log without a single record is an
+// error that wraps ErrNoRecords.
 func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Source, lim Limits) (*Expectation, error) {
 	lim = lim.withDefaults()
 	e := &Expectation{Policy: name, Unexpected: []*Unexpected{}}
 	found := map[unexpectedKey]*Unexpected{}
-	err := Scan(ctx, sources, func(r *decisionlog.Record) error {
+	reads, err := Scan(ctx, sources, func(r *decisionlog.Record) error {
 		if r.Event == decisionlog.EventDropped {
-			e.Dropped += r.Count
+			e.Dropped = satAdd(e.Dropped, r.Count)
 			return nil
 		}
 		d, ok := Replay(p, r)
@@ -136,31 +272,45 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		if r.Kind == decisionlog.KindBypass {
 			n = max(r.Count, 1)
 		}
-		e.Attempts += n
+		e.Attempts = satAdd(e.Attempts, n)
 		if d.Action != netpolicy.Block {
 			return nil
 		}
-		k := unexpectedKey{kind: r.Kind, proto: r.Proto, host: r.Host, port: r.Port}
+		// What is kept is cut to bounds (see clipRecord), so that a log
+		// of huge strings is replayed in bounded memory.
+		c := clipRecord(r)
+		k := unexpectedKey{kind: c.Kind, proto: c.Proto, host: c.Host, port: c.Port}
+		if d.Rule == RuleUnknown && !isKnownEvent(r.Event) {
+			k.kind = "event " + strconv.Quote(c.Event)
+		}
 		if !isTunnel(r.Method) {
-			k.method, k.path = r.Method, r.Path
+			k.method, k.path = c.Method, c.Path
 		}
 		u := found[k]
 		if u == nil {
 			if len(found) >= lim.Targets {
-				e.NotKept += n
+				e.NotKept = satAdd(e.NotKept, n)
 				return nil
 			}
 			u = &Unexpected{Kind: k.kind, Proto: k.proto, Host: k.host, Port: k.port, Method: k.method, Path: k.path,
-				Rule: d.Rule, Reason: d.Reason}
+				Rule: clipString(d.Rule, maxShortString), Reason: clipString(d.Reason, maxLoggedPath)}
 			found[k] = u
 		}
-		u.Attempts += n
-		u.Logged = loggedAs(r)
+		u.Attempts = satAdd(u.Attempts, n)
+		u.Logged = loggedAs(&c)
 		u.Seen.add(r.Time)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, l := range reads {
+		if l.Records == 0 && l.TruncatedLine == 0 {
+			return nil, fmt.Errorf("%w in %s: is this a decision log? (a gateway's log starts with a policy record)", ErrNoRecords, l.Name)
+		}
+		if l.TruncatedLine != 0 {
+			e.Truncated = append(e.Truncated, l.Truncated())
+		}
 	}
 	for _, u := range found {
 		e.Unexpected = append(e.Unexpected, u)

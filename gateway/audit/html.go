@@ -63,6 +63,7 @@ type htmlView struct {
 	Span       string
 	Stats      []htmlStatGroup
 	Overflow   []string
+	Notices    []string
 	Timeline   *timelineChart
 	Hosts      *hostChart
 	Targets    []targetRow
@@ -240,6 +241,9 @@ func newHTMLView(r *Report) *htmlView {
 		if f.n > 0 {
 			v.Overflow = append(v.Overflow, digits(f.n)+" "+f.what)
 		}
+	}
+	for _, n := range r.notices() {
+		v.Notices = append(v.Notices, visible(n))
 	}
 	v.Timeline = newTimeline(r)
 	v.Hosts = newHostChart(r)
@@ -495,54 +499,6 @@ func digits(n uint64) string {
 	return b.String()
 }
 
-// visible shows a string from the log as what it holds: control
-// characters, invalid UTF-8 and the characters that reorder or hide text
-// (bidirectional overrides, zero-width marks) become escapes, so a name
-// cannot pose as another or break the page's layout.
-func visible(s string) string {
-	clean := true
-	for _, c := range s {
-		if hidden(c) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		c, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case c == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case c < 0x80 && hidden(c):
-			fmt.Fprintf(&b, `\x%02x`, c)
-		case hidden(c):
-			fmt.Fprintf(&b, `\u%04x`, c)
-		default:
-			b.WriteRune(c)
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// hidden reports whether c is not shown as itself: a control character,
-// a bidirectional-formatting or zero-width character, a line or paragraph
-// separator, or the replacement for invalid UTF-8.
-func hidden(c rune) bool {
-	switch {
-	case c < 0x20, c >= 0x7f && c < 0xa0:
-		return true
-	case c == 0xad, c == 0x061c, c == 0x180e, c == 0xfeff, c == utf8.RuneError:
-		return true
-	case c >= 0x200b && c <= 0x200f, c >= 0x2028 && c <= 0x202e, c >= 0x2060 && c <= 0x206f:
-		return true
-	}
-	return false
-}
-
 // clip shortens s to at most n runes, marking the cut.
 func clip(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
@@ -628,6 +584,9 @@ Time span: <b data-stat="span">{{.Span}}</b>.
 {{- if .Overflow}}
 <div class="warn-box" role="alert" data-warning="overflow"><b>Some attempts are counted but not listed:</b> the report kept tables within its limits, and left out
 <ul>{{range .Overflow}}<li>{{.}}</li>{{end}}</ul></div>
+{{- end}}
+{{- range .Notices}}
+<div class="warn-box" role="alert" data-warning="notice"><b>Note:</b> {{.}}.</div>
 {{- end}}
 {{- if .Unenforced}}
 <div class="warn-box" data-warning="unenforced"><b>Audit mode:</b> {{digits .Unenforced}} blocked requests were let through.</div>

@@ -341,6 +341,7 @@ func TestWriteHTMLWarnings(t *testing.T) {
 		{"dropped", full(Limits{}, req("a.example"), &decisionlog.Record{Event: decisionlog.EventDropped, Count: 3}), []string{"dropped"}},
 		{"overflow", full(Limits{Targets: 1}, req("a.example"), req("b.example")), []string{"overflow"}},
 		{"audit mode", full(Limits{}, &decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Method: "GET", Host: "a.example", Port: 80, Action: "block"}), []string{"unenforced"}},
+		{"unknown kind", full(Limits{}, &decisionlog.Record{Event: decisionlog.EventDecision, Kind: "quic", Host: "a.example", Port: 443, Action: "allow"}), []string{"notice"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,6 +72,7 @@ func (r *Report) warnings() []string {
 	if r.Dropped > 0 {
 		ws = append(ws, fmt.Sprintf("the gateway left %d records out of these logs to stay within its budget: the counts are low, and what they were is not known", r.Dropped))
 	}
+	ws = append(ws, r.notices()...)
 	o := r.Overflow
 	if o.Targets+o.DNSNames+o.Bypass+o.Processes > 0 {
 		ws = append(ws, fmt.Sprintf("more targets than sbx audit keeps apart: %d attempts, %d DNS queries, %d packets and %d process records are in the totals only", o.Targets, o.DNSNames, o.Bypass, o.Processes))
@@ -82,24 +83,47 @@ func (r *Report) warnings() []string {
 	return ws
 }
 
+// notices are the warnings besides dropped records and overflow, which
+// the HTML report shows in a box of their own.
+func (r *Report) notices() []string {
+	ws := slices.Clone(r.Truncated)
+	if len(r.Unknown) > 0 {
+		ws = append(ws, r.unknownText()+": they are not in the tables below; upgrade sbx to read them")
+	}
+	if r.ClosedByTLSCheck > 0 {
+		ws = append(ws, fmt.Sprintf("the gateway closed %s after opening them, since their first bytes were a TLS ClientHello for another host than the target (sni mismatch) or one it could not parse: each is counted allowed when decided and blocked (rule invalid) when closed, and no policy can allow it", plural(r.ClosedByTLSCheck, "tunnel", "tunnels")))
+	}
+	return ws
+}
+
+// unknownText says how many records of which kinds and events this sbx
+// audit does not know.
+func (r *Report) unknownText() string {
+	var n uint64
+	for _, c := range r.Unknown {
+		n += c
+	}
+	return fmt.Sprintf("%s of kinds or events this sbx audit does not know, written by a newer gateway (%s)", plural(n, "record", "records"), clip(visible(rulesText(r.Unknown)), maxWideCell))
+}
+
 func writeText(w io.Writer, r *Report) error {
 	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "sbx audit of %s\n", printable(strings.Join(r.Logs, ", ")))
+	fmt.Fprintf(ew, "sbx audit of %s\n", visible(strings.Join(r.Logs, ", ")))
 	if len(r.Sandboxes) > 0 {
-		fmt.Fprintf(ew, "sandboxes: %s\n", printable(strings.Join(r.Sandboxes, ", ")))
+		fmt.Fprintf(ew, "sandboxes: %s\n", wideCell(strings.Join(first(r.Sandboxes, 20), ", ")))
 	}
 	fmt.Fprintf(ew, "from %s\n", r.span())
 	for _, warn := range r.warnings() {
-		fmt.Fprintf(ew, "WARNING: %s\n", warn)
+		fmt.Fprintf(ew, "WARNING: %s\n", visible(warn))
 	}
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(ew, "\nTargets\n")
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TARGET\tKINDS\tALLOW\tBLOCK\tINTERCEPT\tOUT\tIN\tRULES\tMETHODS, PATHS\tPROCESSES")
 		for _, t := range r.Targets {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", printable(hostPort(t.Host, t.Port)),
-				strings.Join(t.Kinds, ","), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
-				printable(rulesText(t.Rules)), printable(methodsPaths(t, 3)), printable(strings.Join(t.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", cell(hostPort(t.Host, t.Port)),
+				cell(strings.Join(t.Kinds, ",")), t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn),
+				cell(rulesText(t.Rules)), cell(methodsPaths(t, 3)), cell(strings.Join(t.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -108,7 +132,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tTYPES\tANSWERED\tREFUSED\tPROCESSES")
 		for _, d := range r.DNSNames {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", printable(d.Name), printable(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, printable(strings.Join(d.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", cell(d.Name), cell(strings.Join(d.Types, ",")), d.Allowed+d.Intercepted, d.Blocked, cell(strings.Join(d.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -117,7 +141,7 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PROTO\tDESTINATION\tPACKETS\tFIRST\tLAST\tPROCESSES")
 		for _, b := range r.Bypass {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(b.Proto), printable(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), printable(strings.Join(b.Processes, ",")))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", cell(b.Proto), cell(bypassDest(b)), b.Packets, clock(b.First), clock(b.Last), cell(strings.Join(b.Processes, ",")))
 		}
 		tw.Flush()
 	}
@@ -126,14 +150,14 @@ func writeText(w io.Writer, r *Report) error {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "COMMAND\tEXECUTABLE\tPIDS\tTARGETS\tALLOW\tBLOCK\tINTERCEPT")
 		for _, p := range r.Processes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", printable(p.Comm), printable(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", cell(p.Comm), cell(p.Exe), p.PIDs, p.Targets, p.Allowed, p.Blocked, p.Intercepted)
 		}
 		tw.Flush()
 	}
 	if len(r.PolicyChanges) > 0 {
 		fmt.Fprintf(ew, "\nPolicy changes\n")
 		for _, c := range r.PolicyChanges {
-			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, printable(c.Change))
+			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, visible(c.Change))
 		}
 	}
 	if r.RefusedClients > 0 {
@@ -149,7 +173,7 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	fmt.Fprintf(ew, "**%s**\n\n", mdText(r.SummaryLine()))
 	fmt.Fprintf(ew, "Logs: %s  \n", mdCode(strings.Join(r.Logs, ", ")))
 	if len(r.Sandboxes) > 0 {
-		fmt.Fprintf(ew, "Sandboxes: %s  \n", mdCode(strings.Join(r.Sandboxes, ", ")))
+		fmt.Fprintf(ew, "Sandboxes: %s  \n", mdCode(wideCell(strings.Join(first(r.Sandboxes, 20), ", "))))
 	}
 	fmt.Fprintf(ew, "From %s\n\n", mdText(r.span()))
 	for _, warn := range r.warnings() {
@@ -158,30 +182,30 @@ func writeMarkdown(w io.Writer, r *Report) error {
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(ew, "### Targets\n\n| target | kinds | allowed | blocked | intercepted | out | in | rules | methods, paths | processes |\n|---|---|--:|--:|--:|--:|--:|---|---|---|\n")
 		for _, t := range r.Targets {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCode(hostPort(t.Host, t.Port)), strings.Join(t.Kinds, ", "),
-				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCode(rulesText(t.Rules)),
-				mdCode(methodsPaths(t, 3)), mdCode(strings.Join(t.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", mdCell(hostPort(t.Host, t.Port)), mdCell(strings.Join(t.Kinds, ", ")),
+				t.Allowed, t.Blocked, t.Intercepted, byteSize(t.BytesOut), byteSize(t.BytesIn), mdCell(rulesText(t.Rules)),
+				mdCell(methodsPaths(t, 3)), mdCell(strings.Join(t.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.DNSNames) > 0 {
 		fmt.Fprintf(ew, "### DNS queries\n\n| name | types | answered | refused | processes |\n|---|---|--:|--:|---|\n")
 		for _, d := range r.DNSNames {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %s |\n", mdCode(d.Name), mdCode(strings.Join(d.Types, ", ")), d.Allowed+d.Intercepted, d.Blocked, mdCode(strings.Join(d.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %s |\n", mdCell(d.Name), mdCell(strings.Join(d.Types, ", ")), d.Allowed+d.Intercepted, d.Blocked, mdCell(strings.Join(d.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.Bypass) > 0 {
 		fmt.Fprintf(ew, "### Packets around the gateway (refused)\n\n| proto | destination | packets | processes |\n|---|---|--:|---|\n")
 		for _, b := range r.Bypass {
-			fmt.Fprintf(ew, "| %s | %s | %d | %s |\n", mdCode(b.Proto), mdCode(bypassDest(b)), b.Packets, mdCode(strings.Join(b.Processes, ", ")))
+			fmt.Fprintf(ew, "| %s | %s | %d | %s |\n", mdCell(b.Proto), mdCell(bypassDest(b)), b.Packets, mdCell(strings.Join(b.Processes, ", ")))
 		}
 		fmt.Fprintln(ew)
 	}
 	if len(r.Processes) > 0 {
 		fmt.Fprintf(ew, "### Processes\n\n| command | executable | targets | allowed | blocked | intercepted |\n|---|---|--:|--:|--:|--:|\n")
 		for _, p := range r.Processes {
-			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %d |\n", mdCode(p.Comm), mdCode(p.Exe), p.Targets, p.Allowed, p.Blocked, p.Intercepted)
+			fmt.Fprintf(ew, "| %s | %s | %d | %d | %d | %d |\n", mdCell(p.Comm), mdCell(p.Exe), p.Targets, p.Allowed, p.Blocked, p.Intercepted)
 		}
 		fmt.Fprintln(ew)
 	}
@@ -198,27 +222,29 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	}
 	md := format == FormatMarkdown
 	ew := &errWriter{w: w}
+	txt := visible
 	if md {
+		txt = mdText
 		fmt.Fprintf(ew, "## sbx audit --expect %s\n\n", mdCode(e.Policy))
 	}
 	switch {
 	case e.Holds():
-		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", printable(e.Policy), plural(e.Attempts, "attempt", "attempts"))
+		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", txt(e.Policy), plural(e.Attempts, "attempt", "attempts"))
 		return ew.err
 	case len(e.Unexpected) > 0:
-		fmt.Fprintf(ew, "%s does not allow %s:\n\n", printable(e.Policy), plural(uint64(len(e.Unexpected)), "target the logs show", "targets the logs show"))
+		fmt.Fprintf(ew, "%s does not allow %s:\n\n", txt(e.Policy), plural(uint64(len(e.Unexpected)), "target the logs show", "targets the logs show"))
 	}
 	if md && len(e.Unexpected) > 0 {
 		fmt.Fprintf(ew, "| kind | target | attempts | logged as | policy says |\n|---|---|--:|---|---|\n")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", u.Kind, mdCode(unexpectedTarget(u)), u.Attempts, mdText(u.Logged), mdText(u.Rule+": "+u.Reason))
+			fmt.Fprintf(ew, "| %s | %s | %d | %s | %s |\n", mdCell(u.Kind), mdCell(unexpectedTarget(u)), u.Attempts, mdText(wideCell(u.Logged)), mdText(wideCell(u.Rule+": "+u.Reason)))
 		}
 		fmt.Fprintln(ew)
 	} else if len(e.Unexpected) > 0 {
 		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KIND\tTARGET\tATTEMPTS\tLOGGED AS\tPOLICY SAYS")
 		for _, u := range e.Unexpected {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", u.Kind, printable(unexpectedTarget(u)), u.Attempts, printable(u.Logged), printable(u.Rule+": "+u.Reason))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(u.Kind), cell(unexpectedTarget(u)), u.Attempts, wideCell(u.Logged), wideCell(u.Rule+": "+u.Reason))
 		}
 		tw.Flush()
 	}
@@ -228,10 +254,16 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	if e.Dropped > 0 {
 		fmt.Fprintf(ew, "\nThe gateway left %d records out of the logs (over its budget): what they were cannot be replayed, so the logs cannot show that the policy allows everything.\n", e.Dropped)
 	}
+	for _, t := range e.Truncated {
+		fmt.Fprintf(ew, "\n%s; so the logs cannot show that the policy allows everything.\n", txt(t))
+	}
 	return ew.err
 }
 
 func unexpectedTarget(u *Unexpected) string {
+	if u.Host == "" && u.Port == 0 && u.Proto == "" && u.Method == "" {
+		return "(no target)"
+	}
 	t := hostPort(u.Host, u.Port)
 	if u.Proto != "" {
 		t = u.Proto + " " + u.Host
@@ -266,20 +298,22 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 		if md {
 			fmt.Fprintf(ew, "- %s\n", mdText(s))
 		} else {
-			fmt.Fprintf(ew, "  %s\n", printable(s))
+			fmt.Fprintf(ew, "  %s\n", visible(s))
 		}
 	}
+	txt, br := visible, "\n"
 	if md {
+		txt, br = mdText, "  \n"
 		fmt.Fprintf(ew, "## sbx audit --diff\n\n")
 	}
-	fmt.Fprintf(ew, "old: %s\nnew: %s\n", printable(strings.Join(d.Old, ", ")), printable(strings.Join(d.New, ", ")))
+	fmt.Fprintf(ew, "old: %s%snew: %s\n", txt(strings.Join(d.Old, ", ")), br, txt(strings.Join(d.New, ", ")))
 	for _, s := range d.Incomplete {
 		item("WARNING: " + s + "; the diff may miss what is new")
 	}
 	if len(d.NewTargets)+len(d.NewDNSNames)+len(d.NewBypass) > 0 {
 		head("New: reached by the new logs only")
 		for _, t := range d.NewTargets {
-			item(fmt.Sprintf("%s  %s  %s  (%s)", hostPort(t.Host, t.Port), strings.Join(t.Kinds, ","), verdicts(t.Counts), methodsPaths(t, 5)))
+			item(fmt.Sprintf("%s  %s  %s  (%s)", hostPort(t.Host, t.Port), strings.Join(t.Kinds, ","), verdicts(t.Counts), clip(methodsPaths(t, 5), maxWideCell)))
 		}
 		for _, n := range d.NewDNSNames {
 			item(fmt.Sprintf("dns %s  %s", n.Name, verdicts(n.Counts)))
@@ -299,10 +333,17 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 				s += "; new methods " + strings.Join(c.NewMethods, ",")
 			}
 			if len(c.NewPaths) > 0 {
-				s += "; new paths " + strings.Join(first(c.NewPaths, 10), " ")
+				paths := slices.Clone(first(c.NewPaths, 10))
+				for i, p := range paths {
+					paths[i] = clip(p, maxCell)
+				}
+				s += "; new paths " + strings.Join(paths, " ")
 			}
 			if c.PathsUncertain {
 				s += " (not every path was kept)"
+			}
+			if c.MethodsUncertain {
+				s += " (not every method was kept)"
 			}
 			item(s)
 		}
@@ -380,6 +421,9 @@ func rulesText(rules map[string]uint64) string {
 // methodsPaths lists t's methods and its n most frequent paths.
 func methodsPaths(t *Target, n int) string {
 	s := strings.Join(t.Methods, ",")
+	if t.MethodsIncomplete {
+		s += ",+more"
+	}
 	for i, p := range t.Paths {
 		if i == n {
 			s += fmt.Sprintf(" +%d", len(t.Paths)-n)
@@ -397,21 +441,27 @@ func clock(t time.Time) string {
 	return t.UTC().Format("15:04:05Z")
 }
 
-// printable replaces control characters: hosts, paths and names come from
-// the sandbox and must not drive a terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == '\u2028' || c == '\u2029' {
-			return '?'
-		}
-		return c
-	}, s)
-}
+// Widths of table cells, in characters: a string from the log is cut to
+// this, with "…", so that a row stays readable and tabwriter's work
+// bounded however long the string.
+const (
+	maxCell     = 120
+	maxWideCell = 400 // a cell that explains: logged as, policy says
+)
+
+// cell is s as a text table cell: visible, and cut to maxCell.
+func cell(s string) string { return clip(visible(s), maxCell) }
+
+// wideCell is s as a text table cell of up to maxWideCell characters.
+func wideCell(s string) string { return clip(visible(s), maxWideCell) }
+
+// mdCell is s as a markdown table cell: code, cut to maxCell.
+func mdCell(s string) string { return mdCode(cell(s)) }
 
 // mdText escapes what markdown would read as markup.
 func mdText(s string) string {
 	var b strings.Builder
-	for _, c := range printable(s) {
+	for _, c := range visible(s) {
 		if strings.ContainsRune("\\`*_{}[]()<>#+-.!|~&", c) {
 			b.WriteByte('\\')
 		}
@@ -426,7 +476,7 @@ func mdCode(s string) string {
 	if s == "" {
 		return ""
 	}
-	s = strings.ReplaceAll(printable(s), "|", "\\|")
+	s = strings.ReplaceAll(visible(s), "|", "\\|")
 	ticks := "`"
 	for strings.Contains(s, ticks) {
 		ticks += "`"

@@ -3,11 +3,16 @@ package audit
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
+	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // ReportVersion is the version of the JSON report's format.
@@ -49,19 +54,48 @@ type Counts struct {
 func (c *Counts) add(r *decisionlog.Record, n uint64) {
 	switch r.Action {
 	case "allow":
-		c.Allowed += n
+		c.Allowed = satAdd(c.Allowed, n)
 	case "intercept":
-		c.Intercepted += n
+		c.Intercepted = satAdd(c.Intercepted, n)
 	default:
-		c.Blocked += n
+		c.Blocked = satAdd(c.Blocked, n)
 		if !r.Enforced && r.Event == decisionlog.EventDecision && r.Action == "block" && r.Kind != decisionlog.KindBypass && r.Kind != decisionlog.KindDNS {
-			c.Unenforced += n
+			c.Unenforced = satAdd(c.Unenforced, n)
 		}
 	}
 }
 
-// Total is the number of attempts counted.
-func (c Counts) Total() uint64 { return c.Allowed + c.Blocked + c.Intercepted }
+// merge adds o to c.
+func (c *Counts) merge(o Counts) {
+	c.Allowed = satAdd(c.Allowed, o.Allowed)
+	c.Blocked = satAdd(c.Blocked, o.Blocked)
+	c.Intercepted = satAdd(c.Intercepted, o.Intercepted)
+	c.Unenforced = satAdd(c.Unenforced, o.Unenforced)
+}
+
+// satAdd is a+b, or the largest uint64 when that overflows: a log can
+// claim any count.
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// addBytes is a+b for a byte count: a negative b (no gateway writes one)
+// adds nothing, and a sum over the largest int64 stays there.
+func addBytes(a, b int64) int64 {
+	if b <= 0 {
+		return a
+	}
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Total is the number of attempts counted (at most the largest uint64).
+func (c Counts) Total() uint64 { return satAdd(satAdd(c.Allowed, c.Blocked), c.Intercepted) }
 
 // Seen is when something was first and last seen.
 type Seen struct {
@@ -98,23 +132,45 @@ type Target struct {
 	// Methods are the HTTP methods seen, CONNECT included; a transparent
 	// connection that was not plain HTTP has none.
 	Methods []string `json:"methods"`
+	// MethodsIncomplete says this target saw more methods than are kept
+	// (maxMethods): the others are not listed.
+	MethodsIncomplete bool `json:"methods_incomplete,omitempty"`
 	// Paths are the paths of plain HTTP requests, the most frequent first
 	// (all that were kept; see PathsIncomplete).
 	Paths []PathCount `json:"paths,omitempty"`
 	// PathsIncomplete says some paths of this target were not kept
 	// (Limits.Paths).
 	PathsIncomplete bool `json:"paths_incomplete,omitempty"`
+	// PathsCut says the log cut some request's path short (the gateway
+	// logs at most 1024 bytes of a path): what was asked for is not
+	// known past the cut.
+	PathsCut bool `json:"paths_cut,omitempty"`
 	// Tunnels counts the attempts that carried no method and path the
 	// gateway could see: CONNECT tunnels and transparent connections that
 	// were not plain HTTP.
 	Tunnels uint64 `json:"tunnels"`
+	// InspectedTunnels counts the tunnels the gateway decrypted (TLS
+	// inspection, DESIGN.md §13); each request in them is an attempt of
+	// kind https of its own, with its method and path.
+	InspectedTunnels uint64 `json:"inspected_tunnels,omitempty"`
 	Counts
 	BytesOut int64 `json:"bytes_out"`
 	BytesIn  int64 `json:"bytes_in"`
 	Seen
 	// Rules are the rules that decided, with how many attempts each.
 	Rules map[string]uint64 `json:"rules"`
-	// InterceptStatus is the status of the last intercepted answer.
+	// Invalid counts the attempts the gateway refused whatever the policy
+	// (rule invalid: a malformed request, a Host header or TLS server
+	// name that is not the target's), ClosedByTLSCheck included. They are
+	// in Blocked too.
+	Invalid uint64 `json:"invalid,omitempty"`
+	// ClosedByTLSCheck counts the tunnels the gateway opened and then
+	// closed, since their first bytes were a TLS ClientHello for another
+	// host than the target, or one it could not parse: each is counted
+	// twice, allowed when it was decided and blocked when it was closed.
+	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
+	// InterceptStatus is the highest status of the intercepted answers
+	// (the same whatever the order of the records).
 	InterceptStatus int `json:"intercept_status,omitempty"`
 	// Processes are the processes (comm) that made the attempts, when the
 	// log names them.
@@ -158,11 +214,12 @@ type Process struct {
 	Exe  string `json:"exe,omitempty"`
 	// Attempts counts its decisions, DNS queries and bypass records.
 	Counts
-	// Targets is how many distinct targets it tried.
+	// Targets is how many distinct targets it tried (at most 4096 are
+	// counted).
 	Targets int `json:"targets"`
 	PIDs    int `json:"pids"`
 
-	targets set
+	targets map[uint64]struct{} // hashes of the targets
 	pids    map[int]struct{}
 }
 
@@ -201,6 +258,10 @@ type Report struct {
 	BypassPackets uint64 `json:"bypass_packets"`
 	BytesOut      int64  `json:"bytes_out"`
 	BytesIn       int64  `json:"bytes_in"`
+	// ClosedByTLSCheck counts the tunnels the gateway closed after it
+	// opened them (see Target.ClosedByTLSCheck); they are in Requests
+	// twice, allowed and blocked.
+	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
 	// RefusedClients counts connections refused before any request (kind
 	// conn: a client not of the sandbox, or over its connection limit).
 	RefusedClients uint64 `json:"refused_clients"`
@@ -210,6 +271,15 @@ type Report struct {
 	// within its budget (dropped records): the logs are incomplete when it
 	// is not 0.
 	Dropped uint64 `json:"dropped"`
+	// Unknown counts the records of kinds and events this sbx audit does
+	// not know (a newer gateway wrote them), by `kind "x"` or `event
+	// "y"` (the first 64; the rest under "others"). They are counted in
+	// Records only: the tables do not show them.
+	Unknown map[string]uint64 `json:"unknown,omitempty"`
+	// Truncated says of each log whose last line was cut short (no
+	// newline, not a whole record) where, and why that may be: the logs
+	// are incomplete when it is not empty.
+	Truncated []string `json:"truncated,omitempty"`
 
 	Targets   []*Target  `json:"targets"`
 	DNSNames  []*DNSName `json:"dns_names"`
@@ -233,6 +303,9 @@ type PolicyChange struct {
 // the last entry's place.
 const maxPolicyChanges = 1000
 
+// maxMethods is the most methods a target keeps.
+const maxMethods = 32
+
 // MaxBuckets is the most intervals a timeline has.
 const MaxBuckets = 120
 
@@ -249,9 +322,13 @@ type bypassKey struct {
 type procKey struct{ comm, exe string }
 
 // Summary gathers records into a Report, in memory bounded by its Limits.
-// Records may come in any order and from several logs: the report does
-// not depend on the order. Make one with NewSummary. A Summary is not
-// safe for concurrent use.
+// Records may come in any order and from several logs: the counts, bytes
+// and times do not depend on the order, and neither does what is kept as
+// long as no cap is reached. When one is (rows, paths, and per row 32
+// methods, 64 rules, 16 processes or DNS types), what came first is kept
+// and the rest is counted or said to be left out, so which entries are
+// listed then depends on the order. Make one with NewSummary. A Summary
+// is not safe for concurrent use.
 type Summary struct {
 	lim       Limits
 	r         Report
@@ -262,6 +339,7 @@ type Summary struct {
 	procs     map[procKey]*Process
 	paths     int // (target, path) pairs kept
 	changes   uint64
+	seed      maphash.Seed // of the hashes of processes' targets
 
 	// The timeline: counts per bucket of width bucketNS nanoseconds,
 	// indexed by time/bucketNS; the width doubles whenever the span
@@ -279,16 +357,26 @@ func NewSummary(lim Limits) *Summary {
 		dns:      map[string]*DNSName{},
 		bypass:   map[bypassKey]*Bypass{},
 		procs:    map[procKey]*Process{},
+		seed:     maphash.MakeSeed(),
 		bucketNS: int64(time.Second),
 		buckets:  map[int64]*Counts{},
 	}
 }
 
+// AddTruncated notes that the last line of a log read into the Summary
+// was cut short (see LogRead.Truncated).
+func (s *Summary) AddTruncated(l LogRead) { s.r.Truncated = append(s.r.Truncated, l.Truncated()) }
+
 // AddLog notes the name of a log that is read into the Summary.
 func (s *Summary) AddLog(name string) { s.r.Logs = append(s.r.Logs, name) }
 
 // Add counts one record.
-func (s *Summary) Add(r *decisionlog.Record) {
+//
+// Every string of r that the Summary keeps is cut to a bound first (see
+// clipRecord), so that a log of huge strings is read in bounded memory.
+func (s *Summary) Add(rec *decisionlog.Record) {
+	c := clipRecord(rec)
+	r := &c
 	s.r.Records++
 	s.r.Seen.add(r.Time)
 	if r.Sandbox != "" && len(s.sandboxes) < 1024 {
@@ -302,14 +390,15 @@ func (s *Summary) Add(r *decisionlog.Record) {
 		}
 		return
 	case decisionlog.EventDropped:
-		s.r.Dropped += r.Count
+		s.r.Dropped = satAdd(s.r.Dropped, r.Count)
 		return
 	case decisionlog.EventClose:
 		s.addClose(r)
 		return
 	case decisionlog.EventDecision:
 	default:
-		return // an event of a later version: counted as a record only
+		s.addUnknown("event", r.Event) // of a later version
+		return
 	}
 	switch r.Kind {
 	case decisionlog.KindConn:
@@ -318,14 +407,18 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	case decisionlog.KindDNS:
 		s.r.DNS.add(r, 1)
 		s.addDNS(r)
-		s.addProcess(r, 1, "dns "+r.Host)
+		s.addProcess(r, 1, "dns", r.Host, 0)
 		s.tick(r, 1)
 		return
 	case decisionlog.KindBypass:
 		n := max(r.Count, 1)
-		s.r.BypassPackets += n
+		s.r.BypassPackets = satAdd(s.r.BypassPackets, n)
 		s.addBypass(r, n)
-		s.addProcess(r, 1, r.Proto+" "+r.Host)
+		s.addProcess(r, 1, r.Proto, r.Host, r.Port)
+		return
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
+	default:
+		s.addUnknown("kind", r.Kind) // of a later version
 		return
 	}
 	s.r.Requests.add(r, 1)
@@ -339,26 +432,55 @@ func (s *Summary) Add(r *decisionlog.Record) {
 	if t.Rules == nil {
 		t.Rules = map[string]uint64{}
 	}
-	if len(t.Rules) < 64 {
+	if _, ok := t.Rules[r.Rule]; ok || len(t.Rules) < 64 {
 		t.Rules[r.Rule]++
 	}
 	t.kinds.add(r.Kind)
-	if r.Action == "intercept" {
-		t.InterceptStatus = r.Status
+	if r.Rule == netpolicy.RuleInvalid {
+		t.Invalid++
 	}
-	if isTunnel(r.Method) {
+	if r.Action == "intercept" {
+		t.InterceptStatus = max(t.InterceptStatus, r.Status)
+	}
+	switch {
+	case isTunnel(r.Method) && r.Action == "allow" && r.Reason == netpolicy.InspectedReason:
+		t.InspectedTunnels++ // its requests are records of their own (kind https)
+	case isTunnel(r.Method):
 		t.Tunnels++
 	}
-	if r.Method != "" && len(t.methods) < 32 {
-		t.methods.add(r.Method)
+	if r.Method != "" && !t.methods.has(r.Method) {
+		if len(t.methods) < maxMethods && len(rec.Method) <= maxShortString {
+			t.methods.add(r.Method)
+		} else {
+			t.MethodsIncomplete = true
+		}
 	}
 	if !isTunnel(r.Method) {
+		if pathCut(r.Path) {
+			t.PathsCut = true
+		}
 		s.addPath(t, r.Path)
 	}
 	if r.PID != 0 && len(t.procs) < 16 {
 		t.procs.add(r.Comm)
 	}
-	s.addProcess(r, 1, t.Host+":"+fmt.Sprint(t.Port))
+	s.addProcess(r, 1, "", t.Host, t.Port)
+}
+
+// maxUnknown is how many kinds and events Report.Unknown tells apart.
+const maxUnknown = 64
+
+// addUnknown counts a record of a kind or event this package does not
+// know.
+func (s *Summary) addUnknown(what, name string) {
+	if s.r.Unknown == nil {
+		s.r.Unknown = map[string]uint64{}
+	}
+	k := fmt.Sprintf("%s %q", what, name)
+	if _, ok := s.r.Unknown[k]; !ok && len(s.r.Unknown) >= maxUnknown {
+		k = "others"
+	}
+	s.r.Unknown[k]++
 }
 
 // target returns r's row, nil when the table is full (the attempt is
@@ -395,17 +517,43 @@ func (s *Summary) addPath(t *Target, path string) {
 }
 
 func (s *Summary) addClose(r *decisionlog.Record) {
-	s.r.BytesOut += r.BytesOut
-	s.r.BytesIn += r.BytesIn
-	if r.Kind == decisionlog.KindDNS || r.Kind == decisionlog.KindBypass || r.Kind == decisionlog.KindConn {
+	s.r.BytesOut = addBytes(s.r.BytesOut, r.BytesOut)
+	s.r.BytesIn = addBytes(s.r.BytesIn, r.BytesIn)
+	switch r.Kind {
+	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
+	case decisionlog.KindDNS, decisionlog.KindBypass, decisionlog.KindConn:
+		return
+	default:
+		s.addUnknown("kind", r.Kind)
 		return
 	}
 	// The row is made here when the close comes first, which merged logs
 	// or a log read out of order allow.
-	if t := s.target(r); t != nil {
-		t.BytesOut += r.BytesOut
-		t.BytesIn += r.BytesIn
+	t := s.target(r)
+	if t != nil {
+		t.BytesOut = addBytes(t.BytesOut, r.BytesOut)
+		t.BytesIn = addBytes(t.BytesIn, r.BytesIn)
 		t.Seen.add(r.Time)
+	}
+	if !closedByTLSCheck(r) {
+		return
+	}
+	// A tunnel the TLS check closed: a blocked attempt, on top of its
+	// allowed decision.
+	s.r.ClosedByTLSCheck++
+	s.r.Requests.add(r, 1)
+	s.tick(r, 1)
+	if t == nil {
+		return
+	}
+	t.Counts.add(r, 1)
+	t.Invalid++
+	t.ClosedByTLSCheck++
+	if t.Rules == nil {
+		t.Rules = map[string]uint64{}
+	}
+	if _, ok := t.Rules[r.Rule]; ok || len(t.Rules) < 64 {
+		t.Rules[r.Rule]++
 	}
 }
 
@@ -434,13 +582,13 @@ func (s *Summary) addBypass(r *decisionlog.Record, n uint64) {
 	b := s.bypass[k]
 	if b == nil {
 		if len(s.bypass) >= s.lim.Targets {
-			s.r.Overflow.Bypass += n
+			s.r.Overflow.Bypass = satAdd(s.r.Overflow.Bypass, n)
 			return
 		}
 		b = &Bypass{Proto: r.Proto, Host: r.Host, Port: r.Port}
 		s.bypass[k] = b
 	}
-	b.Packets += n
+	b.Packets = satAdd(b.Packets, n)
 	b.Records++
 	b.Seen.add(r.Time)
 	if r.PID != 0 && len(b.procs) < 16 {
@@ -448,9 +596,9 @@ func (s *Summary) addBypass(r *decisionlog.Record, n uint64) {
 	}
 }
 
-// addProcess counts r for the process it names, if any; target names
-// what it tried, for the process's count of distinct targets.
-func (s *Summary) addProcess(r *decisionlog.Record, n uint64, target string) {
+// addProcess counts r for the process it names, if any; what, host and
+// port name what it tried, for the process's count of distinct targets.
+func (s *Summary) addProcess(r *decisionlog.Record, n uint64, what, host string, port int) {
 	if r.PID == 0 {
 		return
 	}
@@ -461,12 +609,19 @@ func (s *Summary) addProcess(r *decisionlog.Record, n uint64, target string) {
 			s.r.Overflow.Processes++
 			return
 		}
-		p = &Process{Comm: r.Comm, Exe: r.Exe, pids: map[int]struct{}{}}
+		p = &Process{Comm: r.Comm, Exe: r.Exe, targets: map[uint64]struct{}{}, pids: map[int]struct{}{}}
 		s.procs[k] = p
 	}
 	p.Counts.add(r, n)
 	if len(p.targets) < 4096 {
-		p.targets.add(target)
+		var h maphash.Hash
+		h.SetSeed(s.seed)
+		h.WriteString(what)
+		h.WriteByte(0)
+		h.WriteString(host)
+		h.WriteByte(0)
+		h.WriteString(strconv.Itoa(port))
+		p.targets[h.Sum64()] = struct{}{}
 	}
 	if len(p.pids) < 4096 {
 		p.pids[r.PID] = struct{}{}
@@ -494,7 +649,14 @@ func (s *Summary) tick(r *decisionlog.Record, n uint64) {
 // spanBuckets is how many buckets the span from the first to the last
 // bucket covers.
 func (s *Summary) spanBuckets() int64 {
-	lo, hi := int64(0), int64(0)
+	lo, hi := s.bucketRange()
+	return hi - lo + 1
+}
+
+// bucketRange returns the indexes of the first and last buckets; 0, -1
+// when there is none.
+func (s *Summary) bucketRange() (lo, hi int64) {
+	lo, hi = 0, -1
 	first := true
 	for i := range s.buckets {
 		if first || i < lo {
@@ -505,7 +667,7 @@ func (s *Summary) spanBuckets() int64 {
 		}
 		first = false
 	}
-	return hi - lo + 1
+	return lo, hi
 }
 
 // widen doubles the bucket width, merging pairs of buckets.
@@ -519,10 +681,7 @@ func (s *Summary) widen() {
 			m = &Counts{}
 			merged[j] = m
 		}
-		m.Allowed += c.Allowed
-		m.Blocked += c.Blocked
-		m.Intercepted += c.Intercepted
-		m.Unenforced += c.Unenforced
+		m.merge(*c)
 	}
 	s.buckets = merged
 }
@@ -541,6 +700,8 @@ func floorDiv(a, b int64) int64 {
 func (s *Summary) Report() *Report {
 	r := s.r // a copy; the slices below are new
 	r.Logs = slices.Clone(s.r.Logs)
+	r.Truncated = slices.Clone(s.r.Truncated)
+	r.Unknown = maps.Clone(s.r.Unknown)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {
 		r.PolicyChanges = append(r.PolicyChanges, PolicyChange{Change: fmt.Sprintf("%d more policy changes not listed", extra)})
@@ -582,6 +743,7 @@ func (s *Summary) Report() *Report {
 	for _, p := range s.procs {
 		c := *p
 		c.Targets, c.PIDs = len(p.targets), len(p.pids)
+		c.targets, c.pids = nil, nil // the Summary's, and hashes with its seed
 		r.Processes = append(r.Processes, &c)
 	}
 	slices.SortFunc(r.Processes, func(a, b *Process) int {
@@ -589,25 +751,13 @@ func (s *Summary) Report() *Report {
 	})
 	r.BucketSeconds = max(s.bucketNS/int64(time.Second), 1)
 	r.Timeline = nil
-	if len(s.buckets) > 0 {
-		lo, hi := int64(0), int64(0)
-		first := true
-		for i := range s.buckets {
-			if first || i < lo {
-				lo = i
-			}
-			if first || i > hi {
-				hi = i
-			}
-			first = false
+	lo, hi := s.bucketRange()
+	for i := lo; i <= hi; i++ {
+		b := Bucket{Start: time.Unix(0, i*s.bucketNS).UTC()}
+		if c := s.buckets[i]; c != nil {
+			b.Counts = *c
 		}
-		for i := lo; i <= hi; i++ {
-			b := Bucket{Start: time.Unix(0, i*s.bucketNS).UTC()}
-			if c := s.buckets[i]; c != nil {
-				b.Counts = *c
-			}
-			r.Timeline = append(r.Timeline, b)
-		}
+		r.Timeline = append(r.Timeline, b)
 	}
 	return &r
 }

@@ -68,7 +68,7 @@ func Suggest(rep *Report, opt SuggestOptions) ([]byte, error) {
 		}
 		for _, h := range misses {
 			if free[h] {
-				return nil, fmt.Errorf("the suggested policy does not allow %s, which the log has (a bug in sbx audit)", h)
+				return nil, fmt.Errorf("the suggested policy does not allow %q, which the log has (a bug in sbx audit)", h)
 			}
 			free[h] = true
 		}
@@ -84,7 +84,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	var hosts []string
 	for _, t := range rep.Targets {
 		if !validTarget(t.Host, t.Port) {
-			skipped = append(skipped, fmt.Sprintf("%d attempts at %q port %d, which is not a valid target", t.Total(), t.Host, t.Port))
+			skipped = append(skipped, fmt.Sprintf("%s at %q port %d, which is not a valid target", plural(t.Total(), "attempt", "attempts"), t.Host, t.Port))
 			continue
 		}
 		if byHost[t.Host] == nil {
@@ -103,11 +103,20 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		restricted := map[restriction]*suggestedRule{}
 		var order []restriction
 		for _, t := range ts {
+			if t.Invalid > 0 {
+				skipped = append(skipped, fmt.Sprintf("%s at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", plural(t.Invalid, "attempt", "attempts"), hostPort(h, t.Port)))
+			}
+			if onlyInvalid(t) {
+				continue // a rule would allow what the log does not show
+			}
 			if t.Allowed+t.Intercepted > 0 {
 				blocked = false
 			}
 			note := targetNote(t)
-			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.Tunnels == 0 {
+			// An intercept rule's status is 200..599 (netpolicy); with
+			// any other the target is allowed instead, which --expect
+			// accepts too.
+			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.InterceptStatus <= 599 && t.Tunnels == 0 && !t.PathsCut {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
 					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
 				continue
@@ -117,9 +126,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				skipped = append(skipped, fmt.Sprintf("requests to %s with %q, which is not an HTTP method", hostPort(h, t.Port), bad))
 				methods = slices.DeleteFunc(methods, func(m string) bool { return !netpolicy.IsToken(m) })
 			}
-			// Port 443 is CONNECT's: a rule cannot restrict it to
-			// methods or a path.
-			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.PathsIncomplete || len(t.Paths) == 0 || t.Port == 443 {
+			// Methods or paths that were not kept cannot be listed. A path the log cut short is replayed
+			// as a tunnel (see Replay), which only a rule without
+			// methods or path allows.
+			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.MethodsIncomplete || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 {
 				open = append(open, t.Port)
 				openNotes = append(openNotes, note)
 				continue
@@ -153,7 +163,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			continue
 		}
 		if !validTarget(d.Name, 443) {
-			skipped = append(skipped, fmt.Sprintf("%d DNS queries for %q, which is not a valid name", d.Total(), d.Name))
+			skipped = append(skipped, fmt.Sprintf("%s for %q, which is not a valid name", plural(d.Total(), "DNS query", "DNS queries"), d.Name))
 			continue
 		}
 		seen[d.Name] = true
@@ -191,17 +201,30 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		slices.Sort(ports)
 		rules = append(rules, &suggestedRule{host: h, ports: slices.Compact(ports), bypass: true, notes: bypassNotes[h]})
 	}
-	if rep.Overflow.Targets > 0 {
-		skipped = append(skipped, fmt.Sprintf("%d attempts at targets beyond the first %d, which were not kept apart", rep.Overflow.Targets, len(rep.Targets)))
+	if n := rep.Overflow.Targets; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s at targets beyond the first %d, which were not kept apart", plural(n, "attempt", "attempts"), len(rep.Targets)))
+	}
+	if n := rep.Overflow.DNSNames; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s for names beyond the first %d, which were not kept apart", plural(n, "DNS query", "DNS queries"), len(rep.DNSNames)))
+	}
+	if n := rep.Overflow.Bypass; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s around the gateway to destinations beyond the first %d, which were not kept apart", plural(n, "packet", "packets"), len(rep.Bypass)))
+	}
+	if len(rep.Unknown) > 0 {
+		skipped = append(skipped, rep.unknownText()+"; upgrade sbx")
 	}
 	if rep.Dropped > 0 {
-		skipped = append(skipped, fmt.Sprintf("%d records the gateway left out of the log (it was over its budget)", rep.Dropped))
+		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (it was over its budget)", plural(rep.Dropped, "record", "records")))
 	}
 	if opt.Wildcards {
 		rules = foldWildcards(rules)
 	}
 	return rules, skipped
 }
+
+// onlyInvalid reports whether the gateway refused every attempt at t
+// whatever the policy.
+func onlyInvalid(t *Target) bool { return t.Invalid >= t.Total() }
 
 // targetNote is a rule's comment for t: counts, bytes and process names.
 func targetNote(t *Target) string {
@@ -231,7 +254,9 @@ func portNote(p int) string {
 
 // pathPrefix returns the longest prefix the canonical forms of paths
 // share, cut after its last '/', or the one path when they are all the
-// same; "" when that is "/", which restricts nothing.
+// same; cut again before the first segment that holds a character a path
+// rule refuses (see badInRulePath); "" when that leaves "/", which
+// restricts nothing.
 func pathPrefix(paths []PathCount) string {
 	prefix := netpolicy.CanonicalPath(paths[0].Path)
 	same := true
@@ -249,11 +274,25 @@ func pathPrefix(paths []PathCount) string {
 	if !same {
 		prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
 	}
-	if prefix == "/" || !strings.HasPrefix(prefix, "/") || strings.ContainsAny(prefix, "?#") ||
-		strings.ContainsFunc(prefix, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+	if !strings.HasPrefix(prefix, "/") {
+		return ""
+	}
+	if i := strings.IndexFunc(prefix, badInRulePath); i >= 0 {
+		prefix = prefix[:strings.LastIndexByte(prefix[:i], '/')+1]
+	}
+	if prefix == "/" {
 		return ""
 	}
 	return prefix
+}
+
+// badInRulePath reports whether a path rule refuses c (netpolicy's
+// checkRule): '?' and '#' (a query or fragment), ';' (path parameters,
+// which servers read differently), a space or control character, DEL,
+// and, since a canonical path escapes them, anything else not printable
+// ASCII.
+func badInRulePath(c rune) bool {
+	return c == '?' || c == '#' || c == ';' || c <= ' ' || c >= 0x7f
 }
 
 // foldWildcards replaces three or more rules for sibling names with one
@@ -336,7 +375,7 @@ func group(host string) string {
 func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte {
 	var b bytes.Buffer
 	b.WriteString("# A policy that allows what these decision logs saw, from sbx audit --suggest.\n")
-	fmt.Fprintf(&b, "# Logs: %s\n", strings.Join(rep.Logs, ", "))
+	fmt.Fprintf(&b, "# Logs: %s\n", visible(strings.Join(rep.Logs, ", ")))
 	if !rep.First.IsZero() {
 		fmt.Fprintf(&b, "# From %s to %s, %s.\n", rep.First.Format("2006-01-02 15:04:05Z07:00"), rep.Last.Format("2006-01-02 15:04:05Z07:00"), plural(rep.Records, "record", "records"))
 	}
@@ -346,7 +385,7 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 	if len(skipped) > 0 {
 		b.WriteString("#\n# Not covered, since no rule can allow it:\n")
 		for _, s := range skipped {
-			fmt.Fprintf(&b, "#   %s\n", oneLine(s))
+			fmt.Fprintf(&b, "#   %s\n", visible(s))
 		}
 	}
 	b.WriteString("version: 1\ndefault: block\nrules:\n")
@@ -377,14 +416,14 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 		last := ""
 		for _, r := range rs {
 			if g := group(r.host); g != last {
-				fmt.Fprintf(&b, "\n  # %s\n", oneLine(g))
+				fmt.Fprintf(&b, "\n  # %s\n", visible(g))
 				last = g
 			}
 			if why := exfilClass(r.host); why != "" {
 				fmt.Fprintf(&b, "  # CAN CARRY DATA OUT: %s\n", why)
 			}
 			for _, n := range r.notes {
-				fmt.Fprintf(&b, "  # %s\n", oneLine(n))
+				fmt.Fprintf(&b, "  # %s\n", visible(n))
 			}
 			fmt.Fprintf(&b, "  - host: %s\n", quote(r.host))
 			if r.ports != nil {
@@ -427,17 +466,6 @@ func quote(s string) string {
 	return string(q)
 }
 
-// oneLine keeps a comment on its line: a host or path from the log may
-// hold anything.
-func oneLine(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || c == '\u2028' || c == '\u2029' || c == '\u0085' {
-			return '?'
-		}
-		return c
-	}, s)
-}
-
 // coverage replays every attempt of the report against p and returns the
 // hosts of those p does not allow.
 func coverage(p *netpolicy.Policy, rep *Report) []string {
@@ -448,11 +476,15 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 	}
 	for _, t := range rep.Targets {
-		if !validTarget(t.Host, t.Port) {
-			continue // not a valid target: listed as not covered
+		if !validTarget(t.Host, t.Port) || onlyInvalid(t) {
+			continue // listed as not covered
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
 		if t.Tunnels > 0 {
+			miss(&r)
+		}
+		if t.InspectedTunnels > 0 {
+			r.Action, r.Reason = "allow", netpolicy.InspectedReason
 			miss(&r)
 		}
 		r.Kind = decisionlog.KindHTTP
@@ -501,11 +533,13 @@ func byteSize(n int64) string {
 	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
-// allowAll decides targets for validTarget.
-var allowAll, _ = netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Allow})
-
 // validTarget reports whether a rule can name host and port: the gateway
-// decides every other target as invalid, whatever the policy.
+// decides every other target as invalid (netpolicy's Decide: a host that
+// does not normalize, or port 0), whatever the policy.
 func validTarget(host string, p int) bool {
-	return allowAll.Decide(netpolicy.Target{Host: host, Port: port(p), Method: "CONNECT"}).Rule != netpolicy.RuleInvalid
+	if port(p) == 0 {
+		return false
+	}
+	_, err := netpolicy.NormalizeHost(host)
+	return err == nil
 }

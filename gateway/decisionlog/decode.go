@@ -36,7 +36,8 @@ const (
 // Decode parses line, one JSON object (surrounding white space and a
 // trailing newline are allowed), into r, which it first resets to the zero
 // Record. It accepts what AppendJSON writes and any other JSON object
-// with the same fields: keys in any order, null for a zero value, numbers
+// with the same fields: keys in any order, null (which leaves a field as
+// it is, as encoding/json does), numbers
 // in any JSON form that fits the field, unknown keys (skipped, whatever
 // their value). A field of the wrong type, a number out of range, a time
 // that is not RFC 3339, or anything that is not one JSON object is an
@@ -139,8 +140,12 @@ func (p *parser) null() bool {
 	return false
 }
 
-// field decodes the value of key into r.
+// field decodes the value of key into r. A null leaves the field as it
+// is, as encoding/json does: {"host":"a","host":null} has host "a".
 func (p *parser) field(key []byte, r *Record) error {
+	if p.null() {
+		return nil
+	}
 	var err error
 	switch string(key) {
 	case FieldV:

@@ -102,6 +102,26 @@ func TestDecodeAcceptsOtherJSON(t *testing.T) {
 	}
 }
 
+// TestDecodeNullKeepsField: null leaves a field as it is, as
+// encoding/json does, also after the same key with a value.
+func TestDecodeNullKeepsField(t *testing.T) {
+	line := `{"v":1,"host":"a.example","host":null,"port":443,"port":null,"enforced":true,"enforced":null,` +
+		`"time":"2026-11-25T10:00:00Z","time":null,"bytes_out":5,"bytes_out":null,"duration_ms":2,"duration_ms":null,"kind":null}`
+	var got Record
+	if err := Decode([]byte(line), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Record{V: 1, Host: "a.example", Port: 443, Enforced: true, Time: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
+		BytesOut: 5, Duration: 2 * time.Millisecond}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	var std stdRecord
+	if err := json.Unmarshal([]byte(line), &std); err != nil || std.Host != "a.example" || std.Port != 443 || !std.Enforced {
+		t.Errorf("encoding/json: got %+v, %v; want host, port and enforced kept", std, err)
+	}
+}
+
 func TestDecodeErrors(t *testing.T) {
 	for _, tt := range []struct{ line, want string }{
 		{`[]`, "one JSON object"},
@@ -177,13 +197,16 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(`{"host":"\ud800\u0041","path":"\xff","v":null}`)
 	f.Add(`{"Host":"a","host":"b"}`)
+	f.Add(`{"host":"a","host":null,"port":443,"port":null,"time":"2026-11-25T10:00:00Z","time":null,"enforced":true,"enforced":null}`)
 	f.Fuzz(func(t *testing.T, line string) {
 		var got Record
 		err := Decode([]byte(line), &got)
 		var keys map[string]json.RawMessage
-		if json.Unmarshal([]byte(line), &keys) != nil {
+		if json.Unmarshal([]byte(line), &keys) != nil || keys == nil {
+			// encoding/json refuses it, or takes null as nothing to
+			// decode, which is not a record either.
 			if err == nil && strings.TrimSpace(line) != "" {
-				t.Fatalf("Decode accepted %q, which encoding/json refuses", line)
+				t.Fatalf("Decode accepted %q, which is not a JSON object", line)
 			}
 			return
 		}
@@ -215,4 +238,43 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode(AppendJSON(%+v)): %v", got, err)
 		}
 	})
+}
+
+// TestReaderTruncatedTail: a last line without a newline that is not a
+// record is told apart from a bad line elsewhere.
+func TestReaderTruncatedTail(t *testing.T) {
+	good := string(decodeRecords()[0].AppendJSON(nil))
+	for _, tt := range []struct {
+		name          string
+		log           string
+		wantRecords   int
+		wantLine      int
+		wantTruncated bool
+	}{
+		{"cut short", good + "\n" + good + "\n" + `{"v":1,"event":"deci`, 2, 3, true},
+		{"bad in the middle", good + "\n" + `{"v":1,"event":"deci` + "\n" + good, 1, 2, false},
+		{"bad last line with a newline", good + "\n" + "not json\n", 1, 2, false},
+		{"newer version, cut short", good + "\n" + `{"v":2}`, 1, 2, false},
+		{"whole last line without a newline", good + "\n" + good, 2, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rd := NewReader(strings.NewReader(tt.log), "test.jsonl")
+			var r Record
+			n := 0
+			var err error
+			for err = rd.Next(&r); err == nil; err = rd.Next(&r) {
+				n++
+			}
+			var le *LineError
+			if tt.wantLine == 0 {
+				if n != tt.wantRecords || err != io.EOF {
+					t.Errorf("got %d records and %v, want %d and io.EOF", n, err, tt.wantRecords)
+				}
+				return
+			}
+			if n != tt.wantRecords || !errors.As(err, &le) || le.Line != tt.wantLine || errors.Is(err, ErrTruncated) != tt.wantTruncated {
+				t.Errorf("got %d records and %v, want %d and a LineError at line %d, truncated %v", n, err, tt.wantRecords, tt.wantLine, tt.wantTruncated)
+			}
+		})
+	}
 }

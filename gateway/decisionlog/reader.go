@@ -13,6 +13,12 @@ import (
 // not a decision record.
 const MaxLineBytes = 1 << 20
 
+// ErrTruncated is wrapped by the LineError of a log's last line when that
+// line ends without a newline and is not a whole record: the log is still
+// being written, or its writer stopped in the middle of a record. A
+// reader can take the records before it and say the log is incomplete.
+var ErrTruncated = errors.New("the last line ends without a newline and is not a whole record")
+
 // A LineError is a line of a log that is not a decision record.
 type LineError struct {
 	Name string // the log's name, as given to NewReader
@@ -35,7 +41,9 @@ type Reader struct {
 	line int
 	dec  Decoder
 	raw  []byte // the last line read, without its newline
-	err  error
+	// unended says the last line read had no newline: the log's end.
+	unended bool
+	err     error
 }
 
 // NewReader returns a Reader of r, whose errors name it name (a file
@@ -57,7 +65,8 @@ func (r *Reader) Raw() []byte { return r.raw }
 // Next decodes the next record into rec. It returns io.EOF at the end of
 // the log, a *LineError for a line that is not a record (and then
 // nothing more), or the underlying reader's error. A last line without a
-// newline is read like any other.
+// newline is read like any other; when it is not a record, its LineError
+// wraps ErrTruncated.
 func (r *Reader) Next(rec *Record) error {
 	for r.err == nil {
 		line, err := r.readLine()
@@ -71,6 +80,9 @@ func (r *Reader) Next(rec *Record) error {
 			continue
 		}
 		if err := r.dec.Decode(line, rec); err != nil {
+			if r.unended && !errors.Is(err, ErrNewerVersion) {
+				err = fmt.Errorf("%w (%v)", ErrTruncated, err)
+			}
 			r.err = &LineError{Name: r.name, Line: r.line, Err: err}
 			break
 		}
@@ -99,6 +111,7 @@ func (r *Reader) readLine() ([]byte, error) {
 		if len(line) == 0 {
 			return nil, io.EOF
 		}
+		r.unended = true
 		return line, nil
 	}
 	if err != nil {
