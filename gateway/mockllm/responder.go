@@ -201,13 +201,23 @@ func (r *Responder) Reset() {
 // handler that aborts a response; a caller serving it by other means must
 // recover that value and close the connection.
 func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
+	r.Serve(w, hr, nil)
+}
+
+// Serve answers a request as ServeHTTP does, and calls decided, if not
+// nil, with the request's journal entry (its Body left out) once the
+// answer is chosen, before it is sent: a caller such as the gateway
+// learns the outcome and the status of the request it passed on, even
+// when sending the answer then panics with http.ErrAbortHandler. decided
+// is called exactly once, in the request's goroutine.
+func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(Journaled)) {
 	j := Journaled{Time: time.Now(), Method: hr.Method, Path: hr.URL.Path}
 	d, known := dialectOf(hr.URL.Path)
 	j.Dialect = d
 	body, err := io.ReadAll(io.LimitReader(hr.Body, MaxRequestBody+1))
 	if err != nil {
 		// The client went away while sending; there is no one to answer.
-		r.unmatched(nil, hr, &j, body, d, 0, "reading the request: "+err.Error(), "")
+		r.unmatched(nil, hr, decided, &j, body, d, 0, "reading the request: "+err.Error(), "")
 		return
 	}
 	if !known || hr.Method != http.MethodPost {
@@ -216,17 +226,17 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 			d = Anthropic
 		}
 		msg := fmt.Sprintf("sbx mock LLM: no API at %s %s; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses", hr.Method, hr.URL.Path)
-		r.unmatched(w, hr, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
 		return
 	}
 	if len(body) > MaxRequestBody {
 		msg := fmt.Sprintf("sbx mock LLM: the request body is larger than %d MiB", MaxRequestBody>>20)
-		r.unmatched(w, hr, &j, body, d, http.StatusRequestEntityTooLarge, "request too large", msg)
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusRequestEntityTooLarge, "request too large", msg)
 		return
 	}
 	req, err := parseRequest(d, body)
 	if err != nil {
-		r.unmatched(w, hr, &j, body, d, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
 		return
 	}
 	j.Model, j.Stream = req.model, req.stream
@@ -236,7 +246,7 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	if e == nil {
 		r.mu.Unlock()
 		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one (POST /v1/mock/expect)"
-		r.unmatched(w, hr, &j, body, d, http.StatusBadRequest, why, msg)
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, msg)
 		return
 	}
 	t := e.turn
@@ -261,22 +271,30 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	r.record(&j, body)
 	reset := r.reset
 	r.mu.Unlock()
+	if decided != nil {
+		entry := j
+		entry.Body = nil
+		decided(entry)
+	}
 
 	send(w, hr, a, t.Fault, reset)
 }
 
 // unmatched journals a request no turn answers, tells OnUnmatched and
-// answers status with msg in dialect d's error shape (nothing when w is
-// nil).
-func (r *Responder) unmatched(w http.ResponseWriter, hr *http.Request, j *Journaled, body []byte, d Dialect, status int, why, msg string) {
+// decided, and answers status with msg in dialect d's error shape
+// (nothing when w is nil).
+func (r *Responder) unmatched(w http.ResponseWriter, hr *http.Request, decided func(Journaled), j *Journaled, body []byte, d Dialect, status int, why, msg string) {
 	j.Unmatched, j.Status, j.Outcome = true, status, "unmatched: "+why
 	r.mu.Lock()
 	r.record(j, body)
 	r.mu.Unlock()
+	entry := *j
+	entry.Body = nil
 	if r.OnUnmatched != nil {
-		entry := *j
-		entry.Body = nil
 		r.OnUnmatched(entry)
+	}
+	if decided != nil {
+		decided(entry)
 	}
 	if w == nil {
 		return

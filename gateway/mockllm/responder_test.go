@@ -707,3 +707,55 @@ func TestInvalidTurnInGo(t *testing.T) {
 		t.Errorf("got outcome %q, want it to end in %q", got, want)
 	}
 }
+
+// TestServeDecided checks that Serve tells its caller each request's
+// outcome before the answer is sent, once, without the body, and also
+// when the answer is then cut (the panic comes after the callback).
+func TestServeDecided(t *testing.T) {
+	s, err := ParseScript("s.yaml", []byte("turns:\n  - reply: {text: hi}\n  - fault: {disconnect_after_bytes: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(s)
+	var got []Journaled
+	serveOne := func() (aborted bool) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v != http.ErrAbortHandler {
+					panic(v)
+				}
+				aborted = true
+			}
+		}()
+		req := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(userBody(Anthropic, "m", "hi", false)))
+		r.Serve(httptest.NewRecorder(), req, func(j Journaled) { got = append(got, j) })
+		return false
+	}
+	for i, wantAbort := range []bool{false, true, false} {
+		if aborted := serveOne(); aborted != wantAbort {
+			t.Errorf("request %d: got aborted %v, want %v", i+1, aborted, wantAbort)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d calls of decided, want 3: %+v", len(got), got)
+	}
+	want := []struct {
+		turn    int
+		status  int
+		outcome string
+	}{
+		{1, 200, "turn 1 (s.yaml:2): reply"},
+		{2, 200, "turn 2 (s.yaml:3): fault 200: disconnect after 0 bytes"},
+		{0, 400, "unmatched: the script is used up"},
+	}
+	for i, w := range want {
+		j := got[i]
+		if j.Turn != w.turn || j.Status != w.status || !strings.HasPrefix(j.Outcome, w.outcome) || j.Body != nil {
+			t.Errorf("call %d: got turn %d status %d outcome %q body %d bytes, want turn %d status %d outcome %q and no body",
+				i+1, j.Turn, j.Status, j.Outcome, len(j.Body), w.turn, w.status, w.outcome)
+		}
+	}
+	if n := len(r.Requests()); n != 3 || r.Requests()[0].Body == nil {
+		t.Errorf("got %d journal entries (first body %q), want 3 with bodies", n, r.Requests()[0].Body)
+	}
+}
