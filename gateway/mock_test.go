@@ -136,13 +136,16 @@ func exerciseSDKs(t *testing.T, m *mockSetup, anthropicBase, openaiBase string) 
 	if !errors.As(err, &aerr) || aerr.StatusCode != http.StatusBadRequest || !strings.Contains(aerr.Error(), "no turn fits") {
 		t.Errorf("Anthropic unmatched: got %v, want *anthropic.Error 400 saying no turn fits", err)
 	}
-	cut := ac.Messages.NewStreaming(ctx, mockAnthropicParams("cut me off"))
+	// The cut must end the connection, not leave the client waiting.
+	cutCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cut := ac.Messages.NewStreaming(cutCtx, mockAnthropicParams("cut me off"))
 	events := 0
 	for cut.Next() {
 		events++
 	}
-	if cut.Err() == nil || events > 2 {
-		t.Errorf("Anthropic cut stream: got %d events and error %v, want at most 2 and an error", events, cut.Err())
+	if err := cut.Err(); err == nil || errors.Is(err, context.DeadlineExceeded) || events > 2 {
+		t.Errorf("Anthropic cut stream: got %d events and error %v, want at most 2 and the connection's end", events, err)
 	}
 	cut.Close()
 
@@ -254,5 +257,44 @@ func TestMockLLMConfigHosts(t *testing.T) {
 		if _, err := New(Config{Store: netpolicy.NewStore(p), MockLLM: hosts}); err == nil {
 			t.Errorf("New with MockLLM %v: got no error, want one", hosts)
 		}
+	}
+}
+
+// TestMockLLMPlainHTTP: http:// base URLs need no CA; the proxy answers
+// them from the mock as well, streams included, over kept-alive
+// connections.
+func TestMockLLMPlainHTTP(t *testing.T) {
+	m := newMockSetup(t, false)
+	exerciseSDKs(t, m, "http://api.anthropic.com", "http://api.openai.com/v1")
+	checkMockRecords(t, m, decisionlog.KindHTTP)
+}
+
+// TestMockLLMPlainHTTPStall: a stalled answer is released when the
+// client gives up, and the next request is served.
+func TestMockLLMPlainHTTPStall(t *testing.T) {
+	m := newMockSetup(t, false)
+	if err := m.anthropic.Expect([]mockllm.Turn{{Match: &mockllm.Match{User: "stall"}, Fault: &mockllm.Fault{Stall: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	ac := m.anthropicClient(t, "http://api.anthropic.com")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := ac.Messages.New(ctx, mockAnthropicParams("stall")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the client's deadline", err)
+	}
+	if _, err := ac.Messages.New(context.Background(), mockAnthropicParams("hello")); err != nil {
+		t.Errorf("after the stall: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	open := func() int {
+		m.g.srv.mu.Lock()
+		defer m.g.srv.mu.Unlock()
+		return len(m.g.srv.conns)
+	}
+	for open() > 1 { // the stalled request's connection is closed; the next one's may idle
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled connection is still open")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
