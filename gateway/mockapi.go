@@ -63,7 +63,9 @@ func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) (host str
 
 // mockExpect queues the turns of the body (a script, a list of turns or
 // one turn; YAML or JSON) after the mock's: 200 with how many were
-// queued, 400 naming each problem and queueing none.
+// queued, 400 naming each problem and queueing none. ?name= names the
+// body in messages and in the turns' origins ("body" when absent), such
+// as the file the CLI read it from.
 func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
 	host, m, ok := a.mockOf(w, r, false)
 	if !ok {
@@ -79,7 +81,11 @@ func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	turns, err := mockllm.DecodeTurns("body", data)
+	name := "body"
+	if n := r.URL.Query().Get("name"); n != "" {
+		name = truncate(n, 200)
+	}
+	turns, err := mockllm.DecodeTurns(name, data)
 	if err == nil {
 		err = m.Expect(turns)
 	}

@@ -65,6 +65,10 @@ func TestAPIMock(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errBody.Error, "body:1:") {
 		t.Errorf("bad turns: got %d %q, want 400 naming body:1", resp.StatusCode, errBody.Error)
 	}
+	resp = a.call(t, "POST", "/v1/mock/expect?name=turns.yaml", "- reply: {text: x}\n- reply: {txet: x}\n", nil, &errBody)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errBody.Error, "turns.yaml:2:") {
+		t.Errorf("bad turns, named: got %d %q, want 400 naming turns.yaml:2", resp.StatusCode, errBody.Error)
+	}
 	resp = a.call(t, "POST", "/v1/mock/expect?host=other.example", "- reply: {text: x}\n", nil, &errBody)
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(errBody.Error, "other.example is not mocked") {
 		t.Errorf("unmocked host: got %d %q, want 404", resp.StatusCode, errBody.Error)
