@@ -389,7 +389,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dst.Add("Trailer", k)
 	}
 	w.WriteHeader(resp.StatusCode)
-	rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
+	if resp.ContentLength < 0 {
+		rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
+	}
 	cw := &countingWriter{w: w}
 	_, cerr := io.Copy(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
 	closeRec.BytesIn = cw.n
@@ -568,7 +570,7 @@ func (s *Server) newInspectTransport(roots *x509.CertPool) *http.Transport {
 		TLSHandshakeTimeout:    s.limits.HeaderReadTimeout,
 		ResponseHeaderTimeout:  s.limits.ResponseTimeout,
 		IdleConnTimeout:        90 * time.Second,
-		MaxIdleConnsPerHost:    8,
+		MaxIdleConnsPerHost:    64,
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: int64(s.limits.MaxHeaderBytes),
 	}

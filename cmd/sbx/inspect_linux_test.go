@@ -51,29 +51,47 @@ func TestPrivilegedInspectRuntimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "https://tls.test:8443"
+	// Python's requests (with certifi) where some python3 on the host has
+	// it: its installation is bound in at the same path.
+	var pyPrefix, pyExe string
+	if out, err := exec.Command("python3", "-c", "import sys, requests, certifi; print(sys.prefix); print(sys.executable)").Output(); err == nil {
+		if f := strings.Fields(string(out)); len(f) == 2 {
+			pyPrefix, pyExe = f[0], f[1]
+		}
+	}
 	for _, tc := range []struct {
 		name, bin, script string
 	}{
 		{"curl", "curl", `curl -sS -m 10 -o /dev/null -w '%{http_code} ' BASE/x; curl -sS -m 10 URL`},
 		{"node", "node", `node -e 'fetch(process.argv[1]).then(r => r.text().then(b => console.log(r.status + " " + b)), e => console.log("error", e.cause || e))' URL`},
 		{"python3", "/usr/bin/python3", `/usr/bin/python3 -c 'import sys, urllib.request; r = urllib.request.urlopen(sys.argv[1]); print(r.status, r.read().decode())' URL`},
+		{"python3-requests", pyExe, pyExe + ` -c 'import sys, requests; r = requests.get(sys.argv[1]); print(r.status_code, r.text)' URL`},
 		{"git", "git", `git ls-remote URL 2>&1 | head -3`},
 		{"go", "", `/t/httpsget URL`},
 		{"java", "java", `java /t/Get.java URL 2>&1 | grep -v '^Picked up JAVA_TOOL_OPTIONS'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "python3-requests" && pyExe == "" {
+				t.Skip("no python3 on this host has requests and certifi")
+			}
 			if tc.bin != "" {
 				if _, err := exec.LookPath(tc.bin); err != nil {
 					t.Skipf("%s is not on this host", tc.bin)
 				}
 			}
+			var vols []string
+			if tc.name == "python3-requests" {
+				vols = []string{"-v", pyPrefix + ":" + pyPrefix + ":ro"}
+			}
 			path := "/allowed/" + tc.name
 			script := strings.ReplaceAll(strings.ReplaceAll(tc.script, "URL", base+path), "BASE", base)
 			dir := t.TempDir()
 			logFile := filepath.Join(dir, "decisions.jsonl")
-			stdout, stderr, code := runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(dir, "state"),
+			args := []string{"run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(dir, "state"),
 				"--subnet-pool", "10.213.225.0/24", "--log", logFile, "--policy", policy, "--host-dns", up.Addr,
-				"--allow-private", up.Net, "--upstream-ca", up.CAFile, "-v", shared+":/t:ro", "--", "sh", "-c", script)
+				"--allow-private", up.Net, "--upstream-ca", up.CAFile, "-v", shared + ":/t:ro"}
+			args = append(append(args, vols...), "--", "sh", "-c", script)
+			stdout, stderr, code := runCLI(t, args...)
 			t.Logf("exit %d\n%s\n%s", code, stdout, stderr)
 			recs := readRecords(t, logFile)
 			allowed := findRecord(recs, func(r map[string]any) bool {
