@@ -100,6 +100,9 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	a.mux.HandleFunc("POST /v1/policy/rules", a.auth(a.addRule))
 	a.mux.HandleFunc("DELETE /v1/policy/rules/{id}", a.auth(a.removeRule))
 	a.mux.HandleFunc("GET /v1/decisions", a.auth(a.decisions))
+	a.mux.HandleFunc("POST /v1/mock/expect", a.auth(a.mockExpect))
+	a.mux.HandleFunc("GET /v1/mock/requests", a.auth(a.mockRequests))
+	a.mux.HandleFunc("DELETE /v1/mock", a.auth(a.mockReset))
 	metrics := promhttp.HandlerFor(cfg.Server.Metrics().Registry, promhttp.HandlerOpts{})
 	a.mux.HandleFunc("GET /metrics", a.auth(metrics.ServeHTTP))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -31,6 +31,12 @@ type testAPI struct {
 
 func startAPI(t *testing.T, spec netpolicy.Spec, static map[string]string) *testAPI {
 	t.Helper()
+	return startAPIWith(t, spec, static, nil)
+}
+
+// startAPIWith is startAPI with Options changed by set.
+func startAPIWith(t *testing.T, spec netpolicy.Spec, static map[string]string, set func(*Options)) *testAPI {
+	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -40,10 +46,14 @@ func startAPI(t *testing.T, spec netpolicy.Spec, static map[string]string) *test
 		res.AddStatic(name, netip.MustParseAddr(ip))
 	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	g, err := Start(context.Background(), Options{
+	opts := Options{
 		Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile,
 		Policy: p, Resolver: res, LogFile: filepath.Join(t.TempDir(), "log.jsonl"),
-	})
+	}
+	if set != nil {
+		set(&opts)
+	}
+	g, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,6 +101,9 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
 	rec.Path = truncate(t.Path, maxLoggedPath)
 
+	if m := s.mock(t.Host); m != nil {
+		return s.serveMockHTTP(ctx, c, head, u, m, rec, start)
+	}
 	switch {
 	case d.Action == netpolicy.Intercept:
 		s.finishRefusal(rec, d, interceptStatus(d), start)

@@ -32,9 +32,19 @@ const reasonCARejected = "client rejected the sbx CA"
 var inspectProtos = []string{"h2", "http/1.1"}
 
 // inspects reports whether the gateway terminates TLS for t under p: the
-// policy asks for it (netpolicy's Inspects) and the gateway has a CA.
+// policy asks for it (netpolicy's Inspects) or a mock LLM answers for
+// t.Host, and the gateway has a CA.
 func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && p.Inspects(t.Host, t.Port)
+	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil)
+}
+
+// tunnelDecision is how a tunnel to t that the gateway inspects is
+// decided: netpolicy's DecideTunnel, or, for a mocked host, allowed.
+func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
+	if s.mock(t.Host) != nil {
+		return s.mockTunnelDecision(t.Host)
+	}
+	return p.DecideTunnel(t)
 }
 
 // inspectTunnel serves a tunnel to t that the policy inspects, decided as
@@ -297,6 +307,10 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), hostport)}
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
+	if m := s.mock(t.Host); m != nil {
+		s.serveMock(m, w, r, rec, start)
 		return
 	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}

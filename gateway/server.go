@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -123,6 +124,16 @@ type Config struct {
 	// UpstreamRoots verify the upstreams of inspected requests; nil means
 	// the host's system roots.
 	UpstreamRoots *x509.CertPool
+	// MockLLM maps hosts to the scripted LLMs that answer for them
+	// (DESIGN.md §15): every request to such a host, on any port, is
+	// answered by its Responder and never dialed, whatever the policy
+	// says, and logged as an intercept by rule RuleMockLLM. Keys are host
+	// names or IP literals; New normalizes them (netpolicy.NormalizeHost)
+	// and refuses one that does not normalize. HTTPS to a mocked host
+	// needs CA: the mock implies inspection, and without a CA a CONNECT
+	// to it is refused rather than tunnelled to the real API. Nil or
+	// empty mocks nothing.
+	MockLLM map[string]*mockllm.Responder
 }
 
 // Server is the gateway: an HTTP forward proxy and CONNECT tunnel that
@@ -200,6 +211,9 @@ func New(cfg Config) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
+	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
+		return nil, err
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -91,6 +92,9 @@ type Options struct {
 	// nothing.
 	CA            *CA
 	UpstreamRoots *x509.CertPool
+	// MockLLM is Config's: the hosts whose LLM API a script answers
+	// (DESIGN.md §15); HTTPS to them needs CA.
+	MockLLM map[string]*mockllm.Responder
 }
 
 // Gateway is a running gateway made by Start. Close stops it.
@@ -156,7 +160,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 
 	store := netpolicy.NewStore(o.Policy)
 	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
-		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots})
+		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots, MockLLM: o.MockLLM})
 	if err != nil {
 		return nil, err
 	}

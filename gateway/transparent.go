@@ -186,7 +186,18 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t)
 	rec.Method = ""                                                         // decided as a tunnel; no HTTP method was sent
 	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
-		s.inspectTunnel(ctx, c, rec, snap, t, snap.Policy().DecideTunnel(t), start, false, first)
+		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
+		return
+	}
+	if s.mock(t.Host) != nil {
+		// Not TLS that the gateway can inspect: a tunnel would reach the
+		// real API, so it is closed, in audit mode too.
+		d := s.mockTunnelDecision(t.Host)
+		if s.cfg.CA != nil {
+			d = netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
+				Reason: "the mock LLM for " + t.Host + " answers HTTP and TLS; this connection speaks neither"}
+		}
+		s.finishRefusal(rec, d, 0, start)
 		return
 	}
 	if d.Action == netpolicy.Intercept {

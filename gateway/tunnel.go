@@ -44,7 +44,13 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
 	if s.inspects(snap.Policy(), t) {
-		s.inspectTunnel(ctx, c, rec, snap, t, snap.Policy().DecideTunnel(t), start, true, nil)
+		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
+		return
+	}
+	if s.mock(t.Host) != nil { // no CA: the tunnel would reach the real API
+		d := s.mockTunnelDecision(t.Host)
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return
 	}
 

@@ -21,6 +21,7 @@ type gatewayOptions struct {
 	logLimits  logLimitFlags
 	caCert     string
 	upstreamCA string
+	mockLLM    []string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -43,6 +44,11 @@ certificates from a CA made at start and held only in memory, valid for 7
 days; FILE gets its certificate, which the clients must trust. Without it
 such hosts' tunnels are decided as a whole, as without inspection.
 
+With --mock-llm HOST=SCRIPT, requests to HOST are answered from the script
+by a mock LLM and never reach the network, whatever the policy says. Plain
+http:// base URLs work as they are; HTTPS to HOST needs --ca-cert (the mock
+terminates TLS), and without it a CONNECT to HOST is refused.
+
 It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
 ends open tunnels and flushes the decision log.`,
 		Example: `  # Allow the npm registry, block the rest, log decisions to a file.
@@ -50,6 +56,9 @@ ends open tunnels and flushes the decision log.`,
 
   # With the management API on a unix socket.
   sbx gateway --policy policy.yaml --api unix:/run/sbx/gw.sock --token-file /run/sbx/gw.token
+
+  # A scripted model for an agent under test, over http:// and HTTPS.
+  sbx gateway --mock-llm api.anthropic.com=script.yaml --ca-cert ca.pem
 
   # Test against a local server under a fake name.
   sbx gateway --allow api.test:8080 --resolve api.test=127.0.0.1 --allow-private 127.0.0.0/8`,
@@ -85,6 +94,10 @@ ends open tunnels and flushes the decision log.`,
 					return fmt.Errorf("--ca-cert: %w", err)
 				}
 			}
+			mocks, err := parseMockLLM(o.mockLLM)
+			if err != nil {
+				return usageError(cmd, err)
+			}
 			var roots *x509.CertPool
 			if o.upstreamCA != "" {
 				if roots, err = upstreamRoots(o.upstreamCA); err != nil {
@@ -102,6 +115,7 @@ ends open tunnels and flushes the decision log.`,
 				Logger:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 				CA:            ca,
 				UpstreamRoots: roots,
+				MockLLM:       mocks,
 			})
 			if err != nil {
 				return err
@@ -129,6 +143,7 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
 	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
+	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+" (HTTPS needs --ca-cert)")
 	o.logLimits.AddFlags(fs)
 	return cmd
 }

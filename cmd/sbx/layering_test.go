@@ -24,7 +24,7 @@ var layers = []struct {
 	rule    string   // the rule, for failure messages
 }{
 	{"netpolicy", nil, "netpolicy imports nothing else of sbx"},
-	{"gateway", []string{"netpolicy", "gateway/decisionlog"}, "gateway imports netpolicy and the decision log only"},
+	{"gateway", []string{"netpolicy", "gateway/decisionlog", "gateway/mockllm"}, "gateway imports netpolicy, the decision log and the mock LLM only"},
 	{"gateway/decisionlog", nil, "the decision log imports no other sbx package: every reader and writer can use it"},
 	{"gateway/audit", []string{"netpolicy", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},

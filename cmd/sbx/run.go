@@ -64,6 +64,7 @@ type runOptions struct {
 	logLimits  logLimitFlags
 	noCapture  bool
 	upstreamCA string
+	mockLLM    []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -136,6 +137,7 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
+	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage)
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
@@ -268,6 +270,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err != nil {
 		return 0, err
 	}
+	mocks, err := parseMockLLM(o.mockLLM)
+	if err != nil {
+		return 0, usageError(cmd, err)
+	}
 	res := &gateway.Resolver{}
 	if o.hostDNS != "" {
 		if res.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
@@ -331,6 +337,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			Fence:           c.Fence,
 			CA:              insp.ca,
 			UpstreamRoots:   insp.upstreamRoots,
+			MockLLM:         mocks,
 		}
 		if c.Capture == nil {
 			return gateway.Start(ctx, opts)

@@ -1,0 +1,265 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// RuleMockLLM is the rule of the records of requests a mock LLM answered
+// (Config.MockLLM) and of the CONNECTs to its hosts.
+const RuleMockLLM = "mock-llm"
+
+// normalizeMocks returns mocks keyed by normalized host.
+func normalizeMocks(mocks map[string]*mockllm.Responder) (map[string]*mockllm.Responder, error) {
+	if len(mocks) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*mockllm.Responder, len(mocks))
+	for host, r := range mocks {
+		h, err := netpolicy.NormalizeHost(host)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: Config.MockLLM host %q: %w", host, err)
+		}
+		if r == nil {
+			return nil, fmt.Errorf("gateway: Config.MockLLM host %q has no Responder", host)
+		}
+		if _, dup := out[h]; dup {
+			return nil, fmt.Errorf("gateway: Config.MockLLM names %s twice", h)
+		}
+		out[h] = r
+	}
+	return out, nil
+}
+
+// mock returns the Responder for host (normalized), or nil.
+func (s *Server) mock(host string) *mockllm.Responder {
+	return s.cfg.MockLLM[host]
+}
+
+// mockTunnelDecision is how a tunnel to a mocked host is decided: let in
+// to be inspected, whatever the policy says, since no byte of it goes
+// anywhere but to the mock; or, with no CA to inspect it, refused, since
+// it would reach the real API.
+func (s *Server) mockTunnelDecision(host string) netpolicy.Decision {
+	if s.cfg.CA == nil {
+		return netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
+			Reason: fmt.Sprintf("the mock LLM for %s answers HTTPS only with TLS inspection, and this gateway has no CA (give it one, or use an http:// base URL)", host)}
+	}
+	return netpolicy.Decision{Action: netpolicy.Allow, Rule: RuleMockLLM,
+		Reason: fmt.Sprintf("the mock LLM answers for %s; its requests are inspected", host)}
+}
+
+// mockReason is the reason of the record of a request the mock answered:
+// its outcome, which names the turn or the fault. An unmatched request's
+// outcome describes the request from its body (the model, the start of the
+// last user message); the decision log keeps no body, so the reason keeps
+// only what went wrong and points at the journal, which has the rest.
+func mockReason(j mockllm.Journaled) string {
+	if !j.Unmatched {
+		return "mock LLM: " + j.Outcome
+	}
+	why, _, _ := strings.Cut(j.Outcome, " (")
+	return fmt.Sprintf("mock LLM: %s; request %d of the mock's journal says more (sbx mock requests)", why, j.Seq)
+}
+
+// serveMock answers a request to a mocked host with its Responder and
+// logs it as an intercept by RuleMockLLM, its reason the Responder's
+// outcome, once the Responder has chosen its answer. When the Responder
+// cuts the connection it panics with http.ErrAbortHandler after the
+// record is written; the caller's server closes the connection.
+func (s *Server) serveMock(m *mockllm.Responder, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
+	logged := false
+	defer func() {
+		if !logged { // the Responder panicked before deciding: log it all the same
+			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: RuleMockLLM, Reason: "mock LLM: no answer"}, 0, start)
+		}
+	}()
+	m.Serve(w, r, func(j mockllm.Journaled) {
+		logged = true
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: RuleMockLLM, Reason: mockReason(j)}, j.Status, start)
+	})
+}
+
+// serveMockHTTP answers a plain HTTP request (forwardHTTP's, of the
+// proxy or of a redirected connection) to a mocked host with its
+// Responder, writing the answer to the client's connection through a
+// connResponseWriter. It reports whether the connection may carry
+// another request: not when the Responder cut the answer, the answer's
+// framing needs the connection's end, or the body was not all read.
+func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, m *mockllm.Responder, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
+	idle := s.limits.IdleConnTimeout
+	body := &countingReader{}
+	req := &http.Request{
+		Method: head.Method, URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery},
+		Proto: "HTTP/1." + strconv.Itoa(head.ProtoMinor), ProtoMajor: 1, ProtoMinor: head.ProtoMinor,
+		Header: head.Header, Host: u.Host, RequestURI: u.RequestURI(), Body: http.NoBody,
+	}
+	switch {
+	case head.Chunked:
+		body.r = &deadlineReader{r: httputil.NewChunkedReader(c.br), c: c.Conn, idle: idle}
+		body.atEOF = func() error { return skipTrailers(c.br, s.limits.MaxHeaderBytes) }
+		req.ContentLength, req.Body = -1, io.NopCloser(body)
+	case head.ContentLength > 0:
+		body.r = &deadlineReader{r: io.LimitReader(c.br, head.ContentLength), c: c.Conn, idle: idle}
+		req.ContentLength, req.Body = head.ContentLength, io.NopCloser(body)
+	default:
+		body.eof.Store(true)
+	}
+	if (head.Chunked || head.ContentLength > 0) && head.ProtoMinor == 1 && strings.EqualFold(head.Header.Get("Expect"), "100-continue") {
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	// The request's context ends when the client hangs up, so that a
+	// stalled or delayed answer does not hold the connection: once the
+	// body is read, a watcher waits for the client's next byte or its end.
+	// It ends when the client sends or closes, or when the read deadline
+	// set after the answer wakes it.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var watch chan struct{}
+	startWatch := func() {
+		watch = make(chan struct{})
+		c.SetReadDeadline(time.Time{}) // here, not in the goroutine: stopWatch's deadline must come after
+		go func() {
+			defer close(watch)
+			if _, err := c.br.Peek(1); err != nil {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					cancel()
+				}
+			}
+		}()
+	}
+	stopWatch := func() {
+		if watch != nil {
+			c.SetReadDeadline(time.Now())
+			<-watch
+			c.SetReadDeadline(time.Time{})
+		}
+	}
+	req = req.WithContext(rctx)
+	w := newConnResponseWriter(&deadlineWriter{c: c.Conn, idle: idle}, head.ProtoMinor, head.Close)
+	w.beforeAnswer = func() {
+		if body.eof.Load() {
+			startWatch()
+		}
+	}
+	defer func() {
+		stopWatch()
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			w.bw.Flush()
+			keepAlive = false
+		}
+	}()
+	s.serveMock(m, w, req, rec, start)
+	err := w.finish()
+	return err == nil && !w.close && body.eof.Load()
+}
+
+// connResponseWriter is an http.ResponseWriter that writes an HTTP/1.x
+// answer to a client's connection: the status line and headers, then the
+// body framed by its Content-Length, chunked (HTTP/1.1) or ended by the
+// connection's close (HTTP/1.0). Flush sends what is buffered, for event
+// streams. It is used by one goroutine.
+type connResponseWriter struct {
+	bw           *bufio.Writer
+	header       http.Header
+	minor        int
+	wroteHeader  bool
+	chunked      bool
+	close        bool // the connection ends with the answer
+	err          error
+	beforeAnswer func() // called once, before the head is written
+}
+
+func newConnResponseWriter(w io.Writer, protoMinor int, close bool) *connResponseWriter {
+	return &connResponseWriter{bw: bufio.NewWriterSize(w, 16<<10), header: http.Header{}, minor: protoMinor, close: close}
+}
+
+func (w *connResponseWriter) Header() http.Header { return w.header }
+
+func (w *connResponseWriter) WriteHeader(status int) {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	if w.beforeAnswer != nil {
+		w.beforeAnswer()
+	}
+	if w.header.Get("Content-Length") == "" {
+		if w.minor >= 1 {
+			w.chunked = true
+			w.header.Set("Transfer-Encoding", "chunked")
+		} else {
+			w.close = true
+		}
+	}
+	if w.close {
+		w.header.Set("Connection", "close")
+	}
+	if w.header.Get("Date") == "" {
+		w.header.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	}
+	fmt.Fprintf(w.bw, "HTTP/1.%d %03d %s\r\n", w.minor, status, http.StatusText(status))
+	w.header.Write(w.bw)
+	_, w.err = w.bw.WriteString("\r\n")
+}
+
+func (w *connResponseWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if w.chunked {
+		fmt.Fprintf(w.bw, "%x\r\n", len(p))
+	}
+	n, err := w.bw.Write(p)
+	if err == nil && w.chunked {
+		_, err = w.bw.WriteString("\r\n")
+	}
+	w.err = err
+	return n, err
+}
+
+// FlushError sends what is buffered; http.ResponseController calls it.
+func (w *connResponseWriter) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err == nil {
+		w.err = w.bw.Flush()
+	}
+	return w.err
+}
+
+// finish ends the answer: the last chunk, then a flush.
+func (w *connResponseWriter) finish() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.chunked && w.err == nil {
+		_, w.err = w.bw.WriteString("0\r\n\r\n")
+	}
+	return w.FlushError()
+}

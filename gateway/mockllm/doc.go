@@ -1,0 +1,31 @@
+// Package mockllm is a scripted LLM API for testing agents (DESIGN.md §15):
+// a Responder answers the Anthropic Messages, OpenAI Chat Completions and
+// OpenAI Responses APIs from a Script of turns, in each API's own JSON and
+// event-stream shapes, and a Recorder turns real exchanges into a script
+// that replays offline.
+//
+// A script is YAML (or JSON), decoded strictly: an unknown field, a string
+// where a number belongs or a turn with neither reply nor fault is an
+// error naming the file, the line and the fix.
+//
+//	turns:
+//	  - match: {model: claude-sonnet-4-5, user: "list the files"}
+//	    reply:
+//	      text: "Let me look."
+//	      tool_calls:
+//	        - {name: bash, input: {command: "ls"}}
+//	  - match: {tool_result: bash}
+//	    reply: {text: "There are three files.", usage: {input_tokens: 120, output_tokens: 9}}
+//	  - fault: {status: 429, headers: {retry-after: "1"}}
+//	  - fault: {disconnect_after_events: 3}
+//
+// Each request takes the first turn not used up whose match fits it (a turn
+// without match fits any); a turn answers Times requests, one by default.
+// Runtime control is for the gateway's management API: Expect queues turns
+// after the script's, Requests is the journal of what the agent sent (the
+// only place request bodies are kept), Reset starts over. A request no turn
+// answers gets an API error and OnUnmatched hears of it.
+//
+// The package imports no other sbx package, so the gateway can mount a
+// Responder for a host, and tests can serve one from httptest.
+package mockllm

@@ -1,0 +1,438 @@
+package mockllm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Bounds of a Responder.
+const (
+	// MaxRequestBody is the largest request body answered; a larger one
+	// gets 413, as the APIs refuse it.
+	MaxRequestBody = 32 << 20
+	// MaxJournalEntries is how many requests the journal keeps, the
+	// latest.
+	MaxJournalEntries = 1000
+	// MaxJournalBody is how much of a request's body the journal keeps.
+	MaxJournalBody = 1 << 20
+	// maxJournalBytes bounds the bodies the journal holds in all; the
+	// oldest entries go first.
+	maxJournalBytes = 64 << 20
+	// MaxQueuedTurns is how many turns Expect queues in all, until Reset.
+	MaxQueuedTurns = 10000
+	// maxCallNames is how many tool call ids a Responder remembers the
+	// names of, for Match.ToolResult.
+	maxCallNames = 10000
+)
+
+// Journaled is a request a Responder received, with what it answered: an
+// entry of the journal that Requests returns.
+type Journaled struct {
+	// Seq numbers the requests since New or Reset, from 1; a gap before
+	// the first entry says older entries were dropped.
+	Seq  int       `json:"seq"`
+	Time time.Time `json:"time"`
+	// Method and Path are the request's; the query is left out.
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// Dialect is the API the path names; empty for an unknown path.
+	Dialect Dialect `json:"dialect,omitempty"`
+	// Model and Stream are the request's model and stream fields.
+	Model  string `json:"model,omitempty"`
+	Stream bool   `json:"stream,omitempty"`
+	// Body is the request's body: its JSON as sent, or, when it is not
+	// JSON or longer than MaxJournalBody, a JSON string of its first
+	// MaxJournalBody bytes. The journal is the only place bodies are kept.
+	Body json.RawMessage `json:"body,omitempty"`
+	// BodyTruncated says the body was longer than MaxJournalBody.
+	BodyTruncated bool `json:"body_truncated,omitempty"`
+	// Turn is the 1-based position of the turn that answered (the
+	// script's turns, then those queued by Expect); 0 when none did.
+	Turn int `json:"turn,omitempty"`
+	// Unmatched says no turn answered: the request got an error.
+	Unmatched bool `json:"unmatched,omitempty"`
+	// Status is the HTTP status answered; 0 when the client went away
+	// while sending the request.
+	Status int `json:"status"`
+	// Outcome says in words what happened, such as "turn 2
+	// (script.yaml:7): reply", "turn 3: fault 429" or "unmatched: no turn
+	// fits ...".
+	Outcome string `json:"outcome"`
+}
+
+// Responder answers LLM API requests from a script: it is an
+// http.Handler for the Anthropic Messages, OpenAI Chat Completions and
+// OpenAI Responses APIs (see Dialect). Each request takes the first turn
+// not yet used up whose Match fits; a request no turn answers gets an API
+// error (see ServeHTTP). Every request is kept in a journal.
+//
+// A Responder is safe for concurrent use. It starts no goroutines: each
+// request is answered in the goroutine that calls ServeHTTP, which returns
+// when the answer is sent, the client goes away, or the Responder is Reset
+// during a delay or a stall.
+type Responder struct {
+	// OnUnmatched, if not nil, is called with the journal entry of each
+	// request that no turn answers, its Body left out (bodies stay in the
+	// journal), before the error is sent, in the request's goroutine. Set
+	// it before the Responder serves.
+	OnUnmatched func(Journaled)
+
+	mu sync.Mutex
+	// script are the turns New was given, which Reset restores.
+	script []Turn
+	// turns are the script's turns then those queued by Expect.
+	turns []*entry
+	// journal holds the latest requests, oldest first.
+	journal      []Journaled
+	journalBytes int
+	seq          int
+	// callNames maps the ids of the tool calls answered to their names.
+	callNames map[string]string
+	// reset is closed by Reset, to release delayed and stalled requests.
+	reset chan struct{}
+}
+
+// entry is a turn and how often it has answered.
+type entry struct {
+	turn Turn
+	// pos is the turn's 1-based position.
+	pos int
+	re  *regexp.Regexp
+	// invalid says why the turn cannot be used: New does not refuse a
+	// script built in Go, but its bad turns never answer.
+	invalid string
+	used    int
+}
+
+// New returns a Responder that answers with script's turns (none when
+// script is nil). The script is copied. A turn built in Go that does not
+// pass CheckTurns never answers; why is in the outcome of the requests it
+// would have fitted.
+func New(script *Script) *Responder {
+	r := &Responder{reset: make(chan struct{})}
+	if script != nil {
+		r.script = append([]Turn(nil), script.Turns...)
+	}
+	r.restart()
+	return r
+}
+
+// restart sets the turns to the script's, unused, and clears the rest.
+func (r *Responder) restart() {
+	r.turns = nil
+	r.appendTurns(r.script)
+	r.journal, r.journalBytes, r.seq = nil, 0, 0
+	r.callNames = map[string]string{}
+}
+
+func (r *Responder) appendTurns(turns []Turn) {
+	for _, t := range turns {
+		e := &entry{turn: t, pos: len(r.turns) + 1}
+		if ps := checkTurn(&e.turn); len(ps) > 0 {
+			e.invalid = ps[0].msg
+			if ps[0].field != "" {
+				e.invalid = ps[0].field + ": " + e.invalid
+			}
+		} else if m := t.Match; m != nil && m.UserRegexp != "" {
+			e.re = regexp.MustCompile(m.UserRegexp) // checkTurn compiled it
+		}
+		r.turns = append(r.turns, e)
+	}
+}
+
+// Expect queues turns after those already there (FIFO). It checks them as
+// CheckTurns does and queues none if any is wrong; it refuses to queue
+// more than MaxQueuedTurns in all until Reset.
+func (r *Responder) Expect(turns []Turn) error {
+	if err := CheckTurns(turns); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if queued := len(r.turns) - len(r.script); queued+len(turns) > MaxQueuedTurns {
+		return fmt.Errorf("queueing %d turns: %d are queued already and at most %d may be; reset the mock first", len(turns), queued, MaxQueuedTurns)
+	}
+	r.appendTurns(turns)
+	return nil
+}
+
+// Requests returns the journal, oldest first. The entries' Body must not
+// be modified.
+func (r *Responder) Requests() []Journaled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Journaled(nil), r.journal...)
+}
+
+// Reset restarts the script from its first turn, drops the turns Expect
+// queued and clears the journal. Requests waiting out a delay or a stall
+// are released: their connections are cut.
+func (r *Responder) Reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.reset)
+	r.reset = make(chan struct{})
+	r.restart()
+}
+
+// ServeHTTP answers a request by its path: POST /v1/messages (Anthropic),
+// /v1/chat/completions and /v1/responses (OpenAI). The answer is an error
+// in the dialect's shape when:
+//   - the path is none of these, or the method is not POST: 404, as the APIs
+//     answer an unknown URL (the error is in Anthropic's shape when the
+//     request has an anthropic-version header, OpenAI's otherwise);
+//   - the body is larger than MaxRequestBody: 413;
+//   - the body is not JSON of the API's shape: 400;
+//   - no turn fits, or the script is used up: 400 invalid_request_error,
+//     with x-should-retry: false. A 4xx because the request is not what the
+//     test expects, which SDKs do not retry (a 5xx would be retried into
+//     the same wall and tell the agent the service is flaky); not 404,
+//     which Anthropic uses for an unknown model and agents may act on.
+//
+// To cut a connection (Fault.DisconnectAfterBytes and the like), ServeHTTP
+// panics with http.ErrAbortHandler, as net/http's servers expect of a
+// handler that aborts a response; a caller serving it by other means must
+// recover that value and close the connection.
+func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
+	r.Serve(w, hr, nil)
+}
+
+// Serve answers a request as ServeHTTP does, and calls decided, if not
+// nil, with the request's journal entry (its Body left out) once the
+// answer is chosen, before it is sent: a caller such as the gateway
+// learns the outcome and the status of the request it passed on, even
+// when sending the answer then panics with http.ErrAbortHandler. decided
+// is called exactly once, in the request's goroutine.
+func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(Journaled)) {
+	j := Journaled{Time: time.Now(), Method: hr.Method, Path: hr.URL.Path}
+	d, known := dialectOf(hr.URL.Path)
+	j.Dialect = d
+	body, err := io.ReadAll(io.LimitReader(hr.Body, MaxRequestBody+1))
+	if err != nil {
+		// The client went away while sending; there is no one to answer.
+		r.unmatched(nil, hr, decided, &j, body, d, 0, "reading the request: "+err.Error(), "")
+		return
+	}
+	if !known || hr.Method != http.MethodPost {
+		d = Responses // the OpenAI error shape
+		if hr.Header.Get("anthropic-version") != "" {
+			d = Anthropic
+		}
+		msg := fmt.Sprintf("sbx mock LLM: no API at %s %s; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses", hr.Method, hr.URL.Path)
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
+		return
+	}
+	if len(body) > MaxRequestBody {
+		msg := fmt.Sprintf("sbx mock LLM: the request body is larger than %d MiB", MaxRequestBody>>20)
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusRequestEntityTooLarge, "request too large", msg)
+		return
+	}
+	req, err := parseRequest(d, body)
+	if err != nil {
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
+		return
+	}
+	j.Model, j.Stream = req.model, req.stream
+
+	r.mu.Lock()
+	e, why := r.pick(req)
+	if e == nil {
+		r.mu.Unlock()
+		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one (POST /v1/mock/expect)"
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, msg)
+		return
+	}
+	t := e.turn
+	var a *answer
+	switch {
+	case t.Reply != nil:
+		reply := *t.Reply
+		reply.ToolCalls = withIDs(d, reply.ToolCalls)
+		for _, c := range reply.ToolCalls {
+			r.rememberCall(c.ID, c.Name)
+		}
+		a = renderReply(req, &reply)
+		j.Outcome = e.name() + ": reply"
+		if reply.Raw.fits(req) {
+			j.Outcome = e.name() + ": recorded reply"
+		}
+	default:
+		a = faultAnswer(req, t.Fault)
+		j.Outcome = e.name() + ": " + describeFault(t.Fault, a.status)
+	}
+	j.Turn, j.Status = e.pos, a.status
+	r.record(&j, body)
+	reset := r.reset
+	r.mu.Unlock()
+	if decided != nil {
+		entry := j
+		entry.Body = nil
+		decided(entry)
+	}
+
+	send(w, hr, a, t.Fault, reset)
+}
+
+// unmatched journals a request no turn answers, tells OnUnmatched and
+// decided, and answers status with msg in dialect d's error shape
+// (nothing when w is nil).
+func (r *Responder) unmatched(w http.ResponseWriter, hr *http.Request, decided func(Journaled), j *Journaled, body []byte, d Dialect, status int, why, msg string) {
+	j.Unmatched, j.Status, j.Outcome = true, status, "unmatched: "+why
+	r.mu.Lock()
+	r.record(j, body)
+	r.mu.Unlock()
+	entry := *j
+	entry.Body = nil
+	if r.OnUnmatched != nil {
+		r.OnUnmatched(entry)
+	}
+	if decided != nil {
+		decided(entry)
+	}
+	if w == nil {
+		return
+	}
+	a := errorAnswer(d, status, msg)
+	a.header.Set("x-should-retry", "false")
+	send(w, hr, a, nil, nil)
+}
+
+// record adds a request to the journal, dropping the oldest entries past
+// the bounds. r.mu is held.
+func (r *Responder) record(j *Journaled, body []byte) {
+	r.seq++
+	j.Seq = r.seq
+	if len(body) > 0 {
+		j.Body, j.BodyTruncated = journalBody(body)
+	}
+	r.journal = append(r.journal, *j)
+	r.journalBytes += len(j.Body)
+	drop := 0
+	for len(r.journal)-drop > MaxJournalEntries || r.journalBytes > maxJournalBytes && drop < len(r.journal)-1 {
+		r.journalBytes -= len(r.journal[drop].Body)
+		drop++
+	}
+	if drop > 0 {
+		r.journal = append([]Journaled(nil), r.journal[drop:]...)
+	}
+}
+
+// journalBody returns what the journal keeps of a body.
+func journalBody(body []byte) (json.RawMessage, bool) {
+	if len(body) <= MaxJournalBody && json.Valid(body) {
+		return json.RawMessage(append([]byte(nil), body...)), false
+	}
+	truncated := len(body) > MaxJournalBody
+	if truncated {
+		body = body[:MaxJournalBody]
+	}
+	return json.RawMessage(marshal(string(body))), truncated
+}
+
+// rememberCall keeps a tool call's name by its id, for Match.ToolResult
+// when the conversation does not repeat the call (Responses'
+// previous_response_id). r.mu is held.
+func (r *Responder) rememberCall(id, name string) {
+	if len(r.callNames) >= maxCallNames {
+		clear(r.callNames)
+	}
+	r.callNames[id] = name
+}
+
+// pick returns the first turn not used up that fits req and counts it
+// used, or nil and why none does. r.mu is held.
+func (r *Responder) pick(req *request) (*entry, string) {
+	names := make([]string, len(req.toolResults))
+	for i, id := range req.toolResults {
+		name, ok := req.calls[id]
+		if !ok {
+			name = r.callNames[id]
+		}
+		names[i] = name
+	}
+	var first *entry
+	var firstWhy string
+	available := 0
+	for _, e := range r.turns {
+		if e.used >= max(1, e.turn.Times) {
+			continue
+		}
+		available++
+		why := e.misfit(req, names)
+		if why == "" {
+			e.used++
+			return e, ""
+		}
+		if first == nil {
+			first, firstWhy = e, why
+		}
+	}
+	if available == 0 {
+		return nil, fmt.Sprintf("the script is used up (%d turns, all answered)", len(r.turns))
+	}
+	desc := fmt.Sprintf("model %q, last user message %s", req.model, quoteShort(req.user))
+	if len(names) > 0 {
+		desc += fmt.Sprintf(", results of tools %s", quoteList(names))
+	}
+	return nil, fmt.Sprintf("no turn fits this request (%s); the first turn left, %s, %s", desc, first.name(), firstWhy)
+}
+
+// misfit returns why req does not fit the turn, or "" when it does.
+func (e *entry) misfit(req *request, toolNames []string) string {
+	if e.invalid != "" {
+		return "is invalid: " + e.invalid
+	}
+	m := e.turn.Match
+	if m == nil {
+		return ""
+	}
+	switch {
+	case m.Model != "" && m.Model != req.model:
+		return fmt.Sprintf("wants model %q", m.Model)
+	case m.User != "" && !strings.Contains(req.user, m.User):
+		return fmt.Sprintf("wants a last user message containing %q", m.User)
+	case e.re != nil && !e.re.MatchString(req.user):
+		return fmt.Sprintf("wants a last user message matching %q", m.UserRegexp)
+	case m.ToolResult != "" && !containsStr(toolNames, m.ToolResult):
+		return fmt.Sprintf("wants a result of tool %q in the last message", m.ToolResult)
+	}
+	return ""
+}
+
+// name names the turn for messages: "turn 2 (script.yaml:7)".
+func (e *entry) name() string {
+	if e.turn.Origin != "" {
+		return fmt.Sprintf("turn %d (%s)", e.pos, e.turn.Origin)
+	}
+	return fmt.Sprintf("turn %d", e.pos)
+}
+
+// quoteShort quotes the start of a message for the journal.
+func quoteShort(s string) string {
+	const max = 60
+	if s == "" {
+		return "(none)"
+	}
+	if r := []rune(s); len(r) > max {
+		return strconv.Quote(string(r[:max])) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		if n == "" {
+			n = "(unknown)"
+		}
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
