@@ -318,6 +318,12 @@ func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec 
 		name = raw // DecideHost blocks it as invalid, with the reason
 	}
 	d := snap.Policy().DecideHost(name)
+	if hostErr == nil && s.mock(host) != nil {
+		// A mocked LLM host is answered by the gateway itself (DESIGN.md
+		// §15): an agent that resolves it must reach the mock, whatever
+		// the policy says of the real host.
+		d = netpolicy.Decision{Action: netpolicy.Allow, Rule: RuleMockLLM, Reason: "mock LLM: the gateway answers " + host + " itself"}
+	}
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = enforced(snap, d)
 	if d.Action == netpolicy.Block && rec.Enforced {

@@ -15,6 +15,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/option"
 	"github.com/openai/openai-go/v3"
 	ooption "github.com/openai/openai-go/v3/option"
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
@@ -296,5 +297,23 @@ func TestMockLLMPlainHTTPStall(t *testing.T) {
 			t.Fatal("the stalled connection is still open")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestMockLLMHostResolves: the DNS stub answers a mocked host with a fake
+// address under a policy that blocks everything, so an agent that ignores
+// the proxy (Node's fetch) reaches the mock through capture.
+func TestMockLLMHostResolves(t *testing.T) {
+	st := startDNS(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
+		c.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
+	})
+	for _, tt := range []struct {
+		name  string
+		rcode dnsmessage.RCode
+	}{{"api.anthropic.com", dnsmessage.RCodeSuccess}, {"api.openai.com", dnsmessage.RCodeNameError}} {
+		m := unpack(t, exchange(t, st, false, dnsQuery{name: tt.name + ".", typ: dnsmessage.TypeA}.pack(t, 7)))
+		if m.RCode != tt.rcode || (tt.rcode == dnsmessage.RCodeSuccess && len(m.Answers) != 1) {
+			t.Errorf("A %s: got %v with %d answers, want %v", tt.name, m.RCode, len(m.Answers), tt.rcode)
+		}
 	}
 }
