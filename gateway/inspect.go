@@ -35,7 +35,7 @@ var inspectProtos = []string{"h2", "http/1.1"}
 // policy asks for it (netpolicy's Inspects) or a mock LLM answers for
 // t.Host, and the gateway has a CA.
 func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil)
+	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil)
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
@@ -370,7 +370,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
 	}))
-	resp, err := s.inspect.get(s, snap.Version()).RoundTrip(out)
+	var rt http.RoundTripper = s.inspect.get(s, snap.Version())
+	if rec := s.cfg.RecordLLM[t.Host]; rec != nil {
+		rt = rec.Through(rt) // --record-llm: what the API answers becomes a script
+	}
+	resp, err := rt.RoundTrip(out)
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {

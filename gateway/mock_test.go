@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -314,6 +318,89 @@ func TestMockLLMHostResolves(t *testing.T) {
 		m := unpack(t, exchange(t, st, false, dnsQuery{name: tt.name + ".", typ: dnsmessage.TypeA}.pack(t, 7)))
 		if m.RCode != tt.rcode || (tt.rcode == dnsmessage.RCodeSuccess && len(m.Answers) != 1) {
 			t.Errorf("A %s: got %v with %d answers, want %v", tt.name, m.RCode, len(m.Answers), tt.rcode)
+		}
+	}
+}
+
+// TestRecordLLMReplaysByteIdentical is --record-llm end to end in the
+// gateway: requests to an inspected API host go to the upstream (here a
+// scripted LLM served by the test, standing in for the real API) and are
+// recorded; a second gateway replays the recorded script offline, and the
+// client gets the same bytes: the same JSON, the same event stream.
+func TestRecordLLMReplaysByteIdentical(t *testing.T) {
+	api, err := mockllm.ParseScript("api.yaml", []byte(`turns:
+  - match: {user: "json please"}
+    reply: {text: "a plain answer", usage: {input_tokens: 5, output_tokens: 3}}
+  - match: {user: "stream please"}
+    reply: {text: "a streamed answer in several chunks", chunk_size: 7}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(mockllm.New(api))
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	ca, err := NewCA("record", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	clientRoots := x509.NewCertPool()
+	clientRoots.AddCert(ca.Certificate())
+	target := "https://example.com:" + strconv.Itoa(int(port)) + "/v1/messages"
+	ask := func(g *testGateway, body string) []byte {
+		t.Helper()
+		proxy, _ := url.Parse("http://" + g.addr)
+		tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientRoots}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest("POST", target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+		}
+		return b
+	}
+	requests := []string{
+		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"json please"}]}`,
+		`{"model":"m","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"stream please"}]}`,
+	}
+
+	rec := mockllm.NewRecorder(nil)
+	recording := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+			c.CA, c.UpstreamRoots, c.RecordLLM = ca, roots, map[string]*mockllm.Recorder{"example.com": rec}
+		})
+	var live [][]byte
+	for _, body := range requests {
+		live = append(live, ask(recording, body))
+	}
+	if d := recording.lastDecision(t); d["kind"] != decisionlog.KindHTTPS || d["action"] != "allow" {
+		t.Errorf("a recorded request: logged %v, want an allowed https request", d)
+	}
+	var script bytes.Buffer
+	if err := mockllm.WriteScript(&script, rec.Turns()); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := mockllm.ParseScript("recorded.yaml", script.Bytes())
+	if err != nil {
+		t.Fatalf("the recorded script does not parse: %v\n%s", err, script.String())
+	}
+	up.Close() // offline from here
+	replaying := startGatewayWith(t, loopbackPolicy(netpolicy.Block), map[string]string{}, func(c *Config) {
+		c.CA, c.MockLLM = ca, map[string]*mockllm.Responder{"example.com": mockllm.New(replayed)}
+	})
+	for i, body := range requests {
+		if got := ask(replaying, body); !bytes.Equal(got, live[i]) {
+			t.Errorf("request %d replayed:\n%s\nwant the recorded bytes:\n%s", i+1, got, live[i])
 		}
 	}
 }

@@ -134,6 +134,11 @@ type Config struct {
 	// to it is refused rather than tunnelled to the real API. Nil or
 	// empty mocks nothing.
 	MockLLM map[string]*mockllm.Responder
+	// RecordLLM maps hosts to recorders (DESIGN.md §15, --record-llm):
+	// their HTTPS is inspected, decided by the policy as any inspected
+	// host's, and what goes through is recorded as a script that MockLLM
+	// replays. Keys are host names as for MockLLM.
+	RecordLLM map[string]*mockllm.Recorder
 }
 
 // Server is the gateway: an HTTP forward proxy and CONNECT tunnel that

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sbx-dev/sbx/gateway/mockllm"
@@ -44,4 +48,71 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 		mocks[host] = mockllm.New(script)
 	}
 	return mocks, nil
+}
+
+// recordLLMUsage is the help of --record-llm.
+const recordLLMUsage = "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and write what it answered to SCRIPT when the sandbox ends, for --mock-llm to replay offline; repeatable"
+
+// llmRecording is what --record-llm records into, and where it goes.
+type llmRecording struct {
+	host, path string
+	rec        *mockllm.Recorder
+}
+
+// parseRecordLLM turns --record-llm values into recorders. A script's
+// directory must exist now, so that a recording is not lost at the end.
+func parseRecordLLM(values []string, mocks map[string]*mockllm.Responder) ([]llmRecording, error) {
+	var out []llmRecording
+	seen := map[string]bool{}
+	for _, v := range values {
+		rawHost, path, ok := strings.Cut(v, "=")
+		if !ok || rawHost == "" || path == "" {
+			return nil, fmt.Errorf("--record-llm %q: want HOST=SCRIPT, such as api.anthropic.com=recorded.yaml", v)
+		}
+		host, err := netpolicy.NormalizeHost(rawHost)
+		if err != nil {
+			return nil, fmt.Errorf("--record-llm %s: %w; give a host name such as api.anthropic.com, without scheme, port or path", v, err)
+		}
+		if seen[host] || mocks[host] != nil {
+			return nil, fmt.Errorf("--record-llm %s: %s is already recorded or mocked; give one --record-llm or --mock-llm per host", v, host)
+		}
+		seen[host] = true
+		if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--record-llm %s: the directory of %s does not exist; create it, or give another path", v, path)
+		}
+		out = append(out, llmRecording{host: host, path: path, rec: mockllm.NewRecorder(nil)})
+	}
+	return out, nil
+}
+
+// recorders is the gateway's view of recordings.
+func recorders(rs []llmRecording) map[string]*mockllm.Recorder {
+	if len(rs) == 0 {
+		return nil
+	}
+	m := make(map[string]*mockllm.Recorder, len(rs))
+	for _, r := range rs {
+		m[r.host] = r.rec
+	}
+	return m
+}
+
+// writeRecordings writes each recording's script, whole or not at all
+// (a temporary file renamed over SCRIPT), and says where on stderr.
+func writeRecordings(rs []llmRecording, stderr io.Writer) error {
+	var errs []error
+	for _, r := range rs {
+		var b bytes.Buffer
+		turns := r.rec.Turns()
+		if err := mockllm.WriteScript(&b, turns); err != nil {
+			errs = append(errs, fmt.Errorf("--record-llm %s: %w", r.host, err))
+			continue
+		}
+		if err := writeOutput(io.Discard, r.path, b.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("--record-llm %s: %w", r.host, err))
+			continue
+		}
+		fmt.Fprintf(stderr, "sbx: recorded %d exchanges with %s in %s (replay with --mock-llm %s=%s)\n", len(turns), r.host, r.path, r.host, r.path)
+	}
+	return errors.Join(errs...)
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
 func TestParseMockLLM(t *testing.T) {
@@ -38,5 +40,33 @@ func TestParseMockLLM(t *testing.T) {
 				t.Errorf("%v: got %q, want it to contain %q", tc.values, err, w)
 			}
 		}
+	}
+}
+
+func TestParseRecordLLM(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		values []string
+		want   string
+	}{
+		{[]string{"api.anthropic.com"}, "want HOST=SCRIPT"},
+		{[]string{"https://api.anthropic.com=" + dir + "/a.yaml"}, "give a host name"},
+		{[]string{"api.anthropic.com=" + dir + "/nodir/a.yaml"}, "does not exist"},
+		{[]string{"api.anthropic.com=" + dir + "/a.yaml", "API.anthropic.com=" + dir + "/b.yaml"}, "already recorded or mocked"},
+	} {
+		if _, err := parseRecordLLM(tt.values, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseRecordLLM(%q): got %v, want an error containing %q", tt.values, err, tt.want)
+		}
+	}
+	rs, err := parseRecordLLM([]string{"api.anthropic.com=" + dir + "/a.yaml"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	if err := writeRecordings(rs, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mockllm.ParseScriptFile(filepath.Join(dir, "a.yaml")); err != nil || !strings.Contains(stderr.String(), "replay with --mock-llm api.anthropic.com=") {
+		t.Errorf("the recording: %v; stderr %q", err, stderr.String())
 	}
 }

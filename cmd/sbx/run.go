@@ -65,6 +65,7 @@ type runOptions struct {
 	noCapture  bool
 	upstreamCA string
 	mockLLM    []string
+	recordLLM  []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -138,6 +139,7 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage)
+	fs.StringArrayVar(&o.recordLLM, "record-llm", nil, recordLLMUsage)
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
 	o.logLimits.AddFlags(fs)
@@ -274,6 +276,17 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err != nil {
 		return 0, usageError(cmd, err)
 	}
+	recordings, err := parseRecordLLM(o.recordLLM, mocks)
+	if err != nil {
+		return 0, usageError(cmd, err)
+	}
+	// Written once the sandbox and its gateway are gone (this runs after
+	// the deferred Close below), so that every exchange is in.
+	defer func() {
+		if err := writeRecordings(recordings, stderr); err != nil {
+			retErr = multierror.Append(retErr, err)
+		}
+	}()
 	res := &gateway.Resolver{}
 	if o.hostDNS != "" {
 		if res.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
@@ -338,6 +351,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			CA:              insp.ca,
 			UpstreamRoots:   insp.upstreamRoots,
 			MockLLM:         mocks,
+			RecordLLM:       recorders(recordings),
 		}
 		if c.Capture == nil {
 			return gateway.Start(ctx, opts)

@@ -88,9 +88,24 @@ func (r *Recorder) Script() *Script {
 
 // RoundTrip sends req upstream and records the exchange, as Recorder says.
 func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	return r.roundTrip(req, r.upstream)
+}
+
+// Through returns a RoundTripper that records into r what it sends with
+// upstream instead of r's own: for a caller whose transport changes (the
+// gateway makes one per policy version).
+func (r *Recorder) Through(upstream http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) { return r.roundTrip(req, upstream) })
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (r *Recorder) roundTrip(req *http.Request, upstream http.RoundTripper) (*http.Response, error) {
 	d, ok := dialectOf(req.URL.Path)
 	if !ok || req.Method != http.MethodPost || req.Body == nil || req.Body == http.NoBody {
-		return r.upstream.RoundTrip(req)
+		return upstream.RoundTrip(req)
 	}
 	body, err := io.ReadAll(io.LimitReader(req.Body, MaxRequestBody+1))
 	if err != nil {
@@ -101,7 +116,7 @@ func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if len(body) > MaxRequestBody {
 		// Too large to record: send it on as it is.
 		out.Body = readCloser{io.MultiReader(bytes.NewReader(body), req.Body), req.Body}
-		return r.upstream.RoundTrip(out)
+		return upstream.RoundTrip(out)
 	}
 	req.Body.Close()
 	out.Body = io.NopCloser(bytes.NewReader(body))
@@ -110,14 +125,14 @@ func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Del("Accept-Encoding")
 	parsed, err := parseRequest(d, body)
 	if err != nil {
-		return r.upstream.RoundTrip(out) // the API will say what is wrong
+		return upstream.RoundTrip(out) // the API will say what is wrong
 	}
 
 	x := &exchange{}
 	r.mu.Lock()
 	r.exchanges = append(r.exchanges, x)
 	r.mu.Unlock()
-	resp, err := r.upstream.RoundTrip(out)
+	resp, err := upstream.RoundTrip(out)
 	if err != nil {
 		r.finish(x, nil)
 		return nil, err
