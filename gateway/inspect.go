@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +171,7 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	// An HTTP/2 connection ends before its streams' handlers return:
 	// their close records come before the tunnel's.
 	h.running.Wait()
+	h.closeUpstream()
 	if h.served.Load() == 0 && isTLS && closeRec.Error == "" {
 		closeRec.Error = "the client closed the connection after the TLS handshake without a request (it may pin certificates: " + reasonCARejected + ")"
 	}
@@ -260,7 +263,162 @@ type inspectHandler struct {
 
 	running sync.WaitGroup // the requests being served
 	served  atomic.Int64   // requests seen
+
+	// upMu guards up, this tunnel's own upstream connection, which its
+	// requests use one at a time (HTTP/1.1 clients send them so); a
+	// request that finds it busy (HTTP/2 streams at once) goes through
+	// the shared transport instead.
+	upMu sync.Mutex
+	up   *inlineUpstream
 }
+
+// inlineUpstream is an HTTP/1.1 connection over TLS to one guarded
+// address of the tunnel's host, made under one policy version.
+type inlineUpstream struct {
+	conn    *tls.Conn
+	raw     net.Conn
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	version uint64
+	addr    netip.Addr
+}
+
+func (u *inlineUpstream) close(s *Server) {
+	s.untrackUpstream(u.raw)
+	u.conn.Close()
+}
+
+// inlineRoundTrip sends out on the tunnel's own upstream connection,
+// dialing it (to the first of addrs that answers) when there is none, or
+// when the one there was made under another policy version or to an
+// address addrs no longer holds. It returns false when the connection is
+// busy, and release, which must be called once the answer's body is done
+// with: it keeps the connection for the next request when the answer was
+// read to its end, else closes it.
+func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request, addrs []netip.Addr, version uint64) (resp *http.Response, release func(), upstream string, ok bool, err error) {
+	if !h.upMu.TryLock() {
+		return nil, nil, "", false, nil
+	}
+	s := h.s
+	u := h.up
+	h.up = nil
+	if u != nil && (u.version != version || !slices.Contains(addrs, u.addr)) {
+		u.close(s)
+		u = nil
+	}
+	done := func(u *inlineUpstream, keep bool) {
+		if keep {
+			h.up = u
+		} else if u != nil {
+			u.close(s)
+		}
+		h.upMu.Unlock()
+	}
+	dial := func() (*inlineUpstream, error) {
+		raw, err := s.dialFirst(ctx, addrs, h.t.Port)
+		if err != nil {
+			return nil, err
+		}
+		if !s.trackUpstream(raw) {
+			raw.Close()
+			return nil, net.ErrClosed
+		}
+		tc := tls.Client(raw, &tls.Config{ServerName: h.t.Host, RootCAs: s.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+		ip, _ := netip.ParseAddrPort(raw.RemoteAddr().String())
+		nu := &inlineUpstream{conn: tc, raw: raw, br: bufio.NewReaderSize(tc, 16<<10), bw: bufio.NewWriterSize(tc, 16<<10), version: version, addr: ip.Addr().Unmap()}
+		hctx, cancel := context.WithTimeout(ctx, s.limits.HeaderReadTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			nu.close(s)
+			return nil, err
+		}
+		return nu, nil
+	}
+	// exchange writes out and reads its answer's head on u.
+	exchange := func(u *inlineUpstream) (*http.Response, error) {
+		u.conn.SetDeadline(time.Now().Add(s.limits.ResponseTimeout))
+		if err := out.Write(u.bw); err != nil {
+			return nil, err
+		}
+		if err := u.bw.Flush(); err != nil {
+			return nil, err
+		}
+		for {
+			resp, err := http.ReadResponse(u.br, out)
+			if err != nil {
+				return nil, err
+			}
+			if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+				return resp, nil
+			}
+			io.Copy(io.Discard, resp.Body) // 1xx: informational, the answer follows
+		}
+	}
+	reused := u != nil
+	if u == nil {
+		if u, err = dial(); err != nil {
+			done(nil, false)
+			return nil, nil, "", true, err
+		}
+	}
+	resp, err = exchange(u)
+	if err != nil && reused && out.Body == nil {
+		// A kept connection the upstream closed while it was idle: once
+		// more on a new one, as http.Transport retries a request that has
+		// no body.
+		u.close(s)
+		if u, err = dial(); err == nil {
+			resp, err = exchange(u)
+		} // u is nil when the dial failed
+	}
+	if err != nil {
+		done(u, false)
+		return nil, nil, "", true, err
+	}
+	u.conn.SetWriteDeadline(time.Time{})
+	body := &eofBody{rc: resp.Body, conn: u.conn, idle: s.limits.IdleConnTimeout}
+	resp.Body = body
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			done(u, body.eof && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols)
+		})
+	}
+	return resp, release, u.raw.RemoteAddr().String(), true, nil
+}
+
+// closeUpstream closes the tunnel's own upstream connection, when the
+// tunnel ends.
+func (h *inspectHandler) closeUpstream() {
+	h.upMu.Lock()
+	defer h.upMu.Unlock()
+	if h.up != nil {
+		h.up.close(h.s)
+		h.up = nil
+	}
+}
+
+// eofBody is an inline answer's body: each read renews the connection's
+// read deadline idle ahead, so a stalled upstream cannot hold the
+// request, and it notes whether the body was read to its end (only then
+// may the connection carry another request).
+type eofBody struct {
+	rc   io.ReadCloser
+	conn net.Conn
+	idle time.Duration
+	eof  bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	b.conn.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *eofBody) Close() error { return b.rc.Close() }
 
 // inspectAddrsKey carries the guarded addresses of a request's upstream to
 // the transport's dial, which dials nothing else.
@@ -370,11 +528,23 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
 		GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
 	}))
-	var rt http.RoundTripper = s.inspect.get(s, snap.Version())
-	if rec := s.cfg.RecordLLM[t.Host]; rec != nil {
-		rt = rec.Through(rt) // --record-llm: what the API answers becomes a script
+	// The tunnel's own upstream connection when it is free (no extra
+	// goroutines, no pool: BenchmarkInspectedRequests), else the shared
+	// transport; a recorded host always goes through its recorder.
+	var resp *http.Response
+	var err error
+	release := func() {}
+	inlined := false
+	if s.cfg.RecordLLM[t.Host] == nil && h.tls && out.Header.Get("Expect") == "" {
+		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, out, addrs, snap.Version())
 	}
-	resp, err := rt.RoundTrip(out)
+	if !inlined {
+		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
+		if rec := s.cfg.RecordLLM[t.Host]; rec != nil {
+			rt = rec.Through(rt) // --record-llm: what the API answers becomes a script
+		}
+		resp, err = rt.RoundTrip(out)
+	}
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
@@ -383,6 +553,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	defer release() // before the body is closed: an unread body then closes the connection instead of draining it
 	closeRec.Status = resp.StatusCode
 	removeHopByHop(resp.Header, false)
 	dst := w.Header()

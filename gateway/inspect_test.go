@@ -487,3 +487,24 @@ func TestHandshakeError(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectedUpstreamClosedWhileIdle: the tunnel's own upstream
+// connection, closed by the upstream while it idled, is dialed again for
+// the next request instead of failing it.
+func TestInspectedUpstreamClosedWhileIdle(t *testing.T) {
+	s := newInspectSetup(t, netpolicy.Enforce, nil, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow})
+	c := s.client(t, false)
+	for i := range 3 {
+		resp, err := c.Get(s.url("example.com", "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: got %d, want 200", i+1, resp.StatusCode)
+		}
+		s.up.CloseClientConnections() // the upstream hangs up on its idle connections
+		time.Sleep(20 * time.Millisecond)
+	}
+}
