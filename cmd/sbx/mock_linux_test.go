@@ -1,21 +1,29 @@
 package main
 
 import (
+	"crypto/tls"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
 // mockScript answers one request from each official Node SDK.
 const mockScript = `turns:
   - match: {model: claude-test}
     reply: {text: "hello from the scripted claude"}
+    times: 2
   - match: {model: gpt-test}
     reply: {text: "hello from the scripted gpt"}
+    times: 2
 `
 
 // mockClient is an unmodified agent's use of the official SDKs: the real
@@ -29,6 +37,13 @@ const OpenAI = require("openai");
   const o = new OpenAI({apiKey: "sk-test", maxRetries: 0});
   const c = await o.chat.completions.create({model: "gpt-test", messages: [{role: "user", content: "hi"}]});
   console.log("openai: " + c.choices[0].message.content);
+  // Plain http:// base URLs, no TLS: the same mock.
+  const ah = new Anthropic({apiKey: "sk-test", maxRetries: 0, baseURL: "http://api.anthropic.com"});
+  const mh = await ah.messages.create({model: "claude-test", max_tokens: 64, messages: [{role: "user", content: "hi"}]});
+  console.log("anthropic over http: " + mh.content[0].text);
+  const oh = new OpenAI({apiKey: "sk-test", maxRetries: 0, baseURL: "http://api.openai.com/v1"});
+  const ch = await oh.chat.completions.create({model: "gpt-test", messages: [{role: "user", content: "hi"}]});
+  console.log("openai over http: " + ch.choices[0].message.content);
 })().catch(e => { console.log("error: " + e); process.exit(1); });
 `
 
@@ -36,7 +51,8 @@ const OpenAI = require("openai");
 // (@anthropic-ai/sdk, openai) from npm inside a sandbox and runs them
 // unmodified against the real API hostnames: --mock-llm answers both
 // from a script through TLS inspection and capture (the SDKs' fetch
-// ignores HTTPS_PROXY), and nothing reaches the real APIs.
+// ignores HTTPS_PROXY), and over plain http:// base URLs too; nothing
+// reaches the real APIs.
 func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
@@ -71,7 +87,8 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 	args = append(args, "--", "sh", "-c", "npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk openai && node agent.js")
 	stdout, stderr, code := runCLI(t, args...)
 	t.Logf("exit %d\n%s\n%s", code, stdout, stderr)
-	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt"} {
+	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
+		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the agent's output lacks %q", want)
 		}
@@ -84,5 +101,82 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		if r == nil {
 			t.Errorf("no https decision of rule mock-llm for %s", host)
 		}
+	}
+}
+
+// TestPrivilegedRecordLLM records an unmodified Node agent's exchanges with
+// "the API" (a scripted LLM served over HTTPS as api.anthropic.com in a
+// test namespace, standing in for the real one) with --record-llm, then
+// replays them offline with --mock-llm: the agent prints the same answer,
+// and the second run dials nothing.
+func TestPrivilegedRecordLLM(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("npm is not on this host")
+	}
+	addrs, err := net.LookupHost("registry.npmjs.org")
+	if err != nil {
+		t.Skipf("registry.npmjs.org does not resolve here: %v", err)
+	}
+	dir := readableDir(t)
+	up := newCaptureUpstream(t, dir) // its DNS answers every name with its address
+	caPEM, cert := testCertificate(t, "api.anthropic.com")
+	if err := os.WriteFile(filepath.Join(dir, "api-ca.pem"), caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, err := mockllm.ParseScript("api.yaml", []byte(`turns:
+  - reply: {text: "recorded from the api", chunk_size: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	responder := mockllm.New(api)
+	ln := listenIn(t, up.Name, func() (io.Closer, error) { return net.Listen("tcp", up.Addr+":443") }).(net.Listener)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); responder.ServeHTTP(w, r) }),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	agent := `const Anthropic = require("@anthropic-ai/sdk");
+new Anthropic({apiKey: "sk-test", maxRetries: 0}).messages.create({model: "m", max_tokens: 64, messages: [{role: "user", content: "hi"}]})
+  .then(m => console.log("answer: " + m.content[0].text), e => { console.log("error: " + e); process.exit(1); });
+`
+	if err := os.WriteFile(filepath.Join(dir, "agent.js"), []byte(agent), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "recorded.yaml")
+	run := func(name, command string, extra ...string) string {
+		state := t.TempDir()
+		args := []string{"run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(state, "state"),
+			"--subnet-pool", "10.213.223.0/24", "--log", filepath.Join(state, "decisions.jsonl"), "--user", "0",
+			"-v", dir + ":/agent", "-w", "/agent"}
+		args = append(append(args, extra...), "--", "sh", "-c", command)
+		stdout, stderr, code := runCLI(t, args...)
+		t.Logf("%s: exit %d\n%s\n%s", name, code, stdout, stderr)
+		return stdout
+	}
+	// The SDK from npm first, with the host's own DNS.
+	install := []string{"--allow", "registry.npmjs.org"}
+	for _, a := range addrs {
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
+			install = append(install, "--allow-private", netip.PrefixFrom(ip, 32).String())
+		}
+	}
+	run("install", "npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk", install...)
+	out := run("record", "node agent.js", "--host-dns", up.Addr, "--allow", "api.anthropic.com", "--allow-private", up.Net,
+		"--upstream-ca", filepath.Join(dir, "api-ca.pem"), "--record-llm", "api.anthropic.com="+script)
+	if !strings.Contains(out, "answer: recorded from the api") || hits.Load() != 1 {
+		t.Fatalf("recording: the agent's output %q, the API asked %d times; want its answer, once", out, hits.Load())
+	}
+	data, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatalf("the recorded script: %v", err)
+	}
+	t.Logf("recorded:\n%s", data)
+	out = run("replay", "node agent.js", "--mock-llm", "api.anthropic.com="+script)
+	if !strings.Contains(out, "answer: recorded from the api") || hits.Load() != 1 {
+		t.Errorf("replaying: the agent's output %q, the API asked %d times; want the same answer, and the API not asked again", out, hits.Load())
 	}
 }
