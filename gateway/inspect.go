@@ -61,22 +61,7 @@ func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpoli
 // CA). first are client bytes already read (a transparent connection's
 // ClientHello); proxied says a CONNECT client waits for a 200 first.
 func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first []byte) {
-	if d.Action == netpolicy.Block && enforced(snap, d) {
-		if !proxied { // a transparent client is closed on, unanswered
-			s.finishRefusal(rec, d, 0, start)
-			return
-		}
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
-		return
-	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
-			http.StatusTooManyRequests, start)
-		if proxied {
-			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
-		}
+	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
 		return
 	}
 	defer s.releaseTunnel(c.client.Addr())
@@ -524,24 +509,25 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength == 0 && (r.Body == nil || r.Body == http.NoBody) {
 		out.Body = nil
 	}
-	var upstreamAddr string
-	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
-		GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
-	}))
 	// The tunnel's own upstream connection when it is free (no extra
 	// goroutines, no pool: BenchmarkInspectedRequests), else the shared
 	// transport; a recorded host always goes through its recorder.
 	var resp *http.Response
 	var err error
+	var upstreamAddr string
 	release := func() {}
 	inlined := false
-	if s.cfg.RecordLLM[t.Host] == nil && h.tls && out.Header.Get("Expect") == "" {
+	recorder := s.cfg.RecordLLM[t.Host]
+	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, out, addrs, snap.Version())
 	}
 	if !inlined {
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
+		}))
 		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
-		if rec := s.cfg.RecordLLM[t.Host]; rec != nil {
-			rt = rec.Through(rt) // --record-llm: what the API answers becomes a script
+		if recorder != nil {
+			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}
 		resp, err = rt.RoundTrip(out)
 	}

@@ -508,3 +508,39 @@ func TestInspectedUpstreamClosedWhileIdle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestInspectedClientThatStopsReading: a client that stops reading an
+// inspected answer is cut off after the idle timeout; its request's close
+// record comes, with an error, instead of the request holding its tunnel
+// and upstream connection for good.
+func TestInspectedClientThatStopsReading(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 64<<20)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(big) }))
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	ca, err := NewCA("stall", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Inspect: true, Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+			c.CA, c.UpstreamRoots = ca, pool
+			c.Limits.IdleConnTimeout = 500 * time.Millisecond
+		})
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(ca.Certificate())
+	proxy, _ := url.Parse("http://" + g.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientPool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr}).Get("https://example.com:" + strconv.Itoa(int(port)) + "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() // never read
+	if cl := lastClose(t, g, decisionlog.KindHTTPS); cl["error"] == "" {
+		t.Errorf("the stalled request's close record: %v, want an error", cl)
+	}
+}

@@ -74,31 +74,13 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 // is there, gets its connection closed; its refusals are logged with
 // status 0, but the cap's 429.
 func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
-	refuse := func(d netpolicy.Decision) {
-		if !proxied {
-			s.finishRefusal(rec, d, 0, start)
-			return
-		}
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
-	}
-	if d.Action == netpolicy.Block && enforced(snap, d) {
-		refuse(d)
-		return
-	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
-			http.StatusTooManyRequests, start)
-		if proxied {
-			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
-		}
+	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
 		return
 	}
 	defer s.releaseTunnel(c.client.Addr())
 	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
 	if guard != nil {
-		refuse(*guard)
+		s.refuseTunnel(c, rec, t, *guard, start, proxied)
 		return
 	}
 	// The close record says how the tunnel ended, including a block by
@@ -134,6 +116,42 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Recor
 	}
 	closeRec.Status = http.StatusOK
 	s.relay(c, up, closeRec, first)
+}
+
+// enterTunnel takes the first steps of every tunnel, spliced or inspected:
+// an enforced block is refused (refuseTunnel), and a client at
+// Limits.MaxTunnelsPerClient gets a decision of its own, action block and
+// status 429, before anything else is done for it. It reports whether the
+// tunnel goes on; then the caller holds one of the client's tunnel slots,
+// which it must give back with releaseTunnel.
+func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) bool {
+	if d.Action == netpolicy.Block && enforced(snap, d) {
+		s.refuseTunnel(c, rec, t, d, start, proxied)
+		return false
+	}
+	if !s.acquireTunnel(c.client.Addr()) {
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
+			http.StatusTooManyRequests, start)
+		if proxied {
+			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
+		}
+		return false
+	}
+	return true
+}
+
+// refuseTunnel logs d, a refusal of the tunnel rec decided, and answers a
+// CONNECT client (proxied) with 403; a transparent client, which does not
+// know the gateway is there, has its connection closed unanswered (status
+// 0 in the record).
+func (s *Server) refuseTunnel(c *conn, rec *decisionlog.Record, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) {
+	if !proxied {
+		s.finishRefusal(rec, d, 0, start)
+		return
+	}
+	s.finishRefusal(rec, d, http.StatusForbidden, start)
+	s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
 }
 
 // relay relays an open tunnel between c and up until either side closes

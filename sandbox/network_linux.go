@@ -34,7 +34,7 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 	}()
 	ns, err := netns.GetFromName(n.Netns)
 	if errors.Is(err, os.ErrNotExist) {
-		ns, err = newNamedNetns(n.Netns)
+		ns, err = NewNamedNetns(n.Netns)
 	}
 	if err != nil {
 		return fmt.Errorf("creating network namespace %s: %w", n.Netns, err)
@@ -142,7 +142,7 @@ func SetupNetwork(ctx context.Context, p NetPlan) (retErr error) {
 // fills it in; creating it first lets a container be created in it
 // meanwhile (its command must not start before SetupNetwork returns).
 func CreateNamespace(n Names) error {
-	ns, err := newNamedNetns(n.Netns)
+	ns, err := NewNamedNetns(n.Netns)
 	if err != nil {
 		return fmt.Errorf("creating network namespace %s: %w", n.Netns, err)
 	}
@@ -160,10 +160,10 @@ func all(fns ...func() error) error {
 	return multierror.Append(nil, errs...).ErrorOrNil()
 }
 
-// newNamedNetns creates /var/run/netns/name without leaving the calling
+// NewNamedNetns creates /var/run/netns/name without leaving the calling
 // thread in it: netns.NewNamed switches the thread, so the thread is locked
-// before and switched back after.
-func newNamedNetns(name string) (netns.NsHandle, error) {
+// before and switched back after. The caller closes the handle.
+func NewNamedNetns(name string) (netns.NsHandle, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()

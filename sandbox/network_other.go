@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"net"
+
+	"github.com/vishvananda/netns"
 )
 
 // CreateNamespace needs Linux network namespaces.
@@ -19,3 +21,6 @@ func TeardownNetwork(ctx context.Context, n Names) error { return errors.ErrUnsu
 
 // listenInNetns needs Linux network namespaces.
 func listenInNetns(nsPath, addr string) (net.Listener, error) { return nil, errors.ErrUnsupported }
+
+// NewNamedNetns needs Linux.
+func NewNamedNetns(name string) (netns.NsHandle, error) { return 0, errors.ErrUnsupported }

@@ -101,7 +101,7 @@ func testNetns(t testing.TB, name string) (netns.NsHandle, string) {
 	}
 	name = "sbxtest-" + name + "-" + id
 	netns.DeleteNamed(name)
-	ns, err := newNamedNetns(name)
+	ns, err := NewNamedNetns(name)
 	if err != nil {
 		t.Fatalf("creating network namespace %s: %v", name, err)
 	}

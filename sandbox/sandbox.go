@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -228,18 +227,7 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 			return nil, err
 		}
 		cs.Mounts = append(slices.Clip(cs.Mounts), mounts...)
-		java := ""
-		for _, kv := range cs.Env {
-			if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok {
-				java = v
-			}
-		}
-		env := spec.Trust.trustEnv(java)
-		cs.Env = append(env, cs.Env...)
-		if java != "" { // ours holds the command's own options; drop theirs
-			cs.Env = slices.DeleteFunc(cs.Env[len(env):], func(kv string) bool { return strings.HasPrefix(kv, "JAVA_TOOL_OPTIONS=") })
-			cs.Env = append(env, cs.Env...)
-		}
+		cs.Env = spec.Trust.withEnv(cs.Env)
 	}
 
 	// The namespace, empty; a runtime that cannot join one by path makes

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -62,6 +63,22 @@ func (t *Trust) trustEnv(java string) []string {
 		env = append(env, "JAVA_TOOL_OPTIONS="+opts)
 	}
 	return env
+}
+
+// withEnv returns env with the trust's variables before it, so that the
+// command's own win; a JAVA_TOOL_OPTIONS of env goes into ours, after the
+// truststore's options, rather than replacing them.
+func (t *Trust) withEnv(env []string) []string {
+	java := ""
+	own := make([]string, 0, len(env))
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok && t.TrustStore != nil {
+			java = v
+			continue
+		}
+		own = append(own, kv)
+	}
+	return append(t.trustEnv(java), own...)
 }
 
 // writeTrust writes t's files into dir/trust (and the CA as dir/ca.pem,

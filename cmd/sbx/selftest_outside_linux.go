@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/dns/dnsmessage"
@@ -150,7 +151,7 @@ func newSelftestOutside() (_ *selftestOutside, retErr error) {
 	ula[15] = 2
 	e.addr6 = netip.AddrFrom16(ula)
 
-	ns, err := newNamedNetnsHere(e.netns)
+	ns, err := sandbox.NewNamedNetns(e.netns)
 	if err != nil {
 		return nil, fmt.Errorf("creating network namespace %s: %w", e.netns, err)
 	}
@@ -544,25 +545,6 @@ func sweepOutsides() {
 			netns.DeleteNamed(ent.Name())
 		}
 	}
-}
-
-// newNamedNetnsHere creates the network namespace /var/run/netns/name,
-// leaving the calling thread where it was.
-func newNamedNetnsHere(name string) (netns.NsHandle, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return 0, err
-	}
-	defer orig.Close()
-	ns, err := netns.NewNamed(name)
-	if serr := netns.Set(orig); serr != nil {
-		// The thread is in the wrong namespace: do not let it run
-		// anything else (it dies with the lock held).
-		panic(fmt.Sprintf("sbx: cannot return to the host network namespace: %v", serr))
-	}
-	return ns, err
 }
 
 // withNetns runs fn on a thread switched into ns: the sockets fn makes

@@ -335,5 +335,5 @@ func loggedAs(r *decisionlog.Record) string {
 // transparent connection that was not plain HTTP) or CONNECT, in any case,
 // as netpolicy reads it.
 func isTunnel(method string) bool {
-	return method == "" || strings.EqualFold(method, "CONNECT")
+	return method == "" || netpolicy.Target{Method: method}.IsConnect()
 }
