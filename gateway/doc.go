@@ -70,5 +70,14 @@
 // of kind dns (decisionlog.KindDNS): host the normalized name, method the query type,
 // port 53, status the response code.
 //
-// The package imports no other package of sbx but netpolicy.
+// The scripted LLM (DESIGN.md §15): a host in Config.MockLLM (--mock-llm)
+// is answered by its mockllm.Responder, whatever the policy says, and never
+// dialed; a request an intercept rule with response {llm: NAME} decides is
+// answered by Config.LLMScripts[NAME]. The scripts are fixed when New takes
+// them, and the Store refuses a policy that names any other (SetCheck), so
+// no policy makes the gateway read a file. Config.RecordLLM records what
+// an inspected host answered, as a script.
+//
+// The package imports no other package of sbx but netpolicy and its own
+// gateway/decisionlog and gateway/mockllm.
 package gateway

@@ -102,7 +102,10 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	rec.Path = truncate(t.Path, maxLoggedPath)
 
 	if m := s.mock(t.Host); m != nil {
-		return s.serveMockHTTP(ctx, c, head, u, m, rec, start)
+		return s.serveMockHTTP(ctx, c, head, u, m, RuleMockLLM, rec, start)
+	}
+	if m := s.llmResponder(d); m != nil {
+		return s.serveMockHTTP(ctx, c, head, u, m, d.Rule, rec, start)
 	}
 	switch {
 	case d.Action == netpolicy.Intercept:

@@ -453,11 +453,15 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m := s.mock(t.Host); m != nil {
-		s.serveMock(m, w, r, rec, start)
+		s.serveMock(m, RuleMockLLM, w, r, rec, start)
 		return
 	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
 	d := snap.Policy().Verdict(tgt)
+	if m := s.llmResponder(d); m != nil {
+		s.serveMock(m, d.Rule, w, r, rec, start)
+		return
+	}
 	switch {
 	case d.Action == netpolicy.Intercept:
 		status, contentType, extra := interceptHead(d)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +47,42 @@ func normalizeMocks(mocks map[string]*mockllm.Responder) (map[string]*mockllm.Re
 	return out, nil
 }
 
+// checkLLMScripts returns why p cannot run on this gateway: a rule of p
+// answers with an LLM script that Config.LLMScripts does not hold. It is
+// the Store's check (netpolicy.Store.SetCheck): scripts are read once,
+// when the sandbox starts, never because a policy changed.
+func (s *Server) checkLLMScripts(p *netpolicy.Policy) error {
+	for _, r := range p.Rules() {
+		if r.Response == nil || r.Response.LLM == "" || s.cfg.LLMScripts[r.Response.LLM] != nil {
+			continue
+		}
+		if len(s.cfg.LLMScripts) == 0 {
+			return fmt.Errorf("%w: rule %s: response: llm: %q: this gateway holds no LLM script; scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM)
+		}
+		names := slices.Sorted(maps.Keys(s.cfg.LLMScripts))
+		return fmt.Errorf("%w: rule %s: response: llm: %q was not read when this gateway started; it holds %s. Scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change; name one of these, or queue turns on one with sbx mock expect --script NAME", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM, quoteList(names))
+	}
+	return nil
+}
+
+// quoteList is names quoted and joined with ", ".
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// llmResponder returns the Responder of the decision's LLM response, or
+// nil when d is not one.
+func (s *Server) llmResponder(d netpolicy.Decision) *mockllm.Responder {
+	if d.Action != netpolicy.Intercept || d.Response == nil || d.Response.LLM == "" {
+		return nil
+	}
+	return s.cfg.LLMScripts[d.Response.LLM]
+}
+
 // mock returns the Responder for host (normalized), or nil.
 func (s *Server) mock(host string) *mockllm.Responder {
 	return s.cfg.MockLLM[host]
@@ -76,21 +114,22 @@ func mockReason(j mockllm.Journaled) string {
 	return fmt.Sprintf("mock LLM: %s; request %d of the mock's journal says more (sbx mock requests)", why, j.Seq)
 }
 
-// serveMock answers a request to a mocked host with its Responder and
-// logs it as an intercept by RuleMockLLM, its reason the Responder's
-// outcome, once the Responder has chosen its answer. When the Responder
-// cuts the connection it panics with http.ErrAbortHandler after the
-// record is written; the caller's server closes the connection.
-func (s *Server) serveMock(m *mockllm.Responder, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
+// serveMock answers a request to a mocked host, or one an LLM response
+// intercepts, with its Responder and logs it as an intercept by rule (
+// RuleMockLLM, or the policy's rule), its reason the Responder's outcome,
+// once the Responder has chosen its answer. When the Responder cuts the
+// connection it panics with http.ErrAbortHandler after the record is
+// written; the caller's server closes the connection.
+func (s *Server) serveMock(m *mockllm.Responder, rule string, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
 	logged := false
 	defer func() {
 		if !logged { // the Responder panicked before deciding: log it all the same
-			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: RuleMockLLM, Reason: "mock LLM: no answer"}, 0, start)
+			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: rule, Reason: "mock LLM: no answer"}, 0, start)
 		}
 	}()
 	m.Serve(w, r, func(j mockllm.Journaled) {
 		logged = true
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: RuleMockLLM, Reason: mockReason(j)}, j.Status, start)
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: rule, Reason: mockReason(j)}, j.Status, start)
 	})
 }
 
@@ -100,7 +139,7 @@ func (s *Server) serveMock(m *mockllm.Responder, w http.ResponseWriter, r *http.
 // connResponseWriter. It reports whether the connection may carry
 // another request: not when the Responder cut the answer, the answer's
 // framing needs the connection's end, or the body was not all read.
-func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, m *mockllm.Responder, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
+func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, m *mockllm.Responder, rule string, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
 	idle := s.limits.IdleConnTimeout
 	body := &countingReader{}
 	req := &http.Request{
@@ -167,7 +206,7 @@ func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, 
 			keepAlive = false
 		}
 	}()
-	s.serveMock(m, w, req, rec, start)
+	s.serveMock(m, rule, w, req, rec, start)
 	err := w.finish()
 	return err == nil && !w.close && body.eof.Load()
 }

@@ -33,6 +33,9 @@ type mockSetup struct {
 	g                 *testGateway
 	ca                *CA
 	anthropic, openai *mockllm.Responder
+	// rules are the rules the records of each host's requests name:
+	// RuleMockLLM for --mock-llm, the policy's for its llm responses.
+	rules map[string]string
 }
 
 const (
@@ -54,6 +57,22 @@ const (
 
 func newMockSetup(t *testing.T, withCA bool) *mockSetup {
 	t.Helper()
+	return newMockSetupAs(t, withCA, false)
+}
+
+// mockPolicy is the policy of newMockSetupAs's policy form: the real API
+// hosts answered by intercept rules with LLM responses, everything else
+// blocked. OpenAI's rule is narrowed to POST under /v1/, as a rule may be.
+var mockPolicy = netpolicy.Spec{Default: netpolicy.Block, Rules: []netpolicy.Rule{
+	{ID: "anthropic-mock", Host: "api.anthropic.com", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: "anthropic.yaml"}},
+	{ID: "openai-mock", Host: "api.openai.com", Methods: []string{"POST"}, Path: "/v1/", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: "openai.yaml"}},
+}}
+
+// newMockSetupAs is newMockSetup, the mocks given as --mock-llm gives
+// them (Config.MockLLM) or, viaPolicy, as the scripts of the policy's
+// intercept rules (mockPolicy, Config.LLMScripts).
+func newMockSetupAs(t *testing.T, withCA, viaPolicy bool) *mockSetup {
+	t.Helper()
 	parse := func(name, script string) *mockllm.Responder {
 		s, err := mockllm.ParseScript(name, []byte(script))
 		if err != nil {
@@ -69,6 +88,15 @@ func newMockSetup(t *testing.T, withCA bool) *mockSetup {
 		}
 		m.ca = ca
 	}
+	if viaPolicy {
+		m.rules = map[string]string{"api.anthropic.com": "anthropic-mock", "api.openai.com": "openai-mock"}
+		m.g = startGatewayWith(t, mockPolicy, nil, func(c *Config) {
+			c.CA = m.ca
+			c.LLMScripts = map[string]*mockllm.Responder{"anthropic.yaml": m.anthropic, "openai.yaml": m.openai}
+		})
+		return m
+	}
+	m.rules = map[string]string{"api.anthropic.com": RuleMockLLM, "api.openai.com": RuleMockLLM}
 	m.g = startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
 		c.CA = m.ca
 		// Not normalized on purpose: New normalizes.
@@ -202,8 +230,9 @@ func checkMockRecords(t *testing.T, m *mockSetup, kind string) {
 		if strings.Contains(w.reason, "unmatched") {
 			wantStatus = 400
 		}
-		if r["host"] != w.host || r["path"] != w.path || r["action"] != "intercept" || r["rule"] != RuleMockLLM || r["reason"] != w.reason || r["status"] != wantStatus || r["method"] != "POST" {
-			t.Errorf("record %d: got %v, want host %s path %s action intercept rule %s status %v reason %q", i, r, w.host, w.path, RuleMockLLM, wantStatus, w.reason)
+		rule := m.rules[w.host]
+		if r["host"] != w.host || r["path"] != w.path || r["action"] != "intercept" || r["rule"] != rule || r["reason"] != w.reason || r["status"] != wantStatus || r["method"] != "POST" {
+			t.Errorf("record %d: got %v, want host %s path %s action intercept rule %s status %v reason %q", i, r, w.host, w.path, rule, wantStatus, w.reason)
 		}
 	}
 	for _, r := range ringRecords(t, m.g.ring) {

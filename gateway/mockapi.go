@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,52 +14,99 @@ import (
 )
 
 // The mock LLM's part of the management API (DESIGN.md §15): turns queued
-// at runtime, the journal of what the agent sent, and a reset. Each takes
-// ?host=H, which may be left out when one host is mocked (and, for the
-// reset, to reset them all).
+// at runtime, the journal of what the agent sent, and a reset. Each names
+// its mock with ?host=H (a --mock-llm host) or ?script=NAME (a script the
+// policy's llm responses name), which may be left out when there is one
+// mock (and, for the reset, to reset them all).
 
-// mockHosts returns the mocked hosts, sorted.
-func (s *Server) mockHosts() []string {
-	hosts := make([]string, 0, len(s.cfg.MockLLM))
-	for h := range s.cfg.MockLLM {
-		hosts = append(hosts, h)
-	}
-	slices.Sort(hosts)
-	return hosts
+// mockRef names one mock: a mocked host's, or a policy script's.
+type mockRef struct {
+	host, script string // one is set
+	m            *mockllm.Responder
 }
 
-// mockOf returns the host named by r's ?host= and its Responder, or
-// answers why there is none and returns nil. With no ?host=, one host
-// mocked is that host; all, when all are allowed, is nil with no answer
-// and ok.
-func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) (host string, m *mockllm.Responder, ok bool) {
+// label is how answers and messages name the mock: the host, or
+// "script NAME".
+func (r mockRef) label() string {
+	if r.script != "" {
+		return "script " + r.script
+	}
+	return r.host
+}
+
+// answer is the answer's fields that name the mock.
+func (r mockRef) answer(fields map[string]any) map[string]any {
+	fields["mock"] = r.label()
+	if r.script != "" {
+		fields["script"] = r.script
+	} else {
+		fields["host"] = r.host
+	}
+	return fields
+}
+
+// mocks returns every mock: the mocked hosts, sorted, then the policy's
+// scripts, sorted.
+func (s *Server) mocks() []mockRef {
+	var refs []mockRef
+	for _, h := range slices.Sorted(maps.Keys(s.cfg.MockLLM)) {
+		refs = append(refs, mockRef{host: h, m: s.cfg.MockLLM[h]})
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.cfg.LLMScripts)) {
+		refs = append(refs, mockRef{script: n, m: s.cfg.LLMScripts[n]})
+	}
+	return refs
+}
+
+// labels lists the mocks' labels for a message.
+func labels(refs []mockRef) string {
+	l := make([]string, len(refs))
+	for i, r := range refs {
+		l[i] = r.label()
+	}
+	return strings.Join(l, ", ")
+}
+
+// mockOf returns the mocks r's ?host= or ?script= names, or answers why
+// there are none and returns nil. With neither, one mock is that mock;
+// every mock, when all are allowed.
+func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef {
 	s := a.cfg.Server
-	hosts := s.mockHosts()
-	if len(hosts) == 0 {
-		writeError(w, http.StatusNotFound, "this gateway mocks no LLM; start it with --mock-llm HOST=SCRIPT")
-		return "", nil, false
+	refs := s.mocks()
+	if len(refs) == 0 {
+		writeError(w, http.StatusNotFound, "this gateway mocks no LLM; start it with --mock-llm HOST=SCRIPT, or with a policy whose intercept rules answer with response: {llm: SCRIPT}")
+		return nil
 	}
-	raw := r.URL.Query().Get("host")
-	if raw == "" {
-		switch {
-		case len(hosts) == 1:
-			return hosts[0], s.mock(hosts[0]), true
-		case all:
-			return "", nil, true
+	q := r.URL.Query()
+	rawHost, script := q.Get("host"), q.Get("script")
+	switch {
+	case rawHost != "" && script != "":
+		writeError(w, http.StatusBadRequest, "give ?host= or ?script=, not both")
+		return nil
+	case script != "":
+		i := slices.IndexFunc(refs, func(m mockRef) bool { return m.script == script })
+		if i < 0 {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("the policy names no LLM script %q; the mocks are %s", truncate(script, 200), labels(refs)))
+			return nil
 		}
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("several hosts are mocked (%s); name one with ?host=", strings.Join(hosts, ", ")))
-		return "", nil, false
+		return refs[i : i+1]
+	case rawHost != "":
+		host, err := netpolicy.NormalizeHost(rawHost)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "host: "+err.Error())
+			return nil
+		}
+		i := slices.IndexFunc(refs, func(m mockRef) bool { return m.host == host })
+		if i < 0 {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not mocked; the mocks are %s", host, labels(refs)))
+			return nil
+		}
+		return refs[i : i+1]
+	case len(refs) == 1 || all:
+		return refs
 	}
-	host, err := netpolicy.NormalizeHost(raw)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "host: "+err.Error())
-		return "", nil, false
-	}
-	if m = s.mock(host); m == nil {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not mocked; the mocked hosts are %s", host, strings.Join(hosts, ", ")))
-		return "", nil, false
-	}
-	return host, m, true
+	writeError(w, http.StatusBadRequest, fmt.Sprintf("there are several mocks (%s); name one with ?host= or ?script=", labels(refs)))
+	return nil
 }
 
 // mockExpect queues the turns of the body (a script, a list of turns or
@@ -67,10 +115,11 @@ func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) (host str
 // body in messages and in the turns' origins ("body" when absent), such
 // as the file the CLI read it from.
 func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
-	host, m, ok := a.mockOf(w, r, false)
-	if !ok {
+	refs := a.mockOf(w, r, false)
+	if refs == nil {
 		return
 	}
+	m := refs[0]
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, mockllm.MaxScriptSize))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -87,42 +136,38 @@ func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
 	}
 	turns, err := mockllm.DecodeTurns(name, data)
 	if err == nil {
-		err = m.Expect(turns)
+		err = m.m.Expect(turns)
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"host": host, "queued": len(turns)})
+	writeJSON(w, http.StatusOK, m.answer(map[string]any{"queued": len(turns)}))
 }
 
 // mockRequests answers the mock's journal, oldest first, bodies included.
 func (a *API) mockRequests(w http.ResponseWriter, r *http.Request) {
-	host, m, ok := a.mockOf(w, r, false)
-	if !ok {
+	refs := a.mockOf(w, r, false)
+	if refs == nil {
 		return
 	}
-	reqs := m.Requests()
+	reqs := refs[0].m.Requests()
 	if reqs == nil {
 		reqs = []mockllm.Journaled{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"host": host, "requests": reqs})
+	writeJSON(w, http.StatusOK, refs[0].answer(map[string]any{"requests": reqs}))
 }
 
 // mockReset restarts the named mock's script, or every mock's.
 func (a *API) mockReset(w http.ResponseWriter, r *http.Request) {
-	host, m, ok := a.mockOf(w, r, true)
-	if !ok {
+	refs := a.mockOf(w, r, true)
+	if refs == nil {
 		return
 	}
-	hosts := []string{host}
-	if m != nil {
-		m.Reset()
-	} else {
-		hosts = a.cfg.Server.mockHosts()
-		for _, h := range hosts {
-			a.cfg.Server.mock(h).Reset()
-		}
+	reset := make([]string, len(refs))
+	for i, m := range refs {
+		m.m.Reset()
+		reset[i] = m.label()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reset": hosts})
+	writeJSON(w, http.StatusOK, map[string]any{"reset": reset})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -134,6 +135,16 @@ type Config struct {
 	// to it is refused rather than tunnelled to the real API. Nil or
 	// empty mocks nothing.
 	MockLLM map[string]*mockllm.Responder
+	// LLMScripts maps the names of the policy's LLM responses
+	// (netpolicy.Response.LLM) to the scripted LLMs that answer them: a
+	// request an intercept rule with response {llm: NAME} decides is
+	// answered by LLMScripts[NAME] and logged as an intercept by that
+	// rule. The map is fixed when New takes it: New refuses a policy
+	// naming a script it does not hold, and so does every later change
+	// to the Store, so that a policy sent over the management API can
+	// name only scripts loaded at start and never makes the gateway read
+	// a file. Nil or empty holds none.
+	LLMScripts map[string]*mockllm.Responder
 	// RecordLLM maps hosts to recorders (DESIGN.md §15, --record-llm):
 	// their HTTPS is inspected, decided by the policy as any inspected
 	// host's, and what goes through is recorded as a script that MockLLM
@@ -219,6 +230,16 @@ func New(cfg Config) (*Server, error) {
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
 	}
+	for name, r := range cfg.LLMScripts {
+		if r == nil {
+			return nil, fmt.Errorf("gateway: Config.LLMScripts %q has no Responder", name)
+		}
+	}
+	s.cfg.LLMScripts = maps.Clone(cfg.LLMScripts)
+	if err := s.checkLLMScripts(cfg.Store.Load().Policy()); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	cfg.Store.SetCheck(s.checkLLMScripts)
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

@@ -95,6 +95,9 @@ type Options struct {
 	// MockLLM is Config's: the hosts whose LLM API a script answers
 	// (DESIGN.md §15); HTTPS to them needs CA.
 	MockLLM map[string]*mockllm.Responder
+	// LLMScripts is Config's: the scripted LLMs the policy's intercept
+	// rules with response {llm: NAME} answer with, by NAME.
+	LLMScripts map[string]*mockllm.Responder
 	// RecordLLM is Config's.
 	RecordLLM map[string]*mockllm.Recorder
 }
@@ -162,7 +165,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 
 	store := netpolicy.NewStore(o.Policy)
 	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
-		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots, MockLLM: o.MockLLM, RecordLLM: o.RecordLLM})
+		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots, MockLLM: o.MockLLM, LLMScripts: o.LLMScripts, RecordLLM: o.RecordLLM})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Policy is a compiled, immutable policy: safe for concurrent use by any
@@ -327,7 +328,17 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	case r.Response != nil && r.Action != Intercept && r.Action != "":
 		bad("response", "only intercept rules have a response; remove it or write action: intercept")
 	case r.Action == Intercept && r.Response == nil:
-		bad("response", "an intercept rule needs a response (status, headers, body)")
+		bad("response", "an intercept rule needs a response: status, headers and body, or llm: SCRIPT")
+	case r.Response != nil && r.Response.LLM != "":
+		resp := *r.Response
+		if resp.Status != 0 || len(resp.Headers) > 0 || resp.Body != "" {
+			bad("response", "an llm response is answered by its script, which chooses status, headers and body; remove status, headers and body, or remove llm")
+		}
+		if why := checkLLMName(resp.LLM); why != "" {
+			bad("response", "llm: %s", why)
+		}
+		resp.Headers = nil
+		r.Response = &resp
 	case r.Response != nil:
 		resp := *r.Response
 		resp.Headers = maps.Clone(resp.Headers)
@@ -356,6 +367,34 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		r.Response = &resp
 	}
 	return cr, errs
+}
+
+// maxLLMName bounds the name of an LLM script in a response.
+const maxLLMName = 1024
+
+// checkLLMName returns why name cannot name an LLM script, or "".
+func checkLLMName(name string) string {
+	switch {
+	case len(name) > maxLLMName:
+		return fmt.Sprintf("the script's name is over %d bytes", maxLLMName)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, func(c rune) bool { return c < ' ' || c == 0x7f }):
+		return fmt.Sprintf("%q holds a control character or is not UTF-8; give the script's path", name)
+	}
+	return ""
+}
+
+// LLMScripts returns the names of the LLM scripts the policy's intercept
+// rules answer with (Response.LLM), sorted, each once; nil when there are
+// none. A gateway must have each of them to run the policy.
+func (p *Policy) LLMScripts() []string {
+	var names []string
+	for _, r := range p.spec.Rules {
+		if r.Response != nil && r.Response.LLM != "" && !slices.Contains(names, r.Response.LLM) {
+			names = append(names, r.Response.LLM)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // checkID returns why id cannot name a rule, or "".

@@ -30,6 +30,12 @@
 // no request through it could be let through, and each request inside by
 // Decide, with its method and path.
 //
+// An intercept rule answers with a canned response (status, headers,
+// body) or with a scripted LLM (response: {llm: SCRIPT}, DESIGN.md §15).
+// netpolicy only carries the script's name: LLMScripts lists the names a
+// policy uses, and a Store's check (SetCheck) lets the gateway refuse a
+// policy naming a script it did not load when it started.
+//
 // Decide is indexed: exact names and "*.domain" suffixes are map lookups,
 // IP and CIDR rules are looked up per prefix length, so a decision costs
 // about the same with ten rules or ten thousand. Decide does no DNS;

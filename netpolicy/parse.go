@@ -307,7 +307,7 @@ func (d *decoder) fields(n *yaml.Node, what string, known []string, fn func(key 
 var (
 	specFields     = []string{"version", "default", "mode", "allow_private", "rules"}
 	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "inspect", "response"}
-	responseFields = []string{"status", "headers", "body"}
+	responseFields = []string{"status", "headers", "body", "llm"}
 )
 
 func (d *decoder) spec(n *yaml.Node) Spec {
@@ -450,6 +450,8 @@ func (d *decoder) response(n *yaml.Node, what string) *Response {
 			resp.Body, _ = d.str(v, what+": response: body")
 		case "headers":
 			resp.Headers = d.headers(v, what+": response: headers")
+		case "llm":
+			resp.LLM, _ = d.str(v, what+": response: llm")
 		}
 	})
 	return resp

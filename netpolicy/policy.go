@@ -134,14 +134,25 @@ func ParsePort(s string) (Port, error) {
 	return Port(n), nil
 }
 
-// Response is the canned answer of an intercept rule.
+// Response is the answer of an intercept rule: a canned one (Status,
+// Headers, Body), or a scripted LLM's (LLM).
 type Response struct {
-	// Status is the HTTP status code, 200 to 599; zero means 200.
-	Status int `json:"status"`
+	// Status is the HTTP status code, 200 to 599; zero means 200. It is
+	// zero on an LLM response, whose script chooses each status.
+	Status int `json:"status,omitempty"`
 	// Headers are sent as given, after the gateway's own X-Sbx-* headers.
 	Headers map[string]string `json:"headers,omitempty"`
 	// Body is sent as given.
 	Body string `json:"body,omitempty"`
+	// LLM, when set, names the scripted LLM (DESIGN.md §15) that answers
+	// the requests the rule intercepts, in place of Status, Headers and
+	// Body, which an LLM response leaves empty. netpolicy never reads
+	// the script: the gateway running the policy maps each name to a
+	// script it loaded when it started (sbx reads the scripts a policy
+	// file names, as paths relative to that file, when the sandbox
+	// starts), and refuses a policy naming one it does not have. See
+	// Policy.LLMScripts.
+	LLM string `json:"llm,omitempty"`
 }
 
 // Rule is one entry of a policy's rule list (DESIGN.md §3).

@@ -41,6 +41,21 @@ type Store struct {
 	// onChange sees every new snapshot before Load can return it. Guarded
 	// by mu.
 	onChange func(*Snapshot)
+	// check may refuse a compiled policy before it is swapped in.
+	// Guarded by mu.
+	check func(*Policy) error
+}
+
+// SetCheck makes every change's compiled policy pass fn before it is
+// swapped in: an error from fn refuses the change, which leaves the store
+// as it was and returns fn's error. A gateway uses it to refuse a policy
+// that needs what it does not have (the LLM scripts a policy names). The
+// current policy is not checked. There is one check: fn replaces any
+// earlier one.
+func (s *Store) SetCheck(fn func(*Policy) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.check = fn
 }
 
 // OnChange makes fn be called with every new snapshot, under the writers'
@@ -145,6 +160,11 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	p, err := Compile(spec)
 	if err != nil {
 		return nil, err
+	}
+	if s.check != nil {
+		if err := s.check(p); err != nil {
+			return nil, err
+		}
 	}
 	next := &Snapshot{version: cur.version + 1, policy: p, change: what}
 	s.highID = highestID(p.spec.Rules, s.highID)

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -213,5 +214,43 @@ func TestStoreOnChange(t *testing.T) {
 	}
 	if len(seen) != 2 || seen[0] != 2 || seen[1] != 3 {
 		t.Errorf("the hook saw versions %v, want [2 3]", seen)
+	}
+}
+
+// TestStoreCheck shows SetCheck's refusal: a policy the check refuses is
+// not swapped in, by any kind of change, and the check's error is what the
+// change returns.
+func TestStoreCheck(t *testing.T) {
+	s := newTestStore(t)
+	refused := errors.New("needs script x.yaml")
+	s.SetCheck(func(p *Policy) error {
+		if slices.Contains(p.LLMScripts(), "x.yaml") {
+			return refused
+		}
+		return nil
+	})
+	llm := Rule{Host: "llm.test", Action: Intercept, Response: &Response{LLM: "x.yaml"}}
+	before := s.Load()
+	if _, _, err := s.AddRule(llm, 0, 0); !errors.Is(err, refused) {
+		t.Errorf("AddRule: error = %v, want the check's", err)
+	}
+	spec := before.Policy().Spec()
+	spec.Rules = append(spec.Rules, llm)
+	if _, err := s.Replace(spec, 0); !errors.Is(err, refused) {
+		t.Errorf("Replace: error = %v, want the check's", err)
+	}
+	if s.Load() != before {
+		t.Fatalf("a refused change was swapped in: version %d -> %d", before.Version(), s.Load().Version())
+	}
+	llm.Response.LLM = "y.yaml"
+	snap, added, err := s.AddRule(llm, 0, 0)
+	if err != nil {
+		t.Fatalf("a policy the check lets through was refused: %v", err)
+	}
+	if got := snap.Policy().LLMScripts(); !slices.Equal(got, []string{"y.yaml"}) {
+		t.Errorf("LLMScripts = %q, want [y.yaml]", got)
+	}
+	if d := snap.Policy().Decide(Target{Host: "llm.test", Port: 80, Method: "POST", Path: "/v1/messages"}); d.Action != Intercept || d.Rule != added.ID || d.Response == nil || d.Response.LLM != "y.yaml" {
+		t.Errorf("Decide = %+v, want an intercept by %s answered by y.yaml", d, added.ID)
 	}
 }

@@ -105,7 +105,15 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 // over the running policy of the sandbox or gateway named.
 func (o *checkOptions) build(cmd *cobra.Command) (*netpolicy.Policy, error) {
 	if o.target.sandbox == "" && o.target.api == "" {
-		return o.policy.Build()
+		p, err := o.policy.Build()
+		if err != nil {
+			return nil, err
+		}
+		// The scripts a sandbox would read at start, checked as it would.
+		if _, err := policyScripts(o.policy.Policy, p); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
 	if o.policy.Policy != "" {
 		return nil, usageErrorf(cmd, "give --policy FILE or a running policy (--sandbox ID, --api ADDR), not both")
@@ -145,7 +153,9 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 	fmt.Fprintf(&b, "%s  %s\n", d.Action, what)
 	fmt.Fprintf(&b, "  rule:   %s\n", d.Rule)
 	fmt.Fprintf(&b, "  reason: %s\n", d.Reason)
-	if r := d.Response; d.Action == netpolicy.Intercept && r != nil {
+	if r := d.Response; d.Action == netpolicy.Intercept && r != nil && r.LLM != "" {
+		fmt.Fprintf(&b, "  answer: the scripted LLM of %s (DESIGN.md §15)\n", r.LLM)
+	} else if d.Action == netpolicy.Intercept && r != nil {
 		status := r.Status
 		if status == 0 {
 			status = 200

@@ -68,6 +68,10 @@ ends open tunnels and flushes the decision log.`,
 			if err != nil {
 				return err
 			}
+			scripts, err := policyScripts(o.policy.Policy, p)
+			if err != nil {
+				return err
+			}
 			logLimits, err := o.logLimits.Options()
 			if err != nil {
 				return usageError(cmd, err)
@@ -116,6 +120,7 @@ ends open tunnels and flushes the decision log.`,
 				CA:            ca,
 				UpstreamRoots: roots,
 				MockLLM:       mocks,
+				LLMScripts:    scripts,
 			})
 			if err != nil {
 				return err

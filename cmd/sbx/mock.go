@@ -19,19 +19,25 @@ import (
 type mockFlags struct {
 	target targetFlags
 	host   string
+	script string
 }
 
 func (f *mockFlags) add(cmd *cobra.Command) {
 	f.target.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&f.host, "host", "", "the mocked `HOST` (--mock-llm HOST=...); needed when several are mocked")
+	cmd.Flags().StringVar(&f.host, "host", "", "the mocked `HOST` (--mock-llm HOST=...); needed when there are several mocks")
+	cmd.Flags().StringVar(&f.script, "script", "", "the policy's LLM script `NAME` (response: {llm: NAME}), as the policy writes it; needed when there are several mocks")
+	cmd.MarkFlagsMutuallyExclusive("host", "script")
 }
 
-// query is the API path's query: ?host= and the other parameters kv
-// (name, value, ...) that are not empty.
+// query is the API path's query: ?host= or ?script=, and the other
+// parameters kv (name, value, ...) that are not empty.
 func (f *mockFlags) query(kv ...string) string {
 	q := url.Values{}
 	if f.host != "" {
 		q.Set("host", f.host)
+	}
+	if f.script != "" {
+		q.Set("script", f.script)
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i+1] != "" {
@@ -47,11 +53,13 @@ func (f *mockFlags) query(kv ...string) string {
 func newMockCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mock",
-		Short: "Drive the scripted LLM of a running sandbox or gateway (--mock-llm)",
-		Long: `Mock talks to the mock LLM of a sandbox or gateway started with
---mock-llm HOST=SCRIPT: expect queues more turns after the script's,
-requests shows what the agent sent (request bodies included: the journal
-is the only place they are kept), and reset starts the script over.`,
+		Short: "Drive the scripted LLM of a running sandbox or gateway (--mock-llm, or a policy's llm responses)",
+		Long: `Mock talks to the mock LLMs of a sandbox or gateway: one per host of
+--mock-llm HOST=SCRIPT, and one per script its policy's intercept rules
+answer with (response: {llm: SCRIPT}). expect queues more turns after the
+script's, requests shows what the agent sent (request bodies included: the
+journal is the only place they are kept), and reset starts the script
+over. With several mocks, name one with --host or --script.`,
 		Example: `  sbx mock expect --sandbox 1a2b3c4d turns.yaml
   sbx mock requests --sandbox 1a2b3c4d --json
   sbx mock reset --sandbox 1a2b3c4d`,
@@ -94,13 +102,13 @@ func newMockExpectCmd() *cobra.Command {
 				return err
 			}
 			var ans struct {
-				Host   string `json:"host"`
+				Mock   string `json:"mock"`
 				Queued int    `json:"queued"`
 			}
 			if _, err := c.do(cmd.Context(), "POST", "/v1/mock/expect"+f.query("name", name), bytes.NewReader(data), nil, &ans); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "queued %s for %s\n", plural(ans.Queued, "turn"), ans.Host)
+			fmt.Fprintf(cmd.OutOrStdout(), "queued %s for %s\n", plural(ans.Queued, "turn"), ans.Mock)
 			return nil
 		},
 	}
@@ -123,7 +131,9 @@ func newMockRequestsCmd() *cobra.Command {
 				return err
 			}
 			var ans struct {
-				Host     string              `json:"host"`
+				Mock     string              `json:"mock"`
+				Host     string              `json:"host,omitempty"`
+				Script   string              `json:"script,omitempty"`
 				Requests []mockllm.Journaled `json:"requests"`
 			}
 			if _, err := c.do(cmd.Context(), "GET", "/v1/mock/requests"+f.query(), nil, nil, &ans); err != nil {
@@ -136,7 +146,7 @@ func newMockRequestsCmd() *cobra.Command {
 				return enc.Encode(ans)
 			}
 			if len(ans.Requests) == 0 {
-				fmt.Fprintf(out, "no requests to %s yet\n", ans.Host)
+				fmt.Fprintf(out, "no requests to %s yet\n", ans.Mock)
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -156,7 +166,7 @@ func newMockResetCmd() *cobra.Command {
 	var f mockFlags
 	cmd := &cobra.Command{
 		Use:     "reset",
-		Short:   "Start the mock's script over, dropping queued turns and the journal (every mock's, without --host)",
+		Short:   "Start the mock's script over, dropping queued turns and the journal (every mock's, without --host or --script)",
 		Example: `  sbx mock reset --sandbox 1a2b3c4d --host api.anthropic.com`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

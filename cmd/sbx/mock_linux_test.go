@@ -52,7 +52,8 @@ const OpenAI = require("openai");
 // unmodified against the real API hostnames: --mock-llm answers both
 // from a script through TLS inspection and capture (the SDKs' fetch
 // ignores HTTPS_PROXY), and over plain http:// base URLs too; nothing
-// reaches the real APIs.
+// reaches the real APIs. Then the same agent again under the policy's
+// form, intercept rules with response {llm: SCRIPT}.
 func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
@@ -100,6 +101,38 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		})
 		if r == nil {
 			t.Errorf("no https decision of rule mock-llm for %s", host)
+		}
+	}
+
+	// The policy's form: intercept rules answered by the script, named
+	// relative to the policy file. The SDKs are installed in /agent now;
+	// nothing but the two API hosts is allowed.
+	policy := "rules:\n" +
+		"  - {id: claude, host: api.anthropic.com, action: intercept, response: {llm: script.yaml}}\n" +
+		"  - {id: gpt, host: api.openai.com, action: intercept, response: {llm: script.yaml}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile = filepath.Join(state, "policy-decisions.jsonl")
+	stdout, stderr, code = runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(state, "state"),
+		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir+":/agent", "-w", "/agent",
+		"--policy", filepath.Join(dir, "policy.yaml"), "--", "node", "agent.js")
+	t.Logf("policy form: exit %d\n%s\n%s", code, stdout, stderr)
+	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
+		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("policy form: the agent's output lacks %q", want)
+		}
+	}
+	recs = readRecords(t, logFile)
+	for host, rule := range map[string]string{"api.anthropic.com": "claude", "api.openai.com": "gpt"} {
+		for _, kind := range []string{"https", "transparent"} {
+			r := findRecord(recs, func(r map[string]any) bool {
+				return r["event"] == "decision" && r["kind"] == kind && r["host"] == host && r["rule"] == rule && r["action"] == "intercept"
+			})
+			if r == nil {
+				t.Errorf("policy form: no %s intercept of rule %s for %s", kind, rule, host)
+			}
 		}
 	}
 }

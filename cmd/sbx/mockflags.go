@@ -50,6 +50,53 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 	return mocks, nil
 }
 
+// policyScripts reads the LLM scripts p's intercept rules answer with
+// (response: {llm: SCRIPT}), keyed by the name as the policy writes it.
+// A name is a script's path: relative to the directory of the policy file
+// policyFile ("" for the working directory), or absolute. The scripts are
+// read here, once, when a sandbox or gateway starts; a policy changed
+// later can name only these. A script that cannot be read or is invalid
+// is an exit-1 error naming the script, its rules and the policy file.
+func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.Responder, error) {
+	names := p.LLMScripts()
+	if len(names) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*mockllm.Responder, len(names))
+	var errs []error
+	for _, name := range names {
+		path := name
+		if !filepath.IsAbs(path) && policyFile != "" {
+			path = filepath.Join(filepath.Dir(policyFile), name)
+		}
+		var rules []string
+		for _, r := range p.Rules() {
+			if r.Response != nil && r.Response.LLM == name {
+				rules = append(rules, r.ID)
+			}
+		}
+		where := fmt.Sprintf("policy %s: rule %s: response: llm: %s", policyFile, strings.Join(rules, ", "), name)
+		if policyFile == "" {
+			where = fmt.Sprintf("rule %s: response: llm: %s", strings.Join(rules, ", "), name)
+		}
+		script, err := mockllm.ParseScriptFile(path)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				errs = append(errs, fmt.Errorf("%s: %w; give the path of a script (YAML or JSON), relative to the policy file", where, err))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: the script is invalid:\n%w", where, err))
+			}
+			continue
+		}
+		out[name] = mockllm.New(script)
+	}
+	if len(errs) > 0 {
+		return nil, &exitError{code: exitFailure, err: errors.Join(errs...)}
+	}
+	return out, nil
+}
+
 // recordLLMUsage is the help of --record-llm.
 const recordLLMUsage = "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and write what it answered to SCRIPT when the sandbox ends, for --mock-llm to replay offline; repeatable"
 

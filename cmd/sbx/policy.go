@@ -34,7 +34,9 @@ func newPolicyValidateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a policy file and report every problem with its line",
-		Long: `Validate reads a policy file (YAML or JSON, DESIGN.md §3) and checks it.
+		Long: `Validate reads a policy file (YAML or JSON, DESIGN.md §3) and checks it,
+and the LLM scripts its intercept rules answer with (response: {llm: SCRIPT},
+paths relative to the file).
 
 A valid file prints "FILE: valid (N rules, default D, mode M)" and exits 0.
 Otherwise every problem is printed to stderr as "FILE:LINE: message", one per
@@ -47,6 +49,10 @@ line, and the exit code is 1.`,
 			p, err := netpolicy.ParseFile(file)
 			if err != nil {
 				return policyFileError(err)
+			}
+			// The LLM scripts its rules name are read as a sandbox would.
+			if _, err := policyScripts(file, p); err != nil {
+				return err
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, default %s, mode %s)\n",
 				file, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())

@@ -272,6 +272,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err != nil {
 		return 0, err
 	}
+	scripts, err := policyScripts(o.policy.Policy, p)
+	if err != nil {
+		return 0, err
+	}
 	mocks, err := parseMockLLM(o.mockLLM)
 	if err != nil {
 		return 0, usageError(cmd, err)
@@ -351,6 +355,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			CA:              insp.ca,
 			UpstreamRoots:   insp.upstreamRoots,
 			MockLLM:         mocks,
+			LLMScripts:      scripts,
 			RecordLLM:       recorders(recordings),
 		}
 		if c.Capture == nil {

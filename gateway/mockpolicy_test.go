@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// The policy's form of the mock LLM (DESIGN.md §15): intercept rules with
+// response {llm: SCRIPT}, answered by the scripts Config.LLMScripts holds.
+
+// TestPolicyLLMHTTPS: the official SDKs, at the real API hosts over HTTPS,
+// get the scripts' answers from the policy's intercept rules; each
+// request's record names the rule that answered it.
+func TestPolicyLLMHTTPS(t *testing.T) {
+	m := newMockSetupAs(t, true, true)
+	exerciseSDKs(t, m, "https://api.anthropic.com", "https://api.openai.com/v1")
+	checkMockRecords(t, m, decisionlog.KindHTTPS)
+	for _, r := range recordsOfKind(t, m.g.ring, decisionlog.KindConnect) {
+		if r["action"] != "allow" {
+			t.Errorf("got CONNECT record %v, want it let in to be inspected", r)
+		}
+	}
+}
+
+// TestPolicyLLMPlainHTTP: the same over http:// base URLs, with no CA.
+func TestPolicyLLMPlainHTTP(t *testing.T) {
+	m := newMockSetupAs(t, false, true)
+	exerciseSDKs(t, m, "http://api.anthropic.com", "http://api.openai.com/v1")
+	checkMockRecords(t, m, decisionlog.KindHTTP)
+}
+
+// TestPolicyLLMRuleScope: an llm response answers only what its rule
+// matches; the rest of the host is decided by the rest of the policy.
+func TestPolicyLLMRuleScope(t *testing.T) {
+	m := newMockSetupAs(t, false, true)
+	c := m.httpClient(t)
+	resp, err := c.Get("http://api.openai.com/v1/models") // GET: openai-mock names POST only
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderRule) != netpolicy.RuleDefault {
+		t.Errorf("GET /v1/models: got %d by rule %q, want 403 by the default", resp.StatusCode, resp.Header.Get(HeaderRule))
+	}
+	if n := len(m.openai.Requests()); n != 0 {
+		t.Errorf("the OpenAI script journaled %d requests, want none", n)
+	}
+}
+
+// TestPolicyLLMScriptsFixedAtStart: a gateway runs only policies whose
+// llm responses name scripts it was given at start; New refuses one, and
+// so does every change to the store (the management API's), leaving the
+// policy as it was. A policy sent over the API never makes the gateway
+// read a file.
+func TestPolicyLLMScriptsFixedAtStart(t *testing.T) {
+	llm := func(name string) netpolicy.Spec {
+		return netpolicy.Spec{Default: netpolicy.Block, Rules: []netpolicy.Rule{
+			{Host: "api.anthropic.com", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: name}}}}
+	}
+	p, err := netpolicy.Compile(llm("/etc/shadow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Store: netpolicy.NewStore(p)}); err == nil || !strings.Contains(err.Error(), `"/etc/shadow": this gateway holds no LLM script`) {
+		t.Errorf("New with a policy naming a script it does not hold: got %v, want it refused", err)
+	}
+
+	a := startAPIWith(t, llm("agent.yaml"), nil, func(o *Options) {
+		o.LLMScripts = map[string]*mockllm.Responder{"agent.yaml": mockllm.New(nil)}
+	})
+	var errAns struct {
+		Error string `json:"error"`
+	}
+	policy := "rules:\n  - {host: api.anthropic.com, action: intercept, response: {llm: /etc/shadow}}\n"
+	resp := a.call(t, "PUT", "/v1/policy", policy, nil, &errAns)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errAns.Error, `response: llm: "/etc/shadow" was not read when this gateway started; it holds "agent.yaml"`) {
+		t.Errorf("PUT /v1/policy naming another script: got %d %q, want 400 naming it and the scripts held", resp.StatusCode, errAns.Error)
+	}
+	resp = a.call(t, "POST", "/v1/policy/rules", `{"host": "x.test", "action": "intercept", "response": {"llm": "other.yaml"}}`, nil, &errAns)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errAns.Error, `"other.yaml" was not read`) {
+		t.Errorf("POST /v1/policy/rules naming another script: got %d %q, want 400", resp.StatusCode, errAns.Error)
+	}
+	if v := a.g.Server.Store().Load().Version(); v != 1 {
+		t.Errorf("policy version %d after refused changes, want 1", v)
+	}
+	// A script the gateway holds may be named by a new rule.
+	resp = a.call(t, "POST", "/v1/policy/rules", `{"host": "api.openai.com", "action": "intercept", "response": {"llm": "agent.yaml"}}`, nil, nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Errorf("POST /v1/policy/rules naming the held script: got %d, want 201", resp.StatusCode)
+	}
+}
+
+// TestAPIMockScript: the management API reaches a policy's script by
+// ?script=, beside a --mock-llm host; with both there, a request must
+// name one, and a reset without a name resets both.
+func TestAPIMockScript(t *testing.T) {
+	spec := netpolicy.Spec{Default: netpolicy.Block, Rules: []netpolicy.Rule{
+		{Host: "llm.test", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: "scripts/agent.yaml"}}}}
+	script := mockllm.New(nil)
+	a := startAPIWith(t, spec, nil, func(o *Options) {
+		o.LLMScripts = map[string]*mockllm.Responder{"scripts/agent.yaml": script}
+		o.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
+	})
+	var errAns struct {
+		Error string `json:"error"`
+	}
+	resp := a.call(t, "POST", "/v1/mock/expect", "- reply: {text: hi}\n", nil, &errAns)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(errAns.Error, "api.anthropic.com, script scripts/agent.yaml") {
+		t.Errorf("expect with no name among two mocks: got %d %q, want 400 listing both", resp.StatusCode, errAns.Error)
+	}
+	var queued struct {
+		Mock   string `json:"mock"`
+		Script string `json:"script"`
+		Queued int    `json:"queued"`
+	}
+	resp = a.call(t, "POST", "/v1/mock/expect?script=scripts/agent.yaml", "- reply: {text: queued for the policy's script}\n", nil, &queued)
+	if resp.StatusCode != http.StatusOK || queued.Script != "scripts/agent.yaml" || queued.Mock != "script scripts/agent.yaml" || queued.Queued != 1 {
+		t.Fatalf("expect ?script=: got %d %+v, want 1 turn queued for the script", resp.StatusCode, queued)
+	}
+	if status, body := askMock(t, a, "llm.test", "hello"); status != http.StatusOK || !strings.Contains(body, "queued for the policy's script") {
+		t.Errorf("after expect: got %d %s, want the queued answer", status, body)
+	}
+	if n := len(script.Requests()); n != 1 {
+		t.Errorf("the script journaled %d requests, want 1", n)
+	}
+	resp = a.call(t, "GET", "/v1/mock/requests?script=nope.yaml", "", nil, &errAns)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(errAns.Error, `no LLM script "nope.yaml"`) {
+		t.Errorf("requests of an unknown script: got %d %q, want 404", resp.StatusCode, errAns.Error)
+	}
+	resp = a.call(t, "GET", "/v1/mock/requests?script=scripts/agent.yaml&host=api.anthropic.com", "", nil, &errAns)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("requests naming a host and a script: got %d, want 400", resp.StatusCode)
+	}
+	var reset struct {
+		Reset []string `json:"reset"`
+	}
+	resp = a.call(t, "DELETE", "/v1/mock", "", nil, &reset)
+	if resp.StatusCode != http.StatusOK || strings.Join(reset.Reset, "|") != "api.anthropic.com|script scripts/agent.yaml" {
+		t.Errorf("DELETE /v1/mock: got %d %v, want both reset", resp.StatusCode, reset.Reset)
+	}
+	if n := len(script.Requests()); n != 0 {
+		t.Errorf("after the reset the script's journal holds %d requests, want none", n)
+	}
+}
