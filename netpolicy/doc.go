@@ -42,6 +42,7 @@
 // GuardAddr applies the address guard of DESIGN.md §4.2 to an address the
 // caller resolved.
 //
-// The package imports nothing else of sbx and does no I/O but reading a
+// The package imports nothing else of sbx but its strictyaml, the decoder
+// it shares with mock LLM scripts, and does no I/O but reading a
 // policy file.
 package netpolicy

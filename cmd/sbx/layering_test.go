@@ -23,10 +23,12 @@ var layers = []struct {
 	allowed []string // module packages it may depend on
 	rule    string   // the rule, for failure messages
 }{
-	{"netpolicy", nil, "netpolicy imports nothing else of sbx"},
-	{"gateway", []string{"netpolicy", "gateway/decisionlog", "gateway/mockllm"}, "gateway imports netpolicy, the decision log and the mock LLM only"},
+	{"netpolicy", []string{"netpolicy/strictyaml"}, "netpolicy imports nothing else of sbx but its strict document decoder"},
+	{"netpolicy/strictyaml", nil, "the strict decoder of policy files and mock LLM scripts imports no sbx package"},
+	{"gateway/mockllm", []string{"netpolicy/strictyaml"}, "the mock LLM imports only the strict decoder it shares with policy files"},
+	{"gateway", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog", "gateway/mockllm"}, "gateway imports netpolicy, the decision log and the mock LLM only"},
 	{"gateway/decisionlog", nil, "the decision log imports no other sbx package: every reader and writer can use it"},
-	{"gateway/audit", []string{"netpolicy", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
+	{"gateway/audit", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
 	{"rootfs", nil, "rootfs imports no other sbx package"},
 	{"sandbox/sandboxtest", nil, "the tests' image and registry helpers import no sbx package"},

@@ -26,6 +26,7 @@
 // only place request bodies are kept), Reset starts over. A request no turn
 // answers gets an API error and OnUnmatched hears of it.
 //
-// The package imports no other sbx package, so the gateway can mount a
+// The package imports no other sbx package but netpolicy/strictyaml, the
+// strict decoder it shares with policy files, so the gateway can mount a
 // Responder for a host, and tests can serve one from httptest.
 package mockllm

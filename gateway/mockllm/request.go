@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -87,7 +88,7 @@ func textOf(content json.RawMessage, types ...string) string {
 	}
 	var texts []string
 	for _, p := range parts {
-		if containsStr(types, p.Type) && p.Text != "" {
+		if slices.Contains(types, p.Type) && p.Text != "" {
 			texts = append(texts, p.Text)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,7 +401,7 @@ func (e *entry) misfit(req *request, toolNames []string) string {
 		return fmt.Sprintf("wants a last user message containing %q", m.User)
 	case e.re != nil && !e.re.MatchString(req.user):
 		return fmt.Sprintf("wants a last user message matching %q", m.UserRegexp)
-	case m.ToolResult != "" && !containsStr(toolNames, m.ToolResult):
+	case m.ToolResult != "" && !slices.Contains(toolNames, m.ToolResult):
 		return fmt.Sprintf("wants a result of tool %q in the last message", m.ToolResult)
 	}
 	return ""
