@@ -74,7 +74,7 @@
 // is answered by its mockllm.Responder, whatever the policy says, and never
 // dialed; a request an intercept rule with response {llm: NAME} decides is
 // answered by Config.LLMScripts[NAME]. The scripts are fixed when New takes
-// them, and the Store refuses a policy that names any other (SetCheck), so
+// them, and the Store refuses a policy that names any other (AddCheck), so
 // no policy makes the gateway read a file. Config.RecordLLM records what
 // an inspected host answered, as a script.
 //

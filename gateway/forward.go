@@ -101,11 +101,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
 	rec.Path = truncate(t.Path, maxLoggedPath)
 
-	if m := s.mock(t.Host); m != nil {
-		return s.serveMockHTTP(ctx, c, head, u, m, RuleMockLLM, rec, start)
-	}
-	if m := s.llmResponder(d); m != nil {
-		return s.serveMockHTTP(ctx, c, head, u, m, d.Rule, rec, start)
+	if a := s.mockFor(t.Host, &d); a != nil {
+		return s.serveMockHTTP(ctx, c, head, u, a, rec, start)
 	}
 	switch {
 	case d.Action == netpolicy.Intercept:

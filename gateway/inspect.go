@@ -452,14 +452,10 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
-	if m := s.mock(t.Host); m != nil {
-		s.serveMock(m, RuleMockLLM, w, r, rec, start)
-		return
-	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
 	d := snap.Policy().Verdict(tgt)
-	if m := s.llmResponder(d); m != nil {
-		s.serveMock(m, d.Rule, w, r, rec, start)
+	if a := s.mockFor(t.Host, &d); a != nil {
+		s.serveMock(a, w, r, rec, start)
 		return
 	}
 	switch {

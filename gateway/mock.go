@@ -49,7 +49,7 @@ func normalizeMocks(mocks map[string]*mockllm.Responder) (map[string]*mockllm.Re
 
 // checkLLMScripts returns why p cannot run on this gateway: a rule of p
 // answers with an LLM script that Config.LLMScripts does not hold. It is
-// the Store's check (netpolicy.Store.SetCheck): scripts are read once,
+// the Store's check (netpolicy.Store.AddCheck): scripts are read once,
 // when the sandbox starts, never because a policy changed.
 func (s *Server) checkLLMScripts(p *netpolicy.Policy) error {
 	for _, r := range p.Rules() {
@@ -74,13 +74,33 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// llmResponder returns the Responder of the decision's LLM response, or
-// nil when d is not one.
-func (s *Server) llmResponder(d netpolicy.Decision) *mockllm.Responder {
+// mockAnswer is a scripted LLM that answers a request: its Responder, the
+// rule its records name, and the command that shows its journal.
+type mockAnswer struct {
+	m             *mockllm.Responder
+	rule, journal string
+}
+
+// mockFor returns the mock that answers a request to host decided as *d:
+// host's --mock-llm (Config.MockLLM), whatever *d says, or the script of
+// *d's llm response (Config.LLMScripts); nil when neither. An llm response
+// naming a script this gateway does not hold, which the Store's check
+// keeps out, turns *d into a refusal whatever the mode, so that it is
+// never answered as an empty canned response.
+func (s *Server) mockFor(host string, d *netpolicy.Decision) *mockAnswer {
+	if m := s.mock(host); m != nil {
+		return &mockAnswer{m: m, rule: RuleMockLLM, journal: "sbx mock requests --host " + host}
+	}
 	if d.Action != netpolicy.Intercept || d.Response == nil || d.Response.LLM == "" {
 		return nil
 	}
-	return s.cfg.LLMScripts[d.Response.LLM]
+	name := d.Response.LLM
+	if m := s.cfg.LLMScripts[name]; m != nil {
+		return &mockAnswer{m: m, rule: d.Rule, journal: "sbx mock requests --script " + name}
+	}
+	*d = netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+		Reason: fmt.Sprintf("rule %s answers with the LLM script %q, which this gateway did not load", d.Rule, truncate(name, 200))}
+	return nil
 }
 
 // mock returns the Responder for host (normalized), or nil.
@@ -105,31 +125,31 @@ func (s *Server) mockTunnelDecision(host string) netpolicy.Decision {
 // its outcome, which names the turn or the fault. An unmatched request's
 // outcome describes the request from its body (the model, the start of the
 // last user message); the decision log keeps no body, so the reason keeps
-// only what went wrong and points at the journal, which has the rest.
-func mockReason(j mockllm.Journaled) string {
+// only what went wrong and points at the journal (journal, the command
+// that shows it), which has the rest.
+func mockReason(j mockllm.Journaled, journal string) string {
 	if !j.Unmatched {
-		return "mock LLM: " + j.Outcome
+		return decisionlog.ReasonMockLLM + j.Outcome
 	}
 	why, _, _ := strings.Cut(j.Outcome, " (")
-	return fmt.Sprintf("mock LLM: %s; request %d of the mock's journal says more (sbx mock requests)", why, j.Seq)
+	return fmt.Sprintf("%s%s; request %d of the mock's journal says more (%s)", decisionlog.ReasonMockLLM, why, j.Seq, journal)
 }
 
-// serveMock answers a request to a mocked host, or one an LLM response
-// intercepts, with its Responder and logs it as an intercept by rule (
-// RuleMockLLM, or the policy's rule), its reason the Responder's outcome,
-// once the Responder has chosen its answer. When the Responder cuts the
-// connection it panics with http.ErrAbortHandler after the record is
-// written; the caller's server closes the connection.
-func (s *Server) serveMock(m *mockllm.Responder, rule string, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
+// serveMock answers a request with a's Responder and logs it as an
+// intercept by a's rule, its reason the Responder's outcome, once the
+// Responder has chosen its answer. When the Responder cuts the connection
+// it panics with http.ErrAbortHandler after the record is written; the
+// caller's server closes the connection.
+func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
 	logged := false
 	defer func() {
 		if !logged { // the Responder panicked before deciding: log it all the same
-			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: rule, Reason: "mock LLM: no answer"}, 0, start)
+			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + "no answer"}, 0, start)
 		}
 	}()
-	m.Serve(w, r, func(j mockllm.Journaled) {
+	a.m.Serve(w, r, func(j mockllm.Journaled) {
 		logged = true
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: rule, Reason: mockReason(j)}, j.Status, start)
+		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
 	})
 }
 
@@ -139,7 +159,7 @@ func (s *Server) serveMock(m *mockllm.Responder, rule string, w http.ResponseWri
 // connResponseWriter. It reports whether the connection may carry
 // another request: not when the Responder cut the answer, the answer's
 // framing needs the connection's end, or the body was not all read.
-func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, m *mockllm.Responder, rule string, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
+func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, a *mockAnswer, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
 	idle := s.limits.IdleConnTimeout
 	body := &countingReader{}
 	req := &http.Request{
@@ -206,7 +226,7 @@ func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, 
 			keepAlive = false
 		}
 	}()
-	s.serveMock(m, rule, w, req, rec, start)
+	s.serveMock(a, w, req, rec, start)
 	err := w.finish()
 	return err == nil && !w.close && body.eof.Load()
 }

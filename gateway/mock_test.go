@@ -34,8 +34,9 @@ type mockSetup struct {
 	ca                *CA
 	anthropic, openai *mockllm.Responder
 	// rules are the rules the records of each host's requests name:
-	// RuleMockLLM for --mock-llm, the policy's for its llm responses.
-	rules map[string]string
+	// RuleMockLLM for --mock-llm, the policy's for its llm responses;
+	// journals the commands their reasons point at.
+	rules, journals map[string]string
 }
 
 const (
@@ -90,6 +91,7 @@ func newMockSetupAs(t *testing.T, withCA, viaPolicy bool) *mockSetup {
 	}
 	if viaPolicy {
 		m.rules = map[string]string{"api.anthropic.com": "anthropic-mock", "api.openai.com": "openai-mock"}
+		m.journals = map[string]string{"api.anthropic.com": "sbx mock requests --script anthropic.yaml", "api.openai.com": "sbx mock requests --script openai.yaml"}
 		m.g = startGatewayWith(t, mockPolicy, nil, func(c *Config) {
 			c.CA = m.ca
 			c.LLMScripts = map[string]*mockllm.Responder{"anthropic.yaml": m.anthropic, "openai.yaml": m.openai}
@@ -97,6 +99,7 @@ func newMockSetupAs(t *testing.T, withCA, viaPolicy bool) *mockSetup {
 		return m
 	}
 	m.rules = map[string]string{"api.anthropic.com": RuleMockLLM, "api.openai.com": RuleMockLLM}
+	m.journals = map[string]string{"api.anthropic.com": "sbx mock requests --host api.anthropic.com", "api.openai.com": "sbx mock requests --host api.openai.com"}
 	m.g = startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
 		c.CA = m.ca
 		// Not normalized on purpose: New normalizes.
@@ -214,11 +217,11 @@ func checkMockRecords(t *testing.T, m *mockSetup, kind string) {
 	wants := []want{
 		{"api.anthropic.com", "/v1/messages", "mock LLM: turn 1 (anthropic.yaml:2): reply"},
 		{"api.anthropic.com", "/v1/messages", "mock LLM: turn 2 (anthropic.yaml:4): reply"},
-		{"api.anthropic.com", "/v1/messages", "mock LLM: unmatched: no turn fits this request; request 3 of the mock's journal says more (sbx mock requests)"},
+		{"api.anthropic.com", "/v1/messages", "mock LLM: unmatched: no turn fits this request; request 3 of the mock's journal says more (" + m.journals["api.anthropic.com"] + ")"},
 		{"api.anthropic.com", "/v1/messages", "mock LLM: turn 3 (anthropic.yaml:6): fault 200: disconnect after 2 events"},
 		{"api.openai.com", "/v1/chat/completions", "mock LLM: turn 1 (openai.yaml:2): reply"},
 		{"api.openai.com", "/v1/chat/completions", "mock LLM: turn 2 (openai.yaml:4): reply"},
-		{"api.openai.com", "/v1/chat/completions", "mock LLM: unmatched: the script is used up; request 3 of the mock's journal says more (sbx mock requests)"},
+		{"api.openai.com", "/v1/chat/completions", "mock LLM: unmatched: the script is used up; request 3 of the mock's journal says more (" + m.journals["api.openai.com"] + ")"},
 	}
 	recs := recordsOfKind(t, m.g.ring, kind)
 	if len(recs) != len(wants) {

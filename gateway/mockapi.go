@@ -86,7 +86,7 @@ func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef
 	case script != "":
 		i := slices.IndexFunc(refs, func(m mockRef) bool { return m.script == script })
 		if i < 0 {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("the policy names no LLM script %q; the mocks are %s", truncate(script, 200), labels(refs)))
+			writeError(w, http.StatusNotFound, fmt.Sprintf("this gateway holds no LLM script %q; the mocks are %s", truncate(script, 200), labels(refs)))
 			return nil
 		}
 		return refs[i : i+1]

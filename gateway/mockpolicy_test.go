@@ -129,7 +129,7 @@ func TestAPIMockScript(t *testing.T) {
 		t.Errorf("the script journaled %d requests, want 1", n)
 	}
 	resp = a.call(t, "GET", "/v1/mock/requests?script=nope.yaml", "", nil, &errAns)
-	if resp.StatusCode != http.StatusNotFound || !strings.Contains(errAns.Error, `no LLM script "nope.yaml"`) {
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(errAns.Error, `holds no LLM script "nope.yaml"`) {
 		t.Errorf("requests of an unknown script: got %d %q, want 404", resp.StatusCode, errAns.Error)
 	}
 	resp = a.call(t, "GET", "/v1/mock/requests?script=scripts/agent.yaml&host=api.anthropic.com", "", nil, &errAns)
@@ -145,5 +145,22 @@ func TestAPIMockScript(t *testing.T) {
 	}
 	if n := len(script.Requests()); n != 0 {
 		t.Errorf("after the reset the script's journal holds %d requests, want none", n)
+	}
+}
+
+// TestMockForMissingScript: a decision whose llm response names a script
+// the gateway does not hold (which its Store's check keeps out of every
+// policy) becomes a refusal in every mode, never an empty canned answer.
+func TestMockForMissingScript(t *testing.T) {
+	g := startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
+		c.LLMScripts = map[string]*mockllm.Responder{"held.yaml": mockllm.New(nil)}
+	})
+	d := netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "other.yaml"}}
+	if a := g.srv.mockFor("llm.test", &d); a != nil || d.Action != netpolicy.Block || d.Rule != netpolicy.RuleInvalid || !strings.Contains(d.Reason, `"other.yaml", which this gateway did not load`) {
+		t.Errorf("mockFor a missing script: got %v and %+v, want no mock and a refusal by rule invalid", a, d)
+	}
+	d = netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "held.yaml"}}
+	if a := g.srv.mockFor("llm.test", &d); a == nil || a.rule != "r1" || a.journal != "sbx mock requests --script held.yaml" {
+		t.Errorf("mockFor the held script: got %+v, want it answered by rule r1", a)
 	}
 }

@@ -236,10 +236,10 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.cfg.LLMScripts = maps.Clone(cfg.LLMScripts)
-	if err := s.checkLLMScripts(cfg.Store.Load().Policy()); err != nil {
+	// The current policy, and every later one, may name only these.
+	if err := cfg.Store.AddCheck(s.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	cfg.Store.SetCheck(s.checkLLMScripts)
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

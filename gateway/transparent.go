@@ -200,9 +200,7 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 		s.finishRefusal(rec, d, 0, start)
 		return
 	}
-	if d.Action == netpolicy.Intercept {
-		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an intercept answers HTTP requests; this connection does not speak plain HTTP"}
-	}
+	d = d.Spliced("an intercept answers HTTP requests; this connection does not speak plain HTTP")
 	s.openTunnel(ctx, c, rec, snap, t, d, start, false, func(io.Reader) ([]byte, error) { return first, nil })
 }
 

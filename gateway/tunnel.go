@@ -55,7 +55,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 
 	if d.Action == netpolicy.Intercept {
-		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: "an HTTPS intercept needs TLS inspection, and this gateway has no CA"}
+		d = d.Spliced("an HTTPS intercept needs TLS inspection, and this gateway has no CA")
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return

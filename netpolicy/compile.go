@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -337,6 +338,8 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 		if why := checkLLMName(resp.LLM); why != "" {
 			bad("response", "llm: %s", why)
 		}
+		// One name per script: ./a.yaml and a.yaml are the same file.
+		resp.LLM = path.Clean(resp.LLM)
 		resp.Headers = nil
 		r.Response = &resp
 	case r.Response != nil:

@@ -33,7 +33,7 @@
 // An intercept rule answers with a canned response (status, headers,
 // body) or with a scripted LLM (response: {llm: SCRIPT}, DESIGN.md §15).
 // netpolicy only carries the script's name: LLMScripts lists the names a
-// policy uses, and a Store's check (SetCheck) lets the gateway refuse a
+// policy uses, and a Store check (AddCheck) lets the gateway refuse a
 // policy naming a script it did not load when it started.
 //
 // Decide is indexed: exact names and "*.domain" suffixes are map lookups,

@@ -89,6 +89,7 @@ func FuzzDecode(f *testing.F) {
 		"rules:\n  - host: \"*.\"\n    action: deny\n", "default: &a allow\nmode: *a\n", "a: b\n---\nc: d\n",
 		"{\"rules\": [{\"host\": \"a\", \"ports\": [1e3]}]}", "allow_private: [::ffff:10.0.0.0/104]\n",
 		"rules:\n  - {host: x.test, action: intercept, response: {headers: {A: b}}}\n",
+		"rules:\n  - {host: x.test, action: intercept, response: {llm: ./a/../s.yaml}}\n", "{\"rules\": [{\"host\": \"x\", \"action\": \"intercept\", \"response\": {\"llm\": \"\"}}]}",
 		"rules:\n  - {host: x.test, inspect: true}\n  - {host: x.test, action: block, inspect: true}\n",
 		"{\"rules\": [{\"host\": \"x.test\", \"ports\": [443], \"methods\": [\"GET\"], \"action\": \"allow\"}]}",
 	} {

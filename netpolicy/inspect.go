@@ -145,3 +145,16 @@ func (ix *index) eachList(host string, port uint16, fn func(list []int32) bool) 
 	}
 	return len(ix.anyAll) > 0 && fn(ix.anyAll)
 }
+
+// Spliced returns d as the verdict on a tunnel the gateway does not
+// inspect, which relays bytes it never reads: d itself, except that an
+// intercept is a block by the same rule, since an intercept answers HTTP
+// requests and a spliced tunnel has none the gateway can answer (DESIGN.md
+// §4.4). why is the block's reason. The gateway's CONNECT and transparent
+// paths and sbx audit's replay all decide spliced tunnels so.
+func (d Decision) Spliced(why string) Decision {
+	if d.Action != Intercept {
+		return d
+	}
+	return Decision{Action: Block, Rule: d.Rule, Reason: why}
+}

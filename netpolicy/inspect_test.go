@@ -567,3 +567,18 @@ func seedOf(data []byte) uint64 {
 	h.Write(data)
 	return h.Sum64()
 }
+
+func TestSpliced(t *testing.T) {
+	for _, d := range []Decision{
+		{Action: Allow, Rule: "a", Reason: "allowed"},
+		{Action: Block, Rule: "b", Reason: "blocked"},
+	} {
+		if got := d.Spliced("why"); got != d {
+			t.Errorf("Spliced(%+v) = %+v, want it unchanged", d, got)
+		}
+	}
+	d := Decision{Action: Intercept, Rule: "i", Reason: "intercepted", Response: &Response{Status: 204}}
+	if got := d.Spliced("why"); got.Action != Block || got.Rule != "i" || got.Reason != "why" || got.Response != nil {
+		t.Errorf("Spliced of an intercept = %+v, want a block by rule i for why", got)
+	}
+}

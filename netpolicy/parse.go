@@ -310,7 +310,10 @@ func (d *decoder) response(n *yaml.Node, what string) *Response {
 		case "headers":
 			resp.Headers = d.Headers(v, what+": response: headers", ErrInvalidRule)
 		case "llm":
-			resp.LLM, _ = d.Str(v, what+": response: llm")
+			var ok bool
+			if resp.LLM, ok = d.Str(v, what+": response: llm"); ok && resp.LLM == "" {
+				d.Errorf(v.Line, ErrInvalidRule, "%s: response: llm: empty; give the script's path, relative to the policy file", what)
+			}
 		}
 	})
 	return resp

@@ -206,6 +206,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{`5: rule 1: response: llm: want a string, got a list or mapping`}},
 		{"llm with a line break", "rules:\n  - host: a.test\n    action: intercept\n    response: {llm: \"a\\nb.yaml\"}\n",
 			[]string{`4: rule 1: response: llm: "a\nb.yaml" holds a control character`}},
+		{"empty llm", "rules:\n  - host: a.test\n    action: intercept\n    response: {llm: \"\"}\n",
+			[]string{`4: rule 1: response: llm: empty; give the script's path`}},
 		{"llm on allow", "rules:\n  - host: a.test\n    action: allow\n    response: {llm: agent.yaml}\n",
 			[]string{`4: rule 1: response: only intercept rules have a response`}},
 		{"inspect-only star without ports", "rules:\n  - host: \"*\"\n    inspect: true\n",

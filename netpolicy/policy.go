@@ -150,8 +150,10 @@ type Response struct {
 	// the script: the gateway running the policy maps each name to a
 	// script it loaded when it started (sbx reads the scripts a policy
 	// file names, as paths relative to that file, when the sandbox
-	// starts), and refuses a policy naming one it does not have. See
-	// Policy.LLMScripts.
+	// starts), and refuses a policy naming one it does not have. Names
+	// are compared as text once Compile has cleaned them (path.Clean):
+	// ./a.yaml is a.yaml, and a later policy's a.yaml is the script read
+	// at start, wherever that policy's file is. See Policy.LLMScripts.
 	LLM string `json:"llm,omitempty"`
 }
 

@@ -41,21 +41,25 @@ type Store struct {
 	// onChange sees every new snapshot before Load can return it. Guarded
 	// by mu.
 	onChange func(*Snapshot)
-	// check may refuse a compiled policy before it is swapped in.
+	// checks may refuse a compiled policy before it is swapped in.
 	// Guarded by mu.
-	check func(*Policy) error
+	checks []func(*Policy) error
 }
 
-// SetCheck makes every change's compiled policy pass fn before it is
-// swapped in: an error from fn refuses the change, which leaves the store
-// as it was and returns fn's error. A gateway uses it to refuse a policy
-// that needs what it does not have (the LLM scripts a policy names). The
-// current policy is not checked. There is one check: fn replaces any
-// earlier one.
-func (s *Store) SetCheck(fn func(*Policy) error) {
+// AddCheck makes every later change's compiled policy pass fn before it
+// is swapped in: an error from fn refuses the change, which leaves the
+// store as it was and returns fn's error. The current policy must pass fn
+// too, or AddCheck returns fn's error and adds nothing. Checks add up:
+// each change must pass every one. A gateway uses it to refuse a policy
+// that needs what it does not have (the LLM scripts a policy names).
+func (s *Store) AddCheck(fn func(*Policy) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.check = fn
+	if err := fn(s.cur.Load().policy); err != nil {
+		return err
+	}
+	s.checks = append(s.checks, fn)
+	return nil
 }
 
 // OnChange makes fn be called with every new snapshot, under the writers'
@@ -161,8 +165,8 @@ func (s *Store) update(ifVersion uint64, change func(Spec) (Spec, string, error)
 	if err != nil {
 		return nil, err
 	}
-	if s.check != nil {
-		if err := s.check(p); err != nil {
+	for _, check := range s.checks {
+		if err := check(p); err != nil {
 			return nil, err
 		}
 	}

@@ -217,18 +217,28 @@ func TestStoreOnChange(t *testing.T) {
 	}
 }
 
-// TestStoreCheck shows SetCheck's refusal: a policy the check refuses is
+// TestStoreCheck shows AddCheck's refusal: a policy the check refuses is
 // not swapped in, by any kind of change, and the check's error is what the
 // change returns.
 func TestStoreCheck(t *testing.T) {
 	s := newTestStore(t)
 	refused := errors.New("needs script x.yaml")
-	s.SetCheck(func(p *Policy) error {
+	if err := s.AddCheck(func(p *Policy) error {
 		if slices.Contains(p.LLMScripts(), "x.yaml") {
 			return refused
 		}
 		return nil
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Checks add up: a second one does not lift the first.
+	if err := s.AddCheck(func(*Policy) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// A check the current policy fails is not added.
+	if err := s.AddCheck(func(*Policy) error { return refused }); !errors.Is(err, refused) {
+		t.Errorf("AddCheck of a check the current policy fails: error = %v, want the check's", err)
+	}
 	llm := Rule{Host: "llm.test", Action: Intercept, Response: &Response{LLM: "x.yaml"}}
 	before := s.Load()
 	if _, _, err := s.AddRule(llm, 0, 0); !errors.Is(err, refused) {
@@ -252,5 +262,22 @@ func TestStoreCheck(t *testing.T) {
 	}
 	if d := snap.Policy().Decide(Target{Host: "llm.test", Port: 80, Method: "POST", Path: "/v1/messages"}); d.Action != Intercept || d.Rule != added.ID || d.Response == nil || d.Response.LLM != "y.yaml" {
 		t.Errorf("Decide = %+v, want an intercept by %s answered by y.yaml", d, added.ID)
+	}
+}
+
+// TestLLMScripts: the names of a policy's llm responses, cleaned, each
+// once, sorted.
+func TestLLMScripts(t *testing.T) {
+	p, err := Parse("p.yaml", []byte(`rules:
+  - {host: a.test, action: intercept, response: {llm: ./b.yaml}}
+  - {host: b.test, action: intercept, response: {llm: b.yaml}}
+  - {host: c.test, action: intercept, response: {llm: dir/../a.yaml}}
+  - {host: d.test, action: intercept, response: {status: 204}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.LLMScripts(); !slices.Equal(got, []string{"a.yaml", "b.yaml"}) {
+		t.Errorf("LLMScripts = %q, want [a.yaml b.yaml]", got)
 	}
 }

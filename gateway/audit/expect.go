@@ -143,10 +143,7 @@ func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Recor
 func anyRequestVerdict(p *netpolicy.Policy, t netpolicy.Target, why string) netpolicy.Decision {
 	t.Method, t.Path = "CONNECT", ""
 	d := p.Verdict(t)
-	if d.Action == netpolicy.Intercept {
-		d = netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule,
-			Reason: "rule " + d.Rule + " intercepts it, and an intercept answers HTTP requests, which the gateway cannot read inside a tunnel, so the gateway refuses the tunnel"}
-	}
+	d = d.Spliced("rule " + d.Rule + " intercepts it, and an intercept answers HTTP requests, which the gateway cannot read inside a tunnel, so the gateway refuses the tunnel")
 	if why != "" {
 		d.Reason = why + ": " + d.Reason
 	}

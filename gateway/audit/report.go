@@ -172,6 +172,9 @@ type Target struct {
 	// InterceptStatus is the highest status of the intercepted answers
 	// (the same whatever the order of the records).
 	InterceptStatus int `json:"intercept_status,omitempty"`
+	// MockLLM counts the intercepted requests a scripted LLM answered
+	// (--mock-llm, or a rule's response: {llm: ...}).
+	MockLLM uint64 `json:"mock_llm,omitempty"`
 	// Processes are the processes (comm) that made the attempts, when the
 	// log names them.
 	Processes []string `json:"processes,omitempty"`
@@ -441,6 +444,9 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 	}
 	if r.Action == "intercept" {
 		t.InterceptStatus = max(t.InterceptStatus, r.Status)
+		if strings.HasPrefix(r.Reason, decisionlog.ReasonMockLLM) {
+			t.MockLLM++
+		}
 	}
 	switch {
 	case isTunnel(r.Method) && r.Action == "allow" && r.Reason == netpolicy.InspectedReason:

@@ -116,7 +116,13 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			// An intercept rule's status is 200..599 (netpolicy); with
 			// any other the target is allowed instead, which --expect
 			// accepts too.
-			if t.Intercepted == t.Total() && t.InterceptStatus >= 200 && t.InterceptStatus <= 599 && t.Tunnels == 0 && !t.PathsCut {
+			if t.MockLLM > 0 {
+				// The agent's model API, answered by a script when
+				// logged: a canned status would answer it with an empty
+				// body, so it is allowed as what it stands for.
+				note += fmt.Sprintf("; %s answered by a mock LLM when logged (to mock it again: --mock-llm, or an intercept rule with response: {llm: SCRIPT})", plural(t.MockLLM, "request", "requests"))
+			}
+			if t.Intercepted == t.Total() && t.MockLLM == 0 && t.InterceptStatus >= 200 && t.InterceptStatus <= 599 && t.Tunnels == 0 && !t.PathsCut {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
 					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
 				continue

@@ -122,6 +122,43 @@ func TestSuggestInterceptStatus(t *testing.T) {
 	}
 }
 
+// TestSuggestMockLLM: requests a scripted LLM answered are suggested as
+// allowed, with a note, never as a canned intercept (which would answer
+// the agent with an empty body), and --expect of the log passes.
+func TestSuggestMockLLM(t *testing.T) {
+	mocked := func(status int) func(*decisionlog.Record) {
+		return func(r *decisionlog.Record) {
+			r.Status, r.Reason = status, decisionlog.ReasonMockLLM+"turn 1 (s.yaml:2): reply"
+		}
+	}
+	recs := []decisionlog.Record{
+		rec(1, "http", "POST", "api.anthropic.com", 80, "/v1/messages", "intercept", "mock-llm", mocked(200)),
+		rec(2, "http", "POST", "api.anthropic.com", 80, "/v1/messages", "intercept", "mock-llm", mocked(529)),
+		rec(3, "http", "POST", "t.example", 80, "/c", "intercept", "r1", func(r *decisionlog.Record) { r.Status = 204 }),
+	}
+	rep := summarize(t, recs)
+	out, err := Suggest(rep, SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := string(out)
+	for _, want := range []string{"2 requests answered by a mock LLM when logged", "host: \"api.anthropic.com\"", "status: 204"} {
+		if !strings.Contains(policy, want) {
+			t.Errorf("the suggested policy lacks %q:\n%s", want, policy)
+		}
+	}
+	if strings.Contains(policy, "status: 529") || strings.Count(policy, "action: intercept") != 1 {
+		t.Errorf("the mocked host got a canned intercept:\n%s", policy)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, policy), "suggested", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.Holds() {
+		t.Errorf("--expect of the suggested policy lists %d targets:\n%s", len(e.Unexpected), policy)
+	}
+}
+
 // TestSuggestListsOverflow: DNS names and bypass destinations beyond the
 // report's limits, which no rule can name, are listed as not covered.
 func TestSuggestListsOverflow(t *testing.T) {

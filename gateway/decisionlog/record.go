@@ -45,6 +45,10 @@ const (
 	FieldExe           = "exe"
 )
 
+// ReasonMockLLM starts the reason of every record of a request a scripted
+// LLM answered (an intercept; DESIGN.md §15), whichever rule mocked it.
+const ReasonMockLLM = "mock LLM: "
+
 // Values of the "event" field.
 const (
 	EventDecision = "decision" // a request or tunnel was decided
