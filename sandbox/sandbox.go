@@ -221,11 +221,17 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 
+	javaErr := func() error { return nil }
 	if spec.Trust != nil {
-		mounts, err := writeTrust(filepath.Join(spec.StateDir, id), spec.Trust)
+		mounts, done, err := writeTrust(filepath.Join(spec.StateDir, id), spec.Trust)
 		if err != nil {
 			return nil, err
 		}
+		// The Java truststore is made while the network and the container
+		// are; the command starts once it is written, and nothing is
+		// taken down before it is.
+		javaErr = onlyOnce(func() error { return <-done })
+		s.undo = append(s.undo, func() error { javaErr(); return nil })
 		cs.Mounts = append(slices.Clip(cs.Mounts), mounts...)
 		cs.Env = spec.Trust.withEnv(cs.Env)
 	}
@@ -277,6 +283,9 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		return nil, errCtr
 	}
 	if err := multierror.Append(nil, errNet, errCtr).ErrorOrNil(); err != nil {
+		return nil, err
+	}
+	if err := javaErr(); err != nil {
 		return nil, err
 	}
 	// Not cancelled by ctx: a signal that lands while the runtime is still

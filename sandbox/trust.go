@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"software.sslmate.com/src/go-pkcs12"
 )
 
 // TrustDir is where a sandbox finds the certificates of its Trust: the
@@ -32,10 +35,12 @@ type Trust struct {
 	// that reads the usual path trusts the CA too. Only paths that exist
 	// there may be listed.
 	Replace []string
-	// TrustStore, when set, is a PKCS#12 truststore of Roots and the CA
-	// (password TrustStorePassword), which JAVA_TOOL_OPTIONS points Java
-	// at.
-	TrustStore []byte
+	// Java asks for a PKCS#12 truststore of Roots and the CA (password
+	// TrustStorePassword), truststore.p12, which JAVA_TOOL_OPTIONS points
+	// Java at: Java trusts what its truststore holds and nothing else.
+	// Start makes it while the network and the container are made (it
+	// takes some milliseconds), and starts the command once it is there.
+	Java bool
 }
 
 // trustEnv returns the variables that point TLS clients at the trust
@@ -55,7 +60,7 @@ func (t *Trust) trustEnv(java string) []string {
 		"DENO_CERT=" + bundle,
 		"AWS_CA_BUNDLE=" + bundle,
 	}
-	if t.TrustStore != nil {
+	if t.Java {
 		opts := "-Djavax.net.ssl.trustStore=" + TrustDir + "/truststore.p12 -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=" + TrustStorePassword
 		if java != "" {
 			opts += " " + java
@@ -72,7 +77,7 @@ func (t *Trust) withEnv(env []string) []string {
 	java := ""
 	own := make([]string, 0, len(env))
 	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok && t.TrustStore != nil {
+		if v, ok := strings.CutPrefix(kv, "JAVA_TOOL_OPTIONS="); ok && t.Java {
 			java = v
 			continue
 		}
@@ -83,30 +88,69 @@ func (t *Trust) withEnv(env []string) []string {
 
 // writeTrust writes t's files into dir/trust (and the CA as dir/ca.pem,
 // where the user finds it) and returns the mounts that show them to the
-// container.
-func writeTrust(dir string, t *Trust) ([]specs.Mount, error) {
+// container. The Java truststore, when t asks for one, is written by a
+// goroutine whose error javaDone gives, once: the directory is mounted
+// whole, so the file is seen however late it comes, as long as it is
+// there before the command starts.
+func writeTrust(dir string, t *Trust) (mounts []specs.Mount, javaDone <-chan error, err error) {
 	tdir := filepath.Join(dir, "trust")
 	if err := os.Mkdir(tdir, 0o755); err != nil {
-		return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+		return nil, nil, fmt.Errorf("writing the sandbox's CA: %w", err)
 	}
 	bundle := append(append([]byte(nil), t.Roots...), '\n')
 	bundle = append(bundle, t.CertPEM...)
-	files := map[string][]byte{"ca.pem": t.CertPEM, "bundle.pem": bundle}
-	if t.TrustStore != nil {
-		files["truststore.p12"] = t.TrustStore
-	}
-	for name, data := range files {
+	for name, data := range map[string][]byte{"ca.pem": t.CertPEM, "bundle.pem": bundle} {
 		if err := os.WriteFile(filepath.Join(tdir, name), data, 0o644); err != nil {
-			return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+			return nil, nil, fmt.Errorf("writing the sandbox's CA: %w", err)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), t.CertPEM, 0o644); err != nil {
-		return nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+		return nil, nil, fmt.Errorf("writing the sandbox's CA: %w", err)
+	}
+	done := make(chan error, 1)
+	if t.Java {
+		go func() {
+			ts, err := javaTrustStore(t.Roots, t.CertPEM)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(tdir, "truststore.p12"), ts, 0o644)
+			}
+			if err != nil {
+				err = fmt.Errorf("writing the sandbox's Java truststore: %w", err)
+			}
+			done <- err
+		}()
+	} else {
+		done <- nil
 	}
 	ro := []string{"rbind", "ro", "nosuid", "nodev", "noexec"}
-	mounts := []specs.Mount{{Destination: TrustDir, Source: tdir, Type: "bind", Options: ro}}
+	mounts = []specs.Mount{{Destination: TrustDir, Source: tdir, Type: "bind", Options: ro}}
 	for _, p := range t.Replace {
 		mounts = append(mounts, specs.Mount{Destination: p, Source: filepath.Join(tdir, "bundle.pem"), Type: "bind", Options: ro})
 	}
-	return mounts, nil
+	return mounts, done, nil
+}
+
+// javaTrustStore returns a PKCS#12 truststore of the CA (caPEM) and the
+// PEM roots, the CA first.
+func javaTrustStore(roots, caPEM []byte) ([]byte, error) {
+	var certs []*x509.Certificate
+	for _, pemData := range [][]byte{caPEM, roots} {
+		for rest := pemData; ; {
+			var b *pem.Block
+			b, rest = pem.Decode(rest)
+			if b == nil {
+				break
+			}
+			if b.Type != "CERTIFICATE" {
+				continue
+			}
+			if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+				certs = append(certs, c)
+			}
+		}
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("no certificate in the CA or the roots")
+	}
+	return pkcs12.Modern.EncodeTrustStore(certs, TrustStorePassword)
 }

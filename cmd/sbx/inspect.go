@@ -2,15 +2,12 @@ package main
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
-
-	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -78,9 +75,7 @@ func newInspection(target trustTarget, upstreamCA string) (*inspection, error) {
 			}
 		}
 	}
-	if in.trust.TrustStore, err = javaTrustStore(roots, ca.Certificate()); err != nil {
-		return nil, err
-	}
+	in.trust.Java = true
 	if upstreamCA != "" {
 		if in.upstreamRoots, err = upstreamRoots(upstreamCA); err != nil {
 			return nil, err
@@ -119,29 +114,4 @@ func hostRoots() ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("no bundle of trusted roots on this host (looked for %s); install ca-certificates, which TLS inspection adds the sandbox's CA to", systemBundles[0])
-}
-
-// javaTrustStore returns a PKCS#12 truststore of the PEM roots and ca,
-// for JAVA_TOOL_OPTIONS: Java trusts what its truststore holds, and
-// nothing else, so the host's roots go in with the CA.
-func javaTrustStore(roots []byte, ca *x509.Certificate) ([]byte, error) {
-	certs := []*x509.Certificate{ca}
-	for rest := roots; ; {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			continue
-		}
-		if c, err := x509.ParseCertificate(b.Bytes); err == nil {
-			certs = append(certs, c)
-		}
-	}
-	ts, err := pkcs12.Modern.EncodeTrustStore(certs, sandbox.TrustStorePassword)
-	if err != nil {
-		return nil, fmt.Errorf("making the Java truststore: %w", err)
-	}
-	return ts, nil
 }
