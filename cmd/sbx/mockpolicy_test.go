@@ -99,6 +99,9 @@ func TestPolicyLLMCommands(t *testing.T) {
 	if stdout, stderr, code := runCLI(t, append([]string{"mock", "requests", "--script", "scripts/agent.yaml"}, api...)...); code != 0 || !strings.Contains(stdout, "turn 1 (") {
 		t.Errorf("mock requests --script: exit %d, %q %q", code, stdout, stderr)
 	}
+	if stdout, stderr, code := runCLI(t, append([]string{"policy", "show"}, api...)...); code != 0 || !strings.Contains(stdout, "intercept (llm: scripts/agent.yaml)") {
+		t.Errorf("policy show: exit %d, %q %q; want the rule's script", code, stdout, stderr)
+	}
 	other := policy("other.yaml", "scripts/bad.yaml")
 	if _, stderr, code := runCLI(t, append([]string{"policy", "replace", other}, api...)...); code == 0 || !strings.Contains(stderr, `"scripts/bad.yaml" was not read when this gateway started`) {
 		t.Errorf("policy replace naming another script: exit %d, %q; want it refused", code, stderr)

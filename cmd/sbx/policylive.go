@@ -69,6 +69,12 @@ func newPolicyShowCmd() *cobra.Command {
 				case r.Inspect:
 					action += "+inspect"
 				}
+				// What an intercept answers: a status, or a scripted LLM.
+				if r.Response != nil && r.Response.LLM != "" {
+					action += " (llm: " + r.Response.LLM + ")"
+				} else if r.Response != nil {
+					action += " (" + strconv.Itoa(r.Response.Status) + ")"
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, action, r.Host, strings.Join(ports, ","), strings.Join(r.Methods, ","), r.Path)
 			}
 			return tw.Flush()
