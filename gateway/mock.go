@@ -211,6 +211,7 @@ func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, 
 	}
 	req = req.WithContext(rctx)
 	w := newConnResponseWriter(&deadlineWriter{c: c.Conn, idle: idle}, head.ProtoMinor, head.Close)
+	w.noBody = head.Method == http.MethodHead
 	w.beforeAnswer = func() {
 		if body.eof.Load() {
 			startWatch()
@@ -243,6 +244,7 @@ type connResponseWriter struct {
 	wroteHeader  bool
 	chunked      bool
 	close        bool // the connection ends with the answer
+	noBody       bool // an answer to HEAD: the head alone (RFC 9110 §9.3.2)
 	err          error
 	beforeAnswer func() // called once, before the head is written
 }
@@ -261,7 +263,7 @@ func (w *connResponseWriter) WriteHeader(status int) {
 	if w.beforeAnswer != nil {
 		w.beforeAnswer()
 	}
-	if w.header.Get("Content-Length") == "" {
+	if w.header.Get("Content-Length") == "" && !w.noBody {
 		if w.minor >= 1 {
 			w.chunked = true
 			w.header.Set("Transfer-Encoding", "chunked")
@@ -287,8 +289,8 @@ func (w *connResponseWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	if len(p) == 0 {
-		return 0, nil
+	if len(p) == 0 || w.noBody {
+		return len(p), nil
 	}
 	if w.chunked {
 		fmt.Fprintf(w.bw, "%x\r\n", len(p))

@@ -1,9 +1,14 @@
 package gateway
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
@@ -162,5 +167,34 @@ func TestMockForMissingScript(t *testing.T) {
 	d = netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "held.yaml"}}
 	if a := g.srv.mockFor("llm.test", &d); a == nil || a.rule != "r1" || a.journal != "sbx mock requests --script held.yaml" {
 		t.Errorf("mockFor the held script: got %+v, want it answered by rule r1", a)
+	}
+}
+
+// TestMockHEADHasNoBody: a mock's answer to HEAD is the head alone, so a
+// kept-alive connection's next answer is read where it starts.
+func TestMockHEADHasNoBody(t *testing.T) {
+	m := newMockSetupAs(t, false, true)
+	c, err := net.Dial("tcp", m.g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "HEAD http://api.anthropic.com/v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n")
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`
+	fmt.Fprintf(c, "POST http://api.anthropic.com/v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodPost})
+	if err != nil {
+		t.Fatalf("the answer after HEAD's: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "Hello from the mock.") {
+		t.Errorf("the answer after HEAD's: got %d %s, want the script's reply", resp.StatusCode, b)
 	}
 }
