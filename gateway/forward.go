@@ -173,16 +173,15 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		out.Header.Del("Expect")
 	}
-	resp, uc, err := s.roundTrip(ctx, out, upstream)
+	rh, uc, err := s.roundTrip(ctx, out, upstream)
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
 		writeSimple(c, closeRec.Status, "", "sbx: upstream "+upstream.String()+" failed: "+err.Error()+"\n", true, nil)
 		return false
 	}
-	defer resp.Body.Close()
-	closeRec.Status = resp.StatusCode
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	closeRec.Status = rh.Status
+	if rh.Status == http.StatusSwitchingProtocols {
 		if !ws {
 			uc.Close()
 			closeRec.Error = "upstream switched protocols unasked"
@@ -196,30 +195,24 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer s.releaseTunnel(c.client.Addr())
-		in, out := s.relayUpgrade(c, resp, upgradeStream{uc})
+		in, out := s.relayUpgrade(c, rh, upgradeStream{uc})
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		return false
 	}
-	removeHopByHop(resp.Header, false)
 	// Keep-alive needs the whole request body read, and a framing the
 	// client understands.
 	keepAlive = keepAlive || (!head.Close && body.eof.Load())
-	resp.Close = !keepAlive
-	resp.Request = out
-	if head.ProtoMinor == 0 {
-		resp.ProtoMajor, resp.ProtoMinor = 1, 0
-		if resp.ContentLength < 0 {
-			resp.Close, keepAlive = true, false
-		}
-	} else {
-		resp.ProtoMajor, resp.ProtoMinor = 1, 1
+	bodyLen := rh.bodyLength(head.Method)
+	chunkOut := bodyLen < 0 && rh.Chunked && head.ProtoMinor == 1
+	if bodyLen < 0 && !chunkOut {
+		keepAlive = false // the body ends when the connection does
 	}
 	// One buffered write per response, not one syscall (and, with
 	// TCP_NODELAY, one packet) per header line.
 	cw := &countingWriter{w: &deadlineWriter{c: c.Conn, idle: idle}}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(cw)
-	werr := resp.Write(bw)
+	reusable, werr := writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
 	if werr == nil {
 		werr = bw.Flush()
 	}
@@ -227,12 +220,116 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n.Load()
-	s.done(uc, resp, werr == nil && body.eof.Load())
+	s.done(uc, reusable && werr == nil && body.eof.Load())
 	if werr != nil {
 		closeRec.Error = "writing to the client: " + werr.Error()
 		return false
 	}
 	return keepAlive
+}
+
+// writeResponse writes the response whose head is rh, an answer to a
+// request of method, to a client that speaks HTTP/1.minor: the status
+// line, the end-to-end fields, the framing fields and, unless keepAlive,
+// Connection: close; then the body read from br, bodyLen bytes or (when
+// bodyLen is -1) chunked or until br ends, chunked again when chunkOut.
+// It reports whether br's connection may carry another exchange: the body
+// was framed by its length or chunks, and read to its end.
+func writeResponse(bw *bufio.Writer, br *bufio.Reader, rh *responseHead, method string, minor int, bodyLen int64, chunkOut, keepAlive bool) (reusable bool, err error) {
+	rh.writeStatusLine(bw, minor)
+	rh.forEachEndToEnd(func(f headerField) { writeField(bw, f.Name, f.Value) })
+	var num [20]byte
+	switch {
+	case method == http.MethodHead:
+		// The fields describe the body a GET would have had.
+		if rh.ContentLength >= 0 {
+			writeField(bw, []byte("Content-Length"), strconv.AppendInt(num[:0], rh.ContentLength, 10))
+		} else if rh.Chunked && minor == 1 {
+			bw.WriteString("Transfer-Encoding: chunked\r\n")
+		}
+	case !bodyAllowedForStatus(rh.Status):
+	case bodyLen >= 0:
+		writeField(bw, []byte("Content-Length"), strconv.AppendInt(num[:0], bodyLen, 10))
+	case chunkOut:
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	if !keepAlive {
+		bw.WriteString("Connection: close\r\n")
+	}
+	bw.WriteString("\r\n")
+
+	switch {
+	case bodyLen >= 0:
+		if err := copyN(bw, br, bodyLen); err != nil {
+			return false, err
+		}
+		return true, nil
+	case !rh.Chunked:
+		_, err := copyToEOF(bw, br)
+		return false, err
+	}
+	cr := httputil.NewChunkedReader(br)
+	if !chunkOut {
+		if _, err := io.Copy(bw, cr); err != nil {
+			return false, err
+		}
+		return true, readTrailers(br, maxResponseHeadBytes, func(headerField) {})
+	}
+	cwr := httputil.NewChunkedWriter(bw)
+	if _, err := io.Copy(cwr, cr); err != nil {
+		return false, err
+	}
+	cwr.Close() // the last chunk, "0\r\n"; the trailers follow
+	if err := readTrailers(br, maxResponseHeadBytes, func(f headerField) { writeField(bw, f.Name, f.Value) }); err != nil {
+		return false, err
+	}
+	_, err = bw.WriteString("\r\n")
+	return true, err
+}
+
+// copyN copies exactly n bytes from br to bw through br's buffer, with no
+// allocation; it returns io.ErrUnexpectedEOF when br ends before.
+func copyN(bw *bufio.Writer, br *bufio.Reader, n int64) error {
+	for n > 0 {
+		if br.Buffered() == 0 {
+			if _, err := br.Peek(1); err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		p, _ := br.Peek(int(min(int64(br.Buffered()), n)))
+		m, err := bw.Write(p)
+		br.Discard(m)
+		n -= int64(m)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyToEOF copies br to bw until br ends.
+func copyToEOF(bw *bufio.Writer, br *bufio.Reader) (int64, error) {
+	var n int64
+	for {
+		if br.Buffered() == 0 {
+			if _, err := br.Peek(1); err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				return n, err
+			}
+		}
+		p, _ := br.Peek(br.Buffered())
+		m, err := bw.Write(p)
+		br.Discard(m)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 // writerPool holds the buffers responses are written through.
@@ -299,14 +396,18 @@ func interceptStatus(d netpolicy.Decision) int {
 // relayUpgrade writes a 101 response's head and relays bytes both ways
 // until either side closes. It returns the bytes sent to the client and to
 // the upstream.
-func (s *Server) relayUpgrade(c *conn, resp *http.Response, up io.ReadWriteCloser) (in, out int64) {
+func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) (in, out int64) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
-	var b strings.Builder
-	b.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
-	resp.Header.Write(&b)
-	b.WriteString("\r\n")
-	if _, err := io.WriteString(cw, b.String()); err != nil {
+	bw := bufio.NewWriter(cw)
+	bw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	for _, f := range rh.Fields {
+		if !asciiEqualFold(f.Name, "Transfer-Encoding") && !asciiEqualFold(f.Name, "Content-Length") {
+			writeField(bw, f.Name, f.Value)
+		}
+	}
+	bw.WriteString("\r\n")
+	if err := bw.Flush(); err != nil {
 		return cw.n, 0
 	}
 	s.metrics.tunnelOpened()

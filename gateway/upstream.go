@@ -30,6 +30,7 @@ type upConn struct {
 	rd        *deadlineReader // the reader under br; its idle is adjustable
 	addr      netip.AddrPort
 	idleSince time.Time
+	head      responseHead // the last response head read, its memory reused
 }
 
 func (uc *upConn) Close() error { return uc.conn.Close() }
@@ -91,7 +92,7 @@ func (p *upstreamPool) closeAll() {
 // the connection back with done. A request without a body that fails on a
 // reused connection (which the upstream may have closed meanwhile) is tried
 // once more on a new one. ctx ends the wait for the response head.
-func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.AddrPort) (*http.Response, *upConn, error) {
+func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
 		uc, reused := s.pool.get(addr), true
 		if uc == nil {
@@ -114,9 +115,9 @@ func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.Ad
 	}
 }
 
-// exchange writes out on uc and reads the response head, skipping
-// informational responses other than 101.
-func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*http.Response, error) {
+// exchange writes out on uc and reads the response head into uc.head,
+// skipping up to max1xxResponses informational responses other than 101.
+func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*responseHead, error) {
 	stop := context.AfterFunc(ctx, func() { uc.Close() })
 	defer stop()
 	uc.conn.SetWriteDeadline(time.Now().Add(s.limits.IdleConnTimeout))
@@ -129,26 +130,29 @@ func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*
 	}
 	uc.conn.SetWriteDeadline(time.Time{})
 	uc.rd.idle = s.limits.ResponseTimeout
-	for {
-		resp, err := http.ReadResponse(uc.br, out)
-		if err != nil {
+	for skipped := 0; ; skipped++ {
+		if err := readResponseHead(uc.br, &uc.head, maxResponseHeadBytes); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, err
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		if uc.head.Status >= 200 || uc.head.Status == http.StatusSwitchingProtocols {
 			uc.rd.idle = s.limits.IdleConnTimeout // for the body
-			return resp, nil
+			return &uc.head, nil
+		}
+		if skipped == max1xxResponses {
+			return nil, badResponse("more than %d informational responses", max1xxResponses)
 		}
 	}
 }
 
 // done gives uc back to the pool when the exchange left it reusable:
-// the response body was read to its end, the request body was sent whole,
-// and neither side asked to close; otherwise it closes uc.
-func (s *Server) done(uc *upConn, resp *http.Response, reusable bool) {
-	if !reusable || resp.Close || !resp.ProtoAtLeast(1, 1) {
+// the response body, framed by its length or chunked, was read to its end,
+// the request body was sent whole, and neither side asked to close;
+// otherwise it closes uc.
+func (s *Server) done(uc *upConn, reusable bool) {
+	if !reusable || uc.head.Close || uc.head.ProtoMinor < 1 {
 		uc.Close()
 		return
 	}
