@@ -133,20 +133,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec.Upstream = upstream.String()
 
 	ws := isWebSocket(head.Header)
-	out := &http.Request{
-		Method:     head.Method,
-		URL:        &url.URL{Scheme: "http", Host: upstream.String(), Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery},
-		Host:       u.Host,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     head.Header, // the head is this request's alone: no copy
-	}
-	out.Header.Del("Host")
-	removeHopByHop(out.Header, ws)
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header["User-Agent"] = nil // Go would add its own
-	}
+	out := newUpstreamRequest(head, u, ws)
 	// Reading the body and writing the answer renew an idle deadline on
 	// every call, so a client that stalls cannot hold the request forever
 	// while a slow, steady one is never cut off.
@@ -159,11 +146,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		body.r = &deadlineReader{r: httputil.NewChunkedReader(c.br), c: c.Conn, idle: idle}
 		body.atEOF = func() error { return skipTrailers(c.br, s.limits.MaxHeaderBytes) }
 		out.ContentLength = -1
-		out.Body = io.NopCloser(body)
+		out.Body = body
 	case head.ContentLength > 0:
 		body.r = &deadlineReader{r: io.LimitReader(c.br, head.ContentLength), c: c.Conn, idle: idle}
 		out.ContentLength = head.ContentLength
-		out.Body = io.NopCloser(body)
+		out.Body = body
 	default:
 		body.eof.Store(true)
 	}
@@ -171,7 +158,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	// the body comes at once.
 	if hasBody && head.ProtoMinor == 1 && strings.EqualFold(head.Header.Get("Expect"), "100-continue") {
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-		out.Header.Del("Expect")
+		delete(out.Header, "Expect")
 	}
 	rh, uc, err := s.roundTrip(ctx, out, upstream)
 	closeRec.BytesOut = body.n.Load()

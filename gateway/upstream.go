@@ -92,7 +92,7 @@ func (p *upstreamPool) closeAll() {
 // the connection back with done. A request without a body that fails on a
 // reused connection (which the upstream may have closed meanwhile) is tried
 // once more on a new one. ctx ends the wait for the response head.
-func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.AddrPort) (*responseHead, *upConn, error) {
+func (s *Server) roundTrip(ctx context.Context, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
 		uc, reused := s.pool.get(addr), true
 		if uc == nil {
@@ -109,7 +109,7 @@ func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.Ad
 			return resp, uc, nil
 		}
 		uc.Close()
-		if !reused || attempt > 0 || out.Body != nil || ctx.Err() != nil {
+		if !reused || attempt > 0 || out.hasBody() || ctx.Err() != nil {
 			return nil, nil, err
 		}
 	}
@@ -117,11 +117,19 @@ func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.Ad
 
 // exchange writes out on uc and reads the response head into uc.head,
 // skipping up to max1xxResponses informational responses other than 101.
-func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*responseHead, error) {
+func (s *Server) exchange(ctx context.Context, uc *upConn, out *upstreamRequest) (*responseHead, error) {
 	stop := context.AfterFunc(ctx, func() { uc.Close() })
 	defer stop()
 	uc.conn.SetWriteDeadline(time.Now().Add(s.limits.IdleConnTimeout))
-	err := out.Write(uc.bw)
+	out.writeHead(uc.bw)
+	var err error
+	if out.hasBody() {
+		// The head goes first, as net/http sends it: the body may be slow
+		// to come from the client.
+		if err = uc.bw.Flush(); err == nil {
+			err = out.writeBody(uc.bw)
+		}
+	}
 	if err == nil {
 		err = uc.bw.Flush()
 	}
