@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -453,6 +454,31 @@ type conn struct {
 	client     netip.AddrPort
 	clientText string  // client as ip:port, for the records
 	proc       Process // the process that owns the client's socket, if known
+
+	// The deadlines set last through conn's own methods, which the
+	// keep-alive loop and deadlineWriter compare with what they need
+	// (staleDeadline). A deadline set on the net.Conn underneath is not
+	// seen here; code that does so (tunnels, TLS inspection) ends the
+	// connection, or sets a deadline no later than its idle ahead.
+	readDL, writeDL time.Time
+}
+
+// SetReadDeadline sets the connection's read deadline and remembers it.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.readDL = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the connection's write deadline and remembers it.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writeDL = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets both deadlines and remembers them.
+func (c *conn) SetDeadline(t time.Time) error {
+	c.readDL, c.writeDL = t, t
+	return c.Conn.SetDeadline(t)
 }
 
 // newConn wraps an accepted connection, whose client socket's peer address
@@ -513,22 +539,34 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	defer c.releaseReader()
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
-		// here, the whole head must come within HeaderReadTimeout.
+		// here, the whole head must come within HeaderReadTimeout. The
+		// idle deadline is set again only when it went stale, and the
+		// head's only when reading the head may wait for the client.
 		idle := s.limits.IdleConnTimeout
 		if first {
 			idle = s.limits.HeaderReadTimeout
 		}
-		nc.SetReadDeadline(time.Now().Add(idle))
+		if now := time.Now(); staleDeadline(c.readDL, now, idle) {
+			c.SetReadDeadline(now.Add(idle))
+		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
-		nc.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		waits := !headBuffered(c.br)
+		if waits {
+			c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		}
 		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
 		if err != nil {
 			s.refuseMalformed(c, err)
 			return
 		}
-		nc.SetReadDeadline(time.Time{})
+		// What reads the client from here sets its own deadlines (a
+		// request body, a WebSocket relay), or has none (a tunnel); the
+		// idle deadline may stay in place for a plain request.
+		if waits || head.Method == http.MethodConnect {
+			c.SetReadDeadline(time.Time{})
+		}
 		if head.Method == http.MethodConnect {
 			s.serveConnect(ctx, c, head)
 			return
@@ -537,6 +575,25 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 	}
+}
+
+// headBuffered reports whether br holds a whole request head, so that
+// readRequestHead cannot wait for the client: after the empty lines it
+// skips, a line ending followed by an empty line.
+func headBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	for {
+		switch {
+		case bytes.HasPrefix(b, []byte("\r\n")):
+			b = b[2:]
+			continue
+		case bytes.HasPrefix(b, []byte("\n")):
+			b = b[1:]
+			continue
+		}
+		break
+	}
+	return bytes.Contains(b, []byte("\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // refuseMalformed answers a request the parser refused, and logs it.

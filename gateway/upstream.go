@@ -28,6 +28,7 @@ type upConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	rd        *deadlineReader // the reader under br; its idle is adjustable
+	writeDL   time.Time       // the write deadline set last
 	addr      netip.AddrPort
 	idleSince time.Time
 	head      responseHead // the last response head read, its memory reused
@@ -120,7 +121,12 @@ func (s *Server) roundTrip(ctx context.Context, out *upstreamRequest, addr netip
 func (s *Server) exchange(ctx context.Context, uc *upConn, out *upstreamRequest) (*responseHead, error) {
 	stop := context.AfterFunc(ctx, func() { uc.Close() })
 	defer stop()
-	uc.conn.SetWriteDeadline(time.Now().Add(s.limits.IdleConnTimeout))
+	// The write deadline stays when the exchange is over: the next one on
+	// this connection sets it again when it went stale.
+	if now := time.Now(); staleDeadline(uc.writeDL, now, s.limits.IdleConnTimeout) {
+		uc.writeDL = now.Add(s.limits.IdleConnTimeout)
+		uc.conn.SetWriteDeadline(uc.writeDL)
+	}
 	out.writeHead(uc.bw)
 	var err error
 	if out.hasBody() {
@@ -136,7 +142,6 @@ func (s *Server) exchange(ctx context.Context, uc *upConn, out *upstreamRequest)
 	if err != nil {
 		return nil, err
 	}
-	uc.conn.SetWriteDeadline(time.Time{})
 	uc.rd.idle = s.limits.ResponseTimeout
 	for skipped := 0; ; skipped++ {
 		if err := readResponseHead(uc.br, &uc.head, maxResponseHeadBytes); err != nil {
