@@ -89,3 +89,50 @@ func TestHeaderReadTimeoutOnKeepAlive(t *testing.T) {
 		t.Errorf("closed after %v, want about 200ms", d)
 	}
 }
+
+// TestCloseEndsAWaitingExchange closes the gateway while a client's second
+// request on a kept connection waits for an upstream that never answers
+// it: Close returns at once, as the connection's upstreamWatch closes the
+// upstream connection, and the request's close record is logged.
+func TestCloseEndsAWaitingExchange(t *testing.T) {
+	up := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		http.ReadRequest(br)
+		io.Copy(io.Discard, c) // and no answer
+	})
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	target := fmt.Sprintf("http://up.test:%d/", up.Addr().(*net.TCPAddr).Port)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: up.test\r\n\r\n", target)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v, %v", resp, err)
+	}
+	io.CopyN(io.Discard, br, 2)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: up.test\r\n\r\n", target)
+	time.Sleep(100 * time.Millisecond) // the request waits for its answer
+	start := time.Now()
+	g.srv.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v with a request waiting upstream, want it at once", d)
+	}
+	var closes int
+	for _, r := range g.records(t) {
+		if r["event"] == "close" {
+			closes++
+		}
+	}
+	if closes != 2 {
+		t.Errorf("got %d close records, want 2", closes)
+	}
+}

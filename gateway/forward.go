@@ -133,12 +133,15 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec.Upstream = upstream.String()
 
 	ws := isWebSocket(head.Header)
-	out := newUpstreamRequest(head, u, ws)
+	fs := c.forward()
+	out := &fs.out
+	out.init(head, u, ws)
 	// Reading the body and writing the answer renew an idle deadline on
 	// every call, so a client that stalls cannot hold the request forever
 	// while a slow, steady one is never cut off.
 	idle := s.limits.IdleConnTimeout
-	body := &countingReader{}
+	body := &fs.body
+	body.reset()
 	switch {
 	case head.Chunked:
 		// The chunked reader must read c.br itself: given another reader
@@ -160,7 +163,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		delete(out.Header, "Expect")
 	}
-	rh, uc, err := s.roundTrip(ctx, out, upstream)
+	rh, uc, err := s.roundTrip(ctx, &fs.watch, out, upstream)
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
@@ -197,7 +200,9 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	}
 	// One buffered write per response, not one syscall (and, with
 	// TCP_NODELAY, one packet) per header line.
-	cw := &countingWriter{w: &deadlineWriter{c: c, idle: idle}}
+	fs.dw = deadlineWriter{c: c, idle: idle}
+	fs.cw = countingWriter{w: &fs.dw}
+	cw := &fs.cw
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(cw)
 	reusable, werr := writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
@@ -225,7 +230,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 // was framed by its length or chunks, and read to its end.
 func writeResponse(bw *bufio.Writer, br *bufio.Reader, rh *responseHead, method string, minor int, bodyLen int64, chunkOut, keepAlive bool) (reusable bool, err error) {
 	rh.writeStatusLine(bw, minor)
-	rh.forEachEndToEnd(func(f headerField) { writeField(bw, f.Name, f.Value) })
+	for i, f := range rh.Fields {
+		if rh.endToEnd(i) {
+			writeField(bw, f.Name, f.Value)
+		}
+	}
 	var num [20]byte
 	switch {
 	case method == http.MethodHead:
@@ -317,6 +326,35 @@ func copyToEOF(bw *bufio.Writer, br *bufio.Reader) (int64, error) {
 		if err != nil {
 			return n, err
 		}
+	}
+}
+
+// forwardState is what forwardHTTP needs for each request of a client
+// connection, made on the connection's first forwarded request and reused
+// for the next ones: a connection's requests are served one after the
+// other, and nothing of one outlives it.
+type forwardState struct {
+	body  countingReader
+	dw    deadlineWriter
+	cw    countingWriter
+	out   upstreamRequest
+	watch upstreamWatch
+}
+
+// forward returns c's forwardState, made on first use.
+func (c *conn) forward() *forwardState {
+	if c.fwd == nil {
+		c.fwd = &forwardState{}
+	}
+	return c.fwd
+}
+
+// endForward releases what c's forwarded requests hold beyond the
+// connection's life: the AfterFunc of its upstreamWatch. The connection's
+// server calls it when the connection ends.
+func (c *conn) endForward() {
+	if c.fwd != nil {
+		c.fwd.watch.stop()
 	}
 }
 
@@ -450,6 +488,13 @@ type countingReader struct {
 	n     atomic.Int64
 	eof   atomic.Bool
 	atEOF func() error
+}
+
+// reset makes cr as new, reading nothing.
+func (cr *countingReader) reset() {
+	cr.r, cr.atEOF = nil, nil
+	cr.n.Store(0)
+	cr.eof.Store(false)
 }
 
 func (cr *countingReader) Read(p []byte) (int, error) {

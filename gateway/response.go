@@ -290,29 +290,34 @@ func bodyAllowedForStatus(status int) bool {
 	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
-// forEachEndToEnd calls fn with every field of h that is forwarded to the
-// client: all but the hop-by-hop fields (DESIGN.md §4.3), those the
-// Connection fields name, and the framing fields Content-Length and
-// Transfer-Encoding, which the gateway writes itself.
-func (h *responseHead) forEachEndToEnd(fn func(headerField)) {
-	var named [][]byte // what the Connection fields name; usually nothing or keep-alive
+// endToEnd reports whether h.Fields[i] is forwarded to the client: it is
+// not a hop-by-hop field (DESIGN.md §4.3), one that a Connection field
+// names, or a framing field (Content-Length, Transfer-Encoding), which the
+// gateway writes itself.
+func (h *responseHead) endToEnd(i int) bool {
+	name := h.Fields[i].Name
+	if isHopByHopOrFraming(name) {
+		return false
+	}
 	for _, f := range h.Fields {
-		if asciiEqualFold(f.Name, "Connection") {
-			forEachToken(f.Value, func(opt []byte) { named = append(named, opt) })
+		if asciiEqualFold(f.Name, "Connection") && listHas(f.Value, name) {
+			return false
 		}
 	}
-next:
-	for _, f := range h.Fields {
-		if isHopByHopOrFraming(f.Name) {
-			continue
+	return true
+}
+
+// listHas reports whether the comma-separated list v has the element
+// tok, in any case.
+func listHas(v, tok []byte) bool {
+	for len(v) > 0 {
+		var elem []byte
+		elem, v, _ = bytes.Cut(v, []byte{','})
+		if bytes.EqualFold(bytes.Trim(elem, " \t"), tok) {
+			return true
 		}
-		for _, n := range named {
-			if bytes.EqualFold(f.Name, n) {
-				continue next
-			}
-		}
-		fn(f)
 	}
+	return false
 }
 
 // isHopByHopOrFraming reports whether name is one of hopByHop or

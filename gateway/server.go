@@ -461,6 +461,8 @@ type conn struct {
 	// seen here; code that does so (tunnels, TLS inspection) ends the
 	// connection, or sets a deadline no later than its idle ahead.
 	readDL, writeDL time.Time
+
+	fwd *forwardState // nil until a request is forwarded; see forward
 }
 
 // SetReadDeadline sets the connection's read deadline and remembers it.
@@ -537,6 +539,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 	c := s.newConn(nc, local)
 	defer c.releaseReader()
+	defer c.endForward()
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
 		// here, the whole head must come within HeaderReadTimeout. The

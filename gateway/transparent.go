@@ -56,6 +56,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	dst = unmapAddrPort(dst)
 	c := s.newConn(nc, dst)
 	defer c.releaseReader()
+	defer c.endForward()
 	refuse := func(rule, reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		if dst.IsValid() {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -93,7 +94,7 @@ func (p *upstreamPool) closeAll() {
 // the connection back with done. A request without a body that fails on a
 // reused connection (which the upstream may have closed meanwhile) is tried
 // once more on a new one. ctx ends the wait for the response head.
-func (s *Server) roundTrip(ctx context.Context, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
+func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
 		uc, reused := s.pool.get(addr), true
 		if uc == nil {
@@ -105,7 +106,7 @@ func (s *Server) roundTrip(ctx context.Context, out *upstreamRequest, addr netip
 			rd := &deadlineReader{r: nc, c: nc, idle: s.limits.IdleConnTimeout}
 			uc = &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
 		}
-		resp, err := s.exchange(ctx, uc, out)
+		resp, err := s.exchange(ctx, w, uc, out)
 		if err == nil {
 			return resp, uc, nil
 		}
@@ -118,9 +119,10 @@ func (s *Server) roundTrip(ctx context.Context, out *upstreamRequest, addr netip
 
 // exchange writes out on uc and reads the response head into uc.head,
 // skipping up to max1xxResponses informational responses other than 101.
-func (s *Server) exchange(ctx context.Context, uc *upConn, out *upstreamRequest) (*responseHead, error) {
-	stop := context.AfterFunc(ctx, func() { uc.Close() })
-	defer stop()
+// w closes uc if ctx ends meanwhile.
+func (s *Server) exchange(ctx context.Context, w *upstreamWatch, uc *upConn, out *upstreamRequest) (*responseHead, error) {
+	w.begin(ctx, uc)
+	defer w.end()
 	// The write deadline stays when the exchange is over: the next one on
 	// this connection sets it again when it went stale.
 	if now := time.Now(); staleDeadline(uc.writeDL, now, s.limits.IdleConnTimeout) {
@@ -157,6 +159,47 @@ func (s *Server) exchange(ctx context.Context, uc *upConn, out *upstreamRequest)
 		if skipped == max1xxResponses {
 			return nil, badResponse("more than %d informational responses", max1xxResponses)
 		}
+	}
+}
+
+// upstreamWatch closes the upstream connection that an exchange of a
+// client connection waits on when the client's context ends. A client
+// connection keeps one for its life, so that its context holds one
+// context.AfterFunc for the connection instead of taking one (a lock and
+// two allocations) for every request; stop releases it when the
+// connection ends.
+type upstreamWatch struct {
+	ctx    context.Context
+	stopFn func() bool
+	cur    atomic.Pointer[upConn]
+}
+
+// begin makes uc the connection to close when ctx ends. When ctx has
+// ended already, it closes uc itself.
+func (w *upstreamWatch) begin(ctx context.Context, uc *upConn) {
+	if w.stopFn == nil || w.ctx != ctx {
+		w.stop()
+		w.ctx = ctx
+		w.stopFn = context.AfterFunc(ctx, func() {
+			if uc := w.cur.Load(); uc != nil {
+				uc.Close()
+			}
+		})
+	}
+	w.cur.Store(uc)
+	if ctx.Err() != nil {
+		uc.Close() // the AfterFunc may have run before uc was stored
+	}
+}
+
+// end forgets the connection begin stored.
+func (w *upstreamWatch) end() { w.cur.Store(nil) }
+
+// stop releases the AfterFunc; begin makes a new one if called again.
+func (w *upstreamWatch) stop() {
+	if w.stopFn != nil {
+		w.stopFn()
+		w.stopFn, w.ctx = nil, nil
 	}
 }
 

@@ -31,14 +31,14 @@ type upstreamRequest struct {
 	Body io.Reader
 }
 
-// newUpstreamRequest returns the request to send upstream for head, whose
-// target is u, without a body: head's fields but Host and the hop-by-hop
-// ones (Upgrade kept when ws, a relayed WebSocket), Host the target's
-// authority. It takes head.Header over: the head is this request's alone.
-func newUpstreamRequest(head *requestHead, u *url.URL, ws bool) *upstreamRequest {
+// init makes r the request to send upstream for head, whose target is u,
+// without a body: head's fields but Host and the hop-by-hop ones (Upgrade
+// kept when ws, a relayed WebSocket), Host the target's authority. It
+// takes head.Header over: the head is this request's alone.
+func (r *upstreamRequest) init(head *requestHead, u *url.URL, ws bool) {
 	delete(head.Header, "Host")
 	removeHopByHop(head.Header, ws)
-	return &upstreamRequest{Method: head.Method, RequestURI: requestURI(u), Host: u.Host, Header: head.Header}
+	*r = upstreamRequest{Method: head.Method, RequestURI: requestURI(u), Host: u.Host, Header: head.Header}
 }
 
 // requestURI is the origin-form target for u: its path as sent ("/" when

@@ -25,7 +25,8 @@ func upstreamBytes(t *testing.T, in string, body []byte) (got, want string, ok b
 		return "", "", false
 	}
 	ws := isWebSocket(head.Header)
-	out := newUpstreamRequest(head, u, ws)
+	out := &upstreamRequest{}
+	out.init(head, u, ws)
 	switch {
 	case head.Chunked:
 		out.ContentLength = -1
