@@ -98,7 +98,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	// A request whose body the gateway does not read ends the connection.
 	keepAlive := !head.Close && !hasBody
 
-	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()})
+	fs := c.forward()
+	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
 	rec.Path = truncate(t.Path, maxLoggedPath)
 
 	if m := s.mock(t.Host); m != nil {
@@ -122,7 +123,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
 		return keepAlive
 	}
-	closeRec := s.admit(rec, d, start)
+	closeRec := s.admitInto(rec, d, start, &fs.closeRec)
 	defer s.end(closeRec, start)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
@@ -133,7 +134,6 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec.Upstream = upstream.String()
 
 	ws := isWebSocket(head.Header)
-	fs := c.forward()
 	out := &fs.out
 	out.init(head, u, ws)
 	// Reading the body and writing the answer renew an idle deadline on
@@ -235,18 +235,17 @@ func writeResponse(bw *bufio.Writer, br *bufio.Reader, rh *responseHead, method 
 			writeField(bw, f.Name, f.Value)
 		}
 	}
-	var num [20]byte
 	switch {
 	case method == http.MethodHead:
 		// The fields describe the body a GET would have had.
 		if rh.ContentLength >= 0 {
-			writeField(bw, []byte("Content-Length"), strconv.AppendInt(num[:0], rh.ContentLength, 10))
+			writeContentLength(bw, rh.ContentLength)
 		} else if rh.Chunked && minor == 1 {
 			bw.WriteString("Transfer-Encoding: chunked\r\n")
 		}
 	case !bodyAllowedForStatus(rh.Status):
 	case bodyLen >= 0:
-		writeField(bw, []byte("Content-Length"), strconv.AppendInt(num[:0], bodyLen, 10))
+		writeContentLength(bw, bodyLen)
 	case chunkOut:
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
@@ -334,11 +333,13 @@ func copyToEOF(bw *bufio.Writer, br *bufio.Reader) (int64, error) {
 // for the next ones: a connection's requests are served one after the
 // other, and nothing of one outlives it.
 type forwardState struct {
-	body  countingReader
-	dw    deadlineWriter
-	cw    countingWriter
-	out   upstreamRequest
-	watch upstreamWatch
+	rec      decisionlog.Record // the request's decision record
+	closeRec decisionlog.Record // and its close record
+	body     countingReader
+	dw       deadlineWriter
+	cw       countingWriter
+	out      upstreamRequest
+	watch    upstreamWatch
 }
 
 // forward returns c's forwardState, made on first use.
@@ -377,8 +378,14 @@ func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, st
 // guard refuses is refused here, before anything is resolved). It returns t with its host normalized, and the snapshot
 // that decided. The record logs the normalized host, or the raw one
 // redacted when it does not normalize (Verdict then blocks it as invalid).
-func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*decisionlog.Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
-	rec := s.newRecord(c, kind, t.Method, t.Port)
+//
+// The record is made in into when it is not nil, else allocated.
+func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decisionlog.Record) (*decisionlog.Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
+	rec := into
+	if rec == nil {
+		rec = new(decisionlog.Record)
+	}
+	s.initRecord(rec, c, kind, t.Method, t.Port)
 	snap := s.cfg.Store.Load()
 	rec.PolicyVersion = snap.Version()
 	d := snap.Policy().Verdict(t)
@@ -394,14 +401,19 @@ func (s *Server) decide(c *conn, kind string, t netpolicy.Target) (*decisionlog.
 // block that audit mode does not enforce), and returns its close record,
 // which end logs when the request or tunnel is over.
 func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
+	return s.admitInto(rec, d, start, new(decisionlog.Record))
+}
+
+// admitInto is admit, making the close record in closeRec.
+func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record) *decisionlog.Record {
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	s.metrics.request(rec.Kind, d.Action)
 	s.metrics.decided(start)
-	closeRec := *rec // before emit stamps rec's time: the close gets its own
+	*closeRec = *rec // before emit stamps rec's time: the close gets its own
 	closeRec.Event = decisionlog.EventClose
 	s.emit(rec)
-	return &closeRec
+	return closeRec
 }
 
 // end logs a close record that admit made.

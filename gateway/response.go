@@ -371,14 +371,20 @@ func (h *responseHead) writeStatusLine(bw *bufio.Writer, minor int) {
 	bw.WriteString("HTTP/1.")
 	bw.WriteByte(byte('0' + minor))
 	bw.WriteByte(' ')
-	var code [3]byte
-	bw.Write(strconv.AppendInt(code[:0], int64(h.Status), 10))
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(h.Status), 10))
 	bw.WriteByte(' ')
 	if len(h.Reason) > 0 {
 		bw.Write(h.Reason)
 	} else {
 		bw.WriteString(http.StatusText(h.Status))
 	}
+	bw.WriteString("\r\n")
+}
+
+// writeContentLength writes a Content-Length line for n.
+func writeContentLength(bw *bufio.Writer, n int64) {
+	bw.WriteString("Content-Length: ")
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), n, 10))
 	bw.WriteString("\r\n")
 }
 

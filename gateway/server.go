@@ -619,7 +619,15 @@ func (s *Server) refuseMalformed(c *conn, err error) {
 
 // newRecord starts a decision record for a request of c.
 func (s *Server) newRecord(c *conn, kind, method string, port uint16) *decisionlog.Record {
-	return &decisionlog.Record{
+	rec := new(decisionlog.Record)
+	s.initRecord(rec, c, kind, method, port)
+	return rec
+}
+
+// initRecord makes rec a new decision record for a request of c, all its
+// other fields zero.
+func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method string, port uint16) {
+	*rec = decisionlog.Record{
 		ID:     strconv.FormatUint(s.connID.Add(1), 36),
 		Event:  decisionlog.EventDecision,
 		Client: c.clientText,

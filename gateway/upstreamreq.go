@@ -8,7 +8,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
-	"strconv"
 )
 
 // upstreamRequest is a request as the gateway sends it upstream. It is
@@ -74,10 +73,7 @@ func (r *upstreamRequest) writeHead(bw *bufio.Writer) {
 	case r.Body != nil && r.ContentLength < 0:
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	case r.Body != nil && r.ContentLength > 0:
-		var num [20]byte
-		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
-		bw.WriteString("\r\n")
+		writeContentLength(bw, r.ContentLength)
 	case r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch:
 		// As net/http does: many servers want a length for these.
 		bw.WriteString("Content-Length: 0\r\n")
