@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +135,48 @@ func TestCloseEndsAWaitingExchange(t *testing.T) {
 	}
 	if closes != 2 {
 		t.Errorf("got %d close records, want 2", closes)
+	}
+}
+
+// TestAnswerAfterALongWait has a kept connection's second request wait on
+// its upstream longer than the idle timeout, which the first answer's
+// write deadline was set for: the 502 still reaches the client.
+func TestAnswerAfterALongWait(t *testing.T) {
+	var answered atomic.Bool
+	up := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			if answered.Swap(true) {
+				// Every later request, also on the connection the gateway
+				// retries on, waits and is hung up on.
+				time.Sleep(400 * time.Millisecond)
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"}, func(c *Config) {
+		c.Limits.IdleConnTimeout = 300 * time.Millisecond
+	})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	target := fmt.Sprintf("http://up.test:%d/", up.Addr().(*net.TCPAddr).Port)
+	for i, want := range []int{200, 502} {
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: up.test\r\n\r\n", target)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != want {
+			t.Fatalf("request %d: got %v, %v; want %d", i+1, resp, err, want)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }

@@ -97,6 +97,9 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	hasBody := head.Chunked || head.ContentLength > 0
 	// A request whose body the gateway does not read ends the connection.
 	keepAlive := !head.Close && !hasBody
+	// What the gateway answers itself is written with the deadline an
+	// earlier answer left; make sure it is not about to pass.
+	c.extendWriteDeadline(s.limits.IdleConnTimeout)
 
 	fs := c.forward()
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
@@ -167,6 +170,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
+		c.extendWriteDeadline(idle) // the wait may have outlasted the last answer's deadline
 		writeSimple(c, closeRec.Status, "", "sbx: upstream "+upstream.String()+" failed: "+err.Error()+"\n", true, nil)
 		return false
 	}
@@ -556,14 +560,11 @@ type deadlineWriter struct {
 }
 
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	now := time.Now()
 	if tc, ok := d.c.(*conn); ok {
-		if staleDeadline(tc.writeDL, now, d.idle) {
-			tc.SetWriteDeadline(now.Add(d.idle))
-		}
+		tc.extendWriteDeadline(d.idle)
 		return tc.Conn.Write(p)
 	}
-	d.c.SetWriteDeadline(now.Add(d.idle))
+	d.c.SetWriteDeadline(time.Now().Add(d.idle))
 	return d.c.Write(p)
 }
 

@@ -480,6 +480,14 @@ func (c *conn) SetWriteDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
+// extendWriteDeadline sets the write deadline idle ahead, unless the one
+// set last is still fresh (staleDeadline).
+func (c *conn) extendWriteDeadline(idle time.Duration) {
+	if now := time.Now(); staleDeadline(c.writeDL, now, idle) {
+		c.SetWriteDeadline(now.Add(idle))
+	}
+}
+
 // SetDeadline sets both deadlines and remembers them.
 func (c *conn) SetDeadline(t time.Time) error {
 	c.readDL, c.writeDL = t, t
