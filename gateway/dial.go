@@ -137,22 +137,32 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 	if len(addrs) == 0 {
 		return nil, nil, fmt.Errorf("no address for %s", t.Host)
 	}
+	// ok is addrs itself until an address is refused (addrs may be the
+	// resolver's own slice: it is never written).
 	var ok []netip.Addr
 	var first *netpolicy.Decision
-	for _, ip := range addrs {
+	for i, ip := range addrs {
+		refused := false
 		if class := s.fenceClass(netip.AddrPortFrom(ip, t.Port)); class != "" {
 			if first == nil {
 				first = fenceDecision(netip.AddrPortFrom(ip, t.Port), class)
 			}
-			continue
-		}
-		if d, refused := p.GuardAddr(ip, t); refused {
+			refused = true
+		} else if d, r := p.GuardAddr(ip, t); r {
 			if first == nil {
 				first = &d
 			}
-			continue
+			refused = true
 		}
-		ok = append(ok, ip)
+		switch {
+		case refused && ok == nil:
+			ok = append(make([]netip.Addr, 0, len(addrs)), addrs[:i]...)
+		case !refused && ok != nil:
+			ok = append(ok, ip)
+		}
+	}
+	if ok == nil {
+		ok = addrs
 	}
 	if len(ok) == 0 {
 		return nil, first, nil

@@ -11,6 +11,16 @@
 // by the gateway itself; a CONNECT's first bytes are checked for a TLS
 // server name that differs from the CONNECT host.
 //
+// Plain HTTP is relayed without net/http on the request's path, which runs
+// for every request (upstream.go): the request goes upstream on a pooled
+// connection to the guarded address, its head written as http.Request.Write
+// wrote it (upstreamreq.go), and the answer's head is read by a parser as
+// strict as the request's (response.go: ambiguous framing is a 502) and
+// written to the client with the gateway's own framing. A client
+// connection keeps its per-request state (forwardState) and its deadlines,
+// which are set again only when they went stale by more than 1/16 of their
+// timeout.
+//
 // A sandbox's gateway serves that sandbox alone: its listener is bound to
 // the sandbox's veth (Options.ListenInterface) and a connection from any
 // other address is closed unanswered (Config.Clients). Whatever the policy

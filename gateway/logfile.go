@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -27,6 +26,10 @@ const (
 // fileSinkFlushInterval bounds how long a written record waits in a
 // FileSink's buffer, and so what a crash of the gateway can lose.
 const fileSinkFlushInterval = 200 * time.Millisecond
+
+// fileSinkBatch is the size of a FileSink's batches: a full one is written
+// to the file at once.
+const fileSinkBatch = 64 << 10
 
 // fileSinkDroppedInterval is the least time between two dropped records
 // of a FileSink (but for the one written at Close), so that a sandbox that
@@ -55,11 +58,14 @@ type FileSinkOptions struct {
 	MaxBytes int64
 }
 
-// FileSink is a Sink that appends records to a file. It buffers up to
-// 64 KiB and writes the buffer out at most 200 ms after a record arrives,
-// on Flush and on Close: a crash of the process loses at most the last
-// 200 ms of records, a clean Close loses nothing (it also syncs the file to
-// disk). Make one with OpenFileSink; it is safe for concurrent use.
+// FileSink is a Sink that appends records to a file. It gathers records in
+// batches of up to 64 KiB and writes a batch out when it is full (in its
+// own goroutine, so that a Log's writers do not wait for the file), at
+// most 200 ms after a record arrives, on Flush and on Close: a crash of the
+// process loses at most the last 200 ms of records, a clean Close loses
+// nothing (it also syncs the file to disk). Batches reach the file in the
+// order of their records. Make one with OpenFileSink; it is safe for
+// concurrent use.
 //
 // A FileSink keeps to the budget of its FileSinkOptions: a record over it
 // is left out and counted, and a record with event "dropped" saying how
@@ -73,6 +79,7 @@ type FileSinkOptions struct {
 type FileSink struct {
 	f       *os.File
 	kick    chan struct{}    // a record is waiting to be flushed; capacity 1
+	batch   chan struct{}    // full holds a batch to write now; capacity 1
 	done    chan struct{}    // closed by Close to end the flusher
 	stopped chan struct{}    // closed by the flusher when it returns
 	now     func() time.Time // the budget's clock; nil: see clock
@@ -89,9 +96,14 @@ type FileSink struct {
 	uncounted atomic.Uint64
 	total     atomic.Uint64 // records left out since open
 
+	fileMu sync.Mutex // held while a batch is written to f; taken after mu, never before
+
 	mu        sync.Mutex
-	w         *bufio.Writer
-	pending   bool // written since the last flush, and the flusher was kicked
+	buf       []byte // the batch being gathered
+	full      []byte // a full batch the flusher is to write; nil when none
+	spare     []byte // an empty batch's memory, for the next swap
+	err       error  // the first write error, sticky
+	pending   bool   // written since the last flush, and the flusher was kicked
 	closed    bool
 	size      int64               // bytes in the file: at open, plus written since
 	tokens    float64             // of the rate limit's bucket
@@ -140,12 +152,13 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 	s := &FileSink{
 		f:        f,
 		kick:     make(chan struct{}, 1),
+		batch:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 		now:      now,
 		maxBytes: o.MaxBytes,
 		size:     size,
-		w:        bufio.NewWriterSize(f, 64<<10),
+		buf:      make([]byte, 0, fileSinkBatch),
 	}
 	switch {
 	case o.MaxBytes == 0:
@@ -235,10 +248,11 @@ func (s *FileSink) Name() string { return s.f.Name() }
 // opened to stay within its budget.
 func (s *FileSink) Dropped() uint64 { return s.total.Load() }
 
-// flushLoop waits for a record, waits fileSinkFlushInterval more, and
-// flushes everything written by then; it returns when Close closes s.done.
-// A flush error stays in the bufio.Writer, so the next WriteRecord, Flush or
-// Close reports it.
+// flushLoop writes each full batch as soon as write hands it over, and
+// everything written at most fileSinkFlushInterval after a record arrives
+// (the first since the last flush); it returns when Close closes s.done.
+// A write error is kept in s.err, so the next WriteRecord, Flush or Close
+// reports it.
 func (s *FileSink) flushLoop() {
 	defer close(s.stopped)
 	t := time.NewTimer(fileSinkFlushInterval)
@@ -246,23 +260,70 @@ func (s *FileSink) flushLoop() {
 	for {
 		select {
 		case <-s.kick:
-		case <-s.done:
-			return
-		}
-		t.Reset(fileSinkFlushInterval)
-		select {
+			t.Reset(fileSinkFlushInterval)
+		case <-s.batch:
+			s.writeFull()
 		case <-t.C:
+			s.mu.Lock()
+			if !s.closed {
+				s.pending = false
+				s.flushLocked()
+			}
+			s.mu.Unlock()
 		case <-s.done:
 			t.Stop()
 			return
 		}
-		s.mu.Lock()
-		if !s.closed {
-			s.pending = false
-			s.w.Flush()
-		}
-		s.mu.Unlock()
 	}
+}
+
+// writeFull writes the full batch, if there is one, without holding s.mu
+// while the file is written: the Log's writers go on gathering the next
+// batch meanwhile. s.fileMu, taken before s.mu is released, keeps a later
+// flush from writing its records first.
+func (s *FileSink) writeFull() {
+	s.mu.Lock()
+	b := s.full
+	if b == nil || s.closed || s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.full = nil
+	s.fileMu.Lock()
+	s.mu.Unlock()
+	_, err := s.f.Write(b)
+	s.fileMu.Unlock()
+	s.mu.Lock()
+	if err != nil && s.err == nil {
+		s.err = err // an *os.PathError naming the file
+	}
+	s.spare = b[:0]
+	s.mu.Unlock()
+}
+
+// flushLocked writes the full batch and then the one being gathered, after
+// a write of writeFull that is under way. s.mu is held.
+func (s *FileSink) flushLocked() error {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.full != nil {
+		if _, err := s.f.Write(s.full); err != nil {
+			s.err = err
+			return err
+		}
+		s.spare, s.full = s.full[:0], nil
+	}
+	if len(s.buf) > 0 {
+		if _, err := s.f.Write(s.buf); err != nil {
+			s.err = err
+			return err
+		}
+		s.buf = s.buf[:0]
+	}
+	return nil
 }
 
 // WriteRecord appends line, the record numbered seq, to the buffer, or
@@ -475,14 +536,31 @@ func (s *FileSink) writeStaged() error {
 	return nil
 }
 
-// write appends line to the buffer, counts its size and kicks the flusher.
-// s.mu is held.
+// write appends line to the batch, counts its size and kicks the flusher.
+// A batch that line would take past fileSinkBatch is handed to the
+// flusher first, or, when the flusher has not yet taken the one before,
+// both are written here. s.mu is held.
 func (s *FileSink) write(line []byte) error {
-	n, err := s.w.Write(line)
-	s.size += int64(n)
-	if err != nil {
-		return err // an *os.PathError naming the file
+	if s.err != nil {
+		return s.err
 	}
+	if len(s.buf) > 0 && len(s.buf)+len(line) > fileSinkBatch {
+		if s.full == nil {
+			next := s.spare
+			if next == nil {
+				next = make([]byte, 0, fileSinkBatch)
+			}
+			s.full, s.buf, s.spare = s.buf, next, nil
+			select {
+			case s.batch <- struct{}{}:
+			default: // the flusher has a signal it has not taken yet
+			}
+		} else if err := s.flushLocked(); err != nil {
+			return err
+		}
+	}
+	s.buf = append(s.buf, line...)
+	s.size += int64(len(line))
 	if !s.pending {
 		s.pending = true
 		select {
@@ -501,7 +579,7 @@ func (s *FileSink) Flush() error {
 		return fmt.Errorf("flushing %s: %w", s.f.Name(), ErrSinkClosed)
 	}
 	s.pending = false
-	return s.w.Flush()
+	return s.flushLocked()
 }
 
 // Close writes a last dropped record when records were left out since the
@@ -524,7 +602,7 @@ func (s *FileSink) Close() error {
 		err = s.writeStaged()
 	}
 	if err == nil {
-		err = s.w.Flush()
+		err = s.flushLocked()
 	}
 	if err == nil {
 		err = s.f.Sync()

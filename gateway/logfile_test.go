@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -593,5 +594,80 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	}
 	if many > maxNovel {
 		t.Errorf("got %d records of distinct hosts over the rate, want at most %d", many, maxNovel)
+	}
+}
+
+// TestFileSinkBatches writes records over several batches, with Flush
+// between some of them, and expects every record in the file in order:
+// the batches the flusher writes and those Flush writes keep their order.
+// A full batch reaches the file without a Flush.
+func TestFileSinkBatches(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 300)
+	const n = 2000 // about 10 batches
+	for seq := uint64(1); seq <= n; seq++ {
+		if err := fs.WriteRecord(seq, []byte(`{"seq":`+strconv.FormatUint(seq, 10)+`,"pad":"`+pad+`"}`+"\n")); err != nil {
+			t.Fatal(err)
+		}
+		if seq%777 == 0 {
+			if err := fs.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if seq == 500 {
+			// Past the first batch: the flusher writes it without a Flush.
+			for deadline := time.Now().Add(30 * time.Second); len(dlReadLines(t, path)) == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("a full batch was not written")
+				}
+			}
+		}
+	}
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := dlReadLines(t, path)
+	if len(lines) != n {
+		t.Fatalf("got %d lines, want %d", len(lines), n)
+	}
+	for i, line := range lines {
+		var r struct{ Seq int }
+		if err := json.Unmarshal(line, &r); err != nil || r.Seq != i+1 {
+			t.Fatalf("line %d: got seq %d (%v), want %d", i+1, r.Seq, err, i+1)
+		}
+	}
+}
+
+// TestFileSinkWriteErrorIsSticky makes the file fail under a batch: the
+// next writes, Flush and Close report the error.
+func TestFileSinkWriteErrorIsSticky(t *testing.T) {
+	fs, err := OpenFileSink(filepath.Join(t.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.f.Close() // every write to it fails
+	line := []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}` + "\n")
+	var werr error
+	for seq := uint64(1); seq <= 1000 && werr == nil; seq++ {
+		werr = fs.WriteRecord(seq, line)
+		if seq%100 == 0 {
+			time.Sleep(time.Millisecond) // let the flusher take a batch
+		}
+	}
+	if werr == nil {
+		werr = fs.Flush()
+	}
+	if !errors.Is(werr, os.ErrClosed) {
+		t.Errorf("writes to a failing file: got %v, want os.ErrClosed", werr)
+	}
+	if err := fs.Flush(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Flush after the error: got %v, want it again", err)
+	}
+	if err := fs.Close(); err == nil {
+		t.Error("Close after the error: got nil, want it")
 	}
 }

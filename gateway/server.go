@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -23,7 +24,10 @@ import (
 )
 
 // Limits bound what one client can make the gateway do (DESIGN.md §4.5).
-// A zero field takes the default named in its comment.
+// A zero field takes the default named in its comment. IdleConnTimeout and
+// ResponseTimeout are kept to within 1/16 of their length, never more (a
+// kept client is cut off after 1 min 52.5 s to 2 min of silence): their
+// deadlines are set again only when they went that stale.
 type Limits struct {
 	HeaderReadTimeout   time.Duration // reading a request's head: 10 s
 	DialTimeout         time.Duration // connecting upstream: 10 s
@@ -474,6 +478,41 @@ type conn struct {
 	client     netip.AddrPort
 	clientText string  // client as ip:port, for the records
 	proc       Process // the process that owns the client's socket, if known
+
+	// The deadlines set last through conn's own methods, which the
+	// keep-alive loop and deadlineWriter compare with what they need
+	// (staleDeadline). A deadline set on the net.Conn underneath is not
+	// seen here; code that does so (tunnels, TLS inspection) ends the
+	// connection, or sets a deadline no later than its idle ahead.
+	readDL, writeDL time.Time
+
+	fwd *forwardState // nil until a request is forwarded; see forward
+}
+
+// SetReadDeadline sets the connection's read deadline and remembers it.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.readDL = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the connection's write deadline and remembers it.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writeDL = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// extendWriteDeadline sets the write deadline idle ahead, unless the one
+// set last is still fresh (staleDeadline).
+func (c *conn) extendWriteDeadline(idle time.Duration) {
+	if now := time.Now(); staleDeadline(c.writeDL, now, idle) {
+		c.SetWriteDeadline(now.Add(idle))
+	}
+}
+
+// SetDeadline sets both deadlines and remembers them.
+func (c *conn) SetDeadline(t time.Time) error {
+	c.readDL, c.writeDL = t, t
+	return c.Conn.SetDeadline(t)
 }
 
 // newConn wraps an accepted connection, whose client socket's peer address
@@ -532,24 +571,37 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 	c := s.newConn(nc, local)
 	defer c.releaseReader()
+	defer c.endForward()
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
-		// here, the whole head must come within HeaderReadTimeout.
+		// here, the whole head must come within HeaderReadTimeout. The
+		// idle deadline is set again only when it went stale, and the
+		// head's only when reading the head may wait for the client.
 		idle := s.limits.IdleConnTimeout
 		if first {
 			idle = s.limits.HeaderReadTimeout
 		}
-		nc.SetReadDeadline(time.Now().Add(idle))
+		if now := time.Now(); staleDeadline(c.readDL, now, idle) {
+			c.SetReadDeadline(now.Add(idle))
+		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
-		nc.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		waits := !headBuffered(c.br)
+		if waits {
+			c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		}
 		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
 		if err != nil {
 			s.refuseMalformed(c, err)
 			return
 		}
-		nc.SetReadDeadline(time.Time{})
+		// What reads the client from here sets its own deadlines (a
+		// request body, a WebSocket relay), or has none (a tunnel); the
+		// idle deadline may stay in place for a plain request.
+		if waits || head.Method == http.MethodConnect {
+			c.SetReadDeadline(time.Time{})
+		}
 		if head.Method == http.MethodConnect {
 			s.serveConnect(ctx, c, head)
 			return
@@ -558,6 +610,25 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 	}
+}
+
+// headBuffered reports whether br holds a whole request head, so that
+// readRequestHead cannot wait for the client: after the empty lines it
+// skips, a line ending followed by an empty line.
+func headBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	for {
+		switch {
+		case bytes.HasPrefix(b, []byte("\r\n")):
+			b = b[2:]
+			continue
+		case bytes.HasPrefix(b, []byte("\n")):
+			b = b[1:]
+			continue
+		}
+		break
+	}
+	return bytes.Contains(b, []byte("\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // refuseMalformed answers a request the parser refused, and logs it.
@@ -580,7 +651,15 @@ func (s *Server) refuseMalformed(c *conn, err error) {
 
 // newRecord starts a decision record for a request of c.
 func (s *Server) newRecord(c *conn, kind, method string, port uint16) *decisionlog.Record {
-	return &decisionlog.Record{
+	rec := new(decisionlog.Record)
+	s.initRecord(rec, c, kind, method, port)
+	return rec
+}
+
+// initRecord makes rec a new decision record for a request of c, all its
+// other fields zero.
+func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method string, port uint16) {
+	*rec = decisionlog.Record{
 		ID:     strconv.FormatUint(s.connID.Add(1), 36),
 		Event:  decisionlog.EventDecision,
 		Client: c.clientText,

@@ -56,6 +56,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	dst = unmapAddrPort(dst)
 	c := s.newConn(nc, dst)
 	defer c.releaseReader()
+	defer c.endForward()
 	refuse := func(rule, reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		if dst.IsValid() {
@@ -183,7 +184,7 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 // relays it; first are bytes already read from the client, which go
 // upstream before the rest.
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
-	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t)
+	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t, nil)
 	rec.Method = ""                                                         // decided as a tunnel; no HTTP method was sent
 	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)

@@ -42,7 +42,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
 	}
-	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect})
+	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, nil)
 	if s.inspects(snap.Policy(), t) {
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
 		return

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,8 +29,10 @@ type upConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	rd        *deadlineReader // the reader under br; its idle is adjustable
+	writeDL   time.Time       // the write deadline set last
 	addr      netip.AddrPort
 	idleSince time.Time
+	head      responseHead // the last response head read, its memory reused
 }
 
 func (uc *upConn) Close() error { return uc.conn.Close() }
@@ -91,7 +94,7 @@ func (p *upstreamPool) closeAll() {
 // the connection back with done. A request without a body that fails on a
 // reused connection (which the upstream may have closed meanwhile) is tried
 // once more on a new one. ctx ends the wait for the response head.
-func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.AddrPort) (*http.Response, *upConn, error) {
+func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
 		uc, reused := s.pool.get(addr), true
 		if uc == nil {
@@ -103,52 +106,109 @@ func (s *Server) roundTrip(ctx context.Context, out *http.Request, addr netip.Ad
 			rd := &deadlineReader{r: nc, c: nc, idle: s.limits.IdleConnTimeout}
 			uc = &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
 		}
-		resp, err := s.exchange(ctx, uc, out)
+		resp, err := s.exchange(ctx, w, uc, out)
 		if err == nil {
 			return resp, uc, nil
 		}
 		uc.Close()
-		if !reused || attempt > 0 || out.Body != nil || ctx.Err() != nil {
+		if !reused || attempt > 0 || out.hasBody() || ctx.Err() != nil {
 			return nil, nil, err
 		}
 	}
 }
 
-// exchange writes out on uc and reads the response head, skipping
-// informational responses other than 101.
-func (s *Server) exchange(ctx context.Context, uc *upConn, out *http.Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { uc.Close() })
-	defer stop()
-	uc.conn.SetWriteDeadline(time.Now().Add(s.limits.IdleConnTimeout))
-	err := out.Write(uc.bw)
+// exchange writes out on uc and reads the response head into uc.head,
+// skipping up to max1xxResponses informational responses other than 101.
+// w closes uc if ctx ends meanwhile.
+func (s *Server) exchange(ctx context.Context, w *upstreamWatch, uc *upConn, out *upstreamRequest) (*responseHead, error) {
+	w.begin(ctx, uc)
+	defer w.end()
+	// The write deadline stays when the exchange is over: the next one on
+	// this connection sets it again when it went stale.
+	if now := time.Now(); staleDeadline(uc.writeDL, now, s.limits.IdleConnTimeout) {
+		uc.writeDL = now.Add(s.limits.IdleConnTimeout)
+		uc.conn.SetWriteDeadline(uc.writeDL)
+	}
+	out.writeHead(uc.bw)
+	var err error
+	if out.hasBody() {
+		// The head goes first, as net/http sends it: the body may be slow
+		// to come from the client.
+		if err = uc.bw.Flush(); err == nil {
+			err = out.writeBody(uc.bw)
+		}
+	}
 	if err == nil {
 		err = uc.bw.Flush()
 	}
 	if err != nil {
 		return nil, err
 	}
-	uc.conn.SetWriteDeadline(time.Time{})
 	uc.rd.idle = s.limits.ResponseTimeout
-	for {
-		resp, err := http.ReadResponse(uc.br, out)
-		if err != nil {
+	for skipped := 0; ; skipped++ {
+		if err := readResponseHead(uc.br, &uc.head, maxResponseHeadBytes); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, err
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		if uc.head.Status >= 200 || uc.head.Status == http.StatusSwitchingProtocols {
 			uc.rd.idle = s.limits.IdleConnTimeout // for the body
-			return resp, nil
+			return &uc.head, nil
+		}
+		if skipped == max1xxResponses {
+			return nil, badResponse("more than %d informational responses", max1xxResponses)
 		}
 	}
 }
 
+// upstreamWatch closes the upstream connection that an exchange of a
+// client connection waits on when the client's context ends. A client
+// connection keeps one for its life, so that its context holds one
+// context.AfterFunc for the connection instead of taking one (a lock and
+// two allocations) for every request; stop releases it when the
+// connection ends.
+type upstreamWatch struct {
+	ctx    context.Context
+	stopFn func() bool
+	cur    atomic.Pointer[upConn]
+}
+
+// begin makes uc the connection to close when ctx ends. When ctx has
+// ended already, it closes uc itself.
+func (w *upstreamWatch) begin(ctx context.Context, uc *upConn) {
+	if w.stopFn == nil || w.ctx != ctx {
+		w.stop()
+		w.ctx = ctx
+		w.stopFn = context.AfterFunc(ctx, func() {
+			if uc := w.cur.Load(); uc != nil {
+				uc.Close()
+			}
+		})
+	}
+	w.cur.Store(uc)
+	if ctx.Err() != nil {
+		uc.Close() // the AfterFunc may have run before uc was stored
+	}
+}
+
+// end forgets the connection begin stored.
+func (w *upstreamWatch) end() { w.cur.Store(nil) }
+
+// stop releases the AfterFunc; begin makes a new one if called again.
+func (w *upstreamWatch) stop() {
+	if w.stopFn != nil {
+		w.stopFn()
+		w.stopFn, w.ctx = nil, nil
+	}
+}
+
 // done gives uc back to the pool when the exchange left it reusable:
-// the response body was read to its end, the request body was sent whole,
-// and neither side asked to close; otherwise it closes uc.
-func (s *Server) done(uc *upConn, resp *http.Response, reusable bool) {
-	if !reusable || resp.Close || !resp.ProtoAtLeast(1, 1) {
+// the response body, framed by its length or chunked, was read to its end,
+// the request body was sent whole, and neither side asked to close;
+// otherwise it closes uc.
+func (s *Server) done(uc *upConn, reusable bool) {
+	if !reusable || uc.head.Close || uc.head.ProtoMinor < 1 {
 		uc.Close()
 		return
 	}

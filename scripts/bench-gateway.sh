@@ -2,7 +2,8 @@
 # Measures the gateway against DESIGN.md §10 in one run, on loopback:
 #   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
 #     upstream, through sbx gateway (decision log on), tinyproxy and Squid,
-#     with the ratios sbx/direct (target >= 0.4) and sbx/Squid (>= 3);
+#     with the ratios sbx/direct (target >= 0.4) and sbx/Squid (>= 3), for
+#     each round and for the medians;
 #   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
 #     median time to open a tunnel vs a direct connect (+150 us at most),
 #     from go test -bench in the gateway package, median of 5 runs each
@@ -136,18 +137,25 @@ rps() { # URL [proxy.lua]
 # compared: the machine's load drifts, and turns share it.
 rounds=${ROUNDS:-3}
 echo "HTTP forward, wrk -c32 -d$dur, nginx upstream on loopback, median of $rounds rounds:"
-for _ in $(seq "$rounds"); do
-	rps "http://$up/" >>"$work/direct.rps"
-	rps "http://$sbx" "$work/proxy.lua" >>"$work/sbx.rps"
-	rps "http://$tiny" "$work/proxy.lua" >>"$work/tiny.rps"
-	rps "http://$squidp" "$work/proxy.lua" >>"$work/squid.rps"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+for round in $(seq "$rounds"); do
+	d=$(rps "http://$up/")
+	s=$(rps "http://$sbx" "$work/proxy.lua")
+	t=$(rps "http://$tiny" "$work/proxy.lua")
+	q=$(rps "http://$squidp" "$work/proxy.lua")
+	echo "$d" >>"$work/direct.rps"
+	echo "$s" >>"$work/sbx.rps"
+	echo "$t" >>"$work/tiny.rps"
+	echo "$q" >>"$work/squid.rps"
+	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f req/s: sbx/direct %sx, sbx/squid %sx\n' \
+		"$round" "$d" "$s" "$t" "$q" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")"
 done
 median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 direct=$(median "$work/direct.rps")
 via_sbx=$(median "$work/sbx.rps")
 via_tiny=$(median "$work/tiny.rps")
 via_squid=$(median "$work/squid.rps")
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+echo "  medians:"
 printf '  %-10s %10.0f req/s\n' direct "$direct"
 printf '  %-10s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
 printf '  %-10s %10.0f req/s  %sx direct\n' tinyproxy "$via_tiny" "$(ratio "$via_tiny" "$direct")"
