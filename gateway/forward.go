@@ -111,7 +111,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	switch {
 	case d.Action == netpolicy.Intercept:
 		s.finishRefusal(rec, d, interceptStatus(d), start)
-		writeIntercept(c, d, !keepAlive)
+		writeIntercept(c, head.Method, d, !keepAlive)
 		return keepAlive
 	case d.Action == netpolicy.Block && enforced(snap, d):
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
@@ -130,7 +130,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	defer s.end(closeRec, start)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
-		writeSimple(c, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
+		writeAnswer(c, head.Method, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
 		return keepAlive
 	}
 	upstream := netip.AddrPortFrom(addrs[0], port)

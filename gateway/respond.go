@@ -21,6 +21,13 @@ const (
 // writeSimple writes a complete response the gateway makes itself. extra
 // headers come after the framing headers; close adds Connection: close.
 func writeSimple(w io.Writer, status int, contentType, body string, close bool, extra [][2]string) error {
+	return writeAnswer(w, "", status, contentType, body, close, extra)
+}
+
+// writeAnswer is writeSimple for a request of method: the answer to HEAD
+// is the head alone, its Content-Length the body's (RFC 9110 §9.3.2), so
+// that a kept connection's next answer is read where it starts.
+func writeAnswer(w io.Writer, method string, status int, contentType, body string, close bool, extra [][2]string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
 	if contentType == "" {
@@ -38,7 +45,9 @@ func writeSimple(w io.Writer, status int, contentType, body string, close bool, 
 		fmt.Fprintf(&b, "%s: %s\r\n", h[0], headerSafe(h[1]))
 	}
 	b.WriteString("\r\n")
-	b.WriteString(body)
+	if method != http.MethodHead {
+		b.WriteString(body)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -57,7 +66,7 @@ func headerSafe(v string) string {
 // a body that says what was blocked and how to allow it.
 func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path string, d netpolicy.Decision, close bool) error {
 	hostport := joinHostPort(host, port)
-	return writeSimple(w, http.StatusForbidden, "", s.blockText(describe(method, hostport, path), hostport, d), close, blockHeaders(d))
+	return writeAnswer(w, method, http.StatusForbidden, "", s.blockText(describe(method, hostport, path), hostport, d), close, blockHeaders(d))
 }
 
 // blockHeaders are the X-Sbx headers of a 403.
@@ -98,10 +107,11 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 	return b.String()
 }
 
-// writeIntercept answers with an intercept rule's response.
-func writeIntercept(w io.Writer, d netpolicy.Decision, close bool) error {
+// writeIntercept answers a request of method with an intercept rule's
+// response.
+func writeIntercept(w io.Writer, method string, d netpolicy.Decision, close bool) error {
 	status, contentType, extra := interceptHead(d)
-	return writeSimple(w, status, contentType, d.Response.Body, close, extra)
+	return writeAnswer(w, method, status, contentType, d.Response.Body, close, extra)
 }
 
 // interceptHead is an intercept rule's status, content type and other
