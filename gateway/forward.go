@@ -183,7 +183,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer uc.Close()
-		uc.conn.SetWriteDeadline(time.Time{}) // the relay's writes have none, as the tunnels'
+		uc.conn.SetWriteDeadline(time.Time{})   // the relay's writes have none, as the tunnels'
+		uc.rd.idle = s.limits.IdleTunnelTimeout // reads idle out as a tunnel's, not a request's
 		if !s.acquireTunnel(c.client.Addr()) {
 			closeRec.Status, closeRec.Error = http.StatusTooManyRequests, "too many open tunnels from this client"
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
@@ -454,8 +455,8 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) 
 	}
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
-	var last atomic.Int64
-	last.Store(time.Now().UnixNano())
+	act := newTunnelActivity()
+	idle := s.limits.IdleTunnelTimeout
 	done := make(chan int64, 1)
 	// Client to upstream ends when the client stops sending, errs, or the
 	// relay idles out (read deadlines on the client); then it closes up,
@@ -463,14 +464,13 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) 
 	go func() {
 		var n int64
 		for {
-			c.SetReadDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
+			c.SetReadDeadline(time.Now().Add(idle))
 			m, err := io.CopyN(up, c.br, tunnelChunk)
 			n += m
 			if m > 0 {
-				last.Store(time.Now().UnixNano())
+				act.moved(toUpstream)
 			}
-			var ne net.Error
-			if err == nil || errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, last.Load())) < s.limits.IdleTunnelTimeout {
+			if err == nil || isTimeout(err) && act.goOn(toUpstream, m, idle) {
 				continue
 			}
 			break
@@ -479,14 +479,20 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) 
 		done <- n
 	}()
 	// Upstream to client: writes carry the idle deadline, so a client
-	// that never reads cannot hold the relay.
+	// that never reads cannot hold the relay; the upstream's reads idle
+	// out as the tunnel's (uc.rd), and a silent upstream waits while the
+	// client sends.
+	buf := make([]byte, 32<<10)
 	for {
-		c.SetWriteDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
-		m, err := io.CopyN(cw, up, 32<<10)
+		m, rerr := up.Read(buf)
 		if m > 0 {
-			last.Store(time.Now().UnixNano())
+			act.moved(toClient)
+			c.SetWriteDeadline(time.Now().Add(idle))
+			if _, err := cw.Write(buf[:m]); err != nil {
+				break
+			}
 		}
-		if err != nil {
+		if rerr != nil && !(isTimeout(rerr) && act.goOn(toClient, int64(m), idle)) {
 			break
 		}
 	}

@@ -1051,3 +1051,102 @@ func TestSNIFragmentedAndMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSocketRelayOutlivesASilentUpstream: an upgraded connection idles
+// out only when neither side has sent for IdleTunnelTimeout; an upstream
+// that is silent while the client sends keeps it, and may answer later.
+func TestWebSocketRelayOutlivesASilentUpstream(t *testing.T) {
+	const sends = 8
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, sends)
+		if _, err := io.ReadFull(brw, buf); err == nil { // silent until the client has sent it all
+			io.WriteString(conn, "done")
+		}
+	}))
+	defer up.Close()
+	port := portOf(t, up)
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ws.test": "127.0.0.1"}, func(c *Config) {
+		c.Limits.IdleConnTimeout, c.Limits.IdleTunnelTimeout = 150*time.Millisecond, 300*time.Millisecond
+	})
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET http://ws.test:%d/chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", port)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	for range sends { // 800 ms in all: past both idle timeouts, never idle
+		time.Sleep(100 * time.Millisecond)
+		if _, err := io.WriteString(conn, "x"); err != nil {
+			t.Fatalf("sending: %v", err)
+		}
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "done" {
+		t.Errorf("the upstream's late answer: got %q, %v; want done (the relay ended while the client was sending?)", buf, err)
+	}
+}
+
+// TestTunnelOutlivesASilentSide: a CONNECT tunnel idles out only when
+// neither side has sent for IdleTunnelTimeout: an upstream silent while
+// the client trickles (a long poll, an event stream's other end) keeps it,
+// and may answer later; a tunnel silent both ways still ends.
+func TestTunnelOutlivesASilentSide(t *testing.T) {
+	const sends = 8
+	sink := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, sends)
+		if _, err := io.ReadFull(c, buf); err == nil {
+			io.WriteString(c, "done")
+		}
+		io.Copy(io.Discard, c)
+	}).Addr().String()
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) {
+		c.Limits.IdleTunnelTimeout = 300 * time.Millisecond
+	})
+	open := func() (net.Conn, *bufio.Reader) {
+		conn, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink, sink)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		return conn, br
+	}
+	conn, br := open()
+	for range sends { // 800 ms in all: past the idle timeout, never idle
+		time.Sleep(100 * time.Millisecond)
+		if _, err := io.WriteString(conn, "x"); err != nil {
+			t.Fatalf("sending: %v", err)
+		}
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "done" {
+		t.Errorf("the upstream's late answer: got %q, %v; want done (the tunnel ended while the client was sending?)", buf, err)
+	}
+	// Silent both ways: it ends, within two idle timeouts.
+	idle, ibr := open()
+	start := time.Now()
+	if _, err := ibr.ReadByte(); err == nil || time.Since(start) > 2*time.Second {
+		t.Errorf("an idle tunnel: read %v after %v, want its end within two idle timeouts", err, time.Since(start))
+	}
+	idle.Close()
+}

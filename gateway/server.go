@@ -27,7 +27,10 @@ import (
 // A zero field takes the default named in its comment. IdleConnTimeout and
 // ResponseTimeout are kept to within 1/16 of their length, never more (a
 // kept client is cut off after 1 min 52.5 s to 2 min of silence): their
-// deadlines are set again only when they went that stale.
+// deadlines are set again only when they went that stale. A tunnel (or
+// an upgraded connection) silent both ways ends one to two
+// IdleTunnelTimeouts after its last byte; one side silent while the other
+// sends keeps it open.
 type Limits struct {
 	HeaderReadTimeout   time.Duration // reading a request's head: 10 s
 	DialTimeout         time.Duration // connecting upstream: 10 s

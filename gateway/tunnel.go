@@ -164,15 +164,14 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
 
-	var last atomic.Int64 // unix nanoseconds of the last byte either way
-	last.Store(time.Now().UnixNano())
+	act := newTunnelActivity()
 	inDone := make(chan int64, 1)
 	// Upstream to client: starts at once, for protocols where the server
 	// speaks first. It ends when the upstream closes, a write fails, or
 	// the tunnel idles out; then it closes the client, which ends the
 	// other direction too.
 	go func() {
-		n, _ := s.copyIdle(c.Conn, up, &last)
+		n, _ := s.copyIdle(c.Conn, up, act, toClient)
 		c.Close()
 		inDone <- n
 	}()
@@ -216,7 +215,7 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		out += int64(m)
 	}
 	c.releaseReader() // the rest is copied from the connection itself
-	n, _ := s.copyIdle(up, c.Conn, &last)
+	n, _ := s.copyIdle(up, c.Conn, act, toUpstream)
 	closeRec.BytesOut = out + n
 }
 
@@ -295,10 +294,52 @@ func (rc *recordingConn) SetWriteDeadline(t time.Time) error { return nil }
 // splices from an *io.LimitedReader over a *net.TCPConn.
 const tunnelChunk = 4 << 20
 
-// copyIdle copies src to dst until src ends, an error, or neither
-// direction of the tunnel has moved a byte for IdleTunnelTimeout. last is
-// the tunnel's shared time of last activity.
-func (s *Server) copyIdle(dst, src net.Conn, last *atomic.Int64) (int64, error) {
+// The two directions of a tunnel.
+const (
+	toUpstream = iota
+	toClient
+)
+
+// tunnelActivity is what the two directions of a tunnel or an upgraded
+// connection know of each other, so that it idles out only when neither
+// has moved a byte for the idle timeout. A direction learns of its own
+// bytes only when a copy step ends (at its deadline, for a trickle), so
+// besides the time of the last byte each direction says whether its last
+// step moved nothing: one side silent while the other trickles goes on.
+type tunnelActivity struct {
+	last  atomic.Int64   // unix nanoseconds of the last byte either way, as the steps report them
+	quiet [2]atomic.Bool // a direction's last step ended at its deadline having moved nothing
+}
+
+func newTunnelActivity() *tunnelActivity {
+	a := &tunnelActivity{}
+	a.last.Store(time.Now().UnixNano())
+	return a
+}
+
+// moved notes that direction dir moved bytes.
+func (a *tunnelActivity) moved(dir int) {
+	a.last.Store(time.Now().UnixNano())
+	a.quiet[dir].Store(false)
+}
+
+// goOn reports whether direction dir, whose step ended at its deadline
+// having moved n bytes, goes on: it moved bytes, or the other direction
+// has not yet ended a step having moved nothing, or a byte moved either
+// way within idle. A tunnel both of whose sides are silent ends between
+// one and two idle timeouts after its last byte.
+func (a *tunnelActivity) goOn(dir int, n int64, idle time.Duration) bool {
+	if n > 0 {
+		return true
+	}
+	a.quiet[dir].Store(true)
+	return !a.quiet[1-dir].Load() || time.Since(time.Unix(0, a.last.Load())) < idle
+}
+
+// copyIdle copies src to dst, direction dir of a tunnel, until src ends,
+// an error, or neither direction has moved a byte for IdleTunnelTimeout
+// (see tunnelActivity).
+func (s *Server) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int64, error) {
 	idle := s.limits.IdleTunnelTimeout
 	var total int64
 	for {
@@ -308,7 +349,7 @@ func (s *Server) copyIdle(dst, src net.Conn, last *atomic.Int64) (int64, error) 
 		n, err := io.CopyN(dst, src, tunnelChunk)
 		total += n
 		if n > 0 {
-			last.Store(time.Now().UnixNano())
+			act.moved(dir)
 		}
 		switch {
 		case err == nil:
@@ -316,9 +357,8 @@ func (s *Server) copyIdle(dst, src net.Conn, last *atomic.Int64) (int64, error) 
 		case errors.Is(err, io.EOF):
 			return total, nil
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, last.Load())) < idle {
-			continue // the other direction is busy
+		if isTimeout(err) && act.goOn(dir, n, idle) {
+			continue
 		}
 		return total, err
 	}
