@@ -1150,3 +1150,43 @@ func TestTunnelOutlivesASilentSide(t *testing.T) {
 	}
 	idle.Close()
 }
+
+// TestTunnelClientThatPausesReading: a client that stops reading for
+// longer than the idle timeout (less than half as long again) while the
+// upstream pushes gets every byte, in order, when it reads again: a step
+// that ends at its read deadline loses nothing, and no write is cut off
+// and gone on from.
+func TestTunnelClientThatPausesReading(t *testing.T) {
+	const total = 8 << 20
+	sink := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, total)
+		for i := range buf {
+			buf[i] = byte(i % 251)
+		}
+		c.Write(buf)
+	}).Addr().String()
+	idle := 300 * time.Millisecond
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) { c.Limits.IdleTunnelTimeout = idle })
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink, sink)
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	time.Sleep(idle * 6 / 5) // the upstream fills every buffer meanwhile
+	got, err := io.ReadAll(br)
+	if len(got) != total {
+		t.Fatalf("got %d of %d bytes (%v)", len(got), total, err)
+	}
+	for i, b := range got {
+		if b != byte(i%251) {
+			t.Fatalf("byte %d is %d, want %d: the stream lost bytes", i, b, byte(i%251))
+		}
+	}
+}

@@ -338,14 +338,19 @@ func (a *tunnelActivity) goOn(dir int, n int64, idle time.Duration) bool {
 
 // copyIdle copies src to dst, direction dir of a tunnel, until src ends,
 // an error, or neither direction has moved a byte for IdleTunnelTimeout
-// (see tunnelActivity).
+// (see tunnelActivity). A peer that does not take what is written for half
+// as long again ends the tunnel: a write cut off by its deadline may lose
+// what it was writing, so it is never gone on from. The write deadline
+// comes after the read deadline so that a step's timeout can be told to
+// be its read's by when it came.
 func (s *Server) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int64, error) {
 	idle := s.limits.IdleTunnelTimeout
 	var total int64
 	for {
-		deadline := time.Now().Add(idle)
-		src.SetReadDeadline(deadline)
-		dst.SetWriteDeadline(deadline) // a peer that never reads idles out too
+		readBy := time.Now().Add(idle)
+		writeBy := readBy.Add(idle / 2)
+		src.SetReadDeadline(readBy)
+		dst.SetWriteDeadline(writeBy)
 		n, err := io.CopyN(dst, src, tunnelChunk)
 		total += n
 		if n > 0 {
@@ -357,8 +362,8 @@ func (s *Server) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int6
 		case errors.Is(err, io.EOF):
 			return total, nil
 		}
-		if isTimeout(err) && act.goOn(dir, n, idle) {
-			continue
+		if isTimeout(err) && time.Now().Before(writeBy) && act.goOn(dir, n, idle) {
+			continue // the read's timeout: nothing was lost
 		}
 		return total, err
 	}
