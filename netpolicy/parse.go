@@ -249,12 +249,7 @@ func (d *decoder) rule(n *yaml.Node, what string, ids map[string]int) (Rule, boo
 		case "inspect":
 			r.Inspect, _ = d.Bool(v, what+": inspect")
 		case "methods":
-			r.Methods = []string{}
-			for _, item := range d.Seq(v, what+": methods") {
-				if s, ok := d.Str(item, what+": method"); ok {
-					r.Methods = append(r.Methods, s)
-				}
-			}
+			r.Methods = d.Strs(v, what+": methods", what+": method")
 		case "ports":
 			r.Ports = []Port{}
 			for _, item := range d.Seq(v, what+": ports") {

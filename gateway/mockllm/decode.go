@@ -312,12 +312,7 @@ func (d *decoder) raw(n *yaml.Node, what string, lines map[string]int) *Raw {
 		case "body":
 			r.Body, _ = d.Str(v, what+": body")
 		case "events":
-			r.Events = []string{}
-			for _, item := range d.Seq(v, what+": events") {
-				if s, ok := d.Str(item, what+": event"); ok {
-					r.Events = append(r.Events, s)
-				}
-			}
+			r.Events = d.Strs(v, what+": events", what+": event")
 		}
 	})
 	return r

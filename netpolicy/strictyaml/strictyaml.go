@@ -286,6 +286,19 @@ func (d *Decoder) Int(n *yaml.Node, what string) (int, bool) {
 	return 0, false
 }
 
+// Strs reads a list of strings, each item called item in problems; the
+// items that are not strings are left out. It is never nil: a list given
+// empty is told from one not given.
+func (d *Decoder) Strs(n *yaml.Node, what, item string) []string {
+	list := []string{}
+	for _, it := range d.Seq(n, what) {
+		if s, ok := d.Str(it, item); ok {
+			list = append(list, s)
+		}
+	}
+	return list
+}
+
 // Seq returns a sequence's items; null is an empty list.
 func (d *Decoder) Seq(n *yaml.Node, what string) []*yaml.Node {
 	if n.Kind == yaml.SequenceNode {

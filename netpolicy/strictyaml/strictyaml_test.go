@@ -26,7 +26,7 @@ func decode(kind Kind, file, doc string) (map[string]any, string) {
 			case "n":
 				got[key], _ = d.Int(v, key)
 			case "list":
-				got[key] = len(d.Seq(v, key))
+				got[key] = len(d.Strs(v, key, "item"))
 			case "headers":
 				got[key] = d.Headers(v, key, errTest)
 			}
@@ -46,7 +46,8 @@ func TestDecoder(t *testing.T) {
 	for _, tt := range []struct {
 		name, file, doc, want string
 	}{
-		{"valid YAML", "t.yaml", "name: a\non: true\nn: 3\nlist: [1, 2]\nheaders: {A: b}\n", ""},
+		{"valid YAML", "t.yaml", "name: a\non: true\nn: 3\nlist: [a, b]\nheaders: {A: b}\n", ""},
+		{"not a string in a list", "t.yaml", "list: [a, 2]\n", "t.yaml:1: item: want a string, got !!int"},
 		{"valid JSON", "t.json", `{"name": "a\/b", "on": false}`, ""},
 		{"empty", "t.yaml", " \n", "t.yaml: empty document; a thing starts with name:"},
 		{"two documents", "t.yaml", "name: a\n---\nname: b\n", "t.yaml:2: more than one YAML document; keep one thing per file"},
