@@ -65,13 +65,7 @@ func TestHeaderReadTimeoutOnKeepAlive(t *testing.T) {
 		c.Limits.HeaderReadTimeout = 200 * time.Millisecond
 		c.Limits.IdleConnTimeout = time.Minute
 	})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialRaw(t, g.addr)
 	for range 2 {
 		fmt.Fprintf(conn, "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", port)
 		resp, err := http.ReadResponse(br, nil)
@@ -107,13 +101,7 @@ func TestCloseEndsAWaitingExchange(t *testing.T) {
 		io.Copy(io.Discard, c) // and no answer
 	})
 	g := startGateway(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialRaw(t, g.addr)
 	target := fmt.Sprintf("http://up.test:%d/", up.Addr().(*net.TCPAddr).Port)
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: up.test\r\n\r\n", target)
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
@@ -162,13 +150,7 @@ func TestAnswerAfterALongWait(t *testing.T) {
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"}, func(c *Config) {
 		c.Limits.IdleConnTimeout = 300 * time.Millisecond
 	})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialRaw(t, g.addr)
 	target := fmt.Sprintf("http://up.test:%d/", up.Addr().(*net.TCPAddr).Port)
 	for i, want := range []int{200, 502} {
 		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: up.test\r\n\r\n", target)

@@ -1075,14 +1075,8 @@ func TestWebSocketRelayOutlivesASilentUpstream(t *testing.T) {
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ws.test": "127.0.0.1"}, func(c *Config) {
 		c.Limits.IdleConnTimeout, c.Limits.IdleTunnelTimeout = 150*time.Millisecond, 300*time.Millisecond
 	})
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn, br := dialRaw(t, g.addr)
 	fmt.Fprintf(conn, "GET http://ws.test:%d/chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", port)
-	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
 	if err != nil || resp.StatusCode != 101 {
 		t.Fatalf("upgrade: %v %v", resp, err)
@@ -1116,22 +1110,7 @@ func TestTunnelOutlivesASilentSide(t *testing.T) {
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) {
 		c.Limits.IdleTunnelTimeout = 300 * time.Millisecond
 	})
-	open := func() (net.Conn, *bufio.Reader) {
-		conn, err := net.Dial("tcp", g.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink, sink)
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("CONNECT: %v %v", resp, err)
-		}
-		return conn, br
-	}
-	conn, br := open()
+	conn, br := connectRaw(t, g.addr, sink)
 	for range sends { // 800 ms in all: past the idle timeout, never idle
 		time.Sleep(100 * time.Millisecond)
 		if _, err := io.WriteString(conn, "x"); err != nil {
@@ -1143,7 +1122,7 @@ func TestTunnelOutlivesASilentSide(t *testing.T) {
 		t.Errorf("the upstream's late answer: got %q, %v; want done (the tunnel ended while the client was sending?)", buf, err)
 	}
 	// Silent both ways: it ends, within two idle timeouts.
-	idle, ibr := open()
+	idle, ibr := connectRaw(t, g.addr, sink)
 	start := time.Now()
 	if _, err := ibr.ReadByte(); err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("an idle tunnel: read %v after %v, want its end within two idle timeouts", err, time.Since(start))
@@ -1168,17 +1147,7 @@ func TestTunnelClientThatPausesReading(t *testing.T) {
 	}).Addr().String()
 	idle := 300 * time.Millisecond
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) { c.Limits.IdleTunnelTimeout = idle })
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", sink, sink)
-	br := bufio.NewReader(conn)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
+	_, br := connectRaw(t, g.addr, sink)
 	time.Sleep(idle * 6 / 5) // the upstream fills every buffer meanwhile
 	got, err := io.ReadAll(br)
 	if len(got) != total {
@@ -1189,4 +1158,30 @@ func TestTunnelClientThatPausesReading(t *testing.T) {
 			t.Fatalf("byte %d is %d, want %d: the stream lost bytes", i, b, byte(i%251))
 		}
 	}
+}
+
+// dialRaw connects to the gateway at addr for a test that speaks HTTP by
+// hand: the connection (closed when the test ends, every read and write
+// bounded by 10 s) and a reader of it.
+func dialRaw(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn, bufio.NewReader(conn)
+}
+
+// connectRaw opens a CONNECT tunnel to target through the gateway at addr,
+// as dialRaw does, and fails the test unless it is answered 200.
+func connectRaw(t *testing.T, addr, target string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, br := dialRaw(t, addr)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	return conn, br
 }

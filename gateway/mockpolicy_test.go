@@ -1,14 +1,11 @@
 package gateway
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
@@ -174,13 +171,7 @@ func TestMockForMissingScript(t *testing.T) {
 // kept-alive connection's next answer is read where it starts.
 func TestMockHEADHasNoBody(t *testing.T) {
 	m := newMockSetupAs(t, false, true)
-	c, err := net.Dial("tcp", m.g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, m.g.addr)
 	io.WriteString(c, "HEAD http://api.anthropic.com/v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n")
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead})
 	if err != nil {

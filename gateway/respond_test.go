@@ -1,12 +1,9 @@
 package gateway
 
 import (
-	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -18,13 +15,7 @@ func TestAnswersToHEAD(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block, Rules: []netpolicy.Rule{
 		{Host: "i.test", Action: netpolicy.Intercept, Response: &netpolicy.Response{Status: 200, Body: "canned"}},
 	}}, nil)
-	c, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
+	c, br := dialRaw(t, g.addr)
 	for _, tt := range []struct {
 		method, url string
 		status      int
