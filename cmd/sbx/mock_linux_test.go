@@ -86,14 +86,7 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		}
 	}
 	args = append(args, "--", "sh", "-c", "npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk openai && node agent.js")
-	stdout, stderr, code := runCLI(t, args...)
-	t.Logf("exit %d\n%s\n%s", code, stdout, stderr)
-	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
-		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("the agent's output lacks %q", want)
-		}
-	}
+	runAgent(t, "--mock-llm", args)
 	recs := readRecords(t, logFile)
 	for _, host := range []string{"api.anthropic.com", "api.openai.com"} {
 		r := findRecord(recs, func(r map[string]any) bool {
@@ -114,16 +107,9 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		t.Fatal(err)
 	}
 	logFile = filepath.Join(state, "policy-decisions.jsonl")
-	stdout, stderr, code = runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(state, "state"),
-		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir+":/agent", "-w", "/agent",
-		"--policy", filepath.Join(dir, "policy.yaml"), "--", "node", "agent.js")
-	t.Logf("policy form: exit %d\n%s\n%s", code, stdout, stderr)
-	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
-		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("policy form: the agent's output lacks %q", want)
-		}
-	}
+	runAgent(t, "policy form", []string{"run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(state, "state"),
+		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir + ":/agent", "-w", "/agent",
+		"--policy", filepath.Join(dir, "policy.yaml"), "--", "node", "agent.js"})
 	recs = readRecords(t, logFile)
 	for host, rule := range map[string]string{"api.anthropic.com": "claude", "api.openai.com": "gpt"} {
 		for _, kind := range []string{"https", "transparent"} {
@@ -133,6 +119,21 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 			if r == nil {
 				t.Errorf("policy form: no %s intercept of rule %s for %s", kind, rule, host)
 			}
+		}
+	}
+}
+
+// runAgent runs sbx with args, mockClient being the sandbox's command, and
+// checks that the agent printed each SDK's scripted answer, over HTTPS and
+// over http://; what names the run in failures.
+func runAgent(t *testing.T, what string, args []string) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, args...)
+	t.Logf("%s: exit %d\n%s\n%s", what, code, stdout, stderr)
+	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
+		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("%s: the agent's output lacks %q", what, want)
 		}
 	}
 }
