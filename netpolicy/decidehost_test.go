@@ -189,9 +189,9 @@ func firstLetThrough(p *Policy, host string) string {
 	return best
 }
 
-// probes returns the ports, methods and paths letThroughSomewhere tries.
-func probes(p *Policy) (ports []uint16, methods, paths []string) {
-	methods, paths = []string{"SBXPROBE"}, []string{"/", "*"}
+// addRuleProbes adds to ports, methods and paths those p's rules name,
+// each once, in the rules' order.
+func addRuleProbes(p *Policy, ports []uint16, methods, paths []string) ([]uint16, []string, []string) {
 	for _, r := range p.rules {
 		for _, port := range r.ports {
 			if !slices.Contains(ports, port) {
@@ -207,6 +207,12 @@ func probes(p *Policy) (ports []uint16, methods, paths []string) {
 			paths = append(paths, r.path)
 		}
 	}
+	return ports, methods, paths
+}
+
+// probes returns the ports, methods and paths letThroughSomewhere tries.
+func probes(p *Policy) (ports []uint16, methods, paths []string) {
+	ports, methods, paths = addRuleProbes(p, nil, []string{"SBXPROBE"}, []string{"/", "*"})
 	for port := uint16(1); ; port++ {
 		if !slices.Contains(ports, port) {
 			return append(ports, port), methods, paths

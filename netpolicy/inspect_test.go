@@ -390,20 +390,8 @@ func checkInspectOnlyRulesDecideNothing(t *testing.T, spec Spec, seed uint64) {
 		case patPrefix:
 			hosts = append(hosts, r.pat.prefix.Addr().String())
 		}
-		for _, port := range r.ports {
-			if !slices.Contains(ports, port) {
-				ports = append(ports, port)
-			}
-		}
-		for _, m := range r.methods {
-			if !slices.Contains(methods, m) {
-				methods = append(methods, m)
-			}
-		}
-		if r.path != "" && !slices.Contains(paths, r.path) {
-			paths = append(paths, r.path)
-		}
 	}
+	ports, methods, paths = addRuleProbes(base, ports, methods, paths)
 	hosts = append(hosts, "example.com", "10.0.0.1", "203.0.113.7", "::1", "127.1")
 	ports = append(ports, 80, 443, 1)
 	// Bound the work on large documents.
