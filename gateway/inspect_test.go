@@ -68,6 +68,36 @@ func newInspectSetup(t *testing.T, mode netpolicy.Mode, roots func(up *httptest.
 	return s
 }
 
+// inspectedUpstream starts up (a TLS httptest server) and a gateway that
+// resolves example.com to loopback and decides it by a policy that blocks
+// all but rule, whose ports default to up's; the gateway has a CA and
+// trusts up's certificate, and set changes its Config further. It returns
+// the gateway, up's port, and a pool of the gateway's CA for clients.
+func inspectedUpstream(tb testing.TB, up *httptest.Server, rule netpolicy.Rule, set func(*Config)) (*testGateway, netpolicy.Port, *x509.CertPool) {
+	tb.Helper()
+	up.StartTLS()
+	tb.Cleanup(up.Close)
+	port := portOf(tb, up)
+	if len(rule.Ports) == 0 {
+		rule.Ports = []netpolicy.Port{port}
+	}
+	ca, err := NewCA("test", time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	g := startGatewayWith(tb, loopbackPolicy(netpolicy.Block, rule), map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+		c.CA, c.UpstreamRoots = ca, pool
+		if set != nil {
+			set(c)
+		}
+	})
+	clientRoots := x509.NewCertPool()
+	clientRoots.AddCert(ca.Certificate())
+	return g, port, clientRoots
+}
+
 // client trusts the sandbox's CA (and the upstream's own certificate, for
 // tunnels that are not inspected), through the gateway.
 func (s *inspectSetup) client(t *testing.T, h2 bool) *http.Client {
@@ -262,23 +292,8 @@ func FuzzInspectedRequest(f *testing.F) {
 		mu.Unlock()
 		io.WriteString(w, "ok")
 	}))
-	up.StartTLS()
-	f.Cleanup(up.Close)
-	port := portOf(f, up)
-	ca, err := NewCA("fuzz", time.Hour)
-	if err != nil {
-		f.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(up.Certificate())
-	spec := loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Methods: []string{"GET"}, Path: "/public/", Action: netpolicy.Allow})
-	g := startGatewayWith(f, spec, map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
-	p, err := netpolicy.Compile(spec)
-	if err != nil {
-		f.Fatal(err)
-	}
-	clientPool := x509.NewCertPool()
-	clientPool.AddCert(ca.Certificate())
+	g, port, clientPool := inspectedUpstream(f, up, netpolicy.Rule{Host: "example.com", Methods: []string{"GET"}, Path: "/public/", Action: netpolicy.Allow}, nil)
+	p := g.store.Load().Policy()
 	target := "example.com:" + strconv.Itoa(int(port))
 	f.Fuzz(func(t *testing.T, req []byte) {
 		req = bytes.ReplaceAll(req, []byte("PORT"), []byte(strconv.Itoa(int(port))))
@@ -365,20 +380,8 @@ func TestInspectedConnectCarryingPlainHTTP(t *testing.T) {
 func TestInspectedRequestsDecidedAsSent(t *testing.T) {
 	var hits atomic.Int64
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	port := portOf(t, up)
-	ca, err := NewCA("sent", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(up.Certificate())
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Path: "/", Action: netpolicy.Allow}),
-		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
+	g, port, clientPool := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Path: "/", Action: netpolicy.Allow}, nil)
 	target := "example.com:" + strconv.Itoa(int(port))
-	clientPool := x509.NewCertPool()
-	clientPool.AddCert(ca.Certificate())
 	for _, line := range []string{"GET x:admin/secret HTTP/1.1", "CONNECT " + target + " HTTP/1.1"} {
 		c, err := net.Dial("tcp", g.addr)
 		if err != nil {
@@ -447,16 +450,8 @@ func TestInspectedStreamHeadersFlushed(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-release
 	}))
-	up.StartTLS()
-	t.Cleanup(func() { close(release); up.Close() })
-	port := portOf(t, up)
-	ca, _ := NewCA("stream", time.Hour)
-	pool := x509.NewCertPool()
-	pool.AddCert(up.Certificate())
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Inspect: true, Action: netpolicy.Allow}),
-		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) { c.CA, c.UpstreamRoots = ca, pool })
-	clientPool := x509.NewCertPool()
-	clientPool.AddCert(ca.Certificate())
+	g, port, clientPool := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, nil)
+	t.Cleanup(func() { close(release) }) // runs before up.Close, which waits for the handler
 	proxy, _ := url.Parse("http://" + g.addr)
 	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientPool}, ResponseHeaderTimeout: 2 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -516,22 +511,9 @@ func TestInspectedUpstreamClosedWhileIdle(t *testing.T) {
 func TestInspectedClientThatStopsReading(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 64<<20)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(big) }))
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	port := portOf(t, up)
-	ca, err := NewCA("stall", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(up.Certificate())
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Inspect: true, Action: netpolicy.Allow}),
-		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
-			c.CA, c.UpstreamRoots = ca, pool
-			c.Limits.IdleConnTimeout = 500 * time.Millisecond
-		})
-	clientPool := x509.NewCertPool()
-	clientPool.AddCert(ca.Certificate())
+	g, port, clientPool := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, func(c *Config) {
+		c.Limits.IdleConnTimeout = 500 * time.Millisecond
+	})
 	proxy, _ := url.Parse("http://" + g.addr)
 	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientPool}}
 	t.Cleanup(tr.CloseIdleConnections)
