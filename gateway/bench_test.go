@@ -170,17 +170,7 @@ func BenchmarkHTTPForward(b *testing.B) {
 			defer tr.CloseIdleConnections()
 			c := &http.Client{Transport: tr}
 			b.SetParallelism(16) // 32 goroutines on 2 cores
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					resp, err := c.Get(target)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
+			getParallel(b, c, target)
 		})
 	}
 }
@@ -404,18 +394,24 @@ func BenchmarkInspectedRequests(b *testing.B) {
 			target := "https://example.com:" + strconv.Itoa(int(port)) + "/"
 			b.SetParallelism(16)
 			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					resp, err := c.Get(target)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			})
+			getParallel(b, c, target)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 		})
 	}
+}
+
+// getParallel GETs target with c from every goroutine of b.RunParallel,
+// reading each answer whole.
+func getParallel(b *testing.B, c *http.Client, target string) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := c.Get(target)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
 }
