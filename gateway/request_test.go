@@ -702,6 +702,11 @@ func FuzzParseProxyTarget(f *testing.F) {
 		if u.Scheme != "http" || u.User != nil || u.Opaque != "" || u.Fragment != "" {
 			t.Fatalf("parseProxyTarget(%q) = %#v; want a plain http URL", in, u)
 		}
+		// The URL is made without url.Parse; it must be the one url.Parse
+		// makes.
+		if ref, err := url.Parse(in); err != nil || *ref != *u {
+			t.Fatalf("parseProxyTarget(%q) = %#v; url.Parse gives %#v, %v", in, u, ref, err)
+		}
 		if _, _, err := parseConnectTarget(u.Hostname() + ":1"); err != nil && !strings.Contains(u.Host, "[") {
 			t.Fatalf("parseProxyTarget(%q) accepted host %q that CONNECT refuses: %v", in, u.Hostname(), err)
 		}
