@@ -166,7 +166,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		delete(out.Header, "Expect")
 	}
-	rh, uc, err := s.roundTrip(ctx, &fs.watch, out, upstream)
+	rh, uc, err := s.roundTrip(ctx, &fs.watch, &fs.up, out, upstream)
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
@@ -218,7 +218,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n.Load()
-	s.done(uc, reusable && werr == nil && body.eof.Load())
+	s.done(&fs.up, uc, reusable && werr == nil && body.eof.Load())
 	if werr != nil {
 		closeRec.Error = "writing to the client: " + werr.Error()
 		return false
@@ -345,6 +345,7 @@ type forwardState struct {
 	cw       countingWriter
 	out      upstreamRequest
 	watch    upstreamWatch
+	up       *upConn // the upstream connection of the last request, kept for the next
 }
 
 // forward returns c's forwardState, made on first use.
@@ -356,11 +357,13 @@ func (c *conn) forward() *forwardState {
 }
 
 // endForward releases what c's forwarded requests hold beyond the
-// connection's life: the AfterFunc of its upstreamWatch. The connection's
-// server calls it when the connection ends.
-func (c *conn) endForward() {
+// connection's life: the AfterFunc of its upstreamWatch, and the upstream
+// connection it kept, which goes to the pool. The connection's server
+// calls it when the connection ends.
+func (s *Server) endForward(c *conn) {
 	if c.fwd != nil {
 		c.fwd.watch.stop()
+		s.release(&c.fwd.up)
 	}
 }
 

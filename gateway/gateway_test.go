@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1184,4 +1185,73 @@ func connectRaw(t *testing.T, addr, target string) (net.Conn, *bufio.Reader) {
 		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
 	}
 	return conn, br
+}
+
+// TestUpstreamConnectionReuse checks how upstream connections are reused:
+// the requests of one client connection share one upstream connection,
+// which it keeps between them; two client connections at once use two;
+// and when a client connection ends, its upstream connection goes to the
+// pool, where the next client's requests find it.
+func TestUpstreamConnectionReuse(t *testing.T) {
+	var opened atomic.Int32
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), nil)
+	get := func(conn net.Conn, br *bufio.Reader) {
+		t.Helper()
+		fmt.Fprintf(conn, "GET %s/ HTTP/1.1\r\nHost: %s\r\n\r\n", up.URL, up.Listener.Addr())
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "ok\n" {
+			t.Fatalf("got %d %q", resp.StatusCode, body)
+		}
+	}
+	want := func(n int32, when string) {
+		t.Helper()
+		if got := opened.Load(); got != n {
+			t.Fatalf("%s: %d upstream connections opened, want %d", when, got, n)
+		}
+	}
+
+	a, abr := dialRaw(t, g.addr)
+	for range 3 {
+		get(a, abr)
+	}
+	want(1, "three requests on one client connection")
+	b, bbr := dialRaw(t, g.addr)
+	get(b, bbr)
+	get(a, abr)
+	get(b, bbr)
+	want(2, "two client connections at once")
+
+	// Once the gateway has seen a and b end, their upstream connections
+	// are in the pool.
+	a.Close()
+	b.Close()
+	addr := netip.MustParseAddrPort(up.Listener.Addr().String())
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		g.srv.pool.mu.Lock()
+		n := len(g.srv.pool.idle[addr])
+		g.srv.pool.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d upstream connections in the pool after the clients left, want 2", n)
+		}
+	}
+	c, cbr := dialRaw(t, g.addr)
+	d, dbr := dialRaw(t, g.addr)
+	get(c, cbr)
+	get(d, dbr)
+	get(c, cbr)
+	want(2, "two new client connections after the first two ended")
 }

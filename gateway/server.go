@@ -574,7 +574,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 	c := s.newConn(nc, local)
 	defer c.releaseReader()
-	defer c.endForward()
+	defer s.endForward(c)
 	for first := true; ; first = false {
 		// Between requests the client may idle; once its first byte is
 		// here, the whole head must come within HeaderReadTimeout. The

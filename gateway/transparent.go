@@ -56,7 +56,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	dst = unmapAddrPort(dst)
 	c := s.newConn(nc, dst)
 	defer c.releaseReader()
-	defer c.endForward()
+	defer s.endForward(c)
 	refuse := func(rule, reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		if dst.IsValid() {

@@ -61,7 +61,8 @@ func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
 	return nil
 }
 
-// put keeps uc for reuse, or closes it when the pool is full or closed.
+// put keeps uc, idle since uc.idleSince, for reuse, or closes it when the
+// pool is full or closed.
 func (p *upstreamPool) put(uc *upConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -72,7 +73,6 @@ func (p *upstreamPool) put(uc *upConn) {
 	if p.idle == nil {
 		p.idle = map[netip.AddrPort][]*upConn{}
 	}
-	uc.idleSince = time.Now()
 	p.idle[uc.addr] = append(p.idle[uc.addr], uc)
 }
 
@@ -89,14 +89,19 @@ func (p *upstreamPool) closeAll() {
 	p.idle = nil
 }
 
-// roundTrip sends out to addr, on an idle connection when there is one,
-// and reads the response head. The caller relays the body and then gives
-// the connection back with done. A request without a body that fails on a
-// reused connection (which the upstream may have closed meanwhile) is tried
-// once more on a new one. ctx ends the wait for the response head.
-func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
+// roundTrip sends out to addr, on an idle connection when there is one:
+// the one *held kept from the client connection's last request when it
+// goes to addr, else one from the pool. It reads the response head. The
+// caller relays the body and then gives the connection back with done. A
+// request without a body that fails on a reused connection (which the
+// upstream may have closed meanwhile) is tried once more on a new one. ctx
+// ends the wait for the response head.
+func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, held **upConn, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
-		uc, reused := s.pool.get(addr), true
+		uc, reused := s.takeHeld(held, addr), true
+		if uc == nil {
+			uc = s.pool.get(addr)
+		}
 		if uc == nil {
 			reused = false
 			nc, err := s.dialChecked(ctx, "tcp", addr.String())
@@ -203,16 +208,47 @@ func (w *upstreamWatch) stop() {
 	}
 }
 
-// done gives uc back to the pool when the exchange left it reusable:
-// the response body, framed by its length or chunked, was read to its end,
-// the request body was sent whole, and neither side asked to close;
-// otherwise it closes uc.
-func (s *Server) done(uc *upConn, reusable bool) {
+// done keeps uc in *held, for the client connection's next request, when
+// the exchange left it reusable: the response body, framed by its length
+// or chunked, was read to its end, the request body was sent whole, and
+// neither side asked to close; otherwise it closes uc. A client's
+// requests mostly go to one upstream, and holding its connection spares
+// them the pool's lock. What *held held before goes to the pool.
+func (s *Server) done(held **upConn, uc *upConn, reusable bool) {
 	if !reusable || uc.head.Close || uc.head.ProtoMinor < 1 {
 		uc.Close()
 		return
 	}
+	uc.idleSince = time.Now()
+	if *held != nil {
+		s.pool.put(*held)
+	}
+	*held = uc
+}
+
+// takeHeld returns the connection *held when it goes to addr and has not
+// idled out, and empties *held; a connection it does not return goes to
+// the pool (which closes it when it idled out).
+func (s *Server) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
+	uc := *held
+	if uc == nil {
+		return nil
+	}
+	*held = nil
+	if uc.addr == addr && time.Since(uc.idleSince) < upstreamIdleTimeout {
+		return uc
+	}
 	s.pool.put(uc)
+	return nil
+}
+
+// release gives the connection *held back to the pool when the client
+// connection that held it ends.
+func (s *Server) release(held **upConn) {
+	if *held != nil {
+		s.pool.put(*held)
+		*held = nil
+	}
 }
 
 // upgradeStream is the raw stream of an upgraded upstream connection: the
