@@ -314,7 +314,7 @@ func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
 	case !netpolicy.IsToken(name):
 		return statusErrorf(http.StatusBadRequest, "a header name is not a token")
 	}
-	value = bytes.Trim(value, " \t")
+	value = trimOWS(value)
 	for _, c := range value {
 		switch {
 		case c == 0:
@@ -339,11 +339,11 @@ func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
 	case "Transfer-Encoding":
 		f.hasTE = true
 		for _, c := range strings.Split(v, ",") {
-			f.te = append(f.te, strings.Trim(c, " \t"))
+			f.te = append(f.te, trimOWS(c))
 		}
 	case "Connection", "Proxy-Connection":
 		for _, opt := range strings.Split(v, ",") {
-			switch opt = strings.Trim(opt, " \t"); {
+			switch opt = trimOWS(opt); {
 			case strings.EqualFold(opt, "close"):
 				f.close = true
 			case strings.EqualFold(opt, "keep-alive"):
@@ -359,7 +359,7 @@ func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
 // (RFC 9110 §8.6).
 func (f *headFraming) addContentLength(v string) *statusError {
 	for _, s := range strings.Split(v, ",") {
-		n, se := parseContentLength(strings.Trim(s, " \t"))
+		n, se := parseContentLength(trimOWS(s))
 		if se != nil {
 			return se
 		}

@@ -202,7 +202,7 @@ func checkField(line []byte) (headerField, error) {
 	case !netpolicy.IsToken(name): // empty, or whitespace before the colon
 		return headerField{}, badResponse("a header name is not a token")
 	}
-	value = bytes.Trim(value, " \t")
+	value = trimOWS(value)
 	for _, c := range value {
 		if c < ' ' && c != '\t' || c == 0x7f {
 			return headerField{}, badResponse("control character in a header value")
@@ -313,7 +313,7 @@ func listHas(v, tok []byte) bool {
 	for len(v) > 0 {
 		var elem []byte
 		elem, v, _ = bytes.Cut(v, []byte{','})
-		if bytes.EqualFold(bytes.Trim(elem, " \t"), tok) {
+		if bytes.EqualFold(trimOWS(elem), tok) {
 			return true
 		}
 	}
@@ -340,10 +340,23 @@ func forEachToken(v []byte, fn func([]byte)) {
 	for len(v) > 0 {
 		var elem []byte
 		elem, v, _ = bytes.Cut(v, []byte{','})
-		if elem = bytes.Trim(elem, " \t"); len(elem) > 0 {
+		if elem = trimOWS(elem); len(elem) > 0 {
 			fn(elem)
 		}
 	}
+}
+
+// trimOWS returns b without the optional whitespace (spaces and tabs,
+// RFC 9110 §5.6.3) at its ends: bytes.Trim(b, " \t"), which builds its
+// cutset's table on every call, in the profile of every request.
+func trimOWS[T []byte | string](b T) T {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // asciiEqualFold reports whether b equals s ignoring ASCII case.

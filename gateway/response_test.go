@@ -391,3 +391,14 @@ func TestUpstreamAmbiguousFramingIs502(t *testing.T) {
 		})
 	}
 }
+
+func TestTrimOWS(t *testing.T) {
+	for _, s := range []string{"", " ", "\t \t", "a", " a", "a\t", " \ta b\t ", "\ta\r", "\u00a0a"} {
+		if got, want := trimOWS(s), strings.Trim(s, " \t"); got != want {
+			t.Errorf("trimOWS(%q) = %q, want %q", s, got, want)
+		}
+		if got, want := trimOWS([]byte(s)), bytes.Trim([]byte(s), " \t"); !bytes.Equal(got, want) {
+			t.Errorf("trimOWS([]byte(%q)) = %q, want %q", s, got, want)
+		}
+	}
+}
