@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Measures the gateway against DESIGN.md §10 in one run, on loopback:
 #   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
-#     upstream, through sbx gateway (decision log on), tinyproxy and Squid,
-#     with the ratios sbx/direct (target >= 0.4) and sbx/Squid (>= 3), for
-#     each round and for the medians;
+#     upstream, through sbx gateway (decision log on), tinyproxy, Squid
+#     and a second nginx as a keep-alive reverse proxy, with the ratios
+#     sbx/direct (target >= 0.4) and sbx/Squid (>= 3), for each round and
+#     for the medians. The nginx proxy decides and logs nothing: it is what
+#     relaying alone costs in a C event loop, the ceiling a proxy reaches
+#     on the machine, and its ratio to Squid says whether 3x Squid can be
+#     reached there at all;
 #   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
 #     median time to open a tunnel vs a direct connect (+150 us at most),
 #     from go test -bench in the gateway package, median of 5 runs each
@@ -39,6 +43,7 @@ pids=()
 cleanup() {
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	[ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+	[ -f "$work/relay.pid" ] && kill "$(cat "$work/relay.pid")" 2>/dev/null || true
 	[ -f "$work/squid.pid" ] && kill "$(cat "$work/squid.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
 	rm -rf "$work"
@@ -48,6 +53,7 @@ trap cleanup EXIT
 up=127.0.0.1:18081
 sbx=127.0.0.1:18128
 tiny=127.0.0.1:18129
+relay=127.0.0.1:18131
 squidp=127.0.0.1:18130
 
 # nginx: a small static answer, as an API would give.
@@ -68,6 +74,29 @@ http {
 }
 EOF
 nginx -c "$work/nginx.conf"
+
+# nginx again, as a reverse proxy to the upstream with kept connections,
+# with one worker of its own: a proxy that only relays. It takes the
+# absolute-form requests wrk sends a proxy as any other request.
+mkdir -p "$work/relay"
+cat >"$work/relay.conf" <<EOF
+worker_processes 1;
+pid $work/relay.pid;
+error_log $work/relay/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/relay; proxy_temp_path $work/relay; fastcgi_temp_path $work/relay;
+  uwsgi_temp_path $work/relay; scgi_temp_path $work/relay;
+  keepalive_requests 1000000;
+  upstream up { server $up; keepalive 64; }
+  server {
+    listen $relay;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+EOF
+nginx -c "$work/relay.conf"
 
 go build -o "$work/sbx" ./cmd/sbx
 # Every record written, no rate or size limit: §10 measures with the log on.
@@ -116,7 +145,7 @@ wait_port() {
 	echo "bench-gateway.sh: nothing listens on $1" >&2
 	return 1
 }
-for a in "$up" "$sbx" "$tiny" "$squidp"; do wait_port "$a"; done
+for a in "$up" "$sbx" "$tiny" "$squidp" "$relay"; do wait_port "$a"; done
 
 rps() { # URL [proxy.lua]
 	local out
@@ -143,24 +172,29 @@ for round in $(seq "$rounds"); do
 	s=$(rps "http://$sbx" "$work/proxy.lua")
 	t=$(rps "http://$tiny" "$work/proxy.lua")
 	q=$(rps "http://$squidp" "$work/proxy.lua")
+	n=$(rps "http://$relay" "$work/proxy.lua")
+	echo "$n" >>"$work/relay.rps"
 	echo "$d" >>"$work/direct.rps"
 	echo "$s" >>"$work/sbx.rps"
 	echo "$t" >>"$work/tiny.rps"
 	echo "$q" >>"$work/squid.rps"
-	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f req/s: sbx/direct %sx, sbx/squid %sx\n' \
-		"$round" "$d" "$s" "$t" "$q" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")"
+	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f req/s: sbx/direct %sx, sbx/squid %sx, nginx-proxy/squid %sx\n' \
+		"$round" "$d" "$s" "$t" "$q" "$n" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")" "$(ratio "$n" "$q")"
 done
 median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 direct=$(median "$work/direct.rps")
 via_sbx=$(median "$work/sbx.rps")
 via_tiny=$(median "$work/tiny.rps")
 via_squid=$(median "$work/squid.rps")
+via_relay=$(median "$work/relay.rps")
 echo "  medians:"
-printf '  %-10s %10.0f req/s\n' direct "$direct"
-printf '  %-10s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
-printf '  %-10s %10.0f req/s  %sx direct\n' tinyproxy "$via_tiny" "$(ratio "$via_tiny" "$direct")"
-printf '  %-10s %10.0f req/s  %sx direct\n' squid "$via_squid" "$(ratio "$via_squid" "$direct")"
+printf '  %-11s %10.0f req/s\n' direct "$direct"
+printf '  %-11s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
+printf '  %-11s %10.0f req/s  %sx direct\n' tinyproxy "$via_tiny" "$(ratio "$via_tiny" "$direct")"
+printf '  %-11s %10.0f req/s  %sx direct\n' squid "$via_squid" "$(ratio "$via_squid" "$direct")"
+printf '  %-11s %10.0f req/s  %sx direct, %sx squid (relays only: the ceiling)\n' nginx-proxy "$via_relay" "$(ratio "$via_relay" "$direct")" "$(ratio "$via_relay" "$via_squid")"
 printf '  sbx/squid  %sx   (targets: sbx >= 0.4x direct, >= 3x squid)\n' "$(ratio "$via_sbx" "$via_squid")"
+printf '  sbx/nginx-proxy  %sx\n' "$(ratio "$via_sbx" "$via_relay")"
 logged=$(grep -c '"event":"decision"' "$work/decisions.jsonl" || true)
 echo "  decision records written by sbx: $logged"
 
