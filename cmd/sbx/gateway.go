@@ -108,7 +108,6 @@ ends open tunnels and flushes the decision log.`,
 					return err
 				}
 			}
-			gatewayProcs()
 			g, err := gateway.Start(cmd.Context(), gateway.Options{
 				Listen:        o.listen,
 				API:           o.api,

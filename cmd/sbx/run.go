@@ -188,7 +188,6 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if o.runtime != "" && o.runtime != runtimeContainerd && o.runtime != runtimeDocker {
 		return 0, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeContainerd, runtimeDocker)
 	}
-	gatewayProcs()
 	if o.runtime == runtimeDocker {
 		if err := dockerNeedsImage(cmd, o); err != nil {
 			return 0, err
