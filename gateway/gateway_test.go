@@ -1193,27 +1193,9 @@ func connectRaw(t *testing.T, addr, target string) (net.Conn, *bufio.Reader) {
 // and when a client connection ends, its upstream connection goes to the
 // pool, where the next client's requests find it.
 func TestUpstreamConnectionReuse(t *testing.T) {
-	var opened atomic.Int32
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
-	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			opened.Add(1)
-		}
-	}
-	up.Start()
-	defer up.Close()
+	up, opened := countingUpstream(t)
 	g := startGateway(t, loopbackPolicy(netpolicy.Allow), nil)
-	get := func(conn net.Conn, br *bufio.Reader) {
-		t.Helper()
-		fmt.Fprintf(conn, "GET %s/ HTTP/1.1\r\nHost: %s\r\n\r\n", up.URL, up.Listener.Addr())
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "ok\n" {
-			t.Fatalf("got %d %q", resp.StatusCode, body)
-		}
-	}
+	get := func(conn net.Conn, br *bufio.Reader) { t.Helper(); getOK(t, conn, br, up) }
 	want := func(n int32, when string) {
 		t.Helper()
 		if got := opened.Load(); got != n {
@@ -1254,4 +1236,58 @@ func TestUpstreamConnectionReuse(t *testing.T) {
 	get(d, dbr)
 	get(c, cbr)
 	want(2, "two new client connections after the first two ended")
+}
+
+// TestHeldUpstreamConnectionAndTunnels checks that a client connection
+// that turns into a CONNECT tunnel gives the upstream connection its
+// earlier request left held to the pool, where another client's request
+// finds it while the tunnel is open.
+func TestHeldUpstreamConnectionAndTunnels(t *testing.T) {
+	up, opened := countingUpstream(t)
+	// The tunnel's target, another server than up: silent, it reads
+	// until the tunnel ends.
+	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), nil)
+	get := func(conn net.Conn, br *bufio.Reader) { t.Helper(); getOK(t, conn, br, up) }
+
+	a, abr := dialRaw(t, g.addr)
+	get(a, abr)
+	fmt.Fprintf(a, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", sink.Addr())
+	if resp, err := http.ReadResponse(abr, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT after a GET on one connection: %v %v", resp, err)
+	}
+	b, bbr := dialRaw(t, g.addr)
+	get(b, bbr)
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("%d upstream connections opened for two requests, one of them while the first client's connection is a tunnel; want 1 (the first request's, from the pool)", n)
+	}
+}
+
+// countingUpstream starts a server that answers "ok\n" and counts the
+// connections made to it.
+func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	opened := new(atomic.Int32)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	return up, opened
+}
+
+// getOK sends a GET for up's root through the proxy connection conn and
+// checks that up's "ok\n" comes back.
+func getOK(t *testing.T, conn net.Conn, br *bufio.Reader, up *httptest.Server) {
+	t.Helper()
+	fmt.Fprintf(conn, "GET %s/ HTTP/1.1\r\nHost: %s\r\n\r\n", up.URL, up.Listener.Addr())
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "ok\n" {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
 }

@@ -606,6 +606,11 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			c.SetReadDeadline(time.Time{})
 		}
 		if head.Method == http.MethodConnect {
+			// The tunnel may last for hours: the upstream connection an
+			// earlier request left held goes where other clients find it.
+			if c.fwd != nil {
+				s.release(&c.fwd.up)
+			}
 			s.serveConnect(ctx, c, head)
 			return
 		}

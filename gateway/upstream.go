@@ -61,9 +61,14 @@ func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
 	return nil
 }
 
-// put keeps uc, idle since uc.idleSince, for reuse, or closes it when the
-// pool is full or closed.
+// put keeps uc, idle since uc.idleSince, for reuse, or closes it when it
+// has idled out already (a client connection can hold one longer than
+// upstreamIdleTimeout) or the pool is full or closed.
 func (p *upstreamPool) put(uc *upConn) {
+	if time.Since(uc.idleSince) >= upstreamIdleTimeout {
+		uc.Close()
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.idle[uc.addr]) >= maxIdlePerUpstream {
@@ -228,7 +233,7 @@ func (s *Server) done(held **upConn, uc *upConn, reusable bool) {
 
 // takeHeld returns the connection *held when it goes to addr and has not
 // idled out, and empties *held; a connection it does not return goes to
-// the pool (which closes it when it idled out).
+// the pool, which closes it when it idled out.
 func (s *Server) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
 	uc := *held
 	if uc == nil {
@@ -243,7 +248,7 @@ func (s *Server) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
 }
 
 // release gives the connection *held back to the pool when the client
-// connection that held it ends.
+// connection that held it ends, or turns into a tunnel.
 func (s *Server) release(held **upConn) {
 	if *held != nil {
 		s.pool.put(*held)
