@@ -2,12 +2,14 @@
 # Measures the gateway against DESIGN.md §10 in one run, on loopback:
 #   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
 #     upstream, through sbx gateway (decision log on), tinyproxy, Squid
-#     and a second nginx as a keep-alive reverse proxy, with the ratios
-#     sbx/direct (target >= 0.4) and sbx/Squid (>= 3), for each round and
-#     for the medians. The nginx proxy decides and logs nothing: it is what
-#     relaying alone costs in a C event loop, the ceiling a proxy reaches
-#     on the machine, and its ratio to Squid says whether 3x Squid can be
-#     reached there at all;
+#     and two proxies that only relay, with the ratios sbx/direct (target
+#     >= 0.4) and sbx/Squid (>= 3), for each round and for the medians.
+#     The two decide, check and log nothing: a second nginx as a keep-alive
+#     reverse proxy, what relaying alone costs in a C event loop, the
+#     ceiling a proxy reaches on the machine (its ratio to Squid says
+#     whether 3x Squid can be reached there at all); and scripts/barerelay,
+#     the same relay in Go built as the gateway is, so that sbx/barerelay
+#     is what sbx's own work per request costs;
 #   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
 #     median time to open a tunnel vs a direct connect (+150 us at most),
 #     from go test -bench in the gateway package, median of 5 runs each
@@ -22,7 +24,13 @@
 # (needs root for that). Every server it starts is stopped when it ends.
 #
 #   scripts/bench-gateway.sh [DURATION]     # DURATION of each wrk run, default 10s
-#   ROUNDS=N scripts/bench-gateway.sh        # rounds of the four HTTP runs, default 3
+#   ROUNDS=N scripts/bench-gateway.sh        # rounds of the HTTP runs, default 3
+#   PROFILE=1 scripts/bench-gateway.sh       # and where sbx's time goes
+#
+# With PROFILE=1, after the rounds, one more wrk run through sbx has perf
+# record the gateway (perf from linux-perf, installed when missing), and
+# the script prints its samples by binary (kernel or sbx) and its top
+# symbols.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${1:-10s}
@@ -54,6 +62,7 @@ up=127.0.0.1:18081
 sbx=127.0.0.1:18128
 tiny=127.0.0.1:18129
 relay=127.0.0.1:18131
+bare=127.0.0.1:18132
 squidp=127.0.0.1:18130
 
 # nginx: a small static answer, as an API would give.
@@ -99,8 +108,12 @@ EOF
 nginx -c "$work/relay.conf"
 
 go build -o "$work/sbx" ./cmd/sbx
+go build -o "$work/barerelay" ./scripts/barerelay
+"$work/barerelay" -listen "$bare" -upstream "$up" &
+pids+=($!)
 # Every record written, no rate or size limit: §10 measures with the log on.
 "$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" --log-rate 0 --log-max-size 0 >"$work/sbx.out" 2>&1 &
+sbx_pid=$!
 pids+=($!)
 
 cat >"$work/tinyproxy.conf" <<EOF
@@ -145,7 +158,7 @@ wait_port() {
 	echo "bench-gateway.sh: nothing listens on $1" >&2
 	return 1
 }
-for a in "$up" "$sbx" "$tiny" "$squidp" "$relay"; do wait_port "$a"; done
+for a in "$up" "$sbx" "$tiny" "$squidp" "$relay" "$bare"; do wait_port "$a"; done
 
 rps() { # URL [proxy.lua]
 	local out
@@ -173,13 +186,15 @@ for round in $(seq "$rounds"); do
 	t=$(rps "http://$tiny" "$work/proxy.lua")
 	q=$(rps "http://$squidp" "$work/proxy.lua")
 	n=$(rps "http://$relay" "$work/proxy.lua")
+	b=$(rps "http://$bare" "$work/proxy.lua")
 	echo "$n" >>"$work/relay.rps"
+	echo "$b" >>"$work/bare.rps"
 	echo "$d" >>"$work/direct.rps"
 	echo "$s" >>"$work/sbx.rps"
 	echo "$t" >>"$work/tiny.rps"
 	echo "$q" >>"$work/squid.rps"
-	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f req/s: sbx/direct %sx, sbx/squid %sx, nginx-proxy/squid %sx\n' \
-		"$round" "$d" "$s" "$t" "$q" "$n" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")" "$(ratio "$n" "$q")"
+	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f, barerelay %.0f req/s: sbx/direct %sx, sbx/squid %sx, nginx-proxy/squid %sx, sbx/barerelay %sx\n' \
+		"$round" "$d" "$s" "$t" "$q" "$n" "$b" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")" "$(ratio "$n" "$q")" "$(ratio "$s" "$b")"
 done
 median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 direct=$(median "$work/direct.rps")
@@ -187,16 +202,37 @@ via_sbx=$(median "$work/sbx.rps")
 via_tiny=$(median "$work/tiny.rps")
 via_squid=$(median "$work/squid.rps")
 via_relay=$(median "$work/relay.rps")
+via_bare=$(median "$work/bare.rps")
 echo "  medians:"
 printf '  %-11s %10.0f req/s\n' direct "$direct"
 printf '  %-11s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
 printf '  %-11s %10.0f req/s  %sx direct\n' tinyproxy "$via_tiny" "$(ratio "$via_tiny" "$direct")"
 printf '  %-11s %10.0f req/s  %sx direct\n' squid "$via_squid" "$(ratio "$via_squid" "$direct")"
 printf '  %-11s %10.0f req/s  %sx direct, %sx squid (relays only: the ceiling)\n' nginx-proxy "$via_relay" "$(ratio "$via_relay" "$direct")" "$(ratio "$via_relay" "$via_squid")"
+printf '  %-11s %10.0f req/s  %sx direct (the same relay in Go)\n' barerelay "$via_bare" "$(ratio "$via_bare" "$direct")"
 printf '  sbx/squid  %sx   (targets: sbx >= 0.4x direct, >= 3x squid)\n' "$(ratio "$via_sbx" "$via_squid")"
-printf '  sbx/nginx-proxy  %sx\n' "$(ratio "$via_sbx" "$via_relay")"
+printf '  sbx/nginx-proxy  %sx, sbx/barerelay %sx\n' "$(ratio "$via_sbx" "$via_relay")" "$(ratio "$via_sbx" "$via_bare")"
 logged=$(grep -c '"event":"decision"' "$work/decisions.jsonl" || true)
 echo "  decision records written by sbx: $logged"
+
+if [ -n "${PROFILE:-}" ]; then
+	need_packages linux-perf
+	echo
+	echo "Where sbx gateway's time goes: perf record -g during one more wrk run through it:"
+	wrk -t2 -c32 -d"$dur" -s "$work/proxy.lua" "http://$sbx" >"$work/profile-wrk.txt" &
+	wrk_pid=$!
+	sleep 1
+	secs=${dur%s}
+	[[ "$secs" =~ ^[0-9]+$ ]] && [ "$secs" -gt 2 ] || secs=3
+	perf record -q -F 999 -g -p "$sbx_pid" -o "$work/perf.data" -- sleep $((secs - 2)) 2>/dev/null
+	wait "$wrk_pid"
+	echo "  $(awk '/Requests\/sec/ {print $2}' "$work/profile-wrk.txt") req/s while recorded; samples by binary:"
+	# awk reads perf's whole report (a head that stopped early would
+	# end the script with SIGPIPE, under pipefail).
+	perf report -i "$work/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | awk '/^ *[0-9.]+%/ { print "   ", $0 }'
+	echo "  top symbols (self):"
+	perf report -i "$work/perf.data" --no-children --sort sym --stdio -g none 2>/dev/null | awk '/^ *[0-9.]+%/ && n++ < 30 { print "   ", $0 }'
+fi
 
 echo
 echo "CONNECT tunnels, go test -bench (gateway package), median of 5 runs each:"
