@@ -1282,12 +1282,65 @@ func countingUpstream(t *testing.T) (*httptest.Server, *atomic.Int32) {
 // checks that up's "ok\n" comes back.
 func getOK(t *testing.T, conn net.Conn, br *bufio.Reader, up *httptest.Server) {
 	t.Helper()
+	if status, body := proxyGet(t, conn, br, up); status != 200 || body != "ok\n" {
+		t.Fatalf("got %d %q", status, body)
+	}
+}
+
+// proxyGet sends a GET for up's root through the proxy connection conn
+// and returns the answer's status and body.
+func proxyGet(t *testing.T, conn net.Conn, br *bufio.Reader, up *httptest.Server) (int, string) {
+	t.Helper()
 	fmt.Fprintf(conn, "GET %s/ HTTP/1.1\r\nHost: %s\r\n\r\n", up.URL, up.Listener.Addr())
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(body) != "ok\n" {
-		t.Fatalf("got %d %q", resp.StatusCode, body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// TestKeptUpstreamConnectionOnlyForWhatTheGuardPassed checks that the
+// upstream connection a client connection keeps between its requests
+// carries only a later request that was decided, and guarded, to the same
+// address: requests to two upstreams in turn on one client connection
+// each reach their own, and once the policy blocks one, its next request
+// is refused before anything is sent on the connection kept to it.
+func TestKeptUpstreamConnectionOnlyForWhatTheGuardPassed(t *testing.T) {
+	serve := func(body string) (*httptest.Server, *atomic.Int32) {
+		n := new(atomic.Int32)
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { n.Add(1); io.WriteString(w, body) }))
+		t.Cleanup(up.Close)
+		return up, n
+	}
+	a, aRequests := serve("a\n")
+	b, _ := serve("b\n")
+	g := startGateway(t, loopbackPolicy(netpolicy.Allow), nil)
+	conn, br := dialRaw(t, g.addr)
+	for i, step := range []struct {
+		up   *httptest.Server
+		want string
+	}{{a, "a\n"}, {b, "b\n"}, {a, "a\n"}, {a, "a\n"}, {b, "b\n"}, {a, "a\n"}} {
+		if status, body := proxyGet(t, conn, br, step.up); status != 200 || body != step.want {
+			t.Fatalf("request %d, for %s: got %d %q, want 200 %q", i+1, step.up.URL, status, body, step.want)
+		}
+	}
+	sent := aRequests.Load()
+	// The last request went to a: its connection is the one kept.
+	if _, err := g.store.Replace(loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "b", Host: "127.0.0.1", Ports: []netpolicy.Port{portOf(t, b)}, Action: netpolicy.Allow}), 0); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := proxyGet(t, conn, br, a); status != http.StatusForbidden {
+		t.Fatalf("a request for a after the policy blocked it: got %d %q, want 403", status, body)
+	}
+	if n := aRequests.Load(); n != sent {
+		t.Fatalf("a got %d requests after the policy blocked it, want none", n-sent)
+	}
+	if status, body := proxyGet(t, conn, br, b); status != 200 || body != "b\n" {
+		t.Fatalf("a request for b, still allowed: got %d %q", status, body)
 	}
 }
