@@ -65,47 +65,42 @@ relay=127.0.0.1:18131
 bare=127.0.0.1:18132
 squidp=127.0.0.1:18130
 
-# nginx: a small static answer, as an API would give.
-mkdir -p "$work/www" "$work/nginx"
-printf 'hello from upstream\n' >"$work/www/index.html"
-chmod 755 "$work" "$work/www" # nginx's workers run as www-data
-cat >"$work/nginx.conf" <<EOF
+# start_nginx NAME BLOCK starts an nginx of one worker with its files in
+# $work/NAME, whose http block ends with BLOCK; its pid is in
+# $work/NAME.pid.
+start_nginx() {
+	local dir="$work/$1"
+	mkdir -p "$dir"
+	cat >"$work/$1.conf" <<EOF
 worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx/error.log;
+pid $work/$1.pid;
+error_log $dir/error.log;
 events { worker_connections 1024; }
 http {
   access_log off;
-  client_body_temp_path $work/nginx; proxy_temp_path $work/nginx; fastcgi_temp_path $work/nginx;
-  uwsgi_temp_path $work/nginx; scgi_temp_path $work/nginx;
+  client_body_temp_path $dir; proxy_temp_path $dir; fastcgi_temp_path $dir;
+  uwsgi_temp_path $dir; scgi_temp_path $dir;
   keepalive_requests 1000000;
-  server { listen $up; root $work/www; }
+$2
 }
 EOF
-nginx -c "$work/nginx.conf"
+	nginx -c "$work/$1.conf"
+}
+
+# nginx: a small static answer, as an API would give.
+mkdir -p "$work/www"
+printf 'hello from upstream\n' >"$work/www/index.html"
+chmod 755 "$work" "$work/www" # nginx's workers run as www-data
+start_nginx nginx "  server { listen $up; root $work/www; }"
 
 # nginx again, as a reverse proxy to the upstream with kept connections,
 # with one worker of its own: a proxy that only relays. It takes the
 # absolute-form requests wrk sends a proxy as any other request.
-mkdir -p "$work/relay"
-cat >"$work/relay.conf" <<EOF
-worker_processes 1;
-pid $work/relay.pid;
-error_log $work/relay/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $work/relay; proxy_temp_path $work/relay; fastcgi_temp_path $work/relay;
-  uwsgi_temp_path $work/relay; scgi_temp_path $work/relay;
-  keepalive_requests 1000000;
-  upstream up { server $up; keepalive 64; }
+start_nginx relay "  upstream up { server $up; keepalive 64; }
   server {
     listen $relay;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-EOF
-nginx -c "$work/relay.conf"
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; }
+  }"
 
 go build -o "$work/sbx" ./cmd/sbx
 go build -o "$work/barerelay" ./scripts/barerelay
