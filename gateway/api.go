@@ -66,7 +66,7 @@ func LoadOrCreateToken(path string) (string, error) {
 	return tok, f.Close()
 }
 
-// APIConfig configures the management API (DESIGN.md §6).
+// APIConfig configures the management API (docs/api.md).
 type APIConfig struct {
 	// Server is the gateway the API manages. Required.
 	Server *Server

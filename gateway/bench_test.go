@@ -95,7 +95,7 @@ func dial(mode, proxy, sink string) (net.Conn, error) {
 }
 
 // BenchmarkTunnelThroughput sends bulk data straight to a sink and through
-// a CONNECT tunnel (DESIGN.md §10: the tunnel ≥ 0.9× direct).
+// a CONNECT tunnel (docs/performance.md: the tunnel ≥ 0.9× direct).
 func BenchmarkTunnelThroughput(b *testing.B) {
 	sink := sinkServer(b)
 	proxy := benchGateway(b)
@@ -125,7 +125,7 @@ func benchThroughput(b *testing.B, dial func(mode string) (net.Conn, error)) {
 
 // BenchmarkTunnelOpen measures the time to a usable connection: a TCP
 // connect directly, and a connect plus CONNECT and its 200 through the
-// gateway. It reports the median as p50-µs (DESIGN.md §10: the gateway adds
+// gateway. It reports the median as p50-µs (docs/performance.md: the gateway adds
 // at most 150 µs).
 func BenchmarkTunnelOpen(b *testing.B) {
 	sink := sinkServer(b)
@@ -177,7 +177,7 @@ func BenchmarkHTTPForward(b *testing.B) {
 
 // BenchmarkDNSStub measures the DNS stub's answer rate over loopback UDP
 // with parallel clients, each waiting for its answer before it asks again
-// (DESIGN.md §16: at least 50 000 queries/s, p99 at most 1 ms), with the
+// (docs/performance.md: at least 50 000 queries/s, p99 at most 1 ms), with the
 // decision log written to a file as in production. Three queries in four
 // are A for allowed names (a fake address each), the rest A for blocked
 // names (NXDOMAIN) and AAAA (empty). It reports queries/s and the p50 and
@@ -292,7 +292,7 @@ func benchTransparent(b *testing.B, sink string) string {
 }
 
 // BenchmarkTransparentThroughput sends bulk data straight to a sink and
-// through the transparent path, by a fake address's name (DESIGN.md §16:
+// through the transparent path, by a fake address's name (docs/performance.md:
 // ≥ 0.9× direct).
 func BenchmarkTransparentThroughput(b *testing.B) {
 	sink := sinkServer(b)
@@ -310,7 +310,7 @@ func BenchmarkTransparentThroughput(b *testing.B) {
 // starts neither TLS nor HTTP (as a database client's binary protocol
 // does): directly, and through the transparent path by a fake
 // address's name, which peeks, decides, resolves, dials and relays. It
-// reports the median as p50-µs (DESIGN.md §16: at most 200 µs added).
+// reports the median as p50-µs (docs/performance.md: at most 200 µs added).
 func BenchmarkTransparentOpen(b *testing.B) {
 	echo := tcpServer(b, func(c net.Conn) { defer c.Close(); io.Copy(c, c) }).Addr().String()
 	via := benchTransparent(b, echo)
@@ -344,7 +344,7 @@ func BenchmarkTransparentOpen(b *testing.B) {
 }
 
 // BenchmarkInspectedRequests measures HTTPS requests over keep-alive
-// connections through the gateway (DESIGN.md §16: an inspected host's
+// connections through the gateway (docs/performance.md: an inspected host's
 // request rate at least 0.5× an uninspected tunnel's): "tunnel" splices
 // the client's TLS to the upstream, "inspected" terminates it with the
 // sandbox's CA, decides each request by a path rule and sends it on over

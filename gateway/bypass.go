@@ -13,7 +13,7 @@ import (
 )
 
 // Packet is a packet the sandbox sent that is neither TCP nor DNS, which
-// its rules refused and reported (DESIGN.md §11.3).
+// its rules refused and reported (docs/capture.md).
 type Packet struct {
 	// Proto is "udp", "icmp", "icmpv6", "tcp" or "proto-<n>".
 	Proto string

@@ -26,7 +26,7 @@ import (
 )
 
 // MaxCAValidity is the longest a sandbox's CA certificate, and so every
-// leaf it mints, may be valid (DESIGN.md §13).
+// leaf it mints, may be valid (docs/inspection.md).
 const MaxCAValidity = 7 * 24 * time.Hour
 
 // defaultMaxLeaves is how many leaf certificates a CA keeps. A cached leaf
@@ -43,7 +43,7 @@ const clockSkew = time.Minute
 const ticketHostPrefix = "sbx-host/1:"
 
 // CA mints the leaf certificates the gateway shows a sandbox for the hosts
-// it inspects (DESIGN.md §13). Its private key and the leaves' key exist
+// it inspects (docs/inspection.md). Its private key and the leaves' key exist
 // only in memory; a CA serves one sandbox and lasts no longer than its
 // certificate, at most MaxCAValidity.
 //

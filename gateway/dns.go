@@ -20,7 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// The DNS stub of DESIGN.md §11.1. It answers from the policy alone and
+// The DNS stub of docs/capture.md. It answers from the policy alone and
 // never sends a query anywhere: a name the policy could let through on
 // some port gets a fake address, so that no name reaches a real resolver
 // before a connection to it is decided, and DNS cannot carry data out.
@@ -319,8 +319,8 @@ func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec 
 	}
 	d := snap.Policy().DecideHost(name)
 	if hostErr == nil && s.mock(host) != nil {
-		// A mocked LLM host is answered by the gateway itself (DESIGN.md
-		// §15): an agent that resolves it must reach the mock, whatever
+		// A mocked LLM host is answered by the gateway itself (docs/mock-llm.md)
+		// : an agent that resolves it must reach the mock, whatever
 		// the policy says of the real host.
 		d = netpolicy.Decision{Action: netpolicy.Allow, Rule: RuleMockLLM, Reason: "mock LLM: the gateway answers " + host + " itself"}
 	}

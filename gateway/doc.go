@@ -1,7 +1,7 @@
 // Package gateway is sbx's way out of a sandbox: an HTTP/1.1 forward proxy
 // and CONNECT tunnel that decides every request with a netpolicy.Store,
 // refuses what the address guard refuses, dials exactly the address it
-// checked, and logs every decision (DESIGN.md §4 and §5).
+// checked, and logs every decision (docs/gateway.md and docs/decision-log.md).
 //
 // A request goes through parse (strict framing: ambiguous requests are
 // refused, not guessed at) → normalize the target → decide → resolve
@@ -30,7 +30,7 @@
 //
 // The transparent path (Server.ServeTransparent; Options.Transparent for
 // Start) serves the TCP connections a sandbox's rules redirect instead of
-// letting them out (DESIGN.md §11.2): OriginalDst says where each was
+// letting them out (docs/capture.md): OriginalDst says where each was
 // going, the name behind a fake address (or the IP dialed) is decided
 // after the client's first bytes are peeked, and an allowed connection is
 // dialed and relayed as a CONNECT tunnel or, for plain HTTP, served
@@ -38,7 +38,7 @@
 // packets the rules refused into bypass records, folded per target and
 // second (§11.3); Config.Owner names the process behind each record.
 //
-// TLS inspection (Config.CA; DESIGN.md §13): for a host the policy
+// TLS inspection (Config.CA; docs/inspection.md): for a host the policy
 // inspects (netpolicy's Inspects), a CONNECT or a transparent TLS
 // connection is opened when some request through it could pass
 // (DecideTunnel), its TLS is terminated with a certificate the sandbox's
@@ -49,7 +49,7 @@
 // tunnel is spliced and never decrypted.
 //
 // The decision log (Log, decisionlog.Record, FileSink, Ring) is the contract of
-// DESIGN.md §5: one decision record per request or tunnel, a close record
+// docs/decision-log.md: one decision record per request or tunnel, a close record
 // for the allowed ones, policy records for changes. Its file may sit in a
 // directory a sandbox can write, so OpenFileSink appends only to a regular
 // file of its own uid with one link, never following a symbolic link or
@@ -61,7 +61,7 @@
 // The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Options.DNS for
 // Start) answers from the policy alone and never sends a query anywhere,
 // so no name reaches a real resolver before a connection to it is decided
-// and DNS cannot carry data out (DESIGN.md §11.1). It answers A for a name
+// and DNS cannot carry data out (docs/capture.md). It answers A for a name
 // that netpolicy's DecideHost lets through on some port (every valid name
 // in audit mode) with a fake address from 198.18.0.0/15 that the name
 // keeps for the server's life, allocated in order; FakeIPs maps an
@@ -80,7 +80,7 @@
 // of kind dns (decisionlog.KindDNS): host the normalized name, method the query type,
 // port 53, status the response code.
 //
-// The scripted LLM (DESIGN.md §15): a host in Config.MockLLM (--mock-llm)
+// The scripted LLM (docs/mock-llm.md): a host in Config.MockLLM (--mock-llm)
 // is answered by its mockllm.Responder, whatever the policy says, and never
 // dialed; a request an intercept rule with response {llm: NAME} decides is
 // answered by Config.LLMScripts[NAME]. The scripts are fixed when New takes

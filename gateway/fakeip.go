@@ -18,7 +18,7 @@ const fakeIPBase = 198<<24 | 18<<16
 const MaxFakeIPs = 1<<17 - 2
 
 // FakeIPRange returns 198.18.0.0/15, the range the DNS stub's fake
-// addresses come from (DESIGN.md §11.1). The address guard refuses the
+// addresses come from (docs/capture.md). The address guard refuses the
 // range (§4.2), benchmarking addresses that no real host should have.
 func FakeIPRange() netip.Prefix { return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, 0}), 15) }
 

@@ -31,7 +31,7 @@ import (
 //     always, whatever allow_private and IP/CIDR allow rules say.
 
 // Guard classes of the fence, for reasons "address guard: <ip> is <class>"
-// (DESIGN.md §4.2).
+// (docs/gateway.md).
 const (
 	classGateway  = "the gateway itself"
 	classPool     = "in the sandbox pool"

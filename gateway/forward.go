@@ -22,7 +22,7 @@ import (
 )
 
 // hopByHop are the headers that concern one connection only and are never
-// forwarded (DESIGN.md §4.3), besides those a Connection header names.
+// forwarded (docs/gateway.md), besides those a Connection header names.
 var hopByHop = []string{
 	"Connection", "Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate",
 	"Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",

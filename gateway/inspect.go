@@ -26,7 +26,7 @@ import (
 )
 
 // reasonCARejected is the close record's error when the client ends the
-// TLS handshake of an inspected tunnel (DESIGN.md §13): it does not trust
+// TLS handshake of an inspected tunnel (docs/inspection.md): it does not trust
 // the sandbox's CA, most likely because it pins its server's certificate.
 const reasonCARejected = "client rejected the sbx CA"
 

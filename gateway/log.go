@@ -33,7 +33,7 @@ type Sink interface {
 var ErrSinkClosed = errors.New("decision log sink closed")
 
 // Log numbers decision records, encodes them and writes them to its sinks
-// (DESIGN.md §5). Make one with NewLog. A Log is safe for concurrent use:
+// (docs/decision-log.md). Make one with NewLog. A Log is safe for concurrent use:
 // Emit from many goroutines writes every record to every sink in seq
 // order. The caller that made the Log must Close it.
 type Log struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// The mock LLM's part of the management API (DESIGN.md §15): turns queued
+// The mock LLM's part of the management API (docs/mock-llm.md): turns queued
 // at runtime, the journal of what the agent sent, and a reset. Each names
 // its mock with ?host=H (a --mock-llm host) or ?script=NAME (a script the
 // policy's llm responses name), which may be left out when there is one

@@ -12,7 +12,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// The policy's form of the mock LLM (DESIGN.md §15): intercept rules with
+// The policy's form of the mock LLM (docs/mock-llm.md): intercept rules with
 // response {llm: SCRIPT}, answered by the scripts Config.LLMScripts holds.
 
 // TestPolicyLLMHTTPS: the official SDKs, at the real API hosts over HTTPS,

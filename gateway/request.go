@@ -88,7 +88,7 @@ const headMaxEmptyLines = 4
 // empty line that ends them, line endings included. A head over the limit
 // is refused with 431 as soon as the limit is passed, so at most
 // maxHeaderBytes plus one buffer of br is ever held. A limit of 0 or less
-// means 64 KiB (DESIGN.md §4.3).
+// means 64 KiB (docs/gateway.md).
 //
 // Errors:
 //   - io.EOF when br ended before a request began (only empty lines, or
@@ -592,7 +592,7 @@ func parseTargetPort(s string) (port uint16, reason string) {
 const targetProxyForm = "; send an absolute URL such as http://example.com/path"
 
 // parseProxyTarget parses the request-target of any method but CONNECT,
-// which must be in absolute form with the http scheme (DESIGN.md §4.3):
+// which must be in absolute form with the http scheme (docs/gateway.md):
 // http://host[:port][/path][?query], host and port as parseConnectTarget
 // accepts them (the port optional), the path made of RFC 3986 path
 // characters and valid percent-escapes, the query of printable ASCII.

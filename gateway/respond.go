@@ -11,7 +11,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// The headers the gateway adds to what it answers itself (DESIGN.md §4.3).
+// The headers the gateway adds to what it answers itself (docs/gateway.md).
 const (
 	HeaderDecision = "X-Sbx-Decision"
 	HeaderRule     = "X-Sbx-Rule"

@@ -291,7 +291,7 @@ func bodyAllowedForStatus(status int) bool {
 }
 
 // endToEnd reports whether h.Fields[i] is forwarded to the client: it is
-// not a hop-by-hop field (DESIGN.md §4.3), one that a Connection field
+// not a hop-by-hop field (docs/gateway.md), one that a Connection field
 // names, or a framing field (Content-Length, Transfer-Encoding), which the
 // gateway writes itself.
 func (h *responseHead) endToEnd(i int) bool {

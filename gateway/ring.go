@@ -21,7 +21,7 @@ const (
 var ErrLagged = errors.New("decision log subscriber fell behind")
 
 // Ring is a Sink that keeps the last records of a Log in memory for the
-// management API (DESIGN.md §6): pages of them with Since, and a live feed
+// management API (docs/api.md): pages of them with Since, and a live feed
 // with Subscribe. Make one with NewRing. It is safe for concurrent use and
 // starts no goroutines.
 //

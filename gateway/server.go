@@ -23,7 +23,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// Limits bound what one client can make the gateway do (DESIGN.md §4.5).
+// Limits bound what one client can make the gateway do (docs/gateway.md).
 // A zero field takes the default named in its comment. IdleConnTimeout and
 // ResponseTimeout are kept to within 1/16 of their length, never more (a
 // kept client is cut off after 1 min 52.5 s to 2 min of silence): their
@@ -125,7 +125,7 @@ type Config struct {
 	Fence []netip.Prefix
 	// CA, when set, lets the gateway terminate TLS for the hosts the
 	// policy inspects (netpolicy's Inspects: rules with inspect, methods,
-	// path or intercept; DESIGN.md §13), with certificates it mints for
+	// path or intercept; docs/inspection.md), with certificates it mints for
 	// them; the sandbox must trust CA.CertPEM. Nil inspects nothing: every
 	// CONNECT is a spliced tunnel, decided as a whole.
 	CA *CA
@@ -133,7 +133,7 @@ type Config struct {
 	// the host's system roots.
 	UpstreamRoots *x509.CertPool
 	// MockLLM maps hosts to the scripted LLMs that answer for them
-	// (DESIGN.md §15): every request to such a host, on any port, is
+	// (docs/mock-llm.md): every request to such a host, on any port, is
 	// answered by its Responder and never dialed, whatever the policy
 	// says, and logged as an intercept by rule RuleMockLLM. Keys are host
 	// names or IP literals; New normalizes them (netpolicy.NormalizeHost)
@@ -152,7 +152,7 @@ type Config struct {
 	// name only scripts loaded at start and never makes the gateway read
 	// a file. Nil or empty holds none.
 	LLMScripts map[string]*mockllm.Responder
-	// RecordLLM maps hosts to recorders (DESIGN.md §15, --record-llm):
+	// RecordLLM maps hosts to recorders (docs/mock-llm.md, --record-llm):
 	// their HTTPS is inspected, decided by the policy as any inspected
 	// host's, and what goes through is recorded as a script that MockLLM
 	// replays. Keys are host names as for MockLLM.

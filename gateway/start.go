@@ -24,14 +24,14 @@ import (
 type Options struct {
 	// Listen is the proxy's host:port; "" means 127.0.0.1:3128.
 	Listen string
-	// DNS, when set, is the host:port of the DNS stub (DESIGN.md §11.1),
+	// DNS, when set, is the host:port of the DNS stub (docs/capture.md),
 	// served over UDP and TCP on the same port (port 0: a free one, the
 	// same for both); see Server.ServeDNSUDP. Its sockets are bound to
 	// ListenInterface and serve Clients only, as the proxy's. "" means no
 	// DNS stub.
 	DNS string
 	// Transparent, when set, is a listener for the TCP connections the
-	// sandbox's rules redirect (DESIGN.md §11.2; see ServeTransparent),
+	// sandbox's rules redirect (docs/capture.md; see ServeTransparent),
 	// opened by the caller in the sandbox's network namespace. Start
 	// serves it and Close closes it. OriginalDst tells where each
 	// connection was going; nil means OriginalDst (Linux).
@@ -93,7 +93,7 @@ type Options struct {
 	CA            *CA
 	UpstreamRoots *x509.CertPool
 	// MockLLM is Config's: the hosts whose LLM API a script answers
-	// (DESIGN.md §15); HTTPS to them needs CA.
+	// (docs/mock-llm.md); HTTPS to them needs CA.
 	MockLLM map[string]*mockllm.Responder
 	// LLMScripts is Config's: the scripted LLMs the policy's intercept
 	// rules with response {llm: NAME} answer with, by NAME.
@@ -209,7 +209,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 		apiLns = append(apiLns, aln)
 		g.APIAddrs = append(g.APIAddrs, name)
 	}
-	// The API never listens where the proxy's clients are (DESIGN.md §6):
+	// The API never listens where the proxy's clients are (docs/api.md):
 	// not on every address, and not on the proxy's own address unless
 	// that is loopback, where the clients are local processes anyway. Its
 	// addresses are the gateway's own before the proxy serves.

@@ -15,7 +15,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-// The transparent path (DESIGN.md §11.2): the sandbox's rules redirect
+// The transparent path (docs/capture.md): the sandbox's rules redirect
 // every TCP connection that is not for the proxy or the DNS stub to a
 // listener of the gateway, which learns where the connection was going
 // (its original destination), decides it, and relays it exactly as it

@@ -18,7 +18,7 @@ import (
 )
 
 // reasonSNIMismatch is the reason logged when a tunnel's TLS server name
-// is not its CONNECT host (DESIGN.md §4.4).
+// is not its CONNECT host (docs/gateway.md).
 const reasonSNIMismatch = "sni mismatch"
 
 // serveConnect decides a CONNECT and, when it is allowed, relays the

@@ -136,8 +136,8 @@ func TestIndexAgreesWithLinearScan(t *testing.T) {
 	}
 }
 
-// BenchmarkDecide measures one decision against 10 000 rules (DESIGN.md
-// §10: at most 1 µs), with the linear scan as the baseline.
+// BenchmarkDecide measures one decision against 10 000 rules
+// (docs/performance.md: at most 1 µs), with the linear scan as the baseline.
 func BenchmarkDecide(b *testing.B) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	rules := realisticRules(10000, rng)

@@ -8,7 +8,7 @@ import (
 // DecideHost returns the policy's verdict on a host as a whole, over every
 // port, method and path: what a resolver needs that must say whether a
 // name exists before it knows what will be asked of it (the gateway's DNS
-// stub, DESIGN.md §11.1).
+// stub, docs/capture.md).
 //
 // Its Action is Allow when Decide could let some target on host through
 // (allow or intercept it): the decision then names the first rule, in

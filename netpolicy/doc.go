@@ -1,6 +1,6 @@
 // Package netpolicy is sbx's rule language: it parses and checks policy
 // documents, normalizes host names, and decides what a request may reach.
-// DESIGN.md §3 is its contract.
+// docs/policy.md is its contract.
 //
 // The flow is Decode (a document to a checked Spec, every problem with its
 // line) → Compile (a Spec to an immutable, indexed Policy) → Policy.Decide
@@ -22,7 +22,7 @@
 // mode: in audit mode every valid host may be let through.
 //
 // Inspects says for which hosts and ports the gateway terminates TLS and
-// decides each HTTPS request (DESIGN.md §13): those that a rule marks with
+// decides each HTTPS request (docs/inspection.md): those that a rule marks with
 // inspect: true, or whose rules have methods, a path or action intercept.
 // An inspect-only rule (inspect: true and no action, as --inspect makes)
 // only marks hosts; every decision is made as if it were absent. An
@@ -31,7 +31,7 @@
 // Decide, with its method and path.
 //
 // An intercept rule answers with a canned response (status, headers,
-// body) or with a scripted LLM (response: {llm: SCRIPT}, DESIGN.md §15).
+// body) or with a scripted LLM (response: {llm: SCRIPT}, docs/mock-llm.md).
 // netpolicy only carries the script's name: LLMScripts lists the names a
 // policy uses, and a Store check (AddCheck) lets the gateway refuse a
 // policy naming a script it did not load when it started.
@@ -39,7 +39,7 @@
 // Decide is indexed: exact names and "*.domain" suffixes are map lookups,
 // IP and CIDR rules are looked up per prefix length, so a decision costs
 // about the same with ten rules or ten thousand. Decide does no DNS;
-// GuardAddr applies the address guard of DESIGN.md §4.2 to an address the
+// GuardAddr applies the address guard of docs/gateway.md to an address the
 // caller resolved.
 //
 // The package imports nothing else of sbx but its strictyaml, the decoder

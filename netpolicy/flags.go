@@ -22,7 +22,7 @@ type FlagPatterns struct {
 // of Inspect: they decide nothing, so their place changes no decision, and
 // putting them first keeps the deciding rules together after them and
 // lists what is inspected at the top of the policy. Then the deciding
-// rules, in the order of DESIGN.md §3: every intercept, then every block,
+// rules, in the order of docs/policy.md: every intercept, then every block,
 // then every allow, so that block beats allow and intercept beats both.
 // Rules get no ids; Compile assigns them. Every pattern is checked; the
 // error names each bad one with its flag and wraps ErrInvalidRule.

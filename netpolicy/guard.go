@@ -12,7 +12,7 @@ type specialNet struct {
 	class  string
 }
 
-// specialNets are the ranges of DESIGN.md §4.2, most specific first where
+// specialNets are the ranges of docs/gateway.md, most specific first where
 // they overlap so that the log names the narrowest class.
 var specialNets = func() []specialNet {
 	table := []struct{ cidr, class string }{
@@ -62,7 +62,7 @@ var specialNets = func() []specialNet {
 	return nets
 }()
 
-// AddrClass names the special-purpose range of DESIGN.md §4.2 that ip falls
+// AddrClass names the special-purpose range of docs/gateway.md that ip falls
 // in, such as "loopback" or "private (RFC 1918)", or returns "" for an
 // ordinary public unicast address. An IPv4-mapped IPv6 address is judged as
 // the IPv4 address it stands for, since that is where a dial to it goes. An
@@ -98,7 +98,7 @@ func specialNetOf(ip netip.Addr) *specialNet {
 	return nil
 }
 
-// GuardAddr applies the address guard of DESIGN.md §4.2 to ip, an address
+// GuardAddr applies the address guard of docs/gateway.md to ip, an address
 // that t's host resolved to and that the gateway is about to dial. An
 // address in a special range (see AddrClass) is refused, with a block
 // decision by rule RuleGuard and true, unless

@@ -29,7 +29,7 @@ var idnaProfile = idna.New(
 )
 
 // NormalizeHost returns the canonical form of a host name or IP literal, the
-// form used for matching, dialing and logging (DESIGN.md §3): lower case,
+// form used for matching, dialing and logging (docs/policy.md): lower case,
 // one trailing dot removed, IDN converted to punycode, IPv6 brackets
 // removed, IPv4-mapped IPv6 unmapped.
 //

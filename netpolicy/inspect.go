@@ -10,7 +10,7 @@ import (
 const InspectedReason = "inspected: each request is decided"
 
 // Inspects reports whether the gateway is to terminate TLS for a CONNECT to
-// host on port and decide each HTTPS request inside it (DESIGN.md §13):
+// host on port and decide each HTTPS request inside it (docs/inspection.md):
 // whether a rule whose host pattern matches host and whose ports hold port
 // has inspect: true, methods, a path or action intercept. Rule order does
 // not matter, nor whether the rule would decide anything: an inspect-only
@@ -149,8 +149,8 @@ func (ix *index) eachList(host string, port uint16, fn func(list []int32) bool) 
 // Spliced returns d as the verdict on a tunnel the gateway does not
 // inspect, which relays bytes it never reads: d itself, except that an
 // intercept is a block by the same rule, since an intercept answers HTTP
-// requests and a spliced tunnel has none the gateway can answer (DESIGN.md
-// §4.4). why is the block's reason. The gateway's CONNECT and transparent
+// requests and a spliced tunnel has none the gateway can answer (docs/gateway.md)
+// . why is the block's reason. The gateway's CONNECT and transparent
 // paths and sbx audit's replay all decide spliced tunnels so.
 func (d Decision) Spliced(why string) Decision {
 	if d.Action != Intercept {

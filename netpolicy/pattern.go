@@ -94,7 +94,7 @@ func parsePattern(s string) (pattern, error) {
 }
 
 // ParseFlagPattern parses a host pattern in the command-line form of
-// DESIGN.md §3: host, host:port, host:*, *.domain, an IP, [IPv6]:port or a
+// docs/policy.md: host, host:port, host:*, *.domain, an IP, [IPv6]:port or a
 // CIDR. It returns the host part and the port list, nil when the flag
 // names no port. The host part is checked when the rule is compiled.
 func ParseFlagPattern(s string) (host string, ports []Port, err error) {

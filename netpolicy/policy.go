@@ -11,7 +11,7 @@ import (
 // Action is what a rule, or the default, does with a matching request.
 type Action string
 
-// The actions of DESIGN.md §3.
+// The actions of docs/policy.md.
 const (
 	Allow     Action = "allow"
 	Block     Action = "block"
@@ -21,7 +21,7 @@ const (
 // Mode says whether block verdicts are enforced or only logged.
 type Mode string
 
-// The modes of DESIGN.md §3.
+// The modes of docs/policy.md.
 const (
 	// Enforce blocks what the policy blocks. It is the zero Mode's meaning.
 	Enforce Mode = "enforce"
@@ -144,7 +144,7 @@ type Response struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Body is sent as given.
 	Body string `json:"body,omitempty"`
-	// LLM, when set, names the scripted LLM (DESIGN.md §15) that answers
+	// LLM, when set, names the scripted LLM (docs/mock-llm.md) that answers
 	// the requests the rule intercepts, in place of Status, Headers and
 	// Body, which an LLM response leaves empty. netpolicy never reads
 	// the script: the gateway running the policy maps each name to a
@@ -157,7 +157,7 @@ type Response struct {
 	LLM string `json:"llm,omitempty"`
 }
 
-// Rule is one entry of a policy's rule list (DESIGN.md §3).
+// Rule is one entry of a policy's rule list (docs/policy.md).
 type Rule struct {
 	// ID names the rule in decisions and in the management API. Compile
 	// assigns r1, r2, ... to rules that have none.
@@ -181,7 +181,7 @@ type Rule struct {
 	Action Action `json:"action,omitempty"`
 	// Inspect asks the gateway to terminate TLS for the hosts this rule
 	// matches on its ports and to decide each HTTPS request inside
-	// (DESIGN.md §13). With an action the rule decides as any other and
+	// (docs/inspection.md). With an action the rule decides as any other and
 	// marks its hosts too. Without one it is an inspect-only rule, as
 	// --inspect makes: it only marks hosts, and every decision is made as
 	// if it were absent. An inspect-only rule has no methods, path or

@@ -1,5 +1,5 @@
-// Package rootfs decides what a sandbox's container sees as / (DESIGN.md
-// §8): the host's own system directories read-only with secrets masked
+// Package rootfs decides what a sandbox's container sees as / (docs/rootfs.md)
+// : the host's own system directories read-only with secrets masked
 // (the default), or a directory of the user's. It returns a Layout, plain
 // data that the sandbox package turns into a container spec; it imports no
 // other package of sbx.

@@ -9,7 +9,7 @@ import (
 )
 
 // GatewayCapture is what a sandbox started with Spec.Capture hands its
-// gateway, which must serve all of it (DESIGN.md §11).
+// gateway, which must serve all of it (docs/capture.md).
 type GatewayCapture struct {
 	// DNS is where the DNS stub must listen (UDP and TCP): the host end's
 	// address and Capture.DNSPort. The rules send every query there.

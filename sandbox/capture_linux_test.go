@@ -21,7 +21,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway"
 )
 
-// The capture tests below check DESIGN.md §2 and §11 with capture on:
+// The capture tests below check docs/network.md and docs/capture.md with capture on:
 // a sandbox's network made by SetupNetwork, probed from a thread inside
 // its namespace, with a listener (a sink) wherever a probe could land.
 // Three sinks stand for the gateway (its proxy port and DNS stub on the
@@ -542,7 +542,7 @@ func (r *captureRig) removeHostRules(t *testing.T) {
 }
 
 // TestPrivilegedCaptureNetwork sets up a sandbox network with capture and
-// checks, from inside, DESIGN.md §11 with §2 standing: TCP to any address
+// checks, from inside, docs/capture.md with §2 standing: TCP to any address
 // and port but the proxy's lands on the transparent listener, which learns
 // the address dialed; DNS over UDP and TCP to any address lands on the
 // stub; UDP, ICMP and IPv6 reach nothing and fail at once; no real
@@ -581,7 +581,7 @@ func TestPrivilegedCaptureNetwork(t *testing.T) {
 	assertNetworkGone(t, r.names)
 }
 
-// TestPrivilegedCaptureLayers checks each layer of DESIGN.md §2.4 and
+// TestPrivilegedCaptureLayers checks each layer of docs/network.md and
 // §11.4 with the other switched off, then with both off:
 //
 //   - the host's rules alone (the namespace's filter and nat tables

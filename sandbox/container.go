@@ -78,7 +78,7 @@ type Limits struct {
 }
 
 // DefaultPidsLimit is the default Limits.Pids: a fork bomb inside stays
-// inside (DESIGN.md §14).
+// inside (docs/runtimes.md).
 const DefaultPidsLimit = 4096
 
 // BaseCapabilities are the capabilities a sandbox's root keeps: none of
@@ -91,7 +91,7 @@ var BaseCapabilities = []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SER
 // default set that a sandbox does not get unless ContainerSpec.CapAdd
 // names them: with them, a process that is root on the host could plant
 // set-user-ID or file-capability binaries, make device nodes, or read and
-// write any file it can see. CAP_NET_ADMIN is never given (DESIGN.md §2).
+// write any file it can see. CAP_NET_ADMIN is never given (docs/network.md).
 var DroppedCapabilities = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_MKNOD",
 	"CAP_NET_RAW", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETUID",
@@ -127,7 +127,7 @@ type Stdio struct {
 }
 
 // Exit codes of Run for a command that could not be started, as a shell
-// gives them (DESIGN.md §7).
+// gives them (docs/cli.md).
 const (
 	ExitCannotExecute = 126
 	ExitNotFound      = 127

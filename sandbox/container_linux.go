@@ -30,7 +30,7 @@ import (
 // (DroppedCapabilities) unless cs.CapAdd names them; a command that is not
 // root has no capabilities but those; it runs under containerd's default
 // seccomp profile with no-new-privileges, in the sandbox's network
-// namespace (DESIGN.md §2, guarantee 5), within cs.Limits.
+// namespace (docs/network.md, guarantee 5), within cs.Limits.
 func specOpts(cs ContainerSpec) []oci.SpecOpts {
 	var opts []oci.SpecOpts
 	args := cs.Args

@@ -1,7 +1,7 @@
 // Package sandbox runs one sandbox's life: its subnet, network namespace,
 // veth pair, the iptables rules inside the namespace and on the host, the
 // container, teardown, and garbage collection of what a crashed run left
-// (DESIGN.md §2).
+// (docs/network.md).
 //
 // It takes plain values (the gateway's address and port, a rootfs path) and
 // imports no other package of sbx. Most of it is plans rendered as text
@@ -19,7 +19,7 @@
 // process, created but not started), run at once; the command starts only
 // after both. A failed Start undoes what it made, in reverse.
 //
-// With Spec.Capture (DESIGN.md §11) the namespace's rules also send DNS
+// With Spec.Capture (docs/capture.md) the namespace's rules also send DNS
 // to the gateway's stub and redirect other TCP connections to a listener
 // the gateway serves on the namespace's loopback; the packets they still
 // refuse are reported through NFLOG (PacketLog), and Owners tells which

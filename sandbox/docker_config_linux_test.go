@@ -11,7 +11,7 @@ import (
 )
 
 // TestDockerConfig checks what the Docker runtime asks of Docker against
-// DESIGN.md §2: no capability beyond BaseCapabilities and CapAdd (none
+// docs/network.md: no capability beyond BaseCapabilities and CapAdd (none
 // for a user that is not root), never CAP_NET_ADMIN or CAP_NET_RAW,
 // no-new-privileges, Docker's default seccomp profile (nothing turns it
 // off), a read-only root, no network but the pause container's (whose

@@ -52,7 +52,7 @@ func findStaticBusybox() (string, error) {
 	return "", errors.New("no statically linked busybox on this machine, which Docker sandboxes need to hold their network namespace: apt-get install busybox-static")
 }
 
-// Docker runs sandbox containers through a Docker daemon (DESIGN.md §14):
+// Docker runs sandbox containers through a Docker daemon (docs/runtimes.md):
 // images from Docker's store, and the sandbox's network namespace, with
 // all of sbx's rules, instead of any network of Docker's.
 //

@@ -235,7 +235,7 @@ func TestPrivilegedIsolation(t *testing.T) {
 	}
 }
 
-// checkIsolation checks a probe's report against DESIGN.md §2.
+// checkIsolation checks a probe's report against docs/network.md.
 func checkIsolation(t *testing.T, r netReport, uid uint32) {
 	t.Helper()
 	if len(r.Probes) < 8 {

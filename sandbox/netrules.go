@@ -13,7 +13,7 @@ type NetPlan struct {
 	Subnet      Subnet
 	GatewayPort uint16
 	// Capture, when set, sends what the sandbox tries without the proxy
-	// to the gateway too (DESIGN.md §11); nil keeps the proxy port the
+	// to the gateway too (docs/capture.md); nil keeps the proxy port the
 	// only way out, and everything else refused without a trace.
 	Capture *Capture
 }
@@ -62,13 +62,13 @@ func (r *rules) rule(format string, args ...any) {
 }
 
 // NamespaceRules returns the rule sets for inside the sandbox's namespace,
-// to load before its link is up (DESIGN.md §2): the only way out is TCP to
+// to load before its link is up (docs/network.md): the only way out is TCP to
 // the gateway's port; everything else is rejected at once (a TCP reset or
 // an ICMP error, so it fails fast instead of hanging); IPv6 is refused
 // whole but for loopback. Chains' policies drop, so a missing rule fails
 // closed.
 //
-// With Capture (DESIGN.md §11), the nat table sends every UDP or TCP
+// With Capture (docs/capture.md), the nat table sends every UDP or TCP
 // packet to port 53 to the DNS stub and redirects every other TCP
 // connection (but to the proxy port) to the transparent listener on the
 // namespace's loopback; what is still refused (UDP, ICMP, any other
@@ -170,7 +170,7 @@ func HostTeardownRules(n Names) (v4, v6 string) {
 // that from its veth only TCP to the gateway's port (and, with Capture,
 // UDP and TCP to its DNS stub's) is accepted and nothing is forwarded
 // either way, whatever the namespace's own rules say (the second layer of
-// DESIGN.md §2); and a chain that refuses the gateway's ports to anything
+// docs/network.md); and a chain that refuses the gateway's ports to anything
 // that does not come in through the veth (a process on the host, another
 // interface): the gateway serves its sandbox alone. IPv6 from or to the
 // veth is dropped whole.

@@ -176,7 +176,7 @@ func TestPrivilegedNetwork(t *testing.T) {
 		t.Logf("%s: ok=%v err=%q in %v", p.Name, p.OK, p.Err, p.Elapsed)
 	}
 
-	// The second layer (DESIGN.md §2.4): a process that rewrote the
+	// The second layer (docs/network.md): a process that rewrote the
 	// namespace's rules and routes (here: rules flushed, policies ACCEPT,
 	// a default route through the host) still reaches nothing but the
 	// gateway's port, because the host's rules for the veth hold. Failing

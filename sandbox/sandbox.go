@@ -113,7 +113,7 @@ type Spec struct {
 	// Stdio are the command's streams.
 	Stdio Stdio
 	// Capture sends what the command tries without the proxy to the
-	// gateway too (DESIGN.md §11): DNS to its stub (the container's
+	// gateway too (docs/capture.md): DNS to its stub (the container's
 	// /etc/resolv.conf names it), other TCP connections to a transparent
 	// listener, and reports of every other packet refused; the gateway
 	// gets them in GatewayConfig.Capture. Without it, the proxy port is

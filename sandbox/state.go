@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// DefaultStateDir holds one directory per running sandbox (DESIGN.md §7):
+// DefaultStateDir holds one directory per running sandbox (docs/cli.md):
 // its metadata, and later its API socket and token.
 const DefaultStateDir = "/run/sbx"
 

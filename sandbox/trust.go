@@ -22,8 +22,8 @@ const TrustDir = "/run/sbx-ca"
 const TrustStorePassword = "changeit"
 
 // Trust is a certificate authority the command is to trust besides the
-// roots it trusts already: the gateway's TLS inspection CA (DESIGN.md
-// §13). The CA is added, never put in the roots' place.
+// roots it trusts already: the gateway's TLS inspection CA (docs/inspection.md)
+// . The CA is added, never put in the roots' place.
 type Trust struct {
 	// CertPEM is the CA's certificate, PEM-encoded.
 	CertPEM []byte

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures sbx audit over a 1 GiB decision log against DESIGN.md §16: at
+# Measures sbx audit over a 1 GiB decision log against docs/performance.md: at
 # most 10 s and 200 MiB of memory (maximum resident set size), streamed.
 # The log is synthetic (scripts/auditlog: about 2.4 million records of a
 # busy sandbox, with far more distinct paths than audit keeps). Each of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures the gateway against DESIGN.md §10 in one run, on loopback:
+# Measures the gateway against docs/performance.md in one run, on loopback:
 #   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
 #     upstream, through sbx gateway (decision log on), tinyproxy, Squid
 #     and two proxies that only relay, with the ratios sbx/direct (target
@@ -14,7 +14,7 @@
 #     median time to open a tunnel vs a direct connect (+150 us at most),
 #     from go test -bench in the gateway package, median of 5 runs each
 #     (single runs vary by 20% on a 2-core machine);
-#   - DESIGN.md §16: transparent TCP bulk throughput vs direct (>= 0.9),
+#   - docs/performance.md: transparent TCP bulk throughput vs direct (>= 0.9),
 #     the median time to open a transparent connection by a fake
 #     address's name vs a direct connect (+200 us at most), and the DNS
 #     stub's queries/s (>= 50 000) and p99 (<= 1 ms), the same way; and
@@ -253,7 +253,7 @@ END {
 }' "$work/tunnel.txt"
 
 echo
-echo "Capture (DESIGN.md §16), go test -bench (gateway package), median of 5 runs each:"
+echo "Capture (docs/performance.md), go test -bench (gateway package), median of 5 runs each:"
 go test ./gateway -run '^$' -bench 'Transparent|DNSStub' -benchtime 2s -count 5 >"$work/capture.txt"
 awk "$benchawk"'
 /TransparentThroughput\/direct/ { d[++nd] = value("MB/s") }
@@ -269,7 +269,7 @@ END {
 }' "$work/capture.txt"
 
 echo
-echo "TLS inspection (DESIGN.md §16), go test -bench (gateway package), median of 5 runs each:"
+echo "TLS inspection (docs/performance.md), go test -bench (gateway package), median of 5 runs each:"
 go test ./gateway -run '^$' -bench 'InspectedRequests' -benchtime 2s -count 5 >"$work/inspect.txt"
 awk "$benchawk"'
 /InspectedRequests\/tunnel/    { t[++nt] = value("requests/s") }

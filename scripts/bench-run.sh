@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Measures sbx run's start-to-exit time against DESIGN.md §10: the median
+# Measures sbx run's start-to-exit time against docs/performance.md: the median
 # wall time of `sbx run --rootfs DIR -- true` over RUNS runs next to
 # `ctr run --rm --rootfs DIR` in the same run, and their ratio (target
 # <= 1.3), and, for the reader, next to `ctr run --rm --seccomp`: sbx
 # applies containerd's default seccomp profile, which costs plain ctr
-# 15-30 ms here. Then, per DESIGN.md §16, `sbx run --runtime docker
+# 15-30 ms here. Then, per docs/performance.md, `sbx run --runtime docker
 # --image IMG -- true` next to `docker run --rm --network none IMG true`
 # in the same run (target <= 1.3), IMG being the same busybox root
 # imported into Docker. Needs root; installs what is missing and starts
@@ -66,7 +66,7 @@ printf '  ctr run --rm --rootfs DIR     %7d us\n' "$ctr_us"
 printf '  sbx run --rootfs DIR -- true  %7d us   %sx ctr (target <= 1.3x)\n' "$sbx_us" \
 	"$(awk -v a="$sbx_us" -v b="$ctr_us" 'BEGIN { printf "%.2f", a / b }')"
 # For the reader: containerd's default seccomp profile, which every sbx
-# sandbox runs under (DESIGN.md §2.5) and plain ctr run does not, is part
+# sandbox runs under (docs/network.md) and plain ctr run does not, is part
 # of the difference.
 printf '  ctr run --rm --seccomp        %7d us   (sbx is %sx this)\n' "$ctrsec_us" \
 	"$(awk -v a="$sbx_us" -v b="$ctrsec_us" 'BEGIN { printf "%.2f", a / b }')"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures the gateway's memory with many idle CONNECT tunnels against
-# DESIGN.md §10 (10 000 idle tunnels: RSS <= 200 MiB): starts sbx gateway
+# docs/performance.md (10 000 idle tunnels: RSS <= 200 MiB): starts sbx gateway
 # on loopback, and scripts/tunnelload opens N tunnels through it to an
 # upstream of its own on 127.0.0.2, then prints the gateway's RSS before
 # and with them open, and per tunnel. No traffic leaves loopback.

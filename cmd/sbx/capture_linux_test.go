@@ -207,7 +207,7 @@ rules:
 // with capture (the default), with the host's root filesystem (curl and
 // node, when the host has them) and with a busybox one (wget, nc and the
 // probe), and checks what each reached and what the log says
-// (DESIGN.md §11): names answered with fake addresses by the stub, never
+// (docs/capture.md): names answered with fake addresses by the stub, never
 // forwarded; HTTP, TLS and raw TCP by name through the transparent path,
 // with methods and path rules and the proxy's 403; mismatched SNI and Host
 // blocked; DNS to any address reaching the stub; UDP refused and logged as

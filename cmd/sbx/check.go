@@ -78,8 +78,8 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 			_, https := inspectedRequest(args[0], "", "", t)
 			inspected := (t.IsConnect() || https) && p.Inspects(t.Host, t.Port)
 			if inspected && t.IsConnect() {
-				// The gateway decrypts this host's tunnels (DESIGN.md
-				// §13): the tunnel opens unless no request could pass,
+				// The gateway decrypts this host's tunnels (docs/inspection.md)
+				// : the tunnel opens unless no request could pass,
 				// and an https:// URL's request is decided in it.
 				d = p.DecideTunnel(t)
 				if req, ok := inspectedRequest(args[0], o.method, o.path, t); ok && d.Action != netpolicy.Block {
@@ -154,7 +154,7 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 	fmt.Fprintf(&b, "  rule:   %s\n", d.Rule)
 	fmt.Fprintf(&b, "  reason: %s\n", d.Reason)
 	if r := d.Response; d.Action == netpolicy.Intercept && r != nil && r.LLM != "" {
-		fmt.Fprintf(&b, "  answer: the scripted LLM of %s (DESIGN.md §15)\n", r.LLM)
+		fmt.Fprintf(&b, "  answer: the scripted LLM of %s\n", r.LLM)
 	} else if d.Action == netpolicy.Intercept && r != nil {
 		status := r.Status
 		if status == 0 {
@@ -163,7 +163,7 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 		fmt.Fprintf(&b, "  answer: status %d, body of %s\n", status, plural(len(r.Body), "byte"))
 	}
 	if inspected {
-		fmt.Fprintf(&b, "  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n")
+		fmt.Fprintf(&b, "  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request\n")
 	}
 	// An unparseable target cannot be forwarded, audit mode or not.
 	if p.Mode() == netpolicy.Audit && d.Action == netpolicy.Block && d.Rule != netpolicy.RuleInvalid {

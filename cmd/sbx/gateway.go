@@ -35,7 +35,7 @@ request by the policy, refuses private and special addresses (the address
 guard), and logs every decision as JSON Lines.
 
 Point clients at it with HTTP_PROXY and HTTPS_PROXY. With --api it also
-serves the management API (DESIGN.md §6), where rules can be changed while
+serves the management API (docs/api.md), where rules can be changed while
 it runs; every request there needs the bearer token in --token-file.
 
 With --ca-cert FILE, hosts the policy inspects (rules with inspect,

@@ -25,7 +25,7 @@ var systemBundles = []string{
 }
 
 // caLifetime is how long a sandbox's inspection CA is valid: the most
-// DESIGN.md §13 allows. A sandbox that runs longer gets certificates its
+// docs/inspection.md allows. A sandbox that runs longer gets certificates its
 // clients refuse, which the close records say.
 const caLifetime = 7 * 24 * time.Hour
 
@@ -47,7 +47,7 @@ type trustTarget struct {
 }
 
 // newInspection makes a CA for one sandbox and what its command must be
-// given to trust it (DESIGN.md §13): the host's roots with the CA added
+// given to trust it (docs/inspection.md): the host's roots with the CA added
 // (never instead of them), bound over the system bundles the sandbox's
 // filesystem has, and, for Java, a truststore of the same. upstreamCA, if
 // set, is a PEM file of roots to trust upstream besides the host's.

@@ -24,7 +24,7 @@ rules:
 
 // TestPrivilegedInspectRuntimes runs each TLS client on the host in a
 // sandbox (the host's system directories) and has it fetch an inspected
-// HTTPS URL (DESIGN.md §13): each trusts the sandbox's CA without being
+// HTTPS URL (docs/inspection.md): each trusts the sandbox's CA without being
 // told (curl, git, Python and Go through SSL_CERT_FILE and their own
 // variables, Node through NODE_EXTRA_CA_CERTS, Java through the truststore
 // in JAVA_TOOL_OPTIONS), reaches the upstream, verified against the

@@ -15,7 +15,7 @@ import (
 
 const modulePath = "github.com/sbx-dev/sbx"
 
-// layers are the import rules of DESIGN.md §1: the packages of this module
+// layers are the import rules of docs/architecture.md: the packages of this module
 // each library package may depend on, directly or not. cmd/sbx may import
 // anything; it is the only place that wires packages together.
 var layers = []struct {

@@ -34,7 +34,7 @@ func newPolicyValidateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a policy file and report every problem with its line",
-		Long: `Validate reads a policy file (YAML or JSON, DESIGN.md §3) and checks it,
+		Long: `Validate reads a policy file (YAML or JSON, docs/policy.md) and checks it,
 and the LLM scripts its intercept rules answer with (response: {llm: SCRIPT},
 paths relative to the file).
 

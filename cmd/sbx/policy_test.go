@@ -130,7 +130,7 @@ func TestPolicyCheck(t *testing.T) {
 			name: "an HTTPS intercept: the host is inspected and its request answered",
 			args: []string{"--intercept", "example.com:443=" + reply, "https://example.com/"},
 			want: "intercept  GET https://example.com:443/\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n" +
-				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n",
+				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request\n",
 		},
 		{
 			name: "default allow",
@@ -166,7 +166,7 @@ func TestPolicyCheck(t *testing.T) {
 			name: "a path rule makes its host inspected: the CONNECT opens, each request in it is decided",
 			args: []string{"--policy", policy, "api.example.org:80"},
 			want: "allow  CONNECT api.example.org:80\n  rule:   api-read\n  reason: inspected: each request is decided\n" +
-				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request (DESIGN.md §13)\n",
+				"  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request\n",
 		},
 		{
 			name: "--method on a host makes a plain request to port 80",

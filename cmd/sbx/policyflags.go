@@ -21,7 +21,7 @@ const patternHelp = "a pattern is a host (example.com), *.example.com, an IP (20
 	"optionally with :PORT or :* (example.com:8080, [2001:db8::1]:443, *:443)"
 
 // policyFlags are the policy flags of sbx run, sbx gateway and sbx policy
-// check (DESIGN.md §7). The zero value stands for no flags: Build then gives
+// check (docs/cli.md). The zero value stands for no flags: Build then gives
 // the empty policy, which blocks everything.
 type policyFlags struct {
 	Policy       string   // --policy FILE
@@ -49,7 +49,7 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 
 // Build makes the policy the flags describe: the --policy file's rules
 // after the inspect-only rules of --inspect and the rules of --intercept,
-// --block and --allow (DESIGN.md §3, netpolicy.FlagPatterns), and
+// --block and --allow (docs/policy.md, netpolicy.FlagPatterns), and
 // --default, --audit and --allow-private in place of the file's settings.
 //
 // A bad flag value is a usage error (exit 2) that names the flag. An invalid

@@ -24,13 +24,13 @@ import (
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
-// Where sbx run keeps a sandbox's state and logs (DESIGN.md §7).
+// Where sbx run keeps a sandbox's state and logs (docs/cli.md).
 const (
 	logRoot  = "/var/lib/sbx/sandboxes"
 	hostRoot = "/var/lib/sbx/hostroot" // the skeleton root of --rootfs host
 )
 
-// exitSbxFailed is sbx run's exit code when sbx itself fails (DESIGN.md §7).
+// exitSbxFailed is sbx run's exit code when sbx itself fails (docs/cli.md).
 const exitSbxFailed = 125
 
 // runOptions are the flags of sbx run.
@@ -323,7 +323,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
 	}
 	// TLS inspection, for the hosts the policy inspects now or later: a
-	// CA for this sandbox, which its command trusts (DESIGN.md §13).
+	// CA for this sandbox, which its command trusts (docs/inspection.md).
 	insp, err := newInspection(trustTarget{host: hostLayout, dir: layout.Root}, o.upstreamCA)
 	if err != nil {
 		return 0, err
@@ -361,7 +361,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		if c.Capture == nil {
 			return gateway.Start(ctx, opts)
 		}
-		// Capture (DESIGN.md §11): the DNS stub, the transparent
+		// Capture (docs/capture.md): the DNS stub, the transparent
 		// listener, the refused packets' reports, and which process
 		// owned each socket.
 		opts.DNS, opts.Transparent = c.Capture.DNS.String(), c.Capture.Transparent

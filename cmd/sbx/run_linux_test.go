@@ -289,7 +289,7 @@ func TestRunErrors(t *testing.T) {
 
 // TestPrivilegedKillAndGC kills sbx run with SIGKILL while its sandbox
 // runs: the container, left running, has no network at all (its gateway
-// died with sbx run; DESIGN.md §2.3), and sbx gc removes the container,
+// died with sbx run; docs/network.md), and sbx gc removes the container,
 // network and state.
 func TestPrivilegedKillAndGC(t *testing.T) {
 	if os.Geteuid() != 0 {

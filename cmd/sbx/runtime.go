@@ -11,7 +11,7 @@ import (
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
-// Container runtimes sbx run takes (DESIGN.md §14).
+// Container runtimes sbx run takes (docs/runtimes.md).
 const (
 	runtimeContainerd = "containerd"
 	runtimeDocker     = "docker"

@@ -267,7 +267,7 @@ type selftestCase struct {
 	name    string
 	checks  []selftestCheck
 	allowed bool
-	// failFast: an attempt must fail at once (DESIGN.md §2.1), not wait
+	// failFast: an attempt must fail at once (docs/network.md), not wait
 	// until the probe gives up.
 	failFast bool
 	// skip, when set, is why the case cannot be tried on this machine.
@@ -496,7 +496,7 @@ func namespacesUsable(secret string) func(observation) bool {
 }
 
 // stubAnswered finds what is wrong with a DNS answer that must come from
-// the gateway's stub (DESIGN.md §11.1): none at all, or an address that
+// the gateway's stub (docs/capture.md): none at all, or an address that
 // is neither a fake one (198.18.0.0/15) nor secret (judged as reached
 // elsewhere).
 func stubAnswered(secret string) func(observation) string {
@@ -513,7 +513,7 @@ func stubAnswered(secret string) func(observation) string {
 	}
 }
 
-// fakeIPs are the addresses the DNS stub answers with (DESIGN.md §11.1).
+// fakeIPs are the addresses the DNS stub answers with (docs/capture.md).
 var fakeIPs = netip.MustParsePrefix("198.18.0.0/15")
 
 // resolvedToFake finds what is wrong with a connection by name whose

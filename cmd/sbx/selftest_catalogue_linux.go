@@ -15,7 +15,7 @@ import (
 const hostLayerSuffix = ", host layer only"
 
 // selftestCatalogue is the escape catalogue: every way out of a sandbox
-// that sbx knows of (DESIGN.md §2 and §11), each against a target that
+// that sbx knows of (docs/network.md and docs/capture.md), each against a target that
 // answers with out's secret, and the one allowed target. With hostLayer
 // (the probed sandbox's namespace rules flushed, nothing captured) it is
 // the cases that go through the network, each of which the host's rules

@@ -171,7 +171,7 @@ func runSelftest(cmd *cobra.Command, o selftestOptions) (failed int, retErr erro
 
 // selftestRound is one sandbox probed with the catalogue: as sbx run
 // makes it, or (hostLayer) with its namespace's own rules flushed, so
-// that only the host's rules for it stand (DESIGN.md §2.4: what a
+// that only the host's rules for it stand (docs/network.md: what a
 // process that rewrote them could do).
 type selftestRound struct {
 	o         selftestOptions

@@ -35,7 +35,7 @@ type TargetChange struct {
 }
 
 // Diff is what a new set of logs reaches that an old one did not
-// (DESIGN.md §12, sbx audit --diff).
+// (docs/audit.md, sbx audit --diff).
 type Diff struct {
 	Old    []string `json:"old"`
 	New    []string `json:"new"`

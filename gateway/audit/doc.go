@@ -1,5 +1,5 @@
 // Package audit answers, from decision logs, the questions of an audit or
-// a security review (DESIGN.md §12): what did the sandbox reach, is that
+// a security review (docs/audit.md): what did the sandbox reach, is that
 // what it should reach, and what does this version reach that the last one
 // did not.
 //

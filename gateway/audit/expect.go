@@ -121,7 +121,7 @@ func unknownDecision(what, name string) netpolicy.Decision {
 // DecideTunnel when the gateway inspects it, else anyRequestVerdict.
 func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Record) netpolicy.Decision {
 	// The gateway decrypts a tunnel to a host the policy inspects and
-	// decides each request in it (DESIGN.md §13), which are records of
+	// decides each request in it (docs/inspection.md), which are records of
 	// their own: every CONNECT, and a transparent connection that spoke
 	// TLS, which its record shows by the reason of its allow. Another
 	// transparent connection (SSH, say) is never inspected.
@@ -136,7 +136,7 @@ func tunnelVerdict(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Recor
 // anyRequestVerdict is the verdict on t as an uninspected tunnel, which
 // could carry any request: Verdict of t as a CONNECT, an intercept being a
 // block, since an intercept answers HTTP requests and the gateway cannot
-// read them inside a tunnel it does not inspect (DESIGN.md §4.4). It is
+// read them inside a tunnel it does not inspect (docs/gateway.md). It is
 // also the verdict on a request whose path the log cut: only a rule that
 // would allow any path to its host allows it. why, when not empty, is
 // added to the reason.

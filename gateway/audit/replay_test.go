@@ -65,7 +65,7 @@ rules:
 			want: netpolicy.Block, wantRule: "invalid", wantReason: "sni mismatch"},
 		{name: "an allowed tunnel's close", r: rec(1, "connect", "CONNECT", "a.example", 443, "", "allow", "default", closed(1, 1)),
 			notAttempt: true},
-		// An intercept makes its host inspected (DESIGN.md §13): the
+		// An intercept makes its host inspected (docs/inspection.md): the
 		// tunnel opens, and the requests in it are answered.
 		{name: "connect to an intercepted host", r: rec(1, "connect", "CONNECT", "i.example", 443, "", "allow", "r1"),
 			want: netpolicy.Allow, wantRule: "r1", wantReason: netpolicy.InspectedReason},

@@ -150,7 +150,7 @@ type Target struct {
 	// were not plain HTTP.
 	Tunnels uint64 `json:"tunnels"`
 	// InspectedTunnels counts the tunnels the gateway decrypted (TLS
-	// inspection, DESIGN.md §13); each request in them is an attempt of
+	// inspection, docs/inspection.md); each request in them is an attempt of
 	// kind https of its own, with its method and path.
 	InspectedTunnels uint64 `json:"inspected_tunnels,omitempty"`
 	Counts
@@ -244,7 +244,7 @@ type Overflow struct {
 
 func (o Overflow) any() bool { return o != Overflow{} }
 
-// Report is what sbx audit says of a set of decision logs (DESIGN.md §12).
+// Report is what sbx audit says of a set of decision logs (docs/audit.md).
 type Report struct {
 	V int `json:"v"`
 	// Logs are the names of the logs read.

@@ -1,5 +1,5 @@
 // Package decisionlog is sbx's decision log as a versioned stream
-// (DESIGN.md §5): the Record type and its field names, the encoder
+// (docs/decision-log.md): the Record type and its field names, the encoder
 // (Record.AppendJSON, which the gateway's Log writes through) and the one
 // decoder (Decoder, Reader), so that no package reads or writes the log
 // by hand.

@@ -7,10 +7,10 @@ import (
 )
 
 // SchemaVersion is the version of the decision log format, written as the
-// "v" field of every record (DESIGN.md §5).
+// "v" field of every record (docs/decision-log.md).
 const SchemaVersion = 1
 
-// Field names of the decision log (DESIGN.md §5). They are a contract that
+// Field names of the decision log (docs/decision-log.md). They are a contract that
 // scripts and other tools rely on; AppendJSON writes exactly these.
 const (
 	FieldV             = "v"
@@ -46,7 +46,7 @@ const (
 )
 
 // ReasonMockLLM starts the reason of every record of a request a scripted
-// LLM answered (an intercept; DESIGN.md §15), whichever rule mocked it.
+// LLM answered (an intercept; docs/mock-llm.md), whichever rule mocked it.
 const ReasonMockLLM = "mock LLM: "
 
 // Values of the "event" field.
@@ -63,7 +63,7 @@ const (
 	KindConnect = "connect" // a CONNECT tunnel
 	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
 	// KindHTTPS is a request inside a tunnel the gateway inspects
-	// (DESIGN.md §13): TLS terminated with the sandbox's CA, each request
+	// (docs/inspection.md): TLS terminated with the sandbox's CA, each request
 	// decided with its method and path.
 	KindHTTPS = "https"
 	// KindConn is a client connection the gateway refused before reading
@@ -186,7 +186,7 @@ type Record struct {
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
 // and returns the extended buffer. It allocates nothing when b has room.
 //
-// The fields follow DESIGN.md §5 and depend on r.Event:
+// The fields follow docs/decision-log.md and depend on r.Event:
 //   - EventPolicy: v, seq, event, time, policy_version, change.
 //   - EventDropped: v, seq, event, time, since, count, reason.
 //   - EventClose: the decision fields and, before error, upstream,

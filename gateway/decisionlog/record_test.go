@@ -94,7 +94,7 @@ func TestRecordAppendJSON(t *testing.T) {
 	}
 }
 
-// dlWantKeys returns the keys, in order, that DESIGN.md §5 gives a record
+// dlWantKeys returns the keys, in order, that docs/decision-log.md gives a record
 // of event.
 func dlWantKeys(event string, hasError bool) []string {
 	switch event {

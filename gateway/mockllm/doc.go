@@ -1,4 +1,4 @@
-// Package mockllm is a scripted LLM API for testing agents (DESIGN.md §15):
+// Package mockllm is a scripted LLM API for testing agents (docs/mock-llm.md):
 // a Responder answers the Anthropic Messages, OpenAI Chat Completions and
 // OpenAI Responses APIs from a Script of turns, in each API's own JSON and
 // event-stream shapes, and a Recorder turns real exchanges into a script

@@ -1,5 +1,5 @@
 // Command auditlog writes a synthetic decision log of a given size for
-// scripts/bench-audit.sh (DESIGN.md §16: sbx audit over a 1 GB log in at
+// scripts/bench-audit.sh (docs/performance.md: sbx audit over a 1 GB log in at
 // most 10 s and 200 MiB).
 //
 // The records are what a busy sandbox writes: mostly allowed requests and

@@ -1,5 +1,5 @@
 // Command tunnelload measures the gateway's memory with many idle CONNECT
-// tunnels open (DESIGN.md §10: 10 000 idle tunnels, RSS at most 200 MiB).
+// tunnels open (docs/performance.md: 10 000 idle tunnels, RSS at most 200 MiB).
 // scripts/bench-tunnels.sh runs it against an `sbx gateway` it starts.
 //
 // It serves an upstream on 127.0.0.2 that accepts and holds connections,

@@ -1,6 +1,6 @@
 // Command netprobe is built by the sandbox package's privileged tests,
 // statically, and run as a sandbox's command to try, from inside, what
-// DESIGN.md §2 forbids: every destination but the gateway's port, UDP,
+// docs/network.md forbids: every destination but the gateway's port, UDP,
 // ICMP, raw sockets and IPv6. It prints one JSON object: each attempt
 // with how long it took to fail, and its own credentials and security
 // state from /proc/self/status. None of it is part of sbx.
