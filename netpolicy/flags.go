@@ -1,6 +1,9 @@
 package netpolicy
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // InterceptFlag is an --intercept flag: a pattern and the response to give.
 type InterceptFlag struct {
@@ -31,7 +34,10 @@ func (f FlagPatterns) Rules() ([]Rule, error) {
 	var errs ErrorList
 	add := func(flag, pattern string, r Rule) {
 		host, ports, err := ParseFlagPattern(pattern)
-		if err != nil {
+		if u := (*URLError)(nil); errors.As(err, &u) && u.Host != "" {
+			errs = append(errs, &ParseError{Msg: fmt.Sprintf("--%s %s is a URL, not a pattern; write --%s %s", flag, pattern, flag, u.Pattern()), Err: ErrInvalidRule})
+			return
+		} else if err != nil {
 			errs = append(errs, &ParseError{Msg: fmt.Sprintf("--%s %s: %v", flag, pattern, err), Err: ErrInvalidRule})
 			return
 		}

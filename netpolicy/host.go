@@ -133,6 +133,9 @@ func normalizeHost(host string) (string, error) {
 	if strings.ContainsRune(host, ':') {
 		ip, err := netip.ParseAddr(host)
 		if err != nil || !ip.Is6() {
+			if u, ok := asURL(host); ok && u.Host != "" {
+				return "", errHost("a URL, not a host; the host is " + u.Host)
+			}
 			return "", errHost("':' is only allowed in an IPv6 literal")
 		}
 		return ip.Unmap().String(), nil

@@ -45,6 +45,12 @@ func (p pattern) String() string {
 // parsePattern parses a rule's host pattern. Errors are sentences fit to
 // follow "host %q: ".
 func parsePattern(s string) (pattern, error) {
+	if u, ok := asURL(s); ok {
+		if u.Host == "" {
+			return pattern{}, errHost("a URL with no host; write the host alone, e.g. host: example.com")
+		}
+		return pattern{}, errHost("a URL, not a host; write " + u.RuleFix())
+	}
 	switch {
 	case s == "":
 		return pattern{}, errHost("empty host; write a name (example.com), *.example.com, *, an IP or a CIDR")
@@ -96,10 +102,15 @@ func parsePattern(s string) (pattern, error) {
 // ParseFlagPattern parses a host pattern in the command-line form of
 // docs/policy.md: host, host:port, host:*, *.domain, an IP, [IPv6]:port or a
 // CIDR. It returns the host part and the port list, nil when the flag
-// names no port. The host part is checked when the rule is compiled.
+// names no port. The host part is checked when the rule is compiled. A
+// pattern written as a URL is a *URLError, which names the pattern to
+// write instead.
 func ParseFlagPattern(s string) (host string, ports []Port, err error) {
 	if s == "" {
 		return "", nil, errorf(ErrInvalidRule, "empty pattern; write e.g. example.com, example.com:8080, *.example.com or 10.0.0.0/8")
+	}
+	if u, ok := asURL(s); ok {
+		return "", nil, u
 	}
 	var portStr string
 	switch {
@@ -142,4 +153,97 @@ func ParseFlagPattern(s string) (host string, ports []Port, err error) {
 		return "", nil, errorf(ErrInvalidRule, "pattern %q: %s", s, err)
 	}
 	return host, []Port{p}, nil
+}
+
+// URLError is the error for a host or pattern written as a URL
+// ("https://github.com/"), where a host is wanted. It names the host to
+// write instead, and wraps ErrInvalidRule.
+type URLError struct {
+	URL string // as written
+	// Host is the URL's host as written there, brackets removed from an
+	// IPv6 address; empty when the URL has none.
+	Host string
+	// Port is the URL's port when it differs from its scheme's default
+	// (80 for http and ws, 443 for https and wss; a rule's default ports
+	// are both), else AnyPort: a rule needs it only then.
+	Port Port
+}
+
+func (e *URLError) Error() string {
+	if e.Host == "" {
+		return fmt.Sprintf("%q is a URL with no host; write the host alone, e.g. example.com", e.URL)
+	}
+	return fmt.Sprintf("%q is a URL, not a host; write the host alone: %s", e.URL, e.Pattern())
+}
+
+func (e *URLError) Unwrap() error { return ErrInvalidRule }
+
+// Pattern is the host pattern the URL stands for, in the flag form of
+// ParseFlagPattern: github.com, github.com:8443, [2001:db8::1]:8443.
+func (e *URLError) Pattern() string {
+	host := e.Host
+	if strings.Contains(host, ":") {
+		if e.Port == AnyPort {
+			return host
+		}
+		host = "[" + host + "]"
+	}
+	if e.Port != AnyPort {
+		return host + ":" + e.Port.String()
+	}
+	return host
+}
+
+// RuleFix is what a policy file writes for the URL's host:
+// "host: github.com", and "ports: [8443]" when the URL has a port that
+// is not its scheme's default.
+func (e *URLError) RuleFix() string {
+	if e.Port == AnyPort {
+		return "host: " + e.Host
+	}
+	return fmt.Sprintf("host: %s with ports: [%d]", e.Host, e.Port)
+}
+
+// schemePorts are the default ports of the schemes a policy's ports
+// cover without saying.
+var schemePorts = map[string]Port{"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+// asURL reports whether s is written as a URL, scheme://authority..., and
+// if so returns the URLError that names its host. The scheme is RFC 3986's:
+// a letter, then letters, digits, '+', '-' or '.'.
+func asURL(s string) (*URLError, bool) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || scheme == "" {
+		return nil, false
+	}
+	for i := 0; i < len(scheme); i++ {
+		c := scheme[i] | 0x20
+		if !('a' <= c && c <= 'z' || i > 0 && ('0' <= scheme[i] && scheme[i] <= '9' || strings.IndexByte("+-.", scheme[i]) >= 0)) {
+			return nil, false
+		}
+	}
+	e := &URLError{URL: s}
+	authority := rest
+	if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+		authority = authority[:i]
+	}
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = authority[i+1:] // never the userinfo
+	}
+	host, port := authority, ""
+	if strings.HasPrefix(authority, "[") {
+		if end := strings.IndexByte(authority, ']'); end > 0 {
+			host, port = authority[1:end], strings.TrimPrefix(authority[end+1:], ":")
+		}
+	} else if i := strings.LastIndexByte(authority, ':'); i >= 0 {
+		host, port = authority[:i], authority[i+1:]
+	}
+	e.Host = strings.ToLower(host)
+	if h, err := normalizeHost(host); err == nil {
+		e.Host = h
+	}
+	if p, err := ParsePort(port); err == nil && p != schemePorts[strings.ToLower(scheme)] {
+		e.Port = p
+	}
+	return e, true
 }
