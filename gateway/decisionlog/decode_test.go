@@ -43,6 +43,7 @@ type stdRecord struct {
 	PID           int32     `json:"pid"`
 	Comm          string    `json:"comm"`
 	Exe           string    `json:"exe"`
+	Addrs         string    `json:"addrs"`
 }
 
 func (s stdRecord) record() Record {
@@ -50,7 +51,7 @@ func (s stdRecord) record() Record {
 		Client: s.Client, Kind: s.Kind, Method: s.Method, Host: s.Host, Port: int(s.Port), Path: s.Path,
 		Action: s.Action, Enforced: s.Enforced, Rule: s.Rule, Reason: s.Reason, PolicyVersion: s.PolicyVersion,
 		Status: int(s.Status), Upstream: s.Upstream, BytesOut: s.BytesOut, BytesIn: s.BytesIn, Error: s.Error,
-		Change: s.Change, Count: s.Count, Since: s.Since, Proto: s.Proto, PID: int(s.PID), Comm: s.Comm, Exe: s.Exe}
+		Change: s.Change, Count: s.Count, Since: s.Since, Proto: s.Proto, PID: int(s.PID), Comm: s.Comm, Exe: s.Exe, Addrs: s.Addrs}
 }
 
 // decodeRecords are records of every event, kind and field, as the
@@ -72,6 +73,9 @@ func decodeRecords() []Record {
 			Action: "block", Rule: "guard", Proto: "udp", Count: 99650},
 		{V: 1, Seq: 6, ID: "c3", Event: EventDecision, Time: t, Kind: KindDNS, Method: "A", Host: "x.example", Port: 53,
 			Action: "block", Rule: "default", Status: 3},
+		{V: 1, Seq: 7, ID: "c4", Event: EventDecision, Time: t, Kind: KindConnect, Method: "CONNECT", Host: "registry.npmjs.org",
+			Port: 443, Action: "block", Enforced: true, Rule: "guard", Reason: ReasonGuard + "192.0.2.1 is documentation (TEST-NET-1)",
+			Status: 403, Addrs: "192.0.2.1,192.0.2.2"},
 	}
 }
 

@@ -43,11 +43,28 @@ const (
 	FieldPID           = "pid"
 	FieldComm          = "comm"
 	FieldExe           = "exe"
+	FieldAddrs         = "addrs"
 )
 
 // ReasonMockLLM starts the reason of every record of a request a scripted
 // LLM answered (an intercept; docs/mock-llm.md), whichever rule mocked it.
 const ReasonMockLLM = "mock LLM: "
+
+// ReasonGuard starts the reason of every decision the address guard
+// refused because of where the target's host resolved to (or of an IP
+// target): "address guard: <ip> is <class>" (docs/gateway.md). Other
+// refusals by rule guard (packets around the gateway, a client over its
+// tunnel limit) have other reasons.
+const ReasonGuard = "address guard: "
+
+// ErrorCARejected starts the error of the close record of an inspected
+// tunnel whose client refused the sandbox's CA in the TLS handshake
+// (docs/inspection.md): it does not trust the CA, or it pins its server's
+// certificate.
+const ErrorCARejected = "client rejected the sbx CA"
+
+// MaxAddrs is the most addresses a record's Addrs lists.
+const MaxAddrs = 16
 
 // Values of the "event" field.
 const (
@@ -181,6 +198,17 @@ type Record struct {
 	PID  int
 	Comm string
 	Exe  string
+
+	// Addrs is set in a decision by rule RuleGuard whose reason starts
+	// with ReasonGuard: the addresses the address guard refused that a
+	// policy can exempt (allow_private, or an IP or CIDR allow rule), IP
+	// addresses separated by commas, at most MaxAddrs, in the resolver's
+	// order. The gateway refuses a name when it refuses every address the
+	// name resolved to, so a policy that exempts one of these lets such a
+	// request through. It is empty when the guard refused only addresses
+	// no policy reaches (the gateway's own, the sandbox pool's, this
+	// host's), and left out then and in every other record.
+	Addrs string
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -194,8 +222,8 @@ type Record struct {
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
 //     client, kind, method, host, port, path, action, enforced, rule,
 //     reason, policy_version, status; for KindBypass proto and count; pid,
-//     comm and exe (exe only when known) when r.PID is not 0; and error
-//     when r.Error is not empty.
+//     comm and exe (exe only when known) when r.PID is not 0; addrs when
+//     r.Addrs is not empty; and error when r.Error is not empty.
 //
 // Strings are escaped as encoding/json escapes them with HTML escaping off:
 // quotes, backslashes, control characters, U+2028 and U+2029 are escaped and
@@ -291,6 +319,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, r.BytesIn, 10)
 		b = appendLogKey(b, FieldDurationMS)
 		b = appendMillis(b, r.Duration)
+	}
+	if r.Addrs != "" {
+		b = appendLogKey(b, FieldAddrs)
+		b = appendJSONString(b, r.Addrs)
 	}
 	if r.Error != "" {
 		b = appendLogKey(b, FieldError)

@@ -25,6 +25,9 @@ func TestRecordAppendJSON(t *testing.T) {
 	}
 	withError := decision
 	withError.Error = "dial tcp: refused"
+	guarded := decision
+	guarded.Rule, guarded.Reason = "guard", ReasonGuard+"192.0.2.1 is documentation (TEST-NET-1)"
+	guarded.Addrs, guarded.Error = "192.0.2.1,2001:db8::1", "x"
 	closeRec := decision
 	closeRec.Event, closeRec.Action, closeRec.Rule, closeRec.Status = EventClose, "allow", "r1", 200
 	closeRec.Upstream, closeRec.BytesOut, closeRec.BytesIn = "93.184.216.34:80", 120, 4567
@@ -49,6 +52,15 @@ func TestRecordAppendJSON(t *testing.T) {
 				`"sandbox":"a1b2","client":"10.213.0.2:40000","kind":"http","method":"GET","host":"example.com",` +
 				`"port":80,"path":"/x","action":"block","enforced":true,"rule":"default",` +
 				`"reason":"no rule matches example.com:80","policy_version":3,"status":403,"error":"dial tcp: refused"}`,
+		},
+		{
+			name: "guard with addrs",
+			rec:  guarded,
+			want: `{"v":1,"seq":7,"id":"k3","event":"decision","time":"2025-03-04T04:06:07.890123Z",` +
+				`"sandbox":"a1b2","client":"10.213.0.2:40000","kind":"http","method":"GET","host":"example.com",` +
+				`"port":80,"path":"/x","action":"block","enforced":true,"rule":"guard",` +
+				`"reason":"address guard: 192.0.2.1 is documentation (TEST-NET-1)","policy_version":3,"status":403,` +
+				`"addrs":"192.0.2.1,2001:db8::1","error":"x"}`,
 		},
 		{
 			name: "close",
