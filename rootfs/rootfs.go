@@ -65,6 +65,16 @@ type HostOptions struct {
 	TmpSize int64
 }
 
+// freshModes are the modes of the host layout's fresh directories, by
+// path below the root: /tmp for everyone (sticky: each removes only its
+// own), Home for its owner only, /run writable by its owner. Their owner
+// is the tmpfs's uid= and gid= option (the command's user; root for /tmp).
+var freshModes = map[string]os.FileMode{
+	"tmp":    0o777 | os.ModeSticky,
+	"run":    0o755,
+	Home[1:]: 0o700,
+}
+
 // Mount options shared by the layouts. The r-prefixed ones apply to every
 // mount below the bind as well (runc ≥ 1.1 sets them with mount_setattr):
 // a plain "ro" bind leaves the host's submounts writable. rprivate keeps
@@ -137,6 +147,15 @@ func Host(base, cwd string, o HostOptions) (Layout, error) {
 	for _, dir := range []string{"proc", "dev", "sys", "tmp", "run", Home[1:], cwd[1:]} {
 		if err := os.MkdirAll(filepath.Join(base, dir), 0o755); err != nil {
 			return Layout{}, err
+		}
+	}
+	// The fresh directories' modes are their mount points' modes: runc
+	// gives a tmpfs the mode of the directory it is mounted on, whatever
+	// its mode= option says. A mount point made 0755 (MkdirAll, umask)
+	// left /tmp unwritable to anyone but root.
+	for dir, mode := range freshModes {
+		if err := os.Chmod(filepath.Join(base, dir), mode); err != nil {
+			return Layout{}, fmt.Errorf("setting the mode of the mount point %s in %s: %w", dir, base, err)
 		}
 	}
 	size := o.TmpSize

@@ -90,3 +90,27 @@ func TestDirLayout(t *testing.T) {
 		t.Errorf("Dir of a missing directory succeeded")
 	}
 }
+
+// TestHostLayoutMountPointModes: the fresh directories' mount points have
+// the modes their tmpfs must have (runc gives a tmpfs its mount point's
+// mode), also in a skeleton an earlier sbx made with 0755 everywhere.
+func TestHostLayoutMountPointModes(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{"tmp", "run", Home[1:]} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Host(base, t.TempDir(), HostOptions{UID: 1000, GID: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]os.FileMode{"/tmp": 0o777 | os.ModeSticky, "/run": 0o755, Home: 0o700} {
+		fi, err := os.Stat(filepath.Join(base, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode() &^ os.ModeDir; got != want {
+			t.Errorf("mount point %s: mode %v, want %v", dir, got, want)
+		}
+	}
+}
