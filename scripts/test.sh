@@ -21,8 +21,9 @@ need_go
 # privileged tests (throwaway namespaces); containerd, runc and
 # busybox-static for its container tests; docker.io for the same tests
 # with --runtime docker (their images are loaded through Docker's API:
-# no registry is needed).
-need_packages gcc iproute2 iptables containerd runc tini busybox-static docker.io chromium
+# no registry is needed); git and python3 for the first-session test, which
+# runs them (and the machine's Node.js and npm) as a user would.
+need_packages gcc iproute2 iptables containerd runc tini busybox-static docker.io chromium git python3
 need_containerd
 need_docker
 
