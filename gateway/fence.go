@@ -236,30 +236,74 @@ func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body st
 }
 
 // logRefusal counts a refused connection or packet from client (whose
-// address is remote, ip:port) in the metrics and logs it, with kind
-// decisionlog.KindConn, when lim lets it; reason builds the record's reason only then.
+// address is remote, ip:port) in the metrics and in the log, with kind
+// decisionlog.KindConn: in a record of its own when lim lets it, which
+// also counts the refusals folded since the previous record; else folded,
+// and written within refusalEvery by flushRefusals, or by Close. So every
+// refusal is counted in the log, in a bounded number of records. reason
+// builds a record's reason only when it is written.
 func (s *Server) logRefusal(lim *refusalLimiter, client netip.Addr, remote string, status int, reason func(client netip.Addr) string) {
-	// Counted after it is logged, so that a count seen means the record
-	// is out.
+	// Counted after it is logged (or folded), so that a count seen means
+	// the refusal is in a record or will be.
 	defer s.metrics.request(decisionlog.KindConn, netpolicy.Block)
-	ok, folded := lim.allow(time.Now())
+	now := time.Now()
+	r := refusal{client: client, remote: remote, status: status, reason: reason}
+	lim.mu.Lock()
+	ok, folded := lim.allowLocked(now)
 	if !ok {
+		if folded == 1 {
+			lim.since = now
+		}
+		lim.latest = r
+		if lim.timer == nil {
+			lim.timer = time.AfterFunc(refusalEvery, func() { s.flushRefusals(lim, false) })
+		}
+		lim.mu.Unlock()
 		return
 	}
-	text := reason(client)
-	if folded > 0 {
-		text += fmt.Sprintf(" (%d more refused for the same reason since the last record)", folded)
+	since := lim.since
+	lim.mu.Unlock()
+	s.emitRefusal(r, uint64(folded)+1, since)
+}
+
+// flushRefusals writes the refusals lim has folded, if any, in one record
+// that names the latest of them. final is Close's: from then on lim lets
+// every refusal through (a connection accepted just before Close), since
+// the timer that would write a folded one is no longer armed.
+func (s *Server) flushRefusals(lim *refusalLimiter, final bool) {
+	lim.mu.Lock()
+	if lim.timer != nil {
+		lim.timer.Stop()
+		lim.timer = nil
+	}
+	lim.closed = lim.closed || final
+	n, r, since := lim.folded, lim.latest, lim.since
+	lim.folded, lim.latest = 0, refusal{}
+	lim.mu.Unlock()
+	if n > 0 {
+		s.emitRefusal(r, uint64(n), since)
+	}
+}
+
+// emitRefusal writes the record of n refusals for the same cause, r the
+// latest of them and since when the first was made when n > 1.
+func (s *Server) emitRefusal(r refusal, n uint64, since time.Time) {
+	text := r.reason(r.client)
+	if n > 1 {
+		text += fmt.Sprintf(" (this record counts %d refusals for the same reason since %s, the last of them this one)",
+			n, since.UTC().Format(time.RFC3339Nano))
 	}
 	s.emit(&decisionlog.Record{
 		ID:       strconv.FormatUint(s.connID.Add(1), 36),
 		Event:    decisionlog.EventDecision,
-		Client:   remote,
+		Client:   r.remote,
 		Kind:     decisionlog.KindConn,
 		Action:   string(netpolicy.Block),
 		Enforced: true,
 		Rule:     netpolicy.RuleGuard,
 		Reason:   text,
-		Status:   status,
+		Status:   r.status,
+		Count:    n,
 	})
 }
 
@@ -270,31 +314,56 @@ func notClientReason(ip netip.Addr) string {
 }
 
 // Refusals of whole connections are logged at most refusalBurst at once
-// and then one per refusalEvery, for each cause.
+// and then one per refusalEvery, for each cause; the refusals in between
+// are folded into the next record, or into one written refusalEvery after
+// the first of them. A flood therefore writes at most two records a
+// second for each cause, and they count every refusal.
 const (
 	refusalBurst = 10
 	refusalEvery = time.Second
 )
 
+// refusal is one refused connection or packet: its client, the client's
+// address (ip:port), the status it was answered with (0 for a reset) and
+// what builds the record's reason.
+type refusal struct {
+	client netip.Addr
+	remote string
+	status int
+	reason func(client netip.Addr) string
+}
+
 // refusalLimiter bounds the records of one cause of refused connections
 // (a client outside Clients, the connections cap): a token bucket of
 // refusalBurst tokens, one added per refusalEvery. It keeps no state per
 // client, so no number of client addresses can grow it, and it counts
-// what it suppresses so that the next record says how many were folded.
-// The zero value is ready (full); it is safe for concurrent use.
+// what it folds, with the first one's time and the latest refusal, so
+// that the next record counts them. The zero value is ready (full); it is
+// safe for concurrent use.
 type refusalLimiter struct {
 	mu      sync.Mutex
 	started bool
 	tokens  int
-	last    time.Time // when tokens were last added
-	folded  int       // refusals not logged since the last record
+	last    time.Time   // when tokens were last added
+	folded  int         // refusals not logged since the last record
+	since   time.Time   // when the first of them was made
+	latest  refusal     // the latest of them
+	timer   *time.Timer // armed while some are folded: flushRefusals
+	closed  bool        // Close flushed it: nothing is folded any more
 }
 
 // allow reports whether a refusal at now may be logged and, when it may,
-// how many were suppressed since the previous record.
+// how many were folded since the previous record; when it may not, it
+// folds it.
 func (l *refusalLimiter) allow(now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.allowLocked(now)
+}
+
+// allowLocked is allow with l.mu held. When it says no, folded is the
+// number of refusals folded, this one included.
+func (l *refusalLimiter) allowLocked(now time.Time) (ok bool, folded int) {
 	if !l.started {
 		l.started, l.tokens, l.last = true, refusalBurst, now
 	}
@@ -305,13 +374,16 @@ func (l *refusalLimiter) allow(now time.Time) (bool, int) {
 	if l.tokens == refusalBurst {
 		l.last = now // a full bucket does not save up
 	}
-	if l.tokens == 0 {
+	switch {
+	case l.closed:
+	case l.tokens == 0:
 		l.folded++
-		return false, 0
+		return false, l.folded
+	default:
+		l.tokens--
 	}
-	l.tokens--
-	folded := l.folded
-	l.folded = 0
+	folded = l.folded
+	l.folded, l.latest = 0, refusal{}
 	return true, folded
 }
 

@@ -444,7 +444,8 @@ func (s *Server) untrackUpstream(c net.Conn) {
 
 // Close stops every listener and DNS socket, closes every client
 // connection and tunnel, waits for their goroutines (whose close records
-// reach the log) and closes idle upstream connections. It does not close
+// reach the log), closes idle upstream connections and writes the bypass
+// and refused-connection records still folded. It does not close
 // the Log; its owner does, after Close.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -464,6 +465,8 @@ func (s *Server) Close() error {
 	s.pool.closeAll()
 	s.inspect.closeIdle()
 	s.flushBypass(true)
+	s.flushRefusals(&s.notClients, true)
+	s.flushRefusals(&s.overCap, true)
 	return nil
 }
 

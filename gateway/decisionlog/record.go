@@ -86,8 +86,9 @@ const (
 	// KindConn is a client connection the gateway refused before reading
 	// a request from it: a client outside the gateway's allowed clients,
 	// or one over its per-client connection limit. Such a record has no
-	// method, host, port or path. These records are rate-bounded: their
-	// count is in the reason.
+	// method, host, port or path. These records are rate-bounded: one
+	// stands for count refusals of the same cause (the last of them its
+	// client's), and the counts of a log add up to every refusal.
 	KindConn = "conn"
 	// KindTransparent is a TCP connection the sandbox made without the
 	// proxy, which its rules redirected to the gateway (see
@@ -179,8 +180,9 @@ type Record struct {
 	// "rule gh added" (policy records only).
 	Change string
 	// Count is how many records a FileSink left out since its previous
-	// dropped record (dropped records), or how many packets a bypass
-	// record stands for (KindBypass).
+	// dropped record (dropped records), how many packets a bypass
+	// record stands for (KindBypass), or how many refused connections
+	// or packets a conn record stands for (KindConn).
 	Count uint64
 	// Since is when the first of those Count records was left out
 	// (dropped records only).
@@ -221,9 +223,10 @@ type Record struct {
 //     bytes_out, bytes_in and duration_ms.
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
 //     client, kind, method, host, port, path, action, enforced, rule,
-//     reason, policy_version, status; for KindBypass proto and count; pid,
-//     comm and exe (exe only when known) when r.PID is not 0; addrs when
-//     r.Addrs is not empty; and error when r.Error is not empty.
+//     reason, policy_version, status; for KindBypass proto and count; for
+//     KindConn count; pid, comm and exe (exe only when known) when r.PID
+//     is not 0; addrs when r.Addrs is not empty; and error when r.Error is
+//     not empty.
 //
 // Strings are escaped as encoding/json escapes them with HTML escaping off:
 // quotes, backslashes, control characters, U+2028 and U+2029 are escaped and
@@ -297,6 +300,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if r.Kind == KindBypass {
 		b = appendLogKey(b, FieldProto)
 		b = appendJSONString(b, r.Proto)
+		b = appendLogKey(b, FieldCount)
+		b = strconv.AppendUint(b, r.Count, 10)
+	}
+	if r.Kind == KindConn {
 		b = appendLogKey(b, FieldCount)
 		b = strconv.AppendUint(b, r.Count, 10)
 	}
