@@ -53,7 +53,7 @@ func (f *targetFlags) client(ctx context.Context) (*apiClient, error) {
 	var addr, tokenFile string
 	switch {
 	case f.sandbox != "" && f.api != "":
-		return nil, errors.New("give --sandbox ID or --api ADDR, not both")
+		return nil, &exitError{code: exitUsage, err: errors.New("give --sandbox ID or --api ADDR, not both")}
 	case f.sandbox != "":
 		st, err := sandbox.Find(f.stateDir, f.sandbox)
 		if errors.Is(err, fs.ErrPermission) {
@@ -78,11 +78,11 @@ func (f *targetFlags) client(ctx context.Context) (*apiClient, error) {
 		addr, tokenFile = "unix:"+filepath.Join(dir, "api.sock"), filepath.Join(dir, "token")
 	case f.api != "":
 		if f.tokenFile == "" {
-			return nil, errors.New("--api needs --token-file FILE, the file the gateway keeps its token in")
+			return nil, &exitError{code: exitUsage, err: errors.New("--api needs --token-file FILE, the file the gateway keeps its token in")}
 		}
 		addr, tokenFile = f.api, f.tokenFile
 	default:
-		return nil, errors.New("say which sandbox: --sandbox ID (sbx ps lists them), or --api ADDR --token-file FILE for a gateway")
+		return nil, &exitError{code: exitUsage, err: errors.New("say which sandbox: --sandbox ID (sbx ps lists them), or --api ADDR --token-file FILE for a gateway")}
 	}
 	tok, err := os.ReadFile(tokenFile)
 	if err != nil {

@@ -36,8 +36,15 @@ address, while for a name it applies to the addresses the name resolves to.
 
 TARGET is a URL or host[:port]:
   http://HOST[:PORT]/PATH   plain HTTP request, port 80 by default, method GET
-  https://HOST[:PORT]/...   CONNECT tunnel, port 443 by default (the gateway
-                            sees neither method nor path inside TLS)
+  https://HOST[:PORT]/PATH  HTTPS, port 443 by default: a CONNECT tunnel.
+                            Without TLS inspection the gateway sees only
+                            its host and port and decides by them. When
+                            the policy inspects HOST (--inspect, a rule
+                            with inspect: true, methods, path or an
+                            intercept), the gateway decrypts the tunnel
+                            and decides each HTTPS request in it by its
+                            method and path too: the verdict is the
+                            request's (--method, GET by default, and PATH)
   ws://, wss://             as http://, https://
   HOST:PORT, [IPv6]:PORT    CONNECT tunnel to PORT
   HOST                      CONNECT tunnel to port 443

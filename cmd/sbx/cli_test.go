@@ -150,3 +150,149 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestBadInvocations runs every command with a bad flag value, a missing
+// or extra argument, or flags that do not go together: each is a usage
+// error, exit 2, whose message names the flag and the fix. None gets as
+// far as needing root or making anything.
+func TestBadInvocations(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string // stderr holds it
+	}{
+		// sbx run: bad flag values exit 2, not sbx's own 125.
+		{[]string{"run", "--allow", "https://github.com/", "--", "true"}, "--allow https://github.com/ is a URL, not a pattern; write --allow github.com"},
+		{[]string{"run", "--block", "a..test", "--", "true"}, "--block a..test"},
+		{[]string{"run", "--intercept", "a.test", "--", "true"}, `--intercept "a.test": want PATTERN=FILE`},
+		{[]string{"run", "--default", "maybe", "--", "true"}, `--default "maybe": want allow or block`},
+		{[]string{"run", "--allow-private", "10.0.0.1", "--", "true"}, "write --allow-private 10.0.0.1/32"},
+		{[]string{"run", "--mock-llm", "api.anthropic.com", "--", "true"}, `--mock-llm "api.anthropic.com": want HOST=SCRIPT`},
+		{[]string{"run", "--record-llm", "api.openai.com", "--", "true"}, `--record-llm "api.openai.com": want HOST=SCRIPT`},
+		{[]string{"run", "--record-llm", "a.test=" + filepath.Join(dir, "no", "x.yaml"), "--", "true"}, "does not exist; create it"},
+		{[]string{"run", "--name", "-x", "--", "true"}, `--name "-x": use 1 to 64 letters`},
+		{[]string{"run", "--runtime", "podman", "--", "true"}, `--runtime "podman": want containerd or docker`},
+		{[]string{"run", "--runtime", "docker", "--", "true"}, "give --image REF"},
+		{[]string{"run", "--image", "alpine", "--rootfs", dir, "--", "true"}, "--image and --rootfs both say what / is"},
+		{[]string{"run", "--pull", "sometimes", "--", "true"}, `--pull "sometimes": want never, missing or always`},
+		{[]string{"run", "--memory", "lots", "--", "true"}, `--memory "lots"`},
+		{[]string{"run", "--cpus", "-1", "--", "true"}, "--cpus -1: want a number of CPUs"},
+		{[]string{"run", "--pids-limit", "-1", "--", "true"}, "--pids-limit -1"},
+		{[]string{"run", "--tmp-size", "0", "--", "true"}, `--tmp-size "0"`},
+		{[]string{"run", "--cap-add", "NET_ADMIN", "--", "true"}, "--cap-add NET_ADMIN: sbx gives back only"},
+		{[]string{"run", "--log-rate", "-1", "--", "true"}, "--log-rate -1"},
+		{[]string{"run", "--log-max-size", "big", "--", "true"}, `--log-max-size "big"`},
+		{[]string{"run", "--user", "alice", "--", "true"}, `--user "alice": want UID[:GID] in numbers`},
+		{[]string{"run", "-w", "work", "--", "true"}, `-w "work": want an absolute path`},
+		{[]string{"run", "-e", "=1", "--", "true"}, `-e "=1": want KEY=VAL`},
+		{[]string{"run", "-v", "a:b:c:d", "--", "true"}, `-v "a:b:c:d": want SRC:DST`},
+		{[]string{"run", "-v", dir + ":data", "--", "true"}, "the destination must be an absolute path"},
+		{[]string{"run", "--subnet-pool", "10.0.0.0", "--", "true"}, `--subnet-pool "10.0.0.0" is not a CIDR`},
+		{[]string{"run", "--host-dns", "dns.test", "--", "true"}, "--host-dns: DNS server"},
+		{[]string{"run", "--resolve", "api.test", "--", "true"}, `--resolve "api.test": want HOST=IP`},
+		{[]string{"run", "--cpus", "x", "--", "true"}, `invalid argument "x" for "--cpus" flag`},
+		{[]string{"run"}, "no command given"},
+		// sbx gateway.
+		{[]string{"gateway", "--listen", "3128"}, `--listen "3128": want host:port`},
+		{[]string{"gateway", "--api", "localhost"}, `--api "localhost": want host:port`},
+		{[]string{"gateway", "--api", "127.0.0.1:0"}, "--api needs --token-file FILE"},
+		{[]string{"gateway", "--mock-llm", "x"}, `--mock-llm "x": want HOST=SCRIPT`},
+		{[]string{"gateway", "--resolve", "a.test=nowhere"}, `"nowhere" is not an IP address`},
+		{[]string{"gateway", "--log-rate", "-5"}, "--log-rate -5"},
+		{[]string{"gateway", "--allow", "http://a.test:8080/x"}, "write --allow a.test:8080"},
+		{[]string{"gateway", "extra"}, `unknown command "extra" for "sbx gateway"`},
+		// sbx policy.
+		{[]string{"policy", "check", "--allow", "https://github.com/", "github.com"}, "write --allow github.com"},
+		{[]string{"policy", "check", "--method", "GE T", "a.test"}, `--method "GE T" is not an HTTP method`},
+		{[]string{"policy", "check", "--sandbox", "x", "--api", "y", "a.test"}, "give --sandbox ID or --api ADDR, not both"},
+		{[]string{"policy", "check", "--sandbox", "x", "--policy", "p.yaml", "a.test"}, "give --policy FILE or a running policy"},
+		{[]string{"policy", "show"}, "say which sandbox: --sandbox ID"},
+		{[]string{"policy", "show", "--api", "127.0.0.1:1"}, "--api needs --token-file FILE"},
+		{[]string{"policy", "allow", "--sandbox", "x", "https://api.github.com/"}, "write sbx policy allow api.github.com"},
+		{[]string{"policy", "block", "--sandbox", "x", "--position", "-1", "a.test"}, "--position -1: want 0 (first) or more"},
+		{[]string{"policy", "allow", "--sandbox", "x", "--id", "a", "b.test", "c.test"}, "--id names one rule"},
+		{[]string{"policy", "remove", "--sandbox", "x"}, "give the id of a rule to remove"},
+		{[]string{"policy", "replace", "--sandbox", "x"}, "sbx policy replace takes FILE, got 0 arguments"},
+		// sbx decisions, ps, stop, gc, image, mock, audit, selftest.
+		{[]string{"decisions"}, "say which sandbox: --sandbox ID"},
+		{[]string{"decisions", "--file", "x.jsonl", "--follow"}, "--file reads a log file"},
+		{[]string{"decisions", "--since", "-1", "--sandbox", "x"}, `invalid argument "-1" for "--since" flag`},
+		{[]string{"ps", "x"}, `"x"`},
+		{[]string{"stop"}, "sbx stop takes ID|NAME, got 0 arguments"},
+		{[]string{"stop", "--timeout", "-1s", "x"}, "--timeout -1s: want a duration of 0 or more"},
+		{[]string{"gc", "now"}, `"now"`},
+		{[]string{"image", "import"}, "sbx image import takes FILE, got 0 arguments"},
+		{[]string{"image", "export"}, `unknown command "export" for "sbx image"`},
+		{[]string{"mock", "expect", "--sandbox", "x"}, "sbx mock expect takes FILE|-, got 0 arguments"},
+		{[]string{"mock", "reset", "--sandbox", "x", "--host", "a.test", "--script", "s.yaml"}, "[host script]"},
+		{[]string{"mock", "requests", "--api", "127.0.0.1:1"}, "--api needs --token-file FILE"},
+		{[]string{"audit", "--format", "pdf", "x.jsonl"}, `--format "pdf"`},
+		{[]string{"audit", "--diff", "a.jsonl"}, "--diff compares two logs"},
+		{[]string{"selftest", "--runtime", "podman"}, `--runtime "podman": want containerd or docker`},
+		{[]string{"selftest", "x"}, `"x"`},
+	}
+	for _, tt := range tests {
+		name := "sbx " + strings.Join(tt.args, " ")
+		stdout, stderr, code := runCLI(t, tt.args...)
+		if code != exitUsage {
+			t.Errorf("%s: got exit %d, want %d (stderr %q)", name, code, exitUsage, stderr)
+		}
+		if !strings.Contains(stderr, tt.want) {
+			t.Errorf("%s: got stderr %q, want it to hold %q", name, stderr, tt.want)
+		}
+		if stdout != "" {
+			t.Errorf("%s: got stdout %q, want none", name, stdout)
+		}
+	}
+}
+
+// TestUnknownFlagSuggestion: an unknown flag is a usage error that names
+// the command's nearest flags, long names compared.
+func TestUnknownFlagSuggestion(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // "" for no suggestion
+	}{
+		{[]string{"run", "--alow", "a.test", "--", "true"}, "unknown flag: --alow; did you mean --allow?"},
+		{[]string{"run", "-allow", "a.test", "--", "true"}, "did you mean --allow?"},
+		{[]string{"run", "--Quiet", "--", "true"}, "did you mean --quiet?"},
+		{[]string{"run", "--inter", "x", "--", "true"}, "did you mean --interactive or --intercept?"},
+		{[]string{"policy", "check", "--polcy", "p.yaml", "a.test"}, "did you mean --policy?"},
+		{[]string{"decisions", "--folow"}, "did you mean --follow?"},
+		{[]string{"audit", "--sugest", "x.jsonl"}, "did you mean --suggest?"},
+		{[]string{"gateway", "--listn", "127.0.0.1:1"}, "did you mean --listen?"},
+		{[]string{"stop", "--timout", "1s", "x"}, "did you mean --timeout?"},
+		{[]string{"ps", "--state-dri", "x"}, ""}, // hidden flags are not suggested
+		{[]string{"ps", "--xyzzy"}, ""},
+	}
+	for _, tt := range tests {
+		name := "sbx " + strings.Join(tt.args, " ")
+		_, stderr, code := runCLI(t, tt.args...)
+		if code != exitUsage {
+			t.Errorf("%s: got exit %d, want %d", name, code, exitUsage)
+		}
+		if tt.want == "" {
+			if strings.Contains(stderr, "did you mean") {
+				t.Errorf("%s: got stderr %q, want no suggestion", name, stderr)
+			}
+			continue
+		}
+		if !strings.Contains(stderr, tt.want) {
+			t.Errorf("%s: got stderr %q, want it to hold %q", name, stderr, tt.want)
+		}
+	}
+}
+
+// TestPolicyCheckHelpInspection: the help of sbx policy check says that
+// an inspected host's HTTPS requests are decided by method and path.
+func TestPolicyCheckHelpInspection(t *testing.T) {
+	stdout, _, _ := runCLI(t, "policy", "check", "--help")
+	if strings.Contains(stdout, "sees neither method nor path inside TLS") {
+		t.Errorf("help still says the gateway never sees method or path inside TLS:\n%s", stdout)
+	}
+	for _, want := range []string{"Without TLS inspection the gateway sees only", "decides each HTTPS request in it by its"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("help does not hold %q:\n%s", want, stdout)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,15 +99,22 @@ func printable(s string) string {
 
 func newDecisionsCmd() *cobra.Command {
 	var t targetFlags
-	var file string
+	var file, logDir string
 	var follow, asJSON bool
 	var since uint64
 	cmd := &cobra.Command{
 		Use:   "decisions [flags]",
-		Short: "Show the decisions of a running sandbox, a gateway, or a decision log file",
+		Short: "Show the decisions of a sandbox, running or ended, a gateway, or a decision log file",
 		Long: `Decisions prints one line per decision: time, action, kind, host:port and
 path, rule, reason (policy changes too). --follow keeps printing new ones
-until interrupted; --json passes the records through unchanged.`,
+until interrupted; --json passes the records through unchanged.
+
+--sandbox ID reads a running sandbox's decisions from its gateway; for a
+sandbox that ended it reads the log kept in
+/var/lib/sbx/sandboxes/<id>/decisions.jsonl (by its id or a unique prefix:
+a name is known only while the sandbox runs), and with --follow says that
+the sandbox ended and prints what the log holds. A log written elsewhere
+with sbx run --log is read with --file.`,
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
   sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -114,18 +122,24 @@ until interrupted; --json passes the records through unchanged.`,
 			out := cmd.OutOrStdout()
 			color := isTerminal(out) && !asJSON
 			var dec decisionlog.Decoder
+			after := since // a log file is read whole: --since skips its start
 			show := func(line []byte) error {
 				line = []byte(strings.TrimSpace(string(line)))
 				if len(line) == 0 {
 					return nil
 				}
+				var r decisionlog.Record
+				if !asJSON || after > 0 {
+					if err := dec.Decode(line, &r); err != nil {
+						return fmt.Errorf("not a decision record (%v): %s", err, printable(string(line)))
+					}
+					if r.Seq <= after {
+						return nil
+					}
+				}
 				if asJSON {
 					_, err := fmt.Fprintf(out, "%s\n", line)
 					return err
-				}
-				var r decisionlog.Record
-				if err := dec.Decode(line, &r); err != nil {
-					return fmt.Errorf("not a decision record (%v): %s", err, printable(string(line)))
 				}
 				if r.Event == "close" {
 					return nil
@@ -154,8 +168,29 @@ until interrupted; --json passes the records through unchanged.`,
 				defer f.Close()
 				return showAll(f)
 			}
+			// A sandbox that ended left its log: that is what it decided.
+			showEnded := func(path string) error {
+				f, err := os.Open(path)
+				if err != nil {
+					return fmt.Errorf("sandbox %s ended; reading its decision log: %w", t.sandbox, err)
+				}
+				defer f.Close()
+				if follow {
+					fmt.Fprintf(cmd.ErrOrStderr(), "sbx: sandbox %s ended, so no new decisions will come; its decision log %s holds:\n", filepath.Base(filepath.Dir(path)), path)
+				}
+				return showAll(f)
+			}
+			if path, ended, err := endedSandboxLog(t, logDir); err != nil {
+				return err
+			} else if ended {
+				return showEnded(path)
+			}
 			c, err := t.client(cmd.Context())
 			if err != nil {
+				// It may have ended since it was looked up.
+				if path, ended, lerr := endedSandboxLog(t, logDir); lerr == nil && ended {
+					return showEnded(path)
+				}
 				return err
 			}
 			if follow {
@@ -202,7 +237,30 @@ until interrupted; --json passes the records through unchanged.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new decisions until interrupted")
 	cmd.Flags().Uint64Var(&since, "since", 0, "only records after sequence number `N`")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON Lines, unchanged")
+	cmd.Flags().StringVar(&logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
+	cmd.Flags().MarkHidden("log-dir")
 	return cmd
+}
+
+// endedSandboxLog finds the decision log that the sandbox t.sandbox
+// names kept, when no running sandbox has that id, name or id prefix:
+// ended is false when one runs, or when t names no sandbox (--api), and
+// the error says so when no log of that id is kept in logDir either.
+// Errors other than "not found" (no permission, an ambiguous prefix) are
+// left to the API client, which reports them.
+func endedSandboxLog(t targetFlags, logDir string) (path string, ended bool, err error) {
+	if t.sandbox == "" || t.api != "" {
+		return "", false, nil
+	}
+	if _, err := sandbox.Find(t.stateDir, t.sandbox); !errors.Is(err, sandbox.ErrNotFound) {
+		return "", false, nil
+	}
+	// Found as sbx audit --sandbox finds an ended sandbox's log.
+	path, err = sandboxLog(auditOptions{stateDir: t.stateDir, logDir: logDir}, t.sandbox)
+	if err != nil {
+		return "", false, fmt.Errorf("%w; sbx ps lists the running ones", err)
+	}
+	return path, true, nil
 }
 
 // isTerminal reports whether w is a terminal, for colors.
@@ -286,6 +344,9 @@ sandbox is named by its id, its --name, or a unique prefix of its id.`,
   sudo sbx stop agent`,
 		Args: exactArgs("ID|NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return usageErrorf(cmd, "--timeout %v: want a duration of 0 or more, e.g. --timeout 30s", timeout)
+			}
 			st, err := sandbox.Find(stateDir, args[0])
 			if err != nil {
 				return orNeedsRoot(err, "sbx stop")

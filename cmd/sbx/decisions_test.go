@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +65,65 @@ func TestFormatDroppedAndConn(t *testing.T) {
 		if got := formatDecision(&tc.r, false); got != tc.want {
 			t.Errorf("\n got %q\nwant %q", got, tc.want)
 		}
+	}
+}
+
+// TestDecisionsEndedSandbox: sbx decisions --sandbox ID for a sandbox that
+// ended reads the log it kept, by id or unique prefix, as sbx audit
+// --sandbox finds it; --follow says the sandbox ended and prints what is
+// there; --since skips the records up to N.
+func TestDecisionsEndedSandbox(t *testing.T) {
+	state, logs := t.TempDir(), t.TempDir() // no running sandbox in state
+	const id = "1a2b3c4d5e6f"
+	if err := os.MkdirAll(filepath.Join(logs, id), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	records := `{"v":1,"seq":1,"id":"c1","event":"decision","time":"2026-01-02T03:04:05Z","sandbox":"1a2b3c4d5e6f","client":"10.213.0.2:4000","kind":"connect","method":"CONNECT","host":"registry.npmjs.org","port":443,"action":"allow","enforced":true,"rule":"r1","reason":"rule r1: allow registry.npmjs.org"}
+{"v":1,"seq":2,"id":"c1","event":"close","time":"2026-01-02T03:04:06Z","client":"10.213.0.2:4000","kind":"connect","host":"registry.npmjs.org","port":443}
+{"v":1,"seq":3,"id":"c2","event":"decision","time":"2026-01-02T03:04:07Z","sandbox":"1a2b3c4d5e6f","client":"10.213.0.2:4001","kind":"http","method":"GET","host":"evil.test","port":80,"path":"/x","action":"block","enforced":true,"rule":"default","reason":"no rule matched; the default is block"}
+`
+	if err := os.WriteFile(filepath.Join(logs, id, "decisions.jsonl"), []byte(records), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{"--state-dir", state, "--log-dir", logs}
+	tests := []struct {
+		name       string
+		args       []string
+		wantLines  []string // stdout's lines hold these, in order
+		wantStderr string
+	}{
+		{"by id", []string{"--sandbox", id}, []string{"allow     connect     registry.npmjs.org:443", "block     http        GET evil.test:80/x"}, ""},
+		{"by prefix", []string{"--sandbox", "1a2b"}, []string{"registry.npmjs.org:443", "GET evil.test:80/x"}, ""},
+		{"follow", []string{"--sandbox", "1a2b", "--follow"}, []string{"registry.npmjs.org:443", "GET evil.test:80/x"},
+			"sbx: sandbox " + id + " ended, so no new decisions will come; its decision log " + filepath.Join(logs, id, "decisions.jsonl") + " holds:"},
+		{"since", []string{"--sandbox", id, "--since", "1"}, []string{"GET evil.test:80/x"}, ""},
+		{"json", []string{"--sandbox", id, "--json", "--since", "2"}, []string{`"seq":3`}, ""},
+	}
+	for _, tt := range tests {
+		stdout, stderr, code := runCLI(t, append(append([]string{"decisions"}, tt.args...), dirs...)...)
+		if code != 0 {
+			t.Errorf("%s: got exit %d, stderr %q; want 0", tt.name, code, stderr)
+			continue
+		}
+		lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+		if len(lines) != len(tt.wantLines) {
+			t.Errorf("%s: got %d lines %q, want %d", tt.name, len(lines), stdout, len(tt.wantLines))
+			continue
+		}
+		for i, want := range tt.wantLines {
+			if !strings.Contains(lines[i], want) {
+				t.Errorf("%s: line %d: got %q, want it to hold %q", tt.name, i, lines[i], want)
+			}
+		}
+		if strings.TrimSpace(stderr) != tt.wantStderr {
+			t.Errorf("%s: got stderr %q, want %q", tt.name, stderr, tt.wantStderr)
+		}
+	}
+
+	// No running sandbox and no log of that id: an error that says where
+	// it looked.
+	_, stderr, code := runCLI(t, append([]string{"decisions", "--sandbox", "9f"}, dirs...)...)
+	if code != exitFailure || !strings.Contains(stderr, "no running sandbox of that id or name, and no log of one in "+logs) {
+		t.Errorf("unknown sandbox: got exit %d, stderr %q; want %d and where it looked", code, stderr, exitFailure)
 	}
 }

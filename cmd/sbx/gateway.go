@@ -2,8 +2,12 @@ package main
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -64,6 +68,12 @@ ends open tunnels and flushes the decision log.`,
   sbx gateway --allow api.test:8080 --resolve api.test=127.0.0.1 --allow-private 127.0.0.0/8`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.policy.Check(); err != nil {
+				return err
+			}
+			if err := o.check(); err != nil {
+				return usageError(cmd, err)
+			}
 			p, err := o.policy.Build()
 			if err != nil {
 				return err
@@ -151,4 +161,53 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+" (HTTPS needs --ca-cert)")
 	o.logLimits.AddFlags(fs)
 	return cmd
+}
+
+// check checks the values of the flags that are not policy flags, before
+// anything is read or started: each error names its flag and the fix.
+func (o *gatewayOptions) check() error {
+	if err := checkHostPort("--listen", o.listen); err != nil {
+		return err
+	}
+	for _, a := range o.api {
+		if path, ok := strings.CutPrefix(a, "unix:"); ok {
+			if path == "" {
+				return fmt.Errorf("--api %q: want unix:PATH with a path, e.g. --api unix:/run/sbx/gw.sock", a)
+			}
+			continue
+		}
+		if err := checkHostPort("--api", a); err != nil {
+			return fmt.Errorf("%w, or unix:PATH", err)
+		}
+	}
+	if len(o.api) > 0 && o.tokenFile == "" {
+		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")
+	}
+	if _, err := o.logLimits.Options(); err != nil {
+		return err
+	}
+	for _, v := range o.resolve {
+		if _, _, err := gateway.ParseStatic(v); err != nil {
+			return err
+		}
+	}
+	for _, v := range o.mockLLM {
+		if _, _, err := splitLLMFlag("mock-llm", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHostPort checks a flag's host:port address to listen on: an IP or
+// name (empty for every address) and a port number (0 for any free one).
+func checkHostPort(flag, v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port, e.g. %s 127.0.0.1:3128", flag, v, flag)
+	}
+	return nil
 }

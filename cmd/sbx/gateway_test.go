@@ -149,7 +149,7 @@ func TestGatewayCommandErrors(t *testing.T) {
 	}{
 		{[]string{"gateway", "--resolve", "nonsense"}, exitUsage, "want HOST=IP"},
 		{[]string{"gateway", "--allow", "*."}, exitUsage, "--allow"},
-		{[]string{"gateway", "--api", "unix:" + filepath.Join(dir, "s")}, exitFailure, "--token-file"},
+		{[]string{"gateway", "--api", "unix:" + filepath.Join(dir, "s")}, exitUsage, "--token-file"},
 		{[]string{"gateway", "--listen", "256.0.0.1:1"}, exitFailure, "listening for proxy clients"},
 	}
 	for _, tt := range tests {

@@ -347,8 +347,8 @@ func TestLimitFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--memory", "lots"}, {"--cpus", "-1"}, {"--pids-limit", "-5"}, {"--tmp-size", "0"}} {
 		_, stderr, code := runCLI(t, append(append([]string{"run", "--rootfs", t.TempDir()}, args...), "--", "true")...)
-		if code != exitSbxFailed || !strings.Contains(stderr, args[0]) {
-			t.Errorf("sbx run %s: exit %d, %s", strings.Join(args, " "), code, stderr)
+		if code != exitUsage || !strings.Contains(stderr, args[0]) {
+			t.Errorf("sbx run %s: exit %d, %s; want %d", strings.Join(args, " "), code, stderr, exitUsage)
 		}
 	}
 }

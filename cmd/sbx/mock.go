@@ -77,7 +77,7 @@ func newMockExpectCmd() *cobra.Command {
 		Short: "Queue turns (YAML or JSON: a script, a list of turns or one turn) after the mock's",
 		Example: `  sbx mock expect --sandbox 1a2b3c4d turns.yaml
   echo '{reply: {text: "done"}}' | sbx mock expect --sandbox 1a2b3c4d -`,
-		Args: usageArgs(cobra.ExactArgs(1)),
+		Args: exactArgs("FILE|-"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data []byte
 			var err error

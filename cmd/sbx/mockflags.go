@@ -26,13 +26,9 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 	}
 	mocks := make(map[string]*mockllm.Responder, len(values))
 	for _, v := range values {
-		rawHost, path, ok := strings.Cut(v, "=")
-		if !ok || rawHost == "" || path == "" {
-			return nil, fmt.Errorf("--mock-llm %q: want HOST=SCRIPT, such as api.anthropic.com=script.yaml", v)
-		}
-		host, err := netpolicy.NormalizeHost(rawHost)
+		host, path, err := splitLLMFlag("mock-llm", v)
 		if err != nil {
-			return nil, fmt.Errorf("--mock-llm %s: %w; give a host name such as api.anthropic.com, without scheme, port or path", v, err)
+			return nil, err
 		}
 		if _, dup := mocks[host]; dup {
 			return nil, fmt.Errorf("--mock-llm %s: %s is mocked twice; give one script per host", v, host)
@@ -48,6 +44,21 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 		mocks[host] = mockllm.New(script)
 	}
 	return mocks, nil
+}
+
+// splitLLMFlag splits a --mock-llm or --record-llm (flag) value
+// HOST=SCRIPT into the normalized host and the script's path, reading
+// nothing.
+func splitLLMFlag(flag, v string) (host, path string, err error) {
+	rawHost, path, ok := strings.Cut(v, "=")
+	if !ok || rawHost == "" || path == "" {
+		return "", "", fmt.Errorf("--%s %q: want HOST=SCRIPT, such as --%s api.anthropic.com=script.yaml", flag, v, flag)
+	}
+	host, err = netpolicy.NormalizeHost(rawHost)
+	if err != nil {
+		return "", "", fmt.Errorf("--%s %s: %w; give a host name such as api.anthropic.com, without scheme, port or path", flag, v, err)
+	}
+	return host, path, nil
 }
 
 // policyScripts reads the LLM scripts p's intercept rules answer with
@@ -112,13 +123,9 @@ func parseRecordLLM(values []string, mocks map[string]*mockllm.Responder) ([]llm
 	var out []llmRecording
 	seen := map[string]bool{}
 	for _, v := range values {
-		rawHost, path, ok := strings.Cut(v, "=")
-		if !ok || rawHost == "" || path == "" {
-			return nil, fmt.Errorf("--record-llm %q: want HOST=SCRIPT, such as api.anthropic.com=recorded.yaml", v)
-		}
-		host, err := netpolicy.NormalizeHost(rawHost)
+		host, path, err := splitLLMFlag("record-llm", v)
 		if err != nil {
-			return nil, fmt.Errorf("--record-llm %s: %w; give a host name such as api.anthropic.com, without scheme, port or path", v, err)
+			return nil, err
 		}
 		if seen[host] || mocks[host] != nil {
 			return nil, fmt.Errorf("--record-llm %s: %s is already recorded or mocked; give one --record-llm or --mock-llm per host", v, host)

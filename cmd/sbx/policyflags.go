@@ -68,9 +68,52 @@ func (f *policyFlags) Build() (*netpolicy.Policy, error) {
 	})
 }
 
+// Check checks the flags' values, reading no file: what Build would
+// refuse as a usage error (exit 2). Commands call it before anything else,
+// so that a bad flag is reported first.
+func (f *policyFlags) Check() error {
+	var intercepts []netpolicy.InterceptFlag
+	for _, v := range f.Intercept {
+		pattern, _, err := splitIntercept(v)
+		if err != nil {
+			return err
+		}
+		intercepts = append(intercepts, netpolicy.InterceptFlag{Pattern: pattern, Response: netpolicy.Response{Status: 200}})
+	}
+	_, _, err := f.flagParts(intercepts)
+	return err
+}
+
+// flagParts checks the flags and returns their rules, --intercept's
+// answering with intercepts, and --allow-private's networks. Every error
+// is a usage error that names its flag.
+func (f *policyFlags) flagParts(intercepts []netpolicy.InterceptFlag) ([]netpolicy.Rule, []netip.Prefix, error) {
+	flagRules, err := netpolicy.FlagPatterns{Inspect: f.Inspect, Intercept: intercepts, Block: f.Block, Allow: f.Allow}.Rules()
+	if err != nil {
+		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("%w\n%s", err, patternHelp)}
+	}
+	switch netpolicy.Action(f.Default) {
+	case "", netpolicy.Allow, netpolicy.Block:
+	default:
+		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--default %q: want allow or block, e.g. --default block", f.Default)}
+	}
+	var allowPrivate []netip.Prefix
+	for _, v := range f.AllowPrivate {
+		pfx, err := parseAllowPrivate(v)
+		if err != nil {
+			return nil, nil, &exitError{code: exitUsage, err: err}
+		}
+		allowPrivate = append(allowPrivate, pfx)
+	}
+	return flagRules, allowPrivate, nil
+}
+
 // buildOn makes the policy of the flags over the one base returns, with
 // its source for errors ("" for none). The flags are checked first.
 func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, err error)) (*netpolicy.Policy, error) {
+	if err := f.Check(); err != nil {
+		return nil, err
+	}
 	var intercepts []netpolicy.InterceptFlag
 	for _, v := range f.Intercept {
 		ic, err := interceptFlag(v)
@@ -79,22 +122,9 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 		}
 		intercepts = append(intercepts, ic)
 	}
-	flagRules, err := netpolicy.FlagPatterns{Inspect: f.Inspect, Intercept: intercepts, Block: f.Block, Allow: f.Allow}.Rules()
+	flagRules, allowPrivate, err := f.flagParts(intercepts)
 	if err != nil {
-		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%w\n%s", err, patternHelp)}
-	}
-	switch netpolicy.Action(f.Default) {
-	case "", netpolicy.Allow, netpolicy.Block:
-	default:
-		return nil, &exitError{code: exitUsage, err: fmt.Errorf("--default %q: want allow or block, e.g. --default block", f.Default)}
-	}
-	var allowPrivate []netip.Prefix
-	for _, v := range f.AllowPrivate {
-		pfx, err := parseAllowPrivate(v)
-		if err != nil {
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		allowPrivate = append(allowPrivate, pfx)
+		return nil, err
 	}
 
 	spec, source, err := base()
@@ -127,10 +157,9 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 // the response body. The Content-Type comes from FILE's extension, else it
 // is text/plain.
 func interceptFlag(v string) (netpolicy.InterceptFlag, error) {
-	pattern, file, ok := strings.Cut(v, "=")
-	if !ok || pattern == "" || file == "" {
-		return netpolicy.InterceptFlag{}, &exitError{code: exitUsage, err: fmt.Errorf(
-			"--intercept %q: want PATTERN=FILE, e.g. --intercept telemetry.example.com=empty.json", v)}
+	pattern, file, err := splitIntercept(v)
+	if err != nil {
+		return netpolicy.InterceptFlag{}, err
 	}
 	body, err := os.ReadFile(file)
 	if err != nil {
@@ -153,6 +182,17 @@ func interceptFlag(v string) (netpolicy.InterceptFlag, error) {
 			Body:    string(body),
 		},
 	}, nil
+}
+
+// splitIntercept splits an --intercept PATTERN=FILE value; a value of
+// another form is a usage error.
+func splitIntercept(v string) (pattern, file string, err error) {
+	pattern, file, ok := strings.Cut(v, "=")
+	if !ok || pattern == "" || file == "" {
+		return "", "", &exitError{code: exitUsage, err: fmt.Errorf(
+			"--intercept %q: want PATTERN=FILE, e.g. --intercept telemetry.example.com=empty.json", v)}
+	}
+	return pattern, file, nil
 }
 
 // parseAllowPrivate parses an --allow-private value: a CIDR naming a

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -112,12 +113,18 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Every pattern is checked before anything is sent.
 			for _, pattern := range args {
+				var u *netpolicy.URLError
+				if _, _, err := netpolicy.ParseFlagPattern(pattern); errors.As(err, &u) && u.Host != "" {
+					return usageErrorf(cmd, "%s is a URL, not a pattern; write sbx policy %s %s", pattern, action, u.Pattern())
+				} else if err != nil {
+					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
+				}
 				if _, err := netpolicy.FlagRules(nil, nil, []string{pattern}); action == netpolicy.Allow && err != nil {
 					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
 				}
-				if _, _, err := netpolicy.ParseFlagPattern(pattern); err != nil {
-					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
-				}
+			}
+			if cmd.Flags().Changed("position") && position < 0 {
+				return usageErrorf(cmd, "--position %d: want 0 (first) or more; leave it out to add the rule last", position)
 			}
 			c, err := t.client(cmd.Context())
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of every sbx command.
@@ -110,7 +111,18 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(usageError)
+	root.SetFlagErrorFunc(flagError)
+	// Before cobra's own check, which would exit 1: flags that go
+	// together or exclude each other are usage errors too.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := cmd.ValidateRequiredFlags(); err != nil {
+			return usageError(cmd, err)
+		}
+		if err := cmd.ValidateFlagGroups(); err != nil {
+			return usageError(cmd, err)
+		}
+		return nil
+	}
 	root.AddCommand(
 		newAuditCmd(),
 		newDecisionsCmd(),
@@ -171,4 +183,76 @@ func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// flagError is every command's FlagErrorFunc: a flag that does not parse
+// is a usage error, and an unknown one says which of the command's flags
+// it may have meant.
+func flagError(cmd *cobra.Command, err error) error {
+	var ne *pflag.NotExistError
+	if errors.As(err, &ne) {
+		typed := ne.GetSpecifiedName()
+		if s := ne.GetSpecifiedShortnames(); s != "" {
+			// -allow is the shorthands a, l, l, o, w: the long flag
+			// given one dash is the likelier mistake.
+			typed = s
+		}
+		if s := suggestFlags(cmd.Flags(), typed); len(s) > 0 {
+			err = fmt.Errorf("%w; did you mean %s?", err, strings.Join(s, " or "))
+		}
+	}
+	return usageError(cmd, err)
+}
+
+// suggestFlags returns the flags of fs whose long names are nearest typed
+// (a flag's name, without dashes, as given), as "--name": a name that
+// differs in case only, or by at most two edits (one for a name of three
+// letters or fewer), or that typed begins when it is three letters or
+// more. Hidden and deprecated flags are never suggested.
+func suggestFlags(fs *pflag.FlagSet, typed string) []string {
+	typed = strings.ToLower(typed)
+	maxDist := 2
+	if len(typed) <= 3 {
+		maxDist = 1
+	}
+	best := maxDist + 1
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || f.Deprecated != "" {
+			return
+		}
+		d := levenshtein(typed, f.Name)
+		if len(typed) >= 3 && strings.HasPrefix(f.Name, typed) {
+			d = min(d, 1)
+		}
+		switch {
+		case d > maxDist || d > best:
+		case d < best:
+			best, names = d, []string{"--" + f.Name}
+		default:
+			names = append(names, "--"+f.Name)
+		}
+	})
+	return names
+}
+
+// levenshtein is the edit distance between a and b, in bytes.
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

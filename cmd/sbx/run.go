@@ -106,9 +106,14 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Bad flag values exit 2, before root is asked for; sbx's
+			// own failures 125 (runflags.go).
+			if err := o.check(cmd); err != nil {
+				return err
+			}
 			code, err := runSandbox(cmd, o, args)
 			if err != nil {
-				return &exitError{code: exitSbxFailed, err: err}
+				return runError(err)
 			}
 			if code != 0 {
 				return &exitError{code: code, err: errSilent}

@@ -263,14 +263,14 @@ func TestRunErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"run"}, exitUsage, "no command given"},
-		{[]string{"run", "--allow", "*.", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "--allow"},
+		{[]string{"run", "--allow", "*.", "--rootfs", t.TempDir(), "--", "true"}, exitUsage, "--allow"},
 		{[]string{"run", "--rootfs", "/no/such/dir", "--", "true"}, exitSbxFailed, "not a directory"},
-		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "UID[:GID]"},
-		{[]string{"run", "--runtime", "docker", "--", "true"}, exitSbxFailed, "give --image REF"},
-		{[]string{"run", "--runtime", "docker", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "runs images from its store only"},
-		{[]string{"run", "--runtime", "podman", "--", "true"}, exitSbxFailed, "want containerd or docker"},
-		{[]string{"run", "--image", "docker.io/library/x:1", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "give one of them"},
-		{[]string{"run", "-v", "nonsense", "--rootfs", t.TempDir(), "--", "true"}, exitSbxFailed, "SRC:DST"},
+		{[]string{"run", "--user", "bob", "--rootfs", t.TempDir(), "--", "true"}, exitUsage, "UID[:GID]"},
+		{[]string{"run", "--runtime", "docker", "--", "true"}, exitUsage, "give --image REF"},
+		{[]string{"run", "--runtime", "docker", "--rootfs", t.TempDir(), "--", "true"}, exitUsage, "runs images from its store only"},
+		{[]string{"run", "--runtime", "podman", "--", "true"}, exitUsage, "want containerd or docker"},
+		{[]string{"run", "--image", "docker.io/library/x:1", "--rootfs", t.TempDir(), "--", "true"}, exitUsage, "give one of them"},
+		{[]string{"run", "-v", "nonsense", "--rootfs", t.TempDir(), "--", "true"}, exitUsage, "SRC:DST"},
 	}
 	if os.Geteuid() != 0 {
 		tests = []struct {
@@ -871,8 +871,8 @@ func TestOperateErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"policy", "show", "--sandbox", "deadbeef", "--state-dir", state}, exitFailure, "sbx ps"},
-		{[]string{"policy", "show"}, exitFailure, "--sandbox ID"},
-		{[]string{"policy", "show", "--api", "127.0.0.1:1"}, exitFailure, "--token-file"},
+		{[]string{"policy", "show"}, exitUsage, "--sandbox ID"},
+		{[]string{"policy", "show", "--api", "127.0.0.1:1"}, exitUsage, "--token-file"},
 		{[]string{"policy", "allow", "--sandbox", "deadbeef", "--state-dir", state, "*."}, exitUsage, "'*.' needs a domain"},
 		{[]string{"policy", "allow", "--sandbox", "deadbeef", "--state-dir", state, "*"}, exitUsage, "explicit port list"},
 		{[]string{"policy", "remove", "--sandbox", "deadbeef", "--state-dir", state}, exitUsage, "give the id"},

@@ -68,6 +68,9 @@ when selftest itself cannot run (not root, no container runtime).`,
   sudo sbx selftest --runtime docker --verbose`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkRuntimeFlag(o.runtime); err != nil {
+				return usageError(cmd, err)
+			}
 			failed, err := runSelftest(cmd, o)
 			if err != nil {
 				return &exitError{code: exitSbxFailed, err: err}

@@ -169,6 +169,10 @@ func TestSelftestHelpAndErrors(t *testing.T) {
 	if _, stderr, code := runCLI(t, "selftest", "extra"); code != exitUsage {
 		t.Errorf("sbx selftest extra: exit %d (%s), want %d", code, stderr, exitUsage)
 	}
+	// A bad flag value is a usage error, root or not.
+	if _, stderr, code := runCLI(t, "selftest", "--runtime", "podman"); code != exitUsage || !strings.Contains(stderr, "want containerd or docker") {
+		t.Errorf("sbx selftest --runtime podman: exit %d (%s), want %d", code, stderr, exitUsage)
+	}
 	tests := []struct {
 		args []string
 		want string
@@ -178,7 +182,6 @@ func TestSelftestHelpAndErrors(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"selftest", "--runtime", "podman"}, "want containerd or docker"},
 			{[]string{"selftest", "--runtime", "containerd", "--containerd", "/nonexistent/containerd.sock"}, "start containerd"},
 		}
 	}
