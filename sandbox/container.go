@@ -13,8 +13,8 @@ const ContainerdNamespace = "sbx"
 // DefaultContainerdSocket is where containerd listens unless told.
 const DefaultContainerdSocket = "/run/containerd/containerd.sock"
 
-// defaultPath is the PATH a command gets unless its env sets one.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is the PATH a command gets unless its env sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // ContainerSpec is what runs in a sandbox.
 type ContainerSpec struct {

@@ -48,7 +48,7 @@ func specOpts(cs ContainerSpec) []oci.SpecOpts {
 		oci.WithProcessArgs(args...),
 		// PATH first, so that a bare command name is found and cs.Env can
 		// still set its own (the later of two values wins).
-		oci.WithEnv(append([]string{"PATH=" + defaultPath}, cs.Env...)),
+		oci.WithEnv(append([]string{"PATH=" + DefaultPath}, cs.Env...)),
 		oci.WithNoNewPrivileges,
 		seccomp.WithDefaultProfile(),
 		oci.WithHostname("sbx-"+cs.ID),
@@ -467,11 +467,19 @@ func (e *eofReader) Read(p []byte) (int, error) {
 // (gRPC Unknown), with no type or code to check. Container lookups, which
 // do carry codes, are checked with errdefs.
 func startFailure(err error) (int, bool) {
+	// Only the runtime's failure to execute the command (or the init in
+	// front of it) is the command's: "exec: \"x\": executable file not
+	// found in $PATH", "exec: \"/x\": stat /x: permission denied". Any
+	// other failure, such as a mount whose source is missing, is sbx's.
 	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "executable file not found"):
+	i := strings.Index(msg, "exec: ")
+	if i < 0 {
+		return 0, false
+	}
+	switch m := msg[i:]; {
+	case strings.Contains(m, "executable file not found") || strings.Contains(m, "no such file or directory") || strings.Contains(m, "not a directory"):
 		return ExitNotFound, true
-	case strings.Contains(msg, "permission denied"):
+	case strings.Contains(m, "permission denied") || strings.Contains(m, "exec format error"):
 		return ExitCannotExecute, true
 	}
 	return 0, false

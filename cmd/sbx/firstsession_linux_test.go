@@ -150,3 +150,61 @@ ls /tmp/sbx-probe-tmp "$HOME/sbx-probe-home" "$HOME/.npm" >/dev/null && echo ins
 		t.Errorf("npm install left no package in the working directory: %v", err)
 	}
 }
+
+// TestPrivilegedStartErrorsSayWhy: exit codes 126 and 127 of a command
+// that cannot start come with one line that names the cause and the fix,
+// such as which uid cannot enter which directory: a root filesystem of
+// mode 0700 (what mktemp -d makes) used to exit 126 without a word.
+func TestPrivilegedStartErrorsSayWhy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	state := t.TempDir()
+	t.Chdir(t.TempDir())
+	run := func(root string, args ...string) (string, int) {
+		stdout, stderr, code := runCLI(t, append([]string{"run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.234.0/24",
+			"--log", filepath.Join(t.TempDir(), "log.jsonl"), "--rootfs", root, "--"}, args...)...)
+		if stdout != "" {
+			t.Errorf("sbx run %s printed %q on stdout", strings.Join(args, " "), stdout)
+		}
+		return stderr, code
+	}
+	private := busyboxRoot(t)
+	os.Chmod(private, 0o700)
+	open := busyboxRoot(t)
+	os.Chmod(filepath.Join(open, "bin", "busybox"), 0o644)
+	for _, tc := range []struct {
+		name     string
+		root     string
+		args     []string
+		wantCode int
+		want     []string
+	}{
+		{"root filesystem 0700, as nobody", private, []string{"echo", "hi"}, 126,
+			[]string{"uid 65534 cannot enter /, the root filesystem " + private, "drwx------", "chmod o+x " + private, "--user 0"}},
+		{"not executable", open, []string{"echo", "hi"}, 126,
+			[]string{"uid 65534 cannot execute /bin/echo", filepath.Join(open, "bin", "busybox"), "chmod o+x"}},
+		{"not found", open, []string{"sbx-no-such-command"}, 127,
+			[]string{"sbx-no-such-command: command not found in the sandbox's PATH", "the root filesystem " + open + " must hold it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stderr, code := run(tc.root, tc.args...)
+			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+			if code != tc.wantCode || len(lines) != 1 {
+				t.Fatalf("exit %d with %d lines, want %d with one line:\n%s", code, len(lines), tc.wantCode, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("want %q in %q", w, stderr)
+				}
+			}
+		})
+	}
+	// Root may enter its own 0700 directory: the check does not refuse
+	// what the kernel allows.
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.234.0/24",
+		"--log", filepath.Join(t.TempDir(), "log.jsonl"), "--rootfs", private, "--user", "0", "--", "echo", "hi")
+	if code != 0 || stdout != "hi\n" {
+		t.Errorf("--user 0 in a 0700 root filesystem of root's: exit %d, %q, %q; want 0 and hi", code, stdout, stderr)
+	}
+}

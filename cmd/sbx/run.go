@@ -253,6 +253,12 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		}
 		layout.Mounts = append(layout.Mounts, m)
 	}
+	// A command that cannot start says why before anything is made: which
+	// uid cannot enter which directory, or that it is not on the PATH.
+	if code, why := checkCommand(layout, usr, capAdd, args[0], o.rootfs, append(slices.Clip(layout.Env), o.env...)); code != 0 {
+		fmt.Fprintln(stderr, "sbx: "+why)
+		return code, nil
+	}
 	// The gateway refuses a link, a pipe or a file of another owner at the
 	// log's path; a path the sandbox can write, or reach the log through,
 	// is refused here, before anything is made.
@@ -411,6 +417,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	})
 	var se *sandbox.StartError
 	if errors.As(err, &se) {
+		fmt.Fprintln(stderr, "sbx: "+startProblem(se, args[0], usr.uid, o.image != ""))
 		return se.Code, nil
 	}
 	if errors.Is(err, sandbox.ErrDockerCapAdd) {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sbx-dev/sbx/rootfs"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Why a command cannot start, said in one line with the fix: sbx run's
+// exit codes 126 and 127 never come without a word.
+
+// commandPath is the PATH the command gets: the last PATH in env, else
+// the sandbox's default.
+func commandPath(env []string) string {
+	p := sandbox.DefaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			p = v
+		}
+	}
+	return p
+}
+
+// overridesPermissions reports whether caps hold a capability with which
+// root passes permission bits, so that they decide nothing.
+func overridesPermissions(uid uint32, caps []string) bool {
+	return uid == 0 && (slices.Contains(caps, "CAP_DAC_OVERRIDE") || slices.Contains(caps, "CAP_DAC_READ_SEARCH"))
+}
+
+// accessProblem words e, found before the container started, as one line
+// with the fix. rootfsFlag is --rootfs's value ("host" or a directory).
+func accessProblem(e *rootfs.AccessError, rootfsFlag string) string {
+	if e.Op == "find" {
+		where := "the root filesystem " + rootfsFlag + " must hold it"
+		if rootfsFlag == "host" {
+			where = "the sandbox shows the host's /usr, /bin, /sbin, /lib*, /etc and /opt and the working directory, so a command installed elsewhere (~/.local/bin, /root, a version manager's shims) is not there; use one from those directories, or mount its directory with -v and give its path"
+		}
+		if e.SearchPath != "" {
+			return fmt.Sprintf("%s: command not found in the sandbox's PATH (%s): %s", e.Path, e.SearchPath, where)
+		}
+		return fmt.Sprintf("%s: no such file in the sandbox: %s", e.Path, where)
+	}
+	what := e.Path
+	switch {
+	case e.Path == "/" && rootfsFlag != "host":
+		what = "/, the root filesystem " + e.Source
+	case e.Source != e.Path:
+		what = fmt.Sprintf("%s (%s on the host)", e.Path, e.Source)
+	}
+	class, who := "o", "every user"
+	switch {
+	case e.Owner == e.UID:
+		class, who = "u", "its owner"
+	case e.Group == e.GID:
+		class, who = "g", "its group"
+	}
+	fix := fmt.Sprintf("let %s %s it (chmod %s+x %s)", who, e.Op, class, e.Source)
+	if e.Owner != e.UID {
+		fix += fmt.Sprintf(", or run the command as its owner (--user %d)", e.Owner)
+	}
+	return fmt.Sprintf("uid %d cannot %s %s, which is %s with owner %d:%d; %s",
+		e.UID, e.Op, what, e.Mode, e.Owner, e.Group, fix)
+}
+
+// startProblem words a *sandbox.StartError, the runtime's refusal to
+// start the command (after sbx's own check found nothing, or could not
+// look: an image), as one line with the fix.
+func startProblem(se *sandbox.StartError, argv0 string, uid uint32, image bool) string {
+	msg := se.Err.Error()
+	if i := strings.Index(msg, "exec: "); i >= 0 {
+		msg = msg[i+len("exec: "):]
+	}
+	msg = strings.TrimSuffix(msg, ": unknown")
+	where := "the root filesystem"
+	if image {
+		where = "the image"
+	}
+	if se.Code == sandbox.ExitNotFound {
+		return fmt.Sprintf("%s could not be started: %s; check that %s has it, on the PATH or at the path given", argv0, msg, where)
+	}
+	return fmt.Sprintf("%s could not be started: %s; check that uid %d may enter every directory on its way in %s and execute it (or give --user)", argv0, msg, uid, where)
+}
+
+// checkCommand runs the layout's check of argv0 for the user and returns
+// the exit code and line of a command that cannot start, or 0 and "".
+func checkCommand(layout rootfs.Layout, u runUser, capAdd []string, argv0, rootfsFlag string, env []string) (int, string) {
+	if overridesPermissions(u.uid, capAdd) {
+		return 0, ""
+	}
+	err := layout.CheckCommand(u.uid, u.gid, layout.Cwd, argv0, commandPath(env))
+	var ae *rootfs.AccessError
+	if !errors.As(err, &ae) {
+		return 0, ""
+	}
+	return ae.Code, accessProblem(ae, rootfsFlag)
+}
