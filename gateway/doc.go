@@ -36,7 +36,7 @@
 // dialed and relayed as a CONNECT tunnel or, for plain HTTP, served
 // request by request as the proxy serves. Server.ReportPacket turns the
 // packets the rules refused into bypass records, folded per target and
-// second (§11.3); Config.Owner names the process behind each record.
+// second (docs/capture.md); Config.Owner names the process behind each record.
 //
 // TLS inspection (Config.CA; docs/inspection.md): for a host the policy
 // inspects (netpolicy's Inspects), a CONNECT or a transparent TLS

@@ -19,7 +19,7 @@ const MaxFakeIPs = 1<<17 - 2
 
 // FakeIPRange returns 198.18.0.0/15, the range the DNS stub's fake
 // addresses come from (docs/capture.md). The address guard refuses the
-// range (§4.2), benchmarking addresses that no real host should have.
+// range (docs/gateway.md, the address guard), benchmarking addresses that no real host should have.
 func FakeIPRange() netip.Prefix { return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, 0}), 15) }
 
 // ErrFakeIPsExhausted is returned when every fake address is taken.

@@ -542,7 +542,7 @@ func (r *captureRig) removeHostRules(t *testing.T) {
 }
 
 // TestPrivilegedCaptureNetwork sets up a sandbox network with capture and
-// checks, from inside, docs/capture.md with §2 standing: TCP to any address
+// checks, from inside, docs/capture.md with the guarantees of docs/network.md standing: TCP to any address
 // and port but the proxy's lands on the transparent listener, which learns
 // the address dialed; DNS over UDP and TCP to any address lands on the
 // stub; UDP, ICMP and IPv6 reach nothing and fail at once; no real
@@ -582,7 +582,7 @@ func TestPrivilegedCaptureNetwork(t *testing.T) {
 }
 
 // TestPrivilegedCaptureLayers checks each layer of docs/network.md and
-// §11.4 with the other switched off, then with both off:
+// docs/capture.md (each layer alone) with the other switched off, then with both off:
 //
 //   - the host's rules alone (the namespace's filter and nat tables
 //     flushed, policies ACCEPT: what a process that rewrote them could

@@ -106,7 +106,7 @@ go build -o "$work/sbx" ./cmd/sbx
 go build -o "$work/barerelay" ./scripts/barerelay
 "$work/barerelay" -listen "$bare" -upstream "$up" &
 pids+=($!)
-# Every record written, no rate or size limit: §10 measures with the log on.
+# Every record written, no rate or size limit: docs/performance.md measures with the log on.
 "$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" --log-rate 0 --log-max-size 0 >"$work/sbx.out" 2>&1 &
 sbx_pid=$!
 pids+=($!)

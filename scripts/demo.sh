@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "$0: sbx run needs root (namespaces, iptables, containerd): run it with sudo" >&2
+	echo "$0: sbx run needs root (namespaces, iptables, containerd): run it as root (as root, or with sudo where sudo is installed)" >&2
 	exit 1
 fi
 need_go

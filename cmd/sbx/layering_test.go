@@ -209,8 +209,8 @@ func pickDocFile(files []string) string {
 	return files[0]
 }
 
-// TestDocsNameRealTests: every test or fuzz target README.md and
-// SECURITY.md name as showing a promise exists, so a renamed or removed
+// TestDocsNameRealTests: every test or fuzz target README.md,
+// SECURITY.md and docs/*.md name as showing a promise exists, so a renamed or removed
 // test cannot leave a promise without its proof. ("TestPrivileged*" names
 // the family.)
 func TestDocsNameRealTests(t *testing.T) {
@@ -236,7 +236,14 @@ func TestDocsNameRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := regexp.MustCompile(`\b(?:Test|Fuzz)[A-Z][A-Za-z0-9_]*`)
-	for _, doc := range []string{"README.md", "SECURITY.md"} {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range docs {
+		docs[i], _ = filepath.Rel(root, d)
+	}
+	for _, doc := range append([]string{"README.md", "SECURITY.md"}, docs...) {
 		data, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
 			t.Fatal(err)
