@@ -59,28 +59,13 @@ func OwnerAlive(st State) bool {
 // state directory it was started with. Objects not named as sbx names
 // them are never considered.
 func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
-	states, err := List(stateDir)
-	if err != nil {
-		return nil, err
-	}
-	// Sandboxes recorded in other state directories are in the registry:
-	// live ones are left alone, dead ones are leftovers too.
-	reg, err := listRegistered()
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range reg {
-		states = append(states, r.State)
-	}
-	live := map[string]bool{}
+	// The kernel's and the runtime's objects first, the states after: a
+	// sandbox records its state (Reserve) before it makes any object, so
+	// one whose object is listed here has its state recorded by the time
+	// the states are read below, and is seen to live. Read the other way
+	// round, a sandbox that started between the two reads had objects and
+	// no state, and was collected while it ran.
 	found := map[string]bool{}
-	for _, st := range states {
-		if OwnerAlive(st) {
-			live[st.ID] = true
-		} else {
-			found[st.ID] = true
-		}
-	}
 	add := func(name, prefix, suffix string) {
 		id, ok := strings.CutPrefix(name, prefix)
 		if !ok {
@@ -95,7 +80,7 @@ func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]str
 			add(e.Name(), "sbx-", "")
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := linkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
@@ -123,6 +108,18 @@ func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]str
 		}
 		for _, c := range ctrs {
 			add(c, "", "")
+		}
+	}
+	states, err := recordedStates(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, st := range states {
+		if OwnerAlive(st) {
+			live[st.ID] = true
+		} else {
+			found[st.ID] = true
 		}
 	}
 	var ids []string
@@ -179,6 +176,43 @@ func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, er
 		cleaned = append(cleaned, id)
 	}
 	return cleaned, errs.ErrorOrNil()
+}
+
+// linkList lists the host's links. A dump that links made or removed
+// meanwhile (other sandboxes starting) comes back marked interrupted and
+// maybe incomplete: it is read again, a few times, before giving up.
+func linkList() ([]netlink.Link, error) {
+	for try := 0; ; try++ {
+		links, err := netlink.LinkList()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || try == 10 {
+			return links, err
+		}
+	}
+}
+
+// recordedStates returns the states in stateDir and in RegistryDir (where
+// sandboxes recorded in other state directories are), read under the lock
+// Reserve takes, so that none is read half-recorded.
+func recordedStates(stateDir string) ([]State, error) {
+	if _, err := os.Stat(RegistryDir); err == nil {
+		unlock, err := lockDir(RegistryDir)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	states, err := List(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := listRegistered()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reg {
+		states = append(states, r.State)
+	}
+	return states, nil
 }
 
 // registeredDir returns the state directory that sandbox id was
