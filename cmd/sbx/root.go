@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -72,9 +73,29 @@ func reportError(w io.Writer, err error) {
 		fmt.Fprintln(w, err)
 		return
 	}
-	for line := range strings.SplitSeq(err.Error(), "\n") {
-		fmt.Fprintln(w, "sbx: "+line)
+	for _, e := range flatten(err) {
+		for line := range strings.SplitSeq(e.Error(), "\n") {
+			fmt.Fprintln(w, "sbx: "+line)
+		}
 	}
+}
+
+// flatten returns the errors that err combines, when it is (or an
+// exitError holds) a *multierror.Error, so that each is said on its own
+// line and not in multierror's "1 error occurred:" list; else err alone.
+func flatten(err error) []error {
+	inner := err
+	if ee, ok := err.(*exitError); ok {
+		inner = ee.err
+	}
+	var all []error
+	if me, ok := inner.(*multierror.Error); ok {
+		for _, e := range me.Errors {
+			all = append(all, flatten(e)...)
+		}
+		return all
+	}
+	return []error{err}
 }
 
 // needsRoot is the error of a command that needs root, run without it:

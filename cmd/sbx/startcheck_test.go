@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -35,5 +37,18 @@ func TestStartProblemLines(t *testing.T) {
 				t.Errorf("want %q in %q", w, tc.got)
 			}
 		}
+	}
+}
+
+// TestReportErrorFlattensMultierror: errors combined by teardown are each
+// one "sbx: " line, not multierror's "1 error occurred:" list with tabs
+// and a blank line.
+func TestReportErrorFlattensMultierror(t *testing.T) {
+	var b strings.Builder
+	err := multierror.Append(nil, errors.New("creating the task of 1a2b: mkdir /bin/busybox: not a directory"))
+	reportError(&b, &exitError{code: exitSbxFailed, err: multierror.Append(err, errors.New("removing x: gone\nsecond line"))})
+	want := "sbx: creating the task of 1a2b: mkdir /bin/busybox: not a directory\nsbx: removing x: gone\nsbx: second line\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }
