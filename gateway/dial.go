@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -126,10 +127,12 @@ func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duratio
 
 // resolveChecked resolves t's normalized host and applies the address guard
 // to every address: it returns the addresses that passed, in the
-// resolver's order, or the guard's block decision when none did. The
-// fence (fenceClass: its own listening addresses, Config.Fence, this
-// host's own addresses) is refused always, allow_private or not.
-func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target) ([]netip.Addr, *netpolicy.Decision, error) {
+// resolver's order, or the guard's block decision when none did, and then
+// sets rec.Addrs to the addresses the policy's guard refused (see
+// decisionlog.Record.Addrs). The fence (fenceClass: its own listening
+// addresses, Config.Fence, this host's own addresses) is refused always,
+// allow_private or not, and is not in rec.Addrs.
+func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target, rec *decisionlog.Record) ([]netip.Addr, *netpolicy.Decision, error) {
 	addrs, err := s.resolver.lookup(ctx, t.Host, s.limits.DNSTimeout)
 	if err != nil {
 		return nil, nil, err
@@ -141,6 +144,8 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 	// resolver's own slice: it is never written).
 	var ok []netip.Addr
 	var first *netpolicy.Decision
+	var guarded []byte // the addresses GuardAddr refused, for rec.Addrs
+	nguarded := 0
 	for i, ip := range addrs {
 		refused := false
 		if class := s.fenceClass(netip.AddrPortFrom(ip, t.Port)); class != "" {
@@ -153,6 +158,12 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 				first = &d
 			}
 			refused = true
+			if nguarded < decisionlog.MaxAddrs {
+				if nguarded++; nguarded > 1 {
+					guarded = append(guarded, ',')
+				}
+				guarded = ip.Unmap().AppendTo(guarded)
+			}
 		}
 		switch {
 		case refused && ok == nil:
@@ -165,6 +176,7 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 		ok = addrs
 	}
 	if len(ok) == 0 {
+		rec.Addrs = string(guarded)
 		return nil, first, nil
 	}
 	return ok, nil, nil

@@ -120,7 +120,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	}
 
 	// Allowed, or blocked in audit mode: resolve and guard, then forward.
-	addrs, guard, err := s.resolveChecked(ctx, snap.Policy(), t)
+	addrs, guard, err := s.resolveChecked(ctx, snap.Policy(), t, rec)
 	if guard != nil {
 		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
 		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
@@ -399,6 +399,11 @@ func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decision
 	d := snap.Policy().Verdict(t)
 	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
 		rec.Host, t.Host = host, host
+		if d.Rule == netpolicy.RuleGuard { // an IP target the guard refused
+			if ip, err := netip.ParseAddr(host); err == nil {
+				rec.Addrs = ip.Unmap().String()
+			}
+		}
 	} else {
 		rec.Host = redactTarget(t.Host)
 	}

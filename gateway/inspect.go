@@ -470,7 +470,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), tgt)
+	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), tgt, rec)
 	if guard != nil {
 		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *guard), blockHeaders(*guard))

@@ -78,7 +78,7 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Recor
 		return
 	}
 	defer s.releaseTunnel(c.client.Addr())
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t)
+	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t, rec)
 	if guard != nil {
 		s.refuseTunnel(c, rec, t, *guard, start, proxied)
 		return
