@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,21 +469,29 @@ func TestInspectedStreamHeadersFlushed(t *testing.T) {
 
 func TestHandshakeError(t *testing.T) {
 	alert := &net.OpError{Op: "remote error", Err: errors.New("tls: unknown certificate authority")}
+	badMAC := &net.OpError{Op: "local error", Err: errors.New("tls: bad record MAC")}
 	for _, tt := range []struct {
 		err      error
 		certSent bool
+		alert    byte // an unencrypted alert's description
 		rejected bool
 	}{
-		{alert, true, true},
-		{&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, true, true},
-		{&net.OpError{Op: "remote error", Err: errors.New("tls: protocol version not supported")}, false, false},
-		{io.EOF, true, true},   // hung up on the certificate
-		{io.EOF, false, false}, // hung up before it
-		{net.ErrClosed, true, false},
+		{alert, true, 0, true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, true, 0, true},
+		{&net.OpError{Op: "remote error", Err: errors.New("tls: protocol version not supported")}, false, 0, false},
+		{io.EOF, true, 0, true},   // hung up on the certificate
+		{io.EOF, false, 0, false}, // hung up before it
+		{net.ErrClosed, true, 0, false},
+		{badMAC, true, 48, true},   // unknown_ca, unencrypted
+		{badMAC, true, 46, true},   // certificate_unknown
+		{badMAC, true, 42, true},   // bad_certificate
+		{badMAC, false, 48, false}, // before the certificate: not about it
+		{badMAC, true, 40, false},  // handshake_failure: not about the certificate
+		{badMAC, true, 0, false},   // no alert
 	} {
-		got := strings.HasPrefix(handshakeError(tt.err, tt.certSent), reasonCARejected)
-		if got != tt.rejected {
-			t.Errorf("handshakeError(%v, certSent %v) = %q: rejected %v, want %v", tt.err, tt.certSent, handshakeError(tt.err, tt.certSent), got, tt.rejected)
+		msg := handshakeError(tt.err, tt.certSent, tt.alert, "example.com")
+		if got := strings.HasPrefix(msg, reasonCARejected); got != tt.rejected {
+			t.Errorf("handshakeError(%v, certSent %v, alert %d) = %q: rejected %v, want %v", tt.err, tt.certSent, tt.alert, msg, got, tt.rejected)
 		}
 	}
 }
@@ -524,5 +537,124 @@ func TestInspectedClientThatStopsReading(t *testing.T) {
 	defer resp.Body.Close() // never read
 	if cl := lastClose(t, g, decisionlog.KindHTTPS); cl["error"] == "" {
 		t.Errorf("the stalled request's close record: %v, want an error", cl)
+	}
+}
+
+// TestRealClientsRejectingTheCAAreNamed: curl and Python (OpenSSL) that do
+// not trust the sandbox's CA end the handshake with an alert, which over
+// TLS 1.3 they send unencrypted after the gateway's encrypted Finished (Go
+// then sees only a bad record MAC); over TLS 1.2 and 1.3 alike the
+// tunnel's close record says the client rejected the sbx CA, and how to
+// fix it.
+func TestRealClientsRejectingTheCAAreNamed(t *testing.T) {
+	for _, tool := range []string{"curl", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Logf("%s is not installed: its cases are skipped", tool)
+		}
+	}
+	// python connects through the proxy, then runs the handshake with a
+	// context that trusts only the file given, at exactly one version.
+	const python = `
+import socket, ssl, sys
+proxy, target, cafile, version = sys.argv[1:5]
+host, port = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    b = s.recv(1)
+    if not b:
+        sys.exit("the proxy closed the connection: " + repr(head))
+    head += b
+if b" 200 " not in head.split(b"\r\n")[0]:
+    sys.exit("the proxy answered " + repr(head))
+ctx = ssl.create_default_context(cafile=cafile)
+v = ssl.TLSVersion.TLSv1_3 if version == "1.3" else ssl.TLSVersion.TLSv1_2
+ctx.minimum_version = ctx.maximum_version = v
+try:
+    ctx.wrap_socket(s, server_hostname=target.rsplit(":", 1)[0])
+except ssl.SSLCertVerificationError as e:
+    print("verification failed:", e)
+    sys.exit(3)
+sys.exit("the handshake succeeded")
+`
+	for _, tt := range []struct {
+		tool, version string
+	}{
+		{"curl", "1.3"}, {"curl", "1.2"}, {"python3", "1.3"}, {"python3", "1.2"},
+	} {
+		t.Run(tt.tool+"/TLS"+tt.version, func(t *testing.T) {
+			if _, err := exec.LookPath(tt.tool); err != nil {
+				t.Skipf("%s is not installed", tt.tool)
+			}
+			s := newInspectSetup(t, netpolicy.Enforce, nil, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow})
+			// The client trusts the real server's certificate only, as a
+			// client that pins it or ignores the sandbox's trust variables.
+			cafile := filepath.Join(t.TempDir(), "upstream.pem")
+			if err := os.WriteFile(cafile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.up.Certificate().Raw}), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			target := "example.com:" + strconv.Itoa(int(s.port))
+			var cmd *exec.Cmd
+			wantExit := 60 // curl: the peer's certificate cannot be verified
+			if tt.tool == "curl" {
+				cmd = exec.Command("curl", "-sS", "-o", "/dev/null", "--max-time", "10", "--proxy", "http://"+s.g.addr, "--cacert", cafile,
+					"--tlsv"+tt.version, "--tls-max", tt.version, "https://"+target+"/")
+			} else {
+				cmd = exec.Command("python3", "-c", python, s.g.addr, target, cafile, tt.version)
+				wantExit = 3
+			}
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()} // no proxy or trust variables
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != wantExit {
+				t.Fatalf("%s: got %v (%s), want exit %d: the certificate not verified", tt.tool, err, out, wantExit)
+			}
+			cl := lastClose(t, s.g, decisionlog.KindConnect)
+			msg, _ := cl["error"].(string)
+			if !strings.HasPrefix(msg, reasonCARejected) {
+				t.Errorf("close record's error: got %q, want it to begin with %q", msg, reasonCARejected)
+			}
+			if !strings.Contains(msg, "SSL_CERT_FILE") || !strings.Contains(msg, "example.com") {
+				t.Errorf("close record's error: got %q, want the fix: the trust variables, or stop inspecting example.com", msg)
+			}
+		})
+	}
+}
+
+// TestAlertScan: the scan follows record boundaries however the client's
+// bytes arrive, and takes only an unencrypted fatal alert for one: not
+// the same bytes inside another record, an encrypted alert, or a warning.
+func TestAlertScan(t *testing.T) {
+	record := func(typ byte, body ...byte) []byte {
+		return append([]byte{typ, 3, 3, byte(len(body) >> 8), byte(len(body))}, body...)
+	}
+	unknownCA := record(21, 2, 48)
+	hello := record(22, bytes.Repeat([]byte{1}, 300)...) // longer than 255: both length bytes count
+	ccs := record(20, 1)
+	for _, tt := range []struct {
+		name   string
+		stream []byte
+		want   byte
+	}{
+		{"unknown_ca after the hello", slices.Concat(hello, ccs, unknownCA), 48},
+		{"bad_certificate", slices.Concat(hello, record(21, 2, 42)), 42},
+		{"the alert's bytes inside a record", slices.Concat(hello, record(23, unknownCA...)), 0},
+		{"an encrypted alert", slices.Concat(hello, record(21, bytes.Repeat([]byte{2}, 26)...)), 0},
+		{"a warning", slices.Concat(hello, record(21, 1, 48)), 0},
+		{"an empty record first", slices.Concat(record(23), unknownCA), 48},
+		{"nothing after the hello", hello, 0},
+	} {
+		for _, chunk := range []int{1, 2, 3, 5, 7, 1000} {
+			a := &alertScan{}
+			for b := tt.stream; len(b) > 0; {
+				k := min(chunk, len(b))
+				a.scan(b[:k])
+				b = b[k:]
+			}
+			if a.alert != tt.want {
+				t.Errorf("%s, in chunks of %d: got alert %d, want %d", tt.name, chunk, a.alert, tt.want)
+			}
+		}
 	}
 }
