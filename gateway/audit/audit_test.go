@@ -321,6 +321,7 @@ func FuzzSuggest(f *testing.F) {
 	f.Add([]byte("dns c.example\nbypass 10.0.0.1 0\nPOST a.example 8080 /v1/a%2fb\nPOST a.example 8080 /v1/../c"))
 	f.Add([]byte("GET a.example 80 /app/cart;jsessionid=1/view\nGET a.example 80 /app/cart;jsessionid=1/edit\nGET b.example 80 /x/%3Fy/z"))
 	f.Add([]byte("comm node\x85\u2028-\x00host: x\nGET a.example 80 /x\ninvalid b.example 443\ncut c.example 80\nsni d.example 443"))
+	f.Add([]byte("guard a.example 192.0.2.1 10.0.0.1\nguard b.example\nguard 10.1.2.3 10.1.2.3\nguard c.example fe80::1%eth0 x 8.8.8.8\nguard d.example ::ffff:192.0.2.9"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var recs []decisionlog.Record
 		comm := ""
@@ -346,6 +347,11 @@ func FuzzSuggest(f *testing.F) {
 				recs = append(recs, rec(i, "transparent", "GET", fs[1], port, "/", "block", "invalid", proc))
 			case "cut": // a path the log cut short
 				recs = append(recs, rec(i, "http", "GET", fs[1], port, "/"+strings.Repeat("p", maxLoggedPath)+"...", action, "r", proc, func(r *decisionlog.Record) { r.Status = 200 }))
+			case "guard": // refused by the address guard for the addresses that follow
+				addrs := strings.Join(fs[2:], ",")
+				recs = append(recs, rec(i, []string{"connect", "http", "https", "transparent"}[i%4], "CONNECT", fs[1], 443, "", "block", "guard", proc, func(r *decisionlog.Record) {
+					r.Reason, r.Addrs = decisionlog.ReasonGuard+"it is special", addrs
+				}))
 			case "sni": // a tunnel the TLS check closed
 				recs = append(recs, rec(i, "connect", "CONNECT", fs[1], port, "", "allow", "r", proc), rec(i, "connect", "CONNECT", fs[1], port, "", "allow", "r", proc, sniClose))
 			case "dns":
@@ -393,7 +399,8 @@ func FuzzSuggest(f *testing.F) {
 			}
 		}
 		for _, u := range e.Unexpected {
-			if u.Rule == netpolicy.RuleInvalid && strings.Contains(u.Reason, "whatever the policy") {
+			if u.Rule == netpolicy.RuleInvalid && strings.Contains(u.Reason, "whatever the policy") ||
+				u.Rule == netpolicy.RuleGuard && strings.Contains(u.Reason, "names none that a policy can exempt") {
 				continue // refused whatever the policy: listed as not covered
 			}
 			if validTarget(u.Host, u.Port) && netpolicy.IsToken(u.Method+"X") {

@@ -94,6 +94,9 @@ func DiffReports(old, cur *Report, factor float64) *Diff {
 		for _, t := range side.r.Truncated {
 			d.Incomplete = append(d.Incomplete, "of the "+side.name+" logs, "+t)
 		}
+		for _, g := range side.r.Gaps {
+			d.Incomplete = append(d.Incomplete, "of the "+side.name+" logs, "+g)
+		}
 		if side.r.Dropped > 0 {
 			d.Incomplete = append(d.Incomplete, fmt.Sprintf("the %s logs lack %d records the gateway left out", side.name, side.r.Dropped))
 		}

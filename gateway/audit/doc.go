@@ -7,15 +7,17 @@
 // (Limits): one row per target (host, port), per DNS name, per bypass
 // destination and per process, a timeline and the totals. Whatever goes
 // over a limit is counted, and the report says so; a log the gateway left
-// records out of (dropped records), or whose last line was cut short, is
-// reported as incomplete. The counts do not depend on the order of the
+// records out of (dropped records), whose seqs skip records no dropped
+// record counts, or whose last line was cut short, is reported as
+// incomplete. The counts do not depend on the order of the
 // records, so logs are merged by reading them one after the other; when a
 // cap is reached, what came first is kept (see Summary).
 //
 // Expect replays every attempt of the logs against a policy with Replay,
 // which decides with netpolicy's Verdict and DecideHost, the code the
-// gateway decides with: a CI gate for "this plugin reaches only what we
-// reviewed". Suggest writes the policy that allows exactly what a report
+// gateway decides with, and replays the address guard (netpolicy's
+// GuardAddr) on the addresses a refusal's record names: a CI gate for
+// "this plugin reaches only what we reviewed". Suggest writes the policy that allows exactly what a report
 // saw, checked to compile and to pass Expect of the same logs. DiffReports
 // lists what a new run reaches that an old one did not.
 //

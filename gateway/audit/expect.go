@@ -28,6 +28,15 @@ import (
 //     A request whose path the log cut short (over 1024 bytes) is decided
 //     as such a tunnel to its host and port, since its real path is
 //     unknown.
+//   - http, https, connect, transparent that the address guard refused
+//     (rule guard, a reason that starts with decisionlog.ReasonGuard):
+//     when the verdict above allows, the address guard, GuardAddr, on the
+//     addresses the record's addrs lists, as the gateway applies it to
+//     the addresses it resolved: the attempt is allowed when p's guard
+//     passes one of them, else blocked. A record that lists none a policy
+//     can pass (the gateway's own, this host's or the sandbox pool's
+//     address, which no policy reaches, or a log of an sbx that did not
+//     list them) is a block whatever p says.
 //   - http, connect, transparent whose record has rule invalid (a target
 //     that did not parse, a malformed request, a Host header or TLS
 //     server name that is not the target's): the logged block, which the
@@ -68,14 +77,24 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		if r.Rule == netpolicy.RuleInvalid {
 			return loggedInvalid(r), true
 		}
+		if guardRefused(r) && !exemptable(r.Addrs) {
+			return fencedBlock(r), true
+		}
 		t := netpolicy.Target{Host: r.Host, Port: port(r.Port), Method: r.Method, Path: r.Path}
+		var d netpolicy.Decision
 		switch {
 		case isTunnel(r.Method):
-			return tunnelVerdict(p, t, r), true
+			d = tunnelVerdict(p, t, r)
+			t.Method, t.Path = "CONNECT", ""
 		case pathCut(r.Path):
-			return anyRequestVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port))), true
+			d = anyRequestVerdict(p, t, fmt.Sprintf("the log cut this request's path at %d bytes, so it is decided as a tunnel to %s, which could carry any path", maxLoggedPath, hostPort(clipString(r.Host, maxHostString), r.Port)))
+		default:
+			d = p.Verdict(t)
 		}
-		return p.Verdict(t), true
+		if d.Action == netpolicy.Allow && guardRefused(r) {
+			return replayGuard(p, t, r, d), true
+		}
+		return d, true
 	case decisionlog.KindDNS:
 		return p.DecideHost(r.Host), true
 	case decisionlog.KindBypass:
@@ -105,6 +124,68 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 		return netpolicy.Decision{}, false
 	}
 	return unknownDecision("kind", r.Kind), true
+}
+
+// guardRefused reports whether r is a decision the address guard refused
+// for the address its target was or resolved to (not a packet around the
+// gateway, nor a client over its tunnel limit, which rule guard refuses
+// too).
+func guardRefused(r *decisionlog.Record) bool {
+	return r.Rule == netpolicy.RuleGuard && strings.HasPrefix(r.Reason, decisionlog.ReasonGuard)
+}
+
+// replayGuard is Replay's verdict on r, which the address guard refused
+// and which p decides as d, an allow: d when p's guard passes one of the
+// addresses r lists, else the guard's block of the first (see Replay). t
+// is r's target as the gateway decided it.
+func replayGuard(p *netpolicy.Policy, t netpolicy.Target, r *decisionlog.Record, d netpolicy.Decision) netpolicy.Decision {
+	var first netpolicy.Decision
+	var firstIP netip.Addr
+	addrs := r.Addrs
+	for i := 0; addrs != "" && i < decisionlog.MaxAddrs; i++ {
+		var a string
+		a, addrs, _ = strings.Cut(addrs, ",")
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			continue // not an address: nothing passes it
+		}
+		g, refused := p.GuardAddr(ip, t)
+		if !refused {
+			return d
+		}
+		if !firstIP.IsValid() {
+			first, firstIP = g, ip.Unmap()
+		}
+	}
+	if !firstIP.IsValid() {
+		return fencedBlock(r) // cannot happen after exemptable
+	}
+	first.Reason += fmt.Sprintf(" (where %s resolved when logged; allow_private: [%s] exempts it)",
+		hostPort(clipString(r.Host, maxHostString), r.Port), netip.PrefixFrom(firstIP, firstIP.BitLen()))
+	return first
+}
+
+// exemptable reports whether a guard refusal's addrs lists an address a
+// policy can pass: an IP address without a zone, among the first
+// decisionlog.MaxAddrs.
+func exemptable(addrs string) bool {
+	for i := 0; addrs != "" && i < decisionlog.MaxAddrs; i++ {
+		var a string
+		a, addrs, _ = strings.Cut(addrs, ",")
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// fencedBlock is Replay's block of r, a refusal by the address guard
+// whose record names no address a policy can exempt.
+func fencedBlock(r *decisionlog.Record) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
+		Reason: "the address guard refused every address " + hostPort(clipString(r.Host, maxHostString), r.Port) +
+			" resolved to, and the log names none that a policy can exempt (the gateway's own, this host's or the sandbox pool's, which no policy reaches; or a log of an older sbx): " +
+			clipString(r.Reason, maxShortString)}
 }
 
 // RuleUnknown is the rule of Replay's block of a record of a kind or
@@ -220,11 +301,16 @@ type Expectation struct {
 	// and why that may be (see LogRead.Truncated): what that line
 	// recorded cannot be replayed, so the expectation cannot hold.
 	Truncated []string `json:"truncated,omitempty"`
+	// Gaps says of each log whose seqs skip records no dropped record
+	// accounts for how many, and where (see LogRead.Gaps): they cannot be
+	// replayed, so the expectation cannot hold.
+	Gaps []string `json:"gaps,omitempty"`
 }
 
-// Holds reports whether every attempt was allowed and none is missing.
+// Holds reports whether every attempt was allowed and none is missing
+// (no dropped records, no last line cut short, no gap in the seqs).
 func (e *Expectation) Holds() bool {
-	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0 && len(e.Truncated) == 0
+	return len(e.Unexpected) == 0 && e.NotKept == 0 && e.Dropped == 0 && len(e.Truncated) == 0 && len(e.Gaps) == 0
 }
 
 type unexpectedKey struct {
@@ -307,6 +393,9 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		}
 		if l.TruncatedLine != 0 {
 			e.Truncated = append(e.Truncated, l.Truncated())
+		}
+		if l.Missing != 0 {
+			e.Gaps = append(e.Gaps, l.Gaps())
 		}
 	}
 	for _, u := range found {

@@ -87,6 +87,10 @@ func (r *Report) warnings() []string {
 // the HTML report shows in a box of their own.
 func (r *Report) notices() []string {
 	ws := slices.Clone(r.Truncated)
+	ws = append(ws, r.Gaps...)
+	if len(r.GuardAddrs) > 0 {
+		ws = append(ws, r.guardText())
+	}
 	if len(r.Unknown) > 0 {
 		ws = append(ws, r.unknownText()+": they are not in the tables below; upgrade sbx to read them")
 	}
@@ -94,6 +98,24 @@ func (r *Report) notices() []string {
 		ws = append(ws, fmt.Sprintf("the gateway closed %s after opening them, since their first bytes were a TLS ClientHello for another host than the target (sni mismatch) or one it could not parse: each is counted allowed when decided and blocked (rule invalid) when closed, and no policy can allow it", plural(r.ClosedByTLSCheck, "tunnel", "tunnels")))
 	}
 	return ws
+}
+
+// guardText says which addresses the address guard refused, and how to
+// exempt them.
+func (r *Report) guardText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the address guard refused %s that the targets' names resolved to, which a policy can exempt: ", plural(uint64(len(r.GuardAddrs))+r.Overflow.GuardAddrs, "address", "addresses"))
+	for i, g := range r.GuardAddrs[:min(len(r.GuardAddrs), 5)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s, for %s)", g.Addr, g.Class, clip(visible(g.Host), maxWideCell))
+	}
+	if len(r.GuardAddrs) > 5 {
+		fmt.Fprintf(&b, " and %d more", len(r.GuardAddrs)-5)
+	}
+	b.WriteString("; if they are meant (a mirror, a lab network), allow_private (--allow-private ADDR/32) exempts them, and sbx audit --suggest writes it")
+	return b.String()
 }
 
 // unknownText says how many records of which kinds and events this sbx
@@ -256,6 +278,9 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 	}
 	for _, t := range e.Truncated {
 		fmt.Fprintf(ew, "\n%s; so the logs cannot show that the policy allows everything.\n", txt(t))
+	}
+	for _, g := range e.Gaps {
+		fmt.Fprintf(ew, "\n%s; so the logs cannot show that the policy allows everything.\n", txt(g))
 	}
 	return ew.err
 }

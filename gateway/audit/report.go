@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +170,14 @@ type Target struct {
 	// host than the target, or one it could not parse: each is counted
 	// twice, allowed when it was decided and blocked when it was closed.
 	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
+	// Guarded counts the attempts the address guard refused for the
+	// address the target was or resolved to (see Report.GuardAddrs);
+	// they are in Blocked too. Fenced counts those of them whose record
+	// names no address a policy can exempt: the gateway's own, this
+	// host's or the sandbox pool's, which no policy reaches (or a log
+	// of an sbx that did not name them).
+	Guarded uint64 `json:"guarded,omitempty"`
+	Fenced  uint64 `json:"fenced,omitempty"`
 	// InterceptStatus is the highest status of the intercepted answers
 	// (the same whatever the order of the records).
 	InterceptStatus int `json:"intercept_status,omitempty"`
@@ -240,6 +249,9 @@ type Overflow struct {
 	Bypass    uint64 `json:"bypass,omitempty"`
 	Processes uint64 `json:"processes,omitempty"`
 	Paths     uint64 `json:"paths,omitempty"`
+	// GuardAddrs counts the refused addresses beyond the first
+	// Limits.Targets, which Report.GuardAddrs does not list.
+	GuardAddrs uint64 `json:"guard_addrs,omitempty"`
 }
 
 func (o Overflow) any() bool { return o != Overflow{} }
@@ -283,6 +295,16 @@ type Report struct {
 	// newline, not a whole record) where, and why that may be: the logs
 	// are incomplete when it is not empty.
 	Truncated []string `json:"truncated,omitempty"`
+	// Gaps says of each log whose seqs skip records that no dropped
+	// record accounts for how many, and where (see LogRead.Gaps): the
+	// logs are incomplete when it is not empty.
+	Gaps []string `json:"gaps,omitempty"`
+	// GuardAddrs are the addresses the address guard refused that a
+	// policy can exempt (the records' addrs): private or reserved
+	// addresses the targets' names resolved to, such as a registry
+	// mirror's on a lab network. allow_private exempts them. Sorted by
+	// address.
+	GuardAddrs []GuardAddr `json:"guard_addrs,omitempty"`
 
 	Targets   []*Target  `json:"targets"`
 	DNSNames  []*DNSName `json:"dns_names"`
@@ -293,6 +315,18 @@ type Report struct {
 	BucketSeconds int64    `json:"bucket_seconds"`
 	Timeline      []Bucket `json:"timeline"`
 	Overflow      Overflow `json:"overflow"`
+}
+
+// GuardAddr is one address the address guard refused.
+type GuardAddr struct {
+	Addr string `json:"addr"`
+	// Class is the special range it is in, as the guard names it, such
+	// as "private (RFC 1918)".
+	Class string `json:"class"`
+	// Host is the first target host seen refused for it.
+	Host string `json:"host"`
+	// Attempts counts the refused attempts whose records name it.
+	Attempts uint64 `json:"attempts"`
 }
 
 // PolicyChange is one policy record.
@@ -341,6 +375,7 @@ type Summary struct {
 	bypass    map[bypassKey]*Bypass
 	procs     map[procKey]*Process
 	paths     int // (target, path) pairs kept
+	guard     map[netip.Addr]*GuardAddr
 	changes   uint64
 	seed      maphash.Seed // of the hashes of processes' targets
 
@@ -360,6 +395,7 @@ func NewSummary(lim Limits) *Summary {
 		dns:      map[string]*DNSName{},
 		bypass:   map[bypassKey]*Bypass{},
 		procs:    map[procKey]*Process{},
+		guard:    map[netip.Addr]*GuardAddr{},
 		seed:     maphash.MakeSeed(),
 		bucketNS: int64(time.Second),
 		buckets:  map[int64]*Counts{},
@@ -369,6 +405,10 @@ func NewSummary(lim Limits) *Summary {
 // AddTruncated notes that the last line of a log read into the Summary
 // was cut short (see LogRead.Truncated).
 func (s *Summary) AddTruncated(l LogRead) { s.r.Truncated = append(s.r.Truncated, l.Truncated()) }
+
+// AddGaps notes that a log read into the Summary lacks records by its
+// seqs (see LogRead.Gaps).
+func (s *Summary) AddGaps(l LogRead) { s.r.Gaps = append(s.r.Gaps, l.Gaps()) }
 
 // AddLog notes the name of a log that is read into the Summary.
 func (s *Summary) AddLog(name string) { s.r.Logs = append(s.r.Logs, name) }
@@ -442,6 +482,12 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 	if r.Rule == netpolicy.RuleInvalid {
 		t.Invalid++
 	}
+	if guardRefused(r) {
+		t.Guarded++
+		if s.addGuardAddrs(rec.Addrs, t.Host) == 0 {
+			t.Fenced++
+		}
+	}
 	if r.Action == "intercept" {
 		t.InterceptStatus = max(t.InterceptStatus, r.Status)
 		if strings.HasPrefix(r.Reason, decisionlog.ReasonMockLLM) {
@@ -471,6 +517,42 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		t.procs.add(r.Comm)
 	}
 	s.addProcess(r, 1, "", t.Host, t.Port)
+}
+
+// addGuardAddrs counts the addresses of a guard refusal's addrs (see
+// decisionlog.Record.Addrs), refused for host, and returns how many of
+// the first decisionlog.MaxAddrs listed a policy can pass: the IP
+// addresses without a zone (Replay passes them the same way). Those in a
+// special range are kept for Report.GuardAddrs.
+func (s *Summary) addGuardAddrs(addrs, host string) int {
+	n := 0
+	for i := 0; addrs != "" && i < decisionlog.MaxAddrs; i++ {
+		var a string
+		a, addrs, _ = strings.Cut(addrs, ",")
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			continue
+		}
+		ip = ip.Unmap()
+		g := s.guard[ip]
+		if g == nil {
+			class := netpolicy.AddrClass(ip)
+			if class == "" {
+				n++ // a public address, which the guard passes: nothing to exempt
+				continue
+			}
+			if len(s.guard) >= s.lim.Targets {
+				s.r.Overflow.GuardAddrs++
+				n++
+				continue
+			}
+			g = &GuardAddr{Addr: ip.String(), Class: class, Host: host}
+			s.guard[ip] = g
+		}
+		n++
+		g.Attempts++
+	}
+	return n
 }
 
 // maxUnknown is how many kinds and events Report.Unknown tells apart.
@@ -707,6 +789,14 @@ func (s *Summary) Report() *Report {
 	r := s.r // a copy; the slices below are new
 	r.Logs = slices.Clone(s.r.Logs)
 	r.Truncated = slices.Clone(s.r.Truncated)
+	r.Gaps = slices.Clone(s.r.Gaps)
+	r.GuardAddrs = make([]GuardAddr, 0, len(s.guard))
+	for _, g := range s.guard {
+		r.GuardAddrs = append(r.GuardAddrs, *g)
+	}
+	slices.SortFunc(r.GuardAddrs, func(a, b GuardAddr) int {
+		return netip.MustParseAddr(a.Addr).Compare(netip.MustParseAddr(b.Addr))
+	})
 	r.Unknown = maps.Clone(s.r.Unknown)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {

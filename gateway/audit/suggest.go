@@ -106,10 +106,15 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			if t.Invalid > 0 {
 				skipped = append(skipped, fmt.Sprintf("%s at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", plural(t.Invalid, "attempt", "attempts"), hostPort(h, t.Port)))
 			}
+			if t.Fenced > 0 {
+				skipped = append(skipped, fmt.Sprintf("%s at %s that the address guard refused for addresses no policy reaches (the gateway's own, this host's or the sandbox pool's), or that the log does not name", plural(t.Fenced, "attempt", "attempts"), hostPort(h, t.Port)))
+			}
 			if onlyInvalid(t) {
 				continue // a rule would allow what the log does not show
 			}
-			if t.Allowed+t.Intercepted > 0 {
+			// An attempt the address guard refused was one a rule let
+			// through; allow_private exempts its address.
+			if t.Allowed+t.Intercepted+t.Guarded-t.Fenced > 0 {
 				blocked = false
 			}
 			note := targetNote(t)
@@ -222,6 +227,10 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 	if rep.Dropped > 0 {
 		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (it was over its budget)", plural(rep.Dropped, "record", "records")))
 	}
+	if n := rep.Overflow.GuardAddrs; n > 0 {
+		skipped = append(skipped, fmt.Sprintf("%s at addresses the address guard refused beyond the first %d, which were not kept apart", plural(n, "attempt", "attempts"), len(rep.GuardAddrs)))
+	}
+	skipped = append(skipped, rep.Gaps...)
 	if opt.Wildcards {
 		rules = foldWildcards(rules)
 	}
@@ -229,8 +238,9 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 }
 
 // onlyInvalid reports whether the gateway refused every attempt at t
-// whatever the policy.
-func onlyInvalid(t *Target) bool { return t.Invalid >= t.Total() }
+// whatever the policy: invalid, or refused by the address guard for no
+// address a policy can exempt.
+func onlyInvalid(t *Target) bool { return satAdd(t.Invalid, t.Fenced) >= t.Total() }
 
 // targetNote is a rule's comment for t: counts, bytes and process names.
 func targetNote(t *Target) string {
@@ -241,6 +251,9 @@ func targetNote(t *Target) string {
 	}
 	if t.Blocked > 0 {
 		fmt.Fprintf(&b, ", %d blocked when logged", t.Blocked)
+		if t.Guarded > 0 {
+			fmt.Fprintf(&b, " (%d by the address guard)", t.Guarded)
+		}
 	}
 	if t.BytesOut+t.BytesIn > 0 {
 		fmt.Fprintf(&b, ", %s out, %s in", byteSize(t.BytesOut), byteSize(t.BytesIn))
@@ -394,7 +407,20 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 			fmt.Fprintf(&b, "#   %s\n", visible(s))
 		}
 	}
-	b.WriteString("version: 1\ndefault: block\nrules:\n")
+	b.WriteString("version: 1\ndefault: block\n")
+	if len(rep.GuardAddrs) > 0 {
+		b.WriteString("# The address guard refused these private or reserved addresses, which the\n")
+		b.WriteString("# names below resolved to when logged. Keep only those you mean to reach\n")
+		b.WriteString("# (a registry mirror, a lab network): a name that resolves to an address\n")
+		b.WriteString("# listed here reaches it.\n")
+		b.WriteString("allow_private:\n")
+		for _, g := range rep.GuardAddrs {
+			ip := netip.MustParseAddr(g.Addr)
+			fmt.Fprintf(&b, "  # %s, for %s (%s)\n", visible(g.Class), visible(g.Host), plural(g.Attempts, "attempt", "attempts"))
+			fmt.Fprintf(&b, "  - %s\n", quote(netip.PrefixFrom(ip, ip.BitLen()).String()))
+		}
+	}
+	b.WriteString("rules:\n")
 	sections := []struct {
 		title string
 		pick  func(*suggestedRule) bool
@@ -473,7 +499,8 @@ func quote(s string) string {
 }
 
 // coverage replays every attempt of the report against p and returns the
-// hosts of those p does not allow.
+// hosts of those p does not allow, and the addresses the address guard
+// refused that p does not exempt.
 func coverage(p *netpolicy.Policy, rep *Report) []string {
 	var misses []string
 	miss := func(r *decisionlog.Record) {
@@ -513,6 +540,12 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 	for _, b := range rep.Bypass {
 		if b.Host != "" && validTarget(b.Host, 443) {
 			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindBypass, Host: b.Host, Port: b.Port, Proto: b.Proto})
+		}
+	}
+	for _, g := range rep.GuardAddrs {
+		ip := netip.MustParseAddr(g.Addr)
+		if _, refused := p.GuardAddr(ip, netpolicy.Target{Host: g.Addr, Port: 443, Method: "CONNECT"}); refused && !slices.Contains(misses, g.Addr) {
+			misses = append(misses, g.Addr)
 		}
 	}
 	return misses
