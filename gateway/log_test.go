@@ -324,7 +324,7 @@ func TestFileSinkModes(t *testing.T) {
 func TestFileSinkAppends(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	for run := range 2 {
-		fs, err := OpenFileSink(path, FileSinkOptions{})
+		fs, err := OpenFileSink(path, FileSinkOptions{Append: true})
 		if err != nil {
 			t.Fatal(err)
 		}

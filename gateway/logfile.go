@@ -40,8 +40,15 @@ const fileSinkDroppedInterval = time.Second
 // FileSinkOptions bound what a FileSink writes, so that a sandbox that
 // makes requests as fast as it can does not fill the host's disk through
 // the decision log. Records over either bound are left out and counted;
-// policy records are never left out. The zero value means the defaults.
+// policy records are never left out. They also say whether the sink may
+// add to a file that holds something already. The zero value means the
+// defaults, and a new or empty file.
 type FileSinkOptions struct {
+	// Append lets OpenFileSink open a file that is not empty, and add to
+	// what it holds. Without it, such a file is refused with a
+	// *NonEmptyLogFileError: two runs' records are never mixed in one
+	// log unless asked.
+	Append bool
 	// RatePerSecond is how many records per second the sink writes on
 	// average (a token bucket of Burst tokens refilled at this rate).
 	// 0 means DefaultLogRate (1000); a negative value (NoLimit) means no
@@ -121,7 +128,10 @@ type FileSink struct {
 
 // OpenFileSink opens the file at path for appending, creating its missing
 // parent directories with mode 0700 and the file with mode 0600 (an
-// existing file keeps its mode), and bounds what it writes by o. It
+// existing file keeps its mode), and bounds what it writes by o. A file
+// that is not empty is refused with a *NonEmptyLogFileError unless
+// o.Append is set (the size is that of the file opened, not of what the
+// name pointed to a moment before). It
 // starts a goroutine that flushes the buffer in the background; Close ends
 // it, so the caller must call Close.
 //
@@ -148,6 +158,10 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 	f, size, err := openLogFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if size > 0 && !o.Append {
+		f.Close()
+		return nil, &NonEmptyLogFileError{Path: path, Size: size}
 	}
 	s := &FileSink{
 		f:        f,
@@ -218,6 +232,22 @@ func (e *UnsafeLogFileError) Error() string {
 		return "decision log " + e.Path + ": has " + strconv.FormatUint(e.Links, 10) +
 			" links; sbx appends only to a file with a single name (a sandbox could have linked another file there)" + fix
 	}
+}
+
+// A NonEmptyLogFileError is what OpenFileSink returns for a file that
+// already holds something when FileSinkOptions.Append is not set (in sbx,
+// a --log FILE of an earlier run without --log-append). Its message names
+// the file and both fixes.
+type NonEmptyLogFileError struct {
+	// Path is the log's path, as given to OpenFileSink.
+	Path string
+	// Size is how many bytes the file holds.
+	Size int64
+}
+
+func (e *NonEmptyLogFileError) Error() string {
+	return "decision log " + e.Path + ": holds " + strconv.FormatInt(e.Size, 10) +
+		" bytes already (an earlier run's records?), and sbx does not add to a log unless asked: choose another --log path, or give --log-append to add this run's records to it"
 }
 
 // fileTypeName names the file type t with its article, as in "is a named

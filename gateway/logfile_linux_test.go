@@ -1,20 +1,25 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // lfOpenWithin runs OpenFileSink in a goroutine and fails the test when it
 // has not returned in 5 seconds, so that an open that blocks (on a named
-// pipe) fails the test instead of hanging it.
+// pipe) fails the test instead of hanging it. It opens with Append: what
+// is at path is checked, not whether it is empty.
 func lfOpenWithin(t *testing.T, path string) (*FileSink, error) {
 	t.Helper()
 	type result struct {
@@ -23,7 +28,7 @@ func lfOpenWithin(t *testing.T, path string) (*FileSink, error) {
 	}
 	done := make(chan result, 1)
 	go func() { // ends when OpenFileSink returns
-		fs, err := OpenFileSink(path, FileSinkOptions{})
+		fs, err := OpenFileSink(path, FileSinkOptions{Append: true})
 		done <- result{fs, err}
 	}()
 	select {
@@ -215,5 +220,58 @@ func lfMust(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenFileSinkRefusesNonEmpty: a log file that holds something is
+// refused, and left as it was, unless Append is set; an empty one, made
+// beforehand, is written. Start refuses it the same way.
+func TestOpenFileSinkRefusesNonEmpty(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"old":true}` + "\n"
+	full, empty := filepath.Join(dir, "full.jsonl"), filepath.Join(dir, "empty.jsonl")
+	lfMust(t, os.WriteFile(full, []byte(old), 0o600))
+	lfMust(t, os.WriteFile(empty, nil, 0o600))
+
+	fs, err := OpenFileSink(full, FileSinkOptions{})
+	var ne *NonEmptyLogFileError
+	if !errors.As(err, &ne) || ne.Path != full || ne.Size != int64(len(old)) {
+		if err == nil {
+			fs.Close()
+		}
+		t.Fatalf("OpenFileSink of a file of %d bytes: got %v, want a *NonEmptyLogFileError for %s, %d bytes", len(old), err, full, len(old))
+	}
+	for _, want := range []string{full, "another --log path", "--log-append"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: mustCompile(t, netpolicy.Spec{}), LogFile: full}); !errors.As(err, &ne) {
+		if err == nil {
+			g.Close()
+		}
+		t.Errorf("Start with a log of %d bytes: got %v, want a *NonEmptyLogFileError", len(old), err)
+	}
+	if data, _ := os.ReadFile(full); string(data) != old {
+		t.Errorf("the refused file holds %q, want %q as before", data, old)
+	}
+
+	for _, tc := range []struct {
+		path string
+		o    FileSinkOptions
+		want string
+	}{
+		{empty, FileSinkOptions{}, ""},
+		{full, FileSinkOptions{Append: true}, old},
+	} {
+		fs, err := OpenFileSink(tc.path, tc.o)
+		if err != nil {
+			t.Fatalf("OpenFileSink(%s, %+v): %v", tc.path, tc.o, err)
+		}
+		lfMust(t, fs.WriteRecord(1, []byte(`{"seq":1}`+"\n")))
+		lfMust(t, fs.Close())
+		if data, _ := os.ReadFile(tc.path); string(data) != tc.want+`{"seq":1}`+"\n" {
+			t.Errorf("%s with %+v holds %q, want %q", tc.path, tc.o, data, tc.want+`{"seq":1}`+"\n")
+		}
 	}
 }

@@ -294,7 +294,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	if err := os.WriteFile(path, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: maxBytes})
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: maxBytes, Append: true})
 	if err != nil {
 		t.Fatal(err)
 	}

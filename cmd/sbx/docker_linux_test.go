@@ -150,7 +150,7 @@ func TestPrivilegedDockerRunPull(t *testing.T) {
 	run := func(extra ...string) (string, string, int) {
 		t.Helper()
 		args := []string{"run", "--runtime", "docker", "--state-dir", filepath.Join(dir, "state"), "--subnet-pool", "10.213.231.0/24",
-			"--log", filepath.Join(dir, "decisions.jsonl")}
+			"--log", filepath.Join(dir, "decisions.jsonl"), "--log-append"}
 		return runCLI(t, append(append(args, extra...), fromImage...)...)
 	}
 

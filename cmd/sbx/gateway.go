@@ -86,6 +86,11 @@ ends open tunnels and flushes the decision log.`,
 			if err != nil {
 				return usageError(cmd, err)
 			}
+			if o.log != "" {
+				if err := o.logLimits.checkExisting(o.log); err != nil {
+					return err
+				}
+			}
 			res := &gateway.Resolver{}
 			for _, v := range o.resolve {
 				host, ip, err := gateway.ParseStatic(v)
@@ -155,7 +160,7 @@ ends open tunnels and flushes the decision log.`,
 	fs.StringArrayVar(&o.api, "api", nil, "serve the management API on `ADDR`: host:port or unix:PATH; repeatable")
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
-	fs.StringVar(&o.log, "log", "", "append the decision log (JSON Lines) to `FILE`")
+	fs.StringVar(&o.log, "log", "", "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append")
 	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+" (HTTPS needs --ca-cert)")

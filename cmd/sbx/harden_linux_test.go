@@ -222,7 +222,7 @@ grep -q " %[1]s .*ro," /proc/self/mountinfo && echo SUBMOUNT-RO
 touch /etc/planted 2>/dev/null && echo ETC-WRITABLE
 exit 0`, sub)
 	for _, user := range []string{"", "0"} { // nobody, and root asked for
-		args := []string{"run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.237.0/24", "--log", filepath.Join(state, "log.jsonl")}
+		args := []string{"run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.237.0/24", "--log", filepath.Join(state, "log.jsonl"), "--log-append"}
 		if user != "" {
 			args = append(args, "--user", user)
 		}
@@ -253,7 +253,7 @@ func TestPrivilegedLimits(t *testing.T) {
 	state := t.TempDir()
 	run := func(extra []string, script string) (string, string, int) {
 		args := append([]string{"run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.238.0/24",
-			"--log", filepath.Join(state, "log.jsonl")}, extra...)
+			"--log", filepath.Join(state, "log.jsonl"), "--log-append"}, extra...)
 		return runCLI(t, append(args, "--", "/bin/sh", "-c", script)...)
 	}
 

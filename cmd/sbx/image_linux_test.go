@@ -87,11 +87,11 @@ func imageInContainerd(t *testing.T, name string) bool {
 }
 
 // imageRunArgs are the flags of sbx run for the image tests: their own
-// state, pool and log.
+// state, pool and log (one for all the runs of a test: --log-append).
 func imageRunArgs(t *testing.T) []string {
 	dir := t.TempDir()
 	return []string{"run", "--state-dir", filepath.Join(dir, "state"), "--subnet-pool", "10.213.228.0/24",
-		"--log", filepath.Join(dir, "decisions.jsonl")}
+		"--log", filepath.Join(dir, "decisions.jsonl"), "--log-append"}
 }
 
 // fromImage is a command that exits 7 when it runs from sandboxtest.BusyboxImage.

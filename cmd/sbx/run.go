@@ -260,14 +260,19 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		return code, nil
 	}
 	// The gateway refuses a link, a pipe or a file of another owner at the
-	// log's path; a path the sandbox can write, or reach the log through,
-	// is refused here, before anything is made.
+	// log's path, and one that is not empty without --log-append; a path
+	// the sandbox can write, or reach the log through (by any mount), is
+	// refused here, and a file that is not empty too, before anything is
+	// made.
 	if o.log != "" {
 		if err := outsideOf(o.log, layout.Writable()); err != nil {
-			return 0, fmt.Errorf("--log %s: %w, so the sandbox could replace, rewrite or link the log; keep it outside the working directory and -v mounts (the default is %s/<id>/decisions.jsonl)", o.log, err, logRoot)
+			return 0, fmt.Errorf("--log %s: %w; keep it outside the working directory and -v mounts, and outside every other mount of them (the default is %s/<id>/decisions.jsonl)", o.log, reachableLogError(err), logRoot)
+		}
+		if err := o.logLimits.checkExisting(o.log); err != nil {
+			return 0, err
 		}
 	} else if err := outsideOf(logRoot, layout.Writable()); err != nil {
-		return 0, fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", logRoot, err)
+		return 0, fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", logRoot, reachableLogError(err))
 	}
 	if !o.quiet {
 		if note := usr.note(hostLayout, cwd, capAdd); note != "" {

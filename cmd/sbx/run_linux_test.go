@@ -493,7 +493,7 @@ func TestPrivilegedTerminalAndStdin(t *testing.T) {
 		var out, errOut strings.Builder
 		cmd := newRootCmd()
 		args := append([]string{"run", "--quiet", "--rootfs", root, "--state-dir", filepath.Join(dir, "state"),
-			"--subnet-pool", "10.213.243.0/24", "--log", filepath.Join(dir, "log.jsonl")}, flags...)
+			"--subnet-pool", "10.213.243.0/24", "--log", filepath.Join(dir, "log.jsonl"), "--log-append"}, flags...)
 		cmd.SetArgs(append(args, "--", "sh", "-c", script))
 		cmd.SetIn(strings.NewReader(stdin))
 		cmd.SetOut(&out)

@@ -166,32 +166,79 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// outsideOf returns an error when path lies in one of dirs, or when
-// reaching it goes through an entry that does: every directory entry on
-// the way is checked where it really is, and symbolic links are followed
-// one by one, so neither a link inside dirs (planted by a sandbox that
-// can write there, pointing anywhere) nor a link elsewhere pointing into
-// dirs gets past. dirs are compared with their own links resolved.
+// outsideOf returns a *writableError when path lies in one of dirs, or
+// when reaching it goes through an entry that does, and another error when
+// it cannot tell. Lying in a directory is a matter of filesystem objects,
+// not of path names: every place this mount namespace shows a directory
+// of dirs under (a bind mount of it or of a directory below it elsewhere,
+// its filesystem mounted again; see mountAliases) counts as the directory,
+// and an entry that is the same file as one of dirs (a hard link to a file
+// mounted with -v) is refused too. Every directory entry on the way is
+// checked where it really is, and symbolic links are followed one by one,
+// so neither a link inside dirs (planted by a sandbox that can write
+// there, pointing anywhere) nor a link elsewhere pointing into dirs gets
+// past. dirs are compared with their own links resolved.
 func outsideOf(path string, dirs []string) error {
-	var roots []string
+	type root struct {
+		at   string      // where the tree of dir shows
+		dir  string      // as given
+		real string      // dir with its links resolved
+		fi   os.FileInfo // dir's own
+	}
+	var roots []root
 	for _, d := range dirs {
 		rd, err := filepath.EvalSymlinks(d)
 		if err != nil {
 			return err
 		}
-		roots = append(roots, rd)
+		fi, err := os.Stat(rd)
+		if err != nil {
+			return err
+		}
+		aliases, err := mountAliases(rd)
+		if err != nil {
+			return fmt.Errorf("finding where the mounts show %s: %w", d, err)
+		}
+		for _, a := range aliases {
+			roots = append(roots, root{a, d, rd, fi})
+		}
 	}
-	inside := func(p string) (string, bool) {
-		for i, r := range roots {
-			if rel, err := filepath.Rel(r, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-				return dirs[i], true
+	inside := func(p string) (root, bool) {
+		for _, r := range roots {
+			if rel, err := filepath.Rel(r.at, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return r, true
 			}
 		}
-		return "", false
+		return root{}, false
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return err
+	}
+	// refuse words the refusal of next, which lies in r (or is the same
+	// file as r.dir, when same).
+	refuse := func(next string, r root, same bool) error {
+		final := next == filepath.Clean(abs)
+		place := r.dir
+		if r.at != r.real {
+			place = r.at + " (which shares files with " + r.dir + " through a mount)"
+		}
+		var text string
+		switch {
+		case same && final:
+			text = "it is the same file as " + r.dir
+		case same:
+			text = "reaching it goes through " + next + ", the same file as " + r.dir
+		case final && next == r.at:
+			text = "it is " + place
+		case final:
+			text = "it lies in " + place
+		case next == r.at:
+			text = "reaching it goes through " + place
+		default:
+			text = "reaching it goes through " + next + ", in " + place
+		}
+		return &writableError{text + ", which the sandbox can write"}
 	}
 	at, rest := "/", strings.Split(abs, "/")
 	for links := 0; len(rest) > 0; {
@@ -205,11 +252,8 @@ func outsideOf(path string, dirs []string) error {
 			continue
 		}
 		next := filepath.Join(at, c)
-		if d, ok := inside(next); ok {
-			if next == filepath.Clean(abs) {
-				return fmt.Errorf("it lies in %s, which the sandbox can write", d)
-			}
-			return fmt.Errorf("reaching it goes through %s, in %s, which the sandbox can write", next, d)
+		if r, ok := inside(next); ok {
+			return refuse(next, r, false)
 		}
 		fi, err := os.Lstat(next)
 		switch {
@@ -218,7 +262,13 @@ func outsideOf(path string, dirs []string) error {
 			continue
 		case err != nil:
 			return err
-		case fi.Mode()&fs.ModeSymlink == 0:
+		}
+		for _, r := range roots {
+			if os.SameFile(fi, r.fi) {
+				return refuse(next, r, true)
+			}
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
 			at = next
 			continue
 		}
@@ -236,3 +286,9 @@ func outsideOf(path string, dirs []string) error {
 	}
 	return nil
 }
+
+// A writableError is outsideOf's answer for a path the sandbox can write
+// or replace: it says through what.
+type writableError struct{ text string }
+
+func (e *writableError) Error() string { return e.text }
