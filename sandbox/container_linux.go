@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/hashicorp/go-multierror"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -176,6 +177,7 @@ func GenerateSpec(ctx context.Context, cs ContainerSpec) (*specs.Spec, error) {
 // Containerd runs sandbox containers through a containerd daemon.
 type Containerd struct {
 	client *containerd.Client
+	socket string
 }
 
 // ConnectContainerd connects to containerd at socket.
@@ -195,7 +197,7 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 		c.Close()
 		return nil, fmt.Errorf("containerd at %s does not answer: %s: %w", socket, hint, err)
 	}
-	return &Containerd{client: c}, nil
+	return &Containerd{client: c, socket: socket}, nil
 }
 
 // Close closes the connection.
@@ -230,13 +232,18 @@ type Task struct {
 	id      string
 	c       *Containerd
 	ctr     containerd.Container
-	task    containerd.Task // nil when the task could not be created
-	exitCh  <-chan containerd.ExitStatus
+	task    containerd.Task            // nil when the task could not be created
+	exitCh  chan containerd.ExitStatus // the command's end, or why it is not known, once
 	in      io.Reader
 	eof     chan struct{}
 	started chan struct{} // closed by Start once the command runs: stdin flows from then
 	exited  atomic.Bool   // Wait saw the command's end
+	lost    atomic.Bool   // sbx gave up on containerd and killed the command without it
 	deleted bool
+	// cgroupsPath is the container's cgroup, in each hierarchy: where
+	// its processes are found, and killed, when containerd does not
+	// answer.
+	cgroupsPath string
 	// cleanupCtx outlives the caller's context: Delete and the stdin
 	// closer use it. cancel ends the stdin closer and the stdin gate.
 	cleanupCtx context.Context
@@ -274,6 +281,12 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 		spec = append([]oci.SpecOpts{oci.WithImageConfig(img)}, spec...)
 		newOpts = append(newOpts, containerd.WithImage(img), containerd.WithNewSnapshot(cs.ID, img))
 	}
+	spec = append(spec, func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		if s.Linux != nil {
+			t.cgroupsPath = s.Linux.CgroupsPath
+		}
+		return nil
+	})
 	newOpts = append(newOpts, containerd.WithNewSpec(spec...))
 	var err error
 	t.ctr, err = c.client.NewContainer(ctx, cs.ID, newOpts...)
@@ -314,9 +327,8 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 		return nil, fmt.Errorf("creating the task of %s: %w", cs.ID, err)
 	}
 	t.task = task
-	if t.exitCh, err = task.Wait(t.cleanupCtx); err != nil {
-		return nil, fmt.Errorf("waiting for %s: %w", cs.ID, err)
-	}
+	t.exitCh = make(chan containerd.ExitStatus, 1)
+	go t.supervise()
 	return t, nil
 }
 
@@ -347,14 +359,79 @@ func (t *Task) Start(ctx context.Context) error {
 
 // Wait waits for the started command's end and returns its exit code, or
 // ctx's error when ctx ends first. Only one Wait may end with the exit.
+// It outlasts a restart of containerd; when containerd stays unreachable
+// for runtimeLostAfter, or no longer knows the task, the command is killed
+// without it and Wait fails with ErrRuntimeLost.
 func (t *Task) Wait(ctx context.Context) (int, error) {
 	select {
 	case st := <-t.exitCh:
 		code, at, err := st.Result()
 		t.exited.Store(err == nil && !at.IsZero())
-		return int(code), err
+		if err != nil {
+			return -1, err
+		}
+		return int(code), nil
 	case <-ctx.Done():
 		return -1, ctx.Err()
+	}
+}
+
+// supervise waits for the task's end through containerd and hands it to
+// Wait. containerd's Wait breaks when the daemon restarts, while the shim
+// keeps the command (and its exit status) alive: it is asked again, through
+// the client's new connection, until containerd answers. When containerd
+// stays unreachable for runtimeLostAfter, or answers that it no longer
+// knows the task (its shim died), sbx gives up: the command is killed
+// without containerd, through its shim and cgroup, and only then does Wait
+// hear of it, with ErrRuntimeLost. It returns once it has handed over a
+// result, or when Delete cancels cleanupCtx.
+func (t *Task) supervise() {
+	ctx := namespaces.WithNamespace(t.cleanupCtx, ContainerdNamespace)
+	var unreachableSince time.Time
+	delay := 50 * time.Millisecond
+	for {
+		asked := time.Now()
+		var st containerd.ExitStatus
+		ch, err := t.task.Wait(ctx)
+		if err == nil {
+			st = <-ch
+			_, _, err = st.Result()
+		}
+		switch {
+		case err == nil:
+			t.exitCh <- st
+			return
+		case ctx.Err() != nil: // deleted
+			t.exitCh <- *containerd.NewExitStatus(containerd.UnknownExitStatus, time.Time{}, fmt.Errorf("waiting for %s: %w", t.id, err))
+			return
+		}
+		err = errgrpc.ToNative(err)
+		if !errdefs.IsNotFound(err) {
+			// An answer that took a while came from a containerd that was
+			// there: its loss starts the count again.
+			if unreachableSince.IsZero() || time.Since(asked) > time.Second {
+				unreachableSince, delay = time.Now(), 50*time.Millisecond
+			}
+			if time.Since(unreachableSince) < runtimeLostAfter {
+				select {
+				case <-time.After(delay):
+					delay = min(2*delay, time.Second)
+					continue
+				case <-ctx.Done():
+					continue // the next Wait fails at once, as deleted
+				}
+			}
+			err = fmt.Errorf("containerd at %s has not answered for %v (restart it: systemctl restart containerd): %w", t.c.socket, runtimeLostAfter, err)
+		} else {
+			err = fmt.Errorf("containerd no longer knows the task of %s: its shim died: %w", t.id, err)
+		}
+		t.lost.Store(true)
+		lost := fmt.Errorf("%w: %w; sbx gave up on sandbox %s and killed its command", ErrRuntimeLost, err, t.id)
+		if kerr := killWithoutRuntime(t.id, t.cgroupsPath, t.c.socket); kerr != nil {
+			lost = fmt.Errorf("%w: %w; sbx gave up on sandbox %s but could not kill its command: %w", ErrRuntimeLost, err, t.id, kerr)
+		}
+		t.exitCh <- *containerd.NewExitStatus(containerd.UnknownExitStatus, time.Time{}, lost)
+		return
 	}
 }
 
@@ -399,34 +476,73 @@ func (t *Task) Exited() bool { return t.exited.Load() }
 // deleteTimeout bounds Delete; a variable for the tests.
 var deleteTimeout = 30 * time.Second
 
+// runtimeLostAfter is how long containerd may be unreachable before
+// sbx gives up on it; a variable for the tests.
+var runtimeLostAfter = 30 * time.Second
+
 // Delete kills what is left of the task and deletes it and the container
-// (with its snapshot). It is safe to call more than once.
+// (with its snapshot). It is safe to call more than once. When containerd
+// cannot do it (it is gone, or the start it failed left a shim behind),
+// what runs of the container is killed without containerd: no process of
+// it outlives Delete.
 func (t *Task) Delete() error {
 	if t.deleted {
 		return nil
 	}
 	t.deleted = true
 	defer t.cancel()
-	ctx, cancel := context.WithTimeout(t.cleanupCtx, deleteTimeout)
+	timeout := deleteTimeout
+	if t.lost.Load() {
+		timeout = min(timeout, 2*time.Second) // one try: containerd was given its time
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.cleanupCtx), timeout)
 	defer cancel()
 	var errs *multierror.Error
 	if t.task != nil {
-		if _, err := t.task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		err := retryUnavailable(ctx, func() error {
+			_, err := t.task.Delete(ctx, containerd.WithProcessKill)
+			return err
+		})
+		if err != nil && !errdefs.IsNotFound(err) {
 			errs = multierror.Append(errs, fmt.Errorf("deleting the task of %s: %w", t.id, err))
+		}
+		if err := retryUnavailable(ctx, func() error { return t.ctr.Delete(ctx, containerd.WithSnapshotCleanup) }); err != nil && !errdefs.IsNotFound(err) {
+			errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", t.id, err))
 		}
 	} else {
 		// A task containerd made although NewTask failed (say, cancelled
 		// half-way) would keep the container: RemoveContainer looks for
 		// one, and deletes the container too.
-		if err := t.c.RemoveContainer(ctx, t.id); err != nil {
-			return fmt.Errorf("removing container %s: %w", t.id, err)
+		if err := retryUnavailable(ctx, func() error { return t.c.RemoveContainer(ctx, t.id) }); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("removing container %s: %w", t.id, err))
 		}
+	}
+	if errs.ErrorOrNil() == nil {
 		return nil
 	}
-	if err := t.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", t.id, err))
+	// containerd did not delete it all: whatever it left running (a shim,
+	// runc init, the command) goes without it.
+	if err := killWithoutRuntime(t.id, t.cgroupsPath, t.c.socket); err != nil {
+		return multierror.Append(errs, err)
 	}
-	return errs.ErrorOrNil()
+	return fmt.Errorf("containerd at %s keeps a record of container %s, whose processes sbx killed without it (sbx gc removes the record once containerd answers): %w",
+		t.c.socket, t.id, errs)
+}
+
+// retryUnavailable runs fn until it returns anything but a failure to
+// reach containerd (which restarts), or ctx ends.
+func retryUnavailable(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || !errdefs.IsUnavailable(errgrpc.ToNative(err)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // gatedReader reads r only once open is closed; when done is closed first

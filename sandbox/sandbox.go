@@ -22,6 +22,11 @@ import (
 // host end of its veth.
 const DefaultGatewayPort = 3128
 
+// ErrRuntimeLost is what Wait returns when the runtime stopped answering
+// for too long or lost the container: sbx gave up on it, after killing
+// the command.
+var ErrRuntimeLost = errors.New("the container runtime stopped answering")
+
 // Runtime runs a sandbox's container: *Containerd or *Docker. It is what
 // Start and GC need of one.
 type Runtime interface {

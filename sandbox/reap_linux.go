@@ -1,0 +1,329 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// reapTimeout bounds how long killWithoutRuntime waits for what it killed
+// to be gone.
+const reapTimeout = 10 * time.Second
+
+// errProcessesLeft is killWithoutRuntime's failure to empty a container's
+// cgroup.
+var errProcessesLeft = errors.New("processes left in the container's cgroup")
+
+// killWithoutRuntime kills what is left of containerd container id without
+// asking containerd, for when it does not answer: its shim (found by its
+// command line: -namespace sbx -id ID, and -address socket when socket is
+// not ""), with everything the shim started (runc, runc init, the
+// command), then every process in the container's cgroups (cgroupsPath in
+// each mounted hierarchy), and removes those cgroups and the shim's
+// sockets. What containerd keeps of the container (its record, its
+// bundle) stays until containerd answers again: it cleans up after a dead
+// shim when it starts, and sbx gc removes the record.
+func killWithoutRuntime(id, cgroupsPath, socket string) error {
+	var errs *multierror.Error
+	var killed []int
+	var sockets []string
+	for _, shim := range findShims(id, socket) {
+		sockets = append(sockets, boundSockets(shim)...)
+		killed = append(killed, killTree(shim)...)
+	}
+	deadline := time.Now().Add(reapTimeout)
+	for _, p := range killed {
+		for alive(p) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if cgroupsPath != "" && !strings.Contains(cgroupsPath, ":") { // not a systemd slice
+		dirs := cgroupDirs(cgroupsPath)
+		if err := killCgroups(dirs, deadline); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("killing container %s without containerd: %w", id, err))
+		} else {
+			for _, d := range dirs {
+				if err := removeCgroup(d, deadline); err != nil {
+					errs = multierror.Append(errs, fmt.Errorf("removing the cgroup of container %s: %w", id, err))
+				}
+			}
+		}
+	}
+	for _, s := range sockets {
+		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = multierror.Append(errs, fmt.Errorf("removing the shim socket of container %s: %w", id, err))
+		}
+	}
+	return errs.ErrorOrNil()
+}
+
+// procArgs returns the arguments of process pid, nil when it is gone.
+func procArgs(pid int) []string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+}
+
+// flagValue returns the argument after flag in args, or "".
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// allPids lists the machine's processes.
+func allPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var ps []int
+	for _, e := range ents {
+		if p, err := strconv.Atoi(e.Name()); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// findShims returns the shims of container id: containerd-shim* processes
+// of sbx's namespace for that id (and that socket's containerd, when
+// socket is not "").
+func findShims(id, socket string) []int {
+	var shims []int
+	for _, p := range allPids() {
+		args := procArgs(p)
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		if flagValue(args, "-id") != id || flagValue(args, "-namespace") != ContainerdNamespace {
+			continue
+		}
+		if a := flagValue(args, "-address"); socket != "" && a != "" && a != socket {
+			continue
+		}
+		shims = append(shims, p)
+	}
+	return shims
+}
+
+// procStat returns the state and parent of process pid; ok is false when
+// it is gone.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, true
+}
+
+// alive reports whether pid runs: it exists and is not a zombie.
+func alive(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
+}
+
+// killTree stops root and every process below it (so that none of them
+// starts another meanwhile), then kills them all, and returns their pids.
+func killTree(root int) []int {
+	tree := map[int]bool{root: true}
+	syscall.Kill(root, syscall.SIGSTOP)
+	for grew := true; grew; {
+		grew = false
+		for _, p := range allPids() {
+			if _, ppid, ok := procStat(p); ok && tree[ppid] && !tree[p] {
+				tree[p] = true
+				syscall.Kill(p, syscall.SIGSTOP)
+				grew = true
+			}
+		}
+	}
+	pids := make([]int, 0, len(tree))
+	for p := range tree {
+		syscall.Kill(p, syscall.SIGKILL)
+		pids = append(pids, p)
+	}
+	return pids
+}
+
+// boundSockets returns the paths of the unix sockets process pid listens
+// on (a shim's ttrpc socket, which its SIGKILL leaves behind).
+func boundSockets(pid int) []string {
+	inodes := map[string]bool{}
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, fd := range fds {
+		l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name())
+		if err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var paths []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path; listening
+		// sockets have flag __SO_ACCEPTCON (0x10000).
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 8 || !inodes[fl[6]] || !strings.HasPrefix(fl[7], "/") {
+			continue
+		}
+		if flags, err := strconv.ParseUint(fl[3], 16, 32); err == nil && flags&0x10000 != 0 {
+			paths = append(paths, fl[7])
+		}
+	}
+	return paths
+}
+
+// cgroupDirs returns the directories of cgroup path in every mounted
+// cgroup hierarchy, v1 and v2, that has it.
+func cgroupDirs(path string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var dirs []string
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options ... - fstype source superoptions
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, postFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(postFields) < 1 || (postFields[0] != "cgroup" && postFields[0] != "cgroup2") {
+			continue
+		}
+		root, mnt := fields[3], fields[4]
+		rel := path
+		if root != "/" {
+			// A hierarchy mounted from below its root (a cgroup
+			// namespace): the path is relative to that root.
+			if !strings.HasPrefix(path, root+"/") {
+				continue
+			}
+			rel = strings.TrimPrefix(path, root)
+		}
+		d := filepath.Join(mnt, rel)
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// cgroupProcs returns the processes in cgroup directory d.
+func cgroupProcs(d string) []int {
+	data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var ps []int
+	for _, f := range strings.Fields(string(data)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// killCgroups kills every process in dirs until none is left, or fails
+// at deadline. Processes are frozen while they are killed by pid, so that
+// none forks or exits (and gives its pid away) meanwhile; a v2 cgroup
+// with cgroup.kill is killed whole by the kernel.
+func killCgroups(dirs []string, deadline time.Time) error {
+	for {
+		left := map[int]bool{} // a process is in every v1 hierarchy
+		for _, d := range dirs {
+			for _, p := range cgroupProcs(d) {
+				left[p] = true
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d %w after %v", len(left), errProcessesLeft, reapTimeout)
+		}
+		var thaws []func()
+		for _, d := range dirs {
+			if os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0) != nil {
+				thaws = append(thaws, freeze(d))
+			}
+		}
+		for _, d := range dirs {
+			for _, p := range cgroupProcs(d) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		for _, thaw := range thaws {
+			thaw()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freeze freezes cgroup d (v1 freezer or v2 cgroup.freeze) when it can,
+// and returns what thaws it.
+func freeze(d string) func() {
+	for _, f := range []struct{ file, frozen, thawed string }{
+		{"freezer.state", "FROZEN", "THAWED"},
+		{"cgroup.freeze", "1", "0"},
+	} {
+		p := filepath.Join(d, f.file)
+		if os.WriteFile(p, []byte(f.frozen), 0) != nil {
+			continue
+		}
+		// Freezing takes a moment; killing meanwhile is still right,
+		// only less sure to catch a fork.
+		for range 50 {
+			if data, err := os.ReadFile(p); err != nil || strings.TrimSpace(string(data)) == f.frozen {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return func() { os.WriteFile(p, []byte(f.thawed), 0) }
+	}
+	return func() {}
+}
+
+// removeCgroup removes the empty cgroup directory d, retrying while the
+// kernel still holds it, until deadline; one already gone is no error.
+func removeCgroup(d string, deadline time.Time) error {
+	for {
+		err := syscall.Rmdir(d)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("removing %s: %w", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
