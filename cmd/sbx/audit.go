@@ -53,8 +53,9 @@ questions of an audit or a security review.
   sbx audit --suggest LOG...        a policy that allows exactly what the logs
                                     saw, for review
   sbx audit --expect POLICY LOG...  replays every attempt against POLICY with
-                                    the gateway's own decision code and lists
-                                    what it would not allow
+                                    the gateway's own decision code (and its
+                                    address guard, on the addresses the log
+                                    names) and lists what it would not allow
   sbx audit --diff OLD NEW          what NEW reaches that OLD did not, what it
                                     no longer reaches, and counts that changed
                                     more than --factor times
@@ -64,7 +65,8 @@ A log whose last line is cut short (a running sandbox's, or one whose
 gateway stopped mid-record) is read up to that line, with a warning.
 
 Exit code: 0; with --expect, 1 when POLICY does not allow an attempt (or the
-log is incomplete: records the gateway left out, a last line cut short);
+log is incomplete: records the gateway left out, seqs it skips that no
+dropped record counts, a last line cut short);
 with --diff, 1 when NEW reaches something new (or may: an incomplete log);
 2 for bad input (a file that is not a decision log, a policy that does not
 load, wrong flags), and when --suggest cannot write a policy for the logs

@@ -247,3 +247,88 @@ func TestAuditCLIFlags(t *testing.T) {
 		}
 	}
 }
+
+// numberedLog writes records to a file as the gateway encodes them, with
+// the seqs they have, and returns its path.
+func numberedLog(t *testing.T, name string, recs ...decisionlog.Record) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range recs {
+		b.Write(recs[i].AppendJSON(nil))
+		b.WriteByte('\n')
+	}
+	return writeFile(t, name, b.String())
+}
+
+// TestAuditGuardRefusal is the run of the issue: sbx run --allow
+// registry.npmjs.org -- npm install, where the name resolved to a
+// documentation address and the address guard refused all 11 attempts.
+// --expect of the policy it ran under fails and says what exempts the
+// address; --suggest writes that allow_private, which sbx policy
+// validate accepts and under which --expect of the same log passes.
+func TestAuditGuardRefusal(t *testing.T) {
+	dir := t.TempDir()
+	var recs []decisionlog.Record
+	for range 11 {
+		r := decided("connect", "CONNECT", "registry.npmjs.org", 443, "", "block")
+		r.Rule, r.Reason, r.Status = "guard", decisionlog.ReasonGuard+"192.0.2.1 is documentation (TEST-NET-1)", 403
+		r.Addrs = "192.0.2.1"
+		recs = append(recs, r)
+	}
+	log := auditLog(t, dir, "npm.jsonl", recs...)
+	run := writeFile(t, "run.yaml", "version: 1\nrules:\n  - {host: registry.npmjs.org, action: allow}\n")
+	out, errOut, code := runCLI(t, "audit", "--expect", run, log)
+	if code != 1 || !strings.Contains(out, "registry.npmjs.org:443") || !strings.Contains(out, "allow_private: [192.0.2.1/32] exempts it") {
+		t.Errorf("--expect of the policy the run failed under: exit %d, want 1 naming allow_private: [192.0.2.1/32]\n%s%s", code, out, errOut)
+	}
+	policy, errOut, code := runCLI(t, "audit", "--suggest", log)
+	if code != 0 || !strings.Contains(policy, "allow_private:\n") || !strings.Contains(policy, "  - \"192.0.2.1/32\"\n") {
+		t.Fatalf("--suggest: exit %d, want allow_private with 192.0.2.1/32\n%s%s", code, policy, errOut)
+	}
+	pfile := writeFile(t, "suggested.yaml", policy)
+	if out, errOut, code := runCLI(t, "policy", "validate", pfile); code != 0 {
+		t.Errorf("sbx policy validate of the suggested policy: exit %d\n%s%s\n%s", code, out, errOut, policy)
+	}
+	if out, errOut, code := runCLI(t, "audit", "--expect", pfile, log); code != 0 || !strings.Contains(out, "allows all 11 attempts") {
+		t.Errorf("--expect of the suggested policy: exit %d, want 0\n%s%s\n%s", code, out, errOut, policy)
+	}
+}
+
+// TestAuditSeqGaps: a log whose seqs skip records that no dropped record
+// counts is incomplete: --expect and --diff answer 1 and say where. With a
+// dropped record that counts the gap they answer 1 for the dropped
+// records, and say nothing of a gap.
+func TestAuditSeqGaps(t *testing.T) {
+	numbered := func(seq uint64) decisionlog.Record {
+		r := decided("connect", "CONNECT", "api.ext.example", 443, "", "allow")
+		r.Seq = seq
+		return r
+	}
+	dropped := decisionlog.Record{V: 1, Seq: 5, Event: decisionlog.EventDropped, Time: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC),
+		Count: 2, Reason: "over the decision log's rate limit of 1000 records a second (burst 20000)"}
+	whole := numberedLog(t, "whole.jsonl", numbered(1), numbered(2), numbered(3))
+	policy := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+	const gapText = "lacks 2 records that no dropped record accounts for (the first: seqs 3 to 4)"
+	tests := []struct {
+		name string
+		log  string
+		code int
+		gap  bool
+	}{
+		{"whole", whole, 0, false},
+		{"a gap", numberedLog(t, "gap.jsonl", numbered(1), numbered(2), numbered(5)), 1, true},
+		{"a gap a dropped record counts", numberedLog(t, "dropped.jsonl", numbered(1), numbered(2), dropped, numbered(6)), 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runCLI(t, "audit", "--expect", policy, tt.log)
+			if code != tt.code || strings.Contains(out, gapText) != tt.gap {
+				t.Errorf("--expect: exit %d, want %d, the gap said %v\n%s%s", code, tt.code, tt.gap, out, errOut)
+			}
+			out, errOut, code = runCLI(t, "audit", "--diff", whole, tt.log)
+			if code != tt.code || strings.Contains(out, gapText) != tt.gap {
+				t.Errorf("--diff: exit %d, want %d, the gap said %v\n%s%s", code, tt.code, tt.gap, out, errOut)
+			}
+		})
+	}
+}
