@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -35,12 +37,13 @@ const maxCandidates = 64
 // socket's inode; the /proc/<pid>/fd of the namespace's processes name
 // its holder.
 //
-// It remembers the namespace's processes and the last one found to own
-// a socket, and tries that one first (a program usually opens many
-// connections); it lists /proc again only when none of the processes it
-// knows holds the socket. It is safe for concurrent use; lookups run one
-// at a time. The caller must Close it: until then the namespace's kernel
-// state lives on, even after the namespace is deleted.
+// It remembers the namespace's processes, and lists /proc again only
+// when a process was made since (the last PID in /proc/loadavg moved) or
+// none of those it knows holds the socket: every lookup reads the
+// descriptors of every process in the namespace, since a socket another
+// of them holds too is nobody's. It is safe for concurrent use; lookups
+// run one at a time. The caller must Close it: until then the
+// namespace's kernel state lives on, even after the namespace is deleted.
 type Owners struct {
 	nsPath       string
 	nsDev, nsIno uint64
@@ -53,9 +56,10 @@ type Owners struct {
 	dents   []byte   // directory entries
 	link    []byte   // a symbolic link's target
 	exe     []byte   // an executable's path
+	argv    []byte   // the start of a command line
 	found   []uint64 // the candidate sockets' inodes
 	members []int    // the namespace's processes at the last listing, in ascending order
-	last    procDir  // the process found last; fd -1 when none
+	listed  int      // the last PID made before that listing; -1 before the first
 }
 
 // procDir is an open /proc/<pid>. What is read through it is that
@@ -81,8 +85,8 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 	defer ns.Close()
 	o := &Owners{
 		nsPath: nsPath, nsDev: st.Dev, nsIno: st.Ino,
-		diag: -1, proc: -1, last: procDir{fd: -1},
-		buf: make([]byte, 64<<10), dents: make([]byte, 8<<10), link: make([]byte, 64), exe: make([]byte, unix.PathMax),
+		diag: -1, proc: -1, listed: -1,
+		buf: make([]byte, 64<<10), dents: make([]byte, 8<<10), link: make([]byte, 64), exe: make([]byte, unix.PathMax), argv: make([]byte, unix.PathMax),
 	}
 	defer func() {
 		if retErr != nil {
@@ -124,10 +128,11 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 // (IPv4 ones too for an IPv6 socket that takes them); an unconnected UDP
 // socket matches any remote, since it may send anywhere. When several
 // sockets match (say a listener and the connections it accepted), one
-// process must hold them all. Of the processes that hold one socket
-// (inherited across fork), the one reported is the first found: the
-// process found last, if it is one of them. Processes outside the
-// namespace are never reported, even when they hold one of its sockets.
+// process must hold them all, and no other process in the namespace any
+// of them: a socket several processes hold (inherited across fork, or
+// passed) is nobody's, since which of them sent on it cannot be told.
+// Processes outside the namespace are never reported, and do not count
+// when they hold one of its sockets. The Process's Comm is programName's.
 func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (p Process, ok bool) {
 	var ipproto uint8
 	switch proto {
@@ -351,80 +356,115 @@ func (o *Owners) query(req []byte, each func(diagSock)) error {
 	}
 }
 
-// owner returns the process that holds every socket in o.found: the
-// last one found if it still does, else the first of the namespace's
-// known processes, else the first of those listed anew.
+// owner returns the one process in the namespace that holds any socket
+// in o.found, when it holds them all.
 func (o *Owners) owner() (Process, bool) {
-	skip := 0 // tried already
-	if o.last.fd >= 0 {
-		if p, ok := o.holds(o.last); ok {
-			return p, true
-		}
-		skip = o.last.pid
+	listed, err := o.refresh()
+	if err != nil {
+		return Process{}, false
 	}
-	for _, pid := range o.members {
-		if pid == skip {
-			continue
+	p, held, ok := o.unique()
+	if !held && !listed {
+		// A process may have joined the namespace (setns) without a
+		// new PID since the last listing.
+		old := o.members
+		o.members = nil
+		if err := o.list(); err != nil {
+			o.members = old
+			return Process{}, false
 		}
-		if p, ok := o.try(pid); ok {
-			return p, true
-		}
+		p, _, ok = o.unique()
+	}
+	return p, ok
+}
+
+// refresh lists the namespace's processes again when a process was made
+// since the last listing, or there was none, and says whether it did.
+// The last PID made is read first: one made during the listing moves it
+// past what the next lookup compares.
+func (o *Owners) refresh() (bool, error) {
+	last, err := lastPID(o.proc, o.link)
+	if err == nil && o.listed >= 0 && last == o.listed {
+		return false, nil
 	}
 	old := o.members
 	o.members = nil
 	if err := o.list(); err != nil {
 		o.members = old
-		return Process{}, false
+		return false, err
 	}
+	o.listed = -1
+	if err == nil {
+		o.listed = last
+	}
+	return true, nil
+}
+
+// lastPID returns the PID the kernel gave last (the last field of
+// /proc/loadavg), read through proc with buf.
+func lastPID(proc int, buf []byte) (int, error) {
+	b, err := readFileAt(proc, "loadavg", buf)
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b)
+	if len(f) != 5 {
+		return 0, fmt.Errorf("unexpected /proc/loadavg %q", b)
+	}
+	return strconv.Atoi(string(f[4]))
+}
+
+// unique returns the process of o.members that holds every socket in
+// o.found, when no other one holds any of them; held says whether any
+// holds one.
+func (o *Owners) unique() (p Process, held, ok bool) {
+	all := uint64(1)<<len(o.found) - 1
+	owner := procDir{fd: -1}
+	defer func() {
+		if owner.fd >= 0 {
+			unix.Close(owner.fd)
+		}
+	}()
 	for _, pid := range o.members {
-		if _, seen := slices.BinarySearch(old, pid); seen || pid == skip {
+		fd, err := unix.Openat(o.proc, strconv.Itoa(pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone
+		}
+		seen := o.holds(fd, all)
+		switch {
+		case seen == 0:
+			unix.Close(fd)
 			continue
+		case seen != all || owner.fd >= 0:
+			unix.Close(fd)
+			return Process{}, true, false // shared
 		}
-		if p, ok := o.try(pid); ok {
-			return p, true
-		}
+		owner = procDir{pid: pid, fd: fd}
 	}
-	return Process{}, false
+	if owner.fd < 0 {
+		return Process{}, false, false
+	}
+	p, ok = o.process(owner)
+	return p, true, ok
 }
 
-// try opens /proc/<pid> and, if the process holds o.found, makes it the
-// last found and returns it.
-func (o *Owners) try(pid int) (Process, bool) {
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return Process{}, false
-	}
-	d := procDir{pid: pid, fd: fd}
-	p, ok := o.holds(d)
-	if !ok {
-		unix.Close(fd)
-		return Process{}, false
-	}
-	if o.last.fd >= 0 {
-		unix.Close(o.last.fd)
-	}
-	o.last = d
-	return p, true
-}
-
-// holds returns the process of d if it is in the namespace and holds
-// every socket in o.found.
-func (o *Owners) holds(d procDir) (Process, bool) {
+// holds returns which sockets of o.found (a bit for each) the process
+// of /proc/<pid> dir holds, if it is in the namespace: all, once it has
+// seen them all.
+func (o *Owners) holds(dir int, all uint64) (seen uint64) {
 	var st unix.Stat_t
-	if unix.Fstatat(d.fd, "ns/net", &st, 0) != nil || st.Dev != o.nsDev || st.Ino != o.nsIno {
-		return Process{}, false
+	if unix.Fstatat(dir, "ns/net", &st, 0) != nil || st.Dev != o.nsDev || st.Ino != o.nsIno {
+		return 0
 	}
-	fds, err := unix.Openat(d.fd, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fds, err := unix.Openat(dir, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Process{}, false
+		return 0
 	}
 	defer unix.Close(fds)
-	var seen uint64 // a bit for each of o.found
-	all := uint64(1)<<len(o.found) - 1
 	for seen != all {
 		n, err := unix.Getdents(fds, o.dents)
 		if err != nil || n == 0 {
-			return Process{}, false
+			return seen
 		}
 		for name := range direntNames(o.dents[:n]) {
 			if ino, ok := o.socketInode(fds, name); ok {
@@ -434,17 +474,88 @@ func (o *Owners) holds(d procDir) (Process, bool) {
 			}
 		}
 	}
-	p := Process{PID: d.pid}
-	// Read after the descriptors: if the process is gone, this fails.
-	comm, err := readFileAt(d.fd, "comm", o.link)
+	return seen
+}
+
+// process returns the Process of d, read after its descriptors: if the
+// process is gone, this fails.
+func (o *Owners) process(d procDir) (Process, bool) {
+	argv, err := readFileAt(d.fd, "cmdline", o.argv)
 	if err != nil {
 		return Process{}, false
 	}
-	p.Comm = string(bytes.TrimSuffix(comm, []byte("\n")))
+	p := Process{PID: d.pid}
 	if exe, err := readlinkAt(d.fd, "exe", o.exe); err == nil {
 		p.Exe = string(exe)
 	}
+	argv0, _, _ := bytes.Cut(argv, []byte{0})
+	p.Comm = programName(d.fd, string(argv0), p.Exe)
 	return p, true
+}
+
+// programName is the name of the process of /proc/<pid> dir, whose
+// command line starts with argv0 and whose executable is exe: argv0's
+// base name when argv0 names the very file the kernel executed (a link
+// to it, such as python3 for python3.11 or wget for busybox), else exe's
+// base name; "" when exe is unknown.
+//
+// A process can set its comm (prctl PR_SET_NAME, as node's
+// process.title does for npm) and overwrite its argv (setproctitle), but
+// it cannot change which file it executes: a title that is not a path to
+// that file is ignored, so npm is "node" however it titles itself, and a
+// program run the same way is named the same every time. argv0 is
+// looked up in the process's own root: as it is when it starts with a
+// slash, else in exe's directory (where a link such as python3 sits by
+// its target; the PATH a shell searched is not known). One relative to a
+// working directory is not looked up.
+func programName(dir int, argv0, exe string) string {
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	if exe == "" {
+		return ""
+	}
+	base := path.Base(exe)
+	name := path.Base(argv0)
+	switch {
+	case argv0 == "" || name == "/" || name == "." || name == "..":
+		return base
+	case name == base:
+		return name
+	}
+	file := argv0
+	if !strings.HasPrefix(argv0, "/") {
+		if strings.Contains(argv0, "/") {
+			return base
+		}
+		file = path.Join(path.Dir(exe), argv0)
+	}
+	if !executes(dir, file) {
+		return base
+	}
+	return name
+}
+
+// executes reports whether file, resolved in the root of the process of
+// /proc/<pid> dir (symbolic links cannot leave it), is that process's
+// executable.
+func executes(dir int, file string) bool {
+	var want, got unix.Stat_t
+	if unix.Fstatat(dir, "exe", &want, 0) != nil {
+		return false
+	}
+	root, err := unix.Openat(dir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, file, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.Fstat(fd, &got) == nil && got.Dev == want.Dev && got.Ino == want.Ino
 }
 
 // socketInode reads the link /proc/<pid>/fd/<name> (name is
@@ -548,7 +659,7 @@ func (o *Owners) Close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var errs []error
-	for _, fd := range []*int{&o.diag, &o.proc, &o.last.fd} {
+	for _, fd := range []*int{&o.diag, &o.proc} {
 		if *fd >= 0 {
 			errs = append(errs, unix.Close(*fd))
 			*fd = -1

@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestOwnersHelper is a process with sockets, started inside a test
@@ -27,11 +29,16 @@ import (
 //	udpconn=LOCAL>REMOTE  a UDP socket bound to LOCAL and connected to REMOTE
 //
 // It says "ready" once all are open, and holds them until its standard
-// input closes.
+// input closes. With SBX_OWNERS_TITLE it first gives itself that title,
+// as node's process.title and setproctitle do: its comm (prctl
+// PR_SET_NAME, cut to 15 bytes) and its command line (argv overwritten).
 func TestOwnersHelper(t *testing.T) {
 	spec := os.Getenv("SBX_OWNERS_HELPER")
 	if spec == "" {
 		t.Skip("runs only inside a test namespace, started by the Owners tests")
+	}
+	if title := os.Getenv("SBX_OWNERS_TITLE"); title != "" {
+		setTitle(t, title)
 	}
 	var keep []io.Closer
 	var mu sync.Mutex
@@ -93,10 +100,30 @@ func TestOwnersHelper(t *testing.T) {
 	}
 }
 
+// setTitle sets the process's comm to title and overwrites its argv (the
+// memory os.Args points into, one NUL-separated block) with it.
+func setTitle(t *testing.T, title string) {
+	name := append([]byte(title), 0)
+	if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := unsafe.StringData(os.Args[0])
+	size := 0
+	for _, a := range os.Args {
+		if unsafe.StringData(a) != (*byte)(unsafe.Add(unsafe.Pointer(start), size)) {
+			t.Fatal("argv is not one block")
+		}
+		size += len(a) + 1
+	}
+	area := unsafe.Slice(start, size)
+	clear(area[copy(area[:size-1], title):])
+}
+
 // helper is a TestOwnersHelper process.
 type helper struct {
 	pid   int
 	lines chan string
+	stdin io.Writer // its standard input, closed by stop
 	stop  func()
 }
 
@@ -113,6 +140,14 @@ func startHelperFiles(t testing.TB, name, spec string, files ...*os.File) *helpe
 	cmd := exec.Command("ip", "netns", "exec", name, os.Args[0], "-test.run=^TestOwnersHelper$")
 	cmd.Env = append(os.Environ(), "SBX_OWNERS_HELPER="+spec)
 	cmd.ExtraFiles = files
+	return startHelperCmd(t, cmd)
+}
+
+// startHelperCmd starts cmd, a TestOwnersHelper or a program that says
+// "ready" as one does and runs until its standard input closes, waits
+// until it is ready, and stops it when t ends.
+func startHelperCmd(t testing.TB, cmd *exec.Cmd) *helper {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +160,7 @@ func startHelperFiles(t testing.TB, name, spec string, files ...*os.File) *helpe
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helper{pid: cmd.Process.Pid, lines: make(chan string, 16)}
+	h := &helper{pid: cmd.Process.Pid, lines: make(chan string, 16), stdin: stdin}
 	var once sync.Once
 	h.stop = func() {
 		once.Do(func() {
@@ -424,11 +459,7 @@ func BenchmarkOwnersLookup(b *testing.B) {
 			for b.Loop() {
 				if bb.cold {
 					o.mu.Lock()
-					o.members = nil
-					if o.last.fd >= 0 {
-						unix.Close(o.last.fd)
-						o.last.fd = -1
-					}
+					o.members, o.listed = nil, -1
 					o.mu.Unlock()
 				}
 				start := time.Now()
@@ -488,5 +519,190 @@ func TestDiagSockMatches(t *testing.T) {
 				t.Errorf("%+v.matches(%v, %v) = %v, want %v", tt.s, tt.local, tt.remote, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestPrivilegedOwnersNames: a process is named by its program (argv[0]
+// when that names its executable, else the executable's base name), not
+// by a title it gave itself: the test's helper titled "npm install
+// is-odd", node with that process.title (as npm sets it), and the helper
+// run through a link called sbx-alias-helper, which names it.
+func TestPrivilegedOwnersNames(t *testing.T) {
+	ns, path := testNetns(t, "ownersnames")
+	ns.Close()
+	nsName := filepath.Base(path)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ = filepath.EvalSymlinks(exe)
+	alias := filepath.Join(t.TempDir(), "sbx-alias-helper")
+	if err := os.Symlink(exe, alias); err != nil {
+		t.Fatal(err)
+	}
+	const title = "npm install is-odd"
+	helperCmd := func(prog, port, title string) *exec.Cmd {
+		cmd := exec.Command("ip", "netns", "exec", nsName, prog, "-test.run=^TestOwnersHelper$")
+		cmd.Env = append(os.Environ(), "SBX_OWNERS_HELPER=udpconn=127.0.0.1:"+port+">127.0.0.2:53", "SBX_OWNERS_TITLE="+title)
+		return cmd
+	}
+	tests := []struct {
+		name     string
+		cmd      func(t *testing.T) *exec.Cmd
+		port     string
+		comm     string // the name wanted
+		exe      string
+		titleSet bool // the process titled itself: its comm says so
+	}{
+		{"titled helper", func(*testing.T) *exec.Cmd { return helperCmd(exe, "7301", title) }, "7301", filepath.Base(exe), exe, true},
+		{"helper through a link", func(*testing.T) *exec.Cmd { return helperCmd(alias, "7302", "") }, "7302", "sbx-alias-helper", exe, false},
+		{"node with a process.title", func(t *testing.T) *exec.Cmd {
+			if _, err := exec.LookPath("node"); err != nil {
+				t.Skip("node is not installed")
+			}
+			js := `const s = require("dgram").createSocket("udp4");
+s.bind(7303, "127.0.0.1", () => s.connect(53, "127.0.0.2", () => {
+	process.title = ` + strconv.Quote(title) + `;
+	console.log("ready");
+	process.stdin.resume();
+	process.stdin.on("end", () => process.exit(0));
+}));`
+			return exec.Command("ip", "netns", "exec", nsName, "node", "-e", js)
+		}, "7303", "node", "", true},
+	}
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startHelperCmd(t, tt.cmd(t))
+			if tt.titleSet {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", h.pid))
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", h.pid))
+				if got := strings.TrimSpace(string(comm)); got != title[:15] || !strings.HasPrefix(string(cmdline), title+"\x00") {
+					t.Fatalf("the process did not title itself: comm %q, cmdline %q", comm, cmdline)
+				}
+			}
+			wantExe := tt.exe
+			if wantExe == "" {
+				wantExe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", h.pid))
+			}
+			local := netip.MustParseAddrPort("127.0.0.1:" + tt.port)
+			p, ok := o.Lookup("udp", local, netip.MustParseAddrPort("127.0.0.2:53"))
+			if want := (Process{PID: h.pid, Comm: tt.comm, Exe: wantExe}); !ok || p != want {
+				t.Errorf("Lookup(udp, %v) = %+v, %v; want %+v", local, p, ok, want)
+			}
+		})
+	}
+}
+
+// TestPrivilegedOwnersForked: a UDP socket that a Python process made
+// and its forked child sends on is held by both, so it is nobody's;
+// once the parent closes its copy, it is the child's.
+func TestPrivilegedOwnersForked(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	ns, path := testNetns(t, "ownersforked")
+	ns.Close()
+	const py = `
+import os, signal, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 7401))
+s.connect(("127.0.0.2", 53))
+child = os.fork()
+if child == 0:
+    while True:
+        s.send(b"x")
+        time.sleep(0.05)
+print("ready", flush=True)
+print("child", child, flush=True)
+sys.stdin.readline()
+s.close()
+print("closed", flush=True)
+sys.stdin.read()
+os.kill(child, signal.SIGKILL)
+os.waitpid(child, 0)
+`
+	h := startHelperCmd(t, exec.Command("ip", "netns", "exec", filepath.Base(path), "python3", "-c", py))
+	var child int
+	select {
+	case line := <-h.lines:
+		if _, err := fmt.Sscanf(line, "child %d", &child); err != nil {
+			t.Fatalf("python said %q, want its child's pid", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("python did not name its child")
+	}
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	local, remote := netip.MustParseAddrPort("127.0.0.1:7401"), netip.MustParseAddrPort("127.0.0.2:53")
+	if p, ok := o.Lookup("udp", local, remote); ok {
+		t.Errorf("a socket parent (pid %d) and child (pid %d) hold: Lookup = %+v, want not found", h.pid, child, p)
+	}
+	io.WriteString(h.stdin, "close\n")
+	h.await(t, "closed")
+	if p, ok := o.Lookup("udp", local, remote); !ok || p.PID != child {
+		t.Errorf("once the parent closed it: Lookup = %+v, %v, want the child, pid %d", p, ok, child)
+	}
+}
+
+// TestProgramName names processes started with various argv[0] (and one
+// that retitles itself) by what process reads of them: argv[0]'s base
+// name only when argv[0], looked up in the process's root (in the
+// executable's directory when it has no slash), is the executable.
+func TestProgramName(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "prog")
+	if err := os.Link(exe, prog); err != nil { // another file system: a copy
+		b, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(prog, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("prog", filepath.Join(dir, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		argv0, title, want string
+	}{
+		{prog, "", "prog"},
+		{"prog", "", "prog"},
+		{"alias", "", "alias"},                     // a link by the executable, as python3 by python3.11
+		{filepath.Join(dir, "alias"), "", "alias"}, // the same, by its path
+		{"npm install is-odd", "", "prog"},         // no such file
+		{"/bin/sh", "", "prog"},                    // another file
+		{"./alias", "", "prog"},                    // relative to a working directory
+		{"-bash", "", "prog"},                      // a login shell's
+		{"", "", "prog"},
+		{prog, "npm install is-odd", "prog"},         // retitled
+		{prog, filepath.Join(dir, "alias"), "alias"}, // retitled by a name of itself
+	} {
+		cmd := &exec.Cmd{Path: prog, Args: []string{tt.argv0, "-test.run=^TestOwnersHelper$"}, Stderr: os.Stderr,
+			Env: append(os.Environ(), "SBX_OWNERS_HELPER= ", "SBX_OWNERS_TITLE="+tt.title)}
+		h := startHelperCmd(t, cmd)
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d", h.pid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := &Owners{argv: make([]byte, unix.PathMax), exe: make([]byte, unix.PathMax), link: make([]byte, 64)}
+		p, ok := o.process(procDir{pid: h.pid, fd: fd})
+		unix.Close(fd)
+		if want := (Process{PID: h.pid, Comm: tt.want, Exe: prog}); !ok || p != want {
+			t.Errorf("argv[0] %q, title %q: got %+v, %v; want %+v", tt.argv0, tt.title, p, ok, want)
+		}
+		h.stop()
 	}
 }
