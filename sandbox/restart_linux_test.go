@@ -1,264 +1,37 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
-// testContainerd is a containerd of the test's own: its own socket, root,
-// state directory and configuration, without the CRI plugin, so that
-// killing and restarting it touches nothing of the machine's.
-type testContainerd struct {
-	dir, socket, config string
-	cmd                 *exec.Cmd
-	exited              chan struct{}
-	log                 *os.File
+// leftovers lists what of container id runs or exists, found without
+// the runtime.
+func leftovers(id string) []string {
+	return sandboxtest.Leftovers(id, "/"+ContainerdNamespace+"/"+id)
 }
 
-// startTestContainerd starts a private containerd, stopped and cleaned up
-// (its shims killed, its mounts unmounted, its directory removed) when
-// the test ends.
-func startTestContainerd(t *testing.T) *testContainerd {
+// testContainerd starts a containerd of the test's own and connects to
+// it; the client is closed when the test ends.
+func testContainerd(t *testing.T) (*sandboxtest.Containerd, *Containerd) {
 	t.Helper()
-	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Skip("containerd is not installed")
-	}
-	// A short directory: the socket's path must fit in 108 bytes.
-	dir, err := os.MkdirTemp("", "sbxctd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &testContainerd{dir: dir, socket: filepath.Join(dir, "containerd.sock"), config: filepath.Join(dir, "config.toml")}
-	config := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, c.socket+".ttrpc", filepath.Join(dir, "opt"))
-	if err := os.WriteFile(c.config, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if c.log, err = os.Create(filepath.Join(dir, "containerd.log")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.cleanup(t) })
-	c.start(t)
-	return c
-}
-
-// start starts the daemon and waits until its socket answers.
-func (c *testContainerd) start(t *testing.T) {
-	t.Helper()
-	c.cmd = exec.Command("containerd", "--config", c.config)
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(c.cmd, c.exited)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cd, err := ConnectContainerd(context.Background(), c.socket)
-		if err == nil {
-			cd.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the test's containerd does not answer: %v\n%s", err, c.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stop sends the daemon sig and waits for its end.
-func (c *testContainerd) stop(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if c.cmd == nil {
-		return
-	}
-	c.cmd.Process.Signal(sig)
-	select {
-	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
-		t.Errorf("the test's containerd did not end within 20 s of %v", sig)
-	}
-	c.cmd = nil
-}
-
-func (c *testContainerd) running() bool { return c.cmd != nil }
-
-func (c *testContainerd) logTail() string {
-	data, _ := os.ReadFile(c.log.Name())
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
-	return string(data)
-}
-
-// connect connects to the daemon; the client is closed when the test
-// ends.
-func (c *testContainerd) connect(t *testing.T) *Containerd {
-	t.Helper()
-	cd, err := ConnectContainerd(context.Background(), c.socket)
+	ctd := sandboxtest.StartContainerd(t, ContainerdNamespace)
+	cd, err := ConnectContainerd(context.Background(), ctd.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cd.Close() })
-	return cd
+	return ctd, cd
 }
-
-// cleanup removes whatever the daemon left: its containers (through it,
-// started again if need be), then the daemon, its shims, its mounts and
-// its directory.
-func (c *testContainerd) cleanup(t *testing.T) {
-	ctx := context.Background()
-	if !c.running() {
-		c.start(t)
-	}
-	if cd, err := ConnectContainerd(ctx, c.socket); err == nil {
-		ids, _ := cd.ContainerIDs(ctx)
-		for _, id := range ids {
-			if err := cd.RemoveContainer(ctx, id); err != nil {
-				t.Logf("cleanup: %v", err)
-			}
-		}
-		cd.Close()
-	}
-	c.stop(t, syscall.SIGTERM)
-	for _, p := range shimsOf(c.socket) {
-		id := argAfter(cmdlineArgs(p), "-id")
-		t.Logf("cleanup: killing the shim of %s left by the test's containerd", id)
-		killWithoutRuntime(id, "/"+ContainerdNamespace+"/"+id, c.socket)
-	}
-	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		var mounts []string
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.dir+"/") {
-				mounts = append(mounts, f[4])
-			}
-		}
-		for i := len(mounts) - 1; i >= 0; i-- {
-			syscall.Unmount(mounts[i], syscall.MNT_DETACH)
-		}
-	}
-	c.log.Close()
-	if t.Failed() {
-		data, _ := os.ReadFile(c.log.Name())
-		t.Logf("the test's containerd said:\n%s", lastLines(string(data), 40))
-	}
-	os.RemoveAll(c.dir)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// cmdlineArgs returns the arguments of process pid.
-func cmdlineArgs(pid int) []string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil || len(data) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-}
-
-// pids lists the processes of the machine.
-func pids() []int {
-	ents, _ := os.ReadDir("/proc")
-	var ps []int
-	for _, e := range ents {
-		if p, err := strconv.Atoi(e.Name()); err == nil {
-			ps = append(ps, p)
-		}
-	}
-	return ps
-}
-
-// shimsOf lists the shims of the containerd listening at socket, read
-// from their command lines.
-func shimsOf(socket string) []int {
-	var out []int
-	for _, p := range pids() {
-		args := cmdlineArgs(p)
-		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && argAfter(args, "-address") == socket {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func argAfter(args []string, flag string) string {
-	for i, a := range args {
-		if a == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
-}
-
-// leftovers lists what of container id runs or exists, found without
-// the runtime: processes in one of its cgroups (the command, runc init),
-// its shim, and its cgroup directories.
-func leftovers(id string) []string {
-	var left []string
-	cg := "/" + ContainerdNamespace + "/" + id
-	for _, p := range pids() {
-		args := cmdlineArgs(p)
-		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && argAfter(args, "-id") == id {
-			left = append(left, fmt.Sprintf("shim %d %q", p, args))
-			continue
-		}
-		f, err := os.Open("/proc/" + strconv.Itoa(p) + "/cgroup")
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if _, path, _ := strings.Cut(sc.Text()[strings.Index(sc.Text(), ":")+1:], ":"); path == cg || strings.HasPrefix(path, cg+"/") {
-				left = append(left, fmt.Sprintf("process %d %q in cgroup %s", p, args, path))
-				break
-			}
-		}
-		f.Close()
-	}
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + cg)
-	if d := "/sys/fs/cgroup" + cg; fileExists(d) {
-		dirs = append(dirs, d)
-	}
-	for _, d := range dirs {
-		left = append(left, "cgroup "+d)
-	}
-	return left
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // restartSpec is a Spec for a busybox sandbox on the test's containerd cd
 // running script.
@@ -291,8 +64,7 @@ func TestPrivilegedRuntimeRestart(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			ctx := context.Background()
-			ctd := startTestContainerd(t)
-			cd := ctd.connect(t)
+			ctd, cd := testContainerd(t)
 			var out lockedBuilder
 			// The command's network is checked after the restart: the
 			// gateway still answers.
@@ -303,9 +75,9 @@ func TestPrivilegedRuntimeRestart(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			time.Sleep(500 * time.Millisecond)
-			ctd.stop(t, sig)
+			ctd.Stop(t, sig)
 			time.Sleep(300 * time.Millisecond)
-			ctd.start(t)
+			ctd.Start(t)
 			waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			code, err := s.Wait(waitCtx)
@@ -337,8 +109,7 @@ func TestPrivilegedRuntimeLost(t *testing.T) {
 	}
 	shortRuntimeBounds(t, 3*time.Second, 3*time.Second)
 	ctx := context.Background()
-	ctd := startTestContainerd(t)
-	cd := ctd.connect(t)
+	ctd, cd := testContainerd(t)
 	var out lockedBuilder
 	spec := restartSpec(t, cd, `trap '' TERM; sleep 60; exit 7`, &out)
 	s, err := Start(ctx, spec)
@@ -350,7 +121,7 @@ func TestPrivilegedRuntimeLost(t *testing.T) {
 	if left := leftovers(s.ID); len(left) == 0 {
 		t.Fatalf("no process of the running sandbox found: the test cannot see the command")
 	}
-	ctd.stop(t, syscall.SIGKILL)
+	ctd.Stop(t, syscall.SIGKILL)
 	began := time.Now()
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -393,14 +164,14 @@ func TestPrivilegedRuntimeKilledDuringStart(t *testing.T) {
 	}
 	shortRuntimeBounds(t, 3*time.Second, 3*time.Second)
 	ctx := context.Background()
-	ctd := startTestContainerd(t)
+	ctd := sandboxtest.StartContainerd(t, ContainerdNamespace)
 	var failed, started int
 	for i, delay := range []time.Duration{0, 10, 20, 30, 40, 50, 60, 80, 100, 120, 150, 200} {
 		delay *= time.Millisecond
-		if !ctd.running() {
-			ctd.start(t)
+		if !ctd.Running() {
+			ctd.Start(t)
 		}
-		cd, err := ConnectContainerd(ctx, ctd.socket)
+		cd, err := ConnectContainerd(ctx, ctd.Socket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +191,7 @@ func TestPrivilegedRuntimeKilledDuringStart(t *testing.T) {
 			}{s, err}
 		}()
 		time.Sleep(delay)
-		ctd.stop(t, syscall.SIGKILL)
+		ctd.Stop(t, syscall.SIGKILL)
 		var r struct {
 			s   *Sandbox
 			err error
@@ -445,7 +216,7 @@ func TestPrivilegedRuntimeKilledDuringStart(t *testing.T) {
 			t.Logf("try %d (%v): Start failed before creating a container: %v", i, delay, r.err)
 		} else if left := leftovers(*id); len(left) > 0 {
 			t.Errorf("try %d (%v, start error %v): left:\n%s", i, delay, r.err, strings.Join(left, "\n"))
-			killWithoutRuntime(*id, "/"+ContainerdNamespace+"/"+*id, "")
+			sandboxtest.KillCgroup(t, "/"+ContainerdNamespace+"/"+*id)
 		}
 		cd.Close()
 	}
