@@ -196,3 +196,17 @@ func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
 	s.metrics.request(decisionlog.KindBypass, netpolicy.Block)
 	s.emit(rec)
 }
+
+// ReportPacketsLost records that reports of refused packets did not reach
+// ReportPacket: count of them that the kernel dropped (its queue was
+// full), or, when err is not nil, that reports stopped coming because
+// reading them failed with err. Either way the log is missing bypass
+// records, and says so in a dropped record (count 0 when unknown), whose
+// reason names the cause. since is when the loss began, as far as known.
+func (s *Server) ReportPacketsLost(count uint64, since time.Time, err error) {
+	reason := fmt.Sprintf("%d reports of refused packets were lost: the kernel's queue for them was full", count)
+	if err != nil {
+		reason = "refused packets are no longer reported, so bypass records stop here: " + err.Error()
+	}
+	s.emit(&decisionlog.Record{Event: decisionlog.EventDropped, Since: since, Count: count, Reason: reason})
+}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,29 @@ func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 	recs, packets := bypassRecords(t, g)
 	if len(recs) != 2 || packets != 2 {
 		t.Errorf("%d records counting %d packets, want 2 counting 2", len(recs), packets)
+	}
+}
+
+// TestPacketsLostAreRecorded: refused packets' reports that never reached
+// the gateway leave a dropped record naming why, so the log says it is
+// missing bypass records instead of going quiet.
+func TestPacketsLostAreRecorded(t *testing.T) {
+	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
+	since := time.Now().Add(-time.Second)
+	g.srv.ReportPacketsLost(7, since, nil)
+	g.srv.ReportPacketsLost(0, since, fmt.Errorf("reading NFLOG group 7: bad file descriptor"))
+	var dropped []map[string]any
+	for _, r := range g.records(t) {
+		if r["event"] == decisionlog.EventDropped {
+			dropped = append(dropped, r)
+		}
+	}
+	if len(dropped) != 2 || dropped[0]["count"] != 7.0 || dropped[1]["count"] != 0.0 {
+		t.Fatalf("dropped records: %v; want counts 7 and 0", dropped)
+	}
+	for i, want := range []string{"7 reports of refused packets were lost", "no longer reported, so bypass records stop here: reading NFLOG group 7: bad file descriptor"} {
+		if r, _ := dropped[i]["reason"].(string); !strings.Contains(r, want) {
+			t.Errorf("reason %q, want it to hold %q", r, want)
+		}
 	}
 }

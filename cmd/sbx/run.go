@@ -372,6 +372,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			MockLLM:         mocks,
 			LLMScripts:      scripts,
 			RecordLLM:       recorders(recordings),
+			// Its warnings (a listener that fails to accept, a failed
+			// look at this host's addresses) reach the user.
+			Logger: newLineLogger(stderr, "gateway: "),
 		}
 		if c.Capture == nil {
 			return gateway.Start(ctx, opts)
@@ -389,9 +392,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		if err != nil {
 			return nil, err
 		}
-		go c.Capture.Packets.Run(func(p sandbox.Packet) {
-			g.Server.ReportPacket(gateway.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst})
-		})
+		// Ends when the sandbox closes its packet log, or on a read
+		// error, which is said and recorded.
+		go forwardPackets(c.Capture.Packets, g.Server, opts.Logger)
 		return g, nil
 	}
 	s, err := sandbox.Start(ctx, sandbox.Spec{
