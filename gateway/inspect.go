@@ -108,15 +108,19 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 			certSent.Store(true)
 			return getCert(hello)
 		}
-		tc := tls.Server(cc, cfg)
+		scan := &alertScan{Conn: cc}
+		tc := tls.Server(scan, cfg)
 		hctx, cancel := context.WithTimeout(ctx, s.limits.HeaderReadTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
-			closeRec.Error = handshakeError(err, certSent.Load())
+			closeRec.Error = handshakeError(err, certSent.Load(), scan.alert, t.Host)
 			tc.Close()
 			return
 		}
+		// The handshake's reads are done: Serve's start orders this
+		// before the next one.
+		scan.done = true
 		if sni := tc.ConnectionState().ServerName; sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), t.Host) {
 			closeRec.Action, closeRec.Rule, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, true
 			closeRec.Reason = fmt.Sprintf("%s: the TLS server name is %s, not %s", reasonSNIMismatch, truncate(sni, 80), t.Host)
@@ -162,34 +166,101 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	}
 }
 
-// certificateAlerts are the messages of the TLS alerts a client sends
-// when it refuses the server's certificate (RFC 8446 §6.2: bad_certificate
-// 42 to certificate_unknown 46, unknown_ca 48).
-var certificateAlerts = []string{
-	"bad certificate", "unsupported certificate", "certificate revoked", "certificate expired",
-	"certificate unknown", "unknown certificate authority",
+// certificateAlerts are the TLS alerts a client sends when it refuses
+// the server's certificate (RFC 8446 §6.2), by description, with the
+// messages Go gives them ("remote error: tls: " and the message).
+var certificateAlerts = map[byte]string{
+	42: "bad certificate",
+	43: "unsupported certificate",
+	44: "certificate revoked",
+	45: "certificate expired",
+	46: "certificate unknown",
+	48: "unknown certificate authority",
 }
 
-// handshakeError says why an inspected tunnel's TLS handshake failed.
-// The client refused the sandbox's CA when it answered the certificate
-// with a certificate alert, or hung up (no alert, as some pinning clients
-// do) after certSent, once it had the certificate.
-func handshakeError(err error, certSent bool) string {
+// handshakeError says why an inspected tunnel's TLS handshake with the
+// client failed, and when the client refused the sandbox's CA, how to fix
+// that for host. The client refused it when it answered the certificate
+// with a certificate alert, one Go read (err is its remote error) or one
+// Go could not read, plaintext (the alertScan's alert, certificateAlerts'
+// description or 0); or when it hung up (no alert, as some pinning
+// clients do) after certSent, once it had the certificate.
+func handshakeError(err error, certSent bool, alert byte, host string) string {
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) {
 		return "the client does not speak TLS: " + err.Error()
 	}
+	fix := "; to fix, have the client trust the sandbox's CA through SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE or the other trust variables, or stop inspecting " + host
 	msg := err.Error()
 	for _, a := range certificateAlerts {
 		if strings.Contains(msg, "remote error: tls: "+a) {
-			return reasonCARejected + ": " + msg
+			return reasonCARejected + ": " + msg + fix
 		}
 	}
+	if a, ok := certificateAlerts[alert]; ok && certSent {
+		return reasonCARejected + ": remote error: tls: " + a + " (an unencrypted alert; the server read " + msg + ")" + fix
+	}
 	if certSent && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
-		return reasonCARejected + " (it closed the connection on the certificate): " + msg
+		return reasonCARejected + " (it closed the connection on the certificate): " + msg + fix
 	}
 	return "TLS handshake with the client: " + msg
 }
+
+// alertScan follows the TLS records a client sends in an inspected
+// tunnel's handshake, to find the certificate alert Go's server cannot
+// read: over TLS 1.3 a client such as curl or Python (OpenSSL) that
+// refuses the certificate sends its alert unencrypted (it has not yet
+// switched to its handshake keys), while the server expects encrypted
+// records from then on and reports only a bad record MAC. A record of type
+// alert with a two-byte body is such an alert whatever the version: an
+// encrypted record is longer (its AEAD tag alone is 16 bytes), and TLS 1.3
+// carries encrypted alerts as application data. The scan only reads what
+// passes; the handshake goes on or fails as it would without it.
+type alertScan struct {
+	net.Conn
+	off   int     // bytes of the current record read, its 5-byte header included
+	rec   [7]byte // the current record's header and the first two bytes of its body
+	alert byte    // the description of the last fatal alert seen unencrypted; 0 none
+	done  bool    // the handshake is over: reads pass through unscanned
+}
+
+func (a *alertScan) Read(p []byte) (int, error) {
+	n, err := a.Conn.Read(p)
+	if !a.done {
+		a.scan(p[:n])
+	}
+	return n, err
+}
+
+// scan follows the record stream through b, the next bytes the client sent.
+func (a *alertScan) scan(b []byte) {
+	const header = 5
+	for len(b) > 0 {
+		var k int
+		if a.off < header {
+			k = copy(a.rec[a.off:header], b)
+		} else {
+			k = min(len(b), a.size()-a.off)
+			if a.off < len(a.rec) {
+				copy(a.rec[a.off:], b[:k])
+			}
+		}
+		a.off += k
+		b = b[k:]
+		if a.off >= header && a.off == a.size() {
+			// An alert (21) of TLS (major version 3), two bytes long:
+			// level fatal (2), then the description.
+			if a.rec[0] == 21 && a.rec[1] == 3 && a.size() == header+2 && a.rec[5] == 2 {
+				a.alert = a.rec[6]
+			}
+			a.off = 0
+		}
+	}
+}
+
+// size is the length of the current record, header included; a.off is at
+// least the header's.
+func (a *alertScan) size() int { return 5 + (int(a.rec[3])<<8 | int(a.rec[4])) }
 
 // inspectedConn is the client's side of an inspected tunnel: reads come
 // from r (bytes already read, then the connection's buffer), and both
