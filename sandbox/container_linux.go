@@ -421,7 +421,7 @@ func (t *Task) supervise() {
 					continue // the next Wait fails at once, as deleted
 				}
 			}
-			err = fmt.Errorf("containerd at %s has not answered for %v (restart it: systemctl restart containerd): %w", t.c.socket, runtimeLostAfter, err)
+			err = fmt.Errorf("containerd at %s has not answered for %v (is it running? systemctl status containerd): %w", t.c.socket, runtimeLostAfter, err)
 		} else {
 			err = fmt.Errorf("containerd no longer knows the task of %s: its shim died: %w", t.id, err)
 		}
@@ -525,8 +525,9 @@ func (t *Task) Delete() error {
 	if err := killWithoutRuntime(t.id, t.cgroupsPath, t.c.socket); err != nil {
 		return multierror.Append(errs, err)
 	}
+	// One line: the steps' failures are alike (containerd is gone).
 	return fmt.Errorf("containerd at %s keeps a record of container %s, whose processes sbx killed without it (sbx gc removes the record once containerd answers): %w",
-		t.c.socket, t.id, errs)
+		t.c.socket, t.id, errs.Errors[0])
 }
 
 // retryUnavailable runs fn until it returns anything but a failure to
