@@ -87,7 +87,11 @@ func (l Layout) CheckCommand(uid, gid uint32, cwd, argv0, searchPath string) err
 		return nil
 	}
 	if strings.Contains(argv0, "/") {
-		return c.result(c.exec(path.Join(cwd, argv0), argv0))
+		p := argv0
+		if !path.IsAbs(p) {
+			p = path.Join(cwd, p)
+		}
+		return c.result(c.exec(p, argv0))
 	}
 	var denied error
 	for _, dir := range filepath.SplitList(searchPath) {

@@ -32,6 +32,9 @@ func TestCheckCommand(t *testing.T) {
 	}{
 		{name: "runs", uid: other, argv0: "sh"},
 		{name: "by path", uid: other, argv0: "/bin/sh"},
+		{name: "by path from a working directory", uid: other, argv0: "/bin/sh", cwd: "/work"},
+		{name: "missing by path from a working directory", uid: other, argv0: "/bin/nosuch", cwd: "/work",
+			wantCode: ExitNotFound, wantOp: "find", wantPath: "/bin/nosuch"},
 		{name: "relative to the working directory", uid: other, argv0: "./tool", cwd: "/work"},
 		{name: "root filesystem 0700", setup: chmod("", 0o700), uid: other, argv0: "sh",
 			wantCode: ExitCannotExecute, wantOp: "enter", wantPath: "/", wantOwner: true},
