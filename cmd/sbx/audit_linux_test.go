@@ -48,7 +48,7 @@ func TestPrivilegedAuditReview(t *testing.T) {
 
 	report, errOut, code := runCLI(t, "audit", log1)
 	t.Logf("sbx audit v1.jsonl: exit %d\n%s%s", code, report, errOut)
-	for _, want := range []string{"api.ext.test:8080", "cdn.ext.test:8080", "GET /v1/check×1", "wget"} {
+	for _, want := range []string{"api.ext.test:8080", "cdn.ext.test:8080", "GET /v1/check×1", "busybox"} {
 		if code != 0 || !strings.Contains(report, want) {
 			t.Errorf("the report of v1 lacks %q", want)
 		}

@@ -94,7 +94,7 @@ func TestPrivilegedDockerRun(t *testing.T) {
 	logFile := filepath.Join(dir, "decisions.jsonl")
 	// A command that is not in the image exits 127, as in a shell.
 	if _, stderr, code := runCLI(t, "run", "--runtime", "docker", "--image", testDockerImage, "--quiet", "--state-dir", filepath.Join(dir, "state"),
-		"--subnet-pool", "10.213.241.0/24", "--log", logFile, "--", "no-such-command"); code != 127 {
+		"--subnet-pool", "10.213.241.0/24", "--log", logFile, "--log-append", "--", "no-such-command"); code != 127 {
 		t.Errorf("a missing command: exit %d, want 127\n%s", code, stderr)
 	}
 	// Nothing of the sandboxes is left.

@@ -190,7 +190,7 @@ func TestPrivilegedCapAdd(t *testing.T) {
 	}
 	for _, bad := range []string{"net_admin", "sys_admin", "nonsense"} {
 		_, stderr, code := runCLI(t, "run", "--rootfs", root, "--state-dir", state, "--cap-add", bad, "--", "true")
-		if code != exitSbxFailed || !strings.Contains(stderr, "--cap-add") {
+		if code != exitUsage || !strings.Contains(stderr, "--cap-add") {
 			t.Errorf("--cap-add %s: exit %d, %s", bad, code, stderr)
 		}
 	}
@@ -656,7 +656,7 @@ func TestPrivilegedListedMeansReachable(t *testing.T) {
 	bin := buildSbx(t)
 	for round := range 3 {
 		run := exec.Command(bin, "run", "--quiet", "--name", name, "--rootfs", root, "--state-dir", state,
-			"--subnet-pool", "10.213.232.0/24", "--log", filepath.Join(state, "log.jsonl"), "--", "sleep", "30")
+			"--subnet-pool", "10.213.232.0/24", "--log", filepath.Join(state, "log.jsonl"), "--log-append", "--", "sleep", "30")
 		if err := run.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -141,15 +141,17 @@ func TestPrivilegedRunPull(t *testing.T) {
 	ln.Close()
 	for _, tt := range []struct {
 		flags []string
+		code  int
 		want  []string
 	}{
-		{[]string{"--image", reg.Host + "/sbxtest/nosuch:1"}, []string{"image not found in its registry", "check the name and tag", "sbx image import FILE"}},
-		{[]string{"--image", closed + "/sbxtest/busybox:1"}, []string{"registry unreachable", "check the network", "sbx image import FILE"}},
-		{[]string{"--pull", "sometimes", "--image", image}, []string{`--pull "sometimes": want never, missing or always`}},
+		{[]string{"--image", reg.Host + "/sbxtest/nosuch:1"}, exitSbxFailed, []string{"image not found in its registry", "check the name and tag", "sbx image import FILE"}},
+		{[]string{"--image", closed + "/sbxtest/busybox:1"}, exitSbxFailed, []string{"registry unreachable", "check the network", "sbx image import FILE"}},
+		// A bad flag value is a usage error.
+		{[]string{"--pull", "sometimes", "--image", image}, exitUsage, []string{`--pull "sometimes": want never, missing or always`}},
 	} {
 		_, stderr, code := run(tt.flags...)
-		if code != exitSbxFailed {
-			t.Errorf("sbx run %s: exit %d, want %d\n%s", strings.Join(tt.flags, " "), code, exitSbxFailed, stderr)
+		if code != tt.code {
+			t.Errorf("sbx run %s: exit %d, want %d\n%s", strings.Join(tt.flags, " "), code, tt.code, stderr)
 		}
 		for _, w := range tt.want {
 			if !strings.Contains(stderr, w) {
