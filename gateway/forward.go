@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -126,7 +127,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
 		return keepAlive
 	}
-	closeRec := s.admitInto(rec, d, start, &fs.closeRec)
+	closeRec, refused := s.admitCommitted(rec, d, start, &fs.closeRec, http.StatusForbidden)
+	if refused != nil { // the decision log cannot be written
+		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *refused, !keepAlive)
+		return keepAlive
+	}
 	defer s.end(closeRec, start)
 	if err != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
@@ -210,7 +215,12 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	cw := &fs.cw
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(cw)
+	// What was relayed goes to the client before the gateway waits for
+	// the upstream's next bytes: a stream (server-sent events) is not held
+	// back, and a response that came whole is still written at once.
+	uc.rd.flush = bw
 	reusable, werr := writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
+	uc.rd.flush = nil
 	if werr == nil {
 		werr = bw.Flush()
 	}
@@ -219,11 +229,43 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n.Load()
 	s.done(&fs.up, uc, reusable && werr == nil && body.eof.Load())
-	if werr != nil {
-		closeRec.Error = "writing to the client: " + werr.Error()
-		return false
+	switch {
+	case werr == nil:
+		return keepAlive
+	case fs.dw.err != nil:
+		closeRec.Error = "writing to the client: " + fs.dw.err.Error()
+	default:
+		// The upstream failed after the head was sent: the client must
+		// not take what it got for the whole answer, so its connection is
+		// reset, never ended cleanly (nor a chunked body given its last
+		// chunk).
+		closeRec.Error = upstreamBodyError(werr)
+		abortConn(c.Conn)
 	}
-	return keepAlive
+	return false
+}
+
+// upstreamBodyError is the close record's error for err, the failure of
+// reading a response body from the upstream.
+func upstreamBodyError(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reading the response body: upstream reset the connection"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "reading the response body: the upstream closed the connection before the body's end"
+	case isTimeout(err):
+		return "reading the response body: the upstream stalled: " + err.Error()
+	}
+	return "reading the response body: " + err.Error()
+}
+
+// abortConn closes nc with a reset (RST) when it is a TCP connection,
+// rather than a FIN, so that its peer sees a failure and not an end.
+func abortConn(nc net.Conn) {
+	if tc, ok := nc.(interface{ SetLinger(int) error }); ok {
+		tc.SetLinger(0)
+	}
+	nc.Close()
 }
 
 // writeResponse writes the response whose head is rh, an answer to a
@@ -271,13 +313,13 @@ func writeResponse(bw *bufio.Writer, br *bufio.Reader, rh *responseHead, method 
 	}
 	cr := httputil.NewChunkedReader(br)
 	if !chunkOut {
-		if _, err := io.Copy(bw, cr); err != nil {
+		if err := copyChunks(bw, cr); err != nil {
 			return false, err
 		}
 		return true, readTrailers(br, maxResponseHeadBytes, func(headerField) {})
 	}
 	cwr := httputil.NewChunkedWriter(bw)
-	if _, err := io.Copy(cwr, cr); err != nil {
+	if err := copyChunks(cwr, cr); err != nil {
 		return false, err
 	}
 	cwr.Close() // the last chunk, "0\r\n"; the trailers follow
@@ -310,6 +352,33 @@ func copyN(bw *bufio.Writer, br *bufio.Reader, n int64) error {
 	}
 	return nil
 }
+
+// copyChunks copies the chunked body cr reads to w until it ends. It is
+// not io.Copy, which would use bw's ReadFrom: that reads into bw's own
+// buffer, which the flush before each upstream read (deadlineReader)
+// would move under it.
+func copyChunks(w io.Writer, cr io.Reader) error {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	for {
+		n, err := cr.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// copyBufPool holds the buffers copyChunks copies through.
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // copyToEOF copies br to bw until br ends.
 func copyToEOF(bw *bufio.Writer, br *bufio.Reader) (int64, error) {
@@ -427,6 +496,30 @@ func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start 
 	closeRec.Event = decisionlog.EventClose
 	s.emit(rec)
 	return closeRec
+}
+
+// admitCommitted is admitInto (closeRec nil: admit) for a decision that
+// sends something upstream: it returns only once the decision log's file
+// holds rec. When the file cannot take it (full, failing, removed), the
+// request must not go on: rec is logged as a block by rule guard, its
+// reason the log's error, with status, and admitCommitted returns nil and
+// that decision, which the caller answers as a block.
+func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record, status int) (*decisionlog.Record, *netpolicy.Decision) {
+	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
+	rec.Enforced = d.Action != netpolicy.Block
+	if closeRec == nil {
+		closeRec = new(decisionlog.Record)
+	}
+	*closeRec = *rec // before commit stamps rec's time: the close gets its own
+	if err := s.commit(rec); err != nil {
+		refusal := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard, Reason: err.Error()}
+		s.finishRefusal(rec, refusal, status, start)
+		return nil, &refusal
+	}
+	closeRec.Event = decisionlog.EventClose
+	s.metrics.request(rec.Kind, d.Action)
+	s.metrics.decided(start)
+	return closeRec, nil
 }
 
 // end logs a close record that admit made.
@@ -554,9 +647,19 @@ type deadlineReader struct {
 	c    net.Conn
 	idle time.Duration
 	at   time.Time // the deadline set last, zero before the first read
+
+	// flush, when not nil, is flushed before every read, so that what
+	// was relayed through it reaches its reader before the wait for more:
+	// an upstream's answer is relayed as it comes. Its error is the read's.
+	flush *bufio.Writer
 }
 
 func (d *deadlineReader) Read(p []byte) (int, error) {
+	if d.flush != nil && d.flush.Buffered() > 0 {
+		if err := d.flush.Flush(); err != nil {
+			return 0, err
+		}
+	}
 	if now := time.Now(); staleDeadline(d.at, now, d.idle) {
 		d.at = now.Add(d.idle)
 		d.c.SetReadDeadline(d.at)
@@ -567,19 +670,26 @@ func (d *deadlineReader) Read(p []byte) (int, error) {
 // deadlineWriter writes to c, keeping its write deadline idle ahead. When
 // c is a client's *conn, the deadline is set only when the one the conn
 // has is stale (see staleDeadline), across requests; otherwise before
-// every write.
+// every write. err is the first write's error, which tells a relay's
+// failed write from its failed read.
 type deadlineWriter struct {
 	c    net.Conn
 	idle time.Duration
+	err  error
 }
 
-func (d *deadlineWriter) Write(p []byte) (int, error) {
+func (d *deadlineWriter) Write(p []byte) (n int, err error) {
 	if tc, ok := d.c.(*conn); ok {
 		tc.extendWriteDeadline(d.idle)
-		return tc.Conn.Write(p)
+		n, err = tc.Conn.Write(p)
+	} else {
+		d.c.SetWriteDeadline(time.Now().Add(d.idle))
+		n, err = d.c.Write(p)
 	}
-	d.c.SetWriteDeadline(time.Now().Add(d.idle))
-	return d.c.Write(p)
+	if err != nil && d.err == nil {
+		d.err = err
+	}
+	return n, err
 }
 
 // deadlineSlack is the part of an idle timeout by which a deadline may lag

@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -85,7 +87,17 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Recor
 	}
 	// The close record says how the tunnel ended, including a block by
 	// the SNI check.
-	closeRec := s.admit(rec, d, start)
+	refusedStatus := 0 // a transparent client's connection is closed unanswered
+	if proxied {
+		refusedStatus = http.StatusForbidden
+	}
+	closeRec, refused := s.admitCommitted(rec, d, start, nil, refusedStatus)
+	if refused != nil { // the decision log cannot be written
+		if proxied {
+			s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", *refused, true)
+		}
+		return
+	}
 	defer s.end(closeRec, start)
 	fail := func(status int, errText, answer string) {
 		closeRec.Status, closeRec.Error = status, errText
@@ -154,34 +166,45 @@ func (s *Server) refuseTunnel(c *conn, rec *decisionlog.Record, t netpolicy.Targ
 	s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
 }
 
-// relay relays an open tunnel between c and up until either side closes
-// or it idles out, counting the bytes in closeRec. first reads and checks
-// the client's first bytes from src (its buffered reader, or the
-// connection itself once the buffer is given back) and returns what it
-// consumed, which goes upstream first; its error ends the tunnel, logged
-// in the close record as a block of rule invalid.
+// relay relays an open tunnel between c and up until both sides have
+// ended, either fails, or it idles out, counting the bytes in closeRec.
+// A side's end is passed on as what it was: a half-close (FIN) as a
+// half-close of the other side, whose other direction goes on; a reset as
+// a reset (tunnelEnd), which the close record's error names when the
+// upstream reset. first reads and checks the client's first bytes from
+// src (its buffered reader, or the connection itself once the buffer is
+// given back) and returns what it consumed, which goes upstream first;
+// its error ends the tunnel, logged in the close record as a block of
+// rule invalid.
 func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first func(src io.Reader) ([]byte, error)) {
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
 
 	act := newTunnelActivity()
+	end := &tunnelEnd{client: c.Conn, up: up}
 	inDone := make(chan int64, 1)
 	// Upstream to client: starts at once, for protocols where the server
-	// speaks first. It ends when the upstream closes, a write fails, or
-	// the tunnel idles out; then it closes the client, which ends the
-	// other direction too.
+	// speaks first. It ends when the upstream ends its side (then the
+	// client's is half-closed), either side fails, or the tunnel idles
+	// out (then both are closed, which ends the other direction too).
 	go func() {
-		n, _ := s.copyIdle(c.Conn, up, act, toClient)
-		c.Close()
+		n, err := s.copyIdle(c.Conn, up, act, toClient)
+		end.direction(toClient, err, act)
 		inDone <- n
 	}()
-	// Either side's end is the tunnel's: a closed client cannot be told
-	// from a half-closed one, and waiting could hold the tunnel for the
-	// idle timeout.
+	// Client to upstream, below, ends in the same ways; when it ended
+	// with the client's half-close, the tunnel waits for the upstream's
+	// side to end too (its idle timeout still holds).
+	halfClosed := false
 	defer func() {
-		up.Close()
-		c.Close()
+		if !halfClosed {
+			end.closeBoth()
+		}
 		closeRec.BytesIn = <-inDone
+		end.closeBoth()
+		if end.err != "" && closeRec.Error == "" {
+			closeRec.Error = end.err
+		}
 	}()
 
 	// Client to upstream: the first bytes are checked, then the rest flows.
@@ -215,8 +238,64 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		out += int64(m)
 	}
 	c.releaseReader() // the rest is copied from the connection itself
-	n, _ := s.copyIdle(up, c.Conn, act, toUpstream)
+	n, err := s.copyIdle(up, c.Conn, act, toUpstream)
 	closeRec.BytesOut = out + n
+	halfClosed = end.direction(toUpstream, err, act)
+}
+
+// tunnelEnd passes the end of one direction of a tunnel on to the other
+// side: a clean end (EOF) as a half-close, a reset as a reset; anything
+// else (an idle timeout, a failed write, a close) closes both sides. The
+// first failure decides; what the closes cause afterwards is not news.
+type tunnelEnd struct {
+	client, up net.Conn
+	once       sync.Once
+	err        string // the close record's error, set in once; read after both directions ended
+}
+
+// direction ends direction dir, whose copy returned err, and reports
+// whether it ended cleanly, with a half-close passed on.
+func (e *tunnelEnd) direction(dir int, err error, act *tunnelActivity) bool {
+	act.ended(dir)
+	dst := e.client
+	if dir == toUpstream {
+		dst = e.up
+	}
+	if err == nil {
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			return true
+		}
+		e.closeBoth()
+		return false
+	}
+	e.once.Do(func() {
+		switch {
+		case tcpReset(e.up, err):
+			e.err = "upstream reset the connection"
+			abortConn(e.client)
+			e.up.Close()
+		case tcpReset(e.client, err):
+			abortConn(e.up)
+			e.client.Close()
+		default:
+			e.client.Close()
+			e.up.Close()
+		}
+	})
+	e.closeBoth() // a failure that came second
+	return false
+}
+
+// closeBoth closes both sides.
+func (e *tunnelEnd) closeBoth() {
+	e.client.Close()
+	e.up.Close()
+}
+
+// isResetError reports whether err is a reset by the peer, or a write to
+// a peer that reset (or closed and then refused what came).
+func isResetError(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 var errSNIMismatch = errors.New(reasonSNIMismatch)
@@ -316,6 +395,10 @@ func newTunnelActivity() *tunnelActivity {
 	a.last.Store(time.Now().UnixNano())
 	return a
 }
+
+// ended notes that direction dir is over, so that the other one idles
+// out alone.
+func (a *tunnelActivity) ended(dir int) { a.quiet[dir].Store(true) }
 
 // moved notes that direction dir moved bytes.
 func (a *tunnelActivity) moved(dir int) {
