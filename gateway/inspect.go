@@ -625,13 +625,44 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
 	}
 	cw := &countingWriter{w: w}
-	_, cerr := io.Copy(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
+	rerr, werr := relayBody(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
 	closeRec.BytesIn = cw.n
+	switch {
+	case werr != nil:
+		closeRec.Error = "relaying the response: writing to the client: " + werr.Error()
+	case rerr != nil:
+		// The upstream failed mid-answer: the client must not take what
+		// it got for the whole of it. Aborting the handler makes net/http
+		// end the response as failed: HTTP/1.1 closes the connection
+		// without the last chunk, HTTP/2 resets the stream. The deferred
+		// close record and releases run as the panic unwinds.
+		closeRec.Error = "relaying the response: " + upstreamBodyError(rerr)
+		panic(http.ErrAbortHandler)
+	}
 	for k, vs := range resp.Trailer {
 		dst[k] = vs
 	}
-	if cerr != nil {
-		closeRec.Error = "relaying the response: " + cerr.Error()
+}
+
+// relayBody copies body to w, each read's bytes as they come, until body
+// ends; it returns the error of the read or of the write that ended it.
+func relayBody(w io.Writer, body io.Reader) (rerr, werr error) {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return nil, werr
+			}
+		}
+		switch {
+		case err == io.EOF:
+			return nil, nil
+		case err != nil:
+			return err, nil
+		}
 	}
 }
 
