@@ -247,6 +247,12 @@ func closedByTLSCheck(r *decisionlog.Record) bool {
 		(r.Kind == decisionlog.KindConnect || r.Kind == decisionlog.KindTransparent)
 }
 
+// droppedCount is how many records a dropped record says are missing: its
+// count, and at least one when the count is 0, which says that records
+// stopped and their number is not known (reports of refused packets that
+// could no longer be read).
+func droppedCount(r *decisionlog.Record) uint64 { return max(r.Count, 1) }
+
 // maxLoggedPath is the longest path the gateway logs whole; a longer one
 // is cut to this many bytes and "..." (gateway/forward.go).
 const maxLoggedPath = 1024
@@ -344,7 +350,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 	found := map[unexpectedKey]*Unexpected{}
 	reads, err := Scan(ctx, sources, func(r *decisionlog.Record) error {
 		if r.Event == decisionlog.EventDropped {
-			e.Dropped = satAdd(e.Dropped, r.Count)
+			e.Dropped = satAdd(e.Dropped, droppedCount(r))
 			return nil
 		}
 		d, ok := Replay(p, r)

@@ -579,7 +579,7 @@ td.host { min-width: 10em; max-width: 22em; font-weight: 600; overflow-wrap: any
 Time span: <b data-stat="span">{{.Span}}</b>.
 </p>
 {{- if .R.Dropped}}
-<div class="warn-box severe" role="alert" data-warning="dropped"><b>The log is incomplete:</b> the gateway dropped {{digits .R.Dropped}} records to stay within its log budget. Every count below is a lower bound, and targets may be missing.</div>
+<div class="warn-box severe" role="alert" data-warning="dropped"><b>The log is incomplete:</b> the gateway left at least {{digits .R.Dropped}} records out of it (over its log budget, or reports of refused packets it lost). Every count below is a lower bound, and targets may be missing.</div>
 {{- end}}
 {{- if .Overflow}}
 <div class="warn-box" role="alert" data-warning="overflow"><b>Some attempts are counted but not listed:</b> the report kept tables within its limits, and left out

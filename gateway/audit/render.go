@@ -70,7 +70,7 @@ func (r *Report) span() string {
 func (r *Report) warnings() []string {
 	var ws []string
 	if r.Dropped > 0 {
-		ws = append(ws, fmt.Sprintf("the gateway left %d records out of these logs to stay within its budget: the counts are low, and what they were is not known", r.Dropped))
+		ws = append(ws, fmt.Sprintf("the gateway left at least %d records out of these logs (over its log budget, or reports of refused packets it lost): the counts are low, and what they were is not known", r.Dropped))
 	}
 	ws = append(ws, r.notices()...)
 	o := r.Overflow
@@ -274,7 +274,7 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 		fmt.Fprintf(ew, "\n%d more attempts at targets the policy does not allow, beyond those listed.\n", e.NotKept)
 	}
 	if e.Dropped > 0 {
-		fmt.Fprintf(ew, "\nThe gateway left %d records out of the logs (over its budget): what they were cannot be replayed, so the logs cannot show that the policy allows everything.\n", e.Dropped)
+		fmt.Fprintf(ew, "\nThe gateway left at least %d records out of the logs (over its log budget, or reports of refused packets it lost): what they were cannot be replayed, so the logs cannot show that the policy allows everything.\n", e.Dropped)
 	}
 	for _, t := range e.Truncated {
 		fmt.Fprintf(ew, "\n%s; so the logs cannot show that the policy allows everything.\n", txt(t))

@@ -433,7 +433,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		}
 		return
 	case decisionlog.EventDropped:
-		s.r.Dropped = satAdd(s.r.Dropped, r.Count)
+		s.r.Dropped = satAdd(s.r.Dropped, droppedCount(r))
 		return
 	case decisionlog.EventClose:
 		s.addClose(r)

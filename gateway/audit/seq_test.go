@@ -128,3 +128,33 @@ func TestSeqGapsFailExpectAndDiff(t *testing.T) {
 		})
 	}
 }
+
+// TestDroppedOfUnknownCountFailsExpect: a dropped record whose count is 0
+// says records stopped and their number is not known (reports of refused
+// packets that could no longer be read): the logs are incomplete, so
+// --expect does not hold and --diff answers that the new logs may reach
+// more. Counted as 0, it passed both.
+func TestDroppedOfUnknownCountFailsExpect(t *testing.T) {
+	open := mustPolicy(t, "version: 1\ndefault: allow\nrules: []\n")
+	log := seqLog(seqs(1, 2)...)
+	log = append(log, decisionlog.Record{V: 1, Seq: 3, Event: decisionlog.EventDropped, Time: t0, Since: t0,
+		Reason: "refused packets are no longer reported, so bypass records stop here: reading NFLOG: bad file descriptor"})
+	e, err := Expect(context.Background(), open, "open", logSource(log), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Holds() || e.Dropped != 1 {
+		t.Errorf("--expect: holds %v, dropped %d; want it not to hold, dropped 1", e.Holds(), e.Dropped)
+	}
+	old, err := Summarize(context.Background(), logSource(seqLog(seqs(1, 2)...)), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := Summarize(context.Background(), logSource(log), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := DiffReports(old.Report(), cur.Report(), 0); !d.ReachesNew() {
+		t.Errorf("--diff of a log whose records stopped: reaches new false, incomplete %q; want true", d.Incomplete)
+	}
+}

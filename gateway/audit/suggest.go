@@ -225,7 +225,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		skipped = append(skipped, rep.unknownText()+"; upgrade sbx")
 	}
 	if rep.Dropped > 0 {
-		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (it was over its budget)", plural(rep.Dropped, "record", "records")))
+		skipped = append(skipped, fmt.Sprintf("%s the gateway left out of the log (over its log budget, or reports of refused packets it lost)", plural(rep.Dropped, "record", "records")))
 	}
 	if n := rep.Overflow.GuardAddrs; n > 0 {
 		skipped = append(skipped, fmt.Sprintf("%s at addresses the address guard refused beyond the first %d, which were not kept apart", plural(n, "attempt", "attempts"), len(rep.GuardAddrs)))
