@@ -48,8 +48,10 @@ TARGET is a URL or host[:port]:
   ws://, wss://             as http://, https://
   HOST:PORT, [IPv6]:PORT    CONNECT tunnel to PORT
   HOST                      CONNECT tunnel to port 443
---method or --path make any of these a plain HTTP request (to port 80 when
-no port is given). Paths are matched as the gateway matches them: escapes
+--method or --path make a HOST or HOST:PORT target a plain HTTP request (to
+port 80 when no port is given); with an https:// target they describe the
+request inside the tunnel, which only an inspected HOST's verdict depends
+on: for any other host the verdict is the tunnel's. Paths are matched as the gateway matches them: escapes
 decoded, dot segments resolved, repeated slashes merged.
 
 Rules apply in this order: --intercept, --block, --allow, then the rules
@@ -84,10 +86,16 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 			d := p.Verdict(t)
 			_, https := inspectedRequest(args[0], "", "", t)
 			inspected := (t.IsConnect() || https) && p.Inspects(t.Host, t.Port)
+			if https && !inspected && !t.IsConnect() {
+				// --method or --path with an https:// target whose host
+				// is not inspected: the gateway sees only the tunnel.
+				t = netpolicy.Target{Host: t.Host, Port: t.Port, Method: "CONNECT"}
+				d = p.Verdict(t)
+			}
 			if inspected && t.IsConnect() {
-				// The gateway decrypts this host's tunnels (docs/inspection.md)
-				// : the tunnel opens unless no request could pass,
-				// and an https:// URL's request is decided in it.
+				// The gateway decrypts this host's tunnels
+				// (docs/inspection.md): the tunnel opens unless no request
+				// could pass, and an https:// URL's request is decided in it.
 				d = p.DecideTunnel(t)
 				if req, ok := inspectedRequest(args[0], o.method, o.path, t); ok && d.Action != netpolicy.Block {
 					t, d = req, p.Verdict(req)

@@ -127,6 +127,14 @@ func TestPolicyCheck(t *testing.T) {
 			want: "intercept  GET http://example.com:80/\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n",
 		},
 		{
+			// The gateway sees only the tunnel of a host it does not
+			// inspect: --method does not make it a plain HTTP request
+			// to port 443, which no client would send.
+			name: "an https:// target with --method, not inspected: the tunnel's verdict",
+			args: []string{"--allow", "example.com", "--method", "POST", "https://example.com/upload"},
+			want: "allow  CONNECT example.com:443\n  rule:   r1\n  reason: rule r1: allow example.com\n",
+		},
+		{
 			name: "an HTTPS intercept: the host is inspected and its request answered",
 			args: []string{"--intercept", "example.com:443=" + reply, "https://example.com/"},
 			want: "intercept  GET https://example.com:443/\n  rule:   r1\n  reason: rule r1: intercept example.com\n  answer: status 200, body of 12 bytes\n" +
