@@ -83,15 +83,23 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	defer s.metrics.tunnelClosed()
 
 	// The client's side: what was read already, then its buffer, then
-	// the socket; counted for the close record.
-	cc := &inspectedConn{Conn: c.Conn, r: io.MultiReader(strings.NewReader(string(first)), c.br)}
+	// the socket; counted for the close record. The buffer is this
+	// tunnel's from here on, never given back to readerPool: net/http may
+	// go on reading through it after it reported the connection closed
+	// (the background read it starts when it drains a request body its
+	// handler left, TestFaultInspectedExpectContinueTeardown), and the
+	// pool would hand it to another client while that read runs. It is
+	// garbage once nothing reads it.
+	br := c.br
+	c.br = nil
+	cc := &inspectedConn{Conn: c.Conn, r: io.MultiReader(strings.NewReader(string(first)), br)}
 	defer func() { closeRec.BytesOut, closeRec.BytesIn = cc.in.Load(), cc.out.Load() }()
 	// A CONNECT may carry plain HTTP (to port 80, say): the client's
 	// first byte tells, and then its requests are served as they are.
 	isTLS := true
 	if len(first) == 0 {
 		c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
-		b, err := c.br.Peek(1)
+		b, err := br.Peek(1)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
 			closeRec.Error = "the client sent nothing: " + err.Error()
