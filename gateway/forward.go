@@ -196,8 +196,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer s.releaseTunnel(c.client.Addr())
-		in, out := s.relayUpgrade(c, rh, upgradeStream{uc})
+		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc})
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
+		if uerr != "" {
+			closeRec.Error = uerr
+		}
 		return false
 	}
 	// Keep-alive needs the whole request body read, and a framing the
@@ -538,9 +541,11 @@ func interceptStatus(d netpolicy.Decision) int {
 }
 
 // relayUpgrade writes a 101 response's head and relays bytes both ways
-// until either side closes. It returns the bytes sent to the client and to
-// the upstream.
-func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) (in, out int64) {
+// until both sides have ended, either fails, or the relay idles out,
+// passing a side's end on as a tunnel does (tunnelEnd): a half-close as a
+// half-close, a reset as a reset. It returns the bytes sent to the client
+// and to the upstream, and the close record's error ("" for none).
+func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream) (in, out int64, errText string) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
 	bw := bufio.NewWriter(cw)
@@ -552,31 +557,37 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) 
 	}
 	bw.WriteString("\r\n")
 	if err := bw.Flush(); err != nil {
-		return cw.n, 0
+		return cw.n, 0, ""
 	}
 	s.metrics.tunnelOpened()
 	defer s.metrics.tunnelClosed()
 	act := newTunnelActivity()
+	end := &tunnelEnd{client: c.Conn, up: up.uc.conn}
 	idle := s.limits.IdleTunnelTimeout
 	done := make(chan int64, 1)
-	// Client to upstream ends when the client stops sending, errs, or the
-	// relay idles out (read deadlines on the client); then it closes up,
-	// which ends the other direction.
+	// Client to upstream ends when the client ends its side, either side
+	// fails, or the relay idles out (read deadlines on the client); a
+	// failure or an idle end closes both sides, which ends the other
+	// direction too.
 	go func() {
 		var n int64
+		var err error
 		for {
 			c.SetReadDeadline(time.Now().Add(idle))
-			m, err := io.CopyN(up, c.br, tunnelChunk)
+			m, cerr := io.CopyN(up, c.br, tunnelChunk)
 			n += m
 			if m > 0 {
 				act.moved(toUpstream)
 			}
-			if err == nil || isTimeout(err) && act.goOn(toUpstream, m, idle) {
+			if cerr == nil || isTimeout(cerr) && act.goOn(toUpstream, m, idle) {
 				continue
+			}
+			if cerr != io.EOF {
+				err = cerr
 			}
 			break
 		}
-		up.Close()
+		end.direction(toUpstream, err, act)
 		done <- n
 	}()
 	// Upstream to client: writes carry the idle deadline, so a client
@@ -584,22 +595,29 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up io.ReadWriteCloser) 
 	// out as the tunnel's (uc.rd), and a silent upstream waits while the
 	// client sends.
 	buf := make([]byte, 32<<10)
+	var err error
 	for {
 		m, rerr := up.Read(buf)
 		if m > 0 {
 			act.moved(toClient)
 			c.SetWriteDeadline(time.Now().Add(idle))
-			if _, err := cw.Write(buf[:m]); err != nil {
+			if _, werr := cw.Write(buf[:m]); werr != nil {
+				err = werr
 				break
 			}
 		}
+		if rerr == io.EOF {
+			break
+		}
 		if rerr != nil && !(isTimeout(rerr) && act.goOn(toClient, int64(m), idle)) {
+			err = rerr
 			break
 		}
 	}
-	c.Close()
-	up.Close()
-	return cw.n, <-done
+	end.direction(toClient, err, act)
+	out = <-done
+	end.closeBoth()
+	return cw.n, out, end.err
 }
 
 // countingReader counts what is read through it and notes EOF. atEOF,

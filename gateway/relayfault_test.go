@@ -140,17 +140,42 @@ func TestFaultUpstreamFailureReachesClient(t *testing.T) {
 	}
 }
 
-// faultTunnel opens a tunnel by path (CONNECT, or a captured connection
-// that speaks first-nothing) to the upstream on port and returns the
-// client's connection, its reader, and the close record's kind.
-func faultTunnel(t *testing.T, path string, port int) (g *testGateway, conn net.Conn, r io.Reader, kind string) {
+// tunnelPaths are the ways a tunnel goes through the gateway: CONNECT,
+// a captured connection that does not speak HTTP or TLS, and a relayed
+// WebSocket upgrade.
+var tunnelPaths = []string{"proxy", "transparent", "websocket"}
+
+// faultTunnel opens a tunnel by path to an upstream that serves it with
+// handle (after the 101 of a WebSocket upgrade), and returns the gateway,
+// the client's connection, its reader, and the close record's kind.
+func faultTunnel(t *testing.T, path string, handle func(net.Conn)) (g *testGateway, conn net.Conn, r io.Reader, kind string) {
 	t.Helper()
+	ln := tcpServer(t, func(c net.Conn) {
+		if path == "websocket" {
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+				c.Close()
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		}
+		handle(c)
+	})
+	port := ln.Addr().(*net.TCPAddr).Port
 	spec := loopbackPolicy(netpolicy.Allow)
 	static := map[string]string{"api.test": "127.0.0.1"}
-	if path == "proxy" {
+	switch path {
+	case "proxy":
 		g = startGateway(t, spec, static)
 		conn, br := connectRaw(t, g.addr, "api.test:"+strconv.Itoa(port))
 		return g, conn, br, decisionlog.KindConnect
+	case "websocket":
+		g = startGateway(t, spec, static)
+		conn, br := dialRaw(t, g.addr)
+		fmt.Fprintf(conn, "GET http://api.test:%d/ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", port)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: "GET"}); err != nil || resp.StatusCode != 101 {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		return g, conn, br, decisionlog.KindHTTP
 	}
 	tg := startTransparent(t, spec, static)
 	conn = tg.dial(t, tg.fake(t, "api.test", netpolicy.Port(port)))
@@ -161,14 +186,13 @@ func faultTunnel(t *testing.T, path string, port int) (g *testGateway, conn net.
 // TestFaultTunnelUpstreamReset: an upstream that resets a tunnel resets
 // the client's side too, and the close record says so.
 func TestFaultTunnelUpstreamReset(t *testing.T) {
-	for _, path := range faultPaths {
+	for _, path := range tunnelPaths {
 		t.Run(path, func(t *testing.T) {
-			ln := tcpServer(t, func(c net.Conn) {
+			g, conn, r, kind := faultTunnel(t, path, func(c net.Conn) {
 				io.WriteString(c, "hello")
 				time.Sleep(200 * time.Millisecond) // past the transparent path's wait for first bytes
 				resetTCP(t, c)
 			})
-			g, conn, r, kind := faultTunnel(t, path, ln.Addr().(*net.TCPAddr).Port)
 			got, err := readToError(r)
 			if string(got) != "hello" || !errors.Is(err, syscall.ECONNRESET) {
 				t.Errorf("the client read %q, then %v; want hello, then a reset", got, err)
@@ -185,10 +209,10 @@ func TestFaultTunnelUpstreamReset(t *testing.T) {
 // half-closes the client's: the client reads EOF, and can still send,
 // and the upstream gets what it sent and then its EOF.
 func TestFaultTunnelHalfClose(t *testing.T) {
-	for _, path := range faultPaths {
+	for _, path := range tunnelPaths {
 		t.Run(path, func(t *testing.T) {
 			got := make(chan string, 1)
-			ln := tcpServer(t, func(c net.Conn) {
+			g, conn, r, kind := faultTunnel(t, path, func(c net.Conn) {
 				defer c.Close()
 				io.WriteString(c, "hello")
 				time.Sleep(200 * time.Millisecond) // past the transparent path's wait for first bytes
@@ -197,7 +221,6 @@ func TestFaultTunnelHalfClose(t *testing.T) {
 				b, err := io.ReadAll(c)
 				got <- fmt.Sprintf("%s (%v)", b, err)
 			})
-			g, conn, r, kind := faultTunnel(t, path, ln.Addr().(*net.TCPAddr).Port)
 			b, err := readToError(r)
 			if string(b) != "hello" || err != io.EOF {
 				t.Fatalf("the client read %q, then %v; want hello, then EOF", b, err)
