@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -96,5 +98,49 @@ func TestNamespaceRulesFailClosed(t *testing.T) {
 	}
 	if strings.Contains(v6, "--dport") {
 		t.Errorf("IPv6 in the namespace allows a port:\n%s", v6)
+	}
+}
+
+// TestCaptureTakesEveryTCPPort checks the shape of the capture rules, so
+// that no port can be left out of capture without a red test (the golden
+// file notices too, but its failure says to regenerate it): in the nat
+// table's OUTPUT chain, before the rule that redirects TCP to the
+// transparent listener, the only rules are the loopback's exemption, the
+// DNS stub's two DNATs and the exemption of the gateway's proxy port on
+// its own address; and the redirect takes every TCP connection (no port,
+// address or other match narrows it).
+func TestCaptureTakesEveryTCPPort(t *testing.T) {
+	p := testPlan(t)
+	p.Capture = &Capture{DNSPort: DefaultDNSPort, TransparentPort: DefaultTransparentPort, PacketGroup: DefaultPacketGroup}
+	v4, _ := p.NamespaceRules()
+	nat, _, ok := strings.Cut(v4, "*filter")
+	if !ok {
+		t.Fatalf("no filter table in\n%s", v4)
+	}
+	comment := " -m comment --comment " + p.Names.Comment
+	allowed := []string{
+		"-A OUTPUT -o lo -j RETURN",
+		fmt.Sprintf("-A OUTPUT -p udp --dport 53 -j DNAT --to-destination %s:%d", p.Subnet.Host, DefaultDNSPort),
+		fmt.Sprintf("-A OUTPUT -p tcp --dport 53 -j DNAT --to-destination %s:%d", p.Subnet.Host, DefaultDNSPort),
+		fmt.Sprintf("-A OUTPUT -d %s/32 -p tcp --dport %d -j RETURN", p.Subnet.Host, p.GatewayPort),
+	}
+	redirect := fmt.Sprintf("-A OUTPUT -p tcp -j REDIRECT --to-ports %d", DefaultTransparentPort)
+	seen := false
+	for _, line := range strings.Split(nat, "\n") {
+		if !strings.HasPrefix(line, "-A ") {
+			continue
+		}
+		rule := strings.Replace(line, comment, "", 1)
+		switch {
+		case rule == redirect:
+			seen = true
+		case seen:
+			t.Errorf("a nat rule after the redirect: %q", line)
+		case !slices.Contains(allowed, rule):
+			t.Errorf("a nat rule before the redirect that is none of the DNS, loopback and proxy-port ones: %q; it would keep connections it matches from capture", line)
+		}
+	}
+	if !seen {
+		t.Errorf("no rule %q redirects every TCP connection to the transparent listener:\n%s", redirect, nat)
 	}
 }
