@@ -81,11 +81,18 @@ func (u *upstream) requestsFromElsewhere() int {
 // is removed when the test ends.
 func upstreamNamespace(t *testing.T) *upstream {
 	t.Helper()
+	return upstreamNamespaceIn(t, netip.MustParsePrefix("10.214.0.0/16"))
+}
+
+// upstreamNamespaceIn is upstreamNamespace with its /30 taken from pool,
+// a /16 or longer prefix.
+func upstreamNamespaceIn(t *testing.T, pool netip.Prefix) *upstream {
+	t.Helper()
 	var rnd [3]byte
 	rand.Read(rnd[:])
 	tag := hex.EncodeToString(rnd[:])
 	name, veth := "sbxtest-up-"+tag, "sbxtu"+tag
-	subnet := freeTestSubnet(t, netip.MustParsePrefix("10.214.0.0/16"))
+	subnet := freeTestSubnet(t, pool)
 	up := &upstream{Host: subnet.Addr().Next().String(), Addr: subnet.Addr().Next().Next().String(), Net: subnet.String(),
 		Name: name, remotes: map[string]int{}}
 	hostCIDR, nsCIDR, listen := up.Host+"/30", up.Addr+"/30", up.Addr+":8080"
@@ -160,8 +167,11 @@ func freeTestSubnet(t *testing.T, pool netip.Prefix) netip.Prefix {
 	for range 100 {
 		var b [2]byte
 		rand.Read(b[:])
-		a := pool.Addr().As4()
-		a[2], a[3] = b[0], b[1]&^3
+		// A random /30 of pool: its random bits below the pool's.
+		base, r := pool.Masked().Addr().As4(), uint32(b[0])<<8|uint32(b[1])
+		n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+		n |= r & (1<<(32-pool.Bits()) - 1) &^ 3
+		a := [4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
 		p := netip.PrefixFrom(netip.AddrFrom4(a), 30)
 		clear := true
 		for _, ha := range addrs {
