@@ -2,7 +2,9 @@
 # Installs what sbx's tests need on a Debian or Ubuntu machine (skipping what
 # is already there) and runs the whole suite: gofmt, go vet (Linux and, to
 # catch a missing build tag, darwin), go test -race and, for the whole
-# suite, sbx selftest with each container runtime, as a user would run it.
+# suite, sbx selftest with each container runtime, as a user would run it,
+# and the mutation check (scripts/mutate), which breaks security-critical
+# code one mutation at a time and wants the tests that guard it to fail.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./netpolicy/... # only some packages (no selftest)
@@ -78,6 +80,11 @@ if [ "$whole" -eq 1 ]; then
 			log "sbx selftest --runtime $rt"
 			"$report_dir/sbx" selftest --runtime "$rt"
 		done
+		# The security tests must be able to fail: each mutation in
+		# scripts/mutations breaks one place of the code that keeps a
+		# promise, and the tests it names must go red.
+		log "mutation check (scripts/mutate)"
+		go run ./scripts/mutate
 	elif [ "${SBX_REQUIRE_PRIVILEGED:-}" = 1 ]; then
 		echo "$0: sbx selftest needs root, and SBX_REQUIRE_PRIVILEGED=1 requires it: run as root" >&2
 		exit 1
