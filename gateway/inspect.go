@@ -555,7 +555,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *guard), blockHeaders(*guard))
 		return
 	}
-	closeRec := s.admit(rec, d, start)
+	closeRec, refused := s.admitCommitted(rec, d, start, nil, http.StatusForbidden)
+	if refused != nil { // the decision log cannot be written
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *refused), blockHeaders(*refused))
+		return
+	}
 	defer s.end(closeRec, start)
 	if rerr != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()

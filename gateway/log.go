@@ -84,6 +84,18 @@ type budgetedSink interface {
 	// may leave out when it is over budget (never a policy record). now
 	// is as for reserveDropped.
 	writeBudgeted(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error
+	// commitRecord is writeBudgeted for a record that lets a request be
+	// carried out: the record (after the dropped record reserved before
+	// it, if any) is in the file when it returns nil. When it cannot be
+	// written, the sink keeps neither record and returns the error, a
+	// *LogFileError.
+	commitRecord(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error
+	// unreserve gives back the dropped record reserved before a commit
+	// that failed.
+	unreserve()
+	// reportFaults makes fn be told of the sink's faults (with the
+	// error) and recoveries (with nil), at once.
+	reportFaults(fn func(error))
 }
 
 // dropPoint says when a budgetedSink is asked to write a dropped record.
@@ -93,6 +105,7 @@ const (
 	dropBeforeRecord dropPoint = iota // before a record the budget applies to
 	dropBeforePolicy                  // before a policy record, which is never left out
 	dropAtClose                       // when the Log closes
+	dropBeforeCommit                  // before a record that Commit writes
 )
 
 // Emit assigns r the next seq (1 for the first record), sets r.V, sets
@@ -147,6 +160,99 @@ func (l *Log) Emit(r *decisionlog.Record) uint64 {
 		}
 	}
 	return r.Seq
+}
+
+// Commit is Emit for a record that lets a request be carried out: an
+// allowed request or tunnel, or a block that audit mode lets through. The
+// request may go on only when Commit returns nil: then r is in the log's
+// file, handed to the kernel by a write that succeeded (with the records
+// buffered before it), before the other sinks get it.
+//
+// When the file cannot be written (full, an I/O error, removed or
+// replaced), Commit writes r to no sink, gives its seq back, and returns
+// the error, a *LogFileError; the caller refuses the request and logs
+// that with Emit. Each Commit tries the file again. A record that the
+// file sink leaves out over its budget is not an error: it is counted,
+// as Emit's are. Without a file sink, Commit is Emit. After Close it
+// returns an error wrapping ErrSinkClosed.
+func (l *Log) Commit(r *decisionlog.Record) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, fmt.Errorf("decision log: %w", ErrSinkClosed)
+	}
+	var now time.Time
+	if r.Time.IsZero() {
+		now = time.Now()
+		r.Time = now
+	}
+	before := l.seq
+	reserved := make([]bool, len(l.budgets))
+	for i, b := range l.budgets {
+		if b != nil && b.reserveDropped(l.seq+1, dropBeforeCommit, now) {
+			l.seq++
+			reserved[i] = true
+		}
+	}
+	l.seq++
+	r.Seq = l.seq
+	r.V = decisionlog.SchemaVersion
+	r.Sandbox = l.sandbox
+	if len(l.sinks) == 0 {
+		return r.Seq, nil
+	}
+	l.buf = append(r.AppendJSON(l.buf[:0]), '\n')
+	// The files first: the others get r only once the files hold it.
+	for i, b := range l.budgets {
+		if b == nil {
+			continue
+		}
+		if err := b.commitRecord(r.Seq, l.buf, r, now); err != nil {
+			if i == l.firstBudget() {
+				// No sink got r or a dropped record reserved for it:
+				// their seqs are given back.
+				for j, ok := range reserved {
+					if ok {
+						l.budgets[j].unreserve()
+					}
+				}
+				l.seq = before
+			}
+			r.Seq = 0
+			return 0, err
+		}
+	}
+	for i, s := range l.sinks {
+		if l.budgets[i] != nil {
+			continue
+		}
+		if err := s.WriteRecord(r.Seq, l.buf); err != nil {
+			l.sinkFailed(i, err)
+		}
+	}
+	return r.Seq, nil
+}
+
+// firstBudget is the index of the first budgetedSink, or -1.
+func (l *Log) firstBudget() int {
+	for i, b := range l.budgets {
+		if b != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// ReportFileFaults makes fn be told, at once, when a file sink of the Log
+// cannot write its file (with the *LogFileError; while it cannot, Commit
+// fails), and when it writes it again (with nil). fn is called from the
+// sink's own goroutine, one call at a time.
+func (l *Log) ReportFileFaults(fn func(error)) {
+	for _, b := range l.budgets {
+		if b != nil {
+			b.reportFaults(fn)
+		}
+	}
 }
 
 // dropPointFor returns where a budgetedSink is asked for a dropped record

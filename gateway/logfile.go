@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,10 +84,24 @@ type FileSinkOptions struct {
 // writes them only at Close, numbered one above the last seq it saw, and
 // treats every record as one the budget applies to.
 //
-// A write error is sticky: every later write, Flush and Close returns it.
+// A record that lets a request be carried out is written with Log.Commit:
+// it reaches the file, with what the sink buffered before it, by a write
+// that succeeded before Commit returns.
+//
+// When the file cannot be written (its filesystem is full, an I/O error,
+// or it was removed or replaced: see LogFileError), the sink is at fault:
+// what it buffered stays buffered, every record written meanwhile is left
+// out and counted, Log.Commit fails (the gateway blocks the request), and
+// each Commit and Flush tries the file again (a removed file is created
+// anew; a replaced one is not written into). When a write succeeds again,
+// the records left out are told by a dropped record naming the error. A
+// function given by reportFaults is told of each fault and of the
+// recovery, from the sink's goroutine, at once.
 type FileSink struct {
-	f       *os.File
+	f       *os.File // guarded by fileMu once open: a removed file is replaced by a new one
+	path    string
 	kick    chan struct{}    // a record is waiting to be flushed; capacity 1
+	changed chan struct{}    // the fault changed; capacity 1
 	batch   chan struct{}    // full holds a batch to write now; capacity 1
 	done    chan struct{}    // closed by Close to end the flusher
 	stopped chan struct{}    // closed by the flusher when it returns
@@ -103,7 +119,27 @@ type FileSink struct {
 	uncounted atomic.Uint64
 	total     atomic.Uint64 // records left out since open
 
+	// writeTo writes to f (f.Write; tests replace it). fileMu guards it.
+	writeTo func(f *os.File, b []byte) (int, error)
+
 	fileMu sync.Mutex // held while a batch is written to f; taken after mu, never before
+	// Guarded by fileMu: what failed writes left, to be written before
+	// full and buf; the bytes in the file; and whether a failed write
+	// left a part of what it wrote in the file that truncating could not
+	// take out (the file is truncated to written before it is written).
+	unwritten []byte
+	written   int64
+	torn      bool
+	lost      bool   // f is no longer at the path: a new file is made there before the next write
+	dev, ino  uint64 // of f, to tell that the path names another file
+
+	// fault is why the file cannot be written (a *LogFileError), nil when
+	// it can. It changes with fileMu held, and is read without it.
+	fault atomic.Pointer[LogFileError]
+
+	reportMu sync.Mutex
+	report   func(error) // told of faults and recoveries; nil: nobody
+	reported string      // the last fault told, "" after a recovery
 
 	mu        sync.Mutex
 	buf       []byte // the batch being gathered
@@ -118,6 +154,7 @@ type FileSink struct {
 	since     time.Time           // when the first uncounted record was left out
 	overRate  bool                // an uncounted record was left out for the rate
 	overSize  bool                // an uncounted record was left out for the size
+	overFault *LogFileError       // an uncounted record was left out for this fault (the first)
 	lastDrop  time.Time           // when the last dropped record was made
 	lastSeq   uint64              // the highest seq written, left out or reserved
 	staged    []byte              // a dropped record reserved by the Log, with its newline; nil when none
@@ -165,7 +202,11 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 	}
 	s := &FileSink{
 		f:        f,
+		path:     path,
+		writeTo:  (*os.File).Write,
+		written:  size,
 		kick:     make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
 		batch:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -190,6 +231,11 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 	if rate > 0 && burst > 0 && !math.IsInf(rate, 1) {
 		s.rate, s.burst, s.tokens = rate, float64(burst), float64(burst)
 		s.refilled = s.clock(time.Time{})
+	}
+	s.dev, s.ino, err = fileID(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("decision log %s: %w", path, err)
 	}
 	go s.flushLoop()
 	return s, nil
@@ -272,21 +318,46 @@ func fileTypeName(t os.FileMode) string {
 }
 
 // Name returns the name of the file, as passed to OpenFileSink.
-func (s *FileSink) Name() string { return s.f.Name() }
+func (s *FileSink) Name() string { return s.path }
 
 // Dropped returns how many records the sink has left out since it was
 // opened to stay within its budget.
 func (s *FileSink) Dropped() uint64 { return s.total.Load() }
 
+// Fault returns why the file cannot be written now, a *LogFileError, or
+// nil when it can (see FileSink).
+func (s *FileSink) Fault() error {
+	if e := s.fault.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// reportFaults makes fn be told of each fault of the sink (a
+// *LogFileError) as soon as it is found, and with nil of the write that
+// ended it. fn is called from the sink's goroutine, one call at a time.
+func (s *FileSink) reportFaults(fn func(error)) {
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	s.report = fn
+}
+
+// fileSinkCheckInterval is how often a FileSink looks whether its file is
+// still the one at its path, and tries a file at fault again.
+const fileSinkCheckInterval = time.Second
+
 // flushLoop writes each full batch as soon as write hands it over, and
 // everything written at most fileSinkFlushInterval after a record arrives
-// (the first since the last flush); it returns when Close closes s.done.
-// A write error is kept in s.err, so the next WriteRecord, Flush or Close
-// reports it.
+// (the first since the last flush); every fileSinkCheckInterval it looks
+// whether the file was removed or replaced, and tries a file at fault
+// again when records wait for it; it tells the reporter of faults at
+// once. It returns when Close closes s.done.
 func (s *FileSink) flushLoop() {
 	defer close(s.stopped)
 	t := time.NewTimer(fileSinkFlushInterval)
 	t.Stop()
+	check := time.NewTicker(fileSinkCheckInterval)
+	defer check.Stop()
 	for {
 		select {
 		case <-s.kick:
@@ -297,9 +368,13 @@ func (s *FileSink) flushLoop() {
 			s.mu.Lock()
 			if !s.closed {
 				s.pending = false
-				s.flushLocked()
+				s.flushLocked(0)
 			}
 			s.mu.Unlock()
+		case <-check.C:
+			s.checkFile()
+		case <-s.changed:
+			s.tell()
 		case <-s.done:
 			t.Stop()
 			return
@@ -307,51 +382,224 @@ func (s *FileSink) flushLoop() {
 	}
 }
 
+// checkFile marks the sink at fault when its file was removed or another
+// file took its place at the path: what is written to it goes where
+// nobody reads the log. A sink at fault with records waiting is tried
+// again.
+func (s *FileSink) checkFile() {
+	s.fileMu.Lock()
+	if !s.lost {
+		if err := fileGone(s.f, s.path, s.dev, s.ino); err != nil {
+			s.lost = true
+			s.setFault(err)
+		}
+	}
+	s.fileMu.Unlock()
+	if s.fault.Load() != nil {
+		s.mu.Lock()
+		if !s.closed && (len(s.buf) > 0 || s.full != nil || s.hasUnwritten()) {
+			s.flushLocked(0)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// hasUnwritten reports whether failed writes left bytes to write.
+func (s *FileSink) hasUnwritten() bool {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	return len(s.unwritten) > 0
+}
+
+// tell calls the reporter when the fault changed since it was last told.
+func (s *FileSink) tell() {
+	var text string
+	e := s.fault.Load()
+	if e != nil {
+		text = e.Error()
+	}
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	if text == s.reported {
+		return
+	}
+	s.reported = text
+	if s.report == nil {
+		return
+	}
+	if e != nil {
+		s.report(e)
+	} else {
+		s.report(nil)
+	}
+}
+
+// setFault marks the sink at fault for err and returns the fault. fileMu
+// is held.
+func (s *FileSink) setFault(err error) *LogFileError {
+	e, ok := err.(*LogFileError)
+	if !ok {
+		e = &LogFileError{Path: s.path, Err: err}
+	}
+	if prev := s.fault.Swap(e); prev == nil || prev.Error() != e.Error() {
+		s.signal()
+	}
+	return e
+}
+
+// signal wakes the flusher to tell the reporter.
+func (s *FileSink) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// writeFile writes b to the file. A write that fails after a part of b
+// reached the file (a filesystem filling up) is undone, so that the file
+// always ends with a whole record: the file is truncated to what it held
+// before, now or, when that fails too, before the next write. fileMu is
+// held.
+func (s *FileSink) writeFile(b []byte) error {
+	n, err := s.writeTo(s.f, b)
+	if err == nil {
+		s.written += int64(n)
+		return nil
+	}
+	if n > 0 && s.f.Truncate(s.written) != nil {
+		s.torn = true
+	}
+	return err
+}
+
+// prepare makes the file ready to be written after a fault: a new file at
+// the path when the sink's was removed or moved, none when another file
+// is there; and no part of a failed commit's records in it. fileMu is
+// held.
+func (s *FileSink) prepare() error {
+	if s.lost {
+		if err := s.reopen(); err != nil {
+			return err
+		}
+	}
+	if s.torn {
+		if err := s.f.Truncate(s.written); err != nil {
+			return err
+		}
+		s.torn = false
+	}
+	return nil
+}
+
+// reopen opens a new log file at the path in place of the one that was
+// removed or moved away, as OpenFileSink does; a file that holds
+// something already is another's, and is not written into. fileMu and mu
+// are held.
+func (s *FileSink) reopen() error {
+	f, size, err := openLogFile(s.path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w, and a new one cannot be made there: %w", ErrLogFileRemoved, err)
+		}
+		return fmt.Errorf("%w: %w", ErrLogFileReplaced, err)
+	}
+	dev, ino, err := fileID(f)
+	if err == nil && size > 0 {
+		err = ErrLogFileReplaced
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	s.f.Close()
+	s.size -= s.written // what is buffered stays counted
+	s.f, s.dev, s.ino, s.written, s.lost, s.torn = f, dev, ino, 0, false, false
+	return nil
+}
+
 // writeFull writes the full batch, if there is one, without holding s.mu
 // while the file is written: the Log's writers go on gathering the next
 // batch meanwhile. s.fileMu, taken before s.mu is released, keeps a later
-// flush from writing its records first.
+// flush from writing its records first. A sink at fault leaves the batch
+// to the next flush.
 func (s *FileSink) writeFull() {
 	s.mu.Lock()
 	b := s.full
-	if b == nil || s.closed || s.err != nil {
+	if b == nil || s.closed || s.fault.Load() != nil {
 		s.mu.Unlock()
 		return
 	}
 	s.full = nil
 	s.fileMu.Lock()
 	s.mu.Unlock()
-	_, err := s.f.Write(b)
+	if err := s.writeFile(b); err != nil {
+		// What was not written is written first when the file is tried
+		// again; the next flush sees it under fileMu.
+		s.unwritten = b
+		s.setFault(err) // an *os.PathError naming the file
+		s.fileMu.Unlock()
+		return
+	}
 	s.fileMu.Unlock()
 	s.mu.Lock()
-	if err != nil && s.err == nil {
-		s.err = err // an *os.PathError naming the file
-	}
 	s.spare = b[:0]
 	s.mu.Unlock()
 }
 
-// flushLocked writes the full batch and then the one being gathered, after
-// a write of writeFull that is under way. s.mu is held.
-func (s *FileSink) flushLocked() error {
+// flushLocked writes what waits for the file: what failed writes left,
+// the full batch, then the one being gathered, after a write of writeFull
+// that is under way. The last cut bytes of the batch being gathered are a
+// commit's records: when they cannot be written, they are taken out of
+// the batch, and out of the file when a part of them reached it (what
+// else was not written stays for the next try). It returns nil when the
+// file can be written (a write succeeded, or nothing had to be written
+// and the sink is not at fault), else the fault. s.mu is held.
+func (s *FileSink) flushLocked(cut int) error {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
-	if s.err != nil {
-		return s.err
+	fail := func(err error) error {
+		if cut > 0 {
+			s.buf = s.buf[:len(s.buf)-cut]
+			s.size -= int64(cut)
+		}
+		return s.setFault(err)
+	}
+	if err := s.prepare(); err != nil {
+		return fail(err)
+	}
+	wrote := false
+	if len(s.unwritten) > 0 {
+		if err := s.writeFile(s.unwritten); err != nil {
+			return fail(err)
+		}
+		s.unwritten, wrote = nil, true
 	}
 	if s.full != nil {
-		if _, err := s.f.Write(s.full); err != nil {
-			s.err = err
-			return err
+		if err := s.writeFile(s.full); err != nil {
+			s.unwritten, s.full = s.full, nil
+			return fail(err)
 		}
-		s.spare, s.full = s.full[:0], nil
+		s.spare, s.full, wrote = s.full[:0], nil, true
 	}
 	if len(s.buf) > 0 {
-		if _, err := s.f.Write(s.buf); err != nil {
-			s.err = err
-			return err
+		if err := s.writeFile(s.buf); err != nil {
+			// None of it is in the file (writeFile); what came before
+			// the commit's records is written at the next try.
+			if keep := len(s.buf) - cut; keep > 0 {
+				s.unwritten = bytes.Clone(s.buf[:keep])
+			}
+			s.size -= int64(cut)
+			s.buf = s.buf[:0]
+			return s.setFault(err)
 		}
-		s.buf = s.buf[:0]
+		s.buf, wrote = s.buf[:0], true
+	}
+	if e := s.fault.Load(); e != nil {
+		if !wrote {
+			return e // nothing proved the file can be written again
+		}
+		s.fault.Store(nil)
+		s.signal()
 	}
 	return nil
 }
@@ -384,18 +632,68 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("writing %s: %w", s.f.Name(), ErrSinkClosed)
+		return fmt.Errorf("writing %s: %w", s.path, ErrSinkClosed)
 	}
 	s.lastSeq = max(s.lastSeq, seq)
 	if s.staged != nil {
-		if err := s.writeStaged(); err != nil {
-			return err
-		}
+		s.writeStaged() // a failure puts the sink at fault
+	}
+	if e := s.fault.Load(); e != nil {
+		s.leaveOutFault(s.clock(now), e)
+		return nil
 	}
 	if (r == nil || r.Event != decisionlog.EventPolicy) && !s.admit(len(line), r, now) {
 		return nil
 	}
-	return s.write(line)
+	if err := s.write(line); err != nil {
+		s.leaveOutFault(s.clock(now), s.fault.Load())
+	}
+	return nil
+}
+
+// commitRecord implements budgetedSink: it writes the dropped record
+// reserved for this record, if any, and line, with everything buffered
+// before them, to the file before it returns, unless line is over the
+// budget (then it is left out and counted as any record, and nil is
+// returned). When the file cannot be written, neither record is kept (the
+// records left out stay uncounted for a later dropped record) and the
+// fault, a *LogFileError, is returned.
+func (s *FileSink) commitRecord(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("writing %s: %w", s.path, ErrSinkClosed)
+	}
+	mark := len(s.buf)
+	var stagedFor uint64
+	if s.staged != nil {
+		s.buf = append(s.buf, s.staged...)
+		stagedFor, s.staged = s.stagedFor, nil
+	}
+	if s.fault.Load() != nil || s.admit(len(line), r, now) {
+		s.buf = append(s.buf, line...)
+	}
+	cut := len(s.buf) - mark
+	if cut == 0 {
+		return nil // left out by the budget
+	}
+	s.size += int64(cut)
+	s.pending = false
+	if err := s.flushLocked(cut); err != nil {
+		return err
+	}
+	if stagedFor > 0 {
+		s.counted(stagedFor)
+	}
+	return nil
+}
+
+// unreserve gives back the dropped record reserved for a commit that did
+// not take place.
+func (s *FileSink) unreserve() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.staged = nil
 }
 
 // admit reports whether a record r of n bytes is within the budget, and
@@ -483,26 +781,39 @@ func (s *FileSink) leaveOut(now time.Time, over *bool) {
 	s.total.Add(1)
 }
 
+// leaveOutFault counts a record left out at now because the file cannot
+// be written (e). s.mu is held.
+func (s *FileSink) leaveOutFault(now time.Time, e *LogFileError) {
+	if s.overFault == nil {
+		s.overFault = e
+	}
+	var dummy bool
+	s.leaveOut(now, &dummy)
+}
+
 // reserveDropped implements budgetedSink: it makes a dropped record
 // numbered seq when records were left out and the next record will be
 // written (or the Log closes), unless the last dropped record is less
-// than fileSinkDroppedInterval old or the record would not fit in the
-// size limit. It does nothing after Close.
+// than fileSinkDroppedInterval old (but after a fault, whose dropped
+// record goes before the first record written again) or the record would
+// not fit in the size limit. While the file is at fault, only a commit
+// gets one, which is written with it if the file can be written again.
+// It does nothing after Close.
 func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool {
 	if s.uncounted.Load() == 0 {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.staged != nil {
+	if s.closed || s.staged != nil || (s.fault.Load() != nil && at != dropBeforeCommit) {
 		return false
 	}
 	now = s.clock(now)
 	if at != dropAtClose {
-		if !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
+		if s.overFault == nil && !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
 			return false
 		}
-		if at == dropBeforeRecord && s.rate > 0 {
+		if (at == dropBeforeRecord || at == dropBeforeCommit) && s.rate > 0 {
 			s.refill(now)
 			if s.tokens < 1 {
 				return false // the record will be left out too
@@ -531,24 +842,22 @@ func (s *FileSink) stage(seq uint64, now time.Time) {
 	s.lastDrop = now
 }
 
-// dropReason says which budgets the uncounted records exceeded.
+// dropReason says which budgets the uncounted records exceeded, and the
+// fault that kept them out of the file.
 func (s *FileSink) dropReason() string {
-	var rate, size string
+	var why []string
 	if s.overRate {
-		rate = "over the decision log's rate limit of " + strconv.FormatFloat(s.rate, 'g', -1, 64) +
-			" records a second (burst " + strconv.FormatFloat(s.burst, 'g', -1, 64) + ")"
+		why = append(why, "over the decision log's rate limit of "+strconv.FormatFloat(s.rate, 'g', -1, 64)+
+			" records a second (burst "+strconv.FormatFloat(s.burst, 'g', -1, 64)+")")
 	}
 	if s.overSize {
-		size = "the decision log file reached its size limit of " + strconv.FormatInt(s.maxBytes, 10) + " bytes"
+		why = append(why, "the decision log file reached its size limit of "+strconv.FormatInt(s.maxBytes, 10)+" bytes")
 	}
-	switch {
-	case rate != "" && size != "":
-		return rate + ", and " + size
-	case rate != "":
-		return rate
-	default:
-		return size
+	if s.overFault != nil {
+		why = append(why, "the decision log file could not be written ("+s.overFault.cause()+
+			"), and every request was blocked meanwhile")
 	}
+	return strings.Join(why, ", and ")
 }
 
 // writeStaged writes the staged dropped record and starts counting anew.
@@ -559,11 +868,17 @@ func (s *FileSink) writeStaged() error {
 	if err := s.write(line); err != nil {
 		return err
 	}
-	s.uncounted.Store(s.uncounted.Load() - s.stagedFor)
-	if s.uncounted.Load() == 0 {
-		s.overRate, s.overSize = false, false
-	}
+	s.counted(s.stagedFor)
 	return nil
+}
+
+// counted takes n records that a dropped record written now counts off
+// the uncounted ones. s.mu is held.
+func (s *FileSink) counted(n uint64) {
+	s.uncounted.Store(s.uncounted.Load() - n)
+	if s.uncounted.Load() == 0 {
+		s.overRate, s.overSize, s.overFault = false, false, nil
+	}
 }
 
 // write appends line to the batch, counts its size and kicks the flusher.
@@ -571,9 +886,6 @@ func (s *FileSink) writeStaged() error {
 // flusher first, or, when the flusher has not yet taken the one before,
 // both are written here. s.mu is held.
 func (s *FileSink) write(line []byte) error {
-	if s.err != nil {
-		return s.err
-	}
 	if len(s.buf) > 0 && len(s.buf)+len(line) > fileSinkBatch {
 		if s.full == nil {
 			next := s.spare
@@ -585,7 +897,7 @@ func (s *FileSink) write(line []byte) error {
 			case s.batch <- struct{}{}:
 			default: // the flusher has a signal it has not taken yet
 			}
-		} else if err := s.flushLocked(); err != nil {
+		} else if err := s.flushLocked(0); err != nil {
 			return err
 		}
 	}
@@ -601,15 +913,16 @@ func (s *FileSink) write(line []byte) error {
 	return nil
 }
 
-// Flush writes the buffer to the file (without syncing it to disk).
+// Flush writes the buffer to the file (without syncing it to disk). It
+// returns the sink's fault when the file cannot be written.
 func (s *FileSink) Flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return fmt.Errorf("flushing %s: %w", s.f.Name(), ErrSinkClosed)
+		return fmt.Errorf("flushing %s: %w", s.path, ErrSinkClosed)
 	}
 	s.pending = false
-	return s.flushLocked()
+	return s.flushLocked(0)
 }
 
 // Close writes a last dropped record when records were left out since the
@@ -632,13 +945,56 @@ func (s *FileSink) Close() error {
 		err = s.writeStaged()
 	}
 	if err == nil {
-		err = s.flushLocked()
+		err = s.flushLocked(0)
 	}
+	s.fileMu.Lock()
 	if err == nil {
 		err = s.f.Sync()
 	}
 	err = errors.Join(err, s.f.Close())
+	s.fileMu.Unlock()
 	s.mu.Unlock()
 	<-s.stopped
 	return err
+}
+
+// ErrLogFileRemoved and ErrLogFileReplaced are the faults of a FileSink
+// whose file was removed (or moved away) while it wrote it, and whose
+// path names another file: a LogFileError wraps them.
+var (
+	ErrLogFileRemoved  = errors.New("the file was removed while sbx wrote it")
+	ErrLogFileReplaced = errors.New("another file is at its path now, which sbx does not write into")
+)
+
+// A LogFileError says why a FileSink cannot write its file; while it
+// cannot, the gateway lets no request through. Its message names the
+// file, the cause and the fix.
+type LogFileError struct {
+	// Path is the log file's path.
+	Path string
+	// Err is the error of the write (an *os.PathError with the errno,
+	// such as ENOSPC), or wraps ErrLogFileRemoved or ErrLogFileReplaced.
+	Err error
+}
+
+func (e *LogFileError) Error() string {
+	fix := "free space on its filesystem (or repair it); sbx tries again at every request"
+	switch {
+	case errors.Is(e.Err, ErrLogFileReplaced):
+		fix = "remove what is at " + e.Path + " now, and sbx starts a new log there at the next request"
+	case errors.Is(e.Err, ErrLogFileRemoved):
+		fix = "sbx starts a new log at " + e.Path + " at the next request, when it can make one there"
+	}
+	return "decision log " + e.Path + " cannot be written (" + e.cause() + "), so every request is blocked until it can be: " + fix
+}
+
+func (e *LogFileError) Unwrap() error { return e.Err }
+
+// cause is the error without the path the message already names.
+func (e *LogFileError) cause() string {
+	var pe *os.PathError
+	if errors.As(e.Err, &pe) && pe.Path == e.Path {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return e.Err.Error()
 }

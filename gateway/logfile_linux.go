@@ -88,3 +88,33 @@ func fileType(mode uint32) os.FileMode {
 		return os.ModeIrregular
 	}
 }
+
+// fileID returns the device and inode of f.
+func fileID(f *os.File) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, 0, &os.PathError{Op: "fstat", Path: f.Name(), Err: err}
+	}
+	return uint64(st.Dev), st.Ino, nil
+}
+
+// fileGone returns an error wrapping ErrLogFileRemoved when f, the log
+// file opened at path as the file dev and ino, has no name any more or
+// none at path, and one wrapping ErrLogFileReplaced when path names
+// another file; nil while f is the file at path. Both look at the inode
+// (fstat, and lstat of path), which costs two system calls and no I/O.
+func fileGone(f *os.File, path string, dev, ino uint64) error {
+	var st unix.Stat_t
+	switch err := unix.Lstat(path, &st); {
+	case err == unix.ENOENT || err == unix.ENOTDIR:
+		return ErrLogFileRemoved
+	case err != nil:
+		// Cannot tell by the path: the file's own link count may.
+	case uint64(st.Dev) != dev || st.Ino != ino:
+		return ErrLogFileReplaced
+	}
+	if err := unix.Fstat(int(f.Fd()), &st); err == nil && st.Nlink == 0 {
+		return ErrLogFileRemoved
+	}
+	return nil
+}

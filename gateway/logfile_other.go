@@ -14,3 +14,9 @@ import (
 func openLogFile(path string) (*os.File, int64, error) {
 	return nil, 0, fmt.Errorf("decision log %s: %w", path, errors.ErrUnsupported)
 }
+
+// fileID is not implemented outside Linux, where no FileSink is opened.
+func fileID(f *os.File) (dev, ino uint64, err error) { return 0, 0, errors.ErrUnsupported }
+
+// fileGone is not implemented outside Linux, where no FileSink is opened.
+func fileGone(f *os.File, path string, dev, ino uint64) error { return nil }

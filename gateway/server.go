@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -266,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Store.OnChange(func(next *netpolicy.Snapshot) {
 			cfg.Log.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, PolicyVersion: next.Version(), Change: next.Change()})
 		})
+		cfg.Log.ReportFileFaults(s.reportLogFaults)
 	}
 	return s, nil
 }
@@ -366,13 +368,75 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 			continue
 		}
 		// The goroutine ends when the client's connection is done: it
-		// closes, errs, idles out, or Close closes it.
+		// closes, errs, idles out, or Close closes it; or when serving
+		// it panics, which ends that connection alone (recoverConn).
 		go func() {
 			defer s.wg.Done()
 			defer s.untrack(c)
-			handle(ctx, c)
+			f := &connFault{}
+			defer s.recoverConn(what, c, f)
+			if connHook != nil {
+				connHook(c)
+			}
+			handle(context.WithValue(ctx, connFaultKey{}, f), c)
 		}()
 	}
+}
+
+// connHook, when not nil, is called with every client connection a
+// listener accepts (proxy, transparent, DNS over TCP) in the goroutine
+// that serves it, before it is served. It is nil in production; tests set
+// it to make serving a connection panic.
+var connHook func(net.Conn)
+
+// connFaultKey carries a connection's *connFault in the context that
+// serves it.
+type connFaultKey struct{}
+
+// connFault is what recoverConn knows of the connection it recovers: its
+// conn, once serveConn made it (nil for DNS over TCP, and for a
+// transparent connection).
+type connFault struct{ c *conn }
+
+// recoverConn, deferred in the goroutine that serves the client
+// connection nc of a service (what: "proxy", "DNS", "transparent"), turns
+// a panic there into the end of that connection alone: it logs the panic
+// with its stack on the gateway's logger, records it in a close record of
+// the connection with the error "gateway error: panic: ..." (the stack
+// stays out of the decision log), and closes nc. The record takes the id
+// and kind of the connection's last request when it made one, so that it
+// joins that request's records; else a new id, and the kind of the
+// service.
+func (s *Server) recoverConn(what string, nc net.Conn, f *connFault) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	nc.Close()
+	stack := debug.Stack()
+	rec := &decisionlog.Record{Event: decisionlog.EventClose, Error: "gateway error: panic: " + truncate(fmt.Sprint(p), 200)}
+	if c := f.c; c != nil {
+		rec.Client = c.clientText
+		setProcess(rec, c.proc)
+		c.lastMu.Lock()
+		rec.ID, rec.Kind = c.lastID, c.lastKind
+		c.lastMu.Unlock()
+	} else if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		rec.Client = unmapAddrPort(ap).String()
+	}
+	if rec.ID == "" {
+		rec.ID = strconv.FormatUint(s.connID.Add(1), 36)
+		switch what {
+		case "DNS":
+			rec.Kind = decisionlog.KindDNS
+		case "transparent":
+			rec.Kind = decisionlog.KindTransparent
+		default:
+			rec.Kind = decisionlog.KindHTTP
+		}
+	}
+	s.logger.Error("panic serving a "+what+" client: its connection is closed, the gateway goes on", "client", rec.Client, "id", rec.ID, "panic", p, "stack", string(stack))
+	s.emit(rec)
 }
 
 // trackResult says whether a new connection may be served.
@@ -493,6 +557,12 @@ type conn struct {
 	readDL, writeDL time.Time
 
 	fwd *forwardState // nil until a request is forwarded; see forward
+
+	// The id and kind of the connection's last request record, for the
+	// record of a panic (recoverConn); the requests of an inspected
+	// HTTP/2 tunnel are recorded at once.
+	lastMu           sync.Mutex
+	lastID, lastKind string
 }
 
 // SetReadDeadline sets the connection's read deadline and remembers it.
@@ -557,7 +627,8 @@ func setProcess(rec *decisionlog.Record, p Process) {
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 // releaseReader returns c's read buffer to the pool; nothing may read
-// c.br after.
+// c.br after. Code that hands the buffer to a reader that may outlive it
+// (net/http, in inspectTunnel) takes it instead: c.br = nil.
 func (c *conn) releaseReader() {
 	if c.br != nil {
 		c.br.Reset(nil)
@@ -576,6 +647,9 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		}
 	}
 	c := s.newConn(nc, local)
+	if f, ok := ctx.Value(connFaultKey{}).(*connFault); ok {
+		f.c = c
+	}
 	defer c.releaseReader()
 	defer s.endForward(c)
 	for first := true; ; first = false {
@@ -670,8 +744,12 @@ func (s *Server) newRecord(c *conn, kind, method string, port uint16) *decisionl
 // initRecord makes rec a new decision record for a request of c, all its
 // other fields zero.
 func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method string, port uint16) {
+	id := strconv.FormatUint(s.connID.Add(1), 36)
+	c.lastMu.Lock()
+	c.lastID, c.lastKind = id, kind
+	c.lastMu.Unlock()
 	*rec = decisionlog.Record{
-		ID:     strconv.FormatUint(s.connID.Add(1), 36),
+		ID:     id,
 		Event:  decisionlog.EventDecision,
 		Client: c.clientText,
 		Kind:   kind,
@@ -688,6 +766,27 @@ func (s *Server) emit(rec *decisionlog.Record) {
 	if s.cfg.Log != nil {
 		s.cfg.Log.Emit(rec)
 	}
+}
+
+// commit writes rec, the record of a decision that lets a request be
+// carried out, to the decision log, if there is one, and returns nil once
+// the log's file holds it (Log.Commit): else the request must not go on.
+func (s *Server) commit(rec *decisionlog.Record) error {
+	if s.cfg.Log == nil {
+		return nil
+	}
+	_, err := s.cfg.Log.Commit(rec)
+	return err
+}
+
+// reportLogFaults says on the gateway's logger, at once, when the
+// decision log's file cannot be written and when it can again.
+func (s *Server) reportLogFaults(err error) {
+	if err != nil {
+		s.logger.Error("the decision log cannot be written: every request is blocked until it can", "err", err)
+		return
+	}
+	s.logger.Warn("the decision log is written again: requests are decided by the policy again")
 }
 
 // enforced reports whether a verdict is enforced: everything but a block

@@ -1,0 +1,426 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// flakyFile stands between a FileSink and its file: while err is set,
+// every write fails with it (after writing half of what it was given,
+// when partial is set, as a filesystem that fills up mid-write does).
+type flakyFile struct {
+	mu      sync.Mutex
+	err     error
+	partial bool
+}
+
+func (ff *flakyFile) set(err error, partial bool) {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.err, ff.partial = err, partial
+}
+
+func (ff *flakyFile) write(f *os.File, b []byte) (int, error) {
+	ff.mu.Lock()
+	err, partial := ff.err, ff.partial
+	ff.mu.Unlock()
+	if err == nil {
+		return f.Write(b)
+	}
+	n := 0
+	if partial && len(b) > 1 {
+		n, _ = f.Write(b[:len(b)/2])
+	}
+	return n, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+}
+
+// install makes fs write through ff.
+func (ff *flakyFile) install(fs *FileSink) {
+	fs.fileMu.Lock()
+	defer fs.fileMu.Unlock()
+	fs.writeTo = ff.write
+}
+
+// faultReports collects what a Log's ReportFileFaults is told.
+type faultReports struct {
+	ch chan error
+}
+
+func newFaultReports(l *Log) *faultReports {
+	r := &faultReports{ch: make(chan error, 100)}
+	l.ReportFileFaults(func(err error) { r.ch <- err })
+	return r
+}
+
+// next returns the next report, failing after 10 s without one.
+func (r *faultReports) next(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.ch:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fault was reported within 10 s")
+		return nil
+	}
+}
+
+// faultLine is what these tests read of a record.
+type faultLine struct {
+	Seq    uint64 `json:"seq"`
+	Event  string `json:"event"`
+	Action string `json:"action"`
+	Rule   string `json:"rule"`
+	Host   string `json:"host"`
+	Path   string `json:"path"`
+	Count  uint64 `json:"count"`
+	Reason string `json:"reason"`
+}
+
+// readFaultLines decodes every line of the log at path, failing on one
+// that is not a whole record (a torn write) or on seqs that do not
+// increase.
+func readFaultLines(t *testing.T, path string) []faultLine {
+	t.Helper()
+	var out []faultLine
+	for i, line := range dlReadLines(t, path) {
+		var r faultLine
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("line %d of %s is not a record (%v): %q", i+1, path, err, line)
+		}
+		if len(out) > 0 && r.Seq <= out[len(out)-1].Seq {
+			t.Fatalf("line %d of %s: seq %d after %d", i+1, path, r.Seq, out[len(out)-1].Seq)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestFaultLogCommitFailsThenSucceeds makes the file of a Log's FileSink
+// fail under a commit (half of the write reaching the file) and then work
+// again: the failed commits return the write's error and reach no sink,
+// records emitted meanwhile are left out and counted, the fault and the
+// recovery are reported once each, and the file holds only whole records:
+// none of a failed commit, a dropped record naming the error, then the
+// commit that worked.
+func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &flakyFile{}
+	ff.install(fs)
+	ring := NewRing(100)
+	l := NewLog("", fs, ring)
+	reports := newFaultReports(l)
+	decision := func(host string) *decisionlog.Record {
+		return &decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: host, Action: "allow", Rule: "r1",
+			Reason: strings.Repeat("x", 300)}
+	}
+
+	if _, err := l.Commit(decision("before.test")); err != nil {
+		t.Fatalf("commit before the fault: %v", err)
+	}
+	l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Kind: decisionlog.KindHTTP, Host: "before.test"})
+
+	ff.set(syscall.ENOSPC, true)
+	for i := range 3 {
+		seq, err := l.Commit(decision("failed.test"))
+		var le *LogFileError
+		if !errors.As(err, &le) || !errors.Is(err, syscall.ENOSPC) || le.Path != path {
+			t.Fatalf("commit %d with the file full: got seq %d, %v; want a *LogFileError for %s wrapping ENOSPC", i, seq, err, path)
+		}
+		if !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "free space") {
+			t.Errorf("the error does not name the cause and the fix: %v", err)
+		}
+		// The gateway logs the refusal instead.
+		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: "failed.test", Action: "block", Rule: "guard", Reason: err.Error()})
+	}
+	if err := reports.next(t); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("report of the fault: got %v, want ENOSPC", err)
+	}
+	if err := fs.Fault(); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Fault while the file is full: got %v, want ENOSPC", err)
+	}
+
+	ff.set(nil, false)
+	if _, err := l.Commit(decision("after.test")); err != nil {
+		t.Fatalf("commit once the file works: %v", err)
+	}
+	if err := reports.next(t); err != nil {
+		t.Fatalf("report of the recovery: got %v, want nil", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-reports.ch:
+		t.Errorf("one more report: %v", err)
+	default:
+	}
+
+	var got []string
+	for _, r := range readFaultLines(t, path) {
+		s := r.Event + " " + r.Action + " " + r.Host
+		if r.Event == decisionlog.EventDropped {
+			s = fmt.Sprintf("dropped %d", r.Count)
+			if !strings.Contains(r.Reason, "no space left on device") {
+				t.Errorf("the dropped record's reason does not name the error: %q", r.Reason)
+			}
+		}
+		got = append(got, s)
+	}
+	want := []string{"decision allow before.test", "close  before.test", "dropped 3", "decision allow after.test"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the file holds:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The other sinks never saw the failed commits' allows.
+	lines, _ := ring.Since(0, 100)
+	for _, line := range lines {
+		if bytes.Contains(line, []byte(`"failed.test"`)) && bytes.Contains(line, []byte(`"allow"`)) {
+			t.Errorf("the ring holds a failed commit: %s", line)
+		}
+	}
+}
+
+// faultGateway is a gateway whose decision log is in dir, allowing
+// loopback, with an upstream that counts the requests it gets and the
+// gateway's logger writing to logs.
+type faultGateway struct {
+	g      *Gateway
+	path   string
+	up     *httptest.Server
+	hits   atomic.Int64
+	logs   *lockedBuffer
+	client *http.Client
+}
+
+// lockedBuffer is a bytes.Buffer for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor waits up to 10 s for the logs to hold want n times.
+func (b *lockedBuffer) waitFor(t *testing.T, want string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(b.String(), want) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway's logger did not say %q %d times; it said:\n%s", want, n, b.String())
+		}
+	}
+}
+
+func startFaultGateway(t *testing.T, dir string) *faultGateway {
+	t.Helper()
+	fg := &faultGateway{path: filepath.Join(dir, "decisions.jsonl"), logs: &lockedBuffer{}}
+	fg.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fg.hits.Add(1)
+		io.WriteString(w, "hello\n")
+	}))
+	t.Cleanup(fg.up.Close)
+	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: mustCompile(t, loopbackPolicy(netpolicy.Allow)),
+		LogFile: fg.path, LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit},
+		Logger: slog.New(slog.NewTextHandler(fg.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg.g = g
+	t.Cleanup(func() { g.Close() })
+	pu, _ := url.Parse("http://" + g.ProxyAddr.String())
+	tr := &http.Transport{Proxy: http.ProxyURL(pu)}
+	t.Cleanup(tr.CloseIdleConnections)
+	fg.client = &http.Client{Transport: tr}
+	return fg
+}
+
+// fileSink returns the gateway's FileSink.
+func (fg *faultGateway) fileSink(t *testing.T) *FileSink {
+	t.Helper()
+	for _, s := range fg.g.Log.sinks {
+		if fs, ok := s.(*FileSink); ok {
+			return fs
+		}
+	}
+	t.Fatal("the gateway has no FileSink")
+	return nil
+}
+
+// get requests path from the upstream through the gateway, and returns
+// the status and the body.
+func (fg *faultGateway) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := fg.client.Get(fg.up.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// lastDecision returns the last decision record the API's ring holds.
+func (fg *faultGateway) lastDecision(t *testing.T) faultLine {
+	t.Helper()
+	lines, _ := fg.g.Ring.Since(0, 100000)
+	for i := len(lines) - 1; i >= 0; i-- {
+		var r faultLine
+		if err := json.Unmarshal(lines[i], &r); err == nil && r.Event == decisionlog.EventDecision {
+			return r
+		}
+	}
+	t.Fatal("the ring holds no decision")
+	return faultLine{}
+}
+
+// TestFaultLogFullBlocksRequests makes a running gateway's log file fail
+// with ENOSPC: requests and tunnels it would allow are refused with 403,
+// their reason naming the error, nothing reaches the upstream, the
+// logger says so at once, and once the file works again requests go
+// through and the logger says that too. Every allowed request that
+// reached the upstream has its record in the file.
+func TestFaultLogFullBlocksRequests(t *testing.T) {
+	fg := startFaultGateway(t, t.TempDir())
+	ff := &flakyFile{}
+	ff.install(fg.fileSink(t))
+
+	if status, _ := fg.get(t, "/before"); status != http.StatusOK {
+		t.Fatalf("before the fault: got %d, want 200", status)
+	}
+	ff.set(syscall.ENOSPC, true)
+	for _, p := range []string{"/during1", "/during2"} {
+		status, body := fg.get(t, p)
+		if status != http.StatusForbidden || !strings.Contains(body, "no space left on device") {
+			t.Errorf("GET %s with the log full: got %d %q, want 403 naming the log's error", p, status, body)
+		}
+	}
+	if status, _ := rawConnect(t, fg.g.ProxyAddr.String(), fg.up.Listener.Addr().String()); status != http.StatusForbidden {
+		t.Errorf("CONNECT with the log full: got %d, want 403", status)
+	}
+	if got := fg.hits.Load(); got != 1 {
+		t.Errorf("the upstream got %d requests, want 1: requests went through unrecorded", got)
+	}
+	d := fg.lastDecision(t)
+	if d.Action != "block" || d.Rule != netpolicy.RuleGuard || !strings.Contains(d.Reason, "no space left on device") || !strings.Contains(d.Reason, fg.path) {
+		t.Errorf("the ring's last decision: got %+v, want a block by rule guard naming %s and the error", d, fg.path)
+	}
+	fg.logs.waitFor(t, "the decision log cannot be written", 1)
+
+	ff.set(nil, false)
+	if status, _ := fg.get(t, "/after"); status != http.StatusOK {
+		t.Fatalf("once the log works again: got %d, want 200", status)
+	}
+	fg.logs.waitFor(t, "the decision log is written again", 1)
+	if got := strings.Count(fg.logs.String(), "the decision log cannot be written"); got != 1 {
+		t.Errorf("the fault was said %d times, want once", got)
+	}
+	if err := fg.g.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	var allowed []string
+	dropped := false
+	for _, r := range readFaultLines(t, fg.path) {
+		switch {
+		case r.Event == decisionlog.EventDecision && r.Action == "allow":
+			allowed = append(allowed, r.Path)
+		case r.Event == decisionlog.EventDropped:
+			dropped = strings.Contains(r.Reason, "no space left on device")
+		}
+	}
+	if strings.Join(allowed, " ") != "/before /after" {
+		t.Errorf("allowed requests in the file: got %q, want /before /after", allowed)
+	}
+	if !dropped {
+		t.Error("no dropped record names the error for the records left out")
+	}
+}
+
+// TestFaultLogRemovedOrReplaced removes a running gateway's log file, and
+// then puts another file in its place: each is noticed and said within
+// about a second; a removed log is made anew at the next request, whose
+// record it holds; a file sbx did not make is not written into, and
+// requests are blocked until it is gone.
+func TestFaultLogRemovedOrReplaced(t *testing.T) {
+	fg := startFaultGateway(t, t.TempDir())
+	if status, _ := fg.get(t, "/first"); status != http.StatusOK {
+		t.Fatalf("got %d, want 200", status)
+	}
+	if err := os.Remove(fg.path); err != nil {
+		t.Fatal(err)
+	}
+	fg.logs.waitFor(t, "was removed while sbx wrote it", 1)
+	if status, _ := fg.get(t, "/second"); status != http.StatusOK {
+		t.Fatalf("after the log was removed: got %d, want 200 (a new log)", status)
+	}
+	fg.logs.waitFor(t, "the decision log is written again", 1)
+	if err := fg.fileSink(t).Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, r := range readFaultLines(t, fg.path) {
+		if r.Event == decisionlog.EventDecision {
+			paths = append(paths, r.Path)
+		}
+	}
+	if strings.Join(paths, " ") != "/second" {
+		t.Errorf("the new log's decisions: got %q, want /second", paths)
+	}
+
+	// Another file moved over the log.
+	other := filepath.Join(filepath.Dir(fg.path), "other")
+	if err := os.WriteFile(other, []byte("not sbx's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, fg.path); err != nil {
+		t.Fatal(err)
+	}
+	fg.logs.waitFor(t, "another file is at its path now", 1)
+	status, body := fg.get(t, "/third")
+	if status != http.StatusForbidden || !strings.Contains(body, "another file is at its path") {
+		t.Errorf("with another file in the log's place: got %d %q, want 403 naming it", status, body)
+	}
+	if data, _ := os.ReadFile(fg.path); string(data) != "not sbx's\n" {
+		t.Errorf("the other file was written into: %q", data)
+	}
+	if got := fg.hits.Load(); got != 2 {
+		t.Errorf("the upstream got %d requests, want 2", got)
+	}
+	if err := os.Remove(fg.path); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := fg.get(t, "/fourth"); status != http.StatusOK {
+		t.Errorf("once the other file is gone: got %d, want 200", status)
+	}
+	fg.logs.waitFor(t, "the decision log is written again", 2)
+}
