@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +28,12 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
+
+// ErrDockerStopped is what Wait returns when dockerd stopped the
+// command's container, or will when it starts again: a dockerd without
+// live-restore ends its containers with itself. sbx killed what was
+// left of the command first.
+var ErrDockerStopped = errors.New("dockerd stopped the container")
 
 // busyboxCandidates are where Debian's busybox-static puts busybox.
 var busyboxCandidates = []string{"/usr/bin/busybox", "/bin/busybox"}
@@ -76,8 +84,9 @@ type Docker struct {
 
 // dockerPause is a sandbox's pause container.
 type dockerPause struct {
-	id        string // the container's id
-	imageUser string // the user cs.Image's configuration names
+	id        string   // the container's id
+	imageUser string   // the user cs.Image's configuration names
+	cgroups   []string // its cgroups, for killing it without dockerd
 }
 
 // ConnectDocker connects to the Docker daemon at host (unix:///path or
@@ -134,9 +143,12 @@ func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr er
 	if err != nil {
 		return fmt.Errorf("creating container %s: %w", name, err)
 	}
+	var cgroups []string
 	defer func() {
 		if retErr != nil {
-			if err := d.remove(context.WithoutCancel(ctx), created.ID); err != nil {
+			// dockerd may be gone (a failed start is often why): then
+			// what it started is killed without it.
+			if err := d.removeOrKill(context.WithoutCancel(ctx), created.ID, cgroups, deleteTimeout); err != nil {
 				retErr = multierror.Append(retErr, err)
 			}
 		}
@@ -148,6 +160,7 @@ func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr er
 	if err != nil {
 		return err
 	}
+	cgroups = procCgroupsNaming(pid, created.ID)
 	if err := mountNetns(pid, cs.NetnsPath); err != nil {
 		return err
 	}
@@ -169,7 +182,7 @@ func (d *Docker) MakeNamespace(ctx context.Context, cs ContainerSpec) (retErr er
 		return fmt.Errorf("container %s stopped while its network namespace was mounted (pid %d, then %d): %v", name, pid, again, err)
 	}
 	d.mu.Lock()
-	d.pauses[cs.ID] = dockerPause{id: created.ID, imageUser: imageUser}
+	d.pauses[cs.ID] = dockerPause{id: created.ID, imageUser: imageUser, cgroups: cgroups}
 	d.mu.Unlock()
 	return nil
 }
@@ -270,23 +283,6 @@ func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("creating container %s: %w", name, err)
 	}
-	c := &DockerContainer{d: d, id: created.ID, name: name, sandbox: cs.ID, pause: pause.id,
-		started: make(chan struct{}), outDone: make(chan struct{})}
-	c.cleanupCtx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	defer func() {
-		if retErr != nil {
-			if err := c.deleteCommand(); err != nil {
-				retErr = multierror.Append(retErr, err)
-			}
-		}
-	}()
-	// Attached before the start, so that no output is lost.
-	att, err := d.client.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{
-		Stream: true, Stdin: stdio.In != nil, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("attaching to container %s: %w", name, err)
-	}
-	c.conn = &att.HijackedResponse
 	out, errOut := stdio.Out, stdio.Err
 	if out == nil {
 		out = io.Discard
@@ -294,16 +290,27 @@ func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *
 	if errOut == nil {
 		errOut = io.Discard
 	}
-	// Ends when the container's output ends (its processes are gone) or
-	// Delete closes the connection.
-	go func() {
-		defer close(c.outDone)
-		if cs.TTY {
-			io.Copy(out, att.Reader)
-		} else {
-			stdcopy.StdCopy(out, errOut, att.Reader)
+	c := &DockerContainer{d: d, id: created.ID, name: name, sandbox: cs.ID, pause: pause.id, pauseCgroups: pause.cgroups,
+		tty: cs.TTY, stdin: stdio.In != nil, out: out, errOut: errOut,
+		started: make(chan struct{}), outDone: make(chan struct{}), exitCh: make(chan dockerExit, 1), reattached: make(chan struct{})}
+	c.cleanupCtx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if retErr != nil {
+			if err := c.deleteCommand(context.WithoutCancel(ctx), deleteTimeout); err != nil {
+				retErr = multierror.Append(retErr, err)
+			}
+			c.cancel()
 		}
 	}()
+	// Whether the container can outlive a restart of dockerd: without
+	// live-restore, dockerd stops it when it stops.
+	if info, err := d.client.Info(ctx, client.InfoOptions{}); err == nil {
+		c.liveRestore.Store(info.Info.LiveRestoreEnabled)
+	}
+	// Attached before the start, so that no output is lost.
+	if err := c.attach(ctx); err != nil {
+		return nil, err
+	}
 	if stdio.In != nil {
 		c.in = &gatedReader{r: stdio.In, open: c.started, done: c.cleanupCtx.Done()}
 	}
@@ -388,25 +395,95 @@ func (d *Docker) userFiles(ctx context.Context, id string) (passwd, group []byte
 
 // DockerContainer is a sandbox's command in Docker: created, attached,
 // and started by Start.
+//
+// It outlasts a restart of dockerd that has live-restore: the wait and
+// the output's attachment break with the daemon, and are made again once
+// it answers. Output the command writes from the moment dockerd goes away
+// until sbx is attached again is lost (the containers have no log driver
+// that Docker could replay it from); the command blocks once the pipes
+// between it and dockerd are full. A dockerd without live-restore stops
+// its containers when it stops, or kills them when it starts again after
+// a crash: the command cannot go on, and Wait fails with ErrDockerStopped
+// once what is left of it is killed. When dockerd stays unreachable for
+// runtimeLostAfter, the command is killed without it and Wait fails with
+// ErrRuntimeLost.
 type DockerContainer struct {
-	d       *Docker
-	id      string // the command's container
-	name    string
-	sandbox string
-	pause   string // the pause container
-	conn    *client.HijackedResponse
-	in      io.Reader     // the gated standard input, nil for none
-	started chan struct{} // closed by Start once the command runs
-	outDone chan struct{} // closed when the output is copied
-	waitRes <-chan container.WaitResponse
-	waitErr <-chan error
-	exited  atomic.Bool
+	d            *Docker
+	id           string // the command's container
+	name         string
+	sandbox      string
+	pause        string   // the pause container
+	pauseCgroups []string // its cgroups, for killing it without dockerd
+	tty, stdin   bool
+	out, errOut  io.Writer
+	in           io.Reader     // the gated standard input, nil for none
+	started      chan struct{} // closed by Start once the command runs
+	outDone      chan struct{} // closed when the output is copied, from the last attachment
+	waitRes      <-chan container.WaitResponse
+	waitErr      <-chan error
+	exitCh       chan dockerExit // the command's end, or why it is not known, once
+	liveRestore  atomic.Bool     // dockerd keeps the container across its restarts
+	cgroups      []string        // the command's cgroups, from Start
+	exited       atomic.Bool
+	lost         atomic.Bool // sbx gave up on dockerd and killed the command without it
+
+	mu         sync.Mutex
+	att        *dockerAttachment // the latest attachment
+	reattached chan struct{}     // closed, and replaced, when att is replaced
+
 	deleted sync.Once
 	delErr  error
 	// cleanupCtx outlives the caller's context: the wait and Delete use
 	// it; cancel ends the wait and the stdin gate.
 	cleanupCtx context.Context
 	cancel     context.CancelFunc
+}
+
+// dockerExit is what Wait returns.
+type dockerExit struct {
+	code   int
+	err    error
+	exited bool // the command's own end
+}
+
+// dockerAttachment is one attachment to the command's standard streams.
+type dockerAttachment struct {
+	conn *client.HijackedResponse
+	done chan struct{} // closed once its output is copied to its end
+}
+
+// attach attaches to the command's streams and copies its output until
+// the attachment ends (the command's processes are gone, dockerd went
+// away, or Delete closes it).
+func (c *DockerContainer) attach(ctx context.Context) error {
+	res, err := c.d.client.ContainerAttach(ctx, c.id, client.ContainerAttachOptions{
+		Stream: true, Stdin: c.stdin, Stdout: true, Stderr: true})
+	if err != nil {
+		return fmt.Errorf("attaching to container %s: %w", c.name, err)
+	}
+	a := &dockerAttachment{conn: &res.HijackedResponse, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		if c.tty {
+			io.Copy(c.out, a.conn.Reader)
+		} else {
+			stdcopy.StdCopy(c.out, c.errOut, a.conn.Reader)
+		}
+	}()
+	c.mu.Lock()
+	c.att = a
+	close(c.reattached)
+	c.reattached = make(chan struct{})
+	c.mu.Unlock()
+	return nil
+}
+
+// attachment returns the latest attachment and what is closed when it
+// is replaced.
+func (c *DockerContainer) attachment() (*dockerAttachment, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.att, c.reattached
 }
 
 // Start starts the command: a *StartError when it cannot be run (not
@@ -418,34 +495,223 @@ func (c *DockerContainer) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("starting %s: %w", c.name, err)
 	}
+	// Where the command runs, for killing it without dockerd. A failure
+	// here leaves killDockerContainer to find the cgroups by the id.
+	if res, err := c.d.client.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{}); err == nil && res.Container.State != nil {
+		c.cgroups = procCgroupsNaming(res.Container.State.Pid, c.id)
+	}
 	close(c.started)
+	go c.supervise()
 	if c.in != nil {
-		// Ends at the input's end, or when the connection is closed and
-		// the input's next read returns. The command sees the end of its
-		// input when the input ends.
-		go func() {
-			io.Copy(c.conn.Conn, c.in)
-			c.conn.CloseWrite()
-		}()
+		go c.copyInput()
 	}
 	return nil
+}
+
+// copyInput copies the standard input to the command, through the latest
+// attachment: a chunk that an attachment broken by dockerd's restart did
+// not take goes to the next one. At the input's end the command sees the
+// end of its input. It ends then, or when Delete closes the attachment.
+func (c *DockerContainer) copyInput() {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := c.in.Read(buf)
+		for chunk := buf[:n]; len(chunk) > 0; {
+			a, next := c.attachment()
+			w, err := a.conn.Conn.Write(chunk)
+			chunk = chunk[w:]
+			if err == nil {
+				continue
+			}
+			select {
+			case <-next:
+			case <-c.cleanupCtx.Done():
+				return
+			}
+		}
+		if rerr != nil {
+			a, _ := c.attachment()
+			a.conn.CloseWrite()
+			return
+		}
+	}
 }
 
 // Wait waits for the started command's end and returns its exit code, or
 // ctx's error when ctx ends first. Only one Wait may end with the exit.
 func (c *DockerContainer) Wait(ctx context.Context) (int, error) {
 	select {
-	case res := <-c.waitRes:
-		if res.Error != nil && res.Error.Message != "" {
-			return int(res.StatusCode), fmt.Errorf("waiting for %s: %s", c.name, res.Error.Message)
-		}
-		c.exited.Store(true)
-		return int(res.StatusCode), nil
-	case err := <-c.waitErr:
-		return -1, fmt.Errorf("waiting for %s: %w", c.name, err)
+	case e := <-c.exitCh:
+		c.exited.Store(e.exited)
+		return e.code, e.err
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
+}
+
+// supervise waits for the command's end through dockerd and hands it to
+// Wait. When dockerd goes away the wait breaks: a dockerd with
+// live-restore is asked again (the container runs on meanwhile, in its
+// shim), and attached to again, once it answers; without live-restore
+// the command is killed without dockerd (which stops, or will stop, it
+// anyway) and Wait fails with ErrDockerStopped. When dockerd stays
+// unreachable for runtimeLostAfter, or answers that it no longer knows
+// the container, the command is killed without it and Wait fails with
+// ErrRuntimeLost. It returns once it has handed over a result.
+func (c *DockerContainer) supervise() {
+	defer func() {
+		a, _ := c.attachment()
+		go func() {
+			<-a.done
+			close(c.outDone)
+		}()
+	}()
+	ctx := c.cleanupCtx
+	res, errc := c.waitRes, c.waitErr
+	var unreachableSince time.Time
+	for {
+		var werr error
+		select {
+		case r := <-res:
+			if r.Error != nil && r.Error.Message != "" {
+				c.exitCh <- dockerExit{code: int(r.StatusCode), err: fmt.Errorf("waiting for %s: %s", c.name, r.Error.Message)}
+				return
+			}
+			// A dockerd without live-restore that no longer takes
+			// connections is shutting down: it stopped the command.
+			if !c.liveRestore.Load() && !c.d.listening() {
+				c.exitCh <- dockerExit{code: -1, err: c.giveUp(true, nil)}
+				return
+			}
+			c.exitCh <- dockerExit{code: int(r.StatusCode), exited: true}
+			return
+		case werr = <-errc:
+		}
+		if ctx.Err() != nil { // deleted
+			c.exitCh <- dockerExit{code: -1, err: fmt.Errorf("waiting for %s: %w", c.name, werr)}
+			return
+		}
+		if !c.liveRestore.Load() && !c.d.listening() {
+			c.exitCh <- dockerExit{code: -1, err: c.giveUp(true, nil)}
+			return
+		}
+		if unreachableSince.IsZero() {
+			unreachableSince = time.Now()
+		}
+		// Until dockerd answers, or runtimeLostAfter.
+		for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := c.d.client.Ping(pctx, client.PingOptions{})
+			cancel()
+			if err == nil {
+				break
+			}
+			// Without live-restore, a dockerd that refuses connections
+			// has stopped the command, or will as it starts again.
+			if !c.liveRestore.Load() && client.IsErrConnectionFailed(err) && !c.d.listening() {
+				c.exitCh <- dockerExit{code: -1, err: c.giveUp(true, nil)}
+				return
+			}
+			if ctx.Err() != nil {
+				c.exitCh <- dockerExit{code: -1, err: fmt.Errorf("waiting for %s: %w", c.name, werr)}
+				return
+			}
+			if time.Since(unreachableSince) >= runtimeLostAfter {
+				c.exitCh <- dockerExit{code: -1, err: c.giveUp(false, fmt.Errorf(
+					"dockerd at %s has not answered for %v (is it running? systemctl status docker): %w", c.d.client.DaemonHost(), runtimeLostAfter, err))}
+				return
+			}
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+		}
+		// The dockerd that answers now may not be the one that went
+		// away: without live-restore it killed the container as it
+		// started.
+		if info, err := c.d.client.Info(ctx, client.InfoOptions{}); err == nil && !info.Info.LiveRestoreEnabled {
+			c.liveRestore.Store(false)
+			c.exitCh <- dockerExit{code: -1, err: c.giveUp(true, nil)}
+			return
+		}
+		// The output's attachment ended with the old daemon: attach
+		// again, unless the command has ended (dockerd refuses then).
+		if a, _ := c.attachment(); isClosed(a.done) {
+			c.attach(ctx)
+		}
+		w := c.d.client.ContainerWait(ctx, c.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		res, errc = w.Result, w.Error
+		select {
+		case err := <-errc:
+			if errdefs.IsNotFound(err) {
+				c.exitCh <- dockerExit{code: -1, err: c.giveUp(false, fmt.Errorf("dockerd at %s no longer knows container %s: %w", c.d.client.DaemonHost(), c.name, err))}
+				return
+			}
+			errc = closedErr(err) // handled as a broken wait, above
+		default:
+			unreachableSince = time.Time{}
+		}
+	}
+}
+
+// closedErr returns a channel that yields err.
+func closedErr(err error) <-chan error {
+	ch := make(chan error, 1)
+	ch <- err
+	return ch
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveUp kills what is left of the sandbox's containers without dockerd
+// and returns Wait's error: ErrDockerStopped when stopped (dockerd went
+// away and has no live-restore), otherwise ErrRuntimeLost for cause.
+func (c *DockerContainer) giveUp(stopped bool, cause error) error {
+	c.lost.Store(true)
+	kerr := c.killWithoutDaemon()
+	host := c.d.client.DaemonHost()
+	if stopped {
+		err := fmt.Errorf("%w: dockerd at %s went away, and a dockerd without live-restore stops its containers (as it stops, or as it starts again after a crash); sbx killed what was left of sandbox %s's command. dockerd's live-restore keeps containers running across its restarts: \"live-restore\": true in /etc/docker/daemon.json, then systemctl reload docker",
+			ErrDockerStopped, host, c.sandbox)
+		if kerr != nil {
+			err = fmt.Errorf("%w; but sbx could not kill all of it: %w", err, kerr)
+		}
+		return err
+	}
+	if kerr != nil {
+		return fmt.Errorf("%w: %w; sbx gave up on sandbox %s but could not kill its command: %w", ErrRuntimeLost, cause, c.sandbox, kerr)
+	}
+	return fmt.Errorf("%w: %w; sbx gave up on sandbox %s and killed its command", ErrRuntimeLost, cause, c.sandbox)
+}
+
+// killWithoutDaemon kills what runs of the command's and the pause
+// container without dockerd.
+func (c *DockerContainer) killWithoutDaemon() error {
+	return multierror.Append(killDockerContainer(c.id, c.cgroups), killDockerContainer(c.pause, c.pauseCgroups)).ErrorOrNil()
+}
+
+// listening reports whether dockerd takes new connections (a dockerd
+// shutting down closed its listener; connections it had go on).
+func (d *Docker) listening() bool {
+	host := d.client.DaemonHost()
+	proto, addr, ok := strings.Cut(host, "://")
+	if !ok {
+		return true // not one to dial: assume it does
+	}
+	conn, err := net.DialTimeout(proto, addr, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // Signal sends sig to the command (to the init, when there is one, which
@@ -455,18 +721,24 @@ func (c *DockerContainer) Signal(ctx context.Context, sig syscall.Signal) error 
 	return err
 }
 
-// Exited reports whether Wait saw the command end.
+// Exited reports whether Wait saw the command end. When it did not (it
+// failed, or dockerd went away), the command may still run.
 func (c *DockerContainer) Exited() bool { return c.exited.Load() }
 
 // Delete kills what is left and removes the command's container (once its
-// output is copied) and the pause container. The namespace's mount stays
-// for TeardownNetwork. It is safe to call more than once.
+// output is copied) and the pause container, retrying while dockerd does
+// not answer, for deleteTimeout (2 s once sbx gave up on dockerd). When
+// dockerd cannot, what runs of them is killed without it: no process of
+// the sandbox outlives Delete. The namespace's mount stays for
+// TeardownNetwork. It is safe to call more than once.
 func (c *DockerContainer) Delete() error {
 	c.deleted.Do(func() {
-		c.delErr = all(c.deleteCommand, func() error {
-			ctx, cancel := context.WithTimeout(c.cleanupCtx, deleteTimeout)
-			defer cancel()
-			return c.d.remove(ctx, c.pause)
+		timeout := deleteTimeout
+		if c.lost.Load() {
+			timeout = min(timeout, 2*time.Second) // dockerd was given its time
+		}
+		c.delErr = all(func() error { return c.deleteCommand(c.cleanupCtx, timeout) }, func() error {
+			return c.d.removeOrKill(c.cleanupCtx, c.pause, c.pauseCgroups, timeout)
 		})
 		c.d.mu.Lock()
 		delete(c.d.pauses, c.sandbox)
@@ -478,11 +750,12 @@ func (c *DockerContainer) Delete() error {
 
 // deleteCommand removes the command's container, killing what runs, and
 // lets its output be copied to the end first.
-func (c *DockerContainer) deleteCommand() error {
-	ctx, cancel := context.WithTimeout(c.cleanupCtx, deleteTimeout)
+func (c *DockerContainer) deleteCommand(ctx context.Context, timeout time.Duration) error {
+	err := c.d.removeOrKill(ctx, c.id, c.cgroups, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := c.d.remove(ctx, c.id)
-	if c.conn != nil {
+	a, _ := c.attachment()
+	if a != nil {
 		// Output comes only from a command that started; the attachment
 		// of one that never did is not ended by the daemon.
 		select {
@@ -493,9 +766,46 @@ func (c *DockerContainer) deleteCommand() error {
 			}
 		default:
 		}
-		c.conn.Close()
+		a.conn.Close()
 	}
 	return err
+}
+
+// removeOrKill removes container id, killing what runs in it, retrying
+// while dockerd does not answer, for at most timeout. When dockerd
+// cannot, what runs of the container (cgroups: its cgroups, when known)
+// is killed without it, and the error says so.
+func (d *Docker) removeOrKill(ctx context.Context, id string, cgroups []string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var err error
+	for {
+		if err = d.remove(rctx, id); err == nil || !dockerUnreachable(err) {
+			break
+		}
+		select {
+		case <-rctx.Done():
+		case <-time.After(200 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if err == nil {
+		return nil
+	}
+	if kerr := killDockerContainer(id, cgroups); kerr != nil {
+		return fmt.Errorf("%w; killing it without dockerd: %w", err, kerr)
+	}
+	return fmt.Errorf("dockerd at %s keeps a record of container %s, whose processes sbx killed without it (sbx gc removes the record once dockerd answers): %w",
+		d.client.DaemonHost(), id, err)
+}
+
+// dockerUnreachable reports whether err is a failure to reach dockerd,
+// or a connection it broke (it went away, it restarts), rather than its
+// answer.
+func dockerUnreachable(err error) bool {
+	return client.IsErrConnectionFailed(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
 // remove removes container id, killing what runs in it; a container that
@@ -513,12 +823,20 @@ func (d *Docker) remove(ctx context.Context, id string) error {
 // a container.
 func (d *Docker) RemoveContainer(ctx context.Context, id string) error {
 	d.mu.Lock()
+	pause, hasPause := d.pauses[id]
 	delete(d.pauses, id)
 	d.mu.Unlock()
 	list, err := d.client.ContainerList(ctx, client.ContainerListOptions{All: true,
 		Filters: make(client.Filters).Add("label", DockerLabelSandbox+"="+id)})
 	if err != nil {
-		return fmt.Errorf("listing the containers of sandbox %s: %w", id, err)
+		err = fmt.Errorf("listing the containers of sandbox %s: %w", id, err)
+		if hasPause && dockerUnreachable(err) {
+			// A start that failed as dockerd went away: the pause
+			// container it started is killed without it (there is no
+			// command's container: Create failed).
+			return multierror.Append(err, d.removeOrKill(ctx, pause.id, pause.cgroups, deleteTimeout))
+		}
+		return err
 	}
 	var errs *multierror.Error
 	for _, c := range list.Items {

@@ -8,6 +8,10 @@ import (
 	"io"
 )
 
+// ErrDockerStopped is what Wait returns when dockerd stopped the
+// command's container (Linux only).
+var ErrDockerStopped = errors.New("dockerd stopped the container")
+
 // Docker needs Linux: a sandbox's network namespace is Linux's.
 type Docker struct{}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,10 +33,84 @@ var errProcessesLeft = errors.New("processes left in the container's cgroup")
 // bundle) stays until containerd answers again: it cleans up after a dead
 // shim when it starts, and sbx gc removes the record.
 func killWithoutRuntime(id, cgroupsPath, socket string) error {
+	var paths []string
+	if cgroupsPath != "" && !strings.Contains(cgroupsPath, ":") { // not a systemd slice
+		paths = []string{cgroupsPath}
+	}
+	return reapContainer(id, ContainerdNamespace, socket, paths)
+}
+
+// killDockerContainer kills what runs of Docker container id (its full
+// id) without dockerd or its containerd, for when dockerd does not
+// answer: its shim (containerd-shim* -id ID, of whatever containerd and
+// namespace dockerd uses), with everything under it, then every process
+// in the container's cgroups: cgroups (paths captured while it ran, as
+// /proc/PID/cgroup gives them) and the cgroups of any process whose path
+// names the id (Docker's cgroupfs driver: PARENT/ID; systemd's:
+// docker-ID.scope); it removes those cgroups and the shim's sockets.
+// dockerd's record of the container stays until it answers again (sbx gc
+// removes it).
+func killDockerContainer(id string, cgroups []string) error {
+	if !isDockerID(id) {
+		return fmt.Errorf("killing container %q without dockerd: not a full container id", id)
+	}
+	paths := slices.Clone(cgroups)
+	for _, p := range allPids() {
+		paths = append(paths, procCgroupsNaming(p, id)...)
+	}
+	slices.Sort(paths)
+	return reapContainer(id, "", "", slices.Compact(paths))
+}
+
+// isDockerID reports whether id is a full container id: 64 hexadecimal
+// digits, which no other cgroup or shim names by chance.
+func isDockerID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// procCgroupsNaming returns the cgroup paths of process pid that name
+// id, each cut after its first element that names it: the container's
+// own cgroup, not one nested in it.
+func procCgroupsNaming(pid int, id string) []string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil
+	}
+	var paths []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// hierarchy:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], id) {
+			continue
+		}
+		elems := strings.Split(parts[2], "/")
+		for i, e := range elems {
+			if strings.Contains(e, id) {
+				paths = append(paths, strings.Join(elems[:i+1], "/"))
+				break
+			}
+		}
+	}
+	return paths
+}
+
+// reapContainer kills container id's shim (of namespace, "" for any, and
+// of the containerd at socket, "" for any) with everything it started,
+// then every process in cgroup paths (in each mounted hierarchy), and
+// removes those cgroups and the shim's sockets.
+func reapContainer(id, namespace, socket string, paths []string) error {
 	var errs *multierror.Error
 	var killed []int
 	var sockets []string
-	for _, shim := range findShims(id, socket) {
+	for _, shim := range findShims(id, namespace, socket) {
 		sockets = append(sockets, boundSockets(shim)...)
 		killed = append(killed, killTree(shim)...)
 	}
@@ -45,10 +120,13 @@ func killWithoutRuntime(id, cgroupsPath, socket string) error {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if cgroupsPath != "" && !strings.Contains(cgroupsPath, ":") { // not a systemd slice
-		dirs := cgroupDirs(cgroupsPath)
+	var dirs []string
+	for _, p := range paths {
+		dirs = append(dirs, cgroupDirs(p)...)
+	}
+	if len(dirs) > 0 {
 		if err := killCgroups(dirs, deadline); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("killing container %s without containerd: %w", id, err))
+			errs = multierror.Append(errs, fmt.Errorf("killing container %s without its runtime: %w", id, err))
 		} else {
 			for _, d := range dirs {
 				if err := removeCgroup(d, deadline); err != nil {
@@ -97,16 +175,16 @@ func allPids() []int {
 }
 
 // findShims returns the shims of container id: containerd-shim* processes
-// of sbx's namespace for that id (and that socket's containerd, when
-// socket is not "").
-func findShims(id, socket string) []int {
+// for that id, of namespace (any when "") and of that socket's containerd
+// (any when "").
+func findShims(id, namespace, socket string) []int {
 	var shims []int
 	for _, p := range allPids() {
 		args := procArgs(p)
 		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
 			continue
 		}
-		if flagValue(args, "-id") != id || flagValue(args, "-namespace") != ContainerdNamespace {
+		if flagValue(args, "-id") != id || namespace != "" && flagValue(args, "-namespace") != namespace {
 			continue
 		}
 		if a := flagValue(args, "-address"); socket != "" && a != "" && a != socket {
