@@ -298,3 +298,39 @@ func TestPrivilegedDockerRuntimeKilledDuringStart(t *testing.T) {
 		})
 	}
 }
+
+// TestPrivilegedDockerRuntimeContainerdRestart: a restart of the
+// containerd under dockerd (SIGKILL, dockerd staying up, without
+// live-restore) does not end a Docker sandbox: the exit code comes back.
+func TestPrivilegedDockerRuntimeContainerdRestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and Docker (CI runs as root)")
+	}
+	ctx := context.Background()
+	dd, d := testDockerd(t, false)
+	var out lockedBuilder
+	spec := dockerRestartSpec(t, d, `echo before; sleep 4; echo after; exit 7`, &out)
+	s, err := Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	time.Sleep(500 * time.Millisecond)
+	dd.Containerd.Stop(t, syscall.SIGKILL)
+	time.Sleep(300 * time.Millisecond)
+	dd.Containerd.Start(t)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	code, err := s.Wait(waitCtx)
+	if err != nil || code != 7 {
+		t.Errorf("Wait after the restart of dockerd's containerd = %d, %v; want 7, nil", code, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if got := out.String(); !strings.Contains(got, "after") {
+		t.Errorf("output %q, want before and after", got)
+	}
+	assertSandboxGone(t, d, spec.StateDir, s.ID)
+	assertNothingLeft(t, dd, "after Close")
+}
