@@ -203,15 +203,43 @@ func TestPrivilegedRun(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
-	out, _ := exec.Command("ip", "netns", "list").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "sbx-") {
-			t.Errorf("namespace left: %s", line)
-		}
+	id := sandboxIDIn(t, stderr)
+	checkNothingLeft(t, id)
+}
+
+// sandboxIDIn returns the id of the sandbox whose decision log sbx run
+// named in stderr.
+func sandboxIDIn(t *testing.T, stderr string) string {
+	t.Helper()
+	const say = "decision log of sandbox "
+	i := strings.Index(stderr, say)
+	if i < 0 {
+		t.Fatalf("sbx run did not name its sandbox:\n%s", stderr)
 	}
-	rules, _ := exec.Command("iptables", "-S").Output()
-	if strings.Contains(string(rules), "sbx:") {
-		t.Errorf("iptables rules left:\n%s", rules)
+	id, _, _ := strings.Cut(stderr[i+len(say):], ":")
+	return id
+}
+
+// checkNothingLeft checks that no namespace, veth or iptables rule of
+// sandbox id is left. It looks at id's objects only: other sandboxes may
+// run on the machine meanwhile (other tests, a user's).
+func checkNothingLeft(t *testing.T, id string) {
+	t.Helper()
+	names, err := sandbox.NamesFor(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/var/run/netns/" + names.Netns); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("namespace %s left (%v)", names.Netns, err)
+	}
+	if _, err := netlink.LinkByName(names.HostVeth); err == nil {
+		t.Errorf("veth %s left", names.HostVeth)
+	}
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		rules, _ := exec.Command(cmd, "-S").Output()
+		if strings.Contains(string(rules), names.Comment) {
+			t.Errorf("%s rules of %s left:\n%s", cmd, id, rules)
+		}
 	}
 }
 
