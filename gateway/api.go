@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -179,6 +180,7 @@ func (a *API) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// writeJSON answers v, one of package api's types, as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -188,28 +190,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	writeJSON(w, status, api.ErrorBody{Error: msg})
 }
 
 func (a *API) status(w http.ResponseWriter, _ *http.Request) {
 	allowed, blocked, intercepted, tunnels := a.cfg.Server.Metrics().Counts()
 	snap := a.cfg.Server.Store().Load()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"gateway":        a.cfg.ProxyAddrs,
-		"sandbox":        a.cfg.Server.cfg.Sandbox,
-		"uptime_seconds": int64(time.Since(a.started).Seconds()),
-		"policy_version": snap.Version(),
-		"mode":           snap.Policy().Mode(),
-		"counts": map[string]any{
-			"allowed": allowed, "blocked": blocked, "intercepted": intercepted, "open_tunnels": tunnels,
-		},
+	writeJSON(w, http.StatusOK, api.Status{
+		Gateway:       a.cfg.ProxyAddrs,
+		Sandbox:       a.cfg.Server.cfg.Sandbox,
+		UptimeSeconds: int64(time.Since(a.started).Seconds()),
+		PolicyVersion: snap.Version(),
+		Mode:          snap.Policy().Mode(),
+		Counts:        api.Counts{Allowed: allowed, Blocked: blocked, Intercepted: intercepted, OpenTunnels: tunnels},
 	})
-}
-
-// policyBody is the JSON of GET /v1/policy.
-type policyBody struct {
-	Version uint64         `json:"version"`
-	Policy  netpolicy.Spec `json:"policy"`
 }
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
@@ -217,7 +211,7 @@ func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 func (a *API) getPolicy(w http.ResponseWriter, _ *http.Request) {
 	snap := a.cfg.Server.Store().Load()
 	w.Header().Set("ETag", etag(snap.Version()))
-	writeJSON(w, http.StatusOK, policyBody{snap.Version(), snap.Policy().Spec()})
+	writeJSON(w, http.StatusOK, api.Policy{Version: snap.Version(), Policy: snap.Policy().Spec()})
 }
 
 // ifMatch returns the version an If-Match header asks for: 0 for none or
@@ -249,14 +243,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return data, true
 }
 
-// updated answers a successful change and logs its policy record.
-func (a *API) updated(w http.ResponseWriter, status int, snap *netpolicy.Snapshot, extra map[string]any) {
-	body := map[string]any{"version": snap.Version(), "change": snap.Change()}
-	for k, v := range extra {
-		body[k] = v
-	}
-	w.Header().Set("ETag", etag(snap.Version()))
-	writeJSON(w, status, body)
+// changed is the answer of a change that makes no more than a new
+// version.
+func changed(snap *netpolicy.Snapshot) api.PolicyChange {
+	return api.PolicyChange{Change: snap.Change(), Version: snap.Version()}
 }
 
 // changeError answers a failed change with the status its error calls for.
@@ -272,10 +262,12 @@ func changeError(w http.ResponseWriter, err error) {
 }
 
 // change runs one policy change: If-Match and body read first, then fn;
-// its snapshot is answered with status, its errors as changeError says. fn
-// gets the expected version (0 for any) and the body. The store serializes
-// changes, and the server records each (Config.Log).
-func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error)) {
+// its answer is sent with status and its snapshot's ETag, its errors as
+// changeError says. fn gets the expected version (0 for any) and the
+// body, and returns the new snapshot and the answer, one of package api's
+// types. The store serializes changes, and the server records each
+// (Config.Log).
+func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func(want uint64, body []byte) (*netpolicy.Snapshot, any, error)) {
 	want, err := ifMatch(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -285,40 +277,50 @@ func (a *API) change(w http.ResponseWriter, r *http.Request, status int, fn func
 	if !ok {
 		return
 	}
-	snap, extra, err := fn(want, data)
+	snap, answer, err := fn(want, data)
 	if err != nil {
 		changeError(w, err)
 		return
 	}
-	a.updated(w, status, snap, extra)
+	w.Header().Set("ETag", etag(snap.Version()))
+	writeJSON(w, status, answer)
 }
 
 func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
-	a.change(w, r, http.StatusOK, func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error) {
+	a.change(w, r, http.StatusOK, func(want uint64, body []byte) (*netpolicy.Snapshot, any, error) {
 		spec, err := netpolicy.Decode("request body", body)
 		if err != nil {
 			return nil, nil, err
 		}
 		snap, err := a.cfg.Server.Store().Replace(spec, want)
-		return snap, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return snap, changed(snap), nil
 	})
 }
 
 func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
-	a.change(w, r, http.StatusCreated, func(want uint64, body []byte) (*netpolicy.Snapshot, map[string]any, error) {
+	a.change(w, r, http.StatusCreated, func(want uint64, body []byte) (*netpolicy.Snapshot, any, error) {
 		rule, pos, err := netpolicy.DecodeAddRule("request body", body)
 		if err != nil {
 			return nil, nil, err
 		}
 		snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
-		return snap, map[string]any{"rule": added}, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return snap, api.RuleAdded{Change: snap.Change(), Rule: added, Version: snap.Version()}, nil
 	})
 }
 
 func (a *API) removeRule(w http.ResponseWriter, r *http.Request) {
-	a.change(w, r, http.StatusOK, func(want uint64, _ []byte) (*netpolicy.Snapshot, map[string]any, error) {
+	a.change(w, r, http.StatusOK, func(want uint64, _ []byte) (*netpolicy.Snapshot, any, error) {
 		snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
-		return snap, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		return snap, changed(snap), nil
 	})
 }
 
@@ -354,7 +356,7 @@ func (a *API) decisions(w http.ResponseWriter, r *http.Request) {
 		for i, l := range lines {
 			raw[i] = json.RawMessage(strings.TrimSpace(string(l)))
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"decisions": raw, "next": next})
+		writeJSON(w, http.StatusOK, api.Decisions{Decisions: raw, Next: next})
 		return
 	}
 	backlog, sub := ring.Subscribe(since)
@@ -389,7 +391,7 @@ func (a *API) decisions(w http.ResponseWriter, r *http.Request) {
 		for more := true; more; {
 			if !ok {
 				if err := sub.Err(); err != nil {
-					msg, _ := json.Marshal(map[string]string{"error": err.Error() + "; reconnect with since= the last seq you received"})
+					msg, _ := json.Marshal(api.ErrorBody{Error: err.Error() + "; reconnect with since= the last seq you received"})
 					write(msg)
 				}
 				rc.Flush()

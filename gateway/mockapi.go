@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -34,15 +35,19 @@ func (r mockRef) label() string {
 	return r.host
 }
 
-// answer is the answer's fields that name the mock.
-func (r mockRef) answer(fields map[string]any) map[string]any {
-	fields["mock"] = r.label()
-	if r.script != "" {
-		fields["script"] = r.script
-	} else {
-		fields["host"] = r.host
+// names returns the fields of an answer that name the mock: Host or
+// Script, and Mock.
+func (r mockRef) names() (host, mock, script string) {
+	return r.host, r.label(), r.script
+}
+
+// journaled is a mock's journal entry as the API answers it.
+func journaled(j mockllm.Journaled) api.MockRequest {
+	return api.MockRequest{
+		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect),
+		Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
+		Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
 	}
-	return fields
 }
 
 // mocks returns every mock: the mocked hosts, sorted, then the policy's
@@ -142,7 +147,9 @@ func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, m.answer(map[string]any{"queued": len(turns)}))
+	ans := api.MockQueued{Queued: len(turns)}
+	ans.Host, ans.Mock, ans.Script = m.names()
+	writeJSON(w, http.StatusOK, ans)
 }
 
 // mockRequests answers the mock's journal, oldest first, bodies included.
@@ -151,11 +158,13 @@ func (a *API) mockRequests(w http.ResponseWriter, r *http.Request) {
 	if refs == nil {
 		return
 	}
-	reqs := refs[0].m.Requests()
-	if reqs == nil {
-		reqs = []mockllm.Journaled{}
+	journal := refs[0].m.Requests()
+	ans := api.MockRequests{Requests: make([]api.MockRequest, len(journal))}
+	for i, j := range journal {
+		ans.Requests[i] = journaled(j)
 	}
-	writeJSON(w, http.StatusOK, refs[0].answer(map[string]any{"requests": reqs}))
+	ans.Host, ans.Mock, ans.Script = refs[0].names()
+	writeJSON(w, http.StatusOK, ans)
 }
 
 // mockReset restarts the named mock's script, or every mock's.
@@ -169,5 +178,5 @@ func (a *API) mockReset(w http.ResponseWriter, r *http.Request) {
 		m.m.Reset()
 		reset[i] = m.label()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reset": reset})
+	writeJSON(w, http.StatusOK, api.MockReset{Reset: reset})
 }
