@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -37,19 +34,12 @@ func (f *targetFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.MarkHidden("state-dir")
 }
 
-// apiClient talks to one gateway's management API.
-type apiClient struct {
-	http  *http.Client
-	base  string
-	token string
-}
-
 // startWait bounds how long a command waits for a sandbox that is still
 // starting.
 const startWait = 30 * time.Second
 
 // client resolves the flags to a client, with errors that say what to do.
-func (f *targetFlags) client(ctx context.Context) (*apiClient, error) {
+func (f *targetFlags) client(ctx context.Context) (*api.Client, error) {
 	var addr, tokenFile string
 	switch {
 	case f.sandbox != "" && f.api != "":
@@ -88,71 +78,9 @@ func (f *targetFlags) client(ctx context.Context) (*apiClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the API token: %w (the token file is readable by root only; use sudo)", err)
 	}
-	c := &apiClient{token: strings.TrimSpace(string(tok)), base: "http://localhost"}
-	tr := &http.Transport{}
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
-		}
-	} else {
-		c.base = "http://" + addr
+	c, err := api.NewClient(addr, strings.TrimSpace(string(tok)))
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("--api: %w", err)}
 	}
-	c.http = &http.Client{Transport: tr}
 	return c, nil
-}
-
-// do sends a request and decodes a JSON answer into out (unless nil). A
-// non-2xx answer is an error carrying the API's message.
-func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader, hdr map[string]string, out any) (*http.Response, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the management API does not answer (is the sandbox still running? sbx ps): %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return resp, err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return resp, errors.New(e.Error)
-		}
-		return resp, fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp, fmt.Errorf("reading the API's answer: %w", err)
-		}
-	}
-	return resp, nil
-}
-
-// stream opens a streaming GET, for decisions?follow=1; the caller closes
-// the body.
-func (c *apiClient) stream(ctx context.Context, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the management API does not answer (is the sandbox still running? sbx ps): %w", err)
-	}
-	if resp.StatusCode != 200 {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return resp.Body, nil
 }

@@ -138,8 +138,9 @@ func (o *checkOptions) build(cmd *cobra.Command) (*netpolicy.Policy, error) {
 		if err != nil {
 			return netpolicy.Spec{}, "", err
 		}
-		var p policyAnswer
-		if _, err := c.do(cmd.Context(), "GET", "/v1/policy", nil, nil, &p); err != nil {
+		defer c.Close()
+		p, err := c.Policy(cmd.Context())
+		if err != nil {
 			return netpolicy.Spec{}, "", err
 		}
 		source := "the running policy (version " + strconv.FormatUint(p.Version, 10) + ")"

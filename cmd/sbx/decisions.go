@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -193,31 +194,37 @@ with sbx run --log is read with --file.`,
 				}
 				return err
 			}
+			defer c.Close()
 			if follow {
-				body, err := c.stream(cmd.Context(), fmt.Sprintf("/v1/decisions?follow=1&since=%d", since))
+				stream, err := c.FollowDecisions(cmd.Context(), since)
 				if err != nil {
 					return err
 				}
-				defer body.Close()
-				err = showAll(body)
-				if cmd.Context().Err() != nil {
-					return nil // interrupted: the normal end
-				}
-				if err == nil { // the gateway ended the stream: it stopped
-					who := "the gateway"
-					if t.sandbox != "" {
-						who = "sandbox " + t.sandbox
+				defer stream.Close()
+				for {
+					line, err := stream.Next()
+					if cmd.Context().Err() != nil {
+						return nil // interrupted: the normal end
 					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s stopped; no more decisions\n", who)
+					if errors.Is(err, io.EOF) { // the gateway ended the stream: it stopped
+						who := "the gateway"
+						if t.sandbox != "" {
+							who = "sandbox " + t.sandbox
+						}
+						fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s stopped; no more decisions\n", who)
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if err := show(line); err != nil {
+						return err
+					}
 				}
-				return err
 			}
 			for {
-				var page struct {
-					Decisions []json.RawMessage `json:"decisions"`
-					Next      uint64            `json:"next"`
-				}
-				if _, err := c.do(cmd.Context(), "GET", fmt.Sprintf("/v1/decisions?since=%d&limit=1000", since), nil, nil, &page); err != nil {
+				page, err := c.Decisions(cmd.Context(), since, 1000)
+				if err != nil {
 					return err
 				}
 				for _, d := range page.Decisions {
@@ -287,6 +294,7 @@ func newPSCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
+			var failed []string // what went wrong asking, one line per sandbox
 			for _, st := range states {
 				if !sandbox.OwnerAlive(st) {
 					continue // a leftover: sbx gc removes it
@@ -299,27 +307,48 @@ func newPSCmd() *cobra.Command {
 				}
 				if status == sandbox.StatusStarting {
 					// Its API may not answer yet; sbx policy waits for it.
-				} else if c, err := t.client(cmd.Context()); err == nil {
-					var s struct {
-						PolicyVersion uint64 `json:"policy_version"`
-						Counts        struct {
-							Allowed uint64 `json:"allowed"`
-							Blocked uint64 `json:"blocked"`
-						} `json:"counts"`
+				} else if s, err := psStatus(cmd.Context(), t); err != nil {
+					// Not a silent "-": "?" here, and why on stderr.
+					version, allowed, blocked = "?", "?", "?"
+					who := st.ID
+					if st.Name != "" {
+						who += " (" + st.Name + ")"
 					}
-					if _, err := c.do(cmd.Context(), "GET", "/v1/status", nil, nil, &s); err == nil {
-						version, allowed, blocked = strconv.FormatUint(s.PolicyVersion, 10), strconv.FormatUint(s.Counts.Allowed, 10), strconv.FormatUint(s.Counts.Blocked, 10)
-					}
+					failed = append(failed, fmt.Sprintf("sbx: sandbox %s: asking its status for POLICY, ALLOWED and BLOCKED: %v", who, err))
+				} else {
+					version, allowed, blocked = strconv.FormatUint(s.PolicyVersion, 10), strconv.FormatUint(s.Counts.Allowed, 10), strconv.FormatUint(s.Counts.Blocked, 10)
 				}
 				gw := st.Subnet.Addr().Next().String() + ":" + strconv.Itoa(int(st.GatewayPort))
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Name, status, truncateCommand(st.Command), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, f := range failed {
+				fmt.Fprintln(cmd.ErrOrStderr(), printable(f))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	cmd.Flags().MarkHidden("state-dir")
 	return cmd
+}
+
+// psWait bounds how long sbx ps waits for each sandbox's status.
+const psWait = 5 * time.Second
+
+// psStatus asks the sandbox t names for its status (GET /v1/status),
+// within psWait.
+func psStatus(ctx context.Context, t targetFlags) (*api.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, psWait)
+	defer cancel()
+	c, err := t.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Status(ctx)
 }
 
 func truncateCommand(args []string) string {

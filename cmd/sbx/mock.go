@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
@@ -29,25 +28,10 @@ func (f *mockFlags) add(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("host", "script")
 }
 
-// query is the API path's query: ?host= or ?script=, and the other
-// parameters kv (name, value, ...) that are not empty.
-func (f *mockFlags) query(kv ...string) string {
-	q := url.Values{}
-	if f.host != "" {
-		q.Set("host", f.host)
-	}
-	if f.script != "" {
-		q.Set("script", f.script)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] != "" {
-			q.Set(kv[i], kv[i+1])
-		}
-	}
-	if len(q) == 0 {
-		return ""
-	}
-	return "?" + q.Encode()
+// mock is the mock the flags name: the zero api.Mock for the only one
+// (or every one, for a reset).
+func (f *mockFlags) mock() api.Mock {
+	return api.Mock{Host: f.host, Script: f.script}
 }
 
 func newMockCmd() *cobra.Command {
@@ -101,11 +85,8 @@ func newMockExpectCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ans struct {
-				Mock   string `json:"mock"`
-				Queued int    `json:"queued"`
-			}
-			if _, err := c.do(cmd.Context(), "POST", "/v1/mock/expect"+f.query("name", name), bytes.NewReader(data), nil, &ans); err != nil {
+			ans, err := c.MockExpect(cmd.Context(), f.mock(), name, data)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "queued %s for %s\n", plural(ans.Queued, "turn"), ans.Mock)
@@ -130,13 +111,8 @@ func newMockRequestsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ans struct {
-				Mock     string              `json:"mock"`
-				Host     string              `json:"host,omitempty"`
-				Script   string              `json:"script,omitempty"`
-				Requests []mockllm.Journaled `json:"requests"`
-			}
-			if _, err := c.do(cmd.Context(), "GET", "/v1/mock/requests"+f.query(), nil, nil, &ans); err != nil {
+			ans, err := c.MockRequests(cmd.Context(), f.mock())
+			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -174,10 +150,8 @@ func newMockResetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var ans struct {
-				Reset []string `json:"reset"`
-			}
-			if _, err := c.do(cmd.Context(), "DELETE", "/v1/mock"+f.query(), nil, nil, &ans); err != nil {
+			ans, err := c.MockReset(cmd.Context(), f.mock())
+			if err != nil {
 				return err
 			}
 			for _, h := range ans.Reset {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
-
-// policyAnswer is the management API's GET /v1/policy.
-type policyAnswer struct {
-	Version uint64         `json:"version"`
-	Policy  netpolicy.Spec `json:"policy"`
-}
 
 func newPolicyShowCmd() *cobra.Command {
 	var t targetFlags
@@ -35,8 +29,8 @@ func newPolicyShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var p policyAnswer
-			if _, err := c.do(cmd.Context(), "GET", "/v1/policy", nil, nil, &p); err != nil {
+			p, err := c.Policy(cmd.Context())
+			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -135,22 +129,12 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 				if err != nil {
 					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
 				}
-				body := map[string]any{"host": host, "action": action}
-				if ports != nil {
-					body["ports"] = ports
-				}
-				if id != "" {
-					body["id"] = id
-				}
+				req := api.AddRule{Rule: netpolicy.Rule{ID: id, Host: host, Ports: ports, Action: action}}
 				if cmd.Flags().Changed("position") {
-					body["position"] = position
+					req.Position = &position
 				}
-				data, _ := json.Marshal(body)
-				var added struct {
-					Version uint64         `json:"version"`
-					Rule    netpolicy.Rule `json:"rule"`
-				}
-				if _, err := c.do(cmd.Context(), "POST", "/v1/policy/rules", bytes.NewReader(data), map[string]string{"Content-Type": "application/json"}, &added); err != nil {
+				added, err := c.AddRule(cmd.Context(), req, 0)
+				if err != nil {
 					return fmt.Errorf("%s %s: %w", action, pattern, err)
 				}
 				if asJSON {
@@ -187,8 +171,8 @@ func newPolicyRemoveCmd() *cobra.Command {
 				return err
 			}
 			for _, id := range args {
-				var r struct{ Version uint64 }
-				if _, err := c.do(cmd.Context(), "DELETE", "/v1/policy/rules/"+id, nil, nil, &r); err != nil {
+				r, err := c.RemoveRule(cmd.Context(), id, 0)
+				if err != nil {
 					return fmt.Errorf("removing rule %s: %w (sbx policy show lists the rules)", id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "rule %s removed (policy version %d)\n", id, r.Version)
@@ -224,12 +208,8 @@ only if the running policy is still version N.`,
 			if err != nil {
 				return err
 			}
-			hdr := map[string]string{}
-			if ifVersion != 0 {
-				hdr["If-Match"] = `"` + strconv.FormatUint(ifVersion, 10) + `"`
-			}
-			var r struct{ Version uint64 }
-			if _, err := c.do(cmd.Context(), "PUT", "/v1/policy", bytes.NewReader(data), hdr, &r); err != nil {
+			r, err := c.ReplacePolicy(cmd.Context(), data, ifVersion)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "policy replaced from %s (policy version %d)\n", args[0], r.Version)
