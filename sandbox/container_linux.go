@@ -240,6 +240,11 @@ type Task struct {
 	exited  atomic.Bool   // Wait saw the command's end
 	lost    atomic.Bool   // sbx gave up on containerd and killed the command without it
 	deleted bool
+	// outs are the command's output streams as the shim's copiers see
+	// them: Delete closes them, so that nothing is written to the
+	// caller's writers once it returns, not even by a copier that a lost
+	// containerd left running.
+	outs []*closableWriter
 	// cgroupsPath is the container's cgroup, in each hierarchy: where
 	// its processes are found, and killed, when containerd does not
 	// answer.
@@ -315,7 +320,9 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 	if errOut == nil {
 		errOut = io.Discard
 	}
-	streams := []cio.Opt{cio.WithStreams(t.in, out, errOut)}
+	stdout, stderr := &closableWriter{w: out}, &closableWriter{w: errOut}
+	t.outs = []*closableWriter{stdout, stderr}
+	streams := []cio.Opt{cio.WithStreams(t.in, stdout, stderr)}
 	if cs.TTY {
 		streams = append(streams, cio.WithTerminal)
 	}
@@ -491,6 +498,14 @@ func (t *Task) Delete() error {
 	}
 	t.deleted = true
 	defer t.cancel()
+	// containerd's task Delete waits for the copiers to drain what the
+	// command wrote; past that (or when containerd could not be asked),
+	// nothing more reaches the caller's writers.
+	defer func() {
+		for _, w := range t.outs {
+			w.Close()
+		}
+	}()
 	timeout := deleteTimeout
 	if t.lost.Load() {
 		timeout = min(timeout, 2*time.Second) // one try: containerd was given its time
@@ -548,6 +563,30 @@ func retryUnavailable(ctx context.Context, fn func() error) error {
 
 // gatedReader reads r only once open is closed; when done is closed first
 // it reads as at the end.
+// closableWriter writes to w until it is closed, and discards what comes
+// after: a write in progress when Close is called ends before Close
+// returns.
+type closableWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (c *closableWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
+func (c *closableWriter) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+}
+
 type gatedReader struct {
 	r    io.Reader
 	open <-chan struct{}
