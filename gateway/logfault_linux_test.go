@@ -81,7 +81,7 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	fg.logs.waitFor(t, "the decision log cannot be written", 1)
+	fg.logs.waitFor(t, "cannot be written (write: no space left on device)", 1)
 	if err := fg.g.Close(); err == nil {
 		t.Error("Close with the log's filesystem full: got nil, want its error")
 	}

@@ -638,11 +638,14 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record,
 	if s.staged != nil {
 		s.writeStaged() // a failure puts the sink at fault
 	}
-	if e := s.fault.Load(); e != nil {
+	policy := r != nil && r.Event == decisionlog.EventPolicy
+	if e := s.fault.Load(); e != nil && !policy {
+		// Left out: what waits for the file stays bounded. A policy
+		// record, which says how the next records were decided, waits.
 		s.leaveOutFault(s.clock(now), e)
 		return nil
 	}
-	if (r == nil || r.Event != decisionlog.EventPolicy) && !s.admit(len(line), r, now) {
+	if !policy && !s.admit(len(line), r, now) {
 		return nil
 	}
 	if err := s.write(line); err != nil {

@@ -783,7 +783,7 @@ func (s *Server) commit(rec *decisionlog.Record) error {
 // decision log's file cannot be written and when it can again.
 func (s *Server) reportLogFaults(err error) {
 	if err != nil {
-		s.logger.Error("the decision log cannot be written: every request is blocked until it can", "err", err)
+		s.logger.Error(err.Error())
 		return
 	}
 	s.logger.Warn("the decision log is written again: requests are decided by the policy again")
