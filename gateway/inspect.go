@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +170,10 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Re
 	// their close records come before the tunnel's.
 	h.running.Wait()
 	h.closeUpstream()
+	if f := h.fault.Load(); f != nil {
+		closeRec.Error = *f
+		return
+	}
 	if h.served.Load() == 0 && isTLS && closeRec.Error == "" {
 		closeRec.Error = "the client closed the connection after the TLS handshake without a request (it may pin certificates: " + reasonCARejected + ")"
 	}
@@ -325,8 +330,9 @@ type inspectHandler struct {
 	t   netpolicy.Target
 	tls bool
 
-	running sync.WaitGroup // the requests being served
-	served  atomic.Int64   // requests seen
+	running sync.WaitGroup         // the requests being served
+	served  atomic.Int64           // requests seen
+	fault   atomic.Pointer[string] // the error of the first request that panicked
 
 	// upMu guards up, this tunnel's own upstream connection, which its
 	// requests use one at a time (HTTP/1.1 clients send them so); a
@@ -334,6 +340,31 @@ type inspectHandler struct {
 	// the shared transport instead.
 	upMu sync.Mutex
 	up   *inlineUpstream
+}
+
+// recoverRequest, deferred in ServeHTTP, turns a panic while serving a
+// request into the end of its tunnel, as recoverConn does for a
+// connection (net/http would recover it unseen): it logs the panic with
+// its stack, sets the error "gateway error: panic: ..." on closeRec (the
+// request's close record, nil before there is one) and on the tunnel's
+// close record, closes the client's connection, and aborts the handler.
+// http.ErrAbortHandler (an answer cut short on purpose) passes through.
+func (h *inspectHandler) recoverRequest(closeRec *decisionlog.Record) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	msg := "gateway error: panic: " + truncate(fmt.Sprint(p), 200)
+	if closeRec != nil {
+		closeRec.Error = msg
+	}
+	h.fault.CompareAndSwap(nil, &msg)
+	h.c.Conn.Close()
+	h.s.logger.Error("panic serving an inspected request: its tunnel is closed, the gateway goes on", "client", h.c.clientText, "host", h.t.Host, "panic", p, "stack", string(debug.Stack()))
+	panic(http.ErrAbortHandler)
 }
 
 // inlineUpstream is an HTTP/1.1 connection over TLS to one guarded
@@ -363,6 +394,15 @@ func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request,
 	if !h.upMu.TryLock() {
 		return nil, nil, "", false, nil
 	}
+	// The lock goes to done, or to release; a panic (in a dial, say)
+	// gives it back here, so the tunnel's end (closeUpstream) does not
+	// wait for it forever (TestFaultPanicServingOneConnection).
+	held := true
+	defer func() {
+		if held {
+			h.upMu.Unlock()
+		}
+	}()
 	s := h.s
 	u := h.up
 	h.up = nil
@@ -371,6 +411,7 @@ func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request,
 		u = nil
 	}
 	done := func(u *inlineUpstream, keep bool) {
+		held = false
 		if keep {
 			h.up = u
 		} else if u != nil {
@@ -448,6 +489,7 @@ func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request,
 			done(u, body.eof && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols)
 		})
 	}
+	held = false // release's now
 	return resp, release, u.raw.RemoteAddr().String(), true, nil
 }
 
@@ -491,6 +533,7 @@ type inspectAddrsKey struct{}
 func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.running.Add(1)
 	defer h.running.Done()
+	defer h.recoverRequest(nil)
 	h.served.Add(1)
 	s, t := h.s, h.t
 	start := time.Now()
@@ -561,6 +604,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.end(closeRec, start)
+	defer h.recoverRequest(closeRec)
 	if rerr != nil {
 		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
 		respond(w, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", nil)
