@@ -92,10 +92,10 @@ func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 	}
 }
 
-// TestPacketsLostAreRecorded: refused packets' reports that never reached
+// TestFaultPacketsLostAreRecorded: refused packets' reports that never reached
 // the gateway leave a dropped record naming why, so the log says it is
 // missing bypass records instead of going quiet.
-func TestPacketsLostAreRecorded(t *testing.T) {
+func TestFaultPacketsLostAreRecorded(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
 	since := time.Now().Add(-time.Second)
 	g.srv.ReportPacketsLost(7, since, nil)

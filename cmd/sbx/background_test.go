@@ -44,11 +44,11 @@ func (s *fakeSink) ReportPacketsLost(n uint64, _ time.Time, err error) {
 	s.lost = append(s.lost, lostReport{n, err})
 }
 
-// TestForwardPacketsSaysWhatIsLost: reports the kernel dropped are
+// TestFaultForwardPacketsSaysWhatIsLost: reports the kernel dropped are
 // recorded as lost when the next report shows them, and a read error,
 // after which bypass records stop, is said on stderr and recorded: it
 // used to be dropped without a word.
-func TestForwardPacketsSaysWhatIsLost(t *testing.T) {
+func TestFaultForwardPacketsSaysWhatIsLost(t *testing.T) {
 	p := sandbox.Packet{Proto: "udp"}
 	readErr := errors.New("reading NFLOG group 7: bad file descriptor")
 	src := &fakePackets{packets: []sandbox.Packet{p, p, p}, lostBefore: []uint64{0, 5, 0}, err: readErr}

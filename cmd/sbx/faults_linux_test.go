@@ -15,13 +15,13 @@ import (
 // Faults around running sandboxes: what breaks beside them must not end
 // them, and what ends them must end them closed.
 
-// TestPrivilegedGCDuringStarts runs sbx gc in a loop while 20 sandboxes
+// TestPrivilegedFaultGCDuringStarts runs sbx gc in a loop while 20 sandboxes
 // start, run and end, each as its own sbx run process: gc must never take
 // a starting or running sandbox for a leftover, so every command ends
 // with its own exit code. gc used to read the live sandboxes before the
 // kernel's objects, and collected a sandbox that started between the two
 // reads (its command then exited 127, 125 or 137).
-func TestPrivilegedGCDuringStarts(t *testing.T) {
+func TestPrivilegedFaultGCDuringStarts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
 	}
