@@ -427,3 +427,95 @@ func TestFaultLogRemovedOrReplaced(t *testing.T) {
 	}
 	fg.logs.waitFor(t, "the decision log is written again", 2)
 }
+
+// TestFaultLogConcurrentCommits commits and emits records from many
+// goroutines while the file fails and works by turns, some writes failing
+// half-way, and full batches going to the file from the sink's goroutine:
+// the file ends up with exactly the commits that returned nil, whole
+// records only, in increasing seq order.
+func TestFaultLogConcurrentCommits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &flakyFile{}
+	ff.install(fs)
+	l := NewLog("", fs, NewRing(1000))
+	stop := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				ff.set(nil, false)
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			switch i % 3 {
+			case 0:
+				ff.set(syscall.EIO, i%2 == 0)
+			default:
+				ff.set(nil, false)
+			}
+		}
+	}()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		committed = map[string]bool{}
+		failed    int
+	)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				host := fmt.Sprintf("h%d-%d.test", g, i)
+				_, err := l.Commit(&decisionlog.Record{Event: decisionlog.EventDecision, Host: host, Action: "allow", Reason: strings.Repeat("r", 200)})
+				mu.Lock()
+				if err == nil {
+					committed[host] = true
+				} else {
+					failed++
+				}
+				mu.Unlock()
+				// Enough to fill batches between commits, which the
+				// sink's goroutine writes.
+				for range 10 {
+					l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Host: host, Error: strings.Repeat("e", 500)})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-flipped
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close once the file works: %v", err)
+	}
+	logged := map[string]bool{}
+	for _, r := range readFaultLines(t, path) {
+		if r.Event == decisionlog.EventDecision {
+			if logged[r.Host] {
+				t.Errorf("%s is in the file twice", r.Host)
+			}
+			logged[r.Host] = true
+		}
+	}
+	for h := range committed {
+		if !logged[h] {
+			t.Errorf("the commit of %s returned nil, but it is not in the file", h)
+		}
+	}
+	for h := range logged {
+		if !committed[h] {
+			t.Errorf("the commit of %s failed, but it is in the file", h)
+		}
+	}
+	t.Logf("%d commits written, %d refused", len(committed), failed)
+	if failed == 0 || len(committed) == 0 {
+		t.Errorf("%d commits written and %d refused: want both, or the test did not test", len(committed), failed)
+	}
+}
