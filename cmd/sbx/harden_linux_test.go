@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // The tests here try, from inside `sbx run` with the default --rootfs
@@ -383,42 +382,6 @@ func TestLogInsideWritableMount(t *testing.T) {
 	}
 }
 
-// TestOutsideOf: a path is refused when it, or any entry crossed on the
-// way to it (links followed one at a time), lies in a writable directory:
-// a link a sandbox planted in its working directory that points outside
-// is refused as well as a link outside pointing in; a read-only volume is
-// not writable.
-func TestOutsideOf(t *testing.T) {
-	work, outside, vol := t.TempDir(), t.TempDir(), t.TempDir()
-	os.Symlink(outside, filepath.Join(work, "logs"))      // planted by a sandbox
-	os.Symlink(work, filepath.Join(outside, "into-work")) // points in
-	os.Symlink("../"+filepath.Base(outside), filepath.Join(vol, "rel"))
-	l := rootfs.Layout{Mounts: []rootfs.Mount{
-		{Destination: work, Source: work, Type: "bind", Options: rootfs.ReadWriteBind},
-		{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadOnlyBind},
-		{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs"},
-	}}
-	writable := l.Writable()
-	if !slices.Equal(writable, []string{work}) {
-		t.Fatalf("Writable() = %q, want only %s", writable, work)
-	}
-	for path, refused := range map[string]bool{
-		filepath.Join(work, "d.jsonl"):                         true,
-		filepath.Join(work, "a", "b", "d.jsonl"):               true,
-		filepath.Join(work, "logs", "d.jsonl"):                 true, // a link in work, to outside
-		filepath.Join(outside, "into-work", "d.jsonl"):         true, // a link outside, into work
-		filepath.Join(outside, "d.jsonl"):                      false,
-		filepath.Join(vol, "d.jsonl"):                          false, // read-only volume
-		filepath.Join(vol, "rel", "d.jsonl"):                   false,
-		filepath.Join(work, "..", filepath.Base(outside), "x"): false,
-	} {
-		err := outsideOf(path, writable)
-		if (err != nil) != refused {
-			t.Errorf("outsideOf(%s) = %v, want refused %v", path, err, refused)
-		}
-	}
-}
-
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	t.Helper()
 	in, err := os.Open(src)
@@ -579,67 +542,6 @@ func TestLogPathRefusals(t *testing.T) {
 	}
 }
 
-// TestChooseUser: without --user the command is never root nor in root's
-// group, whatever SUDO_UID, SUDO_GID and the working directory's owner
-// say; --user is taken as asked.
-func TestChooseUser(t *testing.T) {
-	nobody := uint32(sandbox.NobodyID)
-	dir := t.TempDir() // root's when run as root, CI's case
-	for _, tc := range []struct {
-		flag, sudoUID, sudoGID string
-		host, image            bool
-		uid, gid               uint32
-		why                    string
-	}{
-		{"", "", "", true, false, nobody, nobody, "nobody"},
-		{"", "0", "0", true, false, nobody, nobody, "nobody"}, // sudo from root
-		{"", "1000", "1000", true, false, 1000, 1000, "sudo"},
-		{"", "1000", "0", true, false, 1000, nobody, "sudo"},
-		{"", "", "", false, true, nobody, nobody, "nobody"},
-		{"0", "1000", "1000", true, false, 0, 0, "--user"},
-		{"1000:0", "", "", true, false, 1000, 0, "--user"},
-	} {
-		t.Setenv("SUDO_UID", tc.sudoUID)
-		t.Setenv("SUDO_GID", tc.sudoGID)
-		if os.Geteuid() != 0 && tc.host && tc.sudoUID == "" && tc.flag == "" {
-			continue // the directory is the tester's own
-		}
-		u, err := chooseUser(tc.flag, tc.host, tc.image, dir)
-		if err != nil || u.uid != tc.uid || u.gid != tc.gid || u.why != tc.why || u.keepImage != (tc.image && tc.why == "nobody") {
-			t.Errorf("chooseUser(%q, sudo %q:%q, host %v, image %v) = %+v, %v; want %d:%d (%s)",
-				tc.flag, tc.sudoUID, tc.sudoGID, tc.host, tc.image, u, err, tc.uid, tc.gid, tc.why)
-		}
-	}
-	if os.Geteuid() == 0 {
-		t.Setenv("SUDO_UID", "")
-		for _, owner := range [][2]int{{1000, 1000}, {1000, 0}} {
-			d := t.TempDir()
-			os.Chown(d, owner[0], owner[1])
-			want := uint32(owner[1])
-			if want == 0 {
-				want = nobody
-			}
-			if u, _ := chooseUser("", true, false, d); u.uid != 1000 || u.gid != want || u.why != "owner" {
-				t.Errorf("working directory of %d:%d: %+v, want 1000:%d", owner[0], owner[1], u, want)
-			}
-		}
-	}
-	for _, tc := range []struct {
-		u    runUser
-		caps []string
-		want string
-	}{
-		{runUser{uid: 0, gid: 0}, nil, "--user 0"},
-		{runUser{uid: 1000, gid: 0}, nil, "group 0"},
-		{runUser{uid: 1000, gid: 1000}, []string{"CAP_SETFCAP"}, "--cap-add CAP_SETFCAP"},
-		{runUser{uid: 1000, gid: 1000}, []string{"CAP_NET_RAW"}, ""},
-	} {
-		if got := tc.u.note(false, dir, tc.caps); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
-			t.Errorf("note for %+v with %v = %q, want it to say %q", tc.u, tc.caps, got, tc.want)
-		}
-	}
-}
-
 // TestPrivilegedListedMeansReachable starts sbx run and, the moment sbx
 // ps lists the sandbox, changes its policy by name and by id prefix: a
 // listed sandbox is reachable (before, for about the time its network
@@ -693,5 +595,42 @@ func TestPrivilegedListedMeansReachable(t *testing.T) {
 			t.Fatalf("sbx stop %s: exit %d\n%s%s", name, code, out, stderr)
 		}
 		<-ended
+	}
+}
+
+// TestUserFlag: --user is taken as asked, host root included; without it
+// the run library chooses.
+func TestUserFlag(t *testing.T) {
+	for flag, want := range map[string]*run.User{
+		"":       nil,
+		"0":      {UID: 0, GID: 0, Why: run.UserAsked},
+		"1000:0": {UID: 1000, GID: 0, Why: run.UserAsked},
+	} {
+		if got, err := userFlag(flag); err != nil || (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Errorf("userFlag(%q) = %+v, %v; want %+v", flag, got, err, want)
+		}
+	}
+	if _, err := userFlag("me"); err == nil || !strings.Contains(err.Error(), "--user \"me\": want UID[:GID] in numbers") {
+		t.Errorf("userFlag(me): got %v, want the flag's error", err)
+	}
+}
+
+// TestUserNote: sbx run warns of a user that is host root or in root's
+// group, and of a capability that reaches the host's files.
+func TestUserNote(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		u    run.User
+		caps []string
+		want string
+	}{
+		{run.User{UID: 0, GID: 0}, nil, "--user 0"},
+		{run.User{UID: 1000, GID: 0}, nil, "group 0"},
+		{run.User{UID: 1000, GID: 1000}, []string{"CAP_SETFCAP"}, "--cap-add CAP_SETFCAP"},
+		{run.User{UID: 1000, GID: 1000}, []string{"CAP_NET_RAW"}, ""},
+	} {
+		if got := userNote(tc.u, false, dir, tc.caps); tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("note for %+v with %v = %q, want it to say %q", tc.u, tc.caps, got, tc.want)
+		}
 	}
 }

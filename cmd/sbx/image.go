@@ -104,35 +104,23 @@ type imageEnsurer interface {
 	EnsureImage(ctx context.Context, ref string, policy sandbox.PullPolicy, progress io.Writer) (string, error)
 }
 
-// ensureImage makes sure sbx run's --image is in the store of rt, the
-// runtime named rtName, pulling it by policy, and returns its name there.
-// Progress goes to stderr when it is a terminal and not quiet. Errors say
-// what to do next, with that runtime's tools.
-func ensureImage(ctx context.Context, rt imageEnsurer, rtName, ref, policy string, stderr io.Writer, quiet bool) (string, error) {
-	p, err := sandbox.ParsePullPolicy(policy)
-	if err != nil {
-		return "", fmt.Errorf("--pull %q: want never, missing or always", policy)
-	}
-	var progress io.Writer
-	if !quiet && isTerminal(stderr) {
-		progress = stderr
-	}
+// imageProblem words err, the error of the runtime named rtName that
+// could not make sbx run's --image ready, with what to do next, with that
+// runtime's tools.
+func imageProblem(err error, rtName string) error {
 	// How to put an image there without sbx pulling it, and where the
 	// proxy for pulls is set.
 	load, proxy := "sbx image import FILE", "HTTPS_PROXY"
 	if rtName == runtimeDocker {
 		load, proxy = "docker load -i FILE", "the Docker daemon's proxy settings"
 	}
-	name, err := rt.EnsureImage(ctx, ref, p, progress)
 	switch {
 	case errors.Is(err, sandbox.ErrImageNotPresent):
-		return "", fmt.Errorf("%w; --pull never does not fetch it: load it with %s (an archive of docker save), or let sbx pull it with --pull missing", err, load)
+		return fmt.Errorf("%w; --pull never does not fetch it: load it with %s (an archive of docker save), or let sbx pull it with --pull missing", err, load)
 	case errors.Is(err, sandbox.ErrImageNotFound):
-		return "", fmt.Errorf("%w\ncheck the name and tag (e.g. --image docker.io/library/alpine:3.20); an image of a private registry can be loaded with %s", err, load)
+		return fmt.Errorf("%w\ncheck the name and tag (e.g. --image docker.io/library/alpine:3.20); an image of a private registry can be loaded with %s", err, load)
 	case errors.Is(err, sandbox.ErrRegistryUnreachable):
-		return "", fmt.Errorf("%w\ncheck the network, the registry's name and %s; or load the image with %s and run with --pull never", err, proxy, load)
-	case err != nil:
-		return "", err
+		return fmt.Errorf("%w\ncheck the network, the registry's name and %s; or load the image with %s and run with --pull never", err, proxy, load)
 	}
-	return name, nil
+	return err
 }

@@ -3,54 +3,20 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
 
-// TestNewInspection: the sandbox trusts the host's roots and the CA, never
-// the CA instead of them; the bundles bound over are those the sandbox's
-// filesystem has; Java gets a truststore (sandbox.TestWriteTrust shows
-// what it holds).
-func TestNewInspection(t *testing.T) {
-	roots, err := hostRoots()
-	if err != nil {
-		t.Skipf("this host has no bundle of roots: %v", err)
-	}
+// TestUpstreamRoots: --upstream-ca adds the certificates of a PEM file to
+// the host's roots, and a file without one is refused, saying so.
+func TestUpstreamRoots(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "etc/ssl/certs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "etc/ssl/certs/ca-certificates.crt"), []byte("x"), 0o644)
-	os.Symlink("/etc/passwd", filepath.Join(dir, "etc/ssl/cert.pem")) // a link is not followed out of the root
-	in, err := newInspection(trustTarget{dir: dir}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(in.trust.Replace, []string{"/etc/ssl/certs/ca-certificates.crt"}) {
-		t.Errorf("bound over %v, want the one regular bundle of the root directory", in.trust.Replace)
-	}
-	if string(in.trust.Roots) != string(roots) || !strings.Contains(string(in.trust.CertPEM), "BEGIN CERTIFICATE") {
-		t.Error("the trust does not hold the host's roots and the CA")
-	}
-	if !in.trust.Java {
-		t.Error("the trust asks for no Java truststore")
-	}
-	if in, err := newInspection(trustTarget{}, ""); err != nil || len(in.trust.Replace) != 0 {
-		t.Errorf("an image: got %v, %v; want no bundle bound over (sbx cannot see its files)", in.trust.Replace, err)
-	}
-	if _, err := newInspection(trustTarget{}, filepath.Join(dir, "etc/ssl/certs/ca-certificates.crt")); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	none := filepath.Join(dir, "none.pem")
+	os.WriteFile(none, []byte("x"), 0o644)
+	if _, err := upstreamRoots(none); err == nil || !strings.Contains(err.Error(), "--upstream-ca "+none+": no PEM certificate") {
 		t.Errorf("--upstream-ca of a file with no certificate: got %v", err)
 	}
-}
-
-// BenchmarkNewInspection is what TLS inspection adds to every sbx run's
-// start before the sandbox is made: a CA and the host's roots (the Java
-// truststore is made while the sandbox is).
-func BenchmarkNewInspection(b *testing.B) {
-	for b.Loop() {
-		if _, err := newInspection(trustTarget{host: true}, ""); err != nil {
-			b.Fatal(err)
-		}
+	if _, err := upstreamRoots(filepath.Join(dir, "missing.pem")); err == nil || !strings.HasPrefix(err.Error(), "--upstream-ca: ") {
+		t.Errorf("--upstream-ca of a missing file: got %v", err)
 	}
 }

@@ -3,12 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // logLimitFlags say how the decision log file is written: --log-append,
@@ -55,23 +54,31 @@ func (l *logLimitFlags) Options() (gateway.FileSinkOptions, error) {
 // between); this is the early answer, with the same error: a
 // *gateway.NonEmptyLogFileError. A path it cannot look at is refused too.
 func (l *logLimitFlags) checkExisting(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("--log %s: %w; choose a path sbx can look at", path, err)
-	case fi.Mode().IsRegular() && fi.Size() > 0 && !l.append:
-		return &gateway.NonEmptyLogFileError{Path: path, Size: fi.Size()}
+	err := run.CheckLogFile(path, l.append)
+	var le *run.LogPathError
+	if errors.As(err, &le) {
+		return logPathProblem(le)
 	}
-	return nil
+	return err
 }
 
-// reachableLogError words the error of outsideOf for a log path: the
-// sandbox could write or replace the log, or sbx cannot tell whether it
-// could, and does not write the log there either.
+// logPathProblem words e, the run library's refusal of the decision
+// log's path, with the flags.
+func logPathProblem(e *run.LogPathError) error {
+	switch {
+	case e.CannotLook:
+		return fmt.Errorf("--log %s: %w; choose a path sbx can look at", e.Path, e.Reason)
+	case e.Dir:
+		return fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", e.Path, reachableLogError(e.Reason))
+	}
+	return fmt.Errorf("--log %s: %w; keep it outside the working directory and -v mounts, and outside every other mount of them (the default is %s/<id>/decisions.jsonl)", e.Path, reachableLogError(e.Reason), logRoot)
+}
+
+// reachableLogError words the reason the run library refused a log path
+// for: the sandbox could write or replace the log, or sbx cannot tell
+// whether it could, and does not write the log there either.
 func reachableLogError(err error) error {
-	var we *writableError
+	var we *run.WritableError
 	if errors.As(err, &we) {
 		return fmt.Errorf("%w, so the sandbox could replace, rewrite or link the log", err)
 	}

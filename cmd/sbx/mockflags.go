@@ -1,17 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // mockLLMUsage is the help of --mock-llm.
@@ -111,16 +112,11 @@ func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.
 // recordLLMUsage is the help of --record-llm.
 const recordLLMUsage = "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and write what it answered to SCRIPT when the sandbox ends, for --mock-llm to replay offline; repeatable"
 
-// llmRecording is what --record-llm records into, and where it goes.
-type llmRecording struct {
-	host, path string
-	rec        *mockllm.Recorder
-}
-
-// parseRecordLLM turns --record-llm values into recorders. A script's
-// directory must exist now, so that a recording is not lost at the end.
-func parseRecordLLM(values []string, mocks map[string]*mockllm.Responder) ([]llmRecording, error) {
-	var out []llmRecording
+// parseRecordLLM turns --record-llm values into the run library's
+// recordings. A script's directory must exist now, so that a recording is
+// not lost at the end.
+func parseRecordLLM(values []string, mocks map[string]*mockllm.Responder) ([]run.Recording, error) {
+	var out []run.Recording
 	seen := map[string]bool{}
 	for _, v := range values {
 		host, path, err := splitLLMFlag("record-llm", v)
@@ -134,39 +130,32 @@ func parseRecordLLM(values []string, mocks map[string]*mockllm.Responder) ([]llm
 		if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("--record-llm %s: the directory of %s does not exist; create it, or give another path", v, path)
 		}
-		out = append(out, llmRecording{host: host, path: path, rec: mockllm.NewRecorder(nil)})
+		out = append(out, run.Recording{Host: host, Path: path})
 	}
 	return out, nil
 }
 
-// recorders is the gateway's view of recordings.
-func recorders(rs []llmRecording) map[string]*mockllm.Recorder {
-	if len(rs) == 0 {
-		return nil
-	}
-	m := make(map[string]*mockllm.Recorder, len(rs))
-	for _, r := range rs {
-		m[r.host] = r.rec
-	}
-	return m
+// recordedNote is what sbx run says of a recording it wrote.
+func recordedNote(n run.Recorded) string {
+	return fmt.Sprintf("recorded %d exchanges with %s in %s (replay with --mock-llm %s=%s)", n.Exchanges, n.Host, n.Path, n.Host, n.Path)
 }
 
-// writeRecordings writes each recording's script, whole or not at all
-// (a temporary file renamed over SCRIPT), and says where on stderr.
-func writeRecordings(rs []llmRecording, stderr io.Writer) error {
-	var errs []error
-	for _, r := range rs {
-		var b bytes.Buffer
-		turns := r.rec.Turns()
-		if err := mockllm.WriteScript(&b, turns); err != nil {
-			errs = append(errs, fmt.Errorf("--record-llm %s: %w", r.host, err))
-			continue
-		}
-		if err := writeOutput(io.Discard, r.path, b.Bytes()); err != nil {
-			errs = append(errs, fmt.Errorf("--record-llm %s: %w", r.host, err))
-			continue
-		}
-		fmt.Fprintf(stderr, "sbx: recorded %d exchanges with %s in %s (replay with --mock-llm %s=%s)\n", len(turns), r.host, r.path, r.host, r.path)
+// recordingErrors words the *run.RecordingError values among the errors
+// of run's Close with the flag: they come last, as one error.
+func recordingErrors(err error) error {
+	var merr *multierror.Error
+	if !errors.As(err, &merr) {
+		return err
 	}
-	return errors.Join(errs...)
+	var out *multierror.Error
+	var recs []error
+	for _, e := range merr.Errors {
+		var re *run.RecordingError
+		if errors.As(e, &re) {
+			recs = append(recs, fmt.Errorf("--record-llm %s: %w", re.Host, re.Err))
+			continue
+		}
+		out = multierror.Append(out, e)
+	}
+	return multierror.Append(out, errors.Join(recs...)).ErrorOrNil()
 }

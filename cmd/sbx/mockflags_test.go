@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/hashicorp/go-multierror"
+
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 func TestParseMockLLM(t *testing.T) {
@@ -58,15 +62,28 @@ func TestParseRecordLLM(t *testing.T) {
 			t.Errorf("parseRecordLLM(%q): got %v, want an error containing %q", tt.values, err, tt.want)
 		}
 	}
-	rs, err := parseRecordLLM([]string{"api.anthropic.com=" + dir + "/a.yaml"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	rs, err := parseRecordLLM([]string{"API.anthropic.com=" + dir + "/a.yaml"}, nil)
+	if want := []run.Recording{{Host: "api.anthropic.com", Path: dir + "/a.yaml"}}; err != nil || !slices.Equal(rs, want) {
+		t.Errorf("parseRecordLLM: got %v, %v; want %v", rs, err, want)
 	}
-	var stderr strings.Builder
-	if err := writeRecordings(rs, &stderr); err != nil {
-		t.Fatal(err)
+	if got := recordedNote(run.Recorded{Host: "api.anthropic.com", Path: dir + "/a.yaml", Exchanges: 2}); !strings.Contains(got, "recorded 2 exchanges") || !strings.Contains(got, "replay with --mock-llm api.anthropic.com="+dir+"/a.yaml") {
+		t.Errorf("recordedNote: got %q, want the count and how to replay", got)
 	}
-	if _, err := mockllm.ParseScriptFile(filepath.Join(dir, "a.yaml")); err != nil || !strings.Contains(stderr.String(), "replay with --mock-llm api.anthropic.com=") {
-		t.Errorf("the recording: %v; stderr %q", err, stderr.String())
+}
+
+// TestRecordingErrors: the recordings the run library could not write
+// come last, as one error, each named by its --record-llm host.
+func TestRecordingErrors(t *testing.T) {
+	teardown := errors.New("removing the namespace: busy")
+	err := multierror.Append(teardown,
+		&run.RecordingError{Host: "a.test", Path: "/x/a.yaml", Err: errors.New("writing /x/a.yaml: no space")},
+		&run.RecordingError{Host: "b.test", Path: "/x", Err: errors.New("/x is a directory")})
+	got := recordingErrors(err)
+	var merr *multierror.Error
+	if !errors.As(got, &merr) || len(merr.Errors) != 2 || merr.Errors[0] != teardown {
+		t.Fatalf("got %v, want the teardown's error, then the recordings'", got)
+	}
+	if want := "--record-llm a.test: writing /x/a.yaml: no space\n--record-llm b.test: /x is a directory"; merr.Errors[1].Error() != want {
+		t.Errorf("got %q, want %q", merr.Errors[1], want)
 	}
 }

@@ -1,32 +1,30 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // Where sbx run keeps a sandbox's state and logs (docs/cli.md).
 const (
-	logRoot  = "/var/lib/sbx/sandboxes"
-	hostRoot = "/var/lib/sbx/hostroot" // the skeleton root of --rootfs host
+	logRoot  = run.DefaultLogDir
+	hostRoot = run.DefaultHostRoot // the skeleton root of --rootfs host
 )
 
 // exitSbxFailed is sbx run's exit code when sbx itself fails (docs/cli.md).
@@ -186,31 +184,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx run", "namespaces, iptables, containerd or Docker")
 	}
-	if o.name != "" && !validName(o.name) {
-		return 0, fmt.Errorf("--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
-	}
-	if o.runtime != "" && o.runtime != runtimeContainerd && o.runtime != runtimeDocker {
-		return 0, fmt.Errorf("--runtime %q: want %s or %s", o.runtime, runtimeContainerd, runtimeDocker)
-	}
-	if o.runtime == runtimeDocker {
-		if err := dockerNeedsImage(cmd, o); err != nil {
-			return 0, err
-		}
-	}
-	limits, tmpSize, err := o.limits()
+	spec, err := o.sandboxSpec(cmd, args, stderr)
 	if err != nil {
 		return 0, err
-	}
-	capAdd, err := parseCaps(o.capAdd)
-	if err != nil {
-		return 0, err
-	}
-	logLimits, err := o.logLimits.Options()
-	if err != nil {
-		return 0, err
-	}
-	if o.image != "" && cmd.Flags().Changed("rootfs") {
-		return 0, errors.New("--image and --rootfs both say what / is; give one of them")
 	}
 	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost})
 	if err != nil {
@@ -222,234 +198,199 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			return 0, fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)
 		}
 	}
-	hostLayout := o.image == "" && o.rootfs == "host"
+	spec.Runtime = rt
+	if err := o.readConfig(cmd, &spec); err != nil {
+		return 0, err
+	}
+	r, err := run.Start(ctx, spec)
+	if err != nil {
+		return o.startFailed(err, args[0], rtName, stderr)
+	}
+	// Close says where the decision log is, after the command's output
+	// (which the container's removal drains), then writes the recordings,
+	// once the gateway is gone, so that every exchange is in.
+	defer func() {
+		if err := r.Close(); err != nil {
+			retErr = multierror.Append(retErr, recordingErrors(err))
+		}
+	}()
+	if !o.quiet {
+		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
+	}
+	// Ctrl-C or SIGTERM: the command gets SIGTERM, and SIGKILL after 10 s.
+	code, err = r.Wait(ctx)
+	if ctx.Err() != nil && err == ctx.Err() {
+		code, err = r.Stop(10 * time.Second)
+	}
+	return code, err
+}
+
+// sandboxSpec maps the flags that need no runtime and read no file to
+// the run library's Spec; the notes of the run go to stderr.
+func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Writer) (run.Spec, error) {
+	limits, tmpSize, err := o.limits()
+	if err != nil {
+		return run.Spec{}, err
+	}
+	capAdd, err := parseCaps(o.capAdd)
+	if err != nil {
+		return run.Spec{}, err
+	}
+	logOptions, err := o.logLimits.Options()
+	if err != nil {
+		return run.Spec{}, err
+	}
+	pull, err := sandbox.ParsePullPolicy(o.pull)
+	if err != nil {
+		return run.Spec{}, fmt.Errorf("--pull %q: want never, missing or always", o.pull)
+	}
+	pool, err := netip.ParsePrefix(o.subnetPool)
+	if err != nil {
+		return run.Spec{}, fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
+	}
 	cwd, err := os.Getwd()
 	if err != nil {
-		return 0, err
+		return run.Spec{}, err
 	}
-	usr, err := chooseUser(o.user, hostLayout, o.image != "", cwd)
-	if err != nil {
-		return 0, err
+	spec := run.Spec{
+		Command:    args,
+		Name:       o.name,
+		RootFS:     run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize},
+		Env:        o.env,
+		Cwd:        cwd,
+		Workdir:    o.workdir,
+		CapAdd:     capAdd,
+		Limits:     limits,
+		TTY:        o.tty,
+		Stdout:     cmd.OutOrStdout(),
+		Stderr:     stderr,
+		LogFile:    o.log,
+		LogDir:     logRoot,
+		LogOptions: logOptions,
+		API:        o.api,
+		Pool:       pool,
+		StateDir:   o.stateDir,
+		Capture:    !o.noCapture,
+		// Its warnings (a listener that fails to accept, a failed look at
+		// this host's addresses) reach the user.
+		Logger: newLineLogger(stderr, "gateway: "),
+		Notes:  runNotes(stderr, o.quiet, o.image == "" && o.rootfs == "host", cwd, capAdd),
 	}
-	var layout rootfs.Layout
-	switch {
-	case o.image != "":
-	case hostLayout:
-		if layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: usr.uid, GID: usr.gid, TmpSize: tmpSize}); err != nil {
-			return 0, err
-		}
-	default:
-		if layout, err = rootfs.Dir(o.rootfs); err != nil {
-			return 0, err
-		}
+	if o.image == "" && o.rootfs != "host" {
+		spec.RootFS.Dir = o.rootfs
 	}
-	if o.workdir != "" {
-		layout.Cwd = o.workdir
+	if !o.quiet && isTerminal(cmd.ErrOrStderr()) {
+		spec.RootFS.PullProgress = cmd.ErrOrStderr()
+	}
+	if spec.User, err = userFlag(o.user); err != nil {
+		return run.Spec{}, err
 	}
 	for _, v := range o.volumes {
 		m, err := parseVolume(v)
 		if err != nil {
-			return 0, err
+			return run.Spec{}, err
 		}
-		layout.Mounts = append(layout.Mounts, m)
+		spec.Volumes = append(spec.Volumes, m)
 	}
-	// A command that cannot start says why before anything is made: which
-	// uid cannot enter which directory, or that it is not on the PATH.
-	if code, why := checkCommand(layout, usr, capAdd, args[0], o.rootfs, append(slices.Clip(layout.Env), o.env...)); code != 0 {
-		fmt.Fprintln(stderr, "sbx: "+why)
-		return code, nil
+	if !o.quiet && !o.tty {
+		spec.Sinks = append(spec.Sinks, &liveSink{w: stderr})
 	}
-	// The gateway refuses a link, a pipe or a file of another owner at the
-	// log's path, and one that is not empty without --log-append; a path
-	// the sandbox can write, or reach the log through (by any mount), is
-	// refused here, and a file that is not empty too, before anything is
-	// made.
-	if o.log != "" {
-		if err := outsideOf(o.log, layout.Writable()); err != nil {
-			return 0, fmt.Errorf("--log %s: %w; keep it outside the working directory and -v mounts, and outside every other mount of them (the default is %s/<id>/decisions.jsonl)", o.log, reachableLogError(err), logRoot)
-		}
-		if err := o.logLimits.checkExisting(o.log); err != nil {
-			return 0, err
-		}
-	} else if err := outsideOf(logRoot, layout.Writable()); err != nil {
-		return 0, fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", logRoot, reachableLogError(err))
+	if o.stdin {
+		spec.Stdin = cmd.InOrStdin()
 	}
-	if !o.quiet {
-		if note := usr.note(hostLayout, cwd, capAdd); note != "" {
-			fmt.Fprintln(stderr, "sbx: "+note)
-		}
-	}
-	pool, err := netip.ParsePrefix(o.subnetPool)
-	if err != nil {
-		return 0, fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
-	}
+	return spec, nil
+}
+
+// readConfig reads what the flags name into spec: the policy and the LLM
+// scripts it names, the mocks and recordings, the resolver's settings,
+// the upstreams' CA.
+func (o runOptions) readConfig(cmd *cobra.Command, spec *run.Spec) error {
 	p, err := o.policy.Build()
 	if err != nil {
-		return 0, err
+		return err
 	}
-	scripts, err := policyScripts(o.policy.Policy, p)
-	if err != nil {
-		return 0, err
+	spec.Policy = p
+	if spec.LLMScripts, err = policyScripts(o.policy.Policy, p); err != nil {
+		return err
 	}
-	mocks, err := parseMockLLM(o.mockLLM)
-	if err != nil {
-		return 0, usageError(cmd, err)
+	if spec.MockLLM, err = parseMockLLM(o.mockLLM); err != nil {
+		return usageError(cmd, err)
 	}
-	recordings, err := parseRecordLLM(o.recordLLM, mocks)
-	if err != nil {
-		return 0, usageError(cmd, err)
+	if spec.Recordings, err = parseRecordLLM(o.recordLLM, spec.MockLLM); err != nil {
+		return usageError(cmd, err)
 	}
-	// Written once the sandbox and its gateway are gone (this runs after
-	// the deferred Close below), so that every exchange is in.
-	defer func() {
-		if err := writeRecordings(recordings, stderr); err != nil {
-			retErr = multierror.Append(retErr, err)
-		}
-	}()
-	res := &gateway.Resolver{}
+	spec.Resolver = &gateway.Resolver{}
 	if o.hostDNS != "" {
-		if res.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
-			return 0, fmt.Errorf("--host-dns: %w", err)
+		if spec.Resolver.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
+			return fmt.Errorf("--host-dns: %w", err)
 		}
 	}
 	for _, v := range o.resolve {
 		host, ip, err := gateway.ParseStatic(v)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		res.AddStatic(host, ip)
+		spec.Resolver.AddStatic(host, ip)
 	}
-	if o.image != "" {
-		if o.image, err = ensureImage(ctx, rt, rtName, o.image, o.pull, cmd.ErrOrStderr(), o.quiet); err != nil {
-			return 0, err
+	if o.upstreamCA != "" {
+		if spec.UpstreamRoots, err = upstreamRoots(o.upstreamCA); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	var sinks []gateway.Sink
-	if !o.quiet && !o.tty {
-		sinks = append(sinks, &liveSink{w: stderr})
-	}
-	var stdin io.Reader
-	if o.stdin {
-		stdin = cmd.InOrStdin()
-	}
-	var mounts []specs.Mount
-	for _, m := range layout.Mounts {
-		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
-	}
-	// TLS inspection, for the hosts the policy inspects now or later: a
-	// CA for this sandbox, which its command trusts (docs/inspection.md).
-	insp, err := newInspection(trustTarget{host: hostLayout, dir: layout.Root}, o.upstreamCA)
-	if err != nil {
-		return 0, err
-	}
-	initPath := sandbox.FindInit()
-	if initPath == "" && !o.quiet {
-		fmt.Fprintln(stderr, "sbx: no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it")
-	}
-	logFile := o.log
-	startGateway := func(ctx context.Context, c sandbox.GatewayConfig) (io.Closer, error) {
-		if logFile == "" {
-			logFile = filepath.Join(logRoot, c.ID, "decisions.jsonl")
+// runNotes returns the function that says the run's notes on stderr:
+// with quiet, only where the decision log is and what was recorded.
+// hostLayout, cwd and capAdd are for the note about the user.
+func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []string) func(run.Note) {
+	return func(n run.Note) {
+		var line string
+		switch n := n.(type) {
+		case run.UserChosen:
+			if !quiet {
+				line = userNote(n.User, hostLayout, cwd, capAdd)
+			}
+		case run.NoInit:
+			if !quiet {
+				line = "no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it"
+			}
+		case run.Closed:
+			line = fmt.Sprintf("decision log of sandbox %s: %s", n.ID, n.LogFile)
+		case run.Recorded:
+			line = recordedNote(n)
 		}
-		opts := gateway.Options{
-			Listen:    c.Listen.String(),
-			API:       append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, o.api...),
-			TokenFile: filepath.Join(c.StateDir, "token"),
-			Policy:    p,
-			Resolver:  res,
-			LogFile:   logFile,
-			LogLimits: logLimits,
-			Sinks:     sinks,
-			Sandbox:   c.ID,
-			// Only this sandbox may use its gateway, and the gateway
-			// dials no sandbox's address, whatever the policy allows.
-			ListenInterface: c.Interface,
-			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
-			Fence:           c.Fence,
-			CA:              insp.ca,
-			UpstreamRoots:   insp.upstreamRoots,
-			MockLLM:         mocks,
-			LLMScripts:      scripts,
-			RecordLLM:       recorders(recordings),
-			// Its warnings (a listener that fails to accept, a failed
-			// look at this host's addresses) reach the user.
-			Logger: newLineLogger(stderr, "gateway: "),
+		if line != "" {
+			fmt.Fprintln(stderr, "sbx: "+line)
 		}
-		if c.Capture == nil {
-			return gateway.Start(ctx, opts)
-		}
-		// Capture (docs/capture.md): the DNS stub, the transparent
-		// listener, the refused packets' reports, and which process
-		// owned each socket.
-		opts.DNS, opts.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
-		owners := c.Capture.Owners
-		opts.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
-			p, ok := owners.Lookup(network, client, remote)
-			return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
-		}
-		g, err := gateway.Start(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		// Ends when the sandbox closes its packet log, or on a read
-		// error, which is said and recorded.
-		go forwardPackets(c.Capture.Packets, g.Server, opts.Logger)
-		return g, nil
 	}
-	s, err := sandbox.Start(ctx, sandbox.Spec{
-		Name:     o.name,
-		Command:  args,
-		StateDir: o.stateDir,
-		Pool:     pool,
-		Runtime:  rt,
-		Gateway:  startGateway,
-		Container: sandbox.ContainerSpec{
-			RootFS:        layout.Root,
-			Image:         o.image,
-			Mounts:        mounts,
-			Masked:        layout.Masked,
-			Env:           append(slices.Clip(layout.Env), o.env...),
-			Cwd:           layout.Cwd,
-			UID:           usr.uid,
-			GID:           usr.gid,
-			KeepImageUser: usr.keepImage,
-			CapAdd:        capAdd,
-			Limits:        limits,
-			TTY:           o.tty,
-			Init:          initPath,
-		},
-		Stdio:   sandbox.Stdio{In: stdin, Out: cmd.OutOrStdout(), Err: stderr},
-		Capture: !o.noCapture,
-		Trust:   insp.trust,
-	})
-	var se *sandbox.StartError
-	if errors.As(err, &se) {
-		fmt.Fprintln(stderr, "sbx: "+startProblem(se, args[0], usr.uid, o.image != ""))
-		return se.Code, nil
-	}
-	if errors.Is(err, sandbox.ErrDockerCapAdd) {
+}
+
+// startFailed words err, run.Start's, with the flags: a command that
+// cannot start is said in one line and exits with its code; the rest are
+// sbx's failures.
+func (o runOptions) startFailed(err error, argv0, rtName string, stderr io.Writer) (int, error) {
+	var (
+		ae *rootfs.AccessError
+		se *run.StartError
+		le *run.LogPathError
+		ie *run.ImageError
+	)
+	switch {
+	case errors.As(err, &ae):
+		fmt.Fprintln(stderr, "sbx: "+accessProblem(ae, o.rootfs))
+		return ae.Code, nil
+	case errors.As(err, &se):
+		fmt.Fprintln(stderr, "sbx: "+startProblem(se.Err, argv0, se.User.UID, o.image != ""))
+		return se.Err.Code, nil
+	case errors.As(err, &le):
+		return 0, logPathProblem(le)
+	case errors.As(err, &ie):
+		return 0, imageProblem(ie.Err, rtName)
+	case errors.Is(err, sandbox.ErrDockerCapAdd):
 		return 0, fmt.Errorf("%w; with --runtime docker, give --cap-add only with --user 0, or use --runtime containerd", err)
 	}
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err := s.Close(); err != nil {
-			retErr = multierror.Append(retErr, err)
-		}
-		// After the command's output, which the container's removal drains.
-		fmt.Fprintf(stderr, "sbx: decision log of sandbox %s: %s\n", s.ID, logFile)
-	}()
-	if !o.quiet {
-		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", s.ID, s.Proxy)
-	}
-	// Ctrl-C or SIGTERM: the command gets SIGTERM, and SIGKILL after 10 s.
-	code, err = s.Wait(ctx)
-	if ctx.Err() != nil && err == ctx.Err() {
-		code, err = s.Stop(10 * time.Second)
-	}
-	return code, err
+	return 0, err
 }
 
 // lockedWriter serializes writes to w.
@@ -505,6 +446,19 @@ func parseVolume(v string) (rootfs.Mount, error) {
 		opts = rootfs.ReadOnlyBind
 	}
 	return rootfs.Mount{Destination: filepath.Clean(dst), Source: src, Type: "bind", Options: opts}, nil
+}
+
+// userFlag is the user --user asks for, 0 included (host root, asked
+// for), or nil without it: the run library chooses.
+func userFlag(v string) (*run.User, error) {
+	if v == "" {
+		return nil, nil
+	}
+	uid, gid, err := parseUser(v)
+	if err != nil {
+		return nil, err
+	}
+	return &run.User{UID: uid, GID: gid, Why: run.UserAsked}, nil
 }
 
 // parseUser parses --user UID[:GID].

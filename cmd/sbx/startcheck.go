@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/sbx-dev/sbx/rootfs"
@@ -12,24 +10,6 @@ import (
 
 // Why a command cannot start, said in one line with the fix: sbx run's
 // exit codes 126 and 127 never come without a word.
-
-// commandPath is the PATH the command gets: the last PATH in env, else
-// the sandbox's default.
-func commandPath(env []string) string {
-	p := sandbox.DefaultPath
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			p = v
-		}
-	}
-	return p
-}
-
-// overridesPermissions reports whether caps hold a capability with which
-// root passes permission bits, so that they decide nothing.
-func overridesPermissions(uid uint32, caps []string) bool {
-	return uid == 0 && (slices.Contains(caps, "CAP_DAC_OVERRIDE") || slices.Contains(caps, "CAP_DAC_READ_SEARCH"))
-}
 
 // accessProblem words e, found before the container started, as one line
 // with the fix. rootfsFlag is --rootfs's value ("host" or a directory).
@@ -83,18 +63,4 @@ func startProblem(se *sandbox.StartError, argv0 string, uid uint32, image bool) 
 		return fmt.Sprintf("%s could not be started: %s; check that %s has it, on the PATH or at the path given", argv0, msg, where)
 	}
 	return fmt.Sprintf("%s could not be started: %s; check that uid %d may enter every directory on its way in %s and execute it (or give --user)", argv0, msg, uid, where)
-}
-
-// checkCommand runs the layout's check of argv0 for the user and returns
-// the exit code and line of a command that cannot start, or 0 and "".
-func checkCommand(layout rootfs.Layout, u runUser, capAdd []string, argv0, rootfsFlag string, env []string) (int, string) {
-	if overridesPermissions(u.uid, capAdd) {
-		return 0, ""
-	}
-	err := layout.CheckCommand(u.uid, u.gid, layout.Cwd, argv0, commandPath(env))
-	var ae *rootfs.AccessError
-	if !errors.As(err, &ae) {
-		return 0, ""
-	}
-	return ae.Code, accessProblem(ae, rootfsFlag)
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package run
 
 // mountAliases returns real alone: outside Linux, sbx does not look for
 // the other places a mount may show it.

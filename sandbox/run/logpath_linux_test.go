@@ -1,10 +1,11 @@
-package main
+package run
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,7 +13,7 @@ import (
 	"github.com/sbx-dev/sbx/rootfs"
 )
 
-// TestPrivilegedOutsideOfMounts: a --log path the sandbox can reach through
+// TestPrivilegedOutsideOfMounts: a log path the sandbox can reach through
 // another mount than the path it is given is refused: compared as files,
 // not as names. The working directory work is mounted read-write, and a
 // file vol with -v; elsewhere on the host (in a mount namespace of this
@@ -98,9 +99,45 @@ func TestPrivilegedOutsideOfMounts(t *testing.T) {
 	} {
 		err := outsideOf(tc.path, l.Writable())
 		t.Logf("outsideOf(%s): %v", tc.path, err)
-		var we *writableError
+		var we *WritableError
 		if refused := errors.As(err, &we); refused != tc.refused || err != nil && we == nil {
 			t.Errorf("outsideOf(%s) = %v, want refused %v", tc.path, err, tc.refused)
+		}
+	}
+}
+
+// TestOutsideOf: a path is refused when it, or any entry crossed on the
+// way to it (links followed one at a time), lies in a writable directory:
+// a link a sandbox planted in its working directory that points outside
+// is refused as well as a link outside pointing in; a read-only volume is
+// not writable.
+func TestOutsideOf(t *testing.T) {
+	work, outside, vol := t.TempDir(), t.TempDir(), t.TempDir()
+	os.Symlink(outside, filepath.Join(work, "logs"))      // planted by a sandbox
+	os.Symlink(work, filepath.Join(outside, "into-work")) // points in
+	os.Symlink("../"+filepath.Base(outside), filepath.Join(vol, "rel"))
+	l := rootfs.Layout{Mounts: []rootfs.Mount{
+		{Destination: work, Source: work, Type: "bind", Options: rootfs.ReadWriteBind},
+		{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadOnlyBind},
+		{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs"},
+	}}
+	writable := l.Writable()
+	if !slices.Equal(writable, []string{work}) {
+		t.Fatalf("Writable() = %q, want only %s", writable, work)
+	}
+	for path, refused := range map[string]bool{
+		filepath.Join(work, "d.jsonl"):                         true,
+		filepath.Join(work, "a", "b", "d.jsonl"):               true,
+		filepath.Join(work, "logs", "d.jsonl"):                 true, // a link in work, to outside
+		filepath.Join(outside, "into-work", "d.jsonl"):         true, // a link outside, into work
+		filepath.Join(outside, "d.jsonl"):                      false,
+		filepath.Join(vol, "d.jsonl"):                          false, // read-only volume
+		filepath.Join(vol, "rel", "d.jsonl"):                   false,
+		filepath.Join(work, "..", filepath.Base(outside), "x"): false,
+	} {
+		err := outsideOf(path, writable)
+		if (err != nil) != refused {
+			t.Errorf("outsideOf(%s) = %v, want refused %v", path, err, refused)
 		}
 	}
 }

@@ -1,0 +1,200 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sbx-dev/sbx/gateway"
+)
+
+// A LogPathError refuses the decision log's path before anything is made.
+type LogPathError struct {
+	// Path is the log file's path, or with Dir the directory the logs go
+	// in when no file is given (Spec.LogDir).
+	Path string
+	Dir  bool
+	// CannotLook says sbx could not look at Path (Reason says why).
+	// Otherwise Reason is a *WritableError when the sandbox could write,
+	// replace or reach Path, or why sbx cannot tell whether it could.
+	CannotLook bool
+	Reason     error
+}
+
+func (e *LogPathError) Error() string {
+	var we *WritableError
+	switch {
+	case e.CannotLook:
+		return "decision log " + e.Path + ": " + e.Reason.Error()
+	case errors.As(e.Reason, &we):
+		return "decision log " + e.Path + ": " + e.Reason.Error() + ", so the sandbox could replace, rewrite or link the log"
+	}
+	return "decision log " + e.Path + ": cannot tell whether the sandbox could reach it (" + e.Reason.Error() + ")"
+}
+
+func (e *LogPathError) Unwrap() error { return e.Reason }
+
+// A WritableError is the answer for a path the sandbox can write or
+// replace: it says through what.
+type WritableError struct{ text string }
+
+func (e *WritableError) Error() string { return e.text }
+
+// CheckLogFile refuses path, a decision log file, when it already holds
+// something and appending is not asked for, before anything starts: a
+// *gateway.NonEmptyLogFileError, which the gateway returns too when it
+// opens the file (the file could change in between; this is the early
+// answer). A path it cannot look at is a *LogPathError with CannotLook.
+func CheckLogFile(path string, appendTo bool) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return &LogPathError{Path: path, CannotLook: true, Reason: err}
+	case fi.Mode().IsRegular() && fi.Size() > 0 && !appendTo:
+		return &gateway.NonEmptyLogFileError{Path: path, Size: fi.Size()}
+	}
+	return nil
+}
+
+// checkLogPath refuses a log path the sandbox can write or reach through
+// any of writable (its read-write mounts), and a log file that is not
+// empty unless it is appended to. With file "" the logs go below dir,
+// which is checked instead.
+func checkLogPath(file, dir string, appendTo bool, writable []string) error {
+	if file == "" {
+		if err := outsideOf(dir, writable); err != nil {
+			return &LogPathError{Path: dir, Dir: true, Reason: err}
+		}
+		return nil
+	}
+	if err := outsideOf(file, writable); err != nil {
+		return &LogPathError{Path: file, Reason: err}
+	}
+	return CheckLogFile(file, appendTo)
+}
+
+// outsideOf returns a *WritableError when path lies in one of dirs, or
+// when reaching it goes through an entry that does, and another error when
+// it cannot tell. Lying in a directory is a matter of filesystem objects,
+// not of path names: every place this mount namespace shows a directory
+// of dirs under (a bind mount of it or of a directory below it elsewhere,
+// its filesystem mounted again; see mountAliases) counts as the directory,
+// and an entry that is the same file as one of dirs (a hard link to a file
+// mounted with -v) is refused too. Every directory entry on the way is
+// checked where it really is, and symbolic links are followed one by one,
+// so neither a link inside dirs (planted by a sandbox that can write
+// there, pointing anywhere) nor a link elsewhere pointing into dirs gets
+// past. dirs are compared with their own links resolved.
+func outsideOf(path string, dirs []string) error {
+	type root struct {
+		at   string      // where the tree of dir shows
+		dir  string      // as given
+		real string      // dir with its links resolved
+		fi   os.FileInfo // dir's own
+	}
+	var roots []root
+	for _, d := range dirs {
+		rd, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return err
+		}
+		fi, err := os.Stat(rd)
+		if err != nil {
+			return err
+		}
+		aliases, err := mountAliases(rd)
+		if err != nil {
+			return fmt.Errorf("finding where the mounts show %s: %w", d, err)
+		}
+		for _, a := range aliases {
+			roots = append(roots, root{a, d, rd, fi})
+		}
+	}
+	inside := func(p string) (root, bool) {
+		for _, r := range roots {
+			if rel, err := filepath.Rel(r.at, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return r, true
+			}
+		}
+		return root{}, false
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	// refuse words the refusal of next, which lies in r (or is the same
+	// file as r.dir, when same).
+	refuse := func(next string, r root, same bool) error {
+		final := next == filepath.Clean(abs)
+		place := r.dir
+		if r.at != r.real {
+			place = r.at + " (which shares files with " + r.dir + " through a mount)"
+		}
+		var text string
+		switch {
+		case same && final:
+			text = "it is the same file as " + r.dir
+		case same:
+			text = "reaching it goes through " + next + ", the same file as " + r.dir
+		case final && next == r.at:
+			text = "it is " + place
+		case final:
+			text = "it lies in " + place
+		case next == r.at:
+			text = "reaching it goes through " + place
+		default:
+			text = "reaching it goes through " + next + ", in " + place
+		}
+		return &WritableError{text + ", which the sandbox can write"}
+	}
+	at, rest := "/", strings.Split(abs, "/")
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			at = filepath.Dir(at)
+			continue
+		}
+		next := filepath.Join(at, c)
+		if r, ok := inside(next); ok {
+			return refuse(next, r, false)
+		}
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			at = next // nothing below a missing entry can be a link
+			continue
+		case err != nil:
+			return err
+		}
+		for _, r := range roots {
+			if os.SameFile(fi, r.fi) {
+				return refuse(next, r, true)
+			}
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			at = next
+			continue
+		}
+		if links++; links > 40 {
+			return fmt.Errorf("too many symbolic links on the way to it")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(target) {
+			at = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+package run
+
+// A Note is something a caller may want to tell its user, which Start and
+// Close pass to Spec.Notes as it happens: UserChosen, NoInit, Closed and
+// Recorded.
+type Note interface{ isNote() }
+
+// UserChosen says who the command will run as, before anything is made.
+type UserChosen struct{ User User }
+
+// NoInit says that no init (tini) was found: the command runs as PID 1,
+// which ignores SIGTERM unless it handles it.
+type NoInit struct{}
+
+// Closed says that the sandbox and its gateway are gone, so its decision
+// log is complete: ID's log is LogFile.
+type Closed struct{ ID, LogFile string }
+
+// Recorded says that a recording's script was written, with Exchanges
+// exchanges.
+type Recorded struct {
+	Host, Path string
+	Exchanges  int
+}
+
+func (UserChosen) isNote() {}
+func (NoInit) isNote()     {}
+func (Closed) isNote()     {}
+func (Recorded) isNote()   {}

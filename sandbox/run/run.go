@@ -1,0 +1,436 @@
+package run
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/rootfs"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Where a run keeps what the Spec does not place elsewhere.
+const (
+	// DefaultLogDir is where the decision logs go: DefaultLogDir/<id>/decisions.jsonl.
+	DefaultLogDir = "/var/lib/sbx/sandboxes"
+	// DefaultHostRoot is the skeleton root directory of the host's layout.
+	DefaultHostRoot = "/var/lib/sbx/hostroot"
+)
+
+// Runtime is a container runtime Start runs the sandbox with, already
+// connected: *sandbox.Containerd or *sandbox.Docker. The caller closes
+// it, after Close.
+type Runtime interface {
+	sandbox.Runtime
+	EnsureImage(ctx context.Context, ref string, policy sandbox.PullPolicy, progress io.Writer) (string, error)
+}
+
+// RootFS says what the command sees as /: the host's system directories
+// (read-only, secrets masked, the working directory read-write) when Dir
+// and Image are both "", else a directory (read-only) or an image.
+type RootFS struct {
+	// Dir is a root directory.
+	Dir string
+	// Image is an image's reference, in the runtime's store or pulled
+	// into it by Pull, with PullProgress (nil: none) shown while it is.
+	Image        string
+	Pull         sandbox.PullPolicy
+	PullProgress io.Writer
+	// HostRoot is the host layout's skeleton root directory; "" means
+	// DefaultHostRoot.
+	HostRoot string
+	// TmpSize bounds the host layout's /tmp and home directory, each, in
+	// bytes; 0 means rootfs.DefaultTmpSize.
+	TmpSize int64
+}
+
+// Spec is what Start runs. Command, Policy and Runtime are required;
+// every other zero field has the default its comment names.
+type Spec struct {
+	// Command is the command and its arguments.
+	Command []string
+	// Name labels the sandbox (sandbox.Spec.Name).
+	Name string
+	// Policy decides the sandbox's requests. Resolver resolves names for
+	// the gateway; nil is the host's resolver.
+	Policy   *netpolicy.Policy
+	Resolver *gateway.Resolver
+
+	// RootFS is the command's /, Volumes are mounted over it, and Env
+	// comes after the layout's own variables.
+	RootFS  RootFS
+	Volumes []rootfs.Mount
+	Env     []string
+	// Cwd is the working directory sbx was started in, which the host's
+	// layout shares; "" means this process's.
+	Cwd string
+	// Workdir is the command's working directory in the sandbox; "" is
+	// the layout's (Cwd with the host's layout, else /).
+	Workdir string
+	// User is who the command runs as; nil means ChooseUser's choice.
+	User *User
+	// CapAdd are capabilities given back (of sandbox.DroppedCapabilities),
+	// and Limits bound memory, CPU and processes.
+	CapAdd []string
+	Limits sandbox.Limits
+	// TTY gives the command a terminal; Stdin (nil: none), Stdout and
+	// Stderr (nil: discarded) are its streams.
+	TTY            bool
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+
+	// LogFile is the decision log's file; "" means
+	// LogDir/<id>/decisions.jsonl, with LogDir "" meaning DefaultLogDir.
+	// LogOptions say how it is written (LogOptions.Append lets a file that
+	// is not empty be added to).
+	LogFile    string
+	LogDir     string
+	LogOptions gateway.FileSinkOptions
+	// Sinks also receive every record, such as live lines.
+	Sinks []gateway.Sink
+
+	// Runtime runs the container.
+	Runtime Runtime
+	// API are addresses the management API is served on besides the
+	// socket in the sandbox's state directory.
+	API []string
+	// Pool is where the sandbox's /30 comes from, and StateDir where
+	// running sandboxes are recorded (sandbox.Spec's defaults).
+	Pool     netip.Prefix
+	StateDir string
+	// Capture sends what ignores the proxy to the gateway too
+	// (sandbox.Spec.Capture).
+	Capture bool
+
+	// UpstreamRoots verify the upstreams of inspected HTTPS requests; nil
+	// means the host's roots.
+	UpstreamRoots *x509.CertPool
+	// MockLLM answer the APIs of their hosts; LLMScripts are the scripts
+	// the policy's intercept rules answer with, by name.
+	MockLLM    map[string]*mockllm.Responder
+	LLMScripts map[string]*mockllm.Responder
+	// Recordings are recorded, and written by Close.
+	Recordings []Recording
+
+	// Logger receives the gateway's operational messages; nil discards
+	// them. Notes, if set, receives the Notes of Start and Close, in order.
+	Logger *slog.Logger
+	Notes  func(Note)
+}
+
+// A StartError is the runtime's refusal to start the command, with the
+// user it was to run as.
+type StartError struct {
+	User User
+	Err  *sandbox.StartError
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// An ImageError is an image that could not be made ready in the
+// runtime's store; Err is the runtime's error (sandbox.ErrImageNotPresent,
+// ErrImageNotFound, ErrRegistryUnreachable, ...).
+type ImageError struct {
+	Ref string
+	Err error
+}
+
+func (e *ImageError) Error() string { return e.Err.Error() }
+func (e *ImageError) Unwrap() error { return e.Err }
+
+// Run is a running sandbox made by Start. Wait and Stop may be called
+// from different goroutines; Close must always be called.
+type Run struct {
+	s          *sandbox.Sandbox
+	logFile    string
+	recordings []recording
+	notes      func(Note)
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// ID is the sandbox's id.
+func (r *Run) ID() string { return r.s.ID }
+
+// Proxy is the gateway's URL, as the command finds it in HTTP_PROXY.
+func (r *Run) Proxy() string { return r.s.Proxy }
+
+// LogFile is the decision log's path.
+func (r *Run) LogFile() string { return r.logFile }
+
+// Wait waits for the command's end and returns its exit code, or ctx's
+// error when ctx ends first (the command runs on: Stop ends it).
+func (r *Run) Wait(ctx context.Context) (int, error) { return r.s.Wait(ctx) }
+
+// Stop sends the command SIGTERM, then SIGKILL after grace, and returns
+// its exit code.
+func (r *Run) Stop(grace time.Duration) (int, error) { return r.s.Stop(grace) }
+
+// Close takes the sandbox and its gateway down (Closed is noted), then
+// writes the recordings (each noted as Recorded). It returns every
+// failure: the teardown's, and a *RecordingError for each recording not
+// written. Only the first call does anything.
+func (r *Run) Close() error {
+	r.closeOnce.Do(func() {
+		var errs *multierror.Error
+		errs = multierror.Append(errs, r.s.Close())
+		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile})
+		errs = multierror.Append(errs, writeRecordings(r.recordings, r.notes)...)
+		r.closeErr = errs.ErrorOrNil()
+	})
+	return r.closeErr
+}
+
+// prepared is what Start works out before it makes anything.
+type prepared struct {
+	hostLayout bool
+	layout     rootfs.Layout
+	user       User
+	env        []string
+}
+
+// prepare chooses the user and lays out the root filesystem, and checks
+// that the command can start and the log is out of the sandbox's reach.
+func prepare(spec *Spec) (prepared, error) {
+	if len(spec.Command) == 0 || spec.Policy == nil || spec.Runtime == nil {
+		return prepared{}, errors.New("run: Spec.Command, Spec.Policy and Spec.Runtime are required")
+	}
+	fsys := spec.RootFS
+	if fsys.Dir != "" && fsys.Image != "" {
+		return prepared{}, errors.New("run: RootFS.Dir and RootFS.Image both say what / is; give one of them")
+	}
+	p := prepared{hostLayout: fsys.Dir == "" && fsys.Image == ""}
+	cwd := spec.Cwd
+	if cwd == "" {
+		var err error
+		if cwd, err = os.Getwd(); err != nil {
+			return p, err
+		}
+	}
+	if spec.User != nil {
+		p.user = *spec.User
+	} else {
+		var err error
+		if p.user, err = ChooseUser(p.hostLayout, fsys.Image != "", cwd); err != nil {
+			return p, err
+		}
+	}
+	var err error
+	switch {
+	case fsys.Image != "":
+	case p.hostLayout:
+		hostRoot := fsys.HostRoot
+		if hostRoot == "" {
+			hostRoot = DefaultHostRoot
+		}
+		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize})
+	default:
+		p.layout, err = rootfs.Dir(fsys.Dir)
+	}
+	if err != nil {
+		return p, err
+	}
+	if spec.Workdir != "" {
+		p.layout.Cwd = spec.Workdir
+	}
+	p.layout.Mounts = append(p.layout.Mounts, spec.Volumes...)
+	p.env = append(slices.Clip(p.layout.Env), spec.Env...)
+	// A command that cannot start says why before anything is made:
+	// which uid cannot enter which directory, or that it is not on the
+	// PATH.
+	if !overridesPermissions(p.user.UID, spec.CapAdd) {
+		err := p.layout.CheckCommand(p.user.UID, p.user.GID, p.layout.Cwd, spec.Command[0], commandPath(p.env))
+		var ae *rootfs.AccessError
+		if errors.As(err, &ae) {
+			return p, ae
+		}
+	}
+	// The gateway refuses a link, a pipe or a file of another owner at the
+	// log's path, and one that is not empty unless appended to; a path the
+	// sandbox can write, or reach the log through (by any mount), is
+	// refused here, and a file that is not empty too, before anything is
+	// made.
+	return p, checkLogPath(spec.LogFile, logDir(spec), spec.LogOptions.Append, p.layout.Writable())
+}
+
+func logDir(spec *Spec) string {
+	if spec.LogDir == "" {
+		return DefaultLogDir
+	}
+	return spec.LogDir
+}
+
+// commandPath is the PATH the command gets: the last PATH in env, else
+// the sandbox's default.
+func commandPath(env []string) string {
+	p := sandbox.DefaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			p = v
+		}
+	}
+	return p
+}
+
+// overridesPermissions reports whether caps hold a capability with which
+// root passes permission bits, so that they decide nothing.
+func overridesPermissions(uid uint32, caps []string) bool {
+	return uid == 0 && (slices.Contains(caps, "CAP_DAC_OVERRIDE") || slices.Contains(caps, "CAP_DAC_READ_SEARCH"))
+}
+
+// Start makes the sandbox and starts its command. Before it makes
+// anything it returns a *rootfs.AccessError for a command that cannot
+// start (the code to exit with in its Code), a *LogPathError or
+// *gateway.NonEmptyLogFileError for a log path it refuses, and an
+// *ImageError for an image it cannot make ready; the runtime's refusal
+// to start the command is a *StartError; sandbox.ErrDockerCapAdd is
+// Docker's refusal of CapAdd for a user that is not root. On error
+// nothing is left. The caller must Close the Run.
+func Start(ctx context.Context, spec Spec) (*Run, error) {
+	if spec.Notes == nil {
+		spec.Notes = func(Note) {}
+	}
+	p, err := prepare(&spec)
+	if err != nil {
+		return nil, err
+	}
+	spec.Notes(UserChosen{User: p.user})
+	image := spec.RootFS.Image
+	if image != "" {
+		if image, err = spec.Runtime.EnsureImage(ctx, image, spec.RootFS.Pull, spec.RootFS.PullProgress); err != nil {
+			return nil, &ImageError{Ref: spec.RootFS.Image, Err: err}
+		}
+	}
+	// TLS inspection, for the hosts the policy inspects now or later: a
+	// CA for this sandbox, which its command trusts (docs/inspection.md).
+	insp, err := newInspection(trustTarget{host: p.hostLayout, dir: p.layout.Root}, spec.UpstreamRoots)
+	if err != nil {
+		return nil, err
+	}
+	initPath := sandbox.FindInit()
+	if initPath == "" {
+		spec.Notes(NoInit{})
+	}
+	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.LogFile}
+	var mounts []specs.Mount
+	for _, m := range p.layout.Mounts {
+		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
+	}
+	stdout, stderr := spec.Stdout, spec.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	s, err := sandbox.Start(ctx, sandbox.Spec{
+		Name:     spec.Name,
+		Command:  spec.Command,
+		StateDir: spec.StateDir,
+		Pool:     spec.Pool,
+		Runtime:  spec.Runtime,
+		Gateway:  r.gatewayStarter(&spec, insp),
+		Container: sandbox.ContainerSpec{
+			RootFS:        p.layout.Root,
+			Image:         image,
+			Mounts:        mounts,
+			Masked:        p.layout.Masked,
+			Env:           p.env,
+			Cwd:           p.layout.Cwd,
+			UID:           p.user.UID,
+			GID:           p.user.GID,
+			KeepImageUser: p.user.KeepImage,
+			CapAdd:        spec.CapAdd,
+			Limits:        spec.Limits,
+			TTY:           spec.TTY,
+			Init:          initPath,
+		},
+		Stdio:   sandbox.Stdio{In: spec.Stdin, Out: stdout, Err: stderr},
+		Capture: spec.Capture,
+		Trust:   insp.trust,
+	})
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		return nil, &StartError{User: p.user, Err: se}
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.s = s
+	return r, nil
+}
+
+// gatewayStarter returns the function that starts the sandbox's gateway:
+// on the host end of its veth, serving only the sandbox, with the
+// decision log in r's log file (set here when it is the default), and
+// with capture's listeners and the refused packets' reports when the
+// sandbox captures.
+func (r *Run) gatewayStarter(spec *Spec, insp *inspection) sandbox.StartGateway {
+	return func(ctx context.Context, c sandbox.GatewayConfig) (io.Closer, error) {
+		if r.logFile == "" {
+			r.logFile = filepath.Join(logDir(spec), c.ID, "decisions.jsonl")
+		}
+		logger := spec.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		opts := gateway.Options{
+			Listen:    c.Listen.String(),
+			API:       append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, spec.API...),
+			TokenFile: filepath.Join(c.StateDir, "token"),
+			Policy:    spec.Policy,
+			Resolver:  spec.Resolver,
+			LogFile:   r.logFile,
+			LogLimits: spec.LogOptions,
+			Sinks:     spec.Sinks,
+			Sandbox:   c.ID,
+			// Only this sandbox may use its gateway, and the gateway
+			// dials no sandbox's address, whatever the policy allows.
+			ListenInterface: c.Interface,
+			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
+			Fence:           c.Fence,
+			CA:              insp.ca,
+			UpstreamRoots:   insp.upstreamRoots,
+			MockLLM:         spec.MockLLM,
+			LLMScripts:      spec.LLMScripts,
+			RecordLLM:       recorders(r.recordings),
+			Logger:          logger,
+		}
+		if c.Capture == nil {
+			return gateway.Start(ctx, opts)
+		}
+		// Capture (docs/capture.md): the DNS stub, the transparent
+		// listener, the refused packets' reports, and which process
+		// owned each socket.
+		opts.DNS, opts.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
+		owners := c.Capture.Owners
+		opts.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
+			p, ok := owners.Lookup(network, client, remote)
+			return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
+		}
+		g, err := gateway.Start(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		// Ends when the sandbox closes its packet log, or on a read
+		// error, which is said and recorded.
+		go forwardPackets(c.Capture.Packets, g.Server, logger)
+		return g, nil
+	}
+}
