@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/rootfs"
@@ -119,7 +120,13 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 			return nil
 		},
 	}
-	fs := cmd.Flags()
+	o.addFlags(cmd.Flags())
+	cmd.Flags().SetInterspersed(false)
+	return cmd
+}
+
+// addFlags defines sbx run's flags in fs.
+func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	o.policy.AddFlags(fs)
 	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
 	fs.StringVar(&o.hostDNS, "host-dns", "", "resolve allowed names on the host with the DNS server `IP[:PORT]` instead of the host's resolver")
@@ -154,8 +161,6 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 	fs.StringVar(&o.dockerHost, "docker-host", "", "Docker's `ADDRESS` (default: DOCKER_HOST, or Docker's own default)")
 	fs.MarkHidden("state-dir")
 	fs.MarkHidden("docker-host")
-	fs.SetInterspersed(false)
-	return cmd
 }
 
 // dockerNeedsImage refuses what the docker runtime cannot run: a root
