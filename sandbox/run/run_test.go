@@ -1,0 +1,92 @@
+package run
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/rootfs"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// noRuntime is a Runtime that must not be used: its methods panic.
+type noRuntime struct{ Runtime }
+
+// TestStartRefusesBeforeMakingAnything: a command that cannot start, a
+// log path the sandbox could reach and a log of an earlier run are typed
+// errors of prepare, which Start returns before it makes or notes
+// anything; what prepare lets through is laid out as asked. (prepare is
+// called, not Start, so that a regression cannot make a sandbox here.)
+func TestStartRefusesBeforeMakingAnything(t *testing.T) {
+	policy, err := netpolicy.Parse("test", []byte("version: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, vol, logs := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "bin", "tool"), []byte("#!/bin/sh\n"), 0o755)
+	full := filepath.Join(logs, "full.jsonl")
+	os.WriteFile(full, []byte("{}\n"), 0o600)
+	user := &User{UID: 1000, GID: 1000, Why: UserAsked}
+	start := func(s Spec) (prepared, error) { return prepare(&s) }
+	spec := func(argv0, logFile, logDir string) Spec {
+		return Spec{
+			Command: []string{argv0},
+			Policy:  policy,
+			Runtime: noRuntime{},
+			RootFS:  RootFS{Dir: root},
+			Volumes: []rootfs.Mount{{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadWriteBind}},
+			User:    user,
+			LogFile: logFile,
+			LogDir:  logDir,
+		}
+	}
+	var (
+		ae *rootfs.AccessError
+		le *LogPathError
+		we *WritableError
+		ne *gateway.NonEmptyLogFileError
+	)
+	if _, err := start(spec("nothere", "", logs)); !errors.As(err, &ae) || ae.Code != sandbox.ExitNotFound || ae.UID != 1000 {
+		t.Errorf("a missing command: got %v, want a *rootfs.AccessError (not found) for uid 1000", err)
+	}
+	inVol := filepath.Join(vol, "d.jsonl")
+	if _, err := start(spec("tool", inVol, "")); !errors.As(err, &le) || le.Path != inVol || le.Dir || !errors.As(err, &we) {
+		t.Errorf("a log in a read-write volume: got %v, want a *LogPathError of %s with a *WritableError", err, inVol)
+	}
+	if _, err := start(spec("tool", "", filepath.Join(vol, "logs"))); !errors.As(err, &le) || !le.Dir {
+		t.Errorf("the logs' directory in a volume: got %v, want a *LogPathError of the directory", err)
+	}
+	if _, err := start(spec("tool", full, "")); !errors.As(err, &ne) || ne.Path != full {
+		t.Errorf("a log of an earlier run: got %v, want a *gateway.NonEmptyLogFileError", err)
+	}
+	for _, bad := range []Spec{
+		{Policy: policy, Runtime: noRuntime{}},
+		{Command: []string{"tool"}, Runtime: noRuntime{}},
+		{Command: []string{"tool"}, Policy: policy, Runtime: noRuntime{}, RootFS: RootFS{Dir: root, Image: "busybox"}},
+	} {
+		if _, err := prepare(&bad); err == nil {
+			t.Errorf("prepare(%+v) succeeded, want an error", bad)
+		}
+	}
+
+	s := spec("tool", full, "")
+	s.LogOptions.Append = true
+	s.Workdir, s.Env = "/data", []string{"A=1"}
+	p, err := prepare(&s)
+	if err != nil || p.hostLayout || p.user != *user || p.layout.Root != root || p.layout.Cwd != "/data" ||
+		len(p.layout.Mounts) != 1 || p.layout.Mounts[0].Source != vol || len(p.env) != 1 || p.env[0] != "A=1" {
+		t.Errorf("prepare: got %+v, %v; want the root directory, the volume, /data, A=1 and uid 1000", p, err)
+	}
+	// Root with a capability that passes permission bits is not checked.
+	s = spec("nothere", "", logs)
+	s.User, s.CapAdd = &User{}, []string{"CAP_DAC_OVERRIDE"}
+	if _, err := prepare(&s); err != nil {
+		t.Errorf("root with CAP_DAC_OVERRIDE: got %v, want no check", err)
+	}
+}
