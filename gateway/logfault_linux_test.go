@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"strconv"
@@ -82,8 +83,10 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 	}
 	wg.Wait()
 	fg.logs.waitFor(t, "cannot be written (write: no space left on device)", 1)
-	if err := fg.g.Close(); err == nil {
-		t.Error("Close with the log's filesystem full: got nil, want its error")
+	var le *LogFileError
+	if err := fg.g.Close(); !errors.As(err, &le) || !le.Closing || le.Lost == 0 || !errors.Is(err, unix.ENOSPC) ||
+		!strings.Contains(err.Error(), "lacks its last") {
+		t.Errorf("Close with the log's filesystem full: got %v, want a *LogFileError saying how many records the file lacks, and ENOSPC", err)
 	}
 
 	logged := map[string]bool{}

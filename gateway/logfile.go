@@ -940,6 +940,10 @@ func (s *FileSink) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	// What the file lacks if it cannot be written now.
+	s.fileMu.Lock()
+	lost := s.uncounted.Load() + uint64(bytes.Count(s.unwritten, []byte{'\n'})+bytes.Count(s.full, []byte{'\n'})+bytes.Count(s.buf, []byte{'\n'}))
+	s.fileMu.Unlock()
 	if s.staged == nil && s.uncounted.Load() > 0 {
 		s.stage(s.lastSeq+1, s.clock(time.Time{}))
 	}
@@ -949,6 +953,9 @@ func (s *FileSink) Close() error {
 	}
 	if err == nil {
 		err = s.flushLocked(0)
+	}
+	if le, ok := err.(*LogFileError); ok {
+		err = &LogFileError{Path: le.Path, Err: le.Err, Closing: true, Lost: lost}
 	}
 	s.fileMu.Lock()
 	if err == nil {
@@ -978,9 +985,18 @@ type LogFileError struct {
 	// Err is the error of the write (an *os.PathError with the errno,
 	// such as ENOSPC), or wraps ErrLogFileRemoved or ErrLogFileReplaced.
 	Err error
+	// Closing is set by Close, which could not write what the file
+	// lacked, Lost records (written while the file was at fault, or
+	// waiting for it).
+	Closing bool
+	Lost    uint64
 }
 
 func (e *LogFileError) Error() string {
+	if e.Closing {
+		return "decision log " + e.Path + " lacks its last " + strconv.FormatUint(e.Lost, 10) +
+			" records: the file could not be written (" + e.cause() + ")"
+	}
 	fix := "free space on its filesystem (or repair it); sbx tries again at every request"
 	switch {
 	case errors.Is(e.Err, ErrLogFileReplaced):

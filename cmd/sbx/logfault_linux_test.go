@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestPrivilegedFaultRunLogFull runs sbx run --quiet with its decision log
+// on a 64 KiB tmpfs, and a command that asks for an allowed upstream 400
+// times: once the filesystem is full, the requests get 403, every request
+// the upstream got has its allow record in the log, and stderr says at
+// once, --quiet or not, that the log cannot be written and why. sbx run
+// used to let the requests through unrecorded, and say nothing until it
+// exited 125.
+func TestPrivilegedFaultRunLogFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables, containerd and a tmpfs (CI runs as root)")
+	}
+	up := upstreamNamespace(t)
+	dir := t.TempDir()
+	logDir := filepath.Join(dir, "log")
+	if err := os.Mkdir(logDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", logDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0700"); err != nil {
+		t.Fatalf("mounting a tmpfs on %s: %v", logDir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(logDir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", logDir, err)
+		}
+	})
+	logFile := filepath.Join(logDir, "decisions.jsonl")
+	script := `GW=${HTTP_PROXY#http://}
+i=0
+while [ $i -lt 400 ]; do
+	printf 'GET http://allowed.test:8080/%d HTTP/1.1\r\nHost: allowed.test:8080\r\nConnection: close\r\n\r\n' $i | nc ${GW%:*} ${GW##*:} | grep '^HTTP/'
+	i=$((i+1))
+done
+exit 0`
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", busyboxRoot(t), "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.251.0/24", "--log", logFile,
+		"--allow", "allowed.test:8080", "--resolve", "allowed.test="+up.Addr, "--allow-private", up.Net,
+		"--", "sh", "-c", script)
+	ok, refused := strings.Count(stdout, "HTTP/1.1 200"), strings.Count(stdout, "HTTP/1.1 403")
+	t.Logf("exit %d; %d answered 200, %d refused 403; stderr:\n%s", code, ok, refused, stderr)
+
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var r struct{ Event, Action, Host string }
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("the log holds a line that is not a record (%v): %q", err, sc.Bytes())
+		}
+		if r.Event == "decision" && r.Action == "allow" && r.Host == "allowed.test" {
+			allowed++
+		}
+	}
+	up.mu.Lock()
+	reached := up.remotes[up.Host]
+	up.mu.Unlock()
+	if reached != allowed || ok != allowed {
+		t.Errorf("the upstream got %d requests and %d were answered 200, but the log holds %d allow records", reached, ok, allowed)
+	}
+	if refused == 0 || ok+refused != 400 {
+		t.Errorf("%d answered 200 and %d refused, want 400 in all, some refused once the log is full", ok, refused)
+	}
+	const said = "cannot be written (write: no space left on device), so every request is blocked"
+	if n := strings.Count(stderr, said); n != 1 {
+		t.Errorf("stderr says %q %d times, want once:\n%s", said, n, stderr)
+	}
+}
