@@ -392,7 +392,9 @@ func (u *inlineUpstream) close(s *Server) {
 // read to its end, else closes it.
 func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request, addrs []netip.Addr, version uint64) (resp *http.Response, release func(), upstream string, ok bool, err error) {
 	if !h.upMu.TryLock() {
-		return nil, nil, "", false, nil
+		// Busy: the caller goes through the shared transport, and defers
+		// release all the same (TestInspectUpstreamVerificationH2Streams).
+		return nil, func() {}, "", false, nil
 	}
 	// The lock goes to done, or to release; a panic (in a dial, say)
 	// gives it back here, so the tunnel's end (closeUpstream) does not
@@ -428,7 +430,7 @@ func (h *inspectHandler) inlineRoundTrip(ctx context.Context, out *http.Request,
 			raw.Close()
 			return nil, net.ErrClosed
 		}
-		tc := tls.Client(raw, &tls.Config{ServerName: h.t.Host, RootCAs: s.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+		tc := tls.Client(raw, upstreamTLSConfig(h.t.Host, s.cfg.UpstreamRoots, "http/1.1"))
 		ip, _ := netip.ParseAddrPort(raw.RemoteAddr().String())
 		nu := &inlineUpstream{conn: tc, raw: raw, br: bufio.NewReaderSize(tc, 16<<10), bw: bufio.NewWriterSize(tc, 16<<10), version: version, addr: ip.Addr().Unmap()}
 		hctx, cancel := context.WithTimeout(ctx, s.limits.HeaderReadTimeout)
@@ -857,6 +859,19 @@ func (t *inspectTransports) closeIdle() {
 	}
 }
 
+// upstreamTLSConfig is the TLS configuration of every connection to the
+// upstream of an inspected request, the tunnel's own (inlineRoundTrip)
+// and the shared transport's: the upstream's certificate verified against
+// roots (the host's when nil) for the name host, TLS 1.2 at least, and
+// nextProtos offered by ALPN, as the path can speak them. host is empty
+// for the shared transport only, which names each connection's host
+// itself, the request's (the tunnel's): a ServerName set here would be
+// used for every host the transport dials. Nothing else makes a
+// tls.Config for an upstream (TestInspectUpstreamVerification*).
+func upstreamTLSConfig(host string, roots *x509.CertPool, nextProtos ...string) *tls.Config {
+	return &tls.Config{ServerName: host, RootCAs: roots, NextProtos: nextProtos, MinVersion: tls.VersionTLS12}
+}
+
 // newInspectTransport returns a transport inspected requests go
 // upstream through: TLS verified against roots (the host's when nil), the
 // SNI the request's host, HTTP/2 when the upstream offers it, and a dial
@@ -884,7 +899,7 @@ func (s *Server) newInspectTransport(roots *x509.CertPool) *http.Transport {
 			}
 			return &untrackOnClose{Conn: up, s: s}, nil
 		},
-		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:        upstreamTLSConfig("", roots, "h2", "http/1.1"),
 		ForceAttemptHTTP2:      true,
 		TLSHandshakeTimeout:    s.limits.HeaderReadTimeout,
 		ResponseHeaderTimeout:  s.limits.ResponseTimeout,
