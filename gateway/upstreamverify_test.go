@@ -100,8 +100,8 @@ type gatedListener struct {
 	net.Listener
 	want     int32
 	accepted atomic.Int32
-	open           chan struct{}
-	once           sync.Once
+	open     chan struct{}
+	once     sync.Once
 }
 
 func (l *gatedListener) release() { l.once.Do(func() { close(l.open) }) }
