@@ -32,6 +32,7 @@ var layers = []struct {
 	{"gateway/audit", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
 	{"sandbox/run", []string{"sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the run library composes sandbox, gateway and rootfs, and nothing of cmd/sbx"},
+	{"sandbox/selftest", []string{"sandbox/run", "sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the selftest makes its sandboxes through the run library, and imports nothing of cmd/sbx"},
 	{"rootfs", nil, "rootfs imports no other sbx package"},
 	{"sandbox/sandboxtest", nil, "the tests' image and registry helpers import no sbx package"},
 }

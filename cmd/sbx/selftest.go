@@ -1,20 +1,15 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/selftest"
 )
 
 // selftestOptions are the flags of sbx selftest.
@@ -95,15 +90,11 @@ when selftest itself cannot run (not root, no container runtime).`,
 	return cmd
 }
 
-// selftestProbeCommand is the hidden command that sbx selftest runs inside
-// its sandboxes: sbx itself, bind-mounted read-only.
-const selftestProbeCommand = "__selftest-probe"
-
 func newSelftestProbeCmd() *cobra.Command {
 	var wait bool
 	var netnsChild string
 	cmd := &cobra.Command{
-		Use:    selftestProbeCommand,
+		Use:    selftest.ProbeCommand,
 		Short:  "The probe of sbx selftest, run inside its sandbox",
 		Hidden: true,
 		Long: `The probe reads a plan (one JSON object) from standard input, tries each of
@@ -118,415 +109,68 @@ sbx selftest judges the results; the probe judges nothing.`,
 				_, err := io.Copy(io.Discard, cmd.InOrStdin())
 				return err
 			case netnsChild != "":
-				return runNetnsChild(cmd.Context(), cmd.OutOrStdout(), netnsChild)
+				return selftest.RunNetnsChild(cmd.Context(), cmd.OutOrStdout(), netnsChild)
 			}
-			return runProbe(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+			return selftest.RunProbe(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "read standard input to its end, and exit")
-	cmd.Flags().StringVar(&netnsChild, "netns-child", "", "report, from new namespaces, the links seen and what `ADDR` answered")
+	cmd.Flags().BoolVar(&wait, selftest.ProbeWait, false, "read standard input to its end, and exit")
+	cmd.Flags().StringVar(&netnsChild, selftest.ProbeNetnsChild, "", "report, from new namespaces, the links seen and what `ADDR` answered")
 	return cmd
 }
 
-// Kinds of probeAttempt: what the probe tries, by the same code inside
-// the sandbox and, as a control, outside it.
-const (
-	attemptTCP       = "tcp"        // connect to Addr (or Name:Port), send Send, read
-	attemptUDP       = "udp"        // send Send to Addr, read a datagram
-	attemptDNSUDP    = "dns-udp"    // ask Addr for Name's A record over UDP
-	attemptDNSTCP    = "dns-tcp"    // the same over TCP
-	attemptPing      = "ping"       // ICMP echo to Addr with Token, from a ping socket
-	attemptPingRaw   = "ping-raw"   // the same from a raw socket
-	attemptUnix      = "unix"       // stat the socket Path, connect, send Send, read
-	attemptRawSocket = "raw-socket" // open raw IP and packet sockets
-	attemptCaps      = "caps"       // read capabilities, no_new_privs and seccomp
-	attemptNetns     = "netns"      // start a child in new namespaces (Name: net, user+net), which tries Addr
-)
-
-// probeAttempt is one thing the probe tries.
-type probeAttempt struct {
-	ID    string `json:"id"`
-	Kind  string `json:"kind"`
-	Addr  string `json:"addr,omitempty"`
-	Name  string `json:"name,omitempty"`
-	Port  int    `json:"port,omitempty"`
-	Path  string `json:"path,omitempty"`
-	Send  string `json:"send,omitempty"`
-	Token string `json:"token,omitempty"`
-}
-
-// attemptTimeout bounds one attempt. Inside a sound sandbox every attempt
-// fails at once; the bound is for what hangs.
-const attemptTimeout = 3 * time.Second
-
-// probePlan is what sbx selftest sends the probe on its standard input.
-type probePlan struct {
-	Attempts []probeAttempt `json:"attempts"`
-}
-
-// probeReport is what the probe writes back: what each attempt, by id,
-// saw.
-type probeReport struct {
-	Results map[string]observation `json:"results"`
-}
-
-// observation is what one attempt saw, reported as it is; sbx selftest
-// judges it.
-type observation struct {
-	// Err is how the attempt failed, or stopped.
-	Err string `json:"err,omitempty"`
-	// Data is what came back (the first bytes), or, for the attempts that
-	// look at the probe itself, what they found.
-	Data string `json:"data,omitempty"`
-	// Addrs are the addresses a name resolved to, or a DNS answer's.
-	Addrs []string `json:"addrs,omitempty"`
-	// Answered: a DNS answer came back (with Rcode).
-	Answered bool `json:"answered,omitempty"`
-	Rcode    int  `json:"rcode,omitempty"`
-	// Exists: the unix socket's path exists; Created: the namespaces
-	// were made.
-	Exists  bool `json:"exists,omitempty"`
-	Created bool `json:"created,omitempty"`
-	// TimedOut: the attempt was still waiting when its time was up.
-	TimedOut bool `json:"timed_out,omitempty"`
-}
-
-// short is o for a message: what came back, or how it failed.
-func (o observation) short() string {
-	var parts []string
-	if o.Created {
-		parts = append(parts, "made")
+// runSelftest connects the runtime and runs the selftest, its report on
+// stdout and its notes on stderr; it returns how many cases failed, or an
+// error when it could not run.
+func runSelftest(cmd *cobra.Command, o selftestOptions) (int, error) {
+	ctx := cmd.Context()
+	if os.Geteuid() != 0 {
+		return 0, needsRoot("sbx selftest", "it makes sandboxes and a network namespace of its own")
 	}
-	if o.Exists {
-		parts = append(parts, "it exists")
-	}
-	if o.Answered {
-		parts = append(parts, "DNS answer "+rcodeName(o.Rcode))
-	}
-	if o.Data != "" {
-		parts = append(parts, fmt.Sprintf("got %q", clip(o.Data, 80)))
-	}
-	if len(o.Addrs) > 0 {
-		parts = append(parts, "addresses "+strings.Join(o.Addrs, ","))
-	}
-	if o.Err != "" {
-		parts = append(parts, clip(o.Err, 160))
-	}
-	if len(parts) == 0 {
-		return "no answer"
-	}
-	return strings.Join(parts, "; ")
-}
-
-// rcodeName names a DNS answer's code as dig does.
-func rcodeName(rcode int) string {
-	if n, ok := map[int]string{0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}[rcode]; ok {
-		return n
-	}
-	return "rcode " + strconv.Itoa(rcode)
-}
-
-// clip shortens s to n bytes, marking the cut, shows line breaks as " | "
-// and replaces other control characters (the text came from a sandbox).
-func clip(s string, n int) string {
-	s = strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(s), "\r\n", "\n"), "\n", " | ")
-	if len(s) > n {
-		s = s[:n] + "..."
-	}
-	return printable(s)
-}
-
-// selftestCheck is one attempt of a case with how it is judged.
-type selftestCheck struct {
-	// what names the attempt in messages: "TCP to 10.214.3.2:4001".
-	what string
-	// attempt is made by the probe inside the sandbox.
-	attempt probeAttempt
-	// control is made from where the target may be reached: from the
-	// host, or from controlNetns (a network namespace's path). Its Kind
-	// "" means attempt itself.
-	control      probeAttempt
-	controlNetns string
-	// reached says whether an observation reached the target: its secret
-	// came back, say. controlReached judges the control instead, when the
-	// control shows something else (that namespaces can be made at all).
-	reached        func(observation) bool
-	controlReached func(observation) bool
-	// hits, when set, counts what the target's own server saw: while the
-	// probe ran (anything at all means the attempt reached it), and in
-	// all, the control included (nothing at all means the count proves
-	// nothing).
-	hits func() (probing, all int64)
-	// extra, when set, finds what is wrong with the probe's observation
-	// besides reaching the target ("" when nothing).
-	extra func(observation) string
-	// note, when set, says something worth knowing about a pass.
-	note func(observation) string
-}
-
-// selftestCase is one line of the report: an escape that must fail, or
-// (allowed) the one target that must be reached through the gateway.
-type selftestCase struct {
-	name    string
-	checks  []selftestCheck
-	allowed bool
-	// failFast: an attempt must fail at once (docs/network.md), not wait
-	// until the probe gives up.
-	failFast bool
-	// skip, when set, is why the case cannot be tried on this machine.
-	skip string
-}
-
-// Verdicts of a case.
-const (
-	verdictPass = "PASS"
-	verdictFail = "FAIL"
-	verdictSkip = "SKIP"
-)
-
-// caseResult is a judged case.
-type caseResult struct {
-	name, verdict, why string
-	// seen says what each attempt and control saw, for --verbose.
-	seen []string
-}
-
-// judgeCase judges c from the controls' and the probe's observations (by
-// attempt id) and what the targets' servers saw. A case passes when every
-// control reached its target and, for an escape, no probe attempt did
-// (nor did its server see anything), or, for the allowed case, every one
-// did.
-func judgeCase(c selftestCase, controls, probe map[string]observation) caseResult {
-	r := caseResult{name: c.name, verdict: verdictPass}
-	if c.skip != "" {
-		r.verdict, r.why = verdictSkip, c.skip
-		return r
-	}
-	var fails, notes []string
-	for _, ch := range c.checks {
-		ctl, ok := controls[ch.attempt.ID]
-		r.seen = append(r.seen, fmt.Sprintf("%s: control %s: %s", ch.what, controlVantage(ch), ctl.short()))
-		if obs, ok := probe[ch.attempt.ID]; ok {
-			r.seen = append(r.seen, fmt.Sprintf("%s: probe: %s", ch.what, obs.short()))
-		}
-		controlReached := ch.reached
-		if ch.controlReached != nil {
-			controlReached = ch.controlReached
-		}
-		if !ok || !controlReached(ctl) {
-			fails = append(fails, fmt.Sprintf("%s: the control, %s, did not reach the target (%s), so this case cannot tell", ch.what, controlVantage(ch), ctl.short()))
-			continue
-		}
-		obs, ok := probe[ch.attempt.ID]
-		if !ok {
-			fails = append(fails, ch.what+": the probe did not report it")
-			continue
-		}
-		var hits int64
-		if ch.hits != nil {
-			var all int64
-			if hits, all = ch.hits(); all == 0 {
-				fails = append(fails, ch.what+": the target's server counted nothing, not even the control, so its count of the probe's attempts proves nothing")
-			}
-		}
-		switch {
-		case c.allowed && !ch.reached(obs):
-			fails = append(fails, fmt.Sprintf("%s did not reach the allowed target (%s)", ch.what, obs.short()))
-		case !c.allowed && ch.reached(obs):
-			fails = append(fails, fmt.Sprintf("%s reached the target (%s)", ch.what, obs.short()))
-		case !c.allowed && hits > 0:
-			fails = append(fails, fmt.Sprintf("%s reached the target: its server saw %s", ch.what, plural(int(hits), "attempt")))
-		case !c.allowed && c.failFast && obs.TimedOut:
-			fails = append(fails, fmt.Sprintf("%s hung until the probe gave up after %v (%s), instead of failing at once", ch.what, attemptTimeout, obs.short()))
-		}
-		if ch.extra != nil {
-			if msg := ch.extra(obs); msg != "" {
-				fails = append(fails, ch.what+": "+msg)
-			}
-		}
-		if ch.note != nil {
-			if n := ch.note(obs); n != "" {
-				notes = append(notes, n)
-			}
-		}
-	}
-	if len(fails) > 0 {
-		r.verdict, r.why = verdictFail, strings.Join(fails, "; ")
-	} else if len(notes) > 0 {
-		r.why = strings.Join(notes, "; ")
-	}
-	return r
-}
-
-// controlVantage says where ch's control was made from.
-func controlVantage(ch selftestCheck) string {
-	if ch.controlNetns != "" {
-		return "from " + ch.controlNetns
-	}
-	return "from the host"
-}
-
-// printResults writes one line per case (with verbose, what each attempt
-// saw under it) and a summary, and returns how many cases failed.
-func printResults(w io.Writer, results []caseResult, verbose bool) int {
-	for _, r := range results {
-		printCase(w, r, verbose)
-	}
-	return printSummary(w, results)
-}
-
-// printCase writes r's line: PASS or FAIL (or SKIP), its name and why;
-// with verbose, what each attempt and control saw, under it.
-func printCase(w io.Writer, r caseResult, verbose bool) {
-	switch {
-	case r.verdict == verdictPass && r.why != "":
-		fmt.Fprintf(w, "PASS %s (%s)\n", r.name, r.why)
-	case r.verdict == verdictPass:
-		fmt.Fprintf(w, "PASS %s\n", r.name)
-	default:
-		fmt.Fprintf(w, "%s %s: %s\n", r.verdict, r.name, r.why)
-	}
-	if verbose {
-		for _, s := range r.seen {
-			fmt.Fprintf(w, "    %s\n", s)
-		}
-	}
-}
-
-// printSummary writes the summary of results and returns how many
-// failed.
-func printSummary(w io.Writer, results []caseResult) int {
-	count := map[string]int{}
-	for _, r := range results {
-		count[r.verdict]++
-	}
-	summary := fmt.Sprintf("%d passed, %d failed", count[verdictPass], count[verdictFail])
-	if n := count[verdictSkip]; n > 0 {
-		summary += fmt.Sprintf(", %d skipped", n)
-	}
-	fmt.Fprintf(w, "selftest: %s of %s\n", summary, plural(len(results), "case"))
-	return count[verdictFail]
-}
-
-// errNoProbeReport is what a probe that reported nothing gets.
-var errNoProbeReport = errors.New("the probe in the sandbox reported nothing")
-
-// Judges of observations.
-
-// hasSecret: the answer holds secret, which only the target's server
-// sends.
-func hasSecret(secret string) func(observation) bool {
-	return func(o observation) bool { return secret != "" && strings.Contains(o.Data, secret) }
-}
-
-// hasAddr: a DNS answer gave addr, which only the target's server gives.
-func hasAddr(addr string) func(observation) bool {
-	return func(o observation) bool { return o.Answered && slices.Contains(o.Addrs, addr) }
-}
-
-// dnsAnswered: any DNS answer came back.
-func dnsAnswered(o observation) bool { return o.Answered }
-
-// echoed: an ICMP echo reply carrying the attempt's token came back.
-func echoed(o observation) bool { return strings.HasPrefix(o.Data, "echo reply") }
-
-// apiAnswered: the management API answered GET /healthz.
-func apiAnswered(o observation) bool {
-	return strings.HasPrefix(o.Data, "HTTP/1.1 200") && strings.HasSuffix(strings.TrimSpace(o.Data), "\nok")
-}
-
-// socketExists: the API's socket is there.
-func socketExists(o observation) bool { return o.Exists }
-
-// rawOpened: a raw socket opened.
-func rawOpened(o observation) bool { return strings.HasPrefix(o.Data, "opened ") }
-
-// Capabilities that would let a process build its own packets or change
-// the network (capability(7) bit numbers).
-var networkCapabilities = map[string]uint{"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21}
-
-// securityLoose: the process holds a capability of networkCapabilities,
-// or runs without no_new_privs or without a seccomp filter. An
-// observation that cannot be read counts as loose.
-func securityLoose(o observation) bool { return looseness(o) != "" }
-
-// looseness says what securityLoose found, "" when nothing.
-func looseness(o observation) string {
-	fields := map[string]string{}
-	for f := range strings.FieldsSeq(o.Data) {
-		k, v, _ := strings.Cut(f, "=")
-		fields[k] = v
-	}
-	capEff, err := strconv.ParseUint(fields["CapEff"], 16, 64)
+	pool, err := netip.ParsePrefix(o.subnetPool)
 	if err != nil {
-		return fmt.Sprintf("unreadable status %q", o.Data)
+		return 0, fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
 	}
-	var found []string
-	for _, name := range slices.Sorted(maps.Keys(networkCapabilities)) {
-		if capEff&(1<<networkCapabilities[name]) != 0 {
-			found = append(found, name)
-		}
+	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return 0, selftest.ErrInterrupted
+	case err != nil:
+		return 0, fmt.Errorf("%w; selftest runs a sandbox: start containerd (or Docker), or name the runtime with --runtime", err)
 	}
-	if fields["NoNewPrivs"] != "1" {
-		found = append(found, "no_new_privs unset")
+	defer rt.Close()
+	// The probe is sbx itself, run as sbx __selftest-probe.
+	exe, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("finding sbx's own executable, which the probe runs: %w", err)
 	}
-	if fields["Seccomp"] != "2" {
-		found = append(found, "no seccomp filter")
-	}
-	return strings.Join(found, ", ")
+	sum, err := selftest.Run(ctx, selftest.Options{
+		Runtime:    rt,
+		DockerHost: o.dockerHost,
+		ProbeExe:   exe,
+		StateDir:   o.stateDir,
+		Pool:       pool,
+		Verbose:    o.verbose,
+		FlushRules: o.flushRules,
+		Notes:      selftestNotes(cmd.ErrOrStderr(), rtName),
+	}, cmd.OutOrStdout())
+	return sum.Failed, err
 }
 
-// namespacesMade: the new namespaces were made.
-func namespacesMade(o observation) bool { return o.Created }
-
-// namespacesUsable: the new namespaces were made and give something to
-// reach the network with: a link but loopback, or an answer holding
-// secret.
-func namespacesUsable(secret string) func(observation) bool {
-	return func(o observation) bool {
-		if !o.Created {
-			return false
-		}
-		var r struct {
-			Links []string `json:"links"`
-			Data  string   `json:"data"`
-		}
-		if err := json.Unmarshal([]byte(o.Data), &r); err != nil {
-			return true // a child that cannot say what it has is not known to have nothing
-		}
-		return strings.Contains(r.Data, secret) || slices.ContainsFunc(r.Links, func(l string) bool { return l != "lo" })
-	}
-}
-
-// stubAnswered finds what is wrong with a DNS answer that must come from
-// the gateway's stub (docs/capture.md): none at all, or an address that
-// is neither a fake one (198.18.0.0/15) nor secret (judged as reached
-// elsewhere).
-func stubAnswered(secret string) func(observation) string {
-	return func(o observation) string {
-		if !o.Answered {
-			return fmt.Sprintf("no answer (%s); with capture the gateway's DNS stub answers every query to port 53", o.short())
-		}
-		for _, a := range o.Addrs {
-			if ip, err := netip.ParseAddr(a); a != secret && (err != nil || !fakeIPs.Contains(ip)) {
-				return fmt.Sprintf("answered %s, not a fake address of the stub", a)
+// selftestNotes returns the function that says the selftest's notes on
+// stderr.
+func selftestNotes(stderr io.Writer, rtName string) func(selftest.Note) {
+	return func(n selftest.Note) {
+		switch n := n.(type) {
+		case selftest.Probing:
+			layer := "as sbx run makes it"
+			if n.HostLayer {
+				layer = "with its namespace's rules flushed"
 			}
+			fmt.Fprintf(stderr, "sbx: selftest: probing from sandbox %s %s (runtime %s); the outside is %s, the second sandbox %s\n",
+				n.ID, layer, rtName, n.Outside, n.Other)
+		case selftest.LogsKept:
+			fmt.Fprintf(stderr, "sbx: the sandboxes' decision logs are kept in %s\n", n.Dir)
 		}
-		return ""
 	}
-}
-
-// fakeIPs are the addresses the DNS stub answers with (docs/capture.md).
-var fakeIPs = netip.MustParsePrefix("198.18.0.0/15")
-
-// resolvedToFake finds what is wrong with a connection by name whose
-// name must resolve, through the stub, to a fake address.
-func resolvedToFake(o observation) string {
-	if len(o.Addrs) == 0 {
-		return fmt.Sprintf("the name did not resolve through the sandbox's DNS stub (%s), so this case cannot tell", o.short())
-	}
-	if ip, err := netip.ParseAddr(o.Addrs[0]); err != nil || !fakeIPs.Contains(ip) {
-		return fmt.Sprintf("the name resolved to %s, not a fake address of the stub", o.Addrs[0])
-	}
-	return ""
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/sbx-dev/sbx/sandbox/selftest"
 )
 
 // selftestCaseNames are the cases sbx selftest must report, so that one
@@ -37,16 +39,16 @@ var selftestCaseNames = []string{
 	"raw sockets",
 	"capabilities",
 	"new namespaces",
-	"allowed target through the gateway" + hostLayerSuffix,
-	"tcp out by address" + hostLayerSuffix,
-	"udp out" + hostLayerSuffix,
-	"ipv6 out" + hostLayerSuffix,
-	"dns to an outside resolver over udp" + hostLayerSuffix,
-	"dns to an outside resolver over tcp" + hostLayerSuffix,
-	"the gateway's other ports" + hostLayerSuffix,
-	"another sandbox's gateway" + hostLayerSuffix,
-	"another sandbox's address" + hostLayerSuffix,
-	"the management API's TCP address" + hostLayerSuffix,
+	"allowed target through the gateway" + selftest.HostLayerSuffix,
+	"tcp out by address" + selftest.HostLayerSuffix,
+	"udp out" + selftest.HostLayerSuffix,
+	"ipv6 out" + selftest.HostLayerSuffix,
+	"dns to an outside resolver over udp" + selftest.HostLayerSuffix,
+	"dns to an outside resolver over tcp" + selftest.HostLayerSuffix,
+	"the gateway's other ports" + selftest.HostLayerSuffix,
+	"another sandbox's gateway" + selftest.HostLayerSuffix,
+	"another sandbox's address" + selftest.HostLayerSuffix,
+	"the management API's TCP address" + selftest.HostLayerSuffix,
 }
 
 // selftestRun is one run of the sbx binary's selftest.
@@ -57,11 +59,12 @@ type selftestRun struct {
 }
 
 // verdicts returns the verdict of each case in the output, by name.
-func (r selftestRun) verdicts() map[string]string {
-	v := map[string]string{}
+func (r selftestRun) verdicts() map[string]selftest.Verdict {
+	v := map[string]selftest.Verdict{}
 	for _, line := range strings.Split(r.stdout, "\n") {
-		verdict, rest, ok := strings.Cut(line, " ")
-		if !ok || verdict != verdictPass && verdict != verdictFail && verdict != verdictSkip {
+		word, rest, ok := strings.Cut(line, " ")
+		verdict := selftest.Verdict(word)
+		if !ok || verdict != selftest.Pass && verdict != selftest.Fail && verdict != selftest.Skip {
 			continue
 		}
 		for _, name := range selftestCaseNames {
@@ -132,7 +135,7 @@ func removeOutsidesOf(pid int) int {
 	entries, _ := os.ReadDir("/var/run/netns")
 	n := 0
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), outsideNetnsPrefix+strconv.Itoa(pid)+"-") {
+		if strings.HasPrefix(e.Name(), selftest.OutsideNetnsPrefix+strconv.Itoa(pid)+"-") {
 			netns.DeleteNamed(e.Name())
 			n++
 		}
@@ -195,7 +198,7 @@ func TestPrivilegedSelftest(t *testing.T) {
 				t.Errorf("exit %d, want 0", run.code)
 			}
 			for _, name := range selftestCaseNames {
-				if verdicts[name] != verdictPass {
+				if verdicts[name] != selftest.Pass {
 					t.Errorf("case %q: %q, want PASS", name, verdicts[name])
 				}
 			}
@@ -217,15 +220,15 @@ func TestPrivilegedSelftest(t *testing.T) {
 				t.Errorf("with the rules flushed: exit %d, want %d", run.code, exitFailure)
 			}
 			for _, name := range []string{"the gateway's other ports", "the management API's TCP address",
-				"the gateway's other ports" + hostLayerSuffix, "the management API's TCP address" + hostLayerSuffix} {
-				if verdicts[name] != verdictFail {
+				"the gateway's other ports" + selftest.HostLayerSuffix, "the management API's TCP address" + selftest.HostLayerSuffix} {
+				if verdicts[name] != selftest.Fail {
 					t.Errorf("with the rules flushed, case %q: %q, want FAIL", name, verdicts[name])
 				}
 			}
 			// What the rules do not decide still passes: the sandbox's
 			// capabilities, seccomp and the API's socket.
 			for _, name := range []string{"raw sockets", "capabilities", "new namespaces", "the management API's socket"} {
-				if verdicts[name] != verdictPass {
+				if verdicts[name] != selftest.Pass {
 					t.Errorf("with the rules flushed, case %q: %q, want PASS", name, verdicts[name])
 				}
 			}
@@ -273,23 +276,4 @@ func TestPrivilegedSelftest(t *testing.T) {
 			t.Errorf("the interrupted sandbox's state is left: %v", err)
 		}
 	})
-}
-
-// TestSelftestCountersPerRound: a server counts what comes while the
-// probe runs apart from the rest (the controls), and a new round starts
-// from nothing, so that one round's hits are never another's.
-func TestSelftestCountersPerRound(t *testing.T) {
-	var e selftestOutside
-	h := e.counter()
-	h.hit() // a control
-	e.probing.Store(true)
-	h.hit() // the probe
-	e.probing.Store(false)
-	if probing, all := h.counts(); probing != 1 || all != 2 {
-		t.Errorf("counts() = %d, %d; want 1 while probing, 2 in all", probing, all)
-	}
-	e.resetCounts()
-	if probing, all := h.counts(); probing != 0 || all != 0 {
-		t.Errorf("after resetCounts, counts() = %d, %d; want 0, 0", probing, all)
-	}
 }

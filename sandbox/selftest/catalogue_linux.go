@@ -1,4 +1,4 @@
-package main
+package selftest
 
 import (
 	"fmt"
@@ -10,34 +10,30 @@ import (
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
-// hostLayerSuffix marks the cases of the round whose sandbox has only the
-// host's rules (its namespace's are flushed).
-const hostLayerSuffix = ", host layer only"
-
-// selftestCatalogue is the escape catalogue: every way out of a sandbox
+// catalogue is the escape catalogue: every way out of a sandbox
 // that sbx knows of (docs/network.md and docs/capture.md), each against a target that
 // answers with out's secret, and the one allowed target. With hostLayer
 // (the probed sandbox's namespace rules flushed, nothing captured) it is
 // the cases that go through the network, each of which the host's rules
 // alone must stop, and the proxy still reached.
-func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool) []selftestCase {
+func catalogue(out *outside, t *targets, hostLayer bool) []testCase {
 	secret := hasSecret(out.secret)
 	addr := func(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), strconv.Itoa(port)) }
 	line := "probe\n"
 	httpGet := func(target, host string) string {
 		return fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
 	}
-	tcpTo := func(id, target string, hits *hitCounter) selftestCheck {
-		return selftestCheck{what: "TCP to " + target, attempt: probeAttempt{ID: id, Kind: attemptTCP, Addr: target, Send: line},
+	tcpTo := func(id, target string, hits *hitCounter) caseCheck {
+		return caseCheck{what: "TCP to " + target, attempt: probeAttempt{ID: id, Kind: attemptTCP, Addr: target, Send: line},
 			reached: secret, hits: hits.counts}
 	}
-	udpTo := func(id, target string, hits *hitCounter) selftestCheck {
-		return selftestCheck{what: "UDP to " + target, attempt: probeAttempt{ID: id, Kind: attemptUDP, Addr: target, Send: line},
+	udpTo := func(id, target string, hits *hitCounter) caseCheck {
+		return caseCheck{what: "UDP to " + target, attempt: probeAttempt{ID: id, Kind: attemptUDP, Addr: target, Send: line},
 			reached: secret, hits: hits.counts}
 	}
-	ping := func(id, kind, what string) selftestCheck {
+	ping := func(id, kind, what string) caseCheck {
 		token, controlToken := "sbx-selftest-"+id+"-"+randomHex(6), "sbx-selftest-control-"+randomHex(6)
-		return selftestCheck{
+		return caseCheck{
 			what:    fmt.Sprintf("ICMP echo to %s from %s", out.addr, what),
 			attempt: probeAttempt{ID: id, Kind: kind, Addr: out.addr.String(), Token: token},
 			// From the host, as root, with a raw socket: a ping socket
@@ -50,9 +46,9 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool)
 			},
 		}
 	}
-	dns := func(id, kind, what string, hits *hitCounter) selftestCheck {
+	dns := func(id, kind, what string, hits *hitCounter) caseCheck {
 		name := "t" + randomHex(6) + "." + exfilDomain
-		return selftestCheck{
+		return caseCheck{
 			what:    fmt.Sprintf("a DNS query for %s to %s over %s", name, addr(out.addr, portDNS), what),
 			attempt: probeAttempt{ID: id, Kind: kind, Addr: addr(out.addr, portDNS), Name: name},
 			reached: hasAddr(out.dnsAnswer.String()),
@@ -65,8 +61,8 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool)
 	probedProxy := addr(t.probedGW, int(t.gatewayPort))
 	allowedURL := fmt.Sprintf("http://%s:%d/", reachName, portHTTP)
 
-	cases := []selftestCase{
-		{name: "allowed target through the gateway", allowed: true, checks: []selftestCheck{
+	cases := []testCase{
+		{name: "allowed target through the gateway", allowed: true, checks: []caseCheck{
 			{
 				what:    "a request for " + allowedURL + " to the proxy",
 				attempt: probeAttempt{ID: "allowed-proxy", Kind: attemptTCP, Addr: probedProxy, Send: httpGet(allowedURL, fmt.Sprintf("%s:%d", reachName, portHTTP))},
@@ -81,24 +77,24 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool)
 				extra:   resolvedToFake,
 			},
 		}},
-		{name: "tcp out by address", checks: []selftestCheck{tcpTo("tcp-addr", addr(out.addr, portTCPByAddr), out.tcpByAddr)}},
-		{name: "tcp out by name", checks: []selftestCheck{{
+		{name: "tcp out by address", checks: []caseCheck{tcpTo("tcp-addr", addr(out.addr, portTCPByAddr), out.tcpByAddr)}},
+		{name: "tcp out by name", checks: []caseCheck{{
 			what:    fmt.Sprintf("TCP to %s:%d (a port the policy does not allow)", reachName, portTCPByName),
 			attempt: probeAttempt{ID: "tcp-name", Kind: attemptTCP, Name: reachName, Port: portTCPByName, Send: line},
 			control: probeAttempt{Kind: attemptTCP, Addr: addr(out.addr, portTCPByName), Send: line},
 			reached: secret, hits: out.tcpByName.counts, extra: resolvedToFake,
 		}}},
-		{name: "udp out", checks: []selftestCheck{udpTo("udp", addr(out.addr, portUDP), out.udp)}},
-		{name: "icmp echo out (ping socket)", checks: []selftestCheck{ping("ping", attemptPing, "a ping socket")}},
-		{name: "icmp echo out (raw socket)", checks: []selftestCheck{ping("ping-raw", attemptPingRaw, "a raw socket")}},
+		{name: "udp out", checks: []caseCheck{udpTo("udp", addr(out.addr, portUDP), out.udp)}},
+		{name: "icmp echo out (ping socket)", checks: []caseCheck{ping("ping", attemptPing, "a ping socket")}},
+		{name: "icmp echo out (raw socket)", checks: []caseCheck{ping("ping-raw", attemptPingRaw, "a raw socket")}},
 		ipv6Case(out, line),
-		{name: "dns to an outside resolver over udp", checks: []selftestCheck{dns("dns-udp", attemptDNSUDP, "UDP", out.dnsUDP)}},
-		{name: "dns to an outside resolver over tcp", checks: []selftestCheck{dns("dns-tcp", attemptDNSTCP, "TCP", out.dnsTCP)}},
-		{name: "the gateway's other ports", checks: []selftestCheck{
+		{name: "dns to an outside resolver over udp", checks: []caseCheck{dns("dns-udp", attemptDNSUDP, "UDP", out.dnsUDP)}},
+		{name: "dns to an outside resolver over tcp", checks: []caseCheck{dns("dns-tcp", attemptDNSTCP, "TCP", out.dnsTCP)}},
+		{name: "the gateway's other ports", checks: []caseCheck{
 			tcpTo("gw-tcp", t.gwTCP.String(), t.gwTCPHits),
 			udpTo("gw-udp", t.gwUDP.String(), t.gwUDPHits),
 		}},
-		{name: "another sandbox's gateway", checks: []selftestCheck{
+		{name: "another sandbox's gateway", checks: []caseCheck{
 			{
 				what:         fmt.Sprintf("a request for http://%s:%d/ to the second sandbox's proxy %s (its policy allows it)", otherName, portOtherHTTP, otherProxy),
 				attempt:      probeAttempt{ID: "other-proxy", Kind: attemptTCP, Addr: otherProxy, Send: httpGet(fmt.Sprintf("http://%s:%d/", otherName, portOtherHTTP), fmt.Sprintf("%s:%d", otherName, portOtherHTTP))},
@@ -112,33 +108,33 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool)
 				reached:      dnsAnswered,
 			},
 		}},
-		{name: "another sandbox's address", checks: []selftestCheck{{
+		{name: "another sandbox's address", checks: []caseCheck{{
 			what:         "TCP to " + addr(t.otherAddr, portOther),
 			attempt:      probeAttempt{ID: "other-addr", Kind: attemptTCP, Addr: addr(t.otherAddr, portOther), Send: line},
 			controlNetns: t.otherNetns,
 			reached:      secret, hits: t.otherHits.counts,
 		}}},
-		{name: "the management API's socket", checks: []selftestCheck{{
+		{name: "the management API's socket", checks: []caseCheck{{
 			what:    "the socket " + t.apiSocket,
 			attempt: probeAttempt{ID: "api-socket", Kind: attemptUnix, Path: t.apiSocket, Send: httpGet("/healthz", "localhost")},
 			reached: socketExists,
 		}}},
-		{name: "the management API's TCP address", checks: []selftestCheck{{
+		{name: "the management API's TCP address", checks: []caseCheck{{
 			what:    "GET /healthz to " + t.apiAddr.String(),
 			attempt: probeAttempt{ID: "api-tcp", Kind: attemptTCP, Addr: t.apiAddr.String(), Send: httpGet("/healthz", t.apiAddr.String())},
 			reached: apiAnswered,
 		}}},
-		{name: "raw sockets", checks: []selftestCheck{{
+		{name: "raw sockets", checks: []caseCheck{{
 			what:    "opening raw IP and packet sockets",
 			attempt: probeAttempt{ID: "raw", Kind: attemptRawSocket},
 			reached: rawOpened,
 		}}},
-		{name: "capabilities", checks: []selftestCheck{{
+		{name: "capabilities", checks: []caseCheck{{
 			what:    "the probe's capabilities, no_new_privs and seccomp",
 			attempt: probeAttempt{ID: "caps", Kind: attemptCaps},
 			reached: securityLoose,
 		}}},
-		{name: "new namespaces", checks: []selftestCheck{
+		{name: "new namespaces", checks: []caseCheck{
 			netnsCheck("netns-net", "net", out),
 			netnsCheck("netns-user", "user+net", out),
 		}},
@@ -158,20 +154,20 @@ func selftestCatalogue(out *selftestOutside, t *selftestTargets, hostLayer bool)
 // proxy only, as nothing is captured, and no DNS answer is expected. The
 // host drops what it refuses from a sandbox that rewrote its rules, so
 // these attempts may hang until the probe gives up.
-func hostLayerCases(cases []selftestCase) []selftestCase {
+func hostLayerCases(cases []testCase) []testCase {
 	keep := map[string]bool{
 		"allowed target through the gateway": true, "tcp out by address": true, "udp out": true, "ipv6 out": true,
 		"dns to an outside resolver over udp": true, "dns to an outside resolver over tcp": true,
 		"the gateway's other ports": true, "another sandbox's gateway": true, "another sandbox's address": true,
 		"the management API's TCP address": true,
 	}
-	var kept []selftestCase
+	var kept []testCase
 	for _, c := range cases {
 		if !keep[c.name] {
 			continue
 		}
-		c.name += hostLayerSuffix
-		c.checks = slices.DeleteFunc(slices.Clone(c.checks), func(ch selftestCheck) bool { return ch.attempt.Name != "" && ch.attempt.Kind == attemptTCP })
+		c.name += HostLayerSuffix
+		c.checks = slices.DeleteFunc(slices.Clone(c.checks), func(ch caseCheck) bool { return ch.attempt.Name != "" && ch.attempt.Kind == attemptTCP })
 		for i := range c.checks {
 			c.checks[i].extra = nil
 		}
@@ -182,15 +178,15 @@ func hostLayerCases(cases []selftestCase) []selftestCase {
 
 // ipv6Case tries TCP and UDP to the outside's IPv6 address, unless the
 // host has IPv6 off.
-func ipv6Case(out *selftestOutside, line string) selftestCase {
-	c := selftestCase{name: "ipv6 out"}
+func ipv6Case(out *outside, line string) testCase {
+	c := testCase{name: "ipv6 out"}
 	if out.ipv6Off != "" {
 		c.skip = out.ipv6Off
 		return c
 	}
 	target := net.JoinHostPort(out.addr6.String(), strconv.Itoa(portIPv6))
 	secret := hasSecret(out.secret)
-	c.checks = []selftestCheck{
+	c.checks = []caseCheck{
 		{what: "TCP to " + target, attempt: probeAttempt{ID: "tcp6", Kind: attemptTCP, Addr: target, Send: line}, reached: secret, hits: out.tcp6.counts},
 		{what: "UDP to " + target, attempt: probeAttempt{ID: "udp6", Kind: attemptUDP, Addr: target, Send: line}, reached: secret, hits: out.udp6.counts},
 	}
@@ -200,8 +196,8 @@ func ipv6Case(out *selftestOutside, line string) selftestCase {
 // netnsCheck tries to make new namespaces (which: net, or user+net): the
 // control, on the host, shows they can be made at all; inside they must
 // not be, or give nothing that reaches the outside.
-func netnsCheck(id, which string, out *selftestOutside) selftestCheck {
-	return selftestCheck{
+func netnsCheck(id, which string, out *outside) caseCheck {
+	return caseCheck{
 		what:           "new " + which + " namespaces",
 		attempt:        probeAttempt{ID: id, Kind: attemptNetns, Name: which, Addr: net.JoinHostPort(out.addr.String(), strconv.Itoa(portTCPByAddr))},
 		reached:        namespacesUsable(out.secret),

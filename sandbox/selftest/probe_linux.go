@@ -1,4 +1,4 @@
-package main
+package selftest
 
 import (
 	"bufio"
@@ -30,9 +30,9 @@ import (
 // maxRead is how much of an answer an attempt keeps.
 const maxRead = 1024
 
-// runProbe reads a plan from in, makes every attempt at once and writes
+// RunProbe reads a plan from in, makes every attempt at once and writes
 // what each saw to out as one JSON object.
-func runProbe(ctx context.Context, in io.Reader, out io.Writer) error {
+func RunProbe(ctx context.Context, in io.Reader, out io.Writer) error {
 	var plan probePlan
 	if err := json.NewDecoder(in).Decode(&plan); err != nil {
 		return fmt.Errorf("reading the plan: %w", err)
@@ -385,7 +385,7 @@ func tryNetns(ctx context.Context, a probeAttempt) observation {
 	if err != nil {
 		return observation{Err: err.Error()}
 	}
-	cmd := exec.CommandContext(ctx, exe, selftestProbeCommand, "--netns-child", a.Addr)
+	cmd := exec.CommandContext(ctx, exe, ProbeCommand, "--"+ProbeNetnsChild, a.Addr)
 	cmd.SysProcAttr = attr
 	var out strings.Builder
 	cmd.Stdout = &out
@@ -396,9 +396,9 @@ func tryNetns(ctx context.Context, a probeAttempt) observation {
 	return observation{Created: true, Data: strings.TrimSpace(out.String()), Err: errString(err)}
 }
 
-// runNetnsChild is the child of tryNetns: it reports the links it sees
+// RunNetnsChild is the child of tryNetns: it reports the links it sees
 // and what addr answered a TCP connection.
-func runNetnsChild(ctx context.Context, out io.Writer, addr string) error {
+func RunNetnsChild(ctx context.Context, out io.Writer, addr string) error {
 	var r netnsChildReport
 	ifs, err := net.Interfaces()
 	if err != nil {

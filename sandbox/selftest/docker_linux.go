@@ -1,4 +1,4 @@
-package main
+package selftest
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package main
+package selftest
 
 import (
 	"bufio"
@@ -38,11 +38,11 @@ import (
 // sandboxes' default pool, clear of every address of the host.
 var outsidePool = netip.MustParsePrefix("10.214.0.0/16")
 
-// outsideNetnsPrefix names the outside's network namespace,
-// sbxst-<pid>-<tag>: the pid of the selftest that made it, so that the
-// next selftest removes one whose maker died (sbx gc does not look at
-// it: it is no sandbox's).
-const outsideNetnsPrefix = "sbxst-"
+// OutsideNetnsPrefix names the outside's network namespace,
+// sbxst-<pid>-<tag>: the pid of the process whose Run made it, so that
+// the next Run removes one whose maker died (sbx gc does not look at it:
+// it is no sandbox's).
+const OutsideNetnsPrefix = "sbxst-"
 
 // Ports of the outside's servers, in its own namespace.
 const (
@@ -73,9 +73,9 @@ func (h *hitCounter) hit() {
 // counts returns what came while probing, and all.
 func (h *hitCounter) counts() (probing, all int64) { return h.probed.Load(), h.all.Load() }
 
-// selftestOutside is the outside made by newSelftestOutside. Close removes
+// outside is the outside made by newOutside. Close removes
 // it.
-type selftestOutside struct {
+type outside struct {
 	netns      string // the namespace's name
 	veth       string // the veth's host end
 	host, addr netip.Addr
@@ -101,7 +101,7 @@ type selftestOutside struct {
 
 // counter makes a hitCounter that counts while e.probing is set, and that
 // resetCounts clears.
-func (e *selftestOutside) counter() *hitCounter {
+func (e *outside) counter() *hitCounter {
 	h := &hitCounter{probing: &e.probing}
 	e.mu.Lock()
 	e.counters = append(e.counters, h)
@@ -110,7 +110,7 @@ func (e *selftestOutside) counter() *hitCounter {
 }
 
 // resetCounts clears every counter, for a new round of probing.
-func (e *selftestOutside) resetCounts() {
+func (e *outside) resetCounts() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, h := range e.counters {
@@ -119,14 +119,14 @@ func (e *selftestOutside) resetCounts() {
 	}
 }
 
-// newSelftestOutside makes the outside: its namespace and veth pair (a
+// newOutside makes the outside: its namespace and veth pair (a
 // free /30 of outsidePool, a random IPv6 ULA /64 unless the host has IPv6
 // off) and its servers. On error nothing is left.
-func newSelftestOutside() (_ *selftestOutside, retErr error) {
+func newOutside() (_ *outside, retErr error) {
 	sweepOutsides()
 	tag := randomHex(4)
-	e := &selftestOutside{
-		netns:  fmt.Sprintf("%s%d-%s", outsideNetnsPrefix, os.Getpid(), tag),
+	e := &outside{
+		netns:  fmt.Sprintf("%s%d-%s", OutsideNetnsPrefix, os.Getpid(), tag),
 		veth:   "sbxo" + tag,
 		secret: "sbx-selftest-secret-" + randomHex(8),
 	}
@@ -233,7 +233,7 @@ func newSelftestOutside() (_ *selftestOutside, retErr error) {
 }
 
 // serve starts the outside's servers in ns.
-func (e *selftestOutside) serve(ns netns.NsHandle) error {
+func (e *outside) serve(ns netns.NsHandle) error {
 	listen := func(network string, addr netip.Addr, port int) (io.Closer, error) {
 		var c io.Closer
 		err := withNetns(ns, func() error {
@@ -321,7 +321,7 @@ func (e *selftestOutside) serve(ns netns.NsHandle) error {
 
 // Close stops the servers and removes the namespace and veth, returning
 // every failure.
-func (e *selftestOutside) Close() error {
+func (e *outside) Close() error {
 	var errs *multierror.Error
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		if err := e.closers[i](); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -532,7 +532,7 @@ func sweepOutsides() {
 		return
 	}
 	for _, ent := range entries {
-		rest, ok := strings.CutPrefix(ent.Name(), outsideNetnsPrefix)
+		rest, ok := strings.CutPrefix(ent.Name(), OutsideNetnsPrefix)
 		if !ok {
 			continue
 		}
