@@ -10,96 +10,154 @@ import (
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
-// catalogue is the escape catalogue: every way out of a sandbox
-// that sbx knows of (docs/network.md and docs/capture.md), each against a target that
-// answers with out's secret, and the one allowed target. With hostLayer
-// (the probed sandbox's namespace rules flushed, nothing captured) it is
-// the cases that go through the network, each of which the host's rules
-// alone must stop, and the proxy still reached.
+// catalogue is the escape catalogue: every way out of a sandbox that sbx
+// knows of (docs/network.md and docs/capture.md), each against a target
+// that answers with out's secret, and the one allowed target. With
+// hostLayer (the probed sandbox's namespace rules flushed, nothing
+// captured) it is the cases that go through the network, each of which
+// the host's rules alone must stop, and the proxy still reached.
 func catalogue(out *outside, t *targets, hostLayer bool) []testCase {
-	secret := hasSecret(out.secret)
-	addr := func(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), strconv.Itoa(port)) }
-	line := "probe\n"
-	httpGet := func(target, host string) string {
-		return fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
+	m := checkMaker{out: out, t: t, secret: hasSecret(out.secret)}
+	cases := slices.Concat(
+		[]testCase{m.allowedCase()},
+		m.outsideCases(),
+		m.neighbourCases(),
+		m.hostCases(),
+	)
+	if hostLayer {
+		return hostLayerCases(cases)
 	}
-	tcpTo := func(id, target string, hits *hitCounter) caseCheck {
-		return caseCheck{what: "TCP to " + target, attempt: probeAttempt{ID: id, Kind: attemptTCP, Addr: target, Send: line},
-			reached: secret, hits: hits.counts}
+	for i := range cases {
+		cases[i].failFast = true
 	}
-	udpTo := func(id, target string, hits *hitCounter) caseCheck {
-		return caseCheck{what: "UDP to " + target, attempt: probeAttempt{ID: id, Kind: attemptUDP, Addr: target, Send: line},
-			reached: secret, hits: hits.counts}
-	}
-	ping := func(id, kind, what string) caseCheck {
-		token, controlToken := "sbx-selftest-"+id+"-"+randomHex(6), "sbx-selftest-control-"+randomHex(6)
-		return caseCheck{
-			what:    fmt.Sprintf("ICMP echo to %s from %s", out.addr, what),
-			attempt: probeAttempt{ID: id, Kind: kind, Addr: out.addr.String(), Token: token},
-			// From the host, as root, with a raw socket: a ping socket
-			// needs net.ipv4.ping_group_range, which may exclude root.
-			control: probeAttempt{Kind: attemptPingRaw, Addr: out.addr.String(), Token: controlToken},
-			reached: echoed,
-			hits: func() (int64, int64) {
-				n := out.icmp.seen(token)
-				return n, n + out.icmp.seen(controlToken)
-			},
-		}
-	}
-	dns := func(id, kind, what string, hits *hitCounter) caseCheck {
-		name := "t" + randomHex(6) + "." + exfilDomain
-		return caseCheck{
-			what:    fmt.Sprintf("a DNS query for %s to %s over %s", name, addr(out.addr, portDNS), what),
-			attempt: probeAttempt{ID: id, Kind: kind, Addr: addr(out.addr, portDNS), Name: name},
-			reached: hasAddr(out.dnsAnswer.String()),
-			hits:    hits.counts,
-			extra:   stubAnswered(out.dnsAnswer.String()),
-		}
-	}
-	otherProxy := addr(t.otherGW, int(t.otherPort))
-	otherDNS := addr(t.otherGW, sandbox.DefaultDNSPort)
-	probedProxy := addr(t.probedGW, int(t.gatewayPort))
-	allowedURL := fmt.Sprintf("http://%s:%d/", reachName, portHTTP)
+	return cases
+}
 
-	cases := []testCase{
-		{name: "allowed target through the gateway", allowed: true, checks: []caseCheck{
-			{
-				what:    "a request for " + allowedURL + " to the proxy",
-				attempt: probeAttempt{ID: "allowed-proxy", Kind: attemptTCP, Addr: probedProxy, Send: httpGet(allowedURL, fmt.Sprintf("%s:%d", reachName, portHTTP))},
-				control: probeAttempt{Kind: attemptTCP, Addr: addr(out.addr, portHTTP), Send: httpGet("/", fmt.Sprintf("%s:%d", reachName, portHTTP))},
-				reached: secret,
-			},
-			{
-				what:    "a request for " + allowedURL + " made directly (captured)",
-				attempt: probeAttempt{ID: "allowed-direct", Kind: attemptTCP, Name: reachName, Port: portHTTP, Send: httpGet("/", fmt.Sprintf("%s:%d", reachName, portHTTP))},
-				control: probeAttempt{Kind: attemptTCP, Addr: addr(out.addr, portHTTP), Send: httpGet("/", fmt.Sprintf("%s:%d", reachName, portHTTP))},
-				reached: secret,
-				extra:   resolvedToFake,
-			},
-		}},
-		{name: "tcp out by address", checks: []caseCheck{tcpTo("tcp-addr", addr(out.addr, portTCPByAddr), out.tcpByAddr)}},
+// probeLine is what the probe sends a server that answers any line.
+const probeLine = "probe\n"
+
+// hostPort joins a and port.
+func hostPort(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), strconv.Itoa(port)) }
+
+// httpGet is an HTTP/1.1 request for target with the Host host.
+func httpGet(target, host string) string {
+	return fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
+}
+
+// checkMaker makes the catalogue's checks against the outside's servers
+// and the targets.
+type checkMaker struct {
+	out    *outside
+	t      *targets
+	secret func(observation) bool // the outside's secret came back
+}
+
+// tcpTo sends a line to target over TCP, whose server counts in hits.
+func (m checkMaker) tcpTo(id, target string, hits *hitCounter) caseCheck {
+	return caseCheck{what: "TCP to " + target, attempt: probeAttempt{ID: id, Kind: attemptTCP, Addr: target, Send: probeLine},
+		reached: m.secret, hits: hits.counts}
+}
+
+// udpTo sends a datagram to target, whose server counts in hits.
+func (m checkMaker) udpTo(id, target string, hits *hitCounter) caseCheck {
+	return caseCheck{what: "UDP to " + target, attempt: probeAttempt{ID: id, Kind: attemptUDP, Addr: target, Send: probeLine},
+		reached: m.secret, hits: hits.counts}
+}
+
+// ping sends an ICMP echo request to the outside (kind: from a ping or a
+// raw socket, which what says).
+func (m checkMaker) ping(id, kind, what string) caseCheck {
+	out := m.out
+	token, controlToken := "sbx-selftest-"+id+"-"+randomHex(6), "sbx-selftest-control-"+randomHex(6)
+	return caseCheck{
+		what:    fmt.Sprintf("ICMP echo to %s from %s", out.addr, what),
+		attempt: probeAttempt{ID: id, Kind: kind, Addr: out.addr.String(), Token: token},
+		// From the host, as root, with a raw socket: a ping socket
+		// needs net.ipv4.ping_group_range, which may exclude root.
+		control: probeAttempt{Kind: attemptPingRaw, Addr: out.addr.String(), Token: controlToken},
+		reached: echoed,
+		hits: func() (int64, int64) {
+			n := out.icmp.seen(token)
+			return n, n + out.icmp.seen(controlToken)
+		},
+	}
+}
+
+// dns asks the outside's DNS server (kind: over UDP or TCP, which what
+// says) for a name of exfilDomain; the server counts in hits.
+func (m checkMaker) dns(id, kind, what string, hits *hitCounter) caseCheck {
+	name := "t" + randomHex(6) + "." + exfilDomain
+	return caseCheck{
+		what:    fmt.Sprintf("a DNS query for %s to %s over %s", name, hostPort(m.out.addr, portDNS), what),
+		attempt: probeAttempt{ID: id, Kind: kind, Addr: hostPort(m.out.addr, portDNS), Name: name},
+		reached: hasAddr(m.out.dnsAnswer.String()),
+		hits:    hits.counts,
+		extra:   stubAnswered(m.out.dnsAnswer.String()),
+	}
+}
+
+// allowedCase reaches the allowed target through the probed sandbox's
+// proxy, and directly, which capture sends to the gateway too.
+func (m checkMaker) allowedCase() testCase {
+	allowedURL := fmt.Sprintf("http://%s:%d/", reachName, portHTTP)
+	host := fmt.Sprintf("%s:%d", reachName, portHTTP)
+	control := probeAttempt{Kind: attemptTCP, Addr: hostPort(m.out.addr, portHTTP), Send: httpGet("/", host)}
+	return testCase{name: "allowed target through the gateway", allowed: true, checks: []caseCheck{
+		{
+			what:    "a request for " + allowedURL + " to the proxy",
+			attempt: probeAttempt{ID: "allowed-proxy", Kind: attemptTCP, Addr: hostPort(m.t.probedGW, int(m.t.gatewayPort)), Send: httpGet(allowedURL, host)},
+			control: control,
+			reached: m.secret,
+		},
+		{
+			what:    "a request for " + allowedURL + " made directly (captured)",
+			attempt: probeAttempt{ID: "allowed-direct", Kind: attemptTCP, Name: reachName, Port: portHTTP, Send: httpGet("/", host)},
+			control: control,
+			reached: m.secret,
+			extra:   resolvedToFake,
+		},
+	}}
+}
+
+// outsideCases are the ways out to the outside: TCP by address and by
+// name, UDP, ICMP, IPv6 and DNS to an outside resolver.
+func (m checkMaker) outsideCases() []testCase {
+	out := m.out
+	return []testCase{
+		{name: "tcp out by address", checks: []caseCheck{m.tcpTo("tcp-addr", hostPort(out.addr, portTCPByAddr), out.tcpByAddr)}},
 		{name: "tcp out by name", checks: []caseCheck{{
 			what:    fmt.Sprintf("TCP to %s:%d (a port the policy does not allow)", reachName, portTCPByName),
-			attempt: probeAttempt{ID: "tcp-name", Kind: attemptTCP, Name: reachName, Port: portTCPByName, Send: line},
-			control: probeAttempt{Kind: attemptTCP, Addr: addr(out.addr, portTCPByName), Send: line},
-			reached: secret, hits: out.tcpByName.counts, extra: resolvedToFake,
+			attempt: probeAttempt{ID: "tcp-name", Kind: attemptTCP, Name: reachName, Port: portTCPByName, Send: probeLine},
+			control: probeAttempt{Kind: attemptTCP, Addr: hostPort(out.addr, portTCPByName), Send: probeLine},
+			reached: m.secret, hits: out.tcpByName.counts, extra: resolvedToFake,
 		}}},
-		{name: "udp out", checks: []caseCheck{udpTo("udp", addr(out.addr, portUDP), out.udp)}},
-		{name: "icmp echo out (ping socket)", checks: []caseCheck{ping("ping", attemptPing, "a ping socket")}},
-		{name: "icmp echo out (raw socket)", checks: []caseCheck{ping("ping-raw", attemptPingRaw, "a raw socket")}},
-		ipv6Case(out, line),
-		{name: "dns to an outside resolver over udp", checks: []caseCheck{dns("dns-udp", attemptDNSUDP, "UDP", out.dnsUDP)}},
-		{name: "dns to an outside resolver over tcp", checks: []caseCheck{dns("dns-tcp", attemptDNSTCP, "TCP", out.dnsTCP)}},
+		{name: "udp out", checks: []caseCheck{m.udpTo("udp", hostPort(out.addr, portUDP), out.udp)}},
+		{name: "icmp echo out (ping socket)", checks: []caseCheck{m.ping("ping", attemptPing, "a ping socket")}},
+		{name: "icmp echo out (raw socket)", checks: []caseCheck{m.ping("ping-raw", attemptPingRaw, "a raw socket")}},
+		ipv6Case(out, probeLine),
+		{name: "dns to an outside resolver over udp", checks: []caseCheck{m.dns("dns-udp", attemptDNSUDP, "UDP", out.dnsUDP)}},
+		{name: "dns to an outside resolver over tcp", checks: []caseCheck{m.dns("dns-tcp", attemptDNSTCP, "TCP", out.dnsTCP)}},
+	}
+}
+
+// neighbourCases are the ways to what is next to the sandbox: the
+// gateway's other ports, and the second sandbox's gateway and address.
+func (m checkMaker) neighbourCases() []testCase {
+	t := m.t
+	otherProxy := hostPort(t.otherGW, int(t.otherPort))
+	otherDNS := hostPort(t.otherGW, sandbox.DefaultDNSPort)
+	otherHost := fmt.Sprintf("%s:%d", otherName, portOtherHTTP)
+	return []testCase{
 		{name: "the gateway's other ports", checks: []caseCheck{
-			tcpTo("gw-tcp", t.gwTCP.String(), t.gwTCPHits),
-			udpTo("gw-udp", t.gwUDP.String(), t.gwUDPHits),
+			m.tcpTo("gw-tcp", t.gwTCP.String(), t.gwTCPHits),
+			m.udpTo("gw-udp", t.gwUDP.String(), t.gwUDPHits),
 		}},
 		{name: "another sandbox's gateway", checks: []caseCheck{
 			{
-				what:         fmt.Sprintf("a request for http://%s:%d/ to the second sandbox's proxy %s (its policy allows it)", otherName, portOtherHTTP, otherProxy),
-				attempt:      probeAttempt{ID: "other-proxy", Kind: attemptTCP, Addr: otherProxy, Send: httpGet(fmt.Sprintf("http://%s:%d/", otherName, portOtherHTTP), fmt.Sprintf("%s:%d", otherName, portOtherHTTP))},
+				what:         fmt.Sprintf("a request for http://%s/ to the second sandbox's proxy %s (its policy allows it)", otherHost, otherProxy),
+				attempt:      probeAttempt{ID: "other-proxy", Kind: attemptTCP, Addr: otherProxy, Send: httpGet("http://"+otherHost+"/", otherHost)},
 				controlNetns: t.otherNetns,
-				reached:      secret, hits: out.otherHTTP.counts,
+				reached:      m.secret, hits: m.out.otherHTTP.counts,
 			},
 			{
 				what:         "a DNS query to the second sandbox's DNS stub " + otherDNS,
@@ -109,11 +167,19 @@ func catalogue(out *outside, t *targets, hostLayer bool) []testCase {
 			},
 		}},
 		{name: "another sandbox's address", checks: []caseCheck{{
-			what:         "TCP to " + addr(t.otherAddr, portOther),
-			attempt:      probeAttempt{ID: "other-addr", Kind: attemptTCP, Addr: addr(t.otherAddr, portOther), Send: line},
+			what:         "TCP to " + hostPort(t.otherAddr, portOther),
+			attempt:      probeAttempt{ID: "other-addr", Kind: attemptTCP, Addr: hostPort(t.otherAddr, portOther), Send: probeLine},
 			controlNetns: t.otherNetns,
-			reached:      secret, hits: t.otherHits.counts,
+			reached:      m.secret, hits: t.otherHits.counts,
 		}}},
+	}
+}
+
+// hostCases are the ways to the host's own powers: the management API,
+// raw sockets, capabilities and new namespaces.
+func (m checkMaker) hostCases() []testCase {
+	t := m.t
+	return []testCase{
 		{name: "the management API's socket", checks: []caseCheck{{
 			what:    "the socket " + t.apiSocket,
 			attempt: probeAttempt{ID: "api-socket", Kind: attemptUnix, Path: t.apiSocket, Send: httpGet("/healthz", "localhost")},
@@ -135,17 +201,10 @@ func catalogue(out *outside, t *targets, hostLayer bool) []testCase {
 			reached: securityLoose,
 		}}},
 		{name: "new namespaces", checks: []caseCheck{
-			netnsCheck("netns-net", "net", out),
-			netnsCheck("netns-user", "user+net", out),
+			netnsCheck("netns-net", "net", m.out),
+			netnsCheck("netns-user", "user+net", m.out),
 		}},
 	}
-	if hostLayer {
-		return hostLayerCases(cases)
-	}
-	for i := range cases {
-		cases[i].failFast = true
-	}
-	return cases
 }
 
 // hostLayerCases are the cases of cases that the host's rules alone must

@@ -119,9 +119,9 @@ func (e *outside) resetCounts() {
 	}
 }
 
-// newOutside makes the outside: its namespace and veth pair (a
-// free /30 of outsidePool, a random IPv6 ULA /64 unless the host has IPv6
-// off) and its servers. On error nothing is left.
+// newOutside makes the outside: its namespace and veth pair (a free /30
+// of outsidePool, a random IPv6 ULA /64 unless the host has IPv6 off) and
+// its servers. On error nothing is left.
 func newOutside() (_ *outside, retErr error) {
 	sweepOutsides()
 	tag := randomHex(4)
@@ -137,20 +137,9 @@ func newOutside() (_ *outside, retErr error) {
 			}
 		}
 	}()
-	e.dnsAnswer = netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + randomByte()%250)})
-	subnet, err := freeOutsideSubnet()
-	if err != nil {
+	if err := e.pickAddrs(); err != nil {
 		return nil, err
 	}
-	e.host, e.addr = subnet.Addr().Next(), subnet.Addr().Next().Next()
-	var ula [16]byte
-	ula[0] = 0xfd
-	rand.Read(ula[1:6])
-	ula[15] = 1
-	e.host6 = netip.AddrFrom16(ula)
-	ula[15] = 2
-	e.addr6 = netip.AddrFrom16(ula)
-
 	ns, err := sandbox.NewNamedNetns(e.netns)
 	if err != nil {
 		return nil, fmt.Errorf("creating network namespace %s: %w", e.netns, err)
@@ -162,9 +151,40 @@ func newOutside() (_ *outside, retErr error) {
 		}
 		return nil
 	})
-	peer := "sbxp" + tag
+	if err := e.connect(ns, "sbxp"+tag); err != nil {
+		return nil, err
+	}
+	if err := e.serve(ns); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// pickAddrs picks the outside's addresses: the DNS server's answer, a
+// free /30 of outsidePool for the two ends, and a random IPv6 ULA /64.
+func (e *outside) pickAddrs() error {
+	e.dnsAnswer = netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + randomByte()%250)})
+	subnet, err := freeOutsideSubnet()
+	if err != nil {
+		return err
+	}
+	e.host, e.addr = subnet.Addr().Next(), subnet.Addr().Next().Next()
+	var ula [16]byte
+	ula[0] = 0xfd
+	rand.Read(ula[1:6])
+	ula[15] = 1
+	e.host6 = netip.AddrFrom16(ula)
+	ula[15] = 2
+	e.addr6 = netip.AddrFrom16(ula)
+	return nil
+}
+
+// connect joins the host and ns with a veth pair (peer the end in ns),
+// addresses both ends, brings them up, and routes the outside back
+// through the host.
+func (e *outside) connect(ns netns.NsHandle, peer string) error {
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: e.veth}, PeerName: peer, PeerNamespace: netlink.NsFd(ns)}); err != nil {
-		return nil, fmt.Errorf("creating veth %s: %w", e.veth, err)
+		return fmt.Errorf("creating veth %s: %w", e.veth, err)
 	}
 	e.closers = append(e.closers, func() error {
 		l, err := netlink.LinkByName(e.veth)
@@ -178,34 +198,23 @@ func newOutside() (_ *outside, retErr error) {
 	})
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer h.Close()
 	hostLink, err := netlink.LinkByName(e.veth)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	peerLink, err := h.LinkByName(peer)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := netlink.AddrAdd(hostLink, addrOf(e.host, 30, 0)); err != nil {
-		return nil, fmt.Errorf("addressing %s: %w", e.veth, err)
-	}
-	if err := h.AddrAdd(peerLink, addrOf(e.addr, 30, 0)); err != nil {
-		return nil, fmt.Errorf("addressing %s: %w", peer, err)
-	}
-	// IPv6 without duplicate address detection, so that the addresses
-	// are there at once.
-	if err := netlink.AddrAdd(hostLink, addrOf(e.host6, 64, unix.IFA_F_NODAD)); err != nil {
-		e.ipv6Off = fmt.Sprintf("IPv6 is off on this host (adding an IPv6 address: %v), so nothing can be tried over it", err)
-		e.host6, e.addr6 = netip.Addr{}, netip.Addr{}
-	} else if err := h.AddrAdd(peerLink, addrOf(e.addr6, 64, unix.IFA_F_NODAD)); err != nil {
-		return nil, fmt.Errorf("addressing %s: %w", peer, err)
+	if err := e.address(h, hostLink, peerLink); err != nil {
+		return err
 	}
 	lo, err := h.LinkByName("lo")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, up := range []func() error{
 		func() error { return h.LinkSetUp(lo) },
@@ -213,89 +222,136 @@ func newOutside() (_ *outside, retErr error) {
 		func() error { return netlink.LinkSetUp(hostLink) },
 	} {
 		if err := up(); err != nil {
-			return nil, fmt.Errorf("bringing up the outside's links: %w", err)
+			return fmt.Errorf("bringing up the outside's links: %w", err)
 		}
 	}
 	// A way back to anywhere, as the internet would have: an answer to
 	// a packet that got out would find its way.
 	if err := h.RouteAdd(&netlink.Route{LinkIndex: peerLink.Attrs().Index, Gw: e.host.AsSlice()}); err != nil {
-		return nil, fmt.Errorf("routing the outside: %w", err)
+		return fmt.Errorf("routing the outside: %w", err)
 	}
 	if e.addr6.IsValid() {
 		if err := h.RouteAdd(&netlink.Route{LinkIndex: peerLink.Attrs().Index, Gw: e.host6.AsSlice()}); err != nil {
-			return nil, fmt.Errorf("routing the outside: %w", err)
+			return fmt.Errorf("routing the outside: %w", err)
 		}
 	}
-	if err := e.serve(ns); err != nil {
-		return nil, err
+	return nil
+}
+
+// address gives the veth's ends their addresses: IPv4, and IPv6 unless
+// the host has it off (then ipv6Off says so, and the IPv6 addresses are
+// cleared).
+func (e *outside) address(h *netlink.Handle, hostLink, peerLink netlink.Link) error {
+	if err := netlink.AddrAdd(hostLink, addrOf(e.host, 30, 0)); err != nil {
+		return fmt.Errorf("addressing %s: %w", e.veth, err)
 	}
-	return e, nil
+	if err := h.AddrAdd(peerLink, addrOf(e.addr, 30, 0)); err != nil {
+		return fmt.Errorf("addressing %s: %w", peerLink.Attrs().Name, err)
+	}
+	// IPv6 without duplicate address detection, so that the addresses
+	// are there at once.
+	if err := netlink.AddrAdd(hostLink, addrOf(e.host6, 64, unix.IFA_F_NODAD)); err != nil {
+		e.ipv6Off = fmt.Sprintf("IPv6 is off on this host (adding an IPv6 address: %v), so nothing can be tried over it", err)
+		e.host6, e.addr6 = netip.Addr{}, netip.Addr{}
+	} else if err := h.AddrAdd(peerLink, addrOf(e.addr6, 64, unix.IFA_F_NODAD)); err != nil {
+		return fmt.Errorf("addressing %s: %w", peerLink.Attrs().Name, err)
+	}
+	return nil
+}
+
+// listen opens a listener (or, for udp networks, a packet connection) on
+// addr:port in ns, which Close closes.
+func (e *outside) listen(ns netns.NsHandle, network string, addr netip.Addr, port int) (io.Closer, error) {
+	var c io.Closer
+	err := withNetns(ns, func() error {
+		var err error
+		hostPort := net.JoinHostPort(addr.String(), strconv.Itoa(port))
+		if strings.HasPrefix(network, "udp") {
+			c, err = net.ListenPacket(network, hostPort)
+		} else {
+			c, err = net.Listen(network, hostPort)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening in the outside: %w", err)
+	}
+	e.closers = append(e.closers, c.Close)
+	return c, nil
 }
 
 // serve starts the outside's servers in ns.
 func (e *outside) serve(ns netns.NsHandle) error {
-	listen := func(network string, addr netip.Addr, port int) (io.Closer, error) {
-		var c io.Closer
-		err := withNetns(ns, func() error {
-			var err error
-			hostPort := net.JoinHostPort(addr.String(), strconv.Itoa(port))
-			if strings.HasPrefix(network, "udp") {
-				c, err = net.ListenPacket(network, hostPort)
-			} else {
-				c, err = net.Listen(network, hostPort)
-			}
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("listening in the outside: %w", err)
-		}
-		e.closers = append(e.closers, c.Close)
-		return c, nil
-	}
 	e.tcpByAddr, e.tcpByName, e.udp, e.dnsUDP, e.dnsTCP, e.http, e.otherHTTP = e.counter(), e.counter(), e.counter(), e.counter(), e.counter(), e.counter(), e.counter()
+	if e.addr6.IsValid() {
+		e.tcp6, e.udp6 = e.counter(), e.counter()
+	}
+	for _, serve := range []func(netns.NsHandle) error{e.serveSecrets, e.serveDNS, e.serveHTTP, e.sniffICMP} {
+		if err := serve(ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveSecrets starts the servers that answer any line or datagram with
+// the secret: TCP by address and by name, UDP, and both on IPv6.
+func (e *outside) serveSecrets(ns netns.NsHandle) error {
 	for _, s := range []struct {
 		port int
 		hits *hitCounter
 	}{{portTCPByAddr, e.tcpByAddr}, {portTCPByName, e.tcpByName}} {
-		ln, err := listen("tcp4", e.addr, s.port)
+		ln, err := e.listen(ns, "tcp4", e.addr, s.port)
 		if err != nil {
 			return err
 		}
 		go serveBanner(ln.(net.Listener), e.secret, s.hits)
 	}
-	pc, err := listen("udp4", e.addr, portUDP)
+	pc, err := e.listen(ns, "udp4", e.addr, portUDP)
 	if err != nil {
 		return err
 	}
 	go serveUDPSecret(pc.(net.PacketConn), e.secret, e.udp)
-	if e.addr6.IsValid() {
-		e.tcp6, e.udp6 = e.counter(), e.counter()
-		ln, err := listen("tcp6", e.addr6, portIPv6)
-		if err != nil {
-			return err
-		}
-		go serveBanner(ln.(net.Listener), e.secret, e.tcp6)
-		pc, err := listen("udp6", e.addr6, portIPv6)
-		if err != nil {
-			return err
-		}
-		go serveUDPSecret(pc.(net.PacketConn), e.secret, e.udp6)
+	if !e.addr6.IsValid() {
+		return nil
 	}
-	pc, err = listen("udp4", e.addr, portDNS)
+	ln, err := e.listen(ns, "tcp6", e.addr6, portIPv6)
+	if err != nil {
+		return err
+	}
+	go serveBanner(ln.(net.Listener), e.secret, e.tcp6)
+	pc, err = e.listen(ns, "udp6", e.addr6, portIPv6)
+	if err != nil {
+		return err
+	}
+	go serveUDPSecret(pc.(net.PacketConn), e.secret, e.udp6)
+	return nil
+}
+
+// serveDNS starts the DNS server, over UDP and TCP, that answers every
+// name with dnsAnswer.
+func (e *outside) serveDNS(ns netns.NsHandle) error {
+	pc, err := e.listen(ns, "udp4", e.addr, portDNS)
 	if err != nil {
 		return err
 	}
 	go serveDNSUDP(pc.(net.PacketConn), e.dnsAnswer, e.dnsUDP)
-	ln, err := listen("tcp4", e.addr, portDNS)
+	ln, err := e.listen(ns, "tcp4", e.addr, portDNS)
 	if err != nil {
 		return err
 	}
 	go serveDNSTCP(ln.(net.Listener), e.dnsAnswer, e.dnsTCP)
+	return nil
+}
+
+// serveHTTP starts the HTTP servers the sandboxes are allowed to, which
+// answer with the secret.
+func (e *outside) serveHTTP(ns netns.NsHandle) error {
 	for _, s := range []struct {
 		port int
 		hits *hitCounter
 	}{{portHTTP, e.http}, {portOtherHTTP, e.otherHTTP}} {
-		ln, err := listen("tcp4", e.addr, s.port)
+		ln, err := e.listen(ns, "tcp4", e.addr, s.port)
 		if err != nil {
 			return err
 		}
@@ -305,6 +361,11 @@ func (e *outside) serve(ns netns.NsHandle) error {
 		})}
 		go srv.Serve(ln.(net.Listener)) // ends when the listener closes
 	}
+	return nil
+}
+
+// sniffICMP starts counting the echo requests that reach the outside.
+func (e *outside) sniffICMP(ns netns.NsHandle) error {
 	var sniffer *icmp.PacketConn
 	if err := withNetns(ns, func() error {
 		var err error

@@ -186,31 +186,45 @@ func tryDNS(ctx context.Context, a probeAttempt, overTCP bool) observation {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	var answer []byte
-	if overTCP {
-		msg := binary.BigEndian.AppendUint16(nil, uint16(len(query)))
-		if _, err := c.Write(append(msg, query...)); err != nil {
-			return observation{Err: "sending: " + err.Error()}
-		}
-		var n uint16
-		if err := binary.Read(c, binary.BigEndian, &n); err != nil {
-			return observation{Err: err.Error()}
-		}
-		answer = make([]byte, n)
-		if _, err := io.ReadFull(c, answer); err != nil {
-			return observation{Err: err.Error()}
-		}
-	} else {
+	answer, o := exchangeDNS(c, query, overTCP)
+	if o.Err != "" {
+		return o
+	}
+	return readDNSAnswer(answer, id)
+}
+
+// exchangeDNS sends query on c and reads the answer, framed as over TCP
+// or not; the observation says how it failed, if it did.
+func exchangeDNS(c net.Conn, query []byte, overTCP bool) ([]byte, observation) {
+	if !overTCP {
 		if _, err := c.Write(query); err != nil {
-			return observation{Err: "sending: " + err.Error()}
+			return nil, observation{Err: "sending: " + err.Error()}
 		}
 		buf := make([]byte, 1500)
 		n, err := c.Read(buf)
 		if err != nil {
-			return observation{Err: err.Error()}
+			return nil, observation{Err: err.Error()}
 		}
-		answer = buf[:n]
+		return buf[:n], observation{}
 	}
+	msg := binary.BigEndian.AppendUint16(nil, uint16(len(query)))
+	if _, err := c.Write(append(msg, query...)); err != nil {
+		return nil, observation{Err: "sending: " + err.Error()}
+	}
+	var n uint16
+	if err := binary.Read(c, binary.BigEndian, &n); err != nil {
+		return nil, observation{Err: err.Error()}
+	}
+	answer := make([]byte, n)
+	if _, err := io.ReadFull(c, answer); err != nil {
+		return nil, observation{Err: err.Error()}
+	}
+	return answer, observation{}
+}
+
+// readDNSAnswer says what answer, to the query id, holds: its code and
+// A records.
+func readDNSAnswer(answer []byte, id uint16) observation {
 	var p dnsmessage.Parser
 	h, err := p.Start(answer)
 	if err != nil || h.ID != id || !h.Response {

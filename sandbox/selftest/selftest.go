@@ -20,19 +20,21 @@ import (
 type Options struct {
 	// Runtime runs the sandboxes, connected: *sandbox.Containerd, whose
 	// sandboxes have the host's layout with the probe bind-mounted
-	// read-only, or *sandbox.Docker, whose run from an image that Run
-	// loads into DockerHost's store (the docker runtime runs images only)
-	// and removes. The caller closes it, after Run.
+	// read-only, or *sandbox.Docker, whose sandboxes run from an image
+	// holding the probe that Run loads into DockerHost's store and
+	// removes (the docker runtime runs images only). The caller closes
+	// it, after Run.
 	Runtime run.Runtime
 	// DockerHost is the Docker daemon Runtime talks to, when it is
 	// *sandbox.Docker: "" means DOCKER_HOST, or Docker's default.
 	DockerHost string
-	// ProbeExe is the probe: an executable that, run as ProbeExe
-	// ProbeCommand, reads a plan on its standard input and calls
-	// RunProbe; with --ProbeWait, reads its standard input to the end and
-	// exits; with --ProbeNetnsChild ADDR, calls RunNetnsChild (sbx itself
-	// is one). It runs inside the sandboxes, so with Docker it must find
-	// what it links where the loader does.
+	// ProbeExe is the probe, a path on the host: an executable that, run
+	// as ProbeExe ProbeCommand, calls RunProbe with its standard input
+	// and output; with the flag --wait (ProbeWait) added, reads its
+	// standard input to the end and exits; with --netns-child ADDR
+	// (ProbeNetnsChild), calls RunNetnsChild. sbx is one. It runs inside
+	// the sandboxes: with containerd bind-mounted read-only, with Docker
+	// in an image with the loader and libraries it links.
 	ProbeExe string
 	// StateDir is where running sandboxes are recorded; "" means
 	// sandbox.DefaultStateDir. Pool is where the sandboxes' /30s come
@@ -83,8 +85,8 @@ type Summary struct {
 // ErrInterrupted is Run's error when its context ended before it did.
 var ErrInterrupted = errors.New("selftest interrupted; what it made is removed")
 
-// The probe's command line: ProbeExe ProbeCommand [--ProbeWait |
-// --ProbeNetnsChild ADDR].
+// The probe's command line: ProbeExe ProbeCommand [--wait |
+// --netns-child ADDR], the flags named by ProbeWait and ProbeNetnsChild.
 const (
 	ProbeCommand    = "__selftest-probe"
 	ProbeWait       = "wait"
