@@ -73,29 +73,29 @@ func reportError(w io.Writer, err error) {
 		fmt.Fprintln(w, err)
 		return
 	}
-	for _, e := range flatten(err) {
-		for line := range strings.SplitSeq(e.Error(), "\n") {
-			fmt.Fprintln(w, "sbx: "+line)
-		}
+	for _, line := range flatten(err) {
+		fmt.Fprintln(w, "sbx: "+line)
 	}
 }
 
-// flatten returns the errors that err combines, when it is (or an
-// exitError holds) a *multierror.Error, so that each is said on its own
-// line and not in multierror's "1 error occurred:" list; else err alone.
-func flatten(err error) []error {
-	inner := err
-	if ee, ok := err.(*exitError); ok {
-		inner = ee.err
-	}
-	var all []error
-	if me, ok := inner.(*multierror.Error); ok {
-		for _, e := range me.Errors {
-			all = append(all, flatten(e)...)
+// flatten returns what err says as lines of its own: the errors a
+// *multierror.Error in it combines each on its own line, after whatever
+// wrapped it ("tearing down sandbox 1a2b: " + each), and not in
+// multierror's "1 error occurred:" list with tabs and blank lines.
+func flatten(err error) []string {
+	var me *multierror.Error
+	if errors.As(err, &me) && len(me.Errors) > 0 {
+		if prefix, ok := strings.CutSuffix(err.Error(), me.Error()); ok {
+			var lines []string
+			for _, e := range me.Errors {
+				for _, l := range flatten(e) {
+					lines = append(lines, prefix+l)
+				}
+			}
+			return lines
 		}
-		return all
 	}
-	return []error{err}
+	return strings.Split(err.Error(), "\n")
 }
 
 // needsRoot is the error of a command that needs root, run without it:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -48,6 +49,14 @@ func TestReportErrorFlattensMultierror(t *testing.T) {
 	err := multierror.Append(nil, errors.New("creating the task of 1a2b: mkdir /bin/busybox: not a directory"))
 	reportError(&b, &exitError{code: exitSbxFailed, err: multierror.Append(err, errors.New("removing x: gone\nsecond line"))})
 	want := "sbx: creating the task of 1a2b: mkdir /bin/busybox: not a directory\nsbx: removing x: gone\nsbx: second line\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+	// Wrapped, each combined error keeps what wraps them.
+	b.Reset()
+	teardown := multierror.Append(nil, errors.New("containerd keeps a record of 1a2b"), errors.New("removing its veth: busy"))
+	reportError(&b, &exitError{code: exitSbxFailed, err: fmt.Errorf("tearing down sandbox 1a2b: %w", teardown)})
+	want = "sbx: tearing down sandbox 1a2b: containerd keeps a record of 1a2b\nsbx: tearing down sandbox 1a2b: removing its veth: busy\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}
