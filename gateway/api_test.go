@@ -34,8 +34,8 @@ func startAPI(t *testing.T, spec netpolicy.Spec, static map[string]string) *test
 	return startAPIWith(t, spec, static, nil)
 }
 
-// startAPIWith is startAPI with Options changed by set.
-func startAPIWith(t *testing.T, spec netpolicy.Spec, static map[string]string, set func(*Options)) *testAPI {
+// startAPIWith is startAPI with the Config changed by set.
+func startAPIWith(t *testing.T, spec netpolicy.Spec, static map[string]string, set func(*Config)) *testAPI {
 	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
@@ -46,7 +46,7 @@ func startAPIWith(t *testing.T, spec netpolicy.Spec, static map[string]string, s
 		res.AddStatic(name, netip.MustParseAddr(ip))
 	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	opts := Options{
+	opts := Config{
 		Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile,
 		Policy: p, Resolver: res, LogFile: filepath.Join(t.TempDir(), "log.jsonl"),
 	}
@@ -293,7 +293,7 @@ func TestUnixSocketAPI(t *testing.T) {
 	p, _ := netpolicy.Compile(netpolicy.Spec{})
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "api.sock")
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"unix:" + sock}, TokenFile: filepath.Join(dir, "token"), Policy: p})
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", API: []string{"unix:" + sock}, TokenFile: filepath.Join(dir, "token"), Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestShutdownLogsEveryTunnel(t *testing.T) {
 	sink := tcpServer(t, func(c net.Conn) { io.Copy(c, c) }) // echoes, and holds the tunnel open
 	p, _ := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
 	logFile := filepath.Join(t.TempDir(), "log.jsonl")
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: logFile})
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, LogFile: logFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestAPIRoundTrip(t *testing.T) {
 	for _, transport := range []string{"tcp", "unix"} {
 		t.Run(transport, func(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "api.sock")
-			a := startAPIWith(t, loopbackPolicy(netpolicy.Block), nil, func(o *Options) {
+			a := startAPIWith(t, loopbackPolicy(netpolicy.Block), nil, func(o *Config) {
 				o.Sandbox = "roundtrip"
 				o.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
 				if transport == "unix" {
@@ -269,7 +269,7 @@ func TestAPIStatus(t *testing.T) {
 	a := startAPIWith(t, loopbackPolicy(netpolicy.Block,
 		netpolicy.Rule{ID: "api", Host: "api.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
 		netpolicy.Rule{ID: "tea", Host: "tea.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Intercept, Response: &netpolicy.Response{Status: 418}},
-	), map[string]string{"api.test": "127.0.0.1", "tea.test": "127.0.0.1"}, func(o *Options) { o.Sandbox = "status" })
+	), map[string]string{"api.test": "127.0.0.1", "tea.test": "127.0.0.1"}, func(o *Config) { o.Sandbox = "status" })
 	c := apiClientOf(t, a, a.token)
 	ctx := context.Background()
 

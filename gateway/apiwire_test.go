@@ -80,7 +80,7 @@ func startWireAPI(t *testing.T) *testAPI {
 	t.Helper()
 	spec := netpolicy.Spec{Default: netpolicy.Block, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Rules: []netpolicy.Rule{{ID: "llm", Host: "llm.test", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: "agent.yaml"}}}}
-	a := startAPIWith(t, spec, nil, func(o *Options) {
+	a := startAPIWith(t, spec, nil, func(o *Config) {
 		o.Sandbox = "0123456789ab"
 		o.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
 		o.LLMScripts = map[string]*mockllm.Responder{"agent.yaml": mockllm.New(nil)}

@@ -33,7 +33,7 @@ func benchGateway(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl",
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl",
 		// Every record written, as the targets are measured with the log on.
 		LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
 	if err != nil {
@@ -191,7 +191,7 @@ func BenchmarkDNSStub(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", DNS: "127.0.0.1:0", Policy: p,
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", DNS: "127.0.0.1:0", Policy: p,
 		LogFile: b.TempDir() + "/log.jsonl", LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
 	if err != nil {
 		b.Fatal(err)
@@ -276,7 +276,7 @@ func benchTransparent(b *testing.B, sink string) string {
 		b.Fatal(err)
 	}
 	var fake netip.AddrPort
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, Resolver: res, Transparent: ln,
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, Resolver: res, Transparent: ln,
 		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return fake, nil },
 		LogFile:     b.TempDir() + "/log.jsonl", LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
 	if err != nil {
@@ -381,7 +381,7 @@ func BenchmarkInspectedRequests(b *testing.B) {
 			}
 			res := &Resolver{}
 			res.AddStatic("example.com", netip.MustParseAddr("127.0.0.1"))
-			g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, Resolver: res, LogFile: b.TempDir() + "/log.jsonl",
+			g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, Resolver: res, LogFile: b.TempDir() + "/log.jsonl",
 				LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}, CA: ca, UpstreamRoots: roots})
 			if err != nil {
 				b.Fatal(err)

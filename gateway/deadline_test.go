@@ -61,7 +61,7 @@ func TestStaleDeadline(t *testing.T) {
 // idle deadline set before its first byte is minutes away.
 func TestHeaderReadTimeoutOnKeepAlive(t *testing.T) {
 	port := portOf(t, echoUpstream(t))
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"}, func(c *Config) {
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"}, func(c *serverConfig) {
 		c.Limits.HeaderReadTimeout = 200 * time.Millisecond
 		c.Limits.IdleConnTimeout = time.Minute
 	})
@@ -147,7 +147,7 @@ func TestAnswerAfterALongWait(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
 	})
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"}, func(c *Config) {
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"up.test": "127.0.0.1"}, func(c *serverConfig) {
 		c.Limits.IdleConnTimeout = 300 * time.Millisecond
 	})
 	conn, br := dialRaw(t, g.addr)

@@ -39,7 +39,7 @@ type dnsStub struct {
 // in its Resolver; edit, when not nil, changes the config before the
 // server is made, and prepare the server before it serves. It is closed
 // when the test ends.
-func startDNS(t *testing.T, spec netpolicy.Spec, static map[string]string, edit func(*Config), prepare ...func(*Server)) *dnsStub {
+func startDNS(t *testing.T, spec netpolicy.Spec, static map[string]string, edit func(*serverConfig), prepare ...func(*Server)) *dnsStub {
 	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
@@ -55,17 +55,15 @@ func startDNS(t *testing.T, spec netpolicy.Spec, static map[string]string, edit 
 	ring := NewRing(0)
 	log := NewLog("", ring)
 	st := &dnsStub{store: netpolicy.NewStore(p), ring: ring, upstream: up}
-	cfg := Config{
-		Store:    st.store,
+	cfg := serverConfig{Store: st.store, Log: log, Config: Config{
 		Resolver: res,
-		Log:      log,
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		Limits:   Limits{HeaderReadTimeout: 2 * time.Second, DNSIdleTimeout: 2 * time.Second},
-	}
+	}}
 	if edit != nil {
 		edit(&cfg)
 	}
-	st.srv, err = New(cfg)
+	st.srv, err = newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -851,7 +849,7 @@ func TestDNSReplyOverLimitIsTruncated(t *testing.T) {
 }
 
 func TestDNSOverTCPServesManyQueriesThenIdlesOut(t *testing.T) {
-	st := startDNS(t, stubPolicy(), nil, func(c *Config) {
+	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) {
 		c.Limits.DNSIdleTimeout = 300 * time.Millisecond
 		c.Limits.HeaderReadTimeout = 300 * time.Millisecond
 	})
@@ -928,7 +926,7 @@ func TestDNSFakeIPsExhausted(t *testing.T) {
 }
 
 func TestDNSClientsOutsideAreRefused(t *testing.T) {
-	st := startDNS(t, stubPolicy(), nil, func(c *Config) { c.Clients = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
+	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) { c.Clients = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
 	q := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)
 	if resp, err := exchangeUDP(t, st.udp, q); err == nil {
 		t.Errorf("UDP query from outside Clients answered: %x", resp)
@@ -950,7 +948,7 @@ func TestStartServesDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", DNS: "127.0.0.1:0", Policy: p})
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", DNS: "127.0.0.1:0", Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1001,7 +999,7 @@ func FuzzDNSQuery(f *testing.F) {
 	}
 	last := &lastRecord{}
 	log := NewLog("", last)
-	srv, err := New(Config{Store: netpolicy.NewStore(p), Log: log})
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(p), Log: log})
 	if err != nil {
 		f.Fatal(err)
 	}

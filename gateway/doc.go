@@ -22,13 +22,13 @@
 // timeout.
 //
 // A sandbox's gateway serves that sandbox alone: its listener is bound to
-// the sandbox's veth (Options.ListenInterface) and a connection from any
+// the sandbox's veth (Config.ListenInterface) and a connection from any
 // other address is closed unanswered (Config.Clients). Whatever the policy
 // says, it never dials its own addresses, this host's interface addresses
 // (loopback aside, which the guard handles) or the Fence networks (sbx run
 // gives its subnet pool and the default one).
 //
-// The transparent path (Server.ServeTransparent; Options.Transparent for
+// The transparent path (Server.ServeTransparent; Config.Transparent for
 // Start) serves the TCP connections a sandbox's rules redirect instead of
 // letting them out (docs/capture.md): OriginalDst says where each was
 // going, the name behind a fake address (or the IP dialed) is decided
@@ -58,7 +58,7 @@
 // it leaves records over the budget out, never policy records, and writes
 // a dropped record counting them (FileSinkOptions).
 //
-// The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Options.DNS for
+// The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Config.DNS for
 // Start) answers from the policy alone and never sends a query anywhere,
 // so no name reaches a real resolver before a connection to it is decided
 // and DNS cannot carry data out (docs/capture.md). It answers A for a name
@@ -83,7 +83,7 @@
 // The scripted LLM (docs/mock-llm.md): a host in Config.MockLLM (--mock-llm)
 // is answered by its mockllm.Responder, whatever the policy says, and never
 // dialed; a request an intercept rule with response {llm: NAME} decides is
-// answered by Config.LLMScripts[NAME]. The scripts are fixed when New takes
+// answered by Config.LLMScripts[NAME]. The scripts are fixed when Start takes
 // them, and the Store refuses a policy that names any other (AddCheck), so
 // no policy makes the gateway read a file. Config.RecordLLM records what
 // an inspected host answered, as a script.

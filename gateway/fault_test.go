@@ -62,7 +62,7 @@ func TestFaultInspectedExpectContinueTeardown(t *testing.T) {
 				t.Fatal(err)
 			}
 			rule := netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Inspect: true, Action: netpolicy.Allow}
-			g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, rule), map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+			g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, rule), map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
 				c.CA, c.UpstreamRoots = ca, roots
 			})
 			target := "example.com:" + strconv.Itoa(int(port))
@@ -151,7 +151,7 @@ func TestFaultPanicServingOneConnection(t *testing.T) {
 			}
 		}
 		t.Cleanup(func() { connHook = nil })
-		g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) {
+		g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *serverConfig) {
 			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
 		})
 
@@ -170,7 +170,7 @@ func TestFaultPanicServingOneConnection(t *testing.T) {
 		var logs syncBuffer
 		var dials atomic.Int32
 		up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-		g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, func(c *Config) {
+		g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, func(c *serverConfig) {
 			c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
 			dial := (&net.Dialer{}).DialContext
 			c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {

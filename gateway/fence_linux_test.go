@@ -262,7 +262,7 @@ func TestPrivilegedFence(t *testing.T) {
 		{"clients only", "", []netip.Prefix{netip.PrefixFrom(a.sandbox, 32)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := Start(context.Background(), Options{
+			g, err := Start(context.Background(), Config{
 				Listen:          netip.AddrPortFrom(a.host, 0).String(),
 				ListenInterface: tc.iface,
 				Clients:         tc.clients,
@@ -341,7 +341,7 @@ func TestPrivilegedFence(t *testing.T) {
 		{"A's own gateway, other port", nil, netip.AddrPortFrom(a.host, 22), "address guard: " + a.host.String() + " is this host's own address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := Start(context.Background(), Options{
+			g, err := Start(context.Background(), Config{
 				Listen:          netip.AddrPortFrom(a.host, 0).String(),
 				ListenInterface: a.hostIf,
 				Clients:         []netip.Prefix{netip.PrefixFrom(a.sandbox, 32)},
@@ -376,7 +376,7 @@ func TestListenInterfaceMustExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, iface := range []string{"sbxnosuchif0", "a-name-far-too-long-for-linux"} {
-		if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", ListenInterface: iface, Policy: p}); err == nil {
+		if g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", ListenInterface: iface, Policy: p}); err == nil {
 			g.Close()
 			t.Errorf("ListenInterface %q: Start succeeded, want an error", iface)
 		}

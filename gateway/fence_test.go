@@ -97,8 +97,8 @@ func TestClientsOutsideAreRefused(t *testing.T) {
 		{"anyone", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Through Start, so that Options.Clients reaches the server.
-			g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, Clients: tc.clients})
+			// Through Start, so that Config.Clients reaches the server.
+			g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, Clients: tc.clients})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +136,7 @@ func TestClientsOutsideAreRefused(t *testing.T) {
 
 func TestRefusedConnectionsAreRateBounded(t *testing.T) {
 	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, Config{Log: NewLog("", ring), Clients: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")}})
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Clients: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")}}})
 	const n = 3 * refusalBurst
 	start := time.Now()
 	for range n {
@@ -203,7 +203,7 @@ func TestFenceIsRefusedWhateverThePolicy(t *testing.T) {
 			ring := NewRing(0)
 			res := &Resolver{}
 			res.AddStatic("api.test", netip.MustParseAddr("127.0.0.1"))
-			_, addr := startWith(t, tc.spec, Config{Log: NewLog("", ring), Resolver: res, Fence: tc.fence})
+			_, addr := startWith(t, tc.spec, serverConfig{Log: NewLog("", ring), Config: Config{Resolver: res, Fence: tc.fence}})
 			targets := []string{fmt.Sprintf("127.0.0.1:%d", port)}
 			if tc.spec.AllowPrivate != nil {
 				targets = append(targets, fmt.Sprintf("api.test:%d", port))
@@ -258,7 +258,7 @@ func TestHostAddressesAreRefused(t *testing.T) {
 	ring := NewRing(0)
 	srv, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("fd00::/8"),
-	}}, Config{Log: NewLog("", ring), Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+	}}, serverConfig{Log: NewLog("", ring), Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
 		// Nothing leaves loopback, whatever the guard lets through.
 		if ap, err := netip.ParseAddrPort(a); err != nil || !ap.Addr().IsLoopback() {
 			dials.Add(1)
@@ -326,7 +326,7 @@ func TestRealHostAddressIsRefused(t *testing.T) {
 	defer ln.Close()
 	ring := NewRing(0)
 	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.PrefixFrom(own, 32)}},
-		Config{Log: NewLog("", ring)})
+		serverConfig{Log: NewLog("", ring)})
 	status, hdr := rawConnect(t, addr, ln.Addr().String())
 	if want := "address guard: " + own.String() + " is this host's own address"; status != 403 || hdr.Get(HeaderReason) != want {
 		t.Errorf("CONNECT %s: %d %q, want 403 %q", ln.Addr(), status, hdr.Get(HeaderReason), want)
@@ -374,7 +374,7 @@ func TestHostAddrsCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Store: netpolicy.NewStore(p)})
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(p)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,16 +391,16 @@ func TestInvalidPrefixesAreErrors(t *testing.T) {
 	}
 	// An invalid Clients prefix dropped would leave Clients empty, which
 	// serves everyone.
-	for _, cfg := range []Config{
-		{Clients: []netip.Prefix{{}}},
-		{Fence: []netip.Prefix{netip.MustParsePrefix("10.213.0.0/16"), {}}},
+	for _, cfg := range []serverConfig{
+		{Config: Config{Clients: []netip.Prefix{{}}}},
+		{Config: Config{Fence: []netip.Prefix{netip.MustParsePrefix("10.213.0.0/16"), {}}}},
 	} {
 		cfg.Store = netpolicy.NewStore(p)
-		if _, err := New(cfg); err == nil {
-			t.Errorf("New(Clients %v, Fence %v): no error", cfg.Clients, cfg.Fence)
+		if _, err := newServer(cfg); err == nil {
+			t.Errorf("newServer(Clients %v, Fence %v): no error", cfg.Clients, cfg.Fence)
 		}
 	}
-	srv, err := New(Config{Store: netpolicy.NewStore(p), Clients: []netip.Prefix{netip.MustParsePrefix("::ffff:10.213.0.6/127")}})
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(p), Config: Config{Clients: []netip.Prefix{netip.MustParsePrefix("::ffff:10.213.0.6/127")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func BenchmarkFenceClass(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := New(Config{Store: netpolicy.NewStore(p), Fence: []netip.Prefix{netip.MustParsePrefix("10.213.0.0/16")}})
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(p), Config: Config{Fence: []netip.Prefix{netip.MustParsePrefix("10.213.0.0/16")}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func startGateway(t *testing.T, spec netpolicy.Spec, static map[string]string) *
 
 // startGatewayWith is startGateway with more configuration: set, when not
 // nil, changes the Config before the gateway is made.
-func startGatewayWith(t testing.TB, spec netpolicy.Spec, static map[string]string, set func(*Config)) *testGateway {
+func startGatewayWith(t testing.TB, spec netpolicy.Spec, static map[string]string, set func(*serverConfig)) *testGateway {
 	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
@@ -59,17 +59,15 @@ func startGatewayWith(t testing.TB, spec netpolicy.Spec, static map[string]strin
 	}
 	ring := NewRing(0)
 	g := &testGateway{ring: ring, log: NewLog("", ring), store: netpolicy.NewStore(p)}
-	cfg := Config{
-		Store:    g.store,
+	cfg := serverConfig{Store: g.store, Log: g.log, Config: Config{
 		Resolver: res,
-		Log:      g.log,
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 		Limits:   Limits{HeaderReadTimeout: 2 * time.Second, DialTimeout: 2 * time.Second},
-	}
+	}}
 	if set != nil {
 		set(&cfg)
 	}
-	g.srv, err = New(cfg)
+	g.srv, err = newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,7 +525,7 @@ func TestMalformedRequests(t *testing.T) {
 func TestTunnelLimit(t *testing.T) {
 	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	ring := NewRing(0)
-	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Log: NewLog("", ring), Limits: Limits{MaxTunnelsPerClient: 2}})
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxTunnelsPerClient: 2}}})
 	for i := range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -712,13 +710,13 @@ func TestUnspecifiedAddressIsTheGatewayItself(t *testing.T) {
 func TestStartRefusesAnAPIOnEveryAddress(t *testing.T) {
 	p, _ := netpolicy.Compile(netpolicy.Spec{})
 	dir := t.TempDir()
-	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"0.0.0.0:0"}, TokenFile: dir + "/tok", Policy: p}); err == nil {
+	if g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", API: []string{"0.0.0.0:0"}, TokenFile: dir + "/tok", Policy: p}); err == nil {
 		g.Close()
 		t.Errorf("an API on 0.0.0.0 was accepted")
 	}
 	notSocket := dir + "/notes.txt"
 	os.WriteFile(notSocket, []byte("keep me"), 0o600)
-	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", API: []string{"unix:" + notSocket}, TokenFile: dir + "/tok", Policy: p}); err == nil {
+	if g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", API: []string{"unix:" + notSocket}, TokenFile: dir + "/tok", Policy: p}); err == nil {
 		g.Close()
 		t.Errorf("an API socket path holding a file was accepted")
 	}
@@ -766,14 +764,14 @@ func TestWebSocketUpgradeIsRelayed(t *testing.T) {
 
 // startWith starts a gateway on loopback with cfg (Store set from spec)
 // and returns its address; it is closed when the test ends.
-func startWith(t *testing.T, spec netpolicy.Spec, cfg Config) (*Server, string) {
+func startWith(t *testing.T, spec netpolicy.Spec, cfg serverConfig) (*Server, string) {
 	t.Helper()
 	p, err := netpolicy.Compile(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Store = netpolicy.NewStore(p)
-	srv, err := New(cfg)
+	srv, err := newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -791,7 +789,7 @@ func TestAuditModeConnect(t *testing.T) {
 	spec := loopbackPolicy(netpolicy.Block)
 	spec.Mode = netpolicy.Audit
 	ring := NewRing(0)
-	_, addr := startWith(t, spec, Config{Log: NewLog("", ring)})
+	_, addr := startWith(t, spec, serverConfig{Log: NewLog("", ring)})
 	if status, _ := rawConnect(t, addr, sink); status != 200 {
 		t.Errorf("audit mode CONNECT: %d, want 200", status)
 	}
@@ -802,7 +800,7 @@ func TestAuditModeConnect(t *testing.T) {
 }
 
 func TestHeaderReadTimeout(t *testing.T) {
-	_, addr := startWith(t, netpolicy.Spec{}, Config{Limits: Limits{HeaderReadTimeout: 200 * time.Millisecond}})
+	_, addr := startWith(t, netpolicy.Spec{}, serverConfig{Config: Config{Limits: Limits{HeaderReadTimeout: 200 * time.Millisecond}}})
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -835,7 +833,7 @@ func TestIdleTunnelTimeout(t *testing.T) {
 			defer c.Close() // silent: never sends, never closes
 		}
 	}()
-	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Limits: Limits{IdleTunnelTimeout: 300 * time.Millisecond}})
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Config: Config{Limits: Limits{IdleTunnelTimeout: 300 * time.Millisecond}}})
 	c, err := connectThroughT(t, addr, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -857,7 +855,7 @@ func TestDialTimeoutIs504(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Dial: hang, Limits: Limits{DialTimeout: 200 * time.Millisecond}})
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Dial: hang, Config: Config{Limits: Limits{DialTimeout: 200 * time.Millisecond}}})
 	if status, _ := rawConnect(t, addr, "127.0.0.1:9"); status != 504 {
 		t.Errorf("CONNECT with a dial timeout: %d, want 504", status)
 	}
@@ -874,7 +872,7 @@ func TestDialTimeoutIs504(t *testing.T) {
 	refused := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: fmt.Errorf("connection refused")}
 	}
-	_, addr2 := startWith(t, loopbackPolicy(netpolicy.Allow), Config{Dial: refused})
+	_, addr2 := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Dial: refused})
 	if status, _ := rawConnect(t, addr2, "127.0.0.1:9"); status != 502 {
 		t.Errorf("CONNECT refused upstream: %d, want 502", status)
 	}
@@ -901,7 +899,7 @@ func TestAuditModeNeverPassesTheGuardOrInvalidTargets(t *testing.T) {
 
 func TestConnectionsPerClientAreCapped(t *testing.T) {
 	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, Config{Log: NewLog("", ring), Limits: Limits{MaxConnsPerClient: 2}})
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 2}}})
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -978,7 +976,7 @@ func TestResolverAsksForFullyQualifiedNames(t *testing.T) {
 }
 
 func TestOnlyIPLiteralsAreDialed(t *testing.T) {
-	srv, _ := startWith(t, netpolicy.Spec{}, Config{Dial: func(context.Context, string, string) (net.Conn, error) {
+	srv, _ := startWith(t, netpolicy.Spec{}, serverConfig{Dial: func(context.Context, string, string) (net.Conn, error) {
 		t.Fatal("the dialer was called for a name")
 		return nil, nil
 	}})
@@ -1017,11 +1015,11 @@ func TestSNIFragmentedAndMalformed(t *testing.T) {
 	_, port, _ := net.SplitHostPort(sink.Addr().String())
 	ring := NewRing(0)
 	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-		Config{Log: NewLog("", ring), Resolver: func() *Resolver {
+		serverConfig{Log: NewLog("", ring), Config: Config{Resolver: func() *Resolver {
 			r := &Resolver{}
 			r.AddStatic("good.test", netip.MustParseAddr("127.0.0.1"))
 			return r
-		}()})
+		}()}})
 	for _, tt := range []struct {
 		name   string
 		bytes  []byte
@@ -1073,7 +1071,7 @@ func TestWebSocketRelayOutlivesASilentUpstream(t *testing.T) {
 	}))
 	defer up.Close()
 	port := portOf(t, up)
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ws.test": "127.0.0.1"}, func(c *Config) {
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ws.test": "127.0.0.1"}, func(c *serverConfig) {
 		c.Limits.IdleConnTimeout, c.Limits.IdleTunnelTimeout = 150*time.Millisecond, 300*time.Millisecond
 	})
 	conn, br := dialRaw(t, g.addr)
@@ -1108,7 +1106,7 @@ func TestTunnelOutlivesASilentSide(t *testing.T) {
 		}
 		io.Copy(io.Discard, c)
 	}).Addr().String()
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) {
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *serverConfig) {
 		c.Limits.IdleTunnelTimeout = 300 * time.Millisecond
 	})
 	conn, br := connectRaw(t, g.addr, sink)
@@ -1147,7 +1145,7 @@ func TestTunnelClientThatPausesReading(t *testing.T) {
 		c.Write(buf)
 	}).Addr().String()
 	idle := 300 * time.Millisecond
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *Config) { c.Limits.IdleTunnelTimeout = idle })
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *serverConfig) { c.Limits.IdleTunnelTimeout = idle })
 	_, br := connectRaw(t, g.addr, sink)
 	time.Sleep(idle * 6 / 5) // the upstream fills every buffer meanwhile
 	got, err := io.ReadAll(br)

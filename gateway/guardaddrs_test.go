@@ -32,7 +32,7 @@ func TestGuardRefusalNamesAddrs(t *testing.T) {
 		{ID: "lab", Host: "lab.test", Ports: []netpolicy.Port{netpolicy.AnyPort}, Action: netpolicy.Allow},
 		{ID: "inspected", Host: "inspected.test", Ports: []netpolicy.Port{netpolicy.AnyPort}, Action: netpolicy.Allow, Inspect: true},
 		{ID: "any", Host: "0.0.0.0/0", Ports: []netpolicy.Port{netpolicy.AnyPort}, Action: netpolicy.Allow}, // exempts no special range
-	}}, map[string]string{"lab.test": "127.0.0.1", "inspected.test": "127.0.0.3"}, func(c *Config) {
+	}}, map[string]string{"lab.test": "127.0.0.1", "inspected.test": "127.0.0.3"}, func(c *serverConfig) {
 		c.CA = ca
 		for name, ip := range map[string]string{"lab.test": "127.0.0.2", "gw.test": "127.0.0.1"} {
 			if err := c.Resolver.AddStatic(name, netip.MustParseAddr(ip)); err != nil {

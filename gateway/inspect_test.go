@@ -67,7 +67,7 @@ func newInspectSetup(t *testing.T, mode netpolicy.Mode, roots func(up *httptest.
 	if roots != nil {
 		pool = roots(up)
 	}
-	s.g = startGatewayWith(t, spec, map[string]string{"example.com": "127.0.0.1", "other.example": "127.0.0.1"}, func(c *Config) {
+	s.g = startGatewayWith(t, spec, map[string]string{"example.com": "127.0.0.1", "other.example": "127.0.0.1"}, func(c *serverConfig) {
 		c.CA, c.UpstreamRoots = ca, pool
 	})
 	return s
@@ -78,7 +78,7 @@ func newInspectSetup(t *testing.T, mode netpolicy.Mode, roots func(up *httptest.
 // all but rule, whose ports default to up's; the gateway has a CA and
 // trusts up's certificate, and set changes its Config further. It returns
 // the gateway, up's port, and a pool of the gateway's CA for clients.
-func inspectedUpstream(tb testing.TB, up *httptest.Server, rule netpolicy.Rule, set func(*Config)) (*testGateway, netpolicy.Port, *x509.CertPool) {
+func inspectedUpstream(tb testing.TB, up *httptest.Server, rule netpolicy.Rule, set func(*serverConfig)) (*testGateway, netpolicy.Port, *x509.CertPool) {
 	tb.Helper()
 	up.StartTLS()
 	tb.Cleanup(up.Close)
@@ -92,7 +92,7 @@ func inspectedUpstream(tb testing.TB, up *httptest.Server, rule netpolicy.Rule, 
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(up.Certificate())
-	g := startGatewayWith(tb, loopbackPolicy(netpolicy.Block, rule), map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+	g := startGatewayWith(tb, loopbackPolicy(netpolicy.Block, rule), map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
 		c.CA, c.UpstreamRoots = ca, pool
 		if set != nil {
 			set(c)
@@ -343,7 +343,7 @@ func TestInspectedConnectCarryingPlainHTTP(t *testing.T) {
 	up := echoUpstream(t)
 	port := portOf(t, up)
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Path: "/ok", Action: netpolicy.Allow}),
-		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+		map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
 			var err error
 			if c.CA, err = NewCA("plain", time.Hour); err != nil {
 				t.Fatal(err)
@@ -524,7 +524,7 @@ func TestInspectedUpstreamClosedWhileIdle(t *testing.T) {
 func TestInspectedClientThatStopsReading(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), 64<<20)
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(big) }))
-	g, port, clientPool := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, func(c *Config) {
+	g, port, clientPool := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Inspect: true, Action: netpolicy.Allow}, func(c *serverConfig) {
 		c.Limits.IdleConnTimeout = 500 * time.Millisecond
 	})
 	proxy, _ := url.Parse("http://" + g.addr)

@@ -253,7 +253,7 @@ func startFaultGateway(t *testing.T, dir string) *faultGateway {
 		io.WriteString(w, "hello\n")
 	}))
 	t.Cleanup(fg.up.Close)
-	g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: mustCompile(t, loopbackPolicy(netpolicy.Allow)),
+	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: mustCompile(t, loopbackPolicy(netpolicy.Allow)),
 		LogFile: fg.path, LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit},
 		Logger: slog.New(slog.NewTextHandler(fg.logs, nil))})
 	if err != nil {

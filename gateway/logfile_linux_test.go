@@ -246,7 +246,7 @@ func TestOpenFileSinkRefusesNonEmpty(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if g, err := Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: mustCompile(t, netpolicy.Spec{}), LogFile: full}); !errors.As(err, &ne) {
+	if g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: mustCompile(t, netpolicy.Spec{}), LogFile: full}); !errors.As(err, &ne) {
 		if err == nil {
 			g.Close()
 		}

@@ -448,7 +448,7 @@ func TestFileSinkOptions(t *testing.T) {
 }
 
 // TestStartLogLimits checks that Start opens its log with
-// Options.LogLimits, and refuses a log path it must not write.
+// Config.LogLimits, and refuses a log path it must not write.
 func TestStartLogLimits(t *testing.T) {
 	p, err := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block})
 	if err != nil {
@@ -456,7 +456,7 @@ func TestStartLogLimits(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "decisions.jsonl")
-	g, err := Start(context.Background(), Options{
+	g, err := Start(context.Background(), Config{
 		Listen: "127.0.0.1:0", Policy: p, LogFile: path,
 		LogLimits: FileSinkOptions{RatePerSecond: 1e-9, Burst: 1},
 	})
@@ -482,7 +482,7 @@ func TestStartLogLimits(t *testing.T) {
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
 	}
-	g, err = Start(context.Background(), Options{Listen: "127.0.0.1:0", Policy: p, LogFile: link})
+	g, err = Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, LogFile: link})
 	var ue *UnsafeLogFileError
 	if !errors.As(err, &ue) || ue.Type != os.ModeSymlink {
 		if err == nil {

@@ -92,7 +92,7 @@ func newMockSetupAs(t *testing.T, withCA, viaPolicy bool) *mockSetup {
 	if viaPolicy {
 		m.rules = map[string]string{"api.anthropic.com": "anthropic-mock", "api.openai.com": "openai-mock"}
 		m.journals = map[string]string{"api.anthropic.com": "sbx mock requests --script anthropic.yaml", "api.openai.com": "sbx mock requests --script openai.yaml"}
-		m.g = startGatewayWith(t, mockPolicy, nil, func(c *Config) {
+		m.g = startGatewayWith(t, mockPolicy, nil, func(c *serverConfig) {
 			c.CA = m.ca
 			c.LLMScripts = map[string]*mockllm.Responder{"anthropic.yaml": m.anthropic, "openai.yaml": m.openai}
 		})
@@ -100,9 +100,9 @@ func newMockSetupAs(t *testing.T, withCA, viaPolicy bool) *mockSetup {
 	}
 	m.rules = map[string]string{"api.anthropic.com": RuleMockLLM, "api.openai.com": RuleMockLLM}
 	m.journals = map[string]string{"api.anthropic.com": "sbx mock requests --host api.anthropic.com", "api.openai.com": "sbx mock requests --host api.openai.com"}
-	m.g = startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
+	m.g = startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *serverConfig) {
 		c.CA = m.ca
-		// Not normalized on purpose: New normalizes.
+		// Not normalized on purpose: newServer normalizes.
 		c.MockLLM = map[string]*mockllm.Responder{"API.Anthropic.com.": m.anthropic, "api.openai.com": m.openai}
 	})
 	return m
@@ -291,8 +291,8 @@ func TestMockLLMConfigHosts(t *testing.T) {
 		{"API.test": mockllm.New(nil), "api.test.": mockllm.New(nil)},
 	} {
 		p, _ := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block})
-		if _, err := New(Config{Store: netpolicy.NewStore(p), MockLLM: hosts}); err == nil {
-			t.Errorf("New with MockLLM %v: got no error, want one", hosts)
+		if _, err := newServer(serverConfig{Store: netpolicy.NewStore(p), Config: Config{MockLLM: hosts}}); err == nil {
+			t.Errorf("newServer with MockLLM %v: got no error, want one", hosts)
 		}
 	}
 }
@@ -340,7 +340,7 @@ func TestMockLLMPlainHTTPStall(t *testing.T) {
 // address under a policy that blocks everything, so an agent that ignores
 // the proxy (Node's fetch) reaches the mock through capture.
 func TestMockLLMHostResolves(t *testing.T) {
-	st := startDNS(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
+	st := startDNS(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *serverConfig) {
 		c.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
 	})
 	for _, tt := range []struct {
@@ -408,7 +408,7 @@ func TestRecordLLMReplaysByteIdentical(t *testing.T) {
 
 	rec := mockllm.NewRecorder(nil)
 	recording := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow}),
-		map[string]string{"example.com": "127.0.0.1"}, func(c *Config) {
+		map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
 			c.CA, c.UpstreamRoots, c.RecordLLM = ca, roots, map[string]*mockllm.Recorder{"example.com": rec}
 		})
 	var live [][]byte
@@ -427,7 +427,7 @@ func TestRecordLLMReplaysByteIdentical(t *testing.T) {
 		t.Fatalf("the recorded script does not parse: %v\n%s", err, script.String())
 	}
 	up.Close() // offline from here
-	replaying := startGatewayWith(t, loopbackPolicy(netpolicy.Block), map[string]string{}, func(c *Config) {
+	replaying := startGatewayWith(t, loopbackPolicy(netpolicy.Block), map[string]string{}, func(c *serverConfig) {
 		c.CA, c.MockLLM = ca, map[string]*mockllm.Responder{"example.com": mockllm.New(replayed)}
 	})
 	for i, body := range requests {

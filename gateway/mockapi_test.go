@@ -26,7 +26,7 @@ func askMock(t *testing.T, a *testAPI, host, user string) (int, string) {
 }
 
 func TestAPIMock(t *testing.T) {
-	a := startAPIWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(o *Options) {
+	a := startAPIWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(o *Config) {
 		o.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
 	})
 	// Nothing is scripted: unmatched.
@@ -104,7 +104,7 @@ func TestAPIMockHosts(t *testing.T) {
 			t.Errorf("%s %s with no mock: got %d %q, want 404 naming --mock-llm", c.method, c.path, resp.StatusCode, errBody.Error)
 		}
 	}
-	two := startAPIWith(t, netpolicy.Spec{}, nil, func(o *Options) {
+	two := startAPIWith(t, netpolicy.Spec{}, nil, func(o *Config) {
 		o.MockLLM = map[string]*mockllm.Responder{"a.example": mockllm.New(nil), "b.example": mockllm.New(nil)}
 	})
 	resp := two.call(t, "GET", "/v1/mock/requests", "", nil, &errBody)

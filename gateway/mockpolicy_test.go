@@ -55,7 +55,7 @@ func TestPolicyLLMRuleScope(t *testing.T) {
 }
 
 // TestPolicyLLMScriptsFixedAtStart: a gateway runs only policies whose
-// llm responses name scripts it was given at start; New refuses one, and
+// llm responses name scripts it was given at start; Start refuses one, and
 // so does every change to the store (the management API's), leaving the
 // policy as it was. A policy sent over the API never makes the gateway
 // read a file.
@@ -68,11 +68,11 @@ func TestPolicyLLMScriptsFixedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Config{Store: netpolicy.NewStore(p)}); err == nil || !strings.Contains(err.Error(), `"/etc/shadow": this gateway holds no LLM script`) {
-		t.Errorf("New with a policy naming a script it does not hold: got %v, want it refused", err)
+	if _, err := newServer(serverConfig{Store: netpolicy.NewStore(p)}); err == nil || !strings.Contains(err.Error(), `"/etc/shadow": this gateway holds no LLM script`) {
+		t.Errorf("newServer with a policy naming a script it does not hold: got %v, want it refused", err)
 	}
 
-	a := startAPIWith(t, llm("agent.yaml"), nil, func(o *Options) {
+	a := startAPIWith(t, llm("agent.yaml"), nil, func(o *Config) {
 		o.LLMScripts = map[string]*mockllm.Responder{"agent.yaml": mockllm.New(nil)}
 	})
 	var errAns struct {
@@ -104,7 +104,7 @@ func TestAPIMockScript(t *testing.T) {
 	spec := netpolicy.Spec{Default: netpolicy.Block, Rules: []netpolicy.Rule{
 		{Host: "llm.test", Action: netpolicy.Intercept, Response: &netpolicy.Response{LLM: "scripts/agent.yaml"}}}}
 	script := mockllm.New(nil)
-	a := startAPIWith(t, spec, nil, func(o *Options) {
+	a := startAPIWith(t, spec, nil, func(o *Config) {
 		o.LLMScripts = map[string]*mockllm.Responder{"scripts/agent.yaml": script}
 		o.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}
 	})
@@ -154,7 +154,7 @@ func TestAPIMockScript(t *testing.T) {
 // the gateway does not hold (which its Store's check keeps out of every
 // policy) becomes a refusal in every mode, never an empty canned answer.
 func TestMockForMissingScript(t *testing.T) {
-	g := startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *Config) {
+	g := startGatewayWith(t, netpolicy.Spec{Default: netpolicy.Block}, nil, func(c *serverConfig) {
 		c.LLMScripts = map[string]*mockllm.Responder{"held.yaml": mockllm.New(nil)}
 	})
 	d := netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "other.yaml"}}

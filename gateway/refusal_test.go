@@ -34,7 +34,7 @@ func refusedCount(t *testing.T, ring *Ring) (sum uint64, records int) {
 // by Close.
 func TestEveryConnectionOverTheCapIsCounted(t *testing.T) {
 	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, Config{Log: NewLog("", ring), Limits: Limits{MaxConnsPerClient: 1}})
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 1}}})
 	held, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestEveryConnectionOverTheCapIsCounted(t *testing.T) {
 // the others count 1.
 func TestRefusalRecordsCountWhatTheyStandFor(t *testing.T) {
 	ring := NewRing(0)
-	srv, err := New(Config{Store: netpolicy.NewStore(mustCompile(t, netpolicy.Spec{})), Log: NewLog("", ring)})
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(mustCompile(t, netpolicy.Spec{})), Log: NewLog("", ring)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
-	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -75,97 +73,13 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Config configures a Server. Store is required; every other zero field
-// has the default its comment names.
-type Config struct {
-	// Store holds the running policy; changes apply to the next request.
-	Store *netpolicy.Store
-	// Resolver turns names into addresses; nil uses a Resolver with no
-	// static answers over the system resolver.
-	Resolver *Resolver
-	// Log receives the decision records, and a policy record for every
-	// change of Store before a request is decided under it; nil discards
-	// them.
-	Log *Log
-	// Logger receives operational messages; nil discards them.
-	Logger *slog.Logger
-	// Sandbox is the sandbox id, named in the help of 403 answers and in
-	// /v1/status.
-	Sandbox string
-	// Limits bound clients; see Limits for the defaults.
-	Limits Limits
-	// Dial connects to an upstream address that has passed the guard;
-	// nil uses a net.Dialer with Limits.DialTimeout. Tests replace it.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-
-	// Clients, when not empty, are the only networks whose clients the
-	// proxy serves (in sbx run, the sandbox's own address): a connection
-	// from any other address is closed at once, before a byte is read or
-	// written, with a TCP reset, and logged as a decision with kind
-	// decisionlog.KindConn, action block, rule guard and the reason "client <ip> is
-	// not this gateway's sandbox" (rate-bounded: see decisionlog.KindConn). Empty
-	// serves every client that can connect.
-	Clients []netip.Prefix
-	// Owner, when set, names the sandboxed process that owns the client's
-	// socket of a connection or packet: network is "tcp" or "udp", client
-	// the socket's own address and remote its peer's as the client sees it
-	// (the invalid AddrPort when not known). It reports false when it
-	// cannot tell for certain. What it returns goes into the records' pid,
-	// comm and exe. It is called once per connection, DNS query and bypass
-	// record, and must be safe for concurrent use.
-	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
-	// Fence lists networks the gateway never dials, whatever allow_private
-	// or an IP or CIDR allow rule says (in sbx run, the sandbox subnet
-	// pool, so that a sandbox reaches no other sandbox and no gateway):
-	// the guard refuses them with "address guard: <ip> is in the sandbox
-	// pool". Whatever Fence says, the guard refuses always the gateway's
-	// own listening addresses and this host's own addresses (those of
-	// every interface, read again at most once a second), but loopback,
-	// which allow_private governs as before: "address guard: <ip> is this
-	// host's own address".
-	Fence []netip.Prefix
-	// CA, when set, lets the gateway terminate TLS for the hosts the
-	// policy inspects (netpolicy's Inspects: rules with inspect, methods,
-	// path or intercept; docs/inspection.md), with certificates it mints for
-	// them; the sandbox must trust CA.CertPEM. Nil inspects nothing: every
-	// CONNECT is a spliced tunnel, decided as a whole.
-	CA *CA
-	// UpstreamRoots verify the upstreams of inspected requests; nil means
-	// the host's system roots.
-	UpstreamRoots *x509.CertPool
-	// MockLLM maps hosts to the scripted LLMs that answer for them
-	// (docs/mock-llm.md): every request to such a host, on any port, is
-	// answered by its Responder and never dialed, whatever the policy
-	// says, and logged as an intercept by rule RuleMockLLM. Keys are host
-	// names or IP literals; New normalizes them (netpolicy.NormalizeHost)
-	// and refuses one that does not normalize. HTTPS to a mocked host
-	// needs CA: the mock implies inspection, and without a CA a CONNECT
-	// to it is refused rather than tunnelled to the real API. Nil or
-	// empty mocks nothing.
-	MockLLM map[string]*mockllm.Responder
-	// LLMScripts maps the names of the policy's LLM responses
-	// (netpolicy.Response.LLM) to the scripted LLMs that answer them: a
-	// request an intercept rule with response {llm: NAME} decides is
-	// answered by LLMScripts[NAME] and logged as an intercept by that
-	// rule. The map is fixed when New takes it: New refuses a policy
-	// naming a script it does not hold, and so does every later change
-	// to the Store, so that a policy sent over the management API can
-	// name only scripts loaded at start and never makes the gateway read
-	// a file. Nil or empty holds none.
-	LLMScripts map[string]*mockllm.Responder
-	// RecordLLM maps hosts to recorders (docs/mock-llm.md, --record-llm):
-	// their HTTPS is inspected, decided by the policy as any inspected
-	// host's, and what goes through is recorded as a script that MockLLM
-	// replays. Keys are host names as for MockLLM.
-	RecordLLM map[string]*mockllm.Recorder
-}
-
 // Server is the gateway: an HTTP forward proxy and CONNECT tunnel that
 // decides every request with the policy in its Store, refuses what the
 // address guard refuses, dials exactly the address it checked and logs
-// every decision. Make one with New; it is safe for concurrent use.
+// every decision. Start makes one from a Config; it is safe for
+// concurrent use.
 type Server struct {
-	cfg      Config
+	cfg      serverConfig
 	inspect  inspectTransports // inspected requests go upstream through these
 	limits   Limits
 	logger   *slog.Logger
@@ -208,10 +122,10 @@ type Server struct {
 	overCap    refusalLimiter
 }
 
-// New returns a Server for cfg. It listens on nothing until Serve.
-func New(cfg Config) (*Server, error) {
+// newServer returns a Server for cfg. It listens on nothing until Serve.
+func newServer(cfg serverConfig) (*Server, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("gateway: Config.Store is required")
+		return nil, errors.New("gateway: serverConfig.Store is required")
 	}
 	clientNets, err := normalizePrefixes("Clients", cfg.Clients)
 	if err != nil {

@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -14,93 +12,8 @@ import (
 	"sync"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
-	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
-
-// Options configure a gateway started with Start: the proxy, its decision
-// log and its management API. Policy is required; every other zero field
-// has the default its comment names.
-type Options struct {
-	// Listen is the proxy's host:port; "" means 127.0.0.1:3128.
-	Listen string
-	// DNS, when set, is the host:port of the DNS stub (docs/capture.md),
-	// served over UDP and TCP on the same port (port 0: a free one, the
-	// same for both); see Server.ServeDNSUDP. Its sockets are bound to
-	// ListenInterface and serve Clients only, as the proxy's. "" means no
-	// DNS stub.
-	DNS string
-	// Transparent, when set, is a listener for the TCP connections the
-	// sandbox's rules redirect (docs/capture.md; see ServeTransparent),
-	// opened by the caller in the sandbox's network namespace. Start
-	// serves it and Close closes it. OriginalDst tells where each
-	// connection was going; nil means OriginalDst (Linux).
-	Transparent net.Listener
-	OriginalDst func(net.Conn) (netip.AddrPort, error)
-	// Owner names the sandboxed process that owns a client's socket; see
-	// Config.Owner. nil leaves the records' pid, comm and exe out.
-	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
-	// API lists the management API's addresses: "unix:/path/api.sock" or
-	// a TCP host:port. None means no API.
-	API []string
-	// TokenFile holds the API's bearer token; it is created with a random
-	// token when missing. Required when API is set.
-	TokenFile string
-	// Policy is the starting policy. Required.
-	Policy *netpolicy.Policy
-	// Resolver resolves names; nil uses the system resolver only.
-	Resolver *Resolver
-	// LogFile, when set, receives the decision log as JSON Lines. It must
-	// not exist or be a regular file of the effective uid with one link;
-	// see OpenFileSink.
-	LogFile string
-	// LogLimits bound what is written to LogFile; the zero value means
-	// the defaults of FileSinkOptions (1000 records a second, bursts of
-	// 20 000, 512 MiB).
-	LogLimits FileSinkOptions
-	// Sinks receive the decision log besides LogFile and the API's ring.
-	Sinks []Sink
-	// RingSize is how many recent records the API serves; 0 means 10 000.
-	RingSize int
-	// Sandbox is the sandbox id written in every record; "" standalone.
-	Sandbox string
-	// Logger receives operational messages; nil discards them.
-	Logger *slog.Logger
-	// Limits bound clients; see Limits.
-	Limits Limits
-
-	// The fence: who may use the proxy, and what it never dials.
-	//
-	// ListenInterface, when set, binds the proxy's listener to that
-	// network interface (SO_BINDTODEVICE; in sbx run the sandbox's
-	// host-side veth, sbxh<id>): the kernel resets a connection that
-	// arrives through any other interface. A process on the host is not
-	// stopped by it (Linux delivers a local connection as if through the
-	// interface holding the address): Clients is. Linux only: elsewhere
-	// Start fails with an error wrapping errors.ErrUnsupported. "" binds
-	// to no interface.
-	ListenInterface string
-	// Clients, when not empty, are the only client networks served (in
-	// sbx run, the sandbox's address as a /32); see Config.Clients.
-	Clients []netip.Prefix
-	// Fence lists networks never dialed, whatever the policy says (in sbx
-	// run, the subnet pool); see Config.Fence.
-	Fence []netip.Prefix
-	// CA and UpstreamRoots are Config's: TLS inspection of the hosts the
-	// policy inspects, with certificates from CA, upstreams verified
-	// against UpstreamRoots (nil: the host's roots). A nil CA inspects
-	// nothing.
-	CA            *CA
-	UpstreamRoots *x509.CertPool
-	// MockLLM is Config's: the hosts whose LLM API a script answers
-	// (docs/mock-llm.md); HTTPS to them needs CA.
-	MockLLM map[string]*mockllm.Responder
-	// LLMScripts is Config's: the scripted LLMs the policy's intercept
-	// rules with response {llm: NAME} answer with, by NAME.
-	LLMScripts map[string]*mockllm.Responder
-	// RecordLLM is Config's.
-	RecordLLM map[string]*mockllm.Recorder
-}
 
 // Gateway is a running gateway made by Start. Close stops it.
 type Gateway struct {
@@ -110,7 +23,7 @@ type Gateway struct {
 	// ProxyAddr is the address the proxy listens on.
 	ProxyAddr net.Addr
 	// DNSAddr is the address of the DNS stub's UDP socket, whose port its
-	// TCP listener has too; nil without Options.DNS.
+	// TCP listener has too; nil without Config.DNS.
 	DNSAddr net.Addr
 	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
 	APIAddrs []string
@@ -122,13 +35,14 @@ type Gateway struct {
 	errs    []error
 }
 
-// Start opens the proxy listener, the DNS stub's sockets (Options.DNS),
-// the decision log and the management API and serves them. When ctx is
+// Start opens the proxy listener, the DNS stub's sockets (Config.DNS),
+// the decision log and the management API and serves them: it is the one
+// place a Config becomes a running gateway. When ctx is
 // done the listeners stop; Close ends the connections and closes the log,
 // and must always be called. A failure undoes what Start had made.
-func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
+func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	if o.Policy == nil {
-		return nil, errors.New("gateway: Options.Policy is required")
+		return nil, errors.New("gateway: Config.Policy is required")
 	}
 	if len(o.API) > 0 && o.TokenFile == "" {
 		return nil, errors.New("the management API needs a token file: add --token-file FILE (a random token is written there when it is missing)")
@@ -164,8 +78,7 @@ func Start(ctx context.Context, o Options) (_ *Gateway, retErr error) {
 	closers = append(closers, g.Log.Close)
 
 	store := netpolicy.NewStore(o.Policy)
-	srv, err := New(Config{Store: store, Resolver: o.Resolver, Log: g.Log, Logger: o.Logger, Sandbox: o.Sandbox, Limits: o.Limits,
-		Clients: o.Clients, Fence: o.Fence, Owner: o.Owner, CA: o.CA, UpstreamRoots: o.UpstreamRoots, MockLLM: o.MockLLM, LLMScripts: o.LLMScripts, RecordLLM: o.RecordLLM})
+	srv, err := newServer(serverConfig{Config: o, Store: store, Log: g.Log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,22 +9,19 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
-// gatewayOptions are the flags of sbx gateway.
+// gatewayOptions are the flags of sbx gateway: those it shares with sbx
+// run (gatewayFlags), and its own.
 type gatewayOptions struct {
-	policy     policyFlags
-	listen     string
-	api        []string
-	tokenFile  string
-	resolve    []string
-	log        string
-	logLimits  logLimitFlags
-	caCert     string
-	upstreamCA string
-	mockLLM    []string
+	gatewayFlags
+	listen    string
+	tokenFile string
+	caCert    string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -51,7 +47,10 @@ such hosts' tunnels are decided as a whole, as without inspection.
 With --mock-llm HOST=SCRIPT, requests to HOST are answered from the script
 by a mock LLM and never reach the network, whatever the policy says. Plain
 http:// base URLs work as they are; HTTPS to HOST needs --ca-cert (the mock
-terminates TLS), and without it a CONNECT to HOST is refused.
+terminates TLS), and without it a CONNECT to HOST is refused. With
+--record-llm HOST=SCRIPT (and --ca-cert), HOST's HTTPS goes through under
+the policy, inspected, and what HOST answered is written to SCRIPT when
+the gateway stops, for --mock-llm to replay.
 
 It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
 ends open tunnels and flushes the decision log.`,
@@ -67,105 +66,102 @@ ends open tunnels and flushes the decision log.`,
   # Test against a local server under a fake name.
   sbx gateway --allow api.test:8080 --resolve api.test=127.0.0.1 --allow-private 127.0.0.0/8`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.policy.Check(); err != nil {
-				return err
-			}
-			if err := o.check(); err != nil {
-				return usageError(cmd, err)
-			}
-			p, err := o.policy.Build()
-			if err != nil {
-				return err
-			}
-			scripts, err := policyScripts(o.policy.Policy, p)
-			if err != nil {
-				return err
-			}
-			logLimits, err := o.logLimits.Options()
-			if err != nil {
-				return usageError(cmd, err)
-			}
-			if o.log != "" {
-				if err := o.logLimits.checkExisting(o.log); err != nil {
-					return err
-				}
-			}
-			res := &gateway.Resolver{}
-			for _, v := range o.resolve {
-				host, ip, err := gateway.ParseStatic(v)
-				if err != nil {
-					return usageError(cmd, err)
-				}
-				if err := res.AddStatic(host, ip); err != nil {
-					return usageError(cmd, err)
-				}
-			}
-			// A CA only where clients can be told to trust it: without
-			// one, an inspected host's CONNECT is refused with a 403 that
-			// says why, rather than a TLS failure no client explains.
-			var ca *gateway.CA
-			if o.caCert != "" {
-				if ca, err = gateway.NewCA("gateway", caLifetime); err != nil {
-					return err
-				}
-				if err := ca.WriteCertFile(o.caCert); err != nil {
-					return fmt.Errorf("--ca-cert: %w", err)
-				}
-			}
-			mocks, err := parseMockLLM(o.mockLLM)
-			if err != nil {
-				return usageError(cmd, err)
-			}
-			var roots *x509.CertPool
-			if o.upstreamCA != "" {
-				if roots, err = upstreamRoots(o.upstreamCA); err != nil {
-					return err
-				}
-			}
-			g, err := gateway.Start(cmd.Context(), gateway.Options{
-				Listen:        o.listen,
-				API:           o.api,
-				TokenFile:     o.tokenFile,
-				Policy:        p,
-				Resolver:      res,
-				LogFile:       o.log,
-				LogLimits:     logLimits,
-				Logger:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
-				CA:            ca,
-				UpstreamRoots: roots,
-				MockLLM:       mocks,
-				LLMScripts:    scripts,
-			})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "sbx gateway: proxy on %s (policy: %s, default %s, mode %s)\n",
-				g.ProxyAddr, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())
-			for _, a := range g.APIAddrs {
-				fmt.Fprintf(out, "sbx gateway: management API on %s (token in %s)\n", a, o.tokenFile)
-			}
-			if o.log != "" {
-				fmt.Fprintf(out, "sbx gateway: decision log in %s\n", o.log)
-			}
-			<-cmd.Context().Done()
-			fmt.Fprintln(out, "sbx gateway: stopping")
-			return g.Close()
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runGateway(cmd, &o) },
 	}
-	fs := cmd.Flags()
-	o.policy.AddFlags(fs)
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:3128", "proxy listen `ADDR` (host:port)")
-	fs.StringArrayVar(&o.api, "api", nil, "serve the management API on `ADDR`: host:port or unix:PATH; repeatable")
-	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
-	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
-	fs.StringVar(&o.log, "log", "", "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append")
-	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
-	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
-	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+" (HTTPS needs --ca-cert)")
-	o.logLimits.AddFlags(fs)
+	o.addFlags(cmd.Flags())
 	return cmd
+}
+
+// addFlags defines sbx gateway's flags in fs.
+func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
+	o.gatewayFlags.addFlags(fs, gatewayFlagUsage{
+		log:       "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append",
+		api:       "serve the management API on `ADDR`: host:port or unix:PATH; repeatable",
+		mockLLM:   mockLLMUsage + " (HTTPS needs --ca-cert)",
+		recordLLM: "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST; needs --ca-cert) and write what it answered to SCRIPT when the gateway stops, for --mock-llm to replay offline; repeatable",
+	})
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:3128", "proxy listen `ADDR` (host:port)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
+	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
+}
+
+// runGateway runs sbx gateway until the command's context is done, then
+// stops it and writes the recordings.
+func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
+	if err := o.policy.Check(); err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return usageError(cmd, err)
+	}
+	cfg, recs, err := o.config(cmd)
+	if err != nil {
+		return err
+	}
+	g, err := gateway.Start(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	p := cfg.Policy
+	fmt.Fprintf(out, "sbx gateway: proxy on %s (policy: %s, default %s, mode %s)\n",
+		g.ProxyAddr, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())
+	for _, a := range g.APIAddrs {
+		fmt.Fprintf(out, "sbx gateway: management API on %s (token in %s)\n", a, o.tokenFile)
+	}
+	if o.log != "" {
+		fmt.Fprintf(out, "sbx gateway: decision log in %s\n", o.log)
+	}
+	<-cmd.Context().Done()
+	fmt.Fprintln(out, "sbx gateway: stopping")
+	errs := []error{g.Close()}
+	// Once the gateway is closed, so that every exchange is in.
+	for _, err := range recs.Write(func(n run.Note) {
+		if r, ok := n.(run.Recorded); ok {
+			fmt.Fprintln(out, "sbx gateway: "+recordedNote(r))
+		}
+	}) {
+		var re *run.RecordingError
+		if errors.As(err, &re) {
+			err = fmt.Errorf("--record-llm %s: %w", re.Host, re.Err)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// config reads what the flags name and returns the gateway's
+// configuration, and the recorders of --record-llm: it makes the CA of
+// --ca-cert and writes its certificate.
+func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Recorders, error) {
+	cfg, err := o.gatewayFlags.config()
+	if err != nil {
+		return cfg, nil, usageError(cmd, err)
+	}
+	if o.log != "" {
+		if err := o.logLimits.checkExisting(o.log); err != nil {
+			return cfg, nil, err
+		}
+	}
+	recordings, err := o.read(cmd, &cfg)
+	if err != nil {
+		return cfg, nil, err
+	}
+	recs := run.NewRecorders(recordings)
+	cfg.Listen, cfg.TokenFile, cfg.RecordLLM = o.listen, o.tokenFile, recs.Gateway()
+	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	// A CA only where clients can be told to trust it: without one, an
+	// inspected host's CONNECT is refused with a 403 that says why,
+	// rather than a TLS failure no client explains.
+	if o.caCert != "" {
+		if cfg.CA, err = gateway.NewCA("gateway", caLifetime); err != nil {
+			return cfg, nil, err
+		}
+		if err := cfg.CA.WriteCertFile(o.caCert); err != nil {
+			return cfg, nil, fmt.Errorf("--ca-cert: %w", err)
+		}
+	}
+	return cfg, recs, nil
 }
 
 // check checks the values of the flags that are not policy flags, before
@@ -188,20 +184,10 @@ func (o *gatewayOptions) check() error {
 	if len(o.api) > 0 && o.tokenFile == "" {
 		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")
 	}
-	if _, err := o.logLimits.Options(); err != nil {
-		return err
+	if len(o.recordLLM) > 0 && o.caCert == "" {
+		return errors.New("--record-llm needs --ca-cert FILE: the gateway records HTTPS by terminating it, with a CA whose certificate the clients trust")
 	}
-	for _, v := range o.resolve {
-		if _, _, err := gateway.ParseStatic(v); err != nil {
-			return err
-		}
-	}
-	for _, v := range o.mockLLM {
-		if _, _, err := splitLLMFlag("mock-llm", v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return o.gatewayFlags.checkValues()
 }
 
 // checkHostPort checks a flag's host:port address to listen on: an IP or

@@ -173,7 +173,7 @@ func startAPIGateway(t *testing.T, spec netpolicy.Spec) ([]string, func()) {
 		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	g, err := gateway.Start(t.Context(), gateway.Options{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p})
+	g, err := gateway.Start(t.Context(), gateway.Config{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func TestMockCommands(t *testing.T) {
 	p, _ := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block})
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	g, err := gateway.Start(t.Context(), gateway.Options{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p,
+	g, err := gateway.Start(t.Context(), gateway.Config{Listen: "127.0.0.1:0", API: []string{"127.0.0.1:0"}, TokenFile: tokenFile, Policy: p,
 		MockLLM: map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil)}})
 	if err != nil {
 		t.Fatal(err)

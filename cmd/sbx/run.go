@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/run"
@@ -31,11 +30,10 @@ const (
 // exitSbxFailed is sbx run's exit code when sbx itself fails (docs/cli.md).
 const exitSbxFailed = 125
 
-// runOptions are the flags of sbx run.
+// runOptions are the flags of sbx run: those it shares with sbx gateway
+// (gatewayFlags), and its own.
 type runOptions struct {
-	policy     policyFlags
-	resolve    []string
-	hostDNS    string
+	gatewayFlags
 	rootfs     string
 	image      string
 	pull       string
@@ -46,11 +44,9 @@ type runOptions struct {
 	tty        bool
 	stdin      bool
 	quiet      bool
-	log        string
 	name       string
 	runtime    string
 	dockerHost string // hidden: for tests
-	api        []string
 	subnetPool string
 	stateDir   string // hidden: for tests
 	socket     string
@@ -59,11 +55,7 @@ type runOptions struct {
 	cpus       float64
 	pidsLimit  int64
 	tmpSize    string
-	logLimits  logLimitFlags
 	noCapture  bool
-	upstreamCA string
-	mockLLM    []string
-	recordLLM  []string
 }
 
 func newRunCmd() *cobra.Command {
@@ -127,9 +119,12 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 
 // addFlags defines sbx run's flags in fs.
 func (o *runOptions) addFlags(fs *pflag.FlagSet) {
-	o.policy.AddFlags(fs)
-	fs.StringArrayVar(&o.resolve, "resolve", nil, "answer `HOST=IP` for HOST before asking DNS; repeatable")
-	fs.StringVar(&o.hostDNS, "host-dns", "", "resolve allowed names on the host with the DNS server `IP[:PORT]` instead of the host's resolver")
+	o.gatewayFlags.addFlags(fs, gatewayFlagUsage{
+		log:       "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)",
+		api:       "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable",
+		mockLLM:   mockLLMUsage,
+		recordLLM: recordLLMUsage,
+	})
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
 	fs.StringVar(&o.image, "image", "", "run from the image `REF`, in containerd's sbx namespace or, with --runtime docker, Docker's store; pulled by --pull (instead of --rootfs)")
 	fs.StringVar(&o.pull, "pull", "missing", "`WHEN` to pull --image from its registry into the runtime's store: never (sbx image import, or docker load, loads archives), missing, or always")
@@ -146,15 +141,9 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
-	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
-	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage)
-	fs.StringArrayVar(&o.recordLLM, "record-llm", nil, recordLLMUsage)
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
-	fs.StringVar(&o.log, "log", "", "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)")
-	o.logLimits.AddFlags(fs)
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
 	fs.StringVar(&o.runtime, "runtime", "", "the container `RUNTIME`: containerd, or docker (images only, --image) (default: containerd when its socket answers, else docker)")
-	fs.StringArrayVar(&o.api, "api", nil, "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable")
 	fs.StringVar(&o.subnetPool, "subnet-pool", sandbox.DefaultPool.String(), "take the sandbox's /30 from `CIDR`")
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
@@ -241,10 +230,13 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
-	logOptions, err := o.logLimits.Options()
+	gw, err := o.gatewayFlags.config()
 	if err != nil {
 		return run.Spec{}, err
 	}
+	// Its warnings (a listener that fails to accept, a failed look at
+	// this host's addresses) reach the user.
+	gw.Logger = newLineLogger(stderr, "gateway: ")
 	pull, err := sandbox.ParsePullPolicy(o.pull)
 	if err != nil {
 		return run.Spec{}, fmt.Errorf("--pull %q: want never, missing or always", o.pull)
@@ -258,28 +250,23 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 		return run.Spec{}, err
 	}
 	spec := run.Spec{
-		Command:    args,
-		Name:       o.name,
-		RootFS:     run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize},
-		Env:        o.env,
-		Cwd:        cwd,
-		Workdir:    o.workdir,
-		CapAdd:     capAdd,
-		Limits:     limits,
-		TTY:        o.tty,
-		Stdout:     cmd.OutOrStdout(),
-		Stderr:     stderr,
-		LogFile:    o.log,
-		LogDir:     logRoot,
-		LogOptions: logOptions,
-		API:        o.api,
-		Pool:       pool,
-		StateDir:   o.stateDir,
-		Capture:    !o.noCapture,
-		// Its warnings (a listener that fails to accept, a failed look at
-		// this host's addresses) reach the user.
-		Logger: newLineLogger(stderr, "gateway: "),
-		Notes:  runNotes(stderr, o.quiet, o.image == "" && o.rootfs == "host", cwd, capAdd),
+		Command:  args,
+		Name:     o.name,
+		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize},
+		Env:      o.env,
+		Cwd:      cwd,
+		Workdir:  o.workdir,
+		CapAdd:   capAdd,
+		Limits:   limits,
+		TTY:      o.tty,
+		Stdout:   cmd.OutOrStdout(),
+		Stderr:   stderr,
+		Gateway:  gw,
+		LogDir:   logRoot,
+		Pool:     pool,
+		StateDir: o.stateDir,
+		Capture:  !o.noCapture,
+		Notes:    runNotes(stderr, o.quiet, o.image == "" && o.rootfs == "host", cwd, capAdd),
 	}
 	if o.image == "" && o.rootfs != "host" {
 		spec.RootFS.Dir = o.rootfs
@@ -298,7 +285,7 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 		spec.Volumes = append(spec.Volumes, m)
 	}
 	if !o.quiet && !o.tty {
-		spec.Sinks = append(spec.Sinks, &liveSink{w: stderr})
+		spec.Gateway.Sinks = append(spec.Gateway.Sinks, &liveSink{w: stderr})
 	}
 	if o.stdin {
 		spec.Stdin = cmd.InOrStdin()
@@ -310,39 +297,9 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 // scripts it names, the mocks and recordings, the resolver's settings,
 // the upstreams' CA.
 func (o runOptions) readConfig(cmd *cobra.Command, spec *run.Spec) error {
-	p, err := o.policy.Build()
-	if err != nil {
-		return err
-	}
-	spec.Policy = p
-	if spec.LLMScripts, err = policyScripts(o.policy.Policy, p); err != nil {
-		return err
-	}
-	if spec.MockLLM, err = parseMockLLM(o.mockLLM); err != nil {
-		return usageError(cmd, err)
-	}
-	if spec.Recordings, err = parseRecordLLM(o.recordLLM, spec.MockLLM); err != nil {
-		return usageError(cmd, err)
-	}
-	spec.Resolver = &gateway.Resolver{}
-	if o.hostDNS != "" {
-		if spec.Resolver.System, err = gateway.ServerResolver(o.hostDNS); err != nil {
-			return fmt.Errorf("--host-dns: %w", err)
-		}
-	}
-	for _, v := range o.resolve {
-		host, ip, err := gateway.ParseStatic(v)
-		if err != nil {
-			return err
-		}
-		spec.Resolver.AddStatic(host, ip)
-	}
-	if o.upstreamCA != "" {
-		if spec.UpstreamRoots, err = upstreamRoots(o.upstreamCA); err != nil {
-			return err
-		}
-	}
-	return nil
+	recordings, err := o.read(cmd, &spec.Gateway)
+	spec.Recordings = recordings
+	return err
 }
 
 // runNotes returns the function that says the run's notes on stderr:

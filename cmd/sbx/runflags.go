@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
@@ -53,9 +52,6 @@ func (o *runOptions) checkValues(cmd *cobra.Command) error {
 	if _, err := parseCaps(o.capAdd); err != nil {
 		return err
 	}
-	if _, err := o.logLimits.Options(); err != nil {
-		return err
-	}
 	if o.user != "" {
 		if _, _, err := parseUser(o.user); err != nil {
 			return err
@@ -77,27 +73,7 @@ func (o *runOptions) checkValues(cmd *cobra.Command) error {
 	if _, err := netip.ParsePrefix(o.subnetPool); err != nil {
 		return fmt.Errorf("--subnet-pool %q is not a CIDR; write e.g. 10.213.0.0/16", o.subnetPool)
 	}
-	if o.hostDNS != "" {
-		if _, err := gateway.ServerResolver(o.hostDNS); err != nil {
-			return fmt.Errorf("--host-dns: %w", err)
-		}
-	}
-	for _, v := range o.resolve {
-		if _, _, err := gateway.ParseStatic(v); err != nil {
-			return err
-		}
-	}
-	for _, v := range o.mockLLM {
-		if _, _, err := splitLLMFlag("mock-llm", v); err != nil {
-			return err
-		}
-	}
-	// Recorders are only made here, not kept: the scripts' directories
-	// are checked.
-	if _, err := parseRecordLLM(o.recordLLM, nil); err != nil {
-		return err
-	}
-	return nil
+	return o.gatewayFlags.checkValues()
 }
 
 // checkRuntimeFlag checks a --runtime value: empty (the default), or one

@@ -2,8 +2,8 @@ package run
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -19,7 +19,6 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
-	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -59,17 +58,30 @@ type RootFS struct {
 	TmpSize int64
 }
 
-// Spec is what Start runs. Command, Policy and Runtime are required;
-// every other zero field has the default its comment names.
+// Spec is what Start runs. Command, Gateway.Policy and Runtime are
+// required; every other zero field has the default its comment names.
 type Spec struct {
 	// Command is the command and its arguments.
 	Command []string
 	// Name labels the sandbox (sandbox.Spec.Name).
 	Name string
-	// Policy decides the sandbox's requests. Resolver resolves names for
-	// the gateway; nil is the host's resolver.
-	Policy   *netpolicy.Policy
-	Resolver *gateway.Resolver
+
+	// Gateway configures the sandbox's gateway (see gateway.Config): its
+	// Policy, which decides the sandbox's requests, is required. What the
+	// sandbox implies Start sets, and refuses to find set here: Listen,
+	// ListenInterface, Clients and Fence (only this sandbox may use its
+	// gateway, which dials no sandbox), DNS, Transparent, OriginalDst and
+	// Owner (Capture's), Sandbox (its id), TokenFile, CA (a CA of this
+	// sandbox's, which its command trusts) and RecordLLM (Recordings').
+	// The management API is served on a socket in the sandbox's state
+	// directory, and on Gateway.API's addresses besides. Gateway.LogFile
+	// "" means LogDir/<id>/decisions.jsonl, with LogDir "" meaning
+	// DefaultLogDir; Gateway.LogLimits.Append lets a file that is not
+	// empty be added to.
+	Gateway gateway.Config
+	LogDir  string
+	// Recordings are recorded, and written by Close.
+	Recordings []Recording
 
 	// RootFS is the command's /, Volumes are mounted over it, and Env
 	// comes after the layout's own variables.
@@ -94,21 +106,8 @@ type Spec struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 
-	// LogFile is the decision log's file; "" means
-	// LogDir/<id>/decisions.jsonl, with LogDir "" meaning DefaultLogDir.
-	// LogOptions say how it is written (LogOptions.Append lets a file that
-	// is not empty be added to).
-	LogFile    string
-	LogDir     string
-	LogOptions gateway.FileSinkOptions
-	// Sinks also receive every record, such as live lines.
-	Sinks []gateway.Sink
-
 	// Runtime runs the container.
 	Runtime Runtime
-	// API are addresses the management API is served on besides the
-	// socket in the sandbox's state directory.
-	API []string
 	// Pool is where the sandbox's /30 comes from, and StateDir where
 	// running sandboxes are recorded (sandbox.Spec's defaults).
 	Pool     netip.Prefix
@@ -117,20 +116,8 @@ type Spec struct {
 	// (sandbox.Spec.Capture).
 	Capture bool
 
-	// UpstreamRoots verify the upstreams of inspected HTTPS requests; nil
-	// means the host's roots.
-	UpstreamRoots *x509.CertPool
-	// MockLLM answer the APIs of their hosts; LLMScripts are the scripts
-	// the policy's intercept rules answer with, by name.
-	MockLLM    map[string]*mockllm.Responder
-	LLMScripts map[string]*mockllm.Responder
-	// Recordings are recorded, and written by Close.
-	Recordings []Recording
-
-	// Logger receives the gateway's operational messages; nil discards
-	// them. Notes, if set, receives the Notes of Start and Close, in order.
-	Logger *slog.Logger
-	Notes  func(Note)
+	// Notes, if set, receives the Notes of Start and Close, in order.
+	Notes func(Note)
 }
 
 // A StartError is the runtime's refusal to start the command, with the
@@ -208,8 +195,11 @@ type prepared struct {
 // prepare chooses the user and lays out the root filesystem, and checks
 // that the command can start and the log is out of the sandbox's reach.
 func prepare(spec *Spec) (prepared, error) {
-	if len(spec.Command) == 0 || spec.Policy == nil || spec.Runtime == nil {
-		return prepared{}, errors.New("run: Spec.Command, Spec.Policy and Spec.Runtime are required")
+	if len(spec.Command) == 0 || spec.Gateway.Policy == nil || spec.Runtime == nil {
+		return prepared{}, errors.New("run: Spec.Command, Spec.Gateway.Policy and Spec.Runtime are required")
+	}
+	if set := sandboxOwned(&spec.Gateway); len(set) > 0 {
+		return prepared{}, fmt.Errorf("run: Spec.Gateway.%s: Start sets it for the sandbox; leave it zero", strings.Join(set, ", "))
 	}
 	fsys := spec.RootFS
 	if fsys.Dir != "" && fsys.Image != "" {
@@ -266,7 +256,7 @@ func prepare(spec *Spec) (prepared, error) {
 	// sandbox can write, or reach the log through (by any mount), is
 	// refused here, and a file that is not empty too, before anything is
 	// made.
-	return p, checkLogPath(spec.LogFile, logDir(spec), spec.LogOptions.Append, p.layout.Writable())
+	return p, checkLogPath(spec.Gateway.LogFile, logDir(spec), spec.Gateway.LogLimits.Append, p.layout.Writable())
 }
 
 func logDir(spec *Spec) string {
@@ -319,7 +309,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	}
 	// TLS inspection, for the hosts the policy inspects now or later: a
 	// CA for this sandbox, which its command trusts (docs/inspection.md).
-	insp, err := newInspection(trustTarget{host: p.hostLayout, dir: p.layout.Root}, spec.UpstreamRoots)
+	insp, err := newInspection(trustTarget{host: p.hostLayout, dir: p.layout.Root}, spec.Gateway.UpstreamRoots)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +317,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	if initPath == "" {
 		spec.Notes(NoInit{})
 	}
-	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.LogFile}
+	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.Gateway.LogFile}
 	var mounts []specs.Mount
 	for _, m := range p.layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
@@ -376,61 +366,87 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	return r, nil
 }
 
-// gatewayStarter returns the function that starts the sandbox's gateway:
-// on the host end of its veth, serving only the sandbox, with the
-// decision log in r's log file (set here when it is the default), and
-// with capture's listeners and the refused packets' reports when the
+// gatewayStarter returns the function that starts the sandbox's gateway,
+// configured by gatewayConfig, with the refused packets' reports when the
 // sandbox captures.
 func (r *Run) gatewayStarter(spec *Spec, insp *inspection) sandbox.StartGateway {
 	return func(ctx context.Context, c sandbox.GatewayConfig) (io.Closer, error) {
 		if r.logFile == "" {
 			r.logFile = filepath.Join(logDir(spec), c.ID, "decisions.jsonl")
 		}
-		logger := spec.Logger
-		if logger == nil {
-			logger = slog.New(slog.DiscardHandler)
-		}
-		opts := gateway.Options{
-			Listen:    c.Listen.String(),
-			API:       append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, spec.API...),
-			TokenFile: filepath.Join(c.StateDir, "token"),
-			Policy:    spec.Policy,
-			Resolver:  spec.Resolver,
-			LogFile:   r.logFile,
-			LogLimits: spec.LogOptions,
-			Sinks:     spec.Sinks,
-			Sandbox:   c.ID,
-			// Only this sandbox may use its gateway, and the gateway
-			// dials no sandbox's address, whatever the policy allows.
-			ListenInterface: c.Interface,
-			Clients:         []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())},
-			Fence:           c.Fence,
-			CA:              insp.ca,
-			UpstreamRoots:   insp.upstreamRoots,
-			MockLLM:         spec.MockLLM,
-			LLMScripts:      spec.LLMScripts,
-			RecordLLM:       recorders(r.recordings),
-			Logger:          logger,
-		}
-		if c.Capture == nil {
-			return gateway.Start(ctx, opts)
-		}
-		// Capture (docs/capture.md): the DNS stub, the transparent
-		// listener, the refused packets' reports, and which process
-		// owned each socket.
-		opts.DNS, opts.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
-		owners := c.Capture.Owners
-		opts.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
-			p, ok := owners.Lookup(network, client, remote)
-			return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
-		}
-		g, err := gateway.Start(ctx, opts)
+		cfg := gatewayConfig(spec.Gateway, c, insp.ca, r.logFile, recorders(r.recordings))
+		g, err := gateway.Start(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
+		if c.Capture == nil {
+			return g, nil
+		}
 		// Ends when the sandbox closes its packet log, or on a read
 		// error, which is said and recorded.
-		go forwardPackets(c.Capture.Packets, g.Server, logger)
+		go forwardPackets(c.Capture.Packets, g.Server, cfg.Logger)
 		return g, nil
 	}
+}
+
+// sandboxOwned names the fields of cfg that gatewayConfig sets for the
+// sandbox and that are set already.
+func sandboxOwned(cfg *gateway.Config) []string {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"Listen", cfg.Listen != ""},
+		{"ListenInterface", cfg.ListenInterface != ""},
+		{"Clients", cfg.Clients != nil},
+		{"Fence", cfg.Fence != nil},
+		{"DNS", cfg.DNS != ""},
+		{"Transparent", cfg.Transparent != nil},
+		{"OriginalDst", cfg.OriginalDst != nil},
+		{"Owner", cfg.Owner != nil},
+		{"Sandbox", cfg.Sandbox != ""},
+		{"TokenFile", cfg.TokenFile != ""},
+		{"CA", cfg.CA != nil},
+		{"RecordLLM", cfg.RecordLLM != nil},
+	} {
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	return set
+}
+
+// gatewayConfig is the configuration of the sandbox's gateway: cfg, the
+// Spec's, with what the sandbox c implies. It listens on the host end of
+// the sandbox's veth and serves only the sandbox, never dials a sandbox,
+// writes its decision log to logFile, inspects with ca, records with
+// recorders, and, when the sandbox captures, serves capture's DNS stub
+// and transparent listener and names the process behind each socket.
+func gatewayConfig(cfg gateway.Config, c sandbox.GatewayConfig, ca *gateway.CA, logFile string, recorders map[string]*mockllm.Recorder) gateway.Config {
+	cfg.Listen = c.Listen.String()
+	cfg.ListenInterface = c.Interface
+	cfg.Clients = []netip.Prefix{netip.PrefixFrom(c.Client, c.Client.BitLen())}
+	cfg.Fence = c.Fence
+	cfg.Sandbox = c.ID
+	cfg.API = append([]string{"unix:" + filepath.Join(c.StateDir, "api.sock")}, cfg.API...)
+	cfg.TokenFile = filepath.Join(c.StateDir, "token")
+	cfg.LogFile = logFile
+	cfg.CA = ca
+	cfg.RecordLLM = recorders
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Capture == nil {
+		return cfg
+	}
+	// Capture (docs/capture.md): the DNS stub, the transparent listener,
+	// and which process owned each socket.
+	cfg.DNS, cfg.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
+	owners := c.Capture.Owners
+	cfg.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
+		p, ok := owners.Lookup(network, client, remote)
+		return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
+	}
+	return cfg
 }

@@ -2,6 +2,7 @@ package run
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,12 +38,11 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 	spec := func(argv0, logFile, logDir string) Spec {
 		return Spec{
 			Command: []string{argv0},
-			Policy:  policy,
+			Gateway: gateway.Config{Policy: policy, LogFile: logFile},
 			Runtime: noRuntime{},
 			RootFS:  RootFS{Dir: root},
 			Volumes: []rootfs.Mount{{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadWriteBind}},
 			User:    user,
-			LogFile: logFile,
 			LogDir:  logDir,
 		}
 	}
@@ -66,9 +66,12 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 		t.Errorf("a log of an earlier run: got %v, want a *gateway.NonEmptyLogFileError", err)
 	}
 	for _, bad := range []Spec{
-		{Policy: policy, Runtime: noRuntime{}},
+		{Gateway: gateway.Config{Policy: policy}, Runtime: noRuntime{}},
 		{Command: []string{"tool"}, Runtime: noRuntime{}},
-		{Command: []string{"tool"}, Policy: policy, Runtime: noRuntime{}, RootFS: RootFS{Dir: root, Image: "busybox"}},
+		{Command: []string{"tool"}, Gateway: gateway.Config{Policy: policy}, Runtime: noRuntime{}, RootFS: RootFS{Dir: root, Image: "busybox"}},
+		// What the sandbox sets, a caller does not.
+		{Command: []string{"tool"}, Gateway: gateway.Config{Policy: policy, Listen: "0.0.0.0:3128"}, Runtime: noRuntime{}, RootFS: RootFS{Dir: root}, User: user, LogDir: logs},
+		{Command: []string{"tool"}, Gateway: gateway.Config{Policy: policy, Clients: []netip.Prefix{}}, Runtime: noRuntime{}, RootFS: RootFS{Dir: root}, User: user, LogDir: logs},
 	} {
 		if _, err := prepare(&bad); err == nil {
 			t.Errorf("prepare(%+v) succeeded, want an error", bad)
@@ -76,7 +79,7 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 	}
 
 	s := spec("tool", full, "")
-	s.LogOptions.Append = true
+	s.Gateway.LogLimits.Append = true
 	s.Workdir, s.Env = "/data", []string{"A=1"}
 	p, err := prepare(&s)
 	if err != nil || p.hostLayout || p.user != *user || p.layout.Root != root || p.layout.Cwd != "/data" ||
