@@ -23,7 +23,7 @@ import (
 // served (nothing copies the fields one by one). Then fill it where it is
 // wanted: cmd/sbx's gatewayFlags.config for a flag that sbx gateway and
 // sbx run share, sandbox/run's gatewayConfig for what a sandbox implies;
-// cmd/sbx's TestGatewayConfigFieldsSet fails until the field is set by
+// cmd/sbx's TestGatewayConfigSameFromSameFlags fails until the field is set by
 // both commands or listed there as one-sided, with the reason.
 type Config struct {
 	// Where it listens.
