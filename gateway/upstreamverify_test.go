@@ -132,7 +132,7 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 // it with tc.roots; set changes the gateway's Config further. It returns a
 // client through the gateway that trusts its CA, HTTP/2 when h2, and the
 // URL of path at tc.host.
-func verifyGateway(t *testing.T, tc verifyCase, gate int32, h2 bool, path string, set func(*Config), rules ...netpolicy.Rule) (*verifyUpstream, *testGateway, *http.Client, func(string) string) {
+func verifyGateway(t *testing.T, tc verifyCase, gate int32, h2 bool, path string, set func(*serverConfig), rules ...netpolicy.Rule) (*verifyUpstream, *testGateway, *http.Client, func(string) string) {
 	t.Helper()
 	up := newVerifyUpstream(t, gate)
 	port := portOf(t, up.Server)
@@ -144,7 +144,7 @@ func verifyGateway(t *testing.T, tc verifyCase, gate int32, h2 bool, path string
 	for i := range rules {
 		rules[i].Ports = []netpolicy.Port{port}
 	}
-	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, rules...), map[string]string{tc.host: "127.0.0.1"}, func(c *Config) {
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block, rules...), map[string]string{tc.host: "127.0.0.1"}, func(c *serverConfig) {
 		c.CA, c.UpstreamRoots = ca, tc.roots(up.Server)
 		if set != nil {
 			set(c)
@@ -286,7 +286,7 @@ func TestInspectUpstreamVerificationRecordLLM(t *testing.T) {
 	for _, tc := range verifyCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := mockllm.NewRecorder(nil)
-			up, g, c, at := verifyGateway(t, tc, 1, false, "/v1/messages", func(c *Config) {
+			up, g, c, at := verifyGateway(t, tc, 1, false, "/v1/messages", func(c *serverConfig) {
 				c.RecordLLM = map[string]*mockllm.Recorder{tc.host: rec}
 			})
 			body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`
