@@ -221,15 +221,13 @@ func (s *session) spec(name, allowName string, allowPort int, log string, args .
 	return run.Spec{
 		Command:  append([]string{s.probe}, args...),
 		Name:     name,
-		Policy:   policy,
-		Resolver: resolver,
+		Gateway:  gateway.Config{Policy: policy, Resolver: resolver, LogFile: filepath.Join(s.logs, log)},
 		RootFS:   s.rootFS.RootFS,
 		Volumes:  s.rootFS.Volumes,
 		Env:      s.rootFS.Env,
 		Cwd:      workDir,
 		User:     &run.User{UID: 0, GID: 0, Why: run.UserAsked},
 		Limits:   sandbox.DefaultLimits(),
-		LogFile:  filepath.Join(s.logs, log),
 		Runtime:  s.o.Runtime,
 		Pool:     s.o.Pool,
 		StateDir: s.o.StateDir,
@@ -258,7 +256,7 @@ func (s *session) round(ctx context.Context, hostLayer bool) (_ []caseResult, re
 	if err != nil {
 		return nil, err
 	}
-	spec.API = []string{apiAddr.String()}
+	spec.Gateway.API = []string{apiAddr.String()}
 	probed, err := startSandbox(ctx, spec, s.o.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("starting the probed sandbox: %w", err)
@@ -366,7 +364,7 @@ func startSandbox(ctx context.Context, spec run.Spec, stateDir string) (_ *probe
 	s := &probeSandbox{stdin: w, cancel: cancel, done: make(chan struct{})}
 	spec.Stdin, spec.Stdout, spec.Stderr = r, &s.stdout, &s.stderr
 	// The gateway's warnings are shown with a failure.
-	spec.Logger = slog.New(slog.NewTextHandler(&s.stderr, nil))
+	spec.Gateway.Logger = slog.New(slog.NewTextHandler(&s.stderr, nil))
 	slow := time.AfterFunc(startTimeout, cancel)
 	rn, err := run.Start(runCtx, spec)
 	if late := !slow.Stop(); err != nil || late {
