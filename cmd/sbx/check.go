@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -24,12 +23,8 @@ type checkOptions struct {
 	json   bool
 }
 
-func newPolicyCheckCmd() *cobra.Command {
-	var o checkOptions
-	cmd := &cobra.Command{
-		Use:   "check [flags] TARGET",
-		Short: "Print what a policy decides for a request",
-		Long: `Check prints the verdict the gateway would give a request to TARGET under the
+// checkLong is the help of sbx policy check.
+const checkLong = `Check prints the verdict the gateway would give a request to TARGET under the
 policy the flags describe: allow, block or intercept, the deciding rule and
 the reason. It does no DNS: the address guard is applied when TARGET is an IP
 address, while for a name it applies to the addresses the name resolves to.
@@ -48,6 +43,11 @@ TARGET is a URL or host[:port]:
   ws://, wss://             as http://, https://
   HOST:PORT, [IPv6]:PORT    CONNECT tunnel to PORT
   HOST                      CONNECT tunnel to port 443
+TARGET is parsed as the gateway parses what a client sends it: a target
+the gateway refuses (userinfo, a bad port, percent-escapes or non-ASCII
+in the host: write IDN as punycode) gets the verdict the gateway logs for
+it, block by rule invalid, with the gateway's reason. A URL's fragment is
+dropped, as clients drop it.
 --method or --path make a HOST or HOST:PORT target a plain HTTP request (to
 port 80 when no port is given); with an https:// target they describe the
 request inside the tunnel, which only an inspected HOST's verdict depends
@@ -57,8 +57,9 @@ decoded, dot segments resolved, repeated slashes merged.
 Rules apply in this order: --intercept, --block, --allow, then the rules
 of --policy FILE, or of the running policy of a sandbox (--sandbox ID) or
 gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed, whatever it is;
-1 when the policy file is invalid; 2 for a usage error.`,
-		Example: `  # Allowed by a flag rule; CONNECT to port 443.
+1 when the policy file is invalid; 2 for a usage error.`
+
+const checkExample = `  # Allowed by a flag rule; CONNECT to port 443.
   sbx policy check --allow registry.npmjs.org registry.npmjs.org
 
   # Block beats allow.
@@ -72,10 +73,18 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 
   # What a running sandbox would decide, and with one more rule.
   sudo sbx policy check --sandbox 1a2b3c4d api.github.com
-  sudo sbx policy check --sandbox 1a2b3c4d --allow api.github.com api.github.com`,
-		Args: exactArgs("TARGET"),
+  sudo sbx policy check --sandbox 1a2b3c4d --allow api.github.com api.github.com`
+
+func newPolicyCheckCmd() *cobra.Command {
+	var o checkOptions
+	cmd := &cobra.Command{
+		Use:     "check [flags] TARGET",
+		Short:   "Print what a policy decides for a request",
+		Long:    checkLong,
+		Example: checkExample,
+		Args:    exactArgs("TARGET"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := parseTarget(args[0], o.method, o.path)
+			req, err := o.request(args[0])
 			if err != nil {
 				return usageError(cmd, err)
 			}
@@ -83,28 +92,14 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 			if err != nil {
 				return err
 			}
-			d := p.Verdict(t)
-			_, https := inspectedRequest(args[0], "", "", t)
-			inspected := (t.IsConnect() || https) && p.Inspects(t.Host, t.Port)
-			if https && !inspected && !t.IsConnect() {
-				// --method or --path with an https:// target whose host
-				// is not inspected: the gateway sees only the tunnel.
-				t = netpolicy.Target{Host: t.Host, Port: t.Port, Method: "CONNECT"}
-				d = p.Verdict(t)
-			}
-			if inspected && t.IsConnect() {
-				// The gateway decrypts this host's tunnels
-				// (docs/inspection.md): the tunnel opens unless no request
-				// could pass, and an https:// URL's request is decided in it.
-				d = p.DecideTunnel(t)
-				if req, ok := inspectedRequest(args[0], o.method, o.path, t); ok && d.Action != netpolicy.Block {
-					t, d = req, p.Verdict(req)
-				}
+			c, err := p.Check(req)
+			if err != nil {
+				return usageError(cmd, checkTargetError(args[0], o.path, err))
 			}
 			if o.json {
-				return writeDecisionJSON(cmd.OutOrStdout(), d)
+				return writeDecisionJSON(cmd.OutOrStdout(), c.Decision)
 			}
-			return writeDecision(cmd.OutOrStdout(), p, t, d, inspected)
+			return writeDecision(cmd.OutOrStdout(), p, c)
 		},
 	}
 	fs := cmd.Flags()
@@ -114,6 +109,33 @@ gateway (--api ADDR --token-file FILE). Exit codes: 0 when a verdict was printed
 	fs.StringVar(&o.path, "path", "", "`PATH` of a plain HTTP request (default /, or the URL's)")
 	fs.BoolVar(&o.json, "json", false, `print one JSON object {"action", "rule", "reason"}`)
 	return cmd
+}
+
+// request maps TARGET, --method and --path to the request to check,
+// saying which flag is wrong.
+func (o *checkOptions) request(arg string) (netpolicy.Request, error) {
+	if arg == "" {
+		return netpolicy.Request{}, errors.New("empty TARGET; write host[:port] or a URL such as https://example.com/")
+	}
+	if o.method != "" && !netpolicy.ValidMethod(o.method) {
+		return netpolicy.Request{}, fmt.Errorf("--method %q is not an HTTP method; write e.g. --method POST", o.method)
+	}
+	if o.path != "" && o.path[0] != '/' {
+		return netpolicy.Request{}, fmt.Errorf("--path %q must start with '/', e.g. --path /v1/", o.path)
+	}
+	if o.path != "" && strings.EqualFold(o.method, "CONNECT") {
+		return netpolicy.Request{}, errors.New("--path cannot go with --method CONNECT: a tunnel has no path")
+	}
+	return netpolicy.Request{URL: arg, Method: o.method, Path: o.path}, nil
+}
+
+// checkTargetError says what is wrong with TARGET arg, err being what
+// Policy.Check said.
+func checkTargetError(arg, path string, err error) error {
+	if errors.Is(err, netpolicy.ErrTwoPaths) {
+		return fmt.Errorf("TARGET %q has a path and --path %s is given; give one of them", arg, path)
+	}
+	return fmt.Errorf("TARGET %q: %w", arg, err)
 }
 
 // build makes the policy to check: the flags over the --policy file, or
@@ -155,18 +177,15 @@ func writeDecisionJSON(w io.Writer, d netpolicy.Decision) error {
 	return enc.Encode(d)
 }
 
-// writeDecision writes d for people:
+// writeDecision writes the verdict c for people:
 //
 //	block  GET http://example.com:80/admin
 //	  rule:   default
 //	  reason: no rule matched; the default is block
-func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpolicy.Decision, inspected bool) error {
+func writeDecision(w io.Writer, p *netpolicy.Policy, c netpolicy.Checked) error {
 	var b strings.Builder
-	what := describeTarget(t)
-	if inspected && !t.IsConnect() {
-		what = strings.Replace(what, " http://", " https://", 1)
-	}
-	fmt.Fprintf(&b, "%s  %s\n", d.Action, what)
+	d := c.Decision
+	fmt.Fprintf(&b, "%s  %s\n", d.Action, describeChecked(c))
 	fmt.Fprintf(&b, "  rule:   %s\n", d.Rule)
 	fmt.Fprintf(&b, "  reason: %s\n", d.Reason)
 	if r := d.Response; d.Action == netpolicy.Intercept && r != nil && r.LLM != "" {
@@ -178,7 +197,7 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 		}
 		fmt.Fprintf(&b, "  answer: status %d, body of %s\n", status, plural(len(r.Body), "byte"))
 	}
-	if inspected {
+	if c.Inspected {
 		fmt.Fprintf(&b, "  inspected: the policy inspects this host, so the gateway decrypts its tunnels and decides each request\n")
 	}
 	// An unparseable target cannot be forwarded, audit mode or not.
@@ -187,6 +206,21 @@ func writeDecision(w io.Writer, p *netpolicy.Policy, t netpolicy.Target, d netpo
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// describeChecked renders the request c decided as a proxy would see it,
+// or as sent when the gateway refuses it: "CONNECT host:443",
+// "GET http://host:80/path", or "GET https://host:443/path" for a request
+// in an inspected tunnel.
+func describeChecked(c netpolicy.Checked) string {
+	if c.Refused != "" {
+		return c.Target.Method + " " + c.Refused
+	}
+	what := describeTarget(c.Target)
+	if c.Inspected && !c.Target.IsConnect() {
+		what = strings.Replace(what, " http://", " https://", 1)
+	}
+	return what
 }
 
 // describeTarget renders t as the request line a proxy would see:
@@ -201,180 +235,4 @@ func describeTarget(t netpolicy.Target) string {
 		return "CONNECT " + hostport
 	}
 	return t.Method + " http://" + hostport + t.Path
-}
-
-// inspectedRequest is the request an https:// (or wss://) TARGET makes
-// inside tunnel t, which the gateway inspects: --method (default GET) and
-// --path or the URL's path (default /). It reports false for a host:port
-// TARGET or --method CONNECT, which name the tunnel alone.
-func inspectedRequest(arg, method, path string, t netpolicy.Target) (netpolicy.Target, bool) {
-	u, err := url.Parse(arg)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "wss") || strings.EqualFold(method, "CONNECT") {
-		return netpolicy.Target{}, false
-	}
-	if path == "" {
-		path = u.EscapedPath()
-	}
-	if path == "" {
-		path = "/"
-	}
-	if method == "" {
-		method = "GET"
-	}
-	return netpolicy.Target{Host: t.Host, Port: t.Port, Method: strings.ToUpper(method), Path: cutQuery(path)}, true
-}
-
-// parseTarget turns a TARGET argument and the --method and --path flags
-// into the request the gateway would see (see the help of policy check).
-// The host is passed on as written, so that Decide, not this function,
-// judges it: 127.1 or user@host give the verdict "invalid". Errors are for
-// arguments that are not a target at all, and are usage errors.
-func parseTarget(arg, method, path string) (netpolicy.Target, error) {
-	if arg == "" {
-		return netpolicy.Target{}, errors.New("empty TARGET; write host[:port] or a URL such as https://example.com/")
-	}
-	if method != "" {
-		if !netpolicy.ValidMethod(method) {
-			return netpolicy.Target{}, fmt.Errorf("--method %q is not an HTTP method; write e.g. --method POST", method)
-		}
-		method = strings.ToUpper(method)
-	}
-	if path != "" {
-		if path[0] != '/' {
-			return netpolicy.Target{}, fmt.Errorf("--path %q must start with '/', e.g. --path /v1/", path)
-		}
-		path = cutQuery(path)
-		if method == "CONNECT" {
-			return netpolicy.Target{}, errors.New("--path cannot go with --method CONNECT: a tunnel has no path")
-		}
-	}
-	// plain is set when the flags ask for a plain HTTP request.
-	plain := path != "" || (method != "" && method != "CONNECT")
-	forceConnect := method == "CONNECT"
-
-	var t netpolicy.Target
-	defaultPort := uint16(443)
-	var urlPath string
-	if strings.Contains(arg, "://") {
-		u, err := url.Parse(arg)
-		if err != nil {
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return netpolicy.Target{}, fmt.Errorf("TARGET %q is not a valid URL: %v", arg, err)
-		}
-		switch u.Scheme {
-		case "http", "ws":
-			defaultPort = 80
-			plain = !forceConnect
-		case "https", "wss":
-		default:
-			return netpolicy.Target{}, fmt.Errorf("TARGET %q: scheme %q is not supported; use http://, https://, ws:// or wss://, or write host[:port]", arg, u.Scheme)
-		}
-		if u.Host == "" {
-			return netpolicy.Target{}, fmt.Errorf("TARGET %q has no host", arg)
-		}
-		t.Host = u.Hostname()
-		if u.User != nil {
-			// Keep the userinfo, so that Decide calls the target invalid
-			// as the gateway would; never print a password.
-			userinfo := u.User.Username()
-			if _, ok := u.User.Password(); ok {
-				userinfo += ":xxxxx"
-			}
-			t.Host = userinfo + "@" + t.Host
-		}
-		if p := u.Port(); p != "" {
-			if t.Port, err = parsePort(p); err != nil {
-				return netpolicy.Target{}, fmt.Errorf("TARGET %q: %w", arg, err)
-			}
-		}
-		urlPath = u.EscapedPath()
-		if path != "" && urlPath != "" && urlPath != "/" {
-			return netpolicy.Target{}, fmt.Errorf("TARGET %q has a path and --path %s is given; give one of them", arg, path)
-		}
-	} else {
-		host, portStr, hasPort, err := splitHostPort(arg)
-		if err != nil {
-			return netpolicy.Target{}, err
-		}
-		t.Host = host
-		if hasPort {
-			if t.Port, err = parsePort(portStr); err != nil {
-				return netpolicy.Target{}, fmt.Errorf("TARGET %q: %w", arg, err)
-			}
-		} else if plain {
-			defaultPort = 80
-		}
-	}
-	if t.Port == 0 {
-		t.Port = defaultPort
-	}
-	if !plain {
-		t.Method = "CONNECT"
-		return t, nil
-	}
-	t.Method = method
-	if t.Method == "" {
-		t.Method = "GET"
-	}
-	switch {
-	case path != "":
-		t.Path = path
-	case urlPath != "":
-		t.Path = urlPath
-	default:
-		t.Path = "/"
-	}
-	return t, nil
-}
-
-// splitHostPort splits a host[:port] TARGET. An IPv6 address takes
-// brackets when it has a port, [2001:db8::1]:443; the brackets stay on the
-// host, so that a name in brackets is judged invalid.
-func splitHostPort(arg string) (host, port string, hasPort bool, err error) {
-	switch {
-	case strings.HasPrefix(arg, "["):
-		end := strings.IndexByte(arg, ']')
-		if end < 0 {
-			return "", "", false, fmt.Errorf("TARGET %q: unclosed '['; write an IPv6 address as [2001:db8::1]:443", arg)
-		}
-		host, rest := arg[:end+1], arg[end+1:]
-		if rest == "" {
-			return host, "", false, nil
-		}
-		if rest[0] != ':' {
-			return "", "", false, fmt.Errorf("TARGET %q: unexpected %q after ']'; write [2001:db8::1]:443", arg, rest)
-		}
-		return host, rest[1:], true, nil
-	case strings.ContainsAny(arg, "/?#"):
-		return "", "", false, fmt.Errorf("TARGET %q is neither host[:port] nor a URL; for a path write a URL such as http://%s", arg, strings.TrimLeft(arg, "/"))
-	case strings.Count(arg, ":") > 1:
-		return arg, "", false, nil // a bare IPv6 address
-	}
-	host, port, hasPort = strings.Cut(arg, ":")
-	if host == "" {
-		return "", "", false, fmt.Errorf("TARGET %q has no host", arg)
-	}
-	return host, port, hasPort, nil
-}
-
-// parsePort parses a target's TCP port, 1 to 65535, as rules do.
-func parsePort(s string) (uint16, error) {
-	p, err := netpolicy.ParsePort(s)
-	if err != nil || p == netpolicy.AnyPort {
-		return 0, fmt.Errorf("port %q: want a number from 1 to 65535", s)
-	}
-	return uint16(p), nil
-}
-
-// cutQuery cuts a query or fragment off path. The rest stays as written,
-// percent-escapes and all, as the gateway sees it; the policy compares it
-// in the form of netpolicy.CanonicalPath.
-func cutQuery(path string) string {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		return path[:i]
-	}
-	return path
 }

@@ -198,6 +198,19 @@ func TestPolicyCheck(t *testing.T) {
 				"  reason: invalid target \"127.1\": a name ending in a number must be a dotted-quad IPv4 address (a.b.c.d, no leading zeros)\n",
 		},
 		{
+			// The gateway's parser refuses userinfo: the verdict is the
+			// block it logs, the target as sent, its password hidden.
+			name: "a target the gateway refuses",
+			args: []string{"--default", "allow", "https://user:secret@example.com/"},
+			want: "block  CONNECT user:xxxxx@example.com:443\n  rule:   invalid\n" +
+				"  reason: invalid CONNECT target: userinfo (user@) is not allowed; want host:port, such as example.com:443 or [2001:db8::1]:443\n",
+		},
+		{
+			name: "a port the gateway refuses",
+			args: []string{"--default", "allow", "http://example.com:0/"},
+			want: "block  GET http://example.com:0/\n  rule:   invalid\n  reason: invalid port in the URL: port 0 is not allowed\n",
+		},
+		{
 			name: "guard refuses loopback allowed by the default",
 			args: []string{"--default", "allow", "127.0.0.1"},
 			want: "block  CONNECT 127.0.0.1:443\n  rule:   guard\n  reason: address guard: 127.0.0.1 is loopback\n",
@@ -240,7 +253,10 @@ func TestPolicyCheckJSON(t *testing.T) {
 		want netpolicy.Decision
 	}{
 		{[]string{"example.com"}, netpolicy.Decision{Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}},
-		{[]string{"--allow", "example.com", "http://example.com/<x>&"}, netpolicy.Decision{Action: "allow", Rule: "r1", Reason: "rule r1: allow example.com"}},
+		{[]string{"--allow", "example.com", "http://example.com/x&y"}, netpolicy.Decision{Action: "allow", Rule: "r1", Reason: "rule r1: allow example.com"}},
+		// The gateway refuses an unescaped '<' in a path: so does check,
+		// with the gateway's reason, not HTML-escaped.
+		{[]string{"--allow", "example.com", "http://example.com/<x>&"}, netpolicy.Decision{Action: "block", Rule: "invalid", Reason: "invalid path in the URL: '<' must be percent-encoded"}},
 		{[]string{"127.1"}, netpolicy.Decision{Action: "block", Rule: "invalid", Reason: `invalid target "127.1": a name ending in a number must be a dotted-quad IPv4 address (a.b.c.d, no leading zeros)`}},
 		{[]string{"--default", "allow", "127.0.0.1"}, netpolicy.Decision{Action: "block", Rule: "guard", Reason: "address guard: 127.0.0.1 is loopback"}},
 		{[]string{"--default", "allow", "[::ffff:10.1.2.3]:443"}, netpolicy.Decision{Action: "block", Rule: "guard", Reason: "address guard: 10.1.2.3 is private (RFC 1918)"}},
