@@ -19,6 +19,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/audit"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // auditOptions are sbx audit's flags.
@@ -99,6 +100,35 @@ load, wrong flags), and when --suggest cannot write a policy for the logs
 }
 
 func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
+	format, err := auditFormat(cmd, o)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer // written whole at the end: a failed audit leaves no half a file
+	code := exitOK
+	switch {
+	case o.diff:
+		code, err = auditDiff(cmd, o, args, format, &out)
+	case o.expect != "":
+		code, err = auditExpect(cmd, o, args, format, &out)
+	default:
+		err = auditReport(cmd, o, args, format, &out)
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeOutput(cmd.OutOrStdout(), o.out, out.Bytes()); err != nil {
+		return err
+	}
+	if code != exitOK {
+		return &exitError{code: code, err: errSilent}
+	}
+	return nil
+}
+
+// auditFormat checks that sbx audit's flags go together, and returns the
+// output's format.
+func auditFormat(cmd *cobra.Command, o auditOptions) (string, error) {
 	modes := 0
 	for _, on := range []bool{o.suggest, o.expect != "", o.diff} {
 		if on {
@@ -107,109 +137,112 @@ func runAudit(cmd *cobra.Command, o auditOptions, args []string) error {
 	}
 	switch {
 	case modes > 1:
-		return usageErrorf(cmd, "--suggest, --expect and --diff each do their own job: give one")
+		return "", usageErrorf(cmd, "--suggest, --expect and --diff each do their own job: give one")
 	case o.wildcards && !o.suggest:
-		return usageErrorf(cmd, "--suggest-wildcards goes with --suggest")
+		return "", usageErrorf(cmd, "--suggest-wildcards goes with --suggest")
 	case cmd.Flags().Changed("factor") && !o.diff:
-		return usageErrorf(cmd, "--factor goes with --diff")
+		return "", usageErrorf(cmd, "--factor goes with --diff")
 	case !(o.factor > 1) || math.IsInf(o.factor, 0): // NaN too
-		return usageErrorf(cmd, "--factor %v: want a finite number above 1", o.factor)
+		return "", usageErrorf(cmd, "--factor %v: want a finite number above 1", o.factor)
 	case o.suggest && cmd.Flags().Changed("format") && o.format != "yaml":
-		return usageErrorf(cmd, "--suggest writes a policy file (YAML); --format does not apply")
+		return "", usageErrorf(cmd, "--suggest writes a policy file (YAML); --format does not apply")
 	}
 	format := o.format
 	if format == "" {
 		format = formatOf(o.out)
 	}
 	if !o.suggest && !slices.Contains(audit.Formats, format) {
-		return usageErrorf(cmd, "--format %q: use one of %s", format, strings.Join(audit.Formats, ", "))
+		return "", usageErrorf(cmd, "--format %q: use one of %s", format, strings.Join(audit.Formats, ", "))
 	}
 	if (o.diff || o.expect != "") && format == audit.FormatHTML {
 		if cmd.Flags().Changed("format") {
-			return usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
+			return "", usageErrorf(cmd, "--format html is for the report; --expect and --diff write text, markdown or json")
 		}
-		return usageErrorf(cmd, "-o %s: its extension asks for html, which is for the report; --expect and --diff write text, markdown or json (give -o a .txt, .md or .json name, or --format)", o.out)
+		return "", usageErrorf(cmd, "-o %s: its extension asks for html, which is for the report; --expect and --diff write text, markdown or json (give -o a .txt, .md or .json name, or --format)", o.out)
 	}
+	return format, nil
+}
 
-	ctx := cmd.Context()
-	var out bytes.Buffer // written whole at the end: a failed audit leaves no half a file
-	code := exitOK
+// auditDiff writes to out what the second log reaches that the first did
+// not (sbx audit --diff), and returns exitFailure when it reaches
+// something new.
+func auditDiff(cmd *cobra.Command, o auditOptions, args []string, format string, out *bytes.Buffer) (int, error) {
+	// OLD and NEW: two files, or two sandboxes, in the order given.
+	// Which of a file and a --sandbox came first is not known.
 	switch {
-	case o.diff:
-		// OLD and NEW: two files, or two sandboxes, in the order given.
-		// Which of a file and a --sandbox came first is not known.
-		switch {
-		case len(args) > 0 && len(o.sandboxes) > 0:
-			return usageErrorf(cmd, "--diff takes OLD and NEW both as files (or -) or both as --sandbox: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
-		case len(args)+len(o.sandboxes) != 2:
-			return usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
-		}
-		srcs, err := auditSources(cmd, o, args, o.sandboxes)
-		if err != nil {
-			return err
-		}
-		var reps [2]*audit.Report
-		for i, src := range srcs {
-			s, err := audit.Summarize(ctx, []audit.Source{src}, audit.Limits{})
-			if err != nil {
-				return auditInputError(err)
-			}
-			reps[i] = s.Report()
-		}
-		d := audit.DiffReports(reps[0], reps[1], o.factor)
-		if err := audit.WriteDiff(&out, d, format); err != nil {
-			return err
-		}
-		if d.ReachesNew() {
-			code = exitFailure
-		}
-	case o.expect != "":
-		p, err := netpolicy.ParseFile(o.expect)
-		if err != nil {
-			return &exitError{code: exitUsage, err: fmt.Errorf("--expect: %w", err)}
-		}
-		srcs, err := auditSources(cmd, o, args, o.sandboxes)
-		if err != nil {
-			return err
-		}
-		e, err := audit.Expect(ctx, p, o.expect, srcs, audit.Limits{})
-		if err != nil {
-			return auditInputError(err)
-		}
-		if err := audit.WriteExpectation(&out, e, format); err != nil {
-			return err
-		}
-		if !e.Holds() {
-			code = exitFailure
-		}
-	default:
-		srcs, err := auditSources(cmd, o, args, o.sandboxes)
-		if err != nil {
-			return err
-		}
-		s, err := audit.Summarize(ctx, srcs, audit.Limits{})
-		if err != nil {
-			return auditInputError(err)
-		}
-		rep := s.Report()
-		if o.suggest {
-			policy, err := audit.Suggest(rep, audit.SuggestOptions{Wildcards: o.wildcards})
-			if err != nil {
-				// A log sbx audit cannot write a policy for: not a
-				// finding (exit 1 says that of --expect and --diff).
-				return &exitError{code: exitUsage, err: fmt.Errorf("%w; please report it, with the log if you can", err)}
-			}
-			out.Write(policy)
-		} else if err := audit.WriteReport(&out, rep, format); err != nil {
-			return err
-		}
+	case len(args) > 0 && len(o.sandboxes) > 0:
+		return 0, usageErrorf(cmd, "--diff takes OLD and NEW both as files (or -) or both as --sandbox: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
+	case len(args)+len(o.sandboxes) != 2:
+		return 0, usageErrorf(cmd, "--diff compares two logs: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
 	}
-	if err := writeOutput(cmd.OutOrStdout(), o.out, out.Bytes()); err != nil {
+	srcs, err := auditSources(cmd, o, args, o.sandboxes)
+	if err != nil {
+		return 0, err
+	}
+	var reps [2]*audit.Report
+	for i, src := range srcs {
+		s, err := audit.Summarize(cmd.Context(), []audit.Source{src}, audit.Limits{})
+		if err != nil {
+			return 0, auditInputError(err)
+		}
+		reps[i] = s.Report()
+	}
+	d := audit.DiffReports(reps[0], reps[1], o.factor)
+	if err := audit.WriteDiff(out, d, format); err != nil {
+		return 0, err
+	}
+	if d.ReachesNew() {
+		return exitFailure, nil
+	}
+	return exitOK, nil
+}
+
+// auditExpect writes to out what the policy of --expect would not allow
+// of the logs, and returns exitFailure when there is any.
+func auditExpect(cmd *cobra.Command, o auditOptions, args []string, format string, out *bytes.Buffer) (int, error) {
+	p, err := netpolicy.ParseFile(o.expect)
+	if err != nil {
+		return 0, &exitError{code: exitUsage, err: fmt.Errorf("--expect: %w", err)}
+	}
+	srcs, err := auditSources(cmd, o, args, o.sandboxes)
+	if err != nil {
+		return 0, err
+	}
+	e, err := audit.Expect(cmd.Context(), p, o.expect, srcs, audit.Limits{})
+	if err != nil {
+		return 0, auditInputError(err)
+	}
+	if err := audit.WriteExpectation(out, e, format); err != nil {
+		return 0, err
+	}
+	if !e.Holds() {
+		return exitFailure, nil
+	}
+	return exitOK, nil
+}
+
+// auditReport writes to out the report of the logs, or with --suggest a
+// policy that allows what they saw.
+func auditReport(cmd *cobra.Command, o auditOptions, args []string, format string, out *bytes.Buffer) error {
+	srcs, err := auditSources(cmd, o, args, o.sandboxes)
+	if err != nil {
 		return err
 	}
-	if code != exitOK {
-		return &exitError{code: code, err: errSilent}
+	s, err := audit.Summarize(cmd.Context(), srcs, audit.Limits{})
+	if err != nil {
+		return auditInputError(err)
 	}
+	rep := s.Report()
+	if !o.suggest {
+		return audit.WriteReport(out, rep, format)
+	}
+	policy, err := audit.Suggest(rep, audit.SuggestOptions{Wildcards: o.wildcards})
+	if err != nil {
+		// A log sbx audit cannot write a policy for: not a finding (exit
+		// 1 says that of --expect and --diff).
+		return &exitError{code: exitUsage, err: fmt.Errorf("%w; please report it, with the log if you can", err)}
+	}
+	out.Write(policy)
 	return nil
 }
 
@@ -297,40 +330,22 @@ func checkLogFile(path string) error {
 	return f.Close()
 }
 
-// sandboxLog finds the decision log of the sandbox ref names: a running
-// sandbox by id, name or prefix, or an ended one by id or a unique prefix
-// of it among the logs kept in o.logDir.
+// sandboxLog finds the decision log of the sandbox ref names (see
+// run.FindLog) and checks that it can be read.
 func sandboxLog(o auditOptions, ref string) (string, error) {
-	id := ""
-	if st, err := sandbox.Find(o.stateDir, ref); err == nil {
-		id = st.ID
-	} else {
-		entries, rerr := os.ReadDir(o.logDir)
-		if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			return "", orNeedsRoot(rerr, "--sandbox")
-		}
-		var matches []string
-		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), ref) {
-				if _, err := os.Stat(filepath.Join(o.logDir, e.Name(), "decisions.jsonl")); err == nil {
-					matches = append(matches, e.Name())
-				}
-			}
-		}
-		switch {
-		case ref == "":
-			return "", errors.New("--sandbox: give a sandbox id")
-		case len(matches) == 0:
-			return "", fmt.Errorf("--sandbox %s: no running sandbox of that id or name, and no log of one in %s (a name is known only while its sandbox runs; a log written with --log is read as a file)", ref, o.logDir)
-		case len(matches) > 1 && !slices.Contains(matches, ref):
-			return "", fmt.Errorf("--sandbox %s: the logs of %s match; give more of the id", ref, strings.Join(matches, ", "))
-		case len(matches) > 1:
-			id = ref
-		default:
-			id = matches[0]
-		}
+	if ref == "" {
+		return "", errors.New("--sandbox: give a sandbox id")
 	}
-	path := filepath.Join(o.logDir, id, "decisions.jsonl")
+	path, err := run.FindLog(o.stateDir, o.logDir, ref)
+	var le *run.LogLookupError
+	switch {
+	case errors.As(err, &le) && len(le.Matches) == 0:
+		return "", fmt.Errorf("--sandbox %w (a name is known only while its sandbox runs; a log written with --log is read as a file)", err)
+	case errors.As(err, &le):
+		return "", fmt.Errorf("--sandbox %w", err)
+	case err != nil:
+		return "", orNeedsRoot(err, "--sandbox")
+	}
 	if err := checkLogFile(path); err != nil {
 		return "", fmt.Errorf("--sandbox %s: %w (a sandbox run with --log keeps its log where that said)", ref, err)
 	}

@@ -98,15 +98,16 @@ func printable(s string) string {
 	}, s)
 }
 
-func newDecisionsCmd() *cobra.Command {
-	var t targetFlags
-	var file, logDir string
-	var follow, asJSON bool
-	var since uint64
-	cmd := &cobra.Command{
-		Use:   "decisions [flags]",
-		Short: "Show the decisions of a sandbox, running or ended, a gateway, or a decision log file",
-		Long: `Decisions prints one line per decision: time, action, kind, host:port and
+// decisionsOptions are sbx decisions' flags.
+type decisionsOptions struct {
+	target       targetFlags
+	file, logDir string
+	follow, json bool
+	since        uint64
+}
+
+// decisionsLong is the help of sbx decisions.
+const decisionsLong = `Decisions prints one line per decision: time, action, kind, host:port and
 path, rule, reason (policy changes too). --follow keeps printing new ones
 until interrupted; --json passes the records through unchanged.
 
@@ -115,138 +116,183 @@ sandbox that ended it reads the log kept in
 /var/lib/sbx/sandboxes/<id>/decisions.jsonl (by its id or a unique prefix:
 a name is known only while the sandbox runs), and with --follow says that
 the sandbox ended and prints what the log holds. A log written elsewhere
-with sbx run --log is read with --file.`,
+with sbx run --log is read with --file.`
+
+func newDecisionsCmd() *cobra.Command {
+	var o decisionsOptions
+	cmd := &cobra.Command{
+		Use:   "decisions [flags]",
+		Short: "Show the decisions of a sandbox, running or ended, a gateway, or a decision log file",
+		Long:  decisionsLong,
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
   sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			color := isTerminal(out) && !asJSON
-			var dec decisionlog.Decoder
-			after := since // a log file is read whole: --since skips its start
-			show := func(line []byte) error {
-				line = []byte(strings.TrimSpace(string(line)))
-				if len(line) == 0 {
-					return nil
-				}
-				var r decisionlog.Record
-				if !asJSON || after > 0 {
-					if err := dec.Decode(line, &r); err != nil {
-						return fmt.Errorf("not a decision record (%v): %s", err, printable(string(line)))
-					}
-					if r.Seq <= after {
-						return nil
-					}
-				}
-				if asJSON {
-					_, err := fmt.Fprintf(out, "%s\n", line)
-					return err
-				}
-				if r.Event == "close" {
-					return nil
-				}
-				_, err := fmt.Fprintln(out, formatDecision(&r, color))
-				return err
-			}
-			showAll := func(r io.Reader) error { // one record per line
-				sc := bufio.NewScanner(r)
-				sc.Buffer(make([]byte, 64<<10), 4<<20)
-				for sc.Scan() {
-					if err := show(sc.Bytes()); err != nil {
-						return err
-					}
-				}
-				return sc.Err()
-			}
-			if file != "" {
-				if t.sandbox != "" || t.api != "" || follow {
-					return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
-				}
-				f, err := os.Open(file)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				return showAll(f)
-			}
-			// A sandbox that ended left its log: that is what it decided.
-			showEnded := func(path string) error {
-				f, err := os.Open(path)
-				if err != nil {
-					return fmt.Errorf("sandbox %s ended; reading its decision log: %w", t.sandbox, err)
-				}
-				defer f.Close()
-				if follow {
-					fmt.Fprintf(cmd.ErrOrStderr(), "sbx: sandbox %s ended, so no new decisions will come; its decision log %s holds:\n", filepath.Base(filepath.Dir(path)), path)
-				}
-				return showAll(f)
-			}
-			if path, ended, err := endedSandboxLog(t, logDir); err != nil {
-				return err
-			} else if ended {
-				return showEnded(path)
-			}
-			c, err := t.client(cmd.Context())
-			if err != nil {
-				// It may have ended since it was looked up.
-				if path, ended, lerr := endedSandboxLog(t, logDir); lerr == nil && ended {
-					return showEnded(path)
-				}
-				return err
-			}
-			defer c.Close()
-			if follow {
-				stream, err := c.FollowDecisions(cmd.Context(), since)
-				if err != nil {
-					return err
-				}
-				defer stream.Close()
-				for {
-					line, err := stream.Next()
-					if cmd.Context().Err() != nil {
-						return nil // interrupted: the normal end
-					}
-					if errors.Is(err, io.EOF) { // the gateway ended the stream: it stopped
-						who := "the gateway"
-						if t.sandbox != "" {
-							who = "sandbox " + t.sandbox
-						}
-						fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s stopped; no more decisions\n", who)
-						return nil
-					}
-					if err != nil {
-						return err
-					}
-					if err := show(line); err != nil {
-						return err
-					}
-				}
-			}
-			for {
-				page, err := c.Decisions(cmd.Context(), since, 1000)
-				if err != nil {
-					return err
-				}
-				for _, d := range page.Decisions {
-					if err := show(d); err != nil {
-						return err
-					}
-				}
-				if len(page.Decisions) == 0 || page.Next == since {
-					return nil
-				}
-				since = page.Next
-			}
+			return runDecisions(cmd, o)
 		},
 	}
-	t.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&file, "file", "", "read the decision log `FILE` instead")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new decisions until interrupted")
-	cmd.Flags().Uint64Var(&since, "since", 0, "only records after sequence number `N`")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON Lines, unchanged")
-	cmd.Flags().StringVar(&logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
+	o.target.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.file, "file", "", "read the decision log `FILE` instead")
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new decisions until interrupted")
+	cmd.Flags().Uint64Var(&o.since, "since", 0, "only records after sequence number `N`")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the records as JSON Lines, unchanged")
+	cmd.Flags().StringVar(&o.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
 	cmd.Flags().MarkHidden("log-dir")
 	return cmd
+}
+
+// runDecisions prints the decisions o names: of a log file, of a sandbox
+// that ended (its log), or of a running sandbox or gateway (its API).
+func runDecisions(cmd *cobra.Command, o decisionsOptions) error {
+	out := cmd.OutOrStdout()
+	pr := &recordPrinter{out: out, json: o.json, color: isTerminal(out) && !o.json, after: o.since}
+	if o.file != "" {
+		if o.target.sandbox != "" || o.target.api != "" || o.follow {
+			return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
+		}
+		return pr.showFile(o.file)
+	}
+	// A sandbox that ended left its log: that is what it decided.
+	if path, ended, err := endedSandboxLog(o.target, o.logDir); err != nil {
+		return err
+	} else if ended {
+		return showEnded(cmd, o, pr, path)
+	}
+	c, err := o.target.client(cmd.Context())
+	if err != nil {
+		// It may have ended since it was looked up.
+		if path, ended, lerr := endedSandboxLog(o.target, o.logDir); lerr == nil && ended {
+			return showEnded(cmd, o, pr, path)
+		}
+		return err
+	}
+	defer c.Close()
+	if o.follow {
+		return followDecisions(cmd, o, c, pr)
+	}
+	return pageDecisions(cmd.Context(), c, o.since, pr)
+}
+
+// showEnded prints the log of a sandbox that ended, saying so first to
+// one who asked to follow it.
+func showEnded(cmd *cobra.Command, o decisionsOptions, pr *recordPrinter, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sandbox %s ended; reading its decision log: %w", o.target.sandbox, err)
+	}
+	defer f.Close()
+	if o.follow {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sbx: sandbox %s ended, so no new decisions will come; its decision log %s holds:\n", filepath.Base(filepath.Dir(path)), path)
+	}
+	return pr.showAll(f)
+}
+
+// followDecisions prints the decisions of c's gateway as they come, until
+// the command is interrupted or the gateway stops.
+func followDecisions(cmd *cobra.Command, o decisionsOptions, c *api.Client, pr *recordPrinter) error {
+	stream, err := c.FollowDecisions(cmd.Context(), o.since)
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for {
+		line, err := stream.Next()
+		if cmd.Context().Err() != nil {
+			return nil // interrupted: the normal end
+		}
+		if errors.Is(err, io.EOF) { // the gateway ended the stream: it stopped
+			who := "the gateway"
+			if o.target.sandbox != "" {
+				who = "sandbox " + o.target.sandbox
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s stopped; no more decisions\n", who)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := pr.show(line); err != nil {
+			return err
+		}
+	}
+}
+
+// pageDecisions prints the decisions c's gateway keeps after since, a
+// page at a time.
+func pageDecisions(ctx context.Context, c *api.Client, since uint64, pr *recordPrinter) error {
+	for {
+		page, err := c.Decisions(ctx, since, 1000)
+		if err != nil {
+			return err
+		}
+		for _, d := range page.Decisions {
+			if err := pr.show(d); err != nil {
+				return err
+			}
+		}
+		if len(page.Decisions) == 0 || page.Next == since {
+			return nil
+		}
+		since = page.Next
+	}
+}
+
+// recordPrinter prints decision records, one a line: as formatDecision
+// renders them, or with json as they came.
+type recordPrinter struct {
+	out         io.Writer
+	json, color bool
+	after       uint64 // a log file is read whole: --since skips its start
+	dec         decisionlog.Decoder
+}
+
+// show prints the record line, unless it is blank, at or before
+// p.after, or a close record of a listing.
+func (p *recordPrinter) show(line []byte) error {
+	line = []byte(strings.TrimSpace(string(line)))
+	if len(line) == 0 {
+		return nil
+	}
+	var r decisionlog.Record
+	if !p.json || p.after > 0 {
+		if err := p.dec.Decode(line, &r); err != nil {
+			return fmt.Errorf("not a decision record (%v): %s", err, printable(string(line)))
+		}
+		if r.Seq <= p.after {
+			return nil
+		}
+	}
+	if p.json {
+		_, err := fmt.Fprintf(p.out, "%s\n", line)
+		return err
+	}
+	if r.Event == "close" {
+		return nil
+	}
+	_, err := fmt.Fprintln(p.out, formatDecision(&r, p.color))
+	return err
+}
+
+// showAll prints the records of r, one a line.
+func (p *recordPrinter) showAll(r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if err := p.show(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// showFile prints the records of the log file at path.
+func (p *recordPrinter) showFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return p.showAll(f)
 }
 
 // endedSandboxLog finds the decision log that the sandbox t.sandbox

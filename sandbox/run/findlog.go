@@ -1,0 +1,84 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// LogName is the name of a sandbox's decision log in its directory of
+// the log directory: LogDir/<id>/decisions.jsonl.
+const LogName = "decisions.jsonl"
+
+// ErrNoLog is wrapped by the *LogLookupError of a reference that names
+// no sandbox, running or ended.
+var ErrNoLog = errors.New("no decision log")
+
+// LogLookupError is a reference to a sandbox that FindLog cannot turn
+// into one decision log.
+type LogLookupError struct {
+	Ref    string
+	LogDir string
+	// Matches are the ids of the kept logs that Ref is a prefix of: none
+	// (the error wraps ErrNoLog), or more than one.
+	Matches []string
+}
+
+func (e *LogLookupError) Error() string {
+	if len(e.Matches) == 0 {
+		return fmt.Sprintf("%s: no running sandbox of that id or name, and no log of one in %s", e.Ref, e.LogDir)
+	}
+	return fmt.Sprintf("%s: the logs of %s match; give more of the id", e.Ref, strings.Join(e.Matches, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrNoLog) hold when nothing matches.
+func (e *LogLookupError) Unwrap() error {
+	if len(e.Matches) == 0 {
+		return ErrNoLog
+	}
+	return nil
+}
+
+// FindLog returns the path of the decision log of the sandbox ref names,
+// as Start lays logs out in logDir ("" for DefaultLogDir): a running
+// sandbox's, by its id, name or a unique prefix of its id (sandbox.Find
+// in stateDir), else an ended sandbox's, by its id or a unique prefix of
+// it among the logs kept. It does not check that the log can be read.
+// The error is a *LogLookupError when no log, or more than one, matches,
+// or the error of reading logDir.
+func FindLog(stateDir, logDir, ref string) (string, error) {
+	if logDir == "" {
+		logDir = DefaultLogDir
+	}
+	if st, err := sandbox.Find(stateDir, ref); err == nil {
+		return filepath.Join(logDir, st.ID, LogName), nil
+	}
+	entries, err := os.ReadDir(logDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	var matches []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), ref) {
+			if _, err := os.Stat(filepath.Join(logDir, e.Name(), LogName)); err == nil {
+				matches = append(matches, e.Name())
+			}
+		}
+	}
+	id := ref
+	switch {
+	case ref == "" || len(matches) == 0:
+		return "", &LogLookupError{Ref: ref, LogDir: logDir}
+	case len(matches) > 1 && !slices.Contains(matches, ref):
+		return "", &LogLookupError{Ref: ref, LogDir: logDir, Matches: matches}
+	case len(matches) == 1:
+		id = matches[0]
+	}
+	return filepath.Join(logDir, id, LogName), nil
+}
