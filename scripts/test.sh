@@ -46,6 +46,10 @@ go vet "${pkgs[@]}"
 log "go vet (darwin)"
 GOOS=darwin go vet "${pkgs[@]}"
 
+# -timeout 40m: cmd/sbx's privileged tests (sandboxes, runtimes killed
+# and restarted, the selftest) take minutes; go test's 10-minute default
+# per package is too close on a busy machine.
+#
 # -p 1: one package's tests at a time. The garbage-collection tests of
 # sandbox and cmd/sbx look at every sbx-named namespace, veth and chain on
 # the machine, so another package's test sandbox, running at the same time
@@ -59,7 +63,7 @@ trap 'rm -rf "$report_dir"' EXIT
 go build -o "$report_dir/testreport" ./scripts/testreport
 log "go test -race"
 set +e
-go test -json -race -count=1 -p 1 "${pkgs[@]}" |
+go test -json -race -count=1 -p 1 -timeout 40m "${pkgs[@]}" |
 	"$report_dir/testreport"
 status=("${PIPESTATUS[@]}")
 set -e

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,25 +27,19 @@ func TestPrivilegedRunRuntimeLost(t *testing.T) {
 
 	// Once the command runs (its shim is up, and a moment more), the
 	// daemon is killed for good.
-	idc := make(chan string, 1)
-	go func() {
+	killed := make(chan bool, 1)
+	go func() { // ends once it killed containerd, or after a minute
 		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
 			if shims := sandboxtest.Shims(ctd.Socket); len(shims) > 0 {
 				time.Sleep(time.Second)
-				args, _ := os.ReadFile("/proc/" + strconv.Itoa(shims[0]) + "/cmdline")
-				f := strings.Split(string(args), "\x00")
-				for i := range f[:len(f)-1] {
-					if f[i] == "-id" {
-						idc <- f[i+1]
-					}
-				}
 				ctd.Stop(t, syscall.SIGKILL)
+				killed <- true
 				return
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		idc <- ""
+		killed <- false
 	}()
 	began := time.Now()
 	stdout, stderr, code := runCLI(t, "run", "--runtime", "containerd", "--containerd", ctd.Socket, "--quiet",
@@ -55,10 +48,10 @@ func TestPrivilegedRunRuntimeLost(t *testing.T) {
 		"--", "sh", "-c", "echo started; trap '' TERM; sleep 120")
 	took := time.Since(began)
 	t.Logf("sbx run: exit %d after %v\n%s%s", code, took.Round(time.Second), stdout, stderr)
-	id := <-idc
-	if id == "" {
+	if !<-killed {
 		t.Fatalf("the sandbox's shim never showed up")
 	}
+	id := sandboxIDIn(t, stderr)
 	if left := sandboxtest.Leftovers(id, "/"+sandbox.ContainerdNamespace+"/"+id); len(left) > 0 {
 		t.Errorf("left after sbx run ended:\n%s", strings.Join(left, "\n"))
 	}
