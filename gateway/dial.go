@@ -66,18 +66,41 @@ func (r *Resolver) AddStatic(host string, ip netip.Addr) error {
 	return nil
 }
 
-// ParseStatic parses a --resolve value, HOST=IP.
+// ErrNotHostIP is what a StaticError wraps for a value that is not of the
+// form HOST=IP.
+var ErrNotHostIP = errors.New("want HOST=IP")
+
+// A StaticError is ParseStatic's error: Value is not a static answer.
+type StaticError struct {
+	// Value is the value given to ParseStatic.
+	Value string
+	// Err says what is wrong: ErrNotHostIP, or what is wrong with its
+	// IP address or its host.
+	Err error
+}
+
+func (e *StaticError) Error() string {
+	if errors.Is(e.Err, ErrNotHostIP) {
+		return fmt.Sprintf("static answer %q: %v, e.g. api.test=203.0.113.7", e.Value, e.Err)
+	}
+	return fmt.Sprintf("static answer %q: %v", e.Value, e.Err)
+}
+
+func (e *StaticError) Unwrap() error { return e.Err }
+
+// ParseStatic parses a static answer, HOST=IP, for Resolver.AddStatic.
+// Its error is a *StaticError.
 func ParseStatic(v string) (host string, ip netip.Addr, err error) {
 	host, ipStr, ok := strings.Cut(v, "=")
 	if !ok || host == "" || ipStr == "" {
-		return "", netip.Addr{}, fmt.Errorf("--resolve %q: want HOST=IP, e.g. --resolve api.test=203.0.113.7", v)
+		return "", netip.Addr{}, &StaticError{Value: v, Err: ErrNotHostIP}
 	}
 	ip, err = netip.ParseAddr(strings.Trim(ipStr, "[]"))
 	if err != nil {
-		return "", netip.Addr{}, fmt.Errorf("--resolve %q: %q is not an IP address", v, ipStr)
+		return "", netip.Addr{}, &StaticError{Value: v, Err: fmt.Errorf("%q is not an IP address", ipStr)}
 	}
 	if _, err := netpolicy.NormalizeHost(host); err != nil {
-		return "", netip.Addr{}, fmt.Errorf("--resolve %q: %v", v, err)
+		return "", netip.Addr{}, &StaticError{Value: v, Err: err}
 	}
 	return host, ip, nil
 }
@@ -226,7 +249,7 @@ func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16)
 			break
 		}
 	}
-	return nil, errors.Join(errs...)
+	return nil, combine(errs...)
 }
 
 // upstreamStatus maps an upstream error to the status of §4.3: a DNS

@@ -297,7 +297,7 @@ func (l *Log) Flush() error {
 			errs = append(errs, fmt.Errorf("flushing decision log sink %d: %w", i, err))
 		}
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }
 
 // Close closes every sink (which flushes it, and makes a FileSink write
@@ -322,5 +322,5 @@ func (l *Log) Close() error {
 			errs = append(errs, fmt.Errorf("closing decision log sink %d: %w", i, err))
 		}
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }

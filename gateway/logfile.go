@@ -261,13 +261,17 @@ type UnsafeLogFileError struct {
 	EUID int
 }
 
-func (e *UnsafeLogFileError) Error() string {
-	const fix = ": remove it or choose another --log path"
+func (e *UnsafeLogFileError) Error() string { return e.Say("another path for the log") }
+
+// Say words the error with another, how to say "another path" for the log
+// (a caller whose user gives the path as a flag names the flag).
+func (e *UnsafeLogFileError) Say(another string) string {
+	fix := ": remove it or choose " + another
 	switch {
 	case e.Type == os.ModeSymlink:
 		return "decision log " + e.Path + ": is a symbolic link; sbx never follows one there (a sandbox could have planted it)" + fix
 	case e.Type == os.ModeDir:
-		return "decision log " + e.Path + ": is a directory: name a file in it, or choose another --log path"
+		return "decision log " + e.Path + ": is a directory: name a file in it, or choose " + another
 	case e.Type != 0:
 		return "decision log " + e.Path + ": is " + fileTypeName(e.Type) +
 			", not a regular file; sbx writes its log only to a regular file (a sandbox could have planted this one, and a pipe could hang sbx)" + fix
@@ -292,8 +296,15 @@ type NonEmptyLogFileError struct {
 }
 
 func (e *NonEmptyLogFileError) Error() string {
+	return e.Say("another path for the log", "ask for this run's records to be added to it")
+}
+
+// Say words the error with the two fixes: another, how to say "another
+// path" for the log, and appending, how to ask to add to it (a caller
+// whose user gives them as flags names the flags).
+func (e *NonEmptyLogFileError) Say(another, appending string) string {
 	return "decision log " + e.Path + ": holds " + strconv.FormatInt(e.Size, 10) +
-		" bytes already (an earlier run's records?), and sbx does not add to a log unless asked: choose another --log path, or give --log-append to add this run's records to it"
+		" bytes already (an earlier run's records?), and sbx does not add to a log unless asked: choose " + another + ", or " + appending
 }
 
 // fileTypeName names the file type t with its article, as in "is a named
@@ -961,7 +972,7 @@ func (s *FileSink) Close() error {
 	if err == nil {
 		err = s.f.Sync()
 	}
-	err = errors.Join(err, s.f.Close())
+	err = combine(err, s.f.Close())
 	s.fileMu.Unlock()
 	s.mu.Unlock()
 	<-s.stopped

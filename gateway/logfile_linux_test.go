@@ -241,7 +241,7 @@ func TestOpenFileSinkRefusesNonEmpty(t *testing.T) {
 		}
 		t.Fatalf("OpenFileSink of a file of %d bytes: got %v, want a *NonEmptyLogFileError for %s, %d bytes", len(old), err, full, len(old))
 	}
-	for _, want := range []string{full, "another --log path", "--log-append"} {
+	for _, want := range []string{full, "another path for the log", "ask for this run's records to be added to it"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

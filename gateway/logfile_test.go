@@ -493,7 +493,7 @@ func TestStartLogLimits(t *testing.T) {
 }
 
 func TestUnsafeLogFileErrorMessage(t *testing.T) {
-	const fix = ": remove it or choose another --log path"
+	const fix = ": remove it or choose another path for the log"
 	tests := []struct {
 		err  UnsafeLogFileError
 		want string
@@ -524,7 +524,7 @@ func TestUnsafeLogFileErrorMessage(t *testing.T) {
 		},
 		{
 			UnsafeLogFileError{Path: "/x/y", Type: os.ModeDir},
-			"decision log /x/y: is a directory: name a file in it, or choose another --log path",
+			"decision log /x/y: is a directory: name a file in it, or choose another path for the log",
 		},
 		{
 			UnsafeLogFileError{Path: "/x/y", UID: 65534, Links: 1, EUID: 0},

@@ -45,7 +45,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		return nil, errors.New("gateway: Config.Policy is required")
 	}
 	if len(o.API) > 0 && o.TokenFile == "" {
-		return nil, errors.New("the management API needs a token file: add --token-file FILE (a random token is written there when it is missing)")
+		return nil, errors.New("gateway: Options.TokenFile is required with Options.API (a random token is written there when it is missing)")
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:3128"
@@ -247,5 +247,5 @@ func (g *Gateway) Close() error {
 	g.errMu.Lock()
 	errs = append(errs, g.errs...)
 	g.errMu.Unlock()
-	return errors.Join(errs...)
+	return combine(errs...)
 }

@@ -88,6 +88,26 @@ var (
 	ReadWriteBind = []string{"rbind", "rw", "nosuid", "rnosuid", "nodev", "rnodev", "rprivate"}
 )
 
+// A NotDirError is Dir's error for a root filesystem that is not a
+// directory (or cannot be looked at).
+type NotDirError struct {
+	// Dir is the directory as given to Dir.
+	Dir string
+}
+
+func (e *NotDirError) Error() string { return "root filesystem " + e.Dir + " is not a directory" }
+
+// A SystemWorkDirError is Host's error for a working directory that is /
+// or a system directory, which the host layout would share read-write.
+type SystemWorkDirError struct {
+	// Dir is the working directory.
+	Dir string
+}
+
+func (e *SystemWorkDirError) Error() string {
+	return "the working directory " + e.Dir + " would be shared read-write with the sandbox; work in a project directory, or choose another working directory"
+}
+
 // Dir is the layout of a root filesystem directory of the user's: that
 // directory, read-only, and nothing else.
 func Dir(dir string) (Layout, error) {
@@ -96,7 +116,7 @@ func Dir(dir string) (Layout, error) {
 		return Layout{}, err
 	}
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
-		return Layout{}, fmt.Errorf("--rootfs %s is not a directory", dir)
+		return Layout{}, &NotDirError{Dir: dir}
 	}
 	return Layout{Root: abs}, nil
 }
@@ -113,7 +133,7 @@ func Host(base, cwd string, o HostOptions) (Layout, error) {
 		return Layout{}, fmt.Errorf("working directory %q is not absolute", cwd)
 	}
 	if cwd == "/" || isSystemPath(cwd) {
-		return Layout{}, fmt.Errorf("the working directory %s would be shared read-write with the sandbox; run sbx from a project directory, or give -w", cwd)
+		return Layout{}, &SystemWorkDirError{Dir: cwd}
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return Layout{}, fmt.Errorf("creating the host layout in %s: %w", base, err)

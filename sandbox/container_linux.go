@@ -278,7 +278,7 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 		img, err := c.client.GetImage(ctx, cs.Image)
 		if err != nil {
 			t.cancel()
-			return nil, fmt.Errorf("image %s is not in containerd's %q namespace (EnsureImage pulls it; sbx image import FILE loads an archive): %w",
+			return nil, fmt.Errorf("image %s is not in containerd's %q namespace (EnsureImage pulls it; ImportImage loads an archive): %w",
 				cs.Image, ContainerdNamespace, err)
 		}
 		// The image's own settings first, ours over them. The snapshot is
@@ -541,8 +541,7 @@ func (t *Task) Delete() error {
 		return multierror.Append(errs, err)
 	}
 	// One line: the steps' failures are alike (containerd is gone).
-	return fmt.Errorf("containerd at %s keeps a record of container %s, whose processes sbx killed without it (sbx gc removes the record once containerd answers): %w",
-		t.c.socket, t.id, errs.Errors[0])
+	return &RecordKeptError{Runtime: "containerd", Address: t.c.socket, Container: t.id, Err: errs.Errors[0]}
 }
 
 // retryUnavailable runs fn until it returns anything but a failure to

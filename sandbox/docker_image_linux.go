@@ -190,5 +190,5 @@ func dialRegistry(ctx context.Context, host string) error {
 		}
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }

@@ -796,8 +796,7 @@ func (d *Docker) removeOrKill(ctx context.Context, id string, cgroups []string, 
 	if kerr := killDockerContainer(id, cgroups); kerr != nil {
 		return fmt.Errorf("%w; killing it without dockerd: %w", err, kerr)
 	}
-	return fmt.Errorf("dockerd at %s keeps a record of container %s, whose processes sbx killed without it (sbx gc removes the record once dockerd answers): %w",
-		d.client.DaemonHost(), id, err)
+	return &RecordKeptError{Runtime: "dockerd", Address: d.client.DaemonHost(), Container: id, Err: err}
 }
 
 // dockerUnreachable reports whether err is a failure to reach dockerd,

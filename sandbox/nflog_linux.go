@@ -183,7 +183,7 @@ func setupKernelSocket(rc syscall.RawConn, rcvbuf int) error {
 			err = fmt.Errorf("connecting to the kernel: %w", err)
 		}
 	})
-	return errors.Join(cerr, err)
+	return combine(cerr, err)
 }
 
 // attr is one netlink attribute of a request.

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"path"
@@ -665,5 +664,5 @@ func (o *Owners) Close() error {
 			*fd = -1
 		}
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }

@@ -27,6 +27,28 @@ const DefaultGatewayPort = 3128
 // the command.
 var ErrRuntimeLost = errors.New("the container runtime stopped answering")
 
+// A RecordKeptError is a teardown's error when the runtime did not remove
+// the container and sbx killed its processes without it: the runtime
+// keeps a record of the container, which garbage collection (GC) removes
+// once the runtime answers.
+type RecordKeptError struct {
+	// Runtime is "containerd" or "dockerd", Address where it was asked
+	// (a socket or a host), and Container the container's id.
+	Runtime, Address, Container string
+	// Err is the runtime's error.
+	Err error
+}
+
+func (e *RecordKeptError) Error() string { return e.Say("garbage collection") }
+
+// Say words the error with collect, how to say what removes the record.
+func (e *RecordKeptError) Say(collect string) string {
+	return fmt.Sprintf("%s at %s keeps a record of container %s, whose processes sbx killed without it (%s removes the record once %s answers): %v",
+		e.Runtime, e.Address, e.Container, collect, e.Runtime, e.Err)
+}
+
+func (e *RecordKeptError) Unwrap() error { return e.Err }
+
 // Runtime runs a sandbox's container: *Containerd or *Docker. It is what
 // Start and GC need of one.
 type Runtime interface {

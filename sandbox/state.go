@@ -21,6 +21,37 @@ const DefaultStateDir = "/run/sbx"
 // ErrNotFound is returned for a sandbox id with no state directory.
 var ErrNotFound = errors.New("no such sandbox")
 
+// A NotFoundError is Find's and Load's error for a sandbox that is not
+// running; it wraps ErrNotFound.
+type NotFoundError struct {
+	// Ref is what named the sandbox: an id, a name or an id prefix
+	// (Find), or an id (Load, which sets ID); "" when none was given.
+	Ref string
+	ID  bool
+}
+
+func (e *NotFoundError) Error() string { return e.Say("") }
+
+// Say words the error with listing, how to list the running sandboxes,
+// in parentheses after it; none when listing is "".
+func (e *NotFoundError) Say(listing string) string {
+	var msg, them string
+	switch {
+	case e.Ref == "":
+		msg, them = "no sandbox given: "+ErrNotFound.Error(), "the running ones"
+	case e.ID:
+		msg, them = "sandbox "+e.Ref+": "+ErrNotFound.Error(), "the running ones"
+	default:
+		msg, them = fmt.Sprintf("no running sandbox has the id, name or id prefix %q: %v", e.Ref, ErrNotFound), "them"
+	}
+	if listing == "" {
+		return msg
+	}
+	return msg + " (" + listing + " lists " + them + ")"
+}
+
+func (e *NotFoundError) Unwrap() error { return ErrNotFound }
+
 // ErrNameInUse is returned by Reserve for a name a running sandbox has.
 var ErrNameInUse = errors.New("sandbox name in use")
 
@@ -165,7 +196,7 @@ func SetStatus(dir, id string, status Status) error {
 // say what to do.
 func Find(dir, ref string) (State, error) {
 	if ref == "" {
-		return State{}, fmt.Errorf("no sandbox given: %w (sbx ps lists the running ones)", ErrNotFound)
+		return State{}, &NotFoundError{}
 	}
 	states, err := List(dir)
 	if err != nil {
@@ -192,7 +223,7 @@ func Find(dir, ref string) (State, error) {
 	case 1:
 		return matches[0], nil
 	case 0:
-		return State{}, fmt.Errorf("no running sandbox has the id, name or id prefix %q: %w (sbx ps lists them)", ref, ErrNotFound)
+		return State{}, &NotFoundError{Ref: ref}
 	}
 	var ids []string
 	for _, m := range matches {
@@ -257,7 +288,7 @@ func Load(dir, id string) (State, error) {
 	}
 	data, err := os.ReadFile(filepath.Join(dir, id, "state.json"))
 	if errors.Is(err, os.ErrNotExist) {
-		return State{}, fmt.Errorf("sandbox %s: %w (sbx ps lists the running ones)", id, ErrNotFound)
+		return State{}, &NotFoundError{Ref: id, ID: true}
 	}
 	if err != nil {
 		return State{}, err

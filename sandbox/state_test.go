@@ -50,8 +50,10 @@ func TestReserveReleaseList(t *testing.T) {
 	if err := Release(dir, "aaaaaaaa"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(dir, "aaaaaaaa"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "sbx ps") {
-		t.Errorf("Load of a released sandbox: %v, want ErrNotFound naming sbx ps", err)
+	_, err = Load(dir, "aaaaaaaa")
+	var nf *NotFoundError
+	if !errors.As(err, &nf) || !errors.Is(err, ErrNotFound) || *nf != (NotFoundError{Ref: "aaaaaaaa", ID: true}) {
+		t.Errorf("Load of a released sandbox: got %v, want a *NotFoundError for id aaaaaaaa wrapping ErrNotFound", err)
 	}
 	c, err := Reserve(dir, pool, State{ID: "cccccccc"})
 	if err != nil || c.Prefix != a.Prefix {

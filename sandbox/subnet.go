@@ -12,6 +12,25 @@ var DefaultPool = netip.MustParsePrefix("10.213.0.0/16")
 // ErrPoolExhausted is returned when every /30 of a pool is in use.
 var ErrPoolExhausted = errors.New("subnet pool exhausted")
 
+// A PoolExhaustedError is the error of a pool whose every /30 is in use;
+// it wraps ErrPoolExhausted.
+type PoolExhaustedError struct {
+	// Pool is the pool that is full.
+	Pool netip.Prefix
+}
+
+func (e *PoolExhaustedError) Error() string {
+	return e.Say("free the leftovers of crashed runs", "choose a larger pool")
+}
+
+// Say words the error with its two fixes: collect, how to free the
+// leftovers of crashed runs, and larger, how to choose a larger pool.
+func (e *PoolExhaustedError) Say(collect, larger string) string {
+	return fmt.Sprintf("every /30 of %s is in use (%s, or %s): %v", e.Pool, collect, larger, ErrPoolExhausted)
+}
+
+func (e *PoolExhaustedError) Unwrap() error { return ErrPoolExhausted }
+
 // Subnet is a sandbox's /30: the network, the host side (.1, where the
 // gateway listens) and the sandbox side (.2).
 type Subnet struct {
@@ -51,5 +70,5 @@ func FreeSubnet(pool netip.Prefix, used []netip.Prefix) (Subnet, error) {
 			a = a.Next()
 		}
 	}
-	return Subnet{}, fmt.Errorf("every /30 of %s is in use (run sbx gc to free leftovers of crashed runs, or give --subnet-pool a larger network): %w", pool, ErrPoolExhausted)
+	return Subnet{}, &PoolExhaustedError{Pool: pool}
 }

@@ -104,7 +104,7 @@ func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.
 		out[name] = mockllm.New(script)
 	}
 	if len(errs) > 0 {
-		return nil, &exitError{code: exitFailure, err: errors.Join(errs...)}
+		return nil, &exitError{code: exitFailure, err: combine(errs...)}
 	}
 	return out, nil
 }
@@ -157,5 +157,11 @@ func recordingErrors(err error) error {
 		}
 		out = multierror.Append(out, e)
 	}
-	return multierror.Append(out, errors.Join(recs...)).ErrorOrNil()
+	if len(recs) == 0 {
+		return out.ErrorOrNil()
+	}
+	// One error, added as it is: Append would spread its errors out.
+	out = multierror.Append(out)
+	out.Errors = append(out.Errors, combine(recs...))
+	return out
 }

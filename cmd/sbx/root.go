@@ -62,8 +62,8 @@ func execute(ctx context.Context, root *cobra.Command) int {
 	return code
 }
 
-// reportError prints err: every line prefixed with "sbx: ", unless it is a
-// plain exitError.
+// reportError prints err, worded for the command line (cliMessage):
+// every line prefixed with "sbx: ", unless it is a plain exitError.
 func reportError(w io.Writer, err error) {
 	if errors.Is(err, errSilent) {
 		return // the command reported its own failure
@@ -78,10 +78,11 @@ func reportError(w io.Writer, err error) {
 	}
 }
 
-// flatten returns what err says as lines of its own: the errors a
-// *multierror.Error in it combines each on its own line, after whatever
-// wrapped it ("tearing down sandbox 1a2b: " + each), and not in
-// multierror's "1 error occurred:" list with tabs and blank lines.
+// flatten returns what err says as lines of its own, worded for the
+// command line (cliMessage): the errors a *multierror.Error in it
+// combines each on its own line, after whatever wrapped it ("tearing down
+// sandbox 1a2b: " + each), and not in multierror's "1 error occurred:"
+// list with tabs and blank lines.
 func flatten(err error) []string {
 	var me *multierror.Error
 	if errors.As(err, &me) && len(me.Errors) > 0 {
@@ -95,7 +96,7 @@ func flatten(err error) []string {
 			return lines
 		}
 	}
-	return strings.Split(err.Error(), "\n")
+	return strings.Split(cliMessage(err), "\n")
 }
 
 // needsRoot is the error of a command that needs root, run without it:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -104,5 +103,5 @@ func (r gcRuntimes) RemoveContainer(ctx context.Context, id string) error {
 	for _, rt := range r {
 		errs = append(errs, rt.RemoveContainer(ctx, id))
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }
