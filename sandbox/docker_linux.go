@@ -93,7 +93,7 @@ type dockerPause struct {
 // tcp://addr); "" means DOCKER_HOST, or Docker's default socket.
 func ConnectDocker(ctx context.Context, host string) (*Docker, error) {
 	hint := "is it installed and running? (apt-get install docker.io; scripts/test.sh starts dockerd where there is no systemd)"
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if host != "" {
 		opts = append(opts, client.WithHost(host))
 	}

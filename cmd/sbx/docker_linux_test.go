@@ -62,7 +62,7 @@ func loadDockerImage(t *testing.T) {
 	aw.Close()
 
 	ctx := context.Background()
-	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestPrivilegedDockerRunPull(t *testing.T) {
 	reg := sandboxtest.StartRegistry(t)
 	image := reg.Push(t, "sbxtest/busybox:docker-run-pull")
 	ctx := context.Background()
-	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	c, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func (d *Dockerd) Start(t *testing.T) {
 }
 
 func (d *Dockerd) answers() error {
-	c, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+	c, err := client.New(client.WithHost(d.Host))
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (d *Dockerd) answers() error {
 // Client returns a client of the daemon, closed when the test ends.
 func (d *Dockerd) Client(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+	c, err := client.New(client.WithHost(d.Host))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func loadProbeImage(ctx context.Context, dockerHost, exe string) (ref string, re
 	if err != nil {
 		return "", nil, err
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if dockerHost != "" {
 		opts = append(opts, client.WithHost(dockerHost))
 	}
