@@ -110,6 +110,7 @@ func (e *SystemWorkDirError) Error() string {
 
 // Dir is the layout of a root filesystem directory of the user's: that
 // directory, read-only, and nothing else.
+// A dir that is not a directory is a *NotDirError.
 func Dir(dir string) (Layout, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -127,6 +128,7 @@ func Dir(dir string) (Layout, error) {
 // /tmp, /run and Home (the last two owned by o.UID), and HOME=Home. base is
 // a directory of sbx's own (such as /var/lib/sbx/hostroot) where the
 // skeleton root is kept: mount points and the links of a merged /usr.
+// A cwd that is / or a system directory is a *SystemWorkDirError.
 func Host(base, cwd string, o HostOptions) (Layout, error) {
 	cwd = filepath.Clean(cwd)
 	if !filepath.IsAbs(cwd) {

@@ -298,7 +298,7 @@ func (r *captureRig) addUpstream(t *testing.T) (netns.NsHandle, string) {
 		}
 	}
 	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 214, byte(rand.N(256)), 0}), 24)
-	sub, err := FreeSubnet(pool, used)
+	sub, err := UnusedSubnet(pool, used)
 	if err != nil {
 		t.Fatal(err)
 	}

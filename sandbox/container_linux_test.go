@@ -234,7 +234,7 @@ func TestPrivilegedContainer(t *testing.T) {
 func testSubnet(t *testing.T) Subnet {
 	t.Helper()
 	id, _ := NewID()
-	pid, start, err := Owner()
+	pid, start, err := ThisProcess()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,9 +226,10 @@ func registeredDir(id string) (string, bool) {
 	return r.StateDir, r.StateDir != ""
 }
 
-// Owner returns this process's pid and start time, to record in State so
-// that a later sbx gc can tell whether the run that made a sandbox lives.
-func Owner() (pid int, start uint64, err error) {
+// ThisProcess returns this process's pid and start time, which Start
+// records in State as the sandbox's owner, so that OwnerAlive (and a later
+// garbage collection) can tell whether the run that made it lives.
+func ThisProcess() (pid int, start uint64, err error) {
 	pid = os.Getpid()
 	start, err = processStart(pid)
 	return pid, start, err

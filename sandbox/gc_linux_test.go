@@ -10,7 +10,7 @@ import (
 )
 
 func TestOwnerAlive(t *testing.T) {
-	pid, start, err := Owner()
+	pid, start, err := ThisProcess()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestPrivilegedGC(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	pid, start, _ := Owner()
+	pid, start, _ := ThisProcess()
 	type sb struct {
 		st  State
 		sub Subnet

@@ -10,8 +10,8 @@ import (
 // OwnerAlive needs Linux's /proc.
 func OwnerAlive(st State) bool { return false }
 
-// Owner needs Linux's /proc.
-func Owner() (pid int, start uint64, err error) { return 0, 0, errors.ErrUnsupported }
+// ThisProcess needs Linux's /proc.
+func ThisProcess() (pid int, start uint64, err error) { return 0, 0, errors.ErrUnsupported }
 
 // ContainerRuntime is what garbage collection needs of a container runtime.
 type ContainerRuntime interface {

@@ -35,22 +35,22 @@ func TestIDsAndNames(t *testing.T) {
 	}
 }
 
-func TestFreeSubnet(t *testing.T) {
+func TestUnusedSubnet(t *testing.T) {
 	pool := netip.MustParsePrefix("10.213.0.0/28") // four /30s
 	used := []netip.Prefix{netip.MustParsePrefix("10.213.0.0/30"), netip.MustParsePrefix("10.213.0.8/30")}
-	s, err := FreeSubnet(pool, used)
+	s, err := UnusedSubnet(pool, used)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Prefix.String() != "10.213.0.4/30" || s.Host.String() != "10.213.0.5" || s.Sandbox.String() != "10.213.0.6" {
-		t.Errorf("FreeSubnet = %+v, want 10.213.0.4/30 with .5 and .6", s)
+		t.Errorf("UnusedSubnet = %+v, want 10.213.0.4/30 with .5 and .6", s)
 	}
 	// A used network larger than a /30 blocks every /30 inside it.
-	if _, err := FreeSubnet(pool, []netip.Prefix{netip.MustParsePrefix("10.213.0.0/28")}); !errors.Is(err, ErrPoolExhausted) {
+	if _, err := UnusedSubnet(pool, []netip.Prefix{netip.MustParsePrefix("10.213.0.0/28")}); !errors.Is(err, ErrPoolExhausted) {
 		t.Errorf("full pool: %v, want ErrPoolExhausted", err)
 	}
 	for _, bad := range []string{"10.213.0.0/31", "fd00::/64", "10.213.0.1/16"} {
-		if _, err := FreeSubnet(netip.MustParsePrefix(bad), nil); err == nil {
+		if _, err := UnusedSubnet(netip.MustParsePrefix(bad), nil); err == nil {
 			t.Errorf("pool %s accepted", bad)
 		}
 	}

@@ -205,7 +205,7 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		return nil, err
 	}
 	names, _ := NamesFor(id)
-	pid, pidStart, err := Owner()
+	pid, pidStart, err := ThisProcess()
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func Reserve(dir string, pool netip.Prefix, st State) (Subnet, error) {
 		}
 		used = append(used, s.Subnet)
 	}
-	sub, err := FreeSubnet(pool, used)
+	sub, err := UnusedSubnet(pool, used)
 	if err != nil {
 		return Subnet{}, err
 	}

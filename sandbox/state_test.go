@@ -141,7 +141,7 @@ func TestReserveAcrossProcesses(t *testing.T) {
 func TestFindAndStatus(t *testing.T) {
 	testRegistry(t)
 	dir := t.TempDir()
-	pid, start, err := Owner()
+	pid, start, err := ThisProcess()
 	if err != nil {
 		t.Skip("needs Linux's /proc")
 	}

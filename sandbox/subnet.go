@@ -48,9 +48,10 @@ func SubnetAt(a netip.Addr) (Subnet, error) {
 	return Subnet{Prefix: p, Host: a.Next(), Sandbox: a.Next().Next()}, nil
 }
 
-// FreeSubnet returns the first /30 of pool that overlaps none of used. The
-// pool must be IPv4 and at most a /30.
-func FreeSubnet(pool netip.Prefix, used []netip.Prefix) (Subnet, error) {
+// UnusedSubnet returns the first /30 of pool that overlaps none of used. The
+// pool must be IPv4 and at most a /30. When every /30 is in use the error
+// is a *PoolExhaustedError.
+func UnusedSubnet(pool netip.Prefix, used []netip.Prefix) (Subnet, error) {
 	if !pool.Addr().Is4() || pool.Bits() > 30 || pool.Masked() != pool {
 		return Subnet{}, fmt.Errorf("subnet pool %s: want an IPv4 network of /30 or larger, such as 10.213.0.0/16", pool)
 	}
