@@ -205,10 +205,8 @@ func handshakeError(err error, certSent bool, alert byte, host string) string {
 	}
 	fix := "; to fix, have the client trust the sandbox's CA through SSL_CERT_FILE, NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE or the other trust variables, or stop inspecting " + host
 	msg := err.Error()
-	for _, a := range certificateAlerts {
-		if strings.Contains(msg, "remote error: tls: "+a) {
-			return reasonCARejected + ": " + msg + fix
-		}
+	if isCertificateAlert(err) {
+		return reasonCARejected + ": " + msg + fix
 	}
 	if a, ok := certificateAlerts[alert]; ok && certSent {
 		return reasonCARejected + ": remote error: tls: " + a + " (an unencrypted alert; the server read " + msg + ")" + fix
@@ -217,6 +215,23 @@ func handshakeError(err error, certSent bool, alert byte, host string) string {
 		return reasonCARejected + " (it closed the connection on the certificate): " + msg + fix
 	}
 	return "TLS handshake with the client: " + msg
+}
+
+// isCertificateAlert reports whether err is a certificate alert of the
+// client's that Go read: a *net.OpError "remote error" whose error is the
+// alert. Go keeps the alert's type unexported, so its description is
+// told by its message, which is tls.AlertError's for the same value.
+func isCertificateAlert(err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
+		return false
+	}
+	for d := range certificateAlerts {
+		if op.Err.Error() == tls.AlertError(d).Error() {
+			return true
+		}
+	}
+	return false
 }
 
 // alertScan follows the TLS records a client sends in an inspected
