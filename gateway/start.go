@@ -45,7 +45,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		return nil, errors.New("gateway: Config.Policy is required")
 	}
 	if len(o.API) > 0 && o.TokenFile == "" {
-		return nil, errors.New("gateway: Options.TokenFile is required with Options.API (a random token is written there when it is missing)")
+		return nil, errors.New("gateway: Config.TokenFile is required with Config.API (a random token is written there when it is missing)")
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:3128"

@@ -127,7 +127,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		}
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return combine(errs...)
 }
 
 // config reads what the flags name and returns the gateway's
