@@ -231,7 +231,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	writerPool.Put(bw)
 	closeRec.BytesIn = cw.n
 	closeRec.BytesOut = body.n.Load()
-	s.done(&fs.up, uc, reusable && werr == nil && body.eof.Load())
+	s.pool.done(&fs.up, uc, reusable && werr == nil && body.eof.Load())
 	switch {
 	case werr == nil:
 		return keepAlive
@@ -435,7 +435,7 @@ func (c *conn) forward() *forwardState {
 func (s *Server) endForward(c *conn) {
 	if c.fwd != nil {
 		c.fwd.watch.stop()
-		s.release(&c.fwd.up)
+		s.pool.release(&c.fwd.up)
 	}
 }
 

@@ -1218,9 +1218,7 @@ func TestUpstreamConnectionReuse(t *testing.T) {
 	b.Close()
 	addr := netip.MustParseAddrPort(up.Listener.Addr().String())
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		g.srv.pool.mu.Lock()
-		n := len(g.srv.pool.idle[addr])
-		g.srv.pool.mu.Unlock()
+		n := g.srv.pool.idleCount(addr)
 		if n == 2 {
 			break
 		}

@@ -440,7 +440,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.pool.closeAll()
+	s.pool.close()
 	s.inspect.closeIdle()
 	s.flushBypass(true)
 	s.flushRefusals(&s.notClients, true)
@@ -600,7 +600,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			// The tunnel may last for hours: the upstream connection an
 			// earlier request left held goes where other clients find it.
 			if c.fwd != nil {
-				s.release(&c.fwd.up)
+				s.pool.release(&c.fwd.up)
 			}
 			s.serveConnect(ctx, c, head)
 			return

@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -18,92 +16,16 @@ import (
 // without the transport's read and write loop goroutines and the hand-offs
 // between them, which cost more than everything else on the proxy's path.
 
-const (
-	maxIdlePerUpstream  = 64               // idle connections kept per upstream address
-	upstreamIdleTimeout = 90 * time.Second // an idle connection older than this is closed
-)
-
-// upConn is a connection to an upstream address that passed the guard.
-type upConn struct {
-	conn      net.Conn
-	br        *bufio.Reader
-	bw        *bufio.Writer
-	rd        *deadlineReader // the reader under br; its idle is adjustable
-	writeDL   time.Time       // the write deadline set last
-	addr      netip.AddrPort
-	idleSince time.Time
-	head      responseHead // the last response head read, its memory reused
-}
-
-func (uc *upConn) Close() error { return uc.conn.Close() }
-
-// upstreamPool keeps idle upstream connections by address. Connections are
-// keyed by the IP that was checked, so reusing one never reaches another
-// address than the guard passed.
-type upstreamPool struct {
-	mu     sync.Mutex
-	idle   map[netip.AddrPort][]*upConn
-	closed bool
-}
-
-// get returns the most recently used idle connection to addr, or nil.
-func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for list := p.idle[addr]; len(list) > 0; list = p.idle[addr] {
-		uc := list[len(list)-1]
-		p.idle[addr] = list[:len(list)-1]
-		if time.Since(uc.idleSince) < upstreamIdleTimeout {
-			return uc
-		}
-		uc.Close()
-	}
-	return nil
-}
-
-// put keeps uc, idle since uc.idleSince, for reuse, or closes it when it
-// has idled out already (a client connection can hold one longer than
-// upstreamIdleTimeout) or the pool is full or closed.
-func (p *upstreamPool) put(uc *upConn) {
-	if time.Since(uc.idleSince) >= upstreamIdleTimeout {
-		uc.Close()
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle[uc.addr]) >= maxIdlePerUpstream {
-		uc.Close()
-		return
-	}
-	if p.idle == nil {
-		p.idle = map[netip.AddrPort][]*upConn{}
-	}
-	p.idle[uc.addr] = append(p.idle[uc.addr], uc)
-}
-
-// closeAll closes every idle connection; later puts close theirs.
-func (p *upstreamPool) closeAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, list := range p.idle {
-		for _, uc := range list {
-			uc.Close()
-		}
-	}
-	p.idle = nil
-}
-
 // roundTrip sends out to addr, on an idle connection when there is one:
 // the one *held kept from the client connection's last request when it
 // goes to addr, else one from the pool. It reads the response head. The
-// caller relays the body and then gives the connection back with done. A
+// caller relays the body and then gives the connection back with pool.done. A
 // request without a body that fails on a reused connection (which the
 // upstream may have closed meanwhile) is tried once more on a new one. ctx
 // ends the wait for the response head.
 func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, held **upConn, out *upstreamRequest, addr netip.AddrPort) (*responseHead, *upConn, error) {
 	for attempt := 0; ; attempt++ {
-		uc, reused := s.takeHeld(held, addr), true
+		uc, reused := s.pool.takeHeld(held, addr), true
 		if uc == nil {
 			uc = s.pool.get(addr)
 		}
@@ -113,8 +35,7 @@ func (s *Server) roundTrip(ctx context.Context, w *upstreamWatch, held **upConn,
 			if err != nil {
 				return nil, nil, err
 			}
-			rd := &deadlineReader{r: nc, c: nc, idle: s.limits.IdleConnTimeout}
-			uc = &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+			uc = newUpConn(nc, addr, s.limits.IdleConnTimeout)
 		}
 		resp, err := s.exchange(ctx, w, uc, out)
 		if err == nil {
@@ -210,49 +131,6 @@ func (w *upstreamWatch) stop() {
 	if w.stopFn != nil {
 		w.stopFn()
 		w.stopFn, w.ctx = nil, nil
-	}
-}
-
-// done keeps uc in *held, for the client connection's next request, when
-// the exchange left it reusable: the response body, framed by its length
-// or chunked, was read to its end, the request body was sent whole, and
-// neither side asked to close; otherwise it closes uc. A client's
-// requests mostly go to one upstream, and holding its connection spares
-// them the pool's lock. What *held held before goes to the pool.
-func (s *Server) done(held **upConn, uc *upConn, reusable bool) {
-	if !reusable || uc.head.Close || uc.head.ProtoMinor < 1 {
-		uc.Close()
-		return
-	}
-	uc.idleSince = time.Now()
-	if *held != nil {
-		s.pool.put(*held)
-	}
-	*held = uc
-}
-
-// takeHeld returns the connection *held when it goes to addr and has not
-// idled out, and empties *held; a connection it does not return goes to
-// the pool, which closes it when it idled out.
-func (s *Server) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
-	uc := *held
-	if uc == nil {
-		return nil
-	}
-	*held = nil
-	if uc.addr == addr && time.Since(uc.idleSince) < upstreamIdleTimeout {
-		return uc
-	}
-	s.pool.put(uc)
-	return nil
-}
-
-// release gives the connection *held back to the pool when the client
-// connection that held it ends, or turns into a tunnel.
-func (s *Server) release(held **upConn) {
-	if *held != nil {
-		s.pool.put(*held)
-		*held = nil
 	}
 }
 
