@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -75,7 +76,7 @@ type APIConfig struct {
 	Token string
 	// Ring holds the recent decisions served at /v1/decisions; nil serves
 	// none.
-	Ring *Ring
+	Ring *decisionlog.Ring
 	// ProxyAddrs are the proxy's addresses, for /v1/status.
 	ProxyAddrs []string
 }
@@ -348,7 +349,7 @@ func (a *API) decisions(w http.ResponseWriter, r *http.Request) {
 	}
 	ring := a.cfg.Ring
 	if ring == nil {
-		ring = NewRing(1)
+		ring = decisionlog.NewRing(1)
 	}
 	if q.Get("follow") != "1" {
 		lines, next := ring.Since(since, limit)

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -35,7 +36,7 @@ func benchGateway(b *testing.B) string {
 	}
 	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, LogFile: b.TempDir() + "/log.jsonl",
 		// Every record written, as the targets are measured with the log on.
-		LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
+		LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func BenchmarkDNSStub(b *testing.B) {
 		b.Fatal(err)
 	}
 	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", DNS: "127.0.0.1:0", Policy: p,
-		LogFile: b.TempDir() + "/log.jsonl", LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
+		LogFile: b.TempDir() + "/log.jsonl", LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func benchTransparent(b *testing.B, sink string) string {
 	var fake netip.AddrPort
 	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, Resolver: res, Transparent: ln,
 		OriginalDst: func(net.Conn) (netip.AddrPort, error) { return fake, nil },
-		LogFile:     b.TempDir() + "/log.jsonl", LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}})
+		LogFile:     b.TempDir() + "/log.jsonl", LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func BenchmarkInspectedRequests(b *testing.B) {
 			res := &Resolver{}
 			res.AddStatic("example.com", netip.MustParseAddr("127.0.0.1"))
 			g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, Resolver: res, LogFile: b.TempDir() + "/log.jsonl",
-				LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit}, CA: ca, UpstreamRoots: roots})
+				LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit}, CA: ca, UpstreamRoots: roots})
 			if err != nil {
 				b.Fatal(err)
 			}

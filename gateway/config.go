@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -97,10 +98,10 @@ type Config struct {
 	// LogLimits bound what is written to LogFile; the zero value means
 	// the defaults of FileSinkOptions (1000 records a second, bursts of
 	// 20 000, 512 MiB, a new or empty file).
-	LogLimits FileSinkOptions
+	LogLimits decisionlog.FileSinkOptions
 	// Sinks receive the decision log besides LogFile and the API's ring;
 	// nil adds none.
-	Sinks []Sink
+	Sinks []decisionlog.Sink
 	// RingSize is how many recent records the API serves; 0 means 10 000.
 	RingSize int
 	// Sandbox is the sandbox id, written in every record and named in the
@@ -170,7 +171,7 @@ type serverConfig struct {
 	// Log receives the decision records, and a policy record for every
 	// change of Store before a request is decided under it; nil discards
 	// them.
-	Log *Log
+	Log *decisionlog.Log
 	// Dial connects to an upstream address that has passed the guard;
 	// nil uses a net.Dialer with Limits.DialTimeout. Tests replace it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)

@@ -30,7 +30,7 @@ import (
 type dnsStub struct {
 	srv      *Server
 	store    *netpolicy.Store
-	ring     *Ring
+	ring     *decisionlog.Ring
 	udp, tcp string
 	upstream *fakeUpstream
 }
@@ -52,8 +52,8 @@ func startDNS(t *testing.T, spec netpolicy.Spec, static map[string]string, edit 
 			t.Fatal(err)
 		}
 	}
-	ring := NewRing(0)
-	log := NewLog("", ring)
+	ring := decisionlog.NewRing(0)
+	log := decisionlog.NewLog("", ring)
 	st := &dnsStub{store: netpolicy.NewStore(p), ring: ring, upstream: up}
 	cfg := serverConfig{Store: st.store, Log: log, Config: Config{
 		Resolver: res,
@@ -998,7 +998,7 @@ func FuzzDNSQuery(f *testing.F) {
 		f.Fatal(err)
 	}
 	last := &lastRecord{}
-	log := NewLog("", last)
+	log := decisionlog.NewLog("", last)
 	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(p), Log: log})
 	if err != nil {
 		f.Fatal(err)

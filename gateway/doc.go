@@ -48,15 +48,16 @@
 // address, verified against Config.UpstreamRoots. Every other host's
 // tunnel is spliced and never decrypted.
 //
-// The decision log (Log, decisionlog.Record, FileSink, Ring) is the contract of
-// docs/decision-log.md: one decision record per request or tunnel, a close record
-// for the allowed ones, policy records for changes. Its file may sit in a
-// directory a sandbox can write, so OpenFileSink appends only to a regular
-// file of its own uid with one link, never following a symbolic link or
-// blocking on a pipe there; and a FileSink keeps to a budget (records a
-// second, bytes in all) so that a flooding sandbox cannot fill the disk:
-// it leaves records over the budget out, never policy records, and writes
-// a dropped record counting them (FileSinkOptions).
+// The decision log is package decisionlog (its Log, Record, FileSink and
+// Ring), the contract of docs/decision-log.md: one decision record per
+// request or tunnel, a close record for the allowed ones, policy records
+// for changes. Start opens the log's file (Config.LogFile, with
+// Config.LogLimits) and keeps a Ring for the API; a request the policy
+// allows goes on only once its record is committed (Log.Commit).
+//
+// The upstream pool (upstreampool.go) keeps idle upstream connections by
+// the IP and port the guard passed, and a client connection holds the one
+// its last request used; a connection is never reused for another address.
 //
 // The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Config.DNS for
 // Start) answers from the policy alone and never sends a query anywhere,

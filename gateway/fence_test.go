@@ -20,7 +20,7 @@ import (
 )
 
 // ringRecords decodes every record in ring.
-func ringRecords(t *testing.T, ring *Ring) []map[string]any {
+func ringRecords(t *testing.T, ring *decisionlog.Ring) []map[string]any {
 	t.Helper()
 	lines, _ := ring.Since(0, 10000)
 	var recs []map[string]any
@@ -35,7 +35,7 @@ func ringRecords(t *testing.T, ring *Ring) []map[string]any {
 }
 
 // recordsOfKind returns the decision records of kind in ring.
-func recordsOfKind(t *testing.T, ring *Ring, kind string) []map[string]any {
+func recordsOfKind(t *testing.T, ring *decisionlog.Ring, kind string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, r := range ringRecords(t, ring) {
@@ -135,8 +135,8 @@ func TestClientsOutsideAreRefused(t *testing.T) {
 }
 
 func TestRefusedConnectionsAreRateBounded(t *testing.T) {
-	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Clients: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")}}})
+	ring := decisionlog.NewRing(0)
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Clients: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32")}}})
 	const n = 3 * refusalBurst
 	start := time.Now()
 	for range n {
@@ -200,10 +200,10 @@ func TestFenceIsRefusedWhateverThePolicy(t *testing.T) {
 		{"mapped fence", loopbackPolicy(netpolicy.Allow), []netip.Prefix{netip.MustParsePrefix("::ffff:127.0.0.1/128")}, 403},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ring := NewRing(0)
+			ring := decisionlog.NewRing(0)
 			res := &Resolver{}
 			res.AddStatic("api.test", netip.MustParseAddr("127.0.0.1"))
-			_, addr := startWith(t, tc.spec, serverConfig{Log: NewLog("", ring), Config: Config{Resolver: res, Fence: tc.fence}})
+			_, addr := startWith(t, tc.spec, serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Resolver: res, Fence: tc.fence}})
 			targets := []string{fmt.Sprintf("127.0.0.1:%d", port)}
 			if tc.spec.AllowPrivate != nil {
 				targets = append(targets, fmt.Sprintf("api.test:%d", port))
@@ -255,10 +255,10 @@ func TestHostAddressesAreRefused(t *testing.T) {
 	up := echoUpstream(t)
 	port := portOf(t, up)
 	var dials atomic.Int32
-	ring := NewRing(0)
+	ring := decisionlog.NewRing(0)
 	srv, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{
 		netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("fd00::/8"),
-	}}, serverConfig{Log: NewLog("", ring), Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+	}}, serverConfig{Log: decisionlog.NewLog("", ring), Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
 		// Nothing leaves loopback, whatever the guard lets through.
 		if ap, err := netip.ParseAddrPort(a); err != nil || !ap.Addr().IsLoopback() {
 			dials.Add(1)
@@ -324,9 +324,9 @@ func TestRealHostAddressIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ring := NewRing(0)
+	ring := decisionlog.NewRing(0)
 	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.PrefixFrom(own, 32)}},
-		serverConfig{Log: NewLog("", ring)})
+		serverConfig{Log: decisionlog.NewLog("", ring)})
 	status, hdr := rawConnect(t, addr, ln.Addr().String())
 	if want := "address guard: " + own.String() + " is this host's own address"; status != 403 || hdr.Get(HeaderReason) != want {
 		t.Errorf("CONNECT %s: %d %q, want 403 %q", ln.Addr(), status, hdr.Get(HeaderReason), want)

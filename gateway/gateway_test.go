@@ -29,8 +29,8 @@ import (
 type testGateway struct {
 	srv   *Server
 	addr  string // the proxy's host:port
-	ring  *Ring
-	log   *Log
+	ring  *decisionlog.Ring
+	log   *decisionlog.Log
 	store *netpolicy.Store
 }
 
@@ -57,8 +57,8 @@ func startGatewayWith(t testing.TB, spec netpolicy.Spec, static map[string]strin
 			t.Fatal(err)
 		}
 	}
-	ring := NewRing(0)
-	g := &testGateway{ring: ring, log: NewLog("", ring), store: netpolicy.NewStore(p)}
+	ring := decisionlog.NewRing(0)
+	g := &testGateway{ring: ring, log: decisionlog.NewLog("", ring), store: netpolicy.NewStore(p)}
 	cfg := serverConfig{Store: g.store, Log: g.log, Config: Config{
 		Resolver: res,
 		Logger:   slog.New(slog.NewTextHandler(testWriter{t}, nil)),
@@ -524,8 +524,8 @@ func TestMalformedRequests(t *testing.T) {
 
 func TestTunnelLimit(t *testing.T) {
 	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-	ring := NewRing(0)
-	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxTunnelsPerClient: 2}}})
+	ring := decisionlog.NewRing(0)
+	_, addr := startWith(t, loopbackPolicy(netpolicy.Allow), serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Limits: Limits{MaxTunnelsPerClient: 2}}})
 	for i := range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -788,8 +788,8 @@ func TestAuditModeConnect(t *testing.T) {
 	sink := tcpServer(t, func(c net.Conn) { c.Close() }).Addr().String()
 	spec := loopbackPolicy(netpolicy.Block)
 	spec.Mode = netpolicy.Audit
-	ring := NewRing(0)
-	_, addr := startWith(t, spec, serverConfig{Log: NewLog("", ring)})
+	ring := decisionlog.NewRing(0)
+	_, addr := startWith(t, spec, serverConfig{Log: decisionlog.NewLog("", ring)})
 	if status, _ := rawConnect(t, addr, sink); status != 200 {
 		t.Errorf("audit mode CONNECT: %d, want 200", status)
 	}
@@ -898,8 +898,8 @@ func TestAuditModeNeverPassesTheGuardOrInvalidTargets(t *testing.T) {
 }
 
 func TestConnectionsPerClientAreCapped(t *testing.T) {
-	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 2}}})
+	ring := decisionlog.NewRing(0)
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 2}}})
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -1013,9 +1013,9 @@ func TestSNIFragmentedAndMalformed(t *testing.T) {
 
 	sink := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	_, port, _ := net.SplitHostPort(sink.Addr().String())
-	ring := NewRing(0)
+	ring := decisionlog.NewRing(0)
 	_, addr := startWith(t, netpolicy.Spec{Default: netpolicy.Allow, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-		serverConfig{Log: NewLog("", ring), Config: Config{Resolver: func() *Resolver {
+		serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Resolver: func() *Resolver {
 			r := &Resolver{}
 			r.AddStatic("good.test", netip.MustParseAddr("127.0.0.1"))
 			return r

@@ -83,7 +83,7 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 	}
 	wg.Wait()
 	fg.logs.waitFor(t, "cannot be written (write: no space left on device)", 1)
-	var le *LogFileError
+	var le *decisionlog.LogFileError
 	if err := fg.g.Close(); !errors.As(err, &le) || !le.Closing || le.Lost == 0 || !errors.Is(err, unix.ENOSPC) ||
 		!strings.Contains(err.Error(), "lacks its last") {
 		t.Errorf("Close with the log's filesystem full: got %v, want a *LogFileError saying how many records the file lacks, and ENOSPC", err)

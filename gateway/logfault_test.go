@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -54,34 +52,7 @@ func (ff *flakyFile) write(f *os.File, b []byte) (int, error) {
 }
 
 // install makes fs write through ff.
-func (ff *flakyFile) install(fs *FileSink) {
-	fs.fileMu.Lock()
-	defer fs.fileMu.Unlock()
-	fs.writeTo = ff.write
-}
-
-// faultReports collects what a Log's ReportFileFaults is told.
-type faultReports struct {
-	ch chan error
-}
-
-func newFaultReports(l *Log) *faultReports {
-	r := &faultReports{ch: make(chan error, 100)}
-	l.ReportFileFaults(func(err error) { r.ch <- err })
-	return r
-}
-
-// next returns the next report, failing after 10 s without one.
-func (r *faultReports) next(t *testing.T) error {
-	t.Helper()
-	select {
-	case err := <-r.ch:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatal("no fault was reported within 10 s")
-		return nil
-	}
-}
+func (ff *flakyFile) install(fs *decisionlog.FileSink) { fs.SetWriteFunc(ff.write) }
 
 // faultLine is what these tests read of a record.
 type faultLine struct {
@@ -112,97 +83,6 @@ func readFaultLines(t *testing.T, path string) []faultLine {
 		out = append(out, r)
 	}
 	return out
-}
-
-// TestFaultLogCommitFailsThenSucceeds makes the file of a Log's FileSink
-// fail under a commit (half of the write reaching the file) and then work
-// again: the failed commits return the write's error and reach no sink,
-// records emitted meanwhile are left out and counted (but a policy
-// record, which waits), the fault and the recovery are reported once
-// each, and the file holds only whole records: none of a failed commit,
-// a dropped record naming the error, then the commit that worked.
-func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff := &flakyFile{}
-	ff.install(fs)
-	ring := NewRing(100)
-	l := NewLog("", fs, ring)
-	reports := newFaultReports(l)
-	decision := func(host string) *decisionlog.Record {
-		return &decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: host, Action: "allow", Rule: "r1",
-			Reason: strings.Repeat("x", 300)}
-	}
-
-	if _, err := l.Commit(decision("before.test")); err != nil {
-		t.Fatalf("commit before the fault: %v", err)
-	}
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Kind: decisionlog.KindHTTP, Host: "before.test"})
-
-	ff.set(syscall.ENOSPC, true)
-	for i := range 3 {
-		seq, err := l.Commit(decision("failed.test"))
-		var le *LogFileError
-		if !errors.As(err, &le) || !errors.Is(err, syscall.ENOSPC) || le.Path != path {
-			t.Fatalf("commit %d with the file full: got seq %d, %v; want a *LogFileError for %s wrapping ENOSPC", i, seq, err, path)
-		}
-		if !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "free space") {
-			t.Errorf("the error does not name the cause and the fix: %v", err)
-		}
-		// The gateway logs the refusal instead.
-		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: "failed.test", Action: "block", Rule: "guard", Reason: err.Error()})
-	}
-	// A policy record is kept for the file, as it says how the records
-	// after it were decided.
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, PolicyVersion: 2})
-	if err := reports.next(t); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("report of the fault: got %v, want ENOSPC", err)
-	}
-	if err := fs.Fault(); !errors.Is(err, syscall.ENOSPC) {
-		t.Errorf("Fault while the file is full: got %v, want ENOSPC", err)
-	}
-
-	ff.set(nil, false)
-	if _, err := l.Commit(decision("after.test")); err != nil {
-		t.Fatalf("commit once the file works: %v", err)
-	}
-	if err := reports.next(t); err != nil {
-		t.Fatalf("report of the recovery: got %v, want nil", err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case err := <-reports.ch:
-		t.Errorf("one more report: %v", err)
-	default:
-	}
-
-	var got []string
-	for _, r := range readFaultLines(t, path) {
-		s := r.Event + " " + r.Action + " " + r.Host
-		if r.Event == decisionlog.EventDropped {
-			s = fmt.Sprintf("dropped %d", r.Count)
-			if !strings.Contains(r.Reason, "no space left on device") {
-				t.Errorf("the dropped record's reason does not name the error: %q", r.Reason)
-			}
-		}
-		got = append(got, s)
-	}
-	want := []string{"decision allow before.test", "close  before.test", "policy  ", "dropped 3", "decision allow after.test"}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("the file holds:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	// The other sinks never saw the failed commits' allows.
-	lines, _ := ring.Since(0, 100)
-	for _, line := range lines {
-		if bytes.Contains(line, []byte(`"failed.test"`)) && bytes.Contains(line, []byte(`"allow"`)) {
-			t.Errorf("the ring holds a failed commit: %s", line)
-		}
-	}
 }
 
 // faultGateway is a gateway whose decision log is in dir, allowing
@@ -254,7 +134,7 @@ func startFaultGateway(t *testing.T, dir string) *faultGateway {
 	}))
 	t.Cleanup(fg.up.Close)
 	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: mustCompile(t, loopbackPolicy(netpolicy.Allow)),
-		LogFile: fg.path, LogLimits: FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit},
+		LogFile: fg.path, LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit},
 		Logger: slog.New(slog.NewTextHandler(fg.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -269,15 +149,12 @@ func startFaultGateway(t *testing.T, dir string) *faultGateway {
 }
 
 // fileSink returns the gateway's FileSink.
-func (fg *faultGateway) fileSink(t *testing.T) *FileSink {
+func (fg *faultGateway) fileSink(t *testing.T) *decisionlog.FileSink {
 	t.Helper()
-	for _, s := range fg.g.Log.sinks {
-		if fs, ok := s.(*FileSink); ok {
-			return fs
-		}
+	if fg.g.fileSink == nil {
+		t.Fatal("the gateway has no FileSink")
 	}
-	t.Fatal("the gateway has no FileSink")
-	return nil
+	return fg.g.fileSink
 }
 
 // get requests path from the upstream through the gateway, and returns
@@ -426,96 +303,4 @@ func TestFaultLogRemovedOrReplaced(t *testing.T) {
 		t.Errorf("once the other file is gone: got %d, want 200", status)
 	}
 	fg.logs.waitFor(t, "the decision log is written again", 2)
-}
-
-// TestFaultLogConcurrentCommits commits and emits records from many
-// goroutines while the file fails and works by turns, some writes failing
-// half-way, and full batches going to the file from the sink's goroutine:
-// the file ends up with exactly the commits that returned nil, whole
-// records only, in increasing seq order.
-func TestFaultLogConcurrentCommits(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff := &flakyFile{}
-	ff.install(fs)
-	l := NewLog("", fs, NewRing(1000))
-	stop := make(chan struct{})
-	flipped := make(chan struct{})
-	go func() {
-		defer close(flipped)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				ff.set(nil, false)
-				return
-			case <-time.After(200 * time.Microsecond):
-			}
-			switch i % 3 {
-			case 0:
-				ff.set(syscall.EIO, i%2 == 0)
-			default:
-				ff.set(nil, false)
-			}
-		}
-	}()
-	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		committed = map[string]bool{}
-		failed    int
-	)
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 300 {
-				host := fmt.Sprintf("h%d-%d.test", g, i)
-				_, err := l.Commit(&decisionlog.Record{Event: decisionlog.EventDecision, Host: host, Action: "allow", Reason: strings.Repeat("r", 200)})
-				mu.Lock()
-				if err == nil {
-					committed[host] = true
-				} else {
-					failed++
-				}
-				mu.Unlock()
-				// Enough to fill batches between commits, which the
-				// sink's goroutine writes.
-				for range 10 {
-					l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Host: host, Error: strings.Repeat("e", 500)})
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	<-flipped
-	if err := l.Close(); err != nil {
-		t.Fatalf("Close once the file works: %v", err)
-	}
-	logged := map[string]bool{}
-	for _, r := range readFaultLines(t, path) {
-		if r.Event == decisionlog.EventDecision {
-			if logged[r.Host] {
-				t.Errorf("%s is in the file twice", r.Host)
-			}
-			logged[r.Host] = true
-		}
-	}
-	for h := range committed {
-		if !logged[h] {
-			t.Errorf("the commit of %s returned nil, but it is not in the file", h)
-		}
-	}
-	for h := range logged {
-		if !committed[h] {
-			t.Errorf("the commit of %s failed, but it is in the file", h)
-		}
-	}
-	t.Logf("%d commits written, %d refused", len(committed), failed)
-	if failed == 0 || len(committed) == 0 {
-		t.Errorf("%d commits written and %d refused: want both, or the test did not test", len(committed), failed)
-	}
 }

@@ -13,7 +13,7 @@ import (
 
 // refusedCount sums the count fields of the conn records in ring, and
 // fails on a record without one.
-func refusedCount(t *testing.T, ring *Ring) (sum uint64, records int) {
+func refusedCount(t *testing.T, ring *decisionlog.Ring) (sum uint64, records int) {
 	t.Helper()
 	for _, r := range recordsOfKind(t, ring, decisionlog.KindConn) {
 		n, ok := r[decisionlog.FieldCount].(float64)
@@ -33,8 +33,8 @@ func refusedCount(t *testing.T, ring *Ring) (sum uint64, records int) {
 // refused gave 10 records), and the ones still folded at Close are written
 // by Close.
 func TestEveryConnectionOverTheCapIsCounted(t *testing.T) {
-	ring := NewRing(0)
-	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 1}}})
+	ring := decisionlog.NewRing(0)
+	srv, addr := startWith(t, netpolicy.Spec{}, serverConfig{Log: decisionlog.NewLog("", ring), Config: Config{Limits: Limits{MaxConnsPerClient: 1}}})
 	held, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +106,8 @@ func TestEveryConnectionOverTheCapIsCounted(t *testing.T) {
 // after folded refusals counts them and itself, and says so in its reason;
 // the others count 1.
 func TestRefusalRecordsCountWhatTheyStandFor(t *testing.T) {
-	ring := NewRing(0)
-	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(mustCompile(t, netpolicy.Spec{})), Log: NewLog("", ring)})
+	ring := decisionlog.NewRing(0)
+	srv, err := newServer(serverConfig{Store: netpolicy.NewStore(mustCompile(t, netpolicy.Spec{})), Log: decisionlog.NewLog("", ring)})
 	if err != nil {
 		t.Fatal(err)
 	}

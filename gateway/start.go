@@ -18,8 +18,8 @@ import (
 // Gateway is a running gateway made by Start. Close stops it.
 type Gateway struct {
 	Server *Server
-	Log    *Log
-	Ring   *Ring
+	Log    *decisionlog.Log
+	Ring   *decisionlog.Ring
 	// ProxyAddr is the address the proxy listens on.
 	ProxyAddr net.Addr
 	// DNSAddr is the address of the DNS stub's UDP socket, whose port its
@@ -28,11 +28,12 @@ type Gateway struct {
 	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
 	APIAddrs []string
 
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	sockets []string
-	errMu   sync.Mutex
-	errs    []error
+	fileSink *decisionlog.FileSink // the log's file (Config.LogFile), or nil
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	sockets  []string
+	errMu    sync.Mutex
+	errs     []error
 }
 
 // Start opens the proxy listener, the DNS stub's sockets (Config.DNS),
@@ -51,7 +52,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		o.Listen = "127.0.0.1:3128"
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := &Gateway{cancel: cancel, Ring: NewRing(o.RingSize)}
+	g := &Gateway{cancel: cancel, Ring: decisionlog.NewRing(o.RingSize)}
 	var closers []func() error
 	defer func() {
 		if retErr != nil {
@@ -66,15 +67,16 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		closers = append(closers, o.Transparent.Close) // Start owns it from here
 	}
 
-	sinks := append([]Sink{g.Ring}, o.Sinks...)
+	sinks := append([]decisionlog.Sink{g.Ring}, o.Sinks...)
 	if o.LogFile != "" {
-		fs, err := OpenFileSink(o.LogFile, o.LogLimits)
+		fs, err := decisionlog.OpenFileSink(o.LogFile, o.LogLimits)
 		if err != nil {
 			return nil, err // it names the decision log and its path
 		}
 		sinks = append(sinks, fs)
+		g.fileSink = fs
 	}
-	g.Log = NewLog(o.Sandbox, sinks...)
+	g.Log = decisionlog.NewLog(o.Sandbox, sinks...)
 	closers = append(closers, g.Log.Close)
 
 	store := netpolicy.NewStore(o.Policy)

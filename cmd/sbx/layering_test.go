@@ -29,7 +29,7 @@ var layers = []struct {
 	{"gateway/mockllm", []string{"netpolicy/strictyaml"}, "the mock LLM imports only the strict decoder it shares with policy files"},
 	{"gateway", []string{"netpolicy", "netpolicy/strictyaml", "gateway/api", "gateway/decisionlog", "gateway/mockllm"}, "gateway imports netpolicy, the management API's wire types, the decision log and the mock LLM only"},
 	{"gateway/api", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog"}, "the management API's wire types and client import netpolicy and the decision log at most, so any program can talk to a gateway without linking one"},
-	{"gateway/decisionlog", nil, "the decision log imports no other sbx package: every reader and writer can use it"},
+	{"gateway/decisionlog", nil, "the decision log (records, codec, and the writer: Log, its sinks, the ring) imports no other sbx package: every reader and writer can use it"},
 	{"gateway/audit", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
 	{"sandbox/run", []string{"sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the run library composes sandbox, gateway and rootfs, and nothing of cmd/sbx"},

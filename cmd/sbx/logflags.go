@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
@@ -22,18 +22,18 @@ type logLimitFlags struct {
 
 func (l *logLimitFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&l.append, "log-append", false, "add to the --log file when it is not empty (without it, such a file is refused, so that two runs are never mixed in one log unless asked)")
-	fs.Float64Var(&l.rate, "log-rate", gateway.DefaultLogRate, fmt.Sprintf("write at most `N` records a second to the log file (bursts of %d); the rest are counted in a dropped record; 0 for no limit", gateway.DefaultLogBurst))
-	fs.StringVar(&l.maxSize, "log-max-size", formatBytes(gateway.DefaultLogMaxBytes), "stop writing records to the log file at `BYTES` (a dropped record counts the rest); 0 for no limit")
+	fs.Float64Var(&l.rate, "log-rate", decisionlog.DefaultLogRate, fmt.Sprintf("write at most `N` records a second to the log file (bursts of %d); the rest are counted in a dropped record; 0 for no limit", decisionlog.DefaultLogBurst))
+	fs.StringVar(&l.maxSize, "log-max-size", formatBytes(decisionlog.DefaultLogMaxBytes), "stop writing records to the log file at `BYTES` (a dropped record counts the rest); 0 for no limit")
 }
 
 // Options turns the flags into the gateway's file sink options.
-func (l *logLimitFlags) Options() (gateway.FileSinkOptions, error) {
-	o := gateway.FileSinkOptions{Append: l.append}
+func (l *logLimitFlags) Options() (decisionlog.FileSinkOptions, error) {
+	o := decisionlog.FileSinkOptions{Append: l.append}
 	switch {
 	case l.rate < 0 || l.rate != l.rate:
 		return o, fmt.Errorf("--log-rate %v: want a number of records a second, or 0 for no limit", l.rate)
 	case l.rate == 0:
-		o.RatePerSecond = gateway.NoLimit
+		o.RatePerSecond = decisionlog.NoLimit
 	default:
 		o.RatePerSecond = l.rate
 	}
@@ -43,7 +43,7 @@ func (l *logLimitFlags) Options() (gateway.FileSinkOptions, error) {
 	}
 	o.MaxBytes = n
 	if n == 0 {
-		o.MaxBytes = gateway.NoLimit
+		o.MaxBytes = decisionlog.NoLimit
 	}
 	return o, nil
 }
@@ -52,7 +52,7 @@ func (l *logLimitFlags) Options() (gateway.FileSinkOptions, error) {
 // something and --log-append is not given, before anything starts. The
 // gateway refuses it again when it opens it (the file could change in
 // between); this is the early answer, with the same error: a
-// *gateway.NonEmptyLogFileError. A path it cannot look at is refused too.
+// *decisionlog.NonEmptyLogFileError. A path it cannot look at is refused too.
 func (l *logLimitFlags) checkExisting(path string) error {
 	err := run.CheckLogFile(path, l.append)
 	var le *run.LogPathError

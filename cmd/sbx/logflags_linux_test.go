@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // nonEmptyLog writes a log of one record in a new directory and returns
@@ -59,7 +59,7 @@ func TestCheckExisting(t *testing.T) {
 	} {
 		l := logLimitFlags{append: tc.append, maxSize: "1m"}
 		err := l.checkExisting(tc.path)
-		var ne *gateway.NonEmptyLogFileError
+		var ne *decisionlog.NonEmptyLogFileError
 		if errors.As(err, &ne) != tc.refused || !tc.refused && err != nil {
 			t.Errorf("checkExisting(%s) with append %v = %v, want refused %v", tc.path, tc.append, err, tc.refused)
 		}

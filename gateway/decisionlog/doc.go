@@ -1,11 +1,24 @@
 // Package decisionlog is sbx's decision log as a versioned stream
 // (docs/decision-log.md): the Record type and its field names, the encoder
-// (Record.AppendJSON, which the gateway's Log writes through) and the one
-// decoder (Decoder, Reader), so that no package reads or writes the log
-// by hand.
+// (Record.AppendJSON), the writer (Log, which numbers records and writes
+// them to its sinks: a FileSink, the Ring the gateway's API serves) and
+// the one decoder (Decoder, Reader), so that no package reads or writes
+// the log by hand.
 //
 // A log is JSON Lines: one record per line, UTF-8, each with "v" set to
 // SchemaVersion. Readers stream it: a Reader holds one line at a time and
 // a Decoder interns the few strings that repeat, so a log of any length
 // is read in constant memory.
+//
+// A log file may sit in a directory a sandbox can write, so OpenFileSink
+// appends only to a regular file of its own uid with one link, never
+// following a symbolic link or blocking on a pipe there; and a FileSink
+// keeps to a budget (records a second, bytes in all) so that a flooding
+// sandbox cannot fill the disk: it leaves records over the budget out,
+// never policy records, and writes a dropped record counting them
+// (FileSinkOptions). Log.Commit writes a record that lets a request go
+// on: it returns an error, a *LogFileError, when the file cannot hold it.
+//
+// The package imports no other sbx package: every reader and writer of a
+// log can use it.
 package decisionlog

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -34,8 +35,8 @@ func TestGatewayConfigKeepsTheCallersAndSetsTheSandboxs(t *testing.T) {
 		Policy:        policy,
 		Resolver:      &gateway.Resolver{},
 		Limits:        gateway.Limits{DialTimeout: time.Second},
-		LogLimits:     gateway.FileSinkOptions{Burst: 3, Append: true},
-		Sinks:         []gateway.Sink{gateway.NewRing(1)},
+		LogLimits:     decisionlog.FileSinkOptions{Burst: 3, Append: true},
+		Sinks:         []decisionlog.Sink{decisionlog.NewRing(1)},
 		RingSize:      7,
 		Logger:        slog.New(slog.DiscardHandler),
 		UpstreamRoots: x509.NewCertPool(),

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // A LogPathError refuses the decision log's path before anything is made.
@@ -45,7 +45,7 @@ func (e *WritableError) Error() string { return e.text }
 
 // CheckLogFile refuses path, a decision log file, when it already holds
 // something and appending is not asked for, before anything starts: a
-// *gateway.NonEmptyLogFileError, which the gateway returns too when it
+// *decisionlog.NonEmptyLogFileError, which the gateway returns too when it
 // opens the file (the file could change in between; this is the early
 // answer). A path it cannot look at is a *LogPathError with CannotLook.
 func CheckLogFile(path string, appendTo bool) error {
@@ -56,7 +56,7 @@ func CheckLogFile(path string, appendTo bool) error {
 	case err != nil:
 		return &LogPathError{Path: path, CannotLook: true, Reason: err}
 	case fi.Mode().IsRegular() && fi.Size() > 0 && !appendTo:
-		return &gateway.NonEmptyLogFileError{Path: path, Size: fi.Size()}
+		return &decisionlog.NonEmptyLogFileError{Path: path, Size: fi.Size()}
 	}
 	return nil
 }

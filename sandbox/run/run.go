@@ -287,7 +287,7 @@ func overridesPermissions(uid uint32, caps []string) bool {
 // Start makes the sandbox and starts its command. Before it makes
 // anything it returns a *rootfs.AccessError for a command that cannot
 // start (the code to exit with in its Code), a *LogPathError or
-// *gateway.NonEmptyLogFileError for a log path it refuses, and an
+// *decisionlog.NonEmptyLogFileError for a log path it refuses, and an
 // *ImageError for an image it cannot make ready; the runtime's refusal
 // to start the command is a *StartError; sandbox.ErrDockerCapAdd is
 // Docker's refusal of CapAdd for a user that is not root. On error

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -50,7 +51,7 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 		ae *rootfs.AccessError
 		le *LogPathError
 		we *WritableError
-		ne *gateway.NonEmptyLogFileError
+		ne *decisionlog.NonEmptyLogFileError
 	)
 	if _, err := start(spec("nothere", "", logs)); !errors.As(err, &ae) || ae.Code != sandbox.ExitNotFound || ae.UID != 1000 {
 		t.Errorf("a missing command: got %v, want a *rootfs.AccessError (not found) for uid 1000", err)
@@ -63,7 +64,7 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 		t.Errorf("the logs' directory in a volume: got %v, want a *LogPathError of the directory", err)
 	}
 	if _, err := start(spec("tool", full, "")); !errors.As(err, &ne) || ne.Path != full {
-		t.Errorf("a log of an earlier run: got %v, want a *gateway.NonEmptyLogFileError", err)
+		t.Errorf("a log of an earlier run: got %v, want a *decisionlog.NonEmptyLogFileError", err)
 	}
 	for _, bad := range []Spec{
 		{Gateway: gateway.Config{Policy: policy}, Runtime: noRuntime{}},

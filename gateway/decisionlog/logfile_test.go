@@ -1,7 +1,6 @@
-package gateway
+package decisionlog
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +14,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
-	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // lfStart is when the fake clocks of these tests start.
@@ -166,10 +162,10 @@ func TestFileSinkBudget(t *testing.T) {
 			l := NewLog("sb", fs)
 			for _, st := range tt.steps {
 				for range st.decisions {
-					l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Action: "allow"})
+					l.Emit(&Record{Event: EventDecision, Action: "allow"})
 				}
 				if st.policy {
-					l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy})
+					l.Emit(&Record{Event: EventPolicy})
 				}
 				clock.Advance(st.wait)
 			}
@@ -179,7 +175,7 @@ func TestFileSinkBudget(t *testing.T) {
 			var got []string
 			for _, r := range lfRead(t, path) {
 				s := fmt.Sprintf("%s %d", r.Event, r.Seq)
-				if r.Event == decisionlog.EventDropped {
+				if r.Event == EventDropped {
 					s += fmt.Sprintf(" count=%d since=%v", r.Count, r.Since.Sub(lfStart))
 				}
 				got = append(got, s)
@@ -207,10 +203,10 @@ func TestFileSinkFlood(t *testing.T) {
 	policies := 0
 	for i := range total {
 		if i%10_000 == 5000 {
-			l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy})
+			l.Emit(&Record{Event: EventPolicy})
 			policies++
 		} else {
-			l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+			l.Emit(&Record{Event: EventDecision})
 		}
 		clock.Advance(interval)
 	}
@@ -237,11 +233,11 @@ func TestFileSinkFlood(t *testing.T) {
 		}
 		lastSeq = r.Seq
 		switch r.Event {
-		case decisionlog.EventDecision:
+		case EventDecision:
 			decisions++
-		case decisionlog.EventPolicy:
+		case EventPolicy:
 			gotPolicies++
-		case decisionlog.EventDropped:
+		case EventDropped:
 			dropped++
 			counted += r.Count
 			if r.Count == 0 || r.Since.After(r.Time) || r.Reason == "" {
@@ -253,7 +249,7 @@ func TestFileSinkFlood(t *testing.T) {
 			}
 			lastDrop = r.Time
 		}
-		if got, want := inOther[r.Seq], r.Event != decisionlog.EventDropped; got != want {
+		if got, want := inOther[r.Seq], r.Event != EventDropped; got != want {
 			t.Errorf("line %d: %s record with seq %d: got it in the other sink %v, want %v", i+1, r.Event, r.Seq, got, want)
 		}
 		inOther[r.Seq] = true
@@ -279,8 +275,8 @@ func TestFileSinkFlood(t *testing.T) {
 	if maxDropped := int(elapsed/fileSinkDroppedInterval) + 2; dropped > maxDropped {
 		t.Errorf("got %d dropped records in %v, want at most %d", dropped, elapsed, maxDropped)
 	}
-	if recs[len(recs)-1].Event != decisionlog.EventDropped {
-		t.Errorf("last record: got event %q, want %q", recs[len(recs)-1].Event, decisionlog.EventDropped)
+	if recs[len(recs)-1].Event != EventDropped {
+		t.Errorf("last record: got event %q, want %q", recs[len(recs)-1].Event, EventDropped)
 	}
 }
 
@@ -313,7 +309,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	if fi.Size() > maxBytes || fi.Size() < maxBytes-1024 {
 		t.Errorf("size when full: got %d, want at most %d and no less than a record below it", fi.Size(), maxBytes)
 	}
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, Change: "rule x added"})
+	l.Emit(&Record{Event: EventPolicy, Change: "rule x added"})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -327,21 +323,21 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	lines := dlReadLines(t, path)[1:]
 	recs := lfRead(t, path)[1:]
 	last := len(recs) - 1
-	if recs[last].Event != decisionlog.EventDropped {
-		t.Fatalf("last record: got event %q, want %q", recs[last].Event, decisionlog.EventDropped)
+	if recs[last].Event != EventDropped {
+		t.Fatalf("last record: got event %q, want %q", recs[last].Event, EventDropped)
 	}
 	var decisions, policies int
 	var counted uint64
 	for i, r := range recs {
 		switch r.Event {
-		case decisionlog.EventDecision:
+		case EventDecision:
 			decisions++
-		case decisionlog.EventPolicy:
+		case EventPolicy:
 			policies++
 			if got, want := int64(len(data)-len(lines[i])-1-len(lines[last])-1), int64(maxBytes); got > want {
 				t.Errorf("size without the policy and the last dropped record: got %d, want at most %d", got, want)
 			}
-		case decisionlog.EventDropped:
+		case EventDropped:
 			counted += r.Count
 		}
 	}
@@ -359,7 +355,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 func TestFileSinkWriteRecordBudget(t *testing.T) {
 	fs, path, _ := lfOpen(t, FileSinkOptions{RatePerSecond: 1, Burst: 2})
 	for seq := uint64(1); seq <= 5; seq++ {
-		line := (&decisionlog.Record{Seq: seq, Event: decisionlog.EventDecision}).AppendJSON(nil)
+		line := (&Record{Seq: seq, Event: EventDecision}).AppendJSON(nil)
 		if err := fs.WriteRecord(seq, append(line, '\n')); err != nil {
 			t.Fatalf("WriteRecord %d: %v", seq, err)
 		}
@@ -388,10 +384,10 @@ func TestFileSinkLogClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := NewLog("sb", fs)
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+	l.Emit(&Record{Event: EventDecision})
+	l.Emit(&Record{Event: EventDecision})
 	time.Sleep(150 * time.Millisecond)
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+	l.Emit(&Record{Event: EventDecision})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -444,51 +440,6 @@ func TestFileSinkOptions(t *testing.T) {
 					fs.rate, fs.burst, fs.tokens, fs.maxBytes, tt.rate, tt.burst, tt.burst, tt.maxBytes)
 			}
 		})
-	}
-}
-
-// TestStartLogLimits checks that Start opens its log with
-// Config.LogLimits, and refuses a log path it must not write.
-func TestStartLogLimits(t *testing.T) {
-	p, err := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "decisions.jsonl")
-	g, err := Start(context.Background(), Config{
-		Listen: "127.0.0.1:0", Policy: p, LogFile: path,
-		LogLimits: FileSinkOptions{RatePerSecond: 1e-9, Burst: 1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		g.Log.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
-	}
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, r := range lfRead(t, path) {
-		got = append(got, fmt.Sprintf("%s %d %d", r.Event, r.Seq, r.Count))
-	}
-	want := []string{"policy 1 0", "decision 2 0", "dropped 5 2"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("file (-want +got):\n%s", diff)
-	}
-
-	link := filepath.Join(dir, "link.jsonl")
-	if err := os.Symlink(path, link); err != nil {
-		t.Fatal(err)
-	}
-	g, err = Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: p, LogFile: link})
-	var ue *UnsafeLogFileError
-	if !errors.As(err, &ue) || ue.Type != os.ModeSymlink {
-		if err == nil {
-			g.Close()
-		}
-		t.Errorf("Start with a symbolic link as its log: got %v, want an *UnsafeLogFileError for a symbolic link", err)
 	}
 }
 
@@ -554,18 +505,18 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	l := NewLog("sb", fs)
 	flood := func(n int) {
 		for range n {
-			l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: "noise.test", Port: 80, Action: "block"})
+			l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: "noise.test", Port: 80, Action: "block"})
 			clock.Advance(time.Millisecond)
 		}
 	}
 	flood(10_000)
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventClose, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
-	l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
+	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&Record{Event: EventClose, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
+	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
 	flood(10_000)
 	// Many targets: at most maxNovel of them are written over the rate.
 	for i := range 2 * maxNovel {
-		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
+		l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package gateway
+package decisionlog
 
 import (
 	"errors"
@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // ringLine is the line the ring tests write for seq.
@@ -254,7 +252,7 @@ func TestRingSubscribeConcurrent(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range each {
-				l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision, Host: "example.com"})
+				l.Emit(&Record{Event: EventDecision, Host: "example.com"})
 			}
 		})
 	}
@@ -315,7 +313,7 @@ func TestRingLaggingSubscriber(t *testing.T) {
 	defer l.Close()
 	_, sub := ring.Subscribe(0)
 	for range 5000 {
-		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision}) // must return although nobody reads
+		l.Emit(&Record{Event: EventDecision}) // must return although nobody reads
 	}
 	if err := l.Err(); err != nil {
 		t.Errorf("log Err: got %v, want nil (a lagging reader is not a sink error)", err)
@@ -375,7 +373,7 @@ func TestRingClose(t *testing.T) {
 
 func BenchmarkRingWriteRecord(b *testing.B) {
 	r := NewRing(0)
-	line := (&decisionlog.Record{Event: decisionlog.EventDecision, Host: "example.com"}).AppendJSON(nil)
+	line := (&Record{Event: EventDecision, Host: "example.com"}).AppendJSON(nil)
 	line = append(line, '\n')
 	b.ReportAllocs()
 	var seq uint64

@@ -1,4 +1,4 @@
-package gateway
+package decisionlog
 
 import (
 	"errors"
@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // A Sink receives the encoded records of a Log.
@@ -83,13 +81,13 @@ type budgetedSink interface {
 	// writeBudgeted is WriteRecord for r, encoded as line, which the sink
 	// may leave out when it is over budget (never a policy record). now
 	// is as for reserveDropped.
-	writeBudgeted(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error
+	writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error
 	// commitRecord is writeBudgeted for a record that lets a request be
 	// carried out: the record (after the dropped record reserved before
 	// it, if any) is in the file when it returns nil. When it cannot be
 	// written, the sink keeps neither record and returns the error, a
 	// *LogFileError.
-	commitRecord(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error
+	commitRecord(seq uint64, line []byte, r *Record, now time.Time) error
 	// unreserve gives back the dropped record reserved before a commit
 	// that failed.
 	unreserve()
@@ -120,7 +118,7 @@ const (
 // A sink's error does not stop the other sinks or later records; it is
 // counted by Errors and the first one is kept for Err. After Close, Emit
 // writes nothing and returns 0.
-func (l *Log) Emit(r *decisionlog.Record) uint64 {
+func (l *Log) Emit(r *Record) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -134,7 +132,7 @@ func (l *Log) Emit(r *decisionlog.Record) uint64 {
 		now = time.Now()
 		r.Time = now
 	}
-	policy := r.Event == decisionlog.EventPolicy
+	policy := r.Event == EventPolicy
 	for _, b := range l.budgets {
 		if b != nil && b.reserveDropped(l.seq+1, dropPointFor(policy), now) {
 			l.seq++
@@ -142,7 +140,7 @@ func (l *Log) Emit(r *decisionlog.Record) uint64 {
 	}
 	l.seq++
 	r.Seq = l.seq
-	r.V = decisionlog.SchemaVersion
+	r.V = SchemaVersion
 	r.Sandbox = l.sandbox
 	if len(l.sinks) == 0 {
 		return r.Seq
@@ -175,7 +173,7 @@ func (l *Log) Emit(r *decisionlog.Record) uint64 {
 // file sink leaves out over its budget is not an error: it is counted,
 // as Emit's are. Without a file sink, Commit is Emit. After Close it
 // returns an error wrapping ErrSinkClosed.
-func (l *Log) Commit(r *decisionlog.Record) (uint64, error) {
+func (l *Log) Commit(r *Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -196,7 +194,7 @@ func (l *Log) Commit(r *decisionlog.Record) (uint64, error) {
 	}
 	l.seq++
 	r.Seq = l.seq
-	r.V = decisionlog.SchemaVersion
+	r.V = SchemaVersion
 	r.Sandbox = l.sandbox
 	if len(l.sinks) == 0 {
 		return r.Seq, nil

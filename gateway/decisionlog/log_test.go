@@ -1,4 +1,4 @@
-package gateway
+package decisionlog
 
 import (
 	"bytes"
@@ -13,12 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
-
-// dlTestTime is not in UTC, so the tests see the encoder convert it.
-var dlTestTime = time.Date(2025, 3, 4, 5, 6, 7, 890123000, time.FixedZone("CET", 3600))
 
 // dlTestSink records what a Log writes to it and can be told to fail.
 type dlTestSink struct {
@@ -60,7 +55,7 @@ func (s *dlTestSink) Close() error {
 // without a full JSON decoder, which is slow under the race detector.
 func dlSeq(t testing.TB, line []byte) uint64 {
 	t.Helper()
-	_, after, ok := bytes.Cut(line, []byte(`"`+decisionlog.FieldSeq+`":`))
+	_, after, ok := bytes.Cut(line, []byte(`"`+FieldSeq+`":`))
 	if end := bytes.IndexAny(after, ",}"); ok && end > 0 {
 		if seq, err := strconv.ParseUint(string(after[:end]), 10, 64); err == nil {
 			return seq
@@ -74,17 +69,17 @@ func TestLogEmit(t *testing.T) {
 	sink := &dlTestSink{}
 	l := NewLog("sb1", sink, nil)
 	before := time.Now()
-	r1 := &decisionlog.Record{Event: decisionlog.EventDecision, Sandbox: "other", V: 7, Host: "a.example"}
+	r1 := &Record{Event: EventDecision, Sandbox: "other", V: 7, Host: "a.example"}
 	if got := l.Emit(r1); got != 1 {
 		t.Errorf("first Emit: got seq %d, want 1", got)
 	}
-	if r1.Seq != 1 || r1.V != decisionlog.SchemaVersion || r1.Sandbox != "sb1" {
-		t.Errorf("after Emit: got Seq %d, V %d, Sandbox %q, want 1, %d, %q", r1.Seq, r1.V, r1.Sandbox, decisionlog.SchemaVersion, "sb1")
+	if r1.Seq != 1 || r1.V != SchemaVersion || r1.Sandbox != "sb1" {
+		t.Errorf("after Emit: got Seq %d, V %d, Sandbox %q, want 1, %d, %q", r1.Seq, r1.V, r1.Sandbox, SchemaVersion, "sb1")
 	}
 	if r1.Time.Before(before) || r1.Time.After(time.Now()) {
 		t.Errorf("after Emit: got Time %v, want the time of the call", r1.Time)
 	}
-	r2 := &decisionlog.Record{Event: decisionlog.EventPolicy, Time: dlTestTime, Change: "rule gh added", PolicyVersion: 2}
+	r2 := &Record{Event: EventPolicy, Time: dlTestTime, Change: "rule gh added", PolicyVersion: 2}
 	if got := l.Emit(r2); got != 2 {
 		t.Errorf("second Emit: got seq %d, want 2", got)
 	}
@@ -107,7 +102,7 @@ func TestLogEmit(t *testing.T) {
 	if sink.closes != 1 {
 		t.Errorf("sink closed %d times, want 1", sink.closes)
 	}
-	if got := l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision}); got != 0 {
+	if got := l.Emit(&Record{Event: EventDecision}); got != 0 {
 		t.Errorf("Emit after Close: got seq %d, want 0", got)
 	}
 	if len(sink.lines) != 2 {
@@ -131,7 +126,7 @@ func TestLogSinkErrors(t *testing.T) {
 		t.Errorf("Err before any write: got %v, want nil", err)
 	}
 	for range 3 {
-		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+		l.Emit(&Record{Event: EventDecision})
 	}
 	if got := len(good.lines); got != 3 {
 		t.Errorf("good sink: got %d lines, want 3", got)
@@ -186,8 +181,8 @@ func TestLogConcurrentEmit(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
-				l.Emit(&decisionlog.Record{
-					Event: decisionlog.EventDecision, ID: strconv.Itoa(g) + "-" + strconv.Itoa(i), Kind: decisionlog.KindConnect,
+				l.Emit(&Record{
+					Event: EventDecision, ID: strconv.Itoa(g) + "-" + strconv.Itoa(i), Kind: KindConnect,
 					Method: "CONNECT", Host: "example.com", Port: 443, Action: "allow", Enforced: true,
 				})
 			}
@@ -231,7 +226,7 @@ func TestFileSinkCloseFlushes(t *testing.T) {
 	}
 	l := NewLog("sb", fs)
 	for range 3 {
-		l.Emit(&decisionlog.Record{Event: decisionlog.EventDecision})
+		l.Emit(&Record{Event: EventDecision})
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -411,14 +406,5 @@ func BenchmarkLogEmitOverBudget(b *testing.B) {
 	for b.Loop() {
 		rec.Time = time.Time{}
 		l.Emit(rec)
-	}
-}
-
-func dlBenchRecord() *decisionlog.Record {
-	return &decisionlog.Record{
-		ID: "1x2y", Event: decisionlog.EventDecision, Client: "10.213.0.2:51234", Kind: decisionlog.KindHTTP, Method: "GET",
-		Host: "registry.npmjs.org", Port: 80, Path: "/left-pad/-/left-pad-1.3.0.tgz", Action: "allow",
-		Enforced: true, Rule: "npm", Reason: "rule npm allows registry.npmjs.org", PolicyVersion: 3,
-		Status: 200,
 	}
 }

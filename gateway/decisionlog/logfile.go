@@ -1,4 +1,4 @@
-package gateway
+package decisionlog
 
 import (
 	"bytes"
@@ -13,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // Defaults of FileSinkOptions, and NoLimit, which turns a limit off.
@@ -328,6 +326,18 @@ func fileTypeName(t os.FileMode) string {
 	}
 }
 
+// SetWriteFunc makes s write its file through fn instead of
+// (*os.File).Write; nil restores that. It is the seam of the fault tests,
+// which make the file fail as a full or broken filesystem does.
+func (s *FileSink) SetWriteFunc(fn func(f *os.File, b []byte) (int, error)) {
+	if fn == nil {
+		fn = (*os.File).Write
+	}
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	s.writeTo = fn
+}
+
 // Name returns the name of the file, as passed to OpenFileSink.
 func (s *FileSink) Name() string { return s.path }
 
@@ -639,7 +649,7 @@ func (s *FileSink) clock(now time.Time) time.Time {
 // writeBudgeted writes the dropped record reserved for this record, if
 // any, then line, unless line is over the budget and policy is false.
 // now is the current time, or zero.
-func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error {
+func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -649,7 +659,7 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record,
 	if s.staged != nil {
 		s.writeStaged() // a failure puts the sink at fault
 	}
-	policy := r != nil && r.Event == decisionlog.EventPolicy
+	policy := r != nil && r.Event == EventPolicy
 	if e := s.fault.Load(); e != nil && !policy {
 		// Left out: what waits for the file stays bounded. A policy
 		// record, which says how the next records were decided, waits.
@@ -672,7 +682,7 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *decisionlog.Record,
 // returned). When the file cannot be written, neither record is kept (the
 // records left out stay uncounted for a later dropped record) and the
 // fault, a *LogFileError, is returned.
-func (s *FileSink) commitRecord(seq uint64, line []byte, r *decisionlog.Record, now time.Time) error {
+func (s *FileSink) commitRecord(seq uint64, line []byte, r *Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -715,7 +725,7 @@ func (s *FileSink) unreserve() {
 // out. Over the rate, a record for a target the flood has not shown yet
 // is still written (see novel): a flood of requests to one place cannot
 // hide one to another. now is the current time, or zero. s.mu is held.
-func (s *FileSink) admit(n int, r *decisionlog.Record, now time.Time) bool {
+func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
 	if int64(n) > s.maxBytes-s.size {
 		s.leaveOut(s.clock(now), &s.overSize)
 		return false
@@ -746,7 +756,7 @@ const maxNovel = 4096
 // action) not seen since the rate's bucket was last full, and remembers
 // it: once a flood has had maxNovel targets written this way, none is.
 // The targets are forgotten when the bucket fills again. s.mu is held.
-func (s *FileSink) novel(r *decisionlog.Record) bool {
+func (s *FileSink) novel(r *Record) bool {
 	if r == nil || r.Host == "" || len(s.flood) >= maxNovel {
 		return false // no target (a dropped or conn record), or too many
 	}
@@ -846,8 +856,8 @@ func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool 
 // stage encodes the dropped record numbered seq, made at now, for the
 // records left out so far. s.mu is held.
 func (s *FileSink) stage(seq uint64, now time.Time) {
-	r := decisionlog.Record{
-		V: decisionlog.SchemaVersion, Seq: seq, Event: decisionlog.EventDropped, Time: now, Since: s.since,
+	r := Record{
+		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: s.since,
 		Count: s.uncounted.Load(), Reason: s.dropReason(),
 	}
 	s.dropBuf = append(r.AppendJSON(s.dropBuf[:0]), '\n')

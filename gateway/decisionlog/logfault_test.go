@@ -1,0 +1,288 @@
+package decisionlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// flakyFile stands between a FileSink and its file: while err is set,
+// every write fails with it (after writing half of what it was given,
+// when partial is set, as a filesystem that fills up mid-write does).
+type flakyFile struct {
+	mu      sync.Mutex
+	err     error
+	partial bool
+}
+
+func (ff *flakyFile) set(err error, partial bool) {
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.err, ff.partial = err, partial
+}
+
+func (ff *flakyFile) write(f *os.File, b []byte) (int, error) {
+	ff.mu.Lock()
+	err, partial := ff.err, ff.partial
+	ff.mu.Unlock()
+	if err == nil {
+		return f.Write(b)
+	}
+	n := 0
+	if partial && len(b) > 1 {
+		n, _ = f.Write(b[:len(b)/2])
+	}
+	return n, &os.PathError{Op: "write", Path: f.Name(), Err: err}
+}
+
+// install makes fs write through ff.
+func (ff *flakyFile) install(fs *FileSink) {
+	fs.fileMu.Lock()
+	defer fs.fileMu.Unlock()
+	fs.writeTo = ff.write
+}
+
+// faultReports collects what a Log's ReportFileFaults is told.
+type faultReports struct {
+	ch chan error
+}
+
+func newFaultReports(l *Log) *faultReports {
+	r := &faultReports{ch: make(chan error, 100)}
+	l.ReportFileFaults(func(err error) { r.ch <- err })
+	return r
+}
+
+// next returns the next report, failing after 10 s without one.
+func (r *faultReports) next(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.ch:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fault was reported within 10 s")
+		return nil
+	}
+}
+
+// faultLine is what these tests read of a record.
+type faultLine struct {
+	Seq    uint64 `json:"seq"`
+	Event  string `json:"event"`
+	Action string `json:"action"`
+	Rule   string `json:"rule"`
+	Host   string `json:"host"`
+	Path   string `json:"path"`
+	Count  uint64 `json:"count"`
+	Reason string `json:"reason"`
+}
+
+// readFaultLines decodes every line of the log at path, failing on one
+// that is not a whole record (a torn write) or on seqs that do not
+// increase.
+func readFaultLines(t *testing.T, path string) []faultLine {
+	t.Helper()
+	var out []faultLine
+	for i, line := range dlReadLines(t, path) {
+		var r faultLine
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("line %d of %s is not a record (%v): %q", i+1, path, err, line)
+		}
+		if len(out) > 0 && r.Seq <= out[len(out)-1].Seq {
+			t.Fatalf("line %d of %s: seq %d after %d", i+1, path, r.Seq, out[len(out)-1].Seq)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestFaultLogCommitFailsThenSucceeds makes the file of a Log's FileSink
+// fail under a commit (half of the write reaching the file) and then work
+// again: the failed commits return the write's error and reach no sink,
+// records emitted meanwhile are left out and counted (but a policy
+// record, which waits), the fault and the recovery are reported once
+// each, and the file holds only whole records: none of a failed commit,
+// a dropped record naming the error, then the commit that worked.
+func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &flakyFile{}
+	ff.install(fs)
+	ring := NewRing(100)
+	l := NewLog("", fs, ring)
+	reports := newFaultReports(l)
+	decision := func(host string) *Record {
+		return &Record{Event: EventDecision, Kind: KindHTTP, Host: host, Action: "allow", Rule: "r1",
+			Reason: strings.Repeat("x", 300)}
+	}
+
+	if _, err := l.Commit(decision("before.test")); err != nil {
+		t.Fatalf("commit before the fault: %v", err)
+	}
+	l.Emit(&Record{Event: EventClose, Kind: KindHTTP, Host: "before.test"})
+
+	ff.set(syscall.ENOSPC, true)
+	for i := range 3 {
+		seq, err := l.Commit(decision("failed.test"))
+		var le *LogFileError
+		if !errors.As(err, &le) || !errors.Is(err, syscall.ENOSPC) || le.Path != path {
+			t.Fatalf("commit %d with the file full: got seq %d, %v; want a *LogFileError for %s wrapping ENOSPC", i, seq, err, path)
+		}
+		if !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), "free space") {
+			t.Errorf("the error does not name the cause and the fix: %v", err)
+		}
+		// The gateway logs the refusal instead.
+		l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: "failed.test", Action: "block", Rule: "guard", Reason: err.Error()})
+	}
+	// A policy record is kept for the file, as it says how the records
+	// after it were decided.
+	l.Emit(&Record{Event: EventPolicy, PolicyVersion: 2})
+	if err := reports.next(t); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("report of the fault: got %v, want ENOSPC", err)
+	}
+	if err := fs.Fault(); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Fault while the file is full: got %v, want ENOSPC", err)
+	}
+
+	ff.set(nil, false)
+	if _, err := l.Commit(decision("after.test")); err != nil {
+		t.Fatalf("commit once the file works: %v", err)
+	}
+	if err := reports.next(t); err != nil {
+		t.Fatalf("report of the recovery: got %v, want nil", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-reports.ch:
+		t.Errorf("one more report: %v", err)
+	default:
+	}
+
+	var got []string
+	for _, r := range readFaultLines(t, path) {
+		s := r.Event + " " + r.Action + " " + r.Host
+		if r.Event == EventDropped {
+			s = fmt.Sprintf("dropped %d", r.Count)
+			if !strings.Contains(r.Reason, "no space left on device") {
+				t.Errorf("the dropped record's reason does not name the error: %q", r.Reason)
+			}
+		}
+		got = append(got, s)
+	}
+	want := []string{"decision allow before.test", "close  before.test", "policy  ", "dropped 3", "decision allow after.test"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the file holds:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The other sinks never saw the failed commits' allows.
+	lines, _ := ring.Since(0, 100)
+	for _, line := range lines {
+		if bytes.Contains(line, []byte(`"failed.test"`)) && bytes.Contains(line, []byte(`"allow"`)) {
+			t.Errorf("the ring holds a failed commit: %s", line)
+		}
+	}
+}
+
+// TestFaultLogConcurrentCommits commits and emits records from many
+// goroutines while the file fails and works by turns, some writes failing
+// half-way, and full batches going to the file from the sink's goroutine:
+// the file ends up with exactly the commits that returned nil, whole
+// records only, in increasing seq order.
+func TestFaultLogConcurrentCommits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &flakyFile{}
+	ff.install(fs)
+	l := NewLog("", fs, NewRing(1000))
+	stop := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				ff.set(nil, false)
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			switch i % 3 {
+			case 0:
+				ff.set(syscall.EIO, i%2 == 0)
+			default:
+				ff.set(nil, false)
+			}
+		}
+	}()
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		committed = map[string]bool{}
+		failed    int
+	)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				host := fmt.Sprintf("h%d-%d.test", g, i)
+				_, err := l.Commit(&Record{Event: EventDecision, Host: host, Action: "allow", Reason: strings.Repeat("r", 200)})
+				mu.Lock()
+				if err == nil {
+					committed[host] = true
+				} else {
+					failed++
+				}
+				mu.Unlock()
+				// Enough to fill batches between commits, which the
+				// sink's goroutine writes.
+				for range 10 {
+					l.Emit(&Record{Event: EventClose, Host: host, Error: strings.Repeat("e", 500)})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-flipped
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close once the file works: %v", err)
+	}
+	logged := map[string]bool{}
+	for _, r := range readFaultLines(t, path) {
+		if r.Event == EventDecision {
+			if logged[r.Host] {
+				t.Errorf("%s is in the file twice", r.Host)
+			}
+			logged[r.Host] = true
+		}
+	}
+	for h := range committed {
+		if !logged[h] {
+			t.Errorf("the commit of %s returned nil, but it is not in the file", h)
+		}
+	}
+	for h := range logged {
+		if !committed[h] {
+			t.Errorf("the commit of %s failed, but it is in the file", h)
+		}
+	}
+	t.Logf("%d commits written, %d refused", len(committed), failed)
+	if failed == 0 || len(committed) == 0 {
+		t.Errorf("%d commits written and %d refused: want both, or the test did not test", len(committed), failed)
+	}
+}
