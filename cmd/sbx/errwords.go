@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -29,14 +30,14 @@ var cliWordings = []func(err error) (lib, cli string, ok bool){
 		return e.Error(), fmt.Sprintf("--resolve %q: %v", e.Value, e.Err), true
 	},
 	func(err error) (string, string, bool) {
-		var e *gateway.UnsafeLogFileError
+		var e *decisionlog.UnsafeLogFileError
 		if !errors.As(err, &e) {
 			return "", "", false
 		}
 		return e.Error(), e.Say("another --log path"), true
 	},
 	func(err error) (string, string, bool) {
-		var e *gateway.NonEmptyLogFileError
+		var e *decisionlog.NonEmptyLogFileError
 		if !errors.As(err, &e) {
 			return "", "", false
 		}

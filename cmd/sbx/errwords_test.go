@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -36,11 +37,11 @@ func TestCLIMessage(t *testing.T) {
 	}{
 		{static, `--resolve "api.test": want HOST=IP, e.g. --resolve api.test=203.0.113.7`},
 		{badIP, `--resolve "a.test=nowhere": "nowhere" is not an IP address`},
-		{fmt.Errorf("starting the gateway: %w", &gateway.UnsafeLogFileError{Path: "/x/y", Type: os.ModeSymlink}),
+		{fmt.Errorf("starting the gateway: %w", &decisionlog.UnsafeLogFileError{Path: "/x/y", Type: os.ModeSymlink}),
 			"starting the gateway: decision log /x/y: is a symbolic link; sbx never follows one there (a sandbox could have planted it): remove it or choose another --log path"},
-		{&gateway.UnsafeLogFileError{Path: "/x/y", Type: os.ModeDir},
+		{&decisionlog.UnsafeLogFileError{Path: "/x/y", Type: os.ModeDir},
 			"decision log /x/y: is a directory: name a file in it, or choose another --log path"},
-		{&gateway.NonEmptyLogFileError{Path: "/x/y", Size: 12},
+		{&decisionlog.NonEmptyLogFileError{Path: "/x/y", Size: 12},
 			"decision log /x/y: holds 12 bytes already (an earlier run's records?), and sbx does not add to a log unless asked: choose another --log path, or give --log-append to add this run's records to it"},
 		{fmt.Errorf("reserving a subnet: %w", &sandbox.PoolExhaustedError{Pool: netip.MustParsePrefix("10.213.0.0/28")}),
 			"reserving a subnet: every /30 of 10.213.0.0/28 is in use (run sbx gc to free leftovers of crashed runs, or give --subnet-pool a larger network): subnet pool exhausted"},
