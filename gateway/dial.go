@@ -252,7 +252,7 @@ func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16)
 	return nil, combine(errs...)
 }
 
-// upstreamStatus maps an upstream error to the status of §4.3: a DNS
+// upstreamStatus maps an upstream error to the status of docs/gateway.md (HTTP forward): a DNS
 // failure is 502 whatever its cause; a dial or response timeout is 504;
 // anything else (refused, reset) is 502.
 func upstreamStatus(err error, resolving bool) int {
