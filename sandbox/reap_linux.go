@@ -19,6 +19,12 @@ import (
 // to be gone.
 const reapTimeout = 10 * time.Second
 
+// shimSettle is how long no shim of a container must show up before
+// killWithoutRuntime takes it that none will: the shim's own start
+// process forks its daemon after the runtime asked for it, even when the
+// runtime died meanwhile.
+const shimSettle = 500 * time.Millisecond
+
 // errProcessesLeft is killWithoutRuntime's failure to empty a container's
 // cgroup.
 var errProcessesLeft = errors.New("processes left in the container's cgroup")
@@ -110,11 +116,21 @@ func reapContainer(id, namespace, socket string, paths []string) error {
 	var errs *multierror.Error
 	var killed []int
 	var sockets []string
-	for _, shim := range findShims(id, namespace, socket) {
-		sockets = append(sockets, boundSockets(shim)...)
-		killed = append(killed, killTree(shim)...)
-	}
 	deadline := time.Now().Add(reapTimeout)
+	// A runtime killed while it started the shim leaves its "start"
+	// process to fork the shim's daemon a moment later: the shims are
+	// looked for until none has shown up for shimSettle.
+	for quietSince := time.Now(); time.Since(quietSince) < shimSettle && time.Now().Before(deadline); {
+		shims := findShims(id, namespace, socket)
+		if len(shims) > 0 {
+			quietSince = time.Now()
+		}
+		for _, shim := range shims {
+			sockets = append(sockets, boundSockets(shim)...)
+			killed = append(killed, killTree(shim)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, p := range killed {
 		for alive(p) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
