@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/sbx-dev/sbx/netpolicy/strictyaml"
 )
 
 // Exit codes of every sbx command.
@@ -243,7 +245,7 @@ func suggestFlags(fs *pflag.FlagSet, typed string) []string {
 		if f.Hidden || f.Deprecated != "" {
 			return
 		}
-		d := levenshtein(typed, f.Name)
+		d := strictyaml.EditDistance(typed, f.Name)
 		if len(typed) >= 3 && strings.HasPrefix(f.Name, typed) {
 			d = min(d, 1)
 		}
@@ -256,25 +258,4 @@ func suggestFlags(fs *pflag.FlagSet, typed string) []string {
 		}
 	})
 	return names
-}
-
-// levenshtein is the edit distance between a and b, in bytes.
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -324,15 +324,17 @@ func containsStr(list []string, s string) bool {
 func suggest(s string, known []string) string {
 	best, bestDist := "", 3
 	for _, k := range known {
-		if dist := editDistance(strings.ToLower(s), k); dist < bestDist {
+		if dist := EditDistance(strings.ToLower(s), k); dist < bestDist {
 			best, bestDist = k, dist
 		}
 	}
 	return best
 }
 
-// editDistance is the Levenshtein distance of two short strings.
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance of two short strings, in
+// bytes: what the decoder's "did you mean" for unknown fields goes by, and
+// the CLI's for unknown flags.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
