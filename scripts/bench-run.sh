@@ -43,17 +43,17 @@ took() {
 median() { sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 
 # One warm-up of each, so neither pays for cold caches alone.
-"$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true
+"$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true
 ctr -n sbxbench run --rm --rootfs "$root" sbxbench-warm /bin/true
-"$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" -- true
+"$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" --log-append -- true
 docker run --rm --network none "$image" /bin/true
 
 # The two alternate, so that both see the same machine (its load drifts).
 for i in $(seq "$runs"); do
-	took "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" -- true >>"$work/sbx.us"
+	took "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true >>"$work/sbx.us"
 	took ctr -n sbxbench run --rm --rootfs "$root" "sbxbench-$$-$i" /bin/true >>"$work/ctr.us"
 	took ctr -n sbxbench run --rm --seccomp --rootfs "$root" "sbxbench-$$-s$i" /bin/true >>"$work/ctrsec.us"
-	took "$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" -- true >>"$work/sbxdocker.us"
+	took "$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" --log-append -- true >>"$work/sbxdocker.us"
 	took docker run --rm --network none "$image" /bin/true >>"$work/docker.us"
 done
 sbxdocker_us=$(median <"$work/sbxdocker.us")
