@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -352,84 +351,17 @@ func sandboxLog(o auditOptions, ref string) (string, error) {
 	return path, nil
 }
 
-// writeOutput writes data to w when path is empty or "-", else to path:
-//   - a new path, or an existing regular file, through a temporary file
-//     renamed over it, so that path is never half written; an existing
-//     file keeps its permissions, a new one is made 0644;
-//   - a named pipe or a character device (such as /dev/stdout), written
-//     directly, without creating or renaming anything;
-//   - a symbolic link is refused (the real path is asked for, so that no
-//     link the output's directory holds decides where a report goes), and
-//     so is anything else.
+// writeOutput writes data to w when path is empty or "-", else to path as
+// run.WriteFile writes it (never half written, straight into a pipe or
+// device); what it refuses at path is a usage error of -o.
 func writeOutput(w io.Writer, path string, data []byte) error {
 	if path == "" || path == "-" {
 		_, err := w.Write(data)
 		return err
 	}
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return replaceFile(path, data, 0o644)
-	case err != nil:
-		return fmt.Errorf("writing %s: %w", path, err)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a symbolic link: give the path of the file itself", path)}
-	case fi.Mode().IsRegular():
-		return replaceFile(path, data, fi.Mode().Perm())
-	case isPipeOrCharDevice(fi.Mode()):
-		return writeDirect(path, data)
-	case fi.IsDir():
-		return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is a directory: give a file name", path)}
+	err := run.WriteFile(path, data)
+	if oe := (*run.OutputPathError)(nil); errors.As(err, &oe) {
+		return &exitError{code: exitUsage, err: fmt.Errorf("-o %w", err)}
 	}
-	return &exitError{code: exitUsage, err: fmt.Errorf("-o %s is not a regular file, a named pipe or a character device: give a file name", path)}
-}
-
-func isPipeOrCharDevice(m fs.FileMode) bool {
-	return m.Type() == fs.ModeNamedPipe || m.Type() == fs.ModeDevice|fs.ModeCharDevice
-}
-
-// replaceFile writes data to a temporary file in path's directory and
-// renames it over path, with permissions perm.
-func replaceFile(path string, data []byte, perm fs.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
-// writeDirect writes data to the named pipe or character device at path,
-// which it opens without following a link and checks again once open.
-func writeDirect(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if fi, err := f.Stat(); err != nil || !isPipeOrCharDevice(fi.Mode()) {
-		f.Close()
-		return fmt.Errorf("writing %s: it changed while sbx audit opened it; try again", path)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return err
 }

@@ -72,7 +72,7 @@ func writeRecordings(rs []recording, note func(Note)) []error {
 		turns := r.rec.Turns()
 		err := mockllm.WriteScript(&b, turns)
 		if err == nil {
-			err = writeScript(r.Path, b.Bytes())
+			err = WriteFile(r.Path, b.Bytes())
 		}
 		if err != nil {
 			errs = append(errs, &RecordingError{Host: r.Host, Path: r.Path, Err: err})
@@ -83,11 +83,16 @@ func writeRecordings(rs []recording, note func(Note)) []error {
 	return errs
 }
 
-// writeScript writes data to path: over a regular file (or where none is)
-// by renaming a temporary file in its directory over it, keeping its
-// permissions; straight into a named pipe or character device. A link, a
-// directory or anything else is refused.
-func writeScript(path string, data []byte) error {
+// WriteFile writes data to path, a file the user named for output (a
+// recorded script, a report): a new path or an existing regular file
+// through a temporary file renamed over it, so that path is never half
+// written (an existing file keeps its permissions, a new one is 0644); a
+// named pipe or a character device (such as /dev/stdout) directly,
+// without creating or renaming anything. A symbolic link (the real path
+// is asked for, so that no link in the output's directory decides where
+// the data goes), a directory or anything else is refused with an
+// *OutputPathError.
+func WriteFile(path string, data []byte) error {
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -95,16 +100,25 @@ func writeScript(path string, data []byte) error {
 	case err != nil:
 		return fmt.Errorf("writing %s: %w", path, err)
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symbolic link: give the path of the file itself", path)
+		return &OutputPathError{Path: path, Is: "a symbolic link", Fix: "give the path of the file itself"}
 	case fi.Mode().IsRegular():
 		return replaceFile(path, data, fi.Mode().Perm())
 	case isPipeOrCharDevice(fi.Mode()):
 		return writeDirect(path, data)
 	case fi.IsDir():
-		return fmt.Errorf("%s is a directory: give a file name", path)
+		return &OutputPathError{Path: path, Is: "a directory", Fix: "give a file name"}
 	}
-	return fmt.Errorf("%s is not a regular file, a named pipe or a character device: give a file name", path)
+	return &OutputPathError{Path: path, Is: "not a regular file, a named pipe or a character device", Fix: "give a file name"}
 }
+
+// OutputPathError is WriteFile's refusal of what is at Path.
+type OutputPathError struct {
+	Path string
+	Is   string // what is there: "a symbolic link", "a directory", ...
+	Fix  string
+}
+
+func (e *OutputPathError) Error() string { return e.Path + " is " + e.Is + ": " + e.Fix }
 
 func isPipeOrCharDevice(m fs.FileMode) bool {
 	return m.Type() == fs.ModeNamedPipe || m.Type() == fs.ModeDevice|fs.ModeCharDevice

@@ -42,7 +42,7 @@ func TestWriteRecordings(t *testing.T) {
 		}
 	}
 	os.Symlink(filepath.Join(dir, "a.yaml"), filepath.Join(dir, "link.yaml"))
-	if err := writeScript(filepath.Join(dir, "link.yaml"), []byte("x")); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+	if err := WriteFile(filepath.Join(dir, "link.yaml"), []byte("x")); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("writing through a link: got %v, want a refusal", err)
 	}
 }
