@@ -13,24 +13,6 @@ import (
 // write where such tools write (/tmp, HOME, /run, the working directory),
 // as whichever user the command runs as.
 
-// ownedDir makes a directory of mode 0755 that belongs to uid:gid, in a
-// parent every user can enter (t.TempDir's parent is root's, mode 0700).
-func ownedDir(t *testing.T, uid, gid int) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "sbx-work-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestPrivilegedWritablePlaces writes every place a --rootfs host sandbox
 // gives its command to write, as nobody, as a normal uid and as --user 0:
 // /tmp is 1777 and root's, HOME 0700 and the user's, /run the user's, and
@@ -60,7 +42,7 @@ d=$(mktemp -d) && echo "mktemp-d=$d"`
 		{"--user 0", 0, []string{"--user", "0"}, 0, "700 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			work := ownedDir(t, tc.owner, tc.owner)
+			work := sharedDir(t, tc.owner, tc.owner, 0o755)
 			t.Chdir(work)
 			args := append([]string{"run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.236.0/24",
 				"--log", filepath.Join(state, strings.ReplaceAll(tc.name, " ", "-")+".jsonl")}, tc.extra...)
@@ -103,7 +85,7 @@ func TestPrivilegedRealToolsAsAUser(t *testing.T) {
 			t.Fatalf("%s is missing: this test runs the real tool (scripts/test.sh installs git and python3; Node.js and npm come with the machine): %v", tool, err)
 		}
 	}
-	work := ownedDir(t, 1000, 1000)
+	work := sharedDir(t, 1000, 1000, 0o755)
 	// The package, packed by npm on the host as its author would.
 	pkg := filepath.Join(t.TempDir(), "pkg")
 	os.MkdirAll(pkg, 0o755)

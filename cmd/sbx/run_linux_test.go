@@ -382,16 +382,7 @@ func TestPrivilegedKillAndGC(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "removed sandbox "+id) {
 		t.Fatalf("sbx gc: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if _, err := os.Stat("/var/run/netns/sbx-" + id); !os.IsNotExist(err) {
-		t.Errorf("namespace left: %v", err)
-	}
-	if _, err := netlink.LinkByName("sbxh" + id); err == nil {
-		t.Errorf("veth left")
-	}
-	rules, _ := exec.Command("iptables", "-S").Output()
-	if strings.Contains(string(rules), "sbx:"+id) {
-		t.Errorf("rules left:\n%s", rules)
-	}
+	checkNothingLeft(t, id)
 	ctrs, _ := exec.Command("ctr", "-n", "sbx", "containers", "list", "-q").Output()
 	if strings.Contains(string(ctrs), id) {
 		t.Errorf("container left: %s", ctrs)
