@@ -23,6 +23,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -68,10 +69,34 @@ func LoadOrCreateToken(path string) (string, error) {
 	return tok, f.Close()
 }
 
+// apiGateway is what the management API acts on (api.Gateway): the
+// server's policy store, counters, metrics and mocks.
+type apiGateway struct{ s *Server }
+
+var _ api.Gateway = apiGateway{}
+
+func (g apiGateway) Store() *netpolicy.Store { return g.s.Store() }
+
+func (g apiGateway) Counts() api.Counts {
+	allowed, blocked, intercepted, tunnels := g.s.Metrics().Counts()
+	return api.Counts{Allowed: allowed, Blocked: blocked, Intercepted: intercepted, OpenTunnels: tunnels}
+}
+
+func (g apiGateway) Metrics() http.Handler {
+	return promhttp.HandlerFor(g.s.Metrics().Registry, promhttp.HandlerOpts{})
+}
+
+func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
+	return g.s.cfg.MockLLM, g.s.cfg.LLMScripts
+}
+
 // APIConfig configures the management API (docs/api.md).
 type APIConfig struct {
-	// Server is the gateway the API manages. Required.
-	Server *Server
+	// Gateway is what the API acts on. Required.
+	Gateway api.Gateway
+	// Sandbox is the sandbox's id, for /v1/status; "" for a standalone
+	// gateway.
+	Sandbox string
 	// Token is the bearer token every path but /healthz needs. Required.
 	Token string
 	// Ring holds the recent decisions served at /v1/decisions; nil serves
@@ -91,8 +116,8 @@ type API struct {
 
 // NewAPI returns the management API for cfg.
 func NewAPI(cfg APIConfig) (*API, error) {
-	if cfg.Server == nil || cfg.Token == "" {
-		return nil, errors.New("gateway: APIConfig needs Server and Token")
+	if cfg.Gateway == nil || cfg.Token == "" {
+		return nil, errors.New("gateway: APIConfig needs Gateway and Token")
 	}
 	a := &API{cfg: cfg, token: sha256.Sum256([]byte(cfg.Token)), started: time.Now(), mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
@@ -105,7 +130,7 @@ func NewAPI(cfg APIConfig) (*API, error) {
 	a.mux.HandleFunc("POST /v1/mock/expect", a.auth(a.mockExpect))
 	a.mux.HandleFunc("GET /v1/mock/requests", a.auth(a.mockRequests))
 	a.mux.HandleFunc("DELETE /v1/mock", a.auth(a.mockReset))
-	metrics := promhttp.HandlerFor(cfg.Server.Metrics().Registry, promhttp.HandlerOpts{})
+	metrics := cfg.Gateway.Metrics()
 	a.mux.HandleFunc("GET /metrics", a.auth(metrics.ServeHTTP))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
@@ -195,22 +220,21 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 func (a *API) status(w http.ResponseWriter, _ *http.Request) {
-	allowed, blocked, intercepted, tunnels := a.cfg.Server.Metrics().Counts()
-	snap := a.cfg.Server.Store().Load()
+	snap := a.cfg.Gateway.Store().Load()
 	writeJSON(w, http.StatusOK, api.Status{
 		Gateway:       a.cfg.ProxyAddrs,
-		Sandbox:       a.cfg.Server.cfg.Sandbox,
+		Sandbox:       a.cfg.Sandbox,
 		UptimeSeconds: int64(time.Since(a.started).Seconds()),
 		PolicyVersion: snap.Version(),
 		Mode:          snap.Policy().Mode(),
-		Counts:        api.Counts{Allowed: allowed, Blocked: blocked, Intercepted: intercepted, OpenTunnels: tunnels},
+		Counts:        a.cfg.Gateway.Counts(),
 	})
 }
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 
 func (a *API) getPolicy(w http.ResponseWriter, _ *http.Request) {
-	snap := a.cfg.Server.Store().Load()
+	snap := a.cfg.Gateway.Store().Load()
 	w.Header().Set("ETag", etag(snap.Version()))
 	writeJSON(w, http.StatusOK, api.Policy{Version: snap.Version(), Policy: snap.Policy().Spec()})
 }
@@ -293,7 +317,7 @@ func (a *API) putPolicy(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, nil, err
 		}
-		snap, err := a.cfg.Server.Store().Replace(spec, want)
+		snap, err := a.cfg.Gateway.Store().Replace(spec, want)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -307,7 +331,7 @@ func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, nil, err
 		}
-		snap, added, err := a.cfg.Server.Store().AddRule(rule, pos, want)
+		snap, added, err := a.cfg.Gateway.Store().AddRule(rule, pos, want)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -317,7 +341,7 @@ func (a *API) addRule(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) removeRule(w http.ResponseWriter, r *http.Request) {
 	a.change(w, r, http.StatusOK, func(want uint64, _ []byte) (*netpolicy.Snapshot, any, error) {
-		snap, err := a.cfg.Server.Store().RemoveRule(r.PathValue("id"), want)
+		snap, err := a.cfg.Gateway.Store().RemoveRule(r.PathValue("id"), want)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -52,13 +52,14 @@ func journaled(j mockllm.Journaled) api.MockRequest {
 
 // mocks returns every mock: the mocked hosts, sorted, then the policy's
 // scripts, sorted.
-func (s *Server) mocks() []mockRef {
+func (a *API) mocks() []mockRef {
+	hosts, scripts := a.cfg.Gateway.Mocks()
 	var refs []mockRef
-	for _, h := range slices.Sorted(maps.Keys(s.cfg.MockLLM)) {
-		refs = append(refs, mockRef{host: h, m: s.cfg.MockLLM[h]})
+	for _, h := range slices.Sorted(maps.Keys(hosts)) {
+		refs = append(refs, mockRef{host: h, m: hosts[h]})
 	}
-	for _, n := range slices.Sorted(maps.Keys(s.cfg.LLMScripts)) {
-		refs = append(refs, mockRef{script: n, m: s.cfg.LLMScripts[n]})
+	for _, n := range slices.Sorted(maps.Keys(scripts)) {
+		refs = append(refs, mockRef{script: n, m: scripts[n]})
 	}
 	return refs
 }
@@ -76,8 +77,7 @@ func labels(refs []mockRef) string {
 // there are none and returns nil. With neither, one mock is that mock;
 // every mock, when all are allowed.
 func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef {
-	s := a.cfg.Server
-	refs := s.mocks()
+	refs := a.mocks()
 	if len(refs) == 0 {
 		writeError(w, http.StatusNotFound, "this gateway mocks no LLM; start it with --mock-llm HOST=SCRIPT, or with a policy whose intercept rules answer with response: {llm: SCRIPT}")
 		return nil

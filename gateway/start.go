@@ -155,7 +155,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })
 	}
 	if len(apiLns) > 0 {
-		api, err := NewAPI(APIConfig{Server: srv, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
+		api, err := NewAPI(APIConfig{Gateway: apiGateway{srv}, Sandbox: o.Sandbox, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
 		if err != nil {
 			return nil, err
 		}
