@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -111,7 +112,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	var apiLns []net.Listener
 	var token string
 	if len(o.API) > 0 {
-		if token, err = LoadOrCreateToken(o.TokenFile); err != nil {
+		if token, err = api.LoadOrCreateToken(o.TokenFile); err != nil {
 			return nil, err
 		}
 	}
@@ -155,12 +156,12 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })
 	}
 	if len(apiLns) > 0 {
-		api, err := NewAPI(APIConfig{Gateway: apiGateway{srv}, Sandbox: o.Sandbox, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
+		as, err := api.NewServer(api.ServerConfig{Gateway: apiGateway{srv}, Sandbox: o.Sandbox, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})
 		if err != nil {
 			return nil, err
 		}
 		for _, aln := range apiLns {
-			g.serve(func() error { return api.Serve(ctx, aln) })
+			g.serve(func() error { return as.Serve(ctx, aln) })
 		}
 	}
 	return g, nil
@@ -250,4 +251,13 @@ func (g *Gateway) Close() error {
 	errs = append(errs, g.errs...)
 	g.errMu.Unlock()
 	return combine(errs...)
+}
+
+// parseAddrPort returns a TCP listener's address.
+func parseAddrPort(addr net.Addr) (ap netip.AddrPort, err error) {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return ap, errors.New("not a TCP address")
+	}
+	return unmapAddrPort(tcp.AddrPort()), nil
 }

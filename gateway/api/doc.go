@@ -1,10 +1,17 @@
-// Package api is the management API's wire (docs/api.md): the requests
-// and answers that the gateway's API encodes and its clients decode, the
-// error body, and Client, a typed client of every endpoint.
+// Package api is the management API (docs/api.md): its wire, the requests
+// and answers of every endpoint and the error body; Client, a typed
+// client of every endpoint; and Server, the API itself, which package
+// gateway serves.
 //
-// The JSON of these types is a contract: field names and shapes do not
-// change. The package imports netpolicy (a policy is a netpolicy.Spec, a
-// rule a netpolicy.Rule) and nothing else of sbx, so that any program can
-// talk to a gateway without linking one; a mock's journal entry is
-// MockRequest here, the same fields as mockllm.Journaled.
+// The JSON of the wire types is a contract: field names and shapes do not
+// change. A mock's journal entry is MockRequest here, the same fields as
+// mockllm.Journaled.
+//
+// The server acts on a Gateway, an interface this package declares and
+// package gateway implements over its proxy: the policy store, the
+// counters, the metrics and the mock LLMs. So the package imports
+// netpolicy (a policy is a netpolicy.Spec, a rule a netpolicy.Rule), the
+// decision log (whose ring /v1/decisions serves) and the mock LLM (whose
+// scripts /v1/mock/expect decodes), and never the gateway: any program
+// can talk to a gateway without linking one.
 package api

@@ -1,4 +1,4 @@
-package gateway
+package api
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -42,8 +41,8 @@ func (r mockRef) names() (host, mock, script string) {
 }
 
 // journaled is a mock's journal entry as the API answers it.
-func journaled(j mockllm.Journaled) api.MockRequest {
-	return api.MockRequest{
+func journaled(j mockllm.Journaled) MockRequest {
+	return MockRequest{
 		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect),
 		Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
 		Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
@@ -52,7 +51,7 @@ func journaled(j mockllm.Journaled) api.MockRequest {
 
 // mocks returns every mock: the mocked hosts, sorted, then the policy's
 // scripts, sorted.
-func (a *API) mocks() []mockRef {
+func (a *Server) mocks() []mockRef {
 	hosts, scripts := a.cfg.Gateway.Mocks()
 	var refs []mockRef
 	for _, h := range slices.Sorted(maps.Keys(hosts)) {
@@ -76,7 +75,7 @@ func labels(refs []mockRef) string {
 // mockOf returns the mocks r's ?host= or ?script= names, or answers why
 // there are none and returns nil. With neither, one mock is that mock;
 // every mock, when all are allowed.
-func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef {
+func (a *Server) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef {
 	refs := a.mocks()
 	if len(refs) == 0 {
 		writeError(w, http.StatusNotFound, "this gateway mocks no LLM; start it with --mock-llm HOST=SCRIPT, or with a policy whose intercept rules answer with response: {llm: SCRIPT}")
@@ -119,7 +118,7 @@ func (a *API) mockOf(w http.ResponseWriter, r *http.Request, all bool) []mockRef
 // queued, 400 naming each problem and queueing none. ?name= names the
 // body in messages and in the turns' origins ("body" when absent), such
 // as the file the CLI read it from.
-func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
+func (a *Server) mockExpect(w http.ResponseWriter, r *http.Request) {
 	refs := a.mockOf(w, r, false)
 	if refs == nil {
 		return
@@ -147,19 +146,19 @@ func (a *API) mockExpect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ans := api.MockQueued{Queued: len(turns)}
+	ans := MockQueued{Queued: len(turns)}
 	ans.Host, ans.Mock, ans.Script = m.names()
 	writeJSON(w, http.StatusOK, ans)
 }
 
 // mockRequests answers the mock's journal, oldest first, bodies included.
-func (a *API) mockRequests(w http.ResponseWriter, r *http.Request) {
+func (a *Server) mockRequests(w http.ResponseWriter, r *http.Request) {
 	refs := a.mockOf(w, r, false)
 	if refs == nil {
 		return
 	}
 	journal := refs[0].m.Requests()
-	ans := api.MockRequests{Requests: make([]api.MockRequest, len(journal))}
+	ans := MockRequests{Requests: make([]MockRequest, len(journal))}
 	for i, j := range journal {
 		ans.Requests[i] = journaled(j)
 	}
@@ -168,7 +167,7 @@ func (a *API) mockRequests(w http.ResponseWriter, r *http.Request) {
 }
 
 // mockReset restarts the named mock's script, or every mock's.
-func (a *API) mockReset(w http.ResponseWriter, r *http.Request) {
+func (a *Server) mockReset(w http.ResponseWriter, r *http.Request) {
 	refs := a.mockOf(w, r, true)
 	if refs == nil {
 		return
@@ -178,5 +177,13 @@ func (a *API) mockReset(w http.ResponseWriter, r *http.Request) {
 		m.m.Reset()
 		reset[i] = m.label()
 	}
-	writeJSON(w, http.StatusOK, api.MockReset{Reset: reset})
+	writeJSON(w, http.StatusOK, MockReset{Reset: reset})
+}
+
+// truncate cuts s to at most n bytes for a message, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
