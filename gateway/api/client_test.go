@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -96,5 +97,26 @@ func TestClientErrors(t *testing.T) {
 				t.Errorf("got %+v, want %+v", *ae, *tc.wantAPI)
 			}
 		})
+	}
+}
+
+// TestAPIClientUnreachable: an API that does not answer is an error that
+// names its address, not an *Error; an answer that is not the API's
+// JSON says so.
+func TestAPIClientUnreachable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "gone.sock")
+	c, err := NewClient("unix:"+sock, "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Status(context.Background())
+	var ae *Error
+	if err == nil || errors.As(err, &ae) || !strings.Contains(err.Error(), sock) {
+		t.Errorf("Status of a socket nobody serves: got %v, want an error naming %s", err, sock)
+	}
+	for _, addr := range []string{"unix:", "no-port", ""} {
+		if _, err := NewClient(addr, "token"); err == nil {
+			t.Errorf("NewClient(%q): got no error, want one", addr)
+		}
 	}
 }
