@@ -50,7 +50,7 @@ over. With several mocks, name one with --host or --script.`,
 		Args: subcommandArgs,
 		RunE: showHelp,
 	}
-	cmd.AddCommand(newMockExpectCmd(), newMockRequestsCmd(), newMockResetCmd())
+	cmd.AddCommand(newMockExpectCmd(), newMockRequestsCmd(), newMockResetCmd(), newMockInitCmd())
 	return cmd
 }
 
