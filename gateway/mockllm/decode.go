@@ -146,7 +146,7 @@ var (
 	turnFields     = []string{"match", "reply", "fault", "times"}
 	matchFields    = []string{"model", "user", "user_regexp", "tool_result"}
 	replyFields    = []string{"text", "tool_calls", "stop_reason", "usage", "chunk_size", "chunk_delay_ms", "raw"}
-	toolCallFields = []string{"id", "name", "input"}
+	toolCallFields = []string{"id", "name", "input", "custom"}
 	usageFields    = []string{"input_tokens", "output_tokens"}
 	rawFields      = []string{"dialect", "events", "body"}
 	faultFields    = []string{"status", "headers", "body", "delay_ms", "disconnect_after_bytes", "disconnect_after_events", "stall"}
@@ -174,9 +174,17 @@ func (d *decoder) turn(n *yaml.Node, what string) (Turn, bool) {
 		lines[key] = k.Line
 		switch key {
 		case "times":
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!str" && v.Value == "unlimited" {
+				t.Times = Unlimited
+				return
+			}
+			if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+				d.errorf(v.Line, "%s: times: %q: want a number of requests, or unlimited", what, v.Value)
+				return
+			}
 			if n, ok := d.Int(v, what+": times"); ok {
 				if n < 1 {
-					d.errorf(v.Line, "%s: times: %d: want 1 or more (leave it out for 1)", what, n)
+					d.errorf(v.Line, "%s: times: %d: want 1 or more, or unlimited (leave it out for 1)", what, n)
 				}
 				t.Times = n
 			}
@@ -289,12 +297,20 @@ func (d *decoder) toolCall(n *yaml.Node, what string) ToolCall {
 			c.Name, _ = d.Str(v, what+": name")
 		case "input":
 			if v.Kind != yaml.MappingNode {
+				if v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+					d.errorf(v.Line, "%s: input must be a mapping of argument names to values; for the input text of a custom tool (OpenAI Responses), write custom: in its place", what)
+					return
+				}
 				d.errorf(v.Line, "%s: input must be a mapping of argument names to values", what)
 				return
 			}
 			var b bytes.Buffer
 			if d.toJSON(&b, v, what+": input", 0) {
 				c.Input = json.RawMessage(b.Bytes())
+			}
+		case "custom":
+			if s, ok := d.Str(v, what+": custom"); ok {
+				c.Custom = &s
 			}
 		}
 	})

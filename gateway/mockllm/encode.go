@@ -68,6 +68,9 @@ func turnNode(t *Turn) *yaml.Node {
 				if len(c.Input) > 0 {
 					add(cn, "input", jsonNode(c.Input))
 				}
+				if c.Custom != nil {
+					add(cn, "custom", exactStr(*c.Custom))
+				}
 				calls.Content = append(calls.Content, cn)
 			}
 			add(rn, "tool_calls", calls)
@@ -132,8 +135,11 @@ func turnNode(t *Turn) *yaml.Node {
 		}
 		add(n, "fault", fn)
 	}
-	if t.Times > 1 {
+	switch {
+	case t.Times > 1:
 		add(n, "times", intNode(t.Times))
+	case t.Times == Unlimited:
+		add(n, "times", str("unlimited"))
 	}
 	return n
 }

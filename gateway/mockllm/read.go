@@ -132,6 +132,7 @@ func readResponse(r *Reply, data []byte) {
 			CallID    string `json:"call_id"`
 			Name      string `json:"name"`
 			Arguments string `json:"arguments"`
+			Input     string `json:"input"`
 		} `json:"output"`
 		Usage *struct {
 			InputTokens  int `json:"input_tokens"`
@@ -149,6 +150,9 @@ func readResponse(r *Reply, data []byte) {
 			}
 		case "function_call":
 			r.ToolCalls = append(r.ToolCalls, ToolCall{ID: item.CallID, Name: item.Name, Input: objectOrNil(json.RawMessage(item.Arguments))})
+		case "custom_tool_call":
+			input := item.Input
+			r.ToolCalls = append(r.ToolCalls, ToolCall{ID: item.CallID, Name: item.Name, Custom: &input})
 		}
 	}
 	switch {

@@ -129,6 +129,9 @@ func usageOf(req *request, r *Reply) Usage {
 	out := len(r.Text)
 	for _, c := range r.ToolCalls {
 		out += len(c.Name) + len(c.Input)
+		if c.Custom != nil {
+			out += len(*c.Custom)
+		}
 	}
 	return Usage{InputTokens: max(1, (req.size+3)/4), OutputTokens: max(1, (out+3)/4)}
 }
@@ -145,7 +148,7 @@ func withIDs(d Dialect, calls []ToolCall) []ToolCall {
 				c.ID = newID("call_")
 			}
 		}
-		if len(c.Input) == 0 {
+		if len(c.Input) == 0 && c.Custom == nil {
 			c.Input = json.RawMessage("{}")
 		}
 		out[i] = c
@@ -461,6 +464,17 @@ type responsesCall struct {
 	Name      string `json:"name"`
 }
 
+// responsesCustomCall is a custom_tool_call output item, its fields in
+// the API's order.
+type responsesCustomCall struct {
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	CallID string `json:"call_id"`
+	Input  string `json:"input"`
+	Name   string `json:"name"`
+}
+
 type responsesObject struct {
 	ID                string          `json:"id"`
 	Object            string          `json:"object"`
@@ -507,9 +521,13 @@ func renderResponses(req *request, r *Reply) *answer {
 	if r.Text != "" {
 		resp.Output = append(resp.Output, message)
 	}
-	calls := make([]responsesCall, len(r.ToolCalls))
+	calls := make([]any, len(r.ToolCalls))
 	for i, c := range r.ToolCalls {
-		calls[i] = responsesCall{newID("fc_"), "function_call", "completed", string(c.Input), c.ID, c.Name}
+		if c.Custom != nil {
+			calls[i] = responsesCustomCall{"custom_tool_call", newID("ctc_"), "completed", c.ID, *c.Custom, c.Name}
+		} else {
+			calls[i] = responsesCall{newID("fc_"), "function_call", "completed", string(c.Input), c.ID, c.Name}
+		}
 		resp.Output = append(resp.Output, calls[i])
 	}
 	if !req.stream {
@@ -543,15 +561,26 @@ func renderResponses(req *request, r *Reply) *answer {
 		add("response.output_item.done", map[string]any{"output_index": index, "item": message})
 		index++
 	}
-	for _, call := range calls {
-		open := call
-		open.Status, open.Arguments = "in_progress", ""
-		add("response.output_item.added", map[string]any{"output_index": index, "item": open})
-		for _, c := range chunks(call.Arguments, chunkSize(r)) {
-			add("response.function_call_arguments.delta", map[string]any{"item_id": call.ID, "output_index": index, "delta": c})
+	for _, item := range calls {
+		switch call := item.(type) {
+		case responsesCall:
+			open := call
+			open.Status, open.Arguments = "in_progress", ""
+			add("response.output_item.added", map[string]any{"output_index": index, "item": open})
+			for _, c := range chunks(call.Arguments, chunkSize(r)) {
+				add("response.function_call_arguments.delta", map[string]any{"item_id": call.ID, "output_index": index, "delta": c})
+			}
+			add("response.function_call_arguments.done", map[string]any{"item_id": call.ID, "output_index": index, "name": call.Name, "arguments": call.Arguments})
+		case responsesCustomCall:
+			open := call
+			open.Status, open.Input = "in_progress", ""
+			add("response.output_item.added", map[string]any{"output_index": index, "item": open})
+			for _, c := range chunks(call.Input, chunkSize(r)) {
+				add("response.custom_tool_call_input.delta", map[string]any{"item_id": call.ID, "output_index": index, "delta": c})
+			}
+			add("response.custom_tool_call_input.done", map[string]any{"item_id": call.ID, "output_index": index, "input": call.Input})
 		}
-		add("response.function_call_arguments.done", map[string]any{"item_id": call.ID, "output_index": index, "name": call.Name, "arguments": call.Arguments})
-		add("response.output_item.done", map[string]any{"output_index": index, "item": call})
+		add("response.output_item.done", map[string]any{"output_index": index, "item": item})
 		index++
 	}
 	final := "response.completed"
@@ -566,7 +595,7 @@ func renderResponses(req *request, r *Reply) *answer {
 // does: type first, then the rest, sequence_number last.
 type orderedEvent map[string]any
 
-var responsesFieldOrder = []string{"type", "response", "item_id", "output_index", "content_index", "item", "part", "delta", "name", "text", "arguments", "logprobs", "sequence_number"}
+var responsesFieldOrder = []string{"type", "response", "item_id", "output_index", "content_index", "item", "part", "delta", "name", "text", "arguments", "input", "logprobs", "sequence_number"}
 
 func (e orderedEvent) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer

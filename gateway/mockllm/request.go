@@ -212,7 +212,7 @@ func (req *request) parseResponses(body []byte) error {
 	}
 	for _, it := range items {
 		switch {
-		case it.Type == "function_call" && it.CallID != "":
+		case (it.Type == "function_call" || it.Type == "custom_tool_call") && it.CallID != "":
 			req.calls[it.CallID] = it.Name
 		case (it.Type == "" || it.Type == "message") && it.Role == "user":
 			if t := textOf(it.Content, "input_text", "text"); t != "" {
@@ -220,7 +220,7 @@ func (req *request) parseResponses(body []byte) error {
 			}
 		}
 	}
-	for i := len(items) - 1; i >= 0 && items[i].Type == "function_call_output"; i-- {
+	for i := len(items) - 1; i >= 0 && (items[i].Type == "function_call_output" || items[i].Type == "custom_tool_call_output"); i-- {
 		req.toolResults = append([]string{items[i].CallID}, req.toolResults...)
 	}
 	return nil

@@ -195,7 +195,10 @@ func (r *Responder) Reset() {
 //     with x-should-retry: false. A 4xx because the request is not what the
 //     test expects, which SDKs do not retry (a 5xx would be retried into
 //     the same wall and tell the agent the service is flaky); not 404,
-//     which Anthropic uses for an unknown model and agents may act on.
+//     which Anthropic uses for an unknown model and agents may act on;
+//   - the turn that fits has a custom tool call (ToolCall.Custom) and the
+//     API is not Responses: 400 as for no turn, naming the turn and the
+//     fix; the turn is not used up.
 //
 // To cut a connection (Fault.DisconnectAfterBytes and the like), ServeHTTP
 // panics with http.ErrAbortHandler, as net/http's servers expect of a
@@ -251,6 +254,15 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 		return
 	}
 	t := e.turn
+	if ps := apiProblems(d, t.Reply); len(ps) > 0 && !t.Reply.Raw.fits(req) {
+		// The turn cannot answer this API: an error that says why, and
+		// the turn stays for a request it can answer.
+		e.used--
+		r.mu.Unlock()
+		why := e.name() + " cannot answer " + apiNames[d] + ": " + ps[0].field + ": " + ps[0].msg
+		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, "sbx mock LLM: "+why)
+		return
+	}
 	var a *answer
 	switch {
 	case t.Reply != nil:
@@ -362,7 +374,7 @@ func (r *Responder) pick(req *request) (*entry, string) {
 	var firstWhy string
 	available := 0
 	for _, e := range r.turns {
-		if e.used >= max(1, e.turn.Times) {
+		if e.turn.Times != Unlimited && e.used >= max(1, e.turn.Times) {
 			continue
 		}
 		available++

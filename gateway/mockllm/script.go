@@ -51,13 +51,17 @@ type Turn struct {
 	// Fault is an error or a broken connection in place of an answer.
 	Fault *Fault
 	// Times is how many requests the turn answers before it is used up;
-	// 0 means 1.
+	// 0 means 1, and Unlimited every request it fits.
 	Times int
 	// Origin says where the turn was written, such as "script.yaml:12", for
 	// messages and the journal. The decoders set it; it is never written
 	// back to a script.
 	Origin string
 }
+
+// Unlimited is the Times of a turn that is never used up: it answers
+// every request it fits (times: unlimited in a script).
+const Unlimited = -1
 
 // Match is what a request must look like to take a turn. Every field that
 // is set must fit; the zero Match fits any request.
@@ -72,8 +76,8 @@ type Match struct {
 	// last user message.
 	UserRegexp string
 	// ToolResult is the name of a tool whose result is in the request's
-	// last message: an Anthropic tool_result block, an OpenAI tool message
-	// or a Responses function_call_output. The name is found from the tool
+	// last message: an Anthropic tool_result block, an OpenAI tool message,
+	// a Responses function_call_output or custom_tool_call_output. The name is found from the tool
 	// call in the conversation, or from the calls this Responder made.
 	ToolResult string
 }
@@ -118,6 +122,11 @@ type ToolCall struct {
 	Name string
 	// Input is the tool's arguments, a JSON object; nil means {}.
 	Input json.RawMessage
+	// Custom, if not nil, makes this a call of a custom tool (one defined
+	// with a free-form or grammar format, such as Codex's apply_patch) with
+	// this text as its input, in place of Input: a custom_tool_call of the
+	// OpenAI Responses API, which only that API has (see CheckAPI).
+	Custom *string
 }
 
 // Usage is the token usage a reply reports.
@@ -193,8 +202,8 @@ func checkTurn(t *Turn) []problem {
 			add(field, "not valid UTF-8; a script holds text")
 		}
 	}
-	if t.Times < 0 {
-		add("times", "%d: want 1 or more (leave it out for 1)", t.Times)
+	if t.Times < 0 && t.Times != Unlimited {
+		add("times", "%d: want 1 or more, or unlimited (leave it out for 1)", t.Times)
 	}
 	if m := t.Match; m != nil {
 		if m.UserRegexp != "" {
@@ -211,6 +220,9 @@ func checkTurn(t *Turn) []problem {
 			}
 			if len(c.Input) > 0 && !isJSONObject(c.Input) {
 				add(field, "tool call %d: input must be a JSON object of argument names to values", i+1)
+			}
+			if len(c.Input) > 0 && c.Custom != nil {
+				add(field, "tool call %d: give input (a function tool's arguments) or custom (a custom tool's input text), not both", i+1)
 			}
 		}
 		if r.Usage != nil && (r.Usage.InputTokens < 0 || r.Usage.OutputTokens < 0) {
@@ -278,6 +290,9 @@ func turnStrings(t *Turn) map[string]string {
 		fields["reply.text"], fields["reply.stop_reason"] = r.Text, r.StopReason
 		for _, c := range r.ToolCalls {
 			fields["reply.tool_calls"] += c.ID + c.Name + string(c.Input)
+			if c.Custom != nil {
+				fields["reply.tool_calls"] += *c.Custom
+			}
 		}
 		if raw := r.Raw; raw != nil {
 			fields["reply.raw.events"] = strings.Join(raw.Events, "")
