@@ -41,14 +41,14 @@ func TestFieldsDocumented(t *testing.T) {
 
 	var decoded []string
 	for prefix, names := range map[string][]string{
-		"":                           scriptFields,
-		"turns[].":                   turnFields,
-		"turns[].match.":             matchFields,
-		"turns[].reply.":             replyFields,
+		"":                            scriptFields,
+		"turns[].":                    turnFields,
+		"turns[].match.":              matchFields,
+		"turns[].reply.":              replyFields,
 		"turns[].reply.tool_calls[].": toolCallFields,
-		"turns[].reply.usage.":       usageFields,
-		"turns[].reply.raw.":         rawFields,
-		"turns[].fault.":             faultFields,
+		"turns[].reply.usage.":        usageFields,
+		"turns[].reply.raw.":          rawFields,
+		"turns[].fault.":              faultFields,
 	} {
 		for _, n := range names {
 			decoded = append(decoded, prefix+n)
