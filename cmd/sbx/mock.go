@@ -43,7 +43,7 @@ func newMockCmd() *cobra.Command {
 answer with (response: {llm: SCRIPT}). expect queues more turns after the
 script's, requests shows what the agent sent (request bodies included: the
 journal is the only place they are kept), and reset starts the script
-over. With several mocks, name one with --host or --script.`,
+over. With several mocks, name one with --host or --script.` + mockScriptHelp(),
 		Example: `  sbx mock expect --sandbox 1a2b3c4d turns.yaml
   sbx mock requests --sandbox 1a2b3c4d --json
   sbx mock reset --sandbox 1a2b3c4d`,
@@ -51,6 +51,7 @@ over. With several mocks, name one with --host or --script.`,
 		RunE: showHelp,
 	}
 	cmd.AddCommand(newMockExpectCmd(), newMockRequestsCmd(), newMockResetCmd(), newMockInitCmd())
+	cmd.AddCommand(newMockValidateCmd())
 	return cmd
 }
 
