@@ -19,8 +19,15 @@
 //	  - fault: {status: 429, headers: {retry-after: "1"}}
 //	  - fault: {disconnect_after_events: 3}
 //
+// Fields documents every field of the format (sbx mock --help and
+// docs/mock-llm.md list it). A tool call with custom: TEXT in place of
+// input calls a custom tool of the Responses API (a custom_tool_call),
+// which the other APIs do not have (CheckAPI).
+//
 // Each request takes the first turn not used up whose match fits it (a turn
-// without match fits any); a turn answers Times requests, one by default.
+// without match fits any); a turn answers Times requests, one by default,
+// or every request it fits (Unlimited; Warnings names the turns after it
+// that can then never answer).
 // Runtime control is for the gateway's management API: Expect queues turns
 // after the script's, Requests is the journal of what the agent sent (the
 // only place request bodies are kept), Reset starts over. A request no turn

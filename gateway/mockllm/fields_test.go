@@ -2,6 +2,7 @@ package mockllm
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -135,4 +136,32 @@ func TestFieldsInDocs(t *testing.T) {
 		return
 	}
 	t.Errorf("%s's table of script fields is not FieldMarkdown's; run go test ./gateway/mockllm -run TestFieldsInDocs -update:\n%s", docsFile, cmp.Diff(want, table))
+}
+
+// TestDocsScripts: every YAML script in docs/mock-llm.md (a yaml block
+// with turns:) is valid, and has no warnings.
+func TestDocsScripts(t *testing.T) {
+	data, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, block := range strings.Split(string(data), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.HasPrefix(block, "turns:") && !strings.Contains(block, "\nturns:") {
+			continue
+		}
+		n++
+		s, err := ParseScript(fmt.Sprintf("yaml block %d", i+1), []byte(block))
+		if err != nil {
+			t.Errorf("%s's yaml block %d: %v", docsFile, i+1, err)
+			continue
+		}
+		for _, w := range Warnings(s.Turns) {
+			t.Errorf("%s's yaml block %d: %s", docsFile, i+1, w)
+		}
+	}
+	if n < 4 {
+		t.Errorf("found %d scripts in %s, want the example and one for each API", n, docsFile)
+	}
 }

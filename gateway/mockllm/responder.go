@@ -259,7 +259,7 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 		// the turn stays for a request it can answer.
 		e.used--
 		r.mu.Unlock()
-		why := e.name() + " cannot answer " + apiNames[d] + ": " + ps[0].field + ": " + ps[0].msg
+		why := e.name() + ": " + ps[0].field + ": " + ps[0].msg
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, "sbx mock LLM: "+why)
 		return
 	}
