@@ -181,6 +181,42 @@ func OpenFileSink(path string, o FileSinkOptions) (*FileSink, error) {
 	return openFileSink(path, o, nil)
 }
 
+// logFileName is what the decision log's file is called in messages.
+const logFileName = "decision log"
+
+// fileName is what a file kept as the log is called in messages: what,
+// or the decision log's name when what is "".
+func fileName(what string) string {
+	if what == "" {
+		return logFileName
+	}
+	return what
+}
+
+// OpenFile opens path for appending as OpenFileSink opens the decision
+// log, for another file that must be kept as safely (sbx keeps the mock
+// LLMs' journal so): its missing parent directories are made with mode
+// 0700 and the file with mode 0600, and it refuses what OpenFileSink
+// refuses, with the same errors, whose File is what (how messages name
+// the file, such as "mock journal"): an *UnsafeLogFileError, and a
+// *NonEmptyLogFileError for a file that holds something unless appendTo.
+// The file is opened write-only; the caller closes it. On platforms
+// other than Linux it returns an error wrapping errors.ErrUnsupported.
+func OpenFile(path, what string, appendTo bool) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("%s %s: creating its directory: %w", what, path, err)
+	}
+	f, size, err := openLogFile(path, what)
+	if err != nil {
+		return nil, err
+	}
+	if size > 0 && !appendTo {
+		f.Close()
+		return nil, &NonEmptyLogFileError{Path: path, File: what, Size: size}
+	}
+	return f, nil
+}
+
 // openFileSink is OpenFileSink with the clock the budget uses; nil means
 // the time a Log stamps on each record, or time.Now.
 func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSink, error) {
@@ -190,7 +226,7 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("decision log %s: creating its directory: %w", path, err)
 	}
-	f, size, err := openLogFile(path)
+	f, size, err := openLogFile(path, logFileName)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +281,9 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 type UnsafeLogFileError struct {
 	// Path is the log's path, as given to OpenFileSink.
 	Path string
+	// File says what the file is, for OpenFile's: "" for the decision
+	// log.
+	File string
 	// Type is the type of what is at Path: os.ModeSymlink,
 	// os.ModeNamedPipe, os.ModeSocket, os.ModeDevice (with
 	// os.ModeCharDevice for a character device), os.ModeDir,
@@ -265,19 +304,20 @@ func (e *UnsafeLogFileError) Error() string { return e.Say("another path for the
 // (a caller whose user gives the path as a flag names the flag).
 func (e *UnsafeLogFileError) Say(another string) string {
 	fix := ": remove it or choose " + another
+	name := fileName(e.File) + " "
 	switch {
 	case e.Type == os.ModeSymlink:
-		return "decision log " + e.Path + ": is a symbolic link; sbx never follows one there (a sandbox could have planted it)" + fix
+		return name + e.Path + ": is a symbolic link; sbx never follows one there (a sandbox could have planted it)" + fix
 	case e.Type == os.ModeDir:
-		return "decision log " + e.Path + ": is a directory: name a file in it, or choose " + another
+		return name + e.Path + ": is a directory: name a file in it, or choose " + another
 	case e.Type != 0:
-		return "decision log " + e.Path + ": is " + fileTypeName(e.Type) +
+		return name + e.Path + ": is " + fileTypeName(e.Type) +
 			", not a regular file; sbx writes its log only to a regular file (a sandbox could have planted this one, and a pipe could hang sbx)" + fix
 	case e.UID != e.EUID:
-		return "decision log " + e.Path + ": is owned by uid " + strconv.Itoa(e.UID) + ", not by uid " + strconv.Itoa(e.EUID) +
+		return name + e.Path + ": is owned by uid " + strconv.Itoa(e.UID) + ", not by uid " + strconv.Itoa(e.EUID) +
 			" that sbx runs as; sbx appends only to its own files (a sandbox could have planted this one)" + fix
 	default:
-		return "decision log " + e.Path + ": has " + strconv.FormatUint(e.Links, 10) +
+		return name + e.Path + ": has " + strconv.FormatUint(e.Links, 10) +
 			" links; sbx appends only to a file with a single name (a sandbox could have linked another file there)" + fix
 	}
 }
@@ -289,6 +329,8 @@ func (e *UnsafeLogFileError) Say(another string) string {
 type NonEmptyLogFileError struct {
 	// Path is the log's path, as given to OpenFileSink.
 	Path string
+	// File says what the file is, as UnsafeLogFileError's.
+	File string
 	// Size is how many bytes the file holds.
 	Size int64
 }
@@ -301,7 +343,7 @@ func (e *NonEmptyLogFileError) Error() string {
 // path" for the log, and appending, how to ask to add to it (a caller
 // whose user gives them as flags names the flags).
 func (e *NonEmptyLogFileError) Say(another, appending string) string {
-	return "decision log " + e.Path + ": holds " + strconv.FormatInt(e.Size, 10) +
+	return fileName(e.File) + " " + e.Path + ": holds " + strconv.FormatInt(e.Size, 10) +
 		" bytes already (an earlier run's records?), and sbx does not add to a log unless asked: choose " + another + ", or " + appending
 }
 
@@ -517,7 +559,7 @@ func (s *FileSink) prepare() error {
 // something already is another's, and is not written into. fileMu and mu
 // are held.
 func (s *FileSink) reopen() error {
-	f, size, err := openLogFile(s.path)
+	f, size, err := openLogFile(s.path, logFileName)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w, and a new one cannot be made there: %w", ErrLogFileRemoved, err)

@@ -7,14 +7,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openLogFile opens the decision log at path for appending, creating it
+// openLogFile opens the decision log (or what, another file kept as the
+// log is: see OpenFile) at path for appending, creating it
 // with mode 0600 when missing, and returns it with its size. It does not
 // follow a symbolic link at path and does not block on a named pipe or a
 // device there (O_NOFOLLOW, O_NONBLOCK); it checks what it opened, not
 // what a name pointed to a moment before, and refuses anything but a
 // regular file of the effective uid with one link with an
 // *UnsafeLogFileError. The file it returns is in blocking mode.
-func openLogFile(path string) (*os.File, int64, error) {
+func openLogFile(path, what string) (*os.File, int64, error) {
 	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_CREAT | unix.O_NOFOLLOW | unix.O_NONBLOCK |
 		unix.O_NOCTTY | unix.O_CLOEXEC
 	fd, err := unix.Open(path, flags, 0o600)
@@ -22,17 +23,17 @@ func openLogFile(path string) (*os.File, int64, error) {
 		fd, err = unix.Open(path, flags, 0o600)
 	}
 	if err != nil {
-		return nil, 0, openLogFileError(path, err)
+		return nil, 0, openLogFileError(path, what, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, 0, fmt.Errorf("decision log %s: %w", path, &os.PathError{Op: "fstat", Path: path, Err: err})
+		return nil, 0, fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "fstat", Path: path, Err: err})
 	}
 	euid := os.Geteuid()
 	if t := fileType(st.Mode); t != 0 || int(st.Uid) != euid || st.Nlink != 1 {
 		unix.Close(fd)
-		e := &UnsafeLogFileError{Path: path, Type: t, EUID: euid}
+		e := &UnsafeLogFileError{Path: path, File: what, Type: t, EUID: euid}
 		if t == 0 {
 			e.UID, e.Links = int(st.Uid), uint64(st.Nlink)
 		}
@@ -44,27 +45,28 @@ func openLogFile(path string) (*os.File, int64, error) {
 	}
 	if err != nil {
 		unix.Close(fd)
-		return nil, 0, fmt.Errorf("decision log %s: %w", path, &os.PathError{Op: "fcntl", Path: path, Err: err})
+		return nil, 0, fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "fcntl", Path: path, Err: err})
 	}
 	return os.NewFile(uintptr(fd), path), st.Size, nil
 }
 
-// openLogFileError words the error of opening the decision log at path.
+// openLogFileError words the error of opening the file at path (what it
+// is: the decision log, or another).
 // ELOOP from O_NOFOLLOW means a symbolic link is there. ENXIO comes from
 // a named pipe nobody reads, a socket, or a device without a driver;
 // Lstat tells which.
-func openLogFileError(path string, err error) error {
+func openLogFileError(path, what string, err error) error {
 	switch err {
 	case unix.ELOOP:
-		return &UnsafeLogFileError{Path: path, Type: os.ModeSymlink, EUID: os.Geteuid()}
+		return &UnsafeLogFileError{Path: path, File: what, Type: os.ModeSymlink, EUID: os.Geteuid()}
 	case unix.EISDIR:
-		return &UnsafeLogFileError{Path: path, Type: os.ModeDir, EUID: os.Geteuid()}
+		return &UnsafeLogFileError{Path: path, File: what, Type: os.ModeDir, EUID: os.Geteuid()}
 	case unix.ENXIO:
 		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode().Type() != 0 {
-			return &UnsafeLogFileError{Path: path, Type: fi.Mode().Type(), EUID: os.Geteuid()}
+			return &UnsafeLogFileError{Path: path, File: what, Type: fi.Mode().Type(), EUID: os.Geteuid()}
 		}
 	}
-	return fmt.Errorf("decision log %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	return fmt.Errorf("%s %s: %w", what, path, &os.PathError{Op: "open", Path: path, Err: err})
 }
 
 // fileType returns the os.FileMode type bits of a stat mode.

@@ -84,6 +84,15 @@ type Responder struct {
 	// journal), before the error is sent, in the request's goroutine. Set
 	// it before the Responder serves.
 	OnUnmatched func(Journaled)
+	// Journal, if not nil, keeps the journal elsewhere too, such as in a
+	// file (JournalFile.Sink): it is told of each request as it is
+	// journaled, before its answer is sent, and of each Reset. Set it
+	// before the Responder serves.
+	Journal JournalSink
+	// QueueHint, if not empty, ends the error answered to a request no
+	// turn fits: how the caller's user queues a turn, in the caller's
+	// words (sbx names its command). Set it before the Responder serves.
+	QueueHint string
 
 	mu sync.Mutex
 	// script are the turns New was given, which Reset restores.
@@ -181,6 +190,9 @@ func (r *Responder) Reset() {
 	close(r.reset)
 	r.reset = make(chan struct{})
 	r.restart()
+	if r.Journal != nil {
+		r.Journal.Reset()
+	}
 }
 
 // ServeHTTP answers a request by its path: POST /v1/messages (Anthropic),
@@ -249,7 +261,10 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 	e, why := r.pick(req)
 	if e == nil {
 		r.mu.Unlock()
-		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one (POST /v1/mock/expect)"
+		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one"
+		if r.QueueHint != "" {
+			msg += " (" + r.QueueHint + ")"
+		}
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, msg)
 		return
 	}
@@ -327,14 +342,25 @@ func (r *Responder) record(j *Journaled, body []byte) {
 	}
 	r.journal = append(r.journal, *j)
 	r.journalBytes += len(j.Body)
+	r.journal, r.journalBytes = trimJournal(r.journal, r.journalBytes)
+	if r.Journal != nil {
+		r.Journal.Journaled(*j)
+	}
+}
+
+// trimJournal drops the oldest entries of journal, whose bodies hold
+// bytes in all, past the bounds (but the latest entry), and returns the
+// rest and their bodies' size.
+func trimJournal(journal []Journaled, bytes int) ([]Journaled, int) {
 	drop := 0
-	for len(r.journal)-drop > MaxJournalEntries || r.journalBytes > maxJournalBytes && drop < len(r.journal)-1 {
-		r.journalBytes -= len(r.journal[drop].Body)
+	for len(journal)-drop > MaxJournalEntries || bytes > maxJournalBytes && drop < len(journal)-1 {
+		bytes -= len(journal[drop].Body)
 		drop++
 	}
 	if drop > 0 {
-		r.journal = append([]Journaled(nil), r.journal[drop:]...)
+		journal = append([]Journaled(nil), journal[drop:]...)
 	}
+	return journal, bytes
 }
 
 // journalBody returns what the journal keeps of a body.

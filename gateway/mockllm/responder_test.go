@@ -76,6 +76,7 @@ func TestUnmatched(t *testing.T) {
 		method, path  string
 		body          string
 		header        []string
+		queueHint     string // the Responder's QueueHint
 		wantStatus    int
 		wantBody      string // an exact JSON body, or "" to skip
 		wantOutcome   string
@@ -114,14 +115,21 @@ func TestUnmatched(t *testing.T) {
 			script: "turns:\n  - match: {model: claude-opus-4}\n    reply: {text: hi}\n",
 			method: "POST", path: "/v1/messages", body: userBody(Anthropic, "claude-haiku-4", "what is in this directory?", false),
 			wantStatus:  400,
-			wantBody:    `{"type":"error","error":{"type":"invalid_request_error","message":"sbx mock LLM: no turn fits this request (model \"claude-haiku-4\", last user message \"what is in this directory?\"); the first turn left, turn 1 (TestUnmatched/no_turn_fits.yaml:2), wants model \"claude-opus-4\"; add a turn to the script or queue one (POST /v1/mock/expect)"}}`,
+			wantBody:    `{"type":"error","error":{"type":"invalid_request_error","message":"sbx mock LLM: no turn fits this request (model \"claude-haiku-4\", last user message \"what is in this directory?\"); the first turn left, turn 1 (TestUnmatched/no_turn_fits.yaml:2), wants model \"claude-opus-4\"; add a turn to the script or queue one"}}`,
 			wantOutcome: `unmatched: no turn fits this request (model "claude-haiku-4", last user message "what is in this directory?"); the first turn left, turn 1 (TestUnmatched/no_turn_fits.yaml:2), wants model "claude-opus-4"`, wantDialect: Anthropic,
 		},
 		{
 			name:   "script used up",
 			method: "POST", path: "/v1/responses", body: userBody(Responses, "gpt-5", "hi", true),
 			wantStatus:  400,
-			wantBody:    `{"error":{"message":"sbx mock LLM: the script is used up (0 turns, all answered); add a turn to the script or queue one (POST /v1/mock/expect)","type":"invalid_request_error","param":null,"code":null}}`,
+			wantBody:    `{"error":{"message":"sbx mock LLM: the script is used up (0 turns, all answered); add a turn to the script or queue one","type":"invalid_request_error","param":null,"code":null}}`,
+			wantOutcome: "unmatched: the script is used up (0 turns, all answered)", wantDialect: Responses,
+		},
+		{
+			name:   "script used up, with a hint",
+			method: "POST", path: "/v1/responses", body: userBody(Responses, "gpt-5", "hi", true), queueHint: "with the caller's command",
+			wantStatus:  400,
+			wantBody:    `{"error":{"message":"sbx mock LLM: the script is used up (0 turns, all answered); add a turn to the script or queue one (with the caller's command)","type":"invalid_request_error","param":null,"code":null}}`,
 			wantOutcome: "unmatched: the script is used up (0 turns, all answered)", wantDialect: Responses,
 		},
 	}
@@ -130,6 +138,7 @@ func TestUnmatched(t *testing.T) {
 			r, srv := serve(t, tt.script)
 			var heard []Journaled
 			r.OnUnmatched = func(j Journaled) { heard = append(heard, j) }
+			r.QueueHint = tt.queueHint
 			resp, body, err := post(t, srv, tt.method, tt.path, tt.body, tt.header...)
 			if err != nil {
 				t.Fatal(err)
