@@ -150,6 +150,14 @@ type Config struct {
 	// name only scripts loaded at start and never makes the gateway read
 	// a file. Nil or empty holds none.
 	LLMScripts map[string]*mockllm.Responder
+	// MockJournal, when set and there are mocks (MockLLM, LLMScripts),
+	// receives their journals as JSON Lines (mockllm.JournalFile), each
+	// request as it arrives, so that what the agent sent outlives the
+	// gateway: request bodies are kept there and in memory, never in the
+	// decision log. Start opens it as it opens LogFile, and with
+	// LogLimits.Append as LogFile's (decisionlog.OpenFile), and sets each
+	// mock's Responder.Journal. "" writes none.
+	MockJournal string
 	// RecordLLM maps hosts to recorders (docs/mock-llm.md, --record-llm):
 	// their HTTPS is inspected (it needs CA), decided by the policy as any
 	// inspected host's, and what goes through is recorded as a script
@@ -161,7 +169,7 @@ type Config struct {
 // serverConfig is what newServer makes a Server of: the caller's Config,
 // of which it uses the fields for serving (not those Start opens:
 // Listen, ListenInterface, DNS, Transparent, OriginalDst, API, TokenFile,
-// LogFile, LogLimits, Sinks, RingSize; and not Policy, which Store
+// LogFile, LogLimits, MockJournal, Sinks, RingSize; and not Policy, which Store
 // holds), and what Start makes of the rest. Tests make one directly.
 type serverConfig struct {
 	Config

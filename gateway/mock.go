@@ -74,6 +74,31 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
+// MockJournalName is how messages name the mocks' journal file
+// (Config.MockJournal).
+const MockJournalName = "mock journal"
+
+// openMockJournal opens the mocks' journal file at path as the decision
+// log is opened (appending to what it holds when appendTo), and sets
+// every mock's Responder to write its journal there; nil when there are
+// no mocks. It is called before the gateway serves.
+func (s *Server) openMockJournal(path string, appendTo bool) (*mockllm.JournalFile, error) {
+	refs := s.mocks()
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	f, err := decisionlog.OpenFile(path, MockJournalName, appendTo)
+	if err != nil {
+		return nil, err
+	}
+	jf := mockllm.NewJournalFile(f)
+	for _, ref := range refs {
+		host, mock, script := ref.names()
+		ref.m.Journal = jf.Sink(host, mock, script)
+	}
+	return jf, nil
+}
+
 // mockAnswer is a scripted LLM that answers a request: its Responder, the
 // rule its records name, and the command that shows its journal.
 type mockAnswer struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -30,6 +31,7 @@ type Gateway struct {
 	APIAddrs []string
 
 	fileSink *decisionlog.FileSink // the log's file (Config.LogFile), or nil
+	journal  *mockllm.JournalFile  // the mocks' journal file (Config.MockJournal), or nil
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	sockets  []string
@@ -87,6 +89,14 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	}
 	g.Server = srv
 	closers = append(closers, srv.Close)
+	if o.MockJournal != "" {
+		if g.journal, err = srv.openMockJournal(o.MockJournal, o.LogLimits.Append); err != nil {
+			return nil, err
+		}
+		if g.journal != nil {
+			closers = append(closers, g.journal.Close)
+		}
+	}
 
 	ln, err := listenProxy(ctx, o.Listen, o.ListenInterface)
 	if err != nil {
@@ -246,6 +256,9 @@ func (g *Gateway) Close() error {
 	errs := []error{g.Server.Close()}
 	g.wg.Wait()
 	errs = append(errs, g.Log.Close())
+	if g.journal != nil {
+		errs = append(errs, g.journal.Close())
+	}
 	g.removeSockets()
 	g.errMu.Lock()
 	errs = append(errs, g.errs...)

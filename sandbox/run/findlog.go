@@ -16,6 +16,10 @@ import (
 // the log directory: LogDir/<id>/decisions.jsonl.
 const LogName = "decisions.jsonl"
 
+// JournalName is the name of a sandbox's mock journal beside its decision
+// log: LogDir/<id>/mock-requests.jsonl (see Spec.Gateway).
+const JournalName = "mock-requests.jsonl"
+
 // ErrNoLog is wrapped by the *LogLookupError of a reference that names
 // no sandbox, running or ended.
 var ErrNoLog = errors.New("no decision log")
@@ -25,16 +29,23 @@ var ErrNoLog = errors.New("no decision log")
 type LogLookupError struct {
 	Ref    string
 	LogDir string
+	// Journal says the file looked for is the mock journal (FindJournal),
+	// not the decision log.
+	Journal bool
 	// Matches are the ids of the kept logs that Ref is a prefix of: none
 	// (the error wraps ErrNoLog), or more than one.
 	Matches []string
 }
 
 func (e *LogLookupError) Error() string {
-	if len(e.Matches) == 0 {
-		return fmt.Sprintf("%s: no running sandbox of that id or name, and no log of one in %s", e.Ref, e.LogDir)
+	what := "log"
+	if e.Journal {
+		what = "mock journal"
 	}
-	return fmt.Sprintf("%s: the logs of %s match; give more of the id", e.Ref, strings.Join(e.Matches, ", "))
+	if len(e.Matches) == 0 {
+		return fmt.Sprintf("%s: no running sandbox of that id or name, and no %s of one in %s", e.Ref, what, e.LogDir)
+	}
+	return fmt.Sprintf("%s: the %ss of %s match; give more of the id", e.Ref, what, strings.Join(e.Matches, ", "))
 }
 
 // Unwrap makes errors.Is(err, ErrNoLog) hold when nothing matches.
@@ -53,11 +64,26 @@ func (e *LogLookupError) Unwrap() error {
 // The error is a *LogLookupError when no log, or more than one, matches,
 // or the error of reading logDir.
 func FindLog(stateDir, logDir, ref string) (string, error) {
+	return findFile(stateDir, logDir, ref, LogName)
+}
+
+// FindJournal returns the path of the mock journal of the sandbox ref
+// names, as FindLog finds its decision log: where Start keeps it when
+// neither Gateway.LogFile nor Gateway.MockJournal place it elsewhere.
+// The error is a *LogLookupError with Journal set when no journal, or
+// more than one, matches, or the error of reading logDir.
+func FindJournal(stateDir, logDir, ref string) (string, error) {
+	return findFile(stateDir, logDir, ref, JournalName)
+}
+
+// findFile finds the file name (LogName or JournalName) of the sandbox
+// ref names, for FindLog and FindJournal.
+func findFile(stateDir, logDir, ref, name string) (string, error) {
 	if logDir == "" {
 		logDir = DefaultLogDir
 	}
 	if st, err := sandbox.Find(stateDir, ref); err == nil {
-		return filepath.Join(logDir, st.ID, LogName), nil
+		return filepath.Join(logDir, st.ID, name), nil
 	}
 	entries, err := os.ReadDir(logDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -66,7 +92,7 @@ func FindLog(stateDir, logDir, ref string) (string, error) {
 	var matches []string
 	for _, e := range entries {
 		if e.IsDir() && strings.HasPrefix(e.Name(), ref) {
-			if _, err := os.Stat(filepath.Join(logDir, e.Name(), LogName)); err == nil {
+			if _, err := os.Stat(filepath.Join(logDir, e.Name(), name)); err == nil {
 				matches = append(matches, e.Name())
 			}
 		}
@@ -74,11 +100,11 @@ func FindLog(stateDir, logDir, ref string) (string, error) {
 	id := ref
 	switch {
 	case ref == "" || len(matches) == 0:
-		return "", &LogLookupError{Ref: ref, LogDir: logDir}
+		return "", &LogLookupError{Ref: ref, LogDir: logDir, Journal: name == JournalName}
 	case len(matches) > 1 && !slices.Contains(matches, ref):
-		return "", &LogLookupError{Ref: ref, LogDir: logDir, Matches: matches}
+		return "", &LogLookupError{Ref: ref, LogDir: logDir, Journal: name == JournalName, Matches: matches}
 	case len(matches) == 1:
 		id = matches[0]
 	}
-	return filepath.Join(logDir, id, LogName), nil
+	return filepath.Join(logDir, id, name), nil
 }

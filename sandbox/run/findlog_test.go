@@ -60,3 +60,26 @@ func TestFindLog(t *testing.T) {
 		t.Errorf("FindLog in a missing directory: got %v, want ErrNoLog", err)
 	}
 }
+
+// TestFindJournal: an ended sandbox's mock journal is found as its log
+// is; a sandbox that kept a log but no journal (it mocked nothing) is a
+// *LogLookupError that says the journal.
+func TestFindJournal(t *testing.T) {
+	stateDir, logDir := t.TempDir(), t.TempDir()
+	for id, files := range map[string][]string{"1a2b3c4d": {LogName, JournalName}, "5e6f7a8b": {LogName}} {
+		os.MkdirAll(filepath.Join(logDir, id), 0o755)
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(logDir, id, f), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if path, err := FindJournal(stateDir, logDir, "1a2b"); err != nil || path != filepath.Join(logDir, "1a2b3c4d", JournalName) {
+		t.Errorf("FindJournal(1a2b) = %q, %v; want the journal of 1a2b3c4d", path, err)
+	}
+	path, err := FindJournal(stateDir, logDir, "5e6f")
+	var le *LogLookupError
+	if !errors.As(err, &le) || !le.Journal || !errors.Is(err, ErrNoLog) {
+		t.Errorf("FindJournal(5e6f) = %q, %v; want a *LogLookupError of the journal", path, err)
+	}
+}

@@ -8,15 +8,19 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // A LogPathError refuses the decision log's path before anything is made.
 type LogPathError struct {
 	// Path is the log file's path, or with Dir the directory the logs go
-	// in when no file is given (Spec.LogDir).
-	Path string
-	Dir  bool
+	// in when no file is given (Spec.LogDir). With Journal, Path is the
+	// mock journal's path (Gateway.MockJournal, or its default beside a
+	// Gateway.LogFile).
+	Path    string
+	Dir     bool
+	Journal bool
 	// CannotLook says sbx could not look at Path (Reason says why).
 	// Otherwise Reason is a *WritableError when the sandbox could write,
 	// replace or reach Path, or why sbx cannot tell whether it could.
@@ -26,13 +30,17 @@ type LogPathError struct {
 
 func (e *LogPathError) Error() string {
 	var we *WritableError
+	name, it := "decision log ", "the log"
+	if e.Journal {
+		name, it = gateway.MockJournalName+" ", "the journal"
+	}
 	switch {
 	case e.CannotLook:
-		return "decision log " + e.Path + ": " + e.Reason.Error()
+		return name + e.Path + ": " + e.Reason.Error()
 	case errors.As(e.Reason, &we):
-		return "decision log " + e.Path + ": " + e.Reason.Error() + ", so the sandbox could replace, rewrite or link the log"
+		return name + e.Path + ": " + e.Reason.Error() + ", so the sandbox could replace, rewrite or link " + it
 	}
-	return "decision log " + e.Path + ": cannot tell whether the sandbox could reach it (" + e.Reason.Error() + ")"
+	return name + e.Path + ": cannot tell whether the sandbox could reach it (" + e.Reason.Error() + ")"
 }
 
 func (e *LogPathError) Unwrap() error { return e.Reason }
@@ -59,6 +67,34 @@ func CheckLogFile(path string, appendTo bool) error {
 		return &decisionlog.NonEmptyLogFileError{Path: path, Size: fi.Size()}
 	}
 	return nil
+}
+
+// CheckJournalFile refuses path, a mock journal file, as CheckLogFile
+// refuses a decision log file: its errors name the journal (a
+// *decisionlog.NonEmptyLogFileError whose File is
+// gateway.MockJournalName, a *LogPathError with Journal).
+func CheckJournalFile(path string, appendTo bool) error {
+	return journalError(CheckLogFile(path, appendTo))
+}
+
+// journalError is err, a refusal of a log path, said of the mock journal.
+func journalError(err error) error {
+	var le *LogPathError
+	if errors.As(err, &le) {
+		le.Journal = true
+	}
+	var ne *decisionlog.NonEmptyLogFileError
+	if errors.As(err, &ne) {
+		ne.File = gateway.MockJournalName
+	}
+	return err
+}
+
+// journalBeside is the path of the mock journal kept beside the decision
+// log file logFile: its name with ".mock-requests.jsonl" in place of its
+// extension, as "run.jsonl" becomes "run.mock-requests.jsonl".
+func journalBeside(logFile string) string {
+	return strings.TrimSuffix(logFile, filepath.Ext(logFile)) + "." + JournalName
 }
 
 // checkLogPath refuses a log path the sandbox can write or reach through

@@ -13,8 +13,9 @@ type UserChosen struct{ User User }
 type NoInit struct{}
 
 // Closed says that the sandbox and its gateway are gone, so its decision
-// log is complete: ID's log is LogFile.
-type Closed struct{ ID, LogFile string }
+// log is complete: ID's log is LogFile, and its mocks' journal
+// JournalFile ("" when it mocked no LLM).
+type Closed struct{ ID, LogFile, JournalFile string }
 
 // Recorded says that a recording's script was written, with Exchanges
 // exchanges.

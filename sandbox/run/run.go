@@ -77,7 +77,12 @@ type Spec struct {
 	// directory, and on Gateway.API's addresses besides. Gateway.LogFile
 	// "" means LogDir/<id>/decisions.jsonl, with LogDir "" meaning
 	// DefaultLogDir; Gateway.LogLimits.Append lets a file that is not
-	// empty be added to.
+	// empty be added to. When it mocks an LLM (Gateway.MockLLM,
+	// Gateway.LLMScripts), Gateway.MockJournal "" means the journal is
+	// kept beside the log: LogDir/<id>/mock-requests.jsonl (JournalName,
+	// which FindJournal finds), or beside a Gateway.LogFile with
+	// ".mock-requests.jsonl" in place of its extension. The journal's
+	// path is refused as the log's is, and appended to as it is.
 	Gateway gateway.Config
 	LogDir  string
 	// Recordings are recorded, and written by Close.
@@ -144,8 +149,9 @@ func (e *ImageError) Unwrap() error { return e.Err }
 // Run is a running sandbox made by Start. Wait and Stop may be called
 // from different goroutines; Close must always be called.
 type Run struct {
-	s          *sandbox.Sandbox
-	logFile    string
+	s           *sandbox.Sandbox
+	logFile     string
+	journalFile string // "" without mocks
 	recordings []recording
 	notes      func(Note)
 	closeOnce  sync.Once
@@ -160,6 +166,10 @@ func (r *Run) Proxy() string { return r.s.Proxy }
 
 // LogFile is the decision log's path.
 func (r *Run) LogFile() string { return r.logFile }
+
+// JournalFile is the path of the mocks' journal, "" when the sandbox
+// mocks no LLM.
+func (r *Run) JournalFile() string { return r.journalFile }
 
 // Wait waits for the command's end and returns its exit code, or ctx's
 // error when ctx ends first (the command runs on: Stop ends it).
@@ -177,7 +187,7 @@ func (r *Run) Close() error {
 	r.closeOnce.Do(func() {
 		var errs *multierror.Error
 		errs = multierror.Append(errs, r.s.Close())
-		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile})
+		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile, JournalFile: r.journalFile})
 		errs = multierror.Append(errs, writeRecordings(r.recordings, r.notes)...)
 		r.closeErr = errs.ErrorOrNil()
 	})
@@ -255,8 +265,36 @@ func prepare(spec *Spec) (prepared, error) {
 	// log's path, and one that is not empty unless appended to; a path the
 	// sandbox can write, or reach the log through (by any mount), is
 	// refused here, and a file that is not empty too, before anything is
-	// made.
-	return p, checkLogPath(spec.Gateway.LogFile, logDir(spec), spec.Gateway.LogLimits.Append, p.layout.Writable())
+	// made. So is the mock journal's, kept as safely.
+	appendTo := spec.Gateway.LogLimits.Append
+	if err := checkLogPath(spec.Gateway.LogFile, logDir(spec), appendTo, p.layout.Writable()); err != nil {
+		return p, err
+	}
+	if j := journalFile(spec); j != "" {
+		return p, journalError(checkLogPath(j, "", appendTo, p.layout.Writable()))
+	}
+	return p, nil
+}
+
+// mocks reports whether the gateway mocks an LLM, and so keeps a journal.
+func mocks(cfg *gateway.Config) bool {
+	return len(cfg.MockLLM) > 0 || len(cfg.LLMScripts) > 0
+}
+
+// journalFile is the mock journal's path when it is known before the
+// sandbox's id: Gateway.MockJournal, or beside Gateway.LogFile; "" when
+// it goes in the sandbox's directory of the log directory, or there are
+// no mocks.
+func journalFile(spec *Spec) string {
+	switch {
+	case !mocks(&spec.Gateway):
+		return ""
+	case spec.Gateway.MockJournal != "":
+		return spec.Gateway.MockJournal
+	case spec.Gateway.LogFile != "":
+		return journalBeside(spec.Gateway.LogFile)
+	}
+	return ""
 }
 
 func logDir(spec *Spec) string {
@@ -317,7 +355,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	if initPath == "" {
 		spec.Notes(NoInit{})
 	}
-	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.Gateway.LogFile}
+	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.Gateway.LogFile, journalFile: journalFile(&spec)}
 	var mounts []specs.Mount
 	for _, m := range p.layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
@@ -374,7 +412,11 @@ func (r *Run) gatewayStarter(spec *Spec, insp *inspection) sandbox.StartGateway 
 		if r.logFile == "" {
 			r.logFile = filepath.Join(logDir(spec), c.ID, "decisions.jsonl")
 		}
+		if r.journalFile == "" && mocks(&spec.Gateway) {
+			r.journalFile = filepath.Join(logDir(spec), c.ID, JournalName)
+		}
 		cfg := gatewayConfig(spec.Gateway, c, insp.ca, r.logFile, recorders(r.recordings))
+		cfg.MockJournal = r.journalFile
 		g, err := gateway.Start(ctx, cfg)
 		if err != nil {
 			return nil, err

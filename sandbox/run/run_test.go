@@ -9,6 +9,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -65,6 +66,27 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 	}
 	if _, err := start(spec("tool", full, "")); !errors.As(err, &ne) || ne.Path != full {
 		t.Errorf("a log of an earlier run: got %v, want a *decisionlog.NonEmptyLogFileError", err)
+	}
+	// The mock journal's path is refused as the log's, named as the
+	// journal's: given, or beside a --log file.
+	mocked := func(s Spec, journal string) Spec {
+		s.Gateway.MockLLM = map[string]*mockllm.Responder{"api.test": mockllm.New(nil)}
+		s.Gateway.MockJournal = journal
+		return s
+	}
+	if _, err := start(mocked(spec("tool", "", logs), inVol)); !errors.As(err, &le) || le.Path != inVol || !le.Journal || !errors.As(err, &we) {
+		t.Errorf("a journal in a read-write volume: got %v, want a *LogPathError of the journal %s with a *WritableError", err, inVol)
+	}
+	fullJournal := filepath.Join(logs, "fresh."+JournalName)
+	os.WriteFile(fullJournal, []byte("{}\n"), 0o600)
+	if _, err := start(mocked(spec("tool", filepath.Join(logs, "fresh.jsonl"), ""), "")); !errors.As(err, &ne) || ne.Path != fullJournal || ne.File != gateway.MockJournalName {
+		t.Errorf("a journal beside the log of an earlier run: got %v, want a *decisionlog.NonEmptyLogFileError of %s", err, fullJournal)
+	}
+	if _, err := start(mocked(spec("tool", "", logs), fullJournal)); !errors.As(err, &ne) || ne.Path != fullJournal {
+		t.Errorf("a journal of an earlier run: got %v, want a *decisionlog.NonEmptyLogFileError of %s", err, fullJournal)
+	}
+	if _, err := start(mocked(spec("tool", "", logs), "")); err != nil {
+		t.Errorf("a journal in the sandbox's directory of the logs' directory: got %v, want none", err)
 	}
 	for _, bad := range []Spec{
 		{Gateway: gateway.Config{Policy: policy}, Runtime: noRuntime{}},
