@@ -152,10 +152,10 @@ type Run struct {
 	s           *sandbox.Sandbox
 	logFile     string
 	journalFile string // "" without mocks
-	recordings []recording
-	notes      func(Note)
-	closeOnce  sync.Once
-	closeErr   error
+	recordings  []recording
+	notes       func(Note)
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // ID is the sandbox's id.
