@@ -34,12 +34,18 @@ var cliWordings = []func(err error) (lib, cli string, ok bool){
 		if !errors.As(err, &e) {
 			return "", "", false
 		}
+		if e.File == gateway.MockJournalName {
+			return e.Error(), e.Say("another --mock-journal path"), true
+		}
 		return e.Error(), e.Say("another --log path"), true
 	},
 	func(err error) (string, string, bool) {
 		var e *decisionlog.NonEmptyLogFileError
 		if !errors.As(err, &e) {
 			return "", "", false
+		}
+		if e.File == gateway.MockJournalName {
+			return e.Error(), e.Say("another --mock-journal path (or --log path, beside which it is kept)", "give --log-append to add this run's journal to it"), true
 		}
 		return e.Error(), e.Say("another --log path", "give --log-append to add this run's records to it"), true
 	},

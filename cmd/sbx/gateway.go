@@ -75,10 +75,11 @@ ends open tunnels and flushes the decision log.`,
 // addFlags defines sbx gateway's flags in fs.
 func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	o.gatewayFlags.addFlags(fs, gatewayFlagUsage{
-		log:       "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append",
-		api:       "serve the management API on `ADDR`: host:port or unix:PATH; repeatable",
-		mockLLM:   mockLLMUsage + " (HTTPS needs --ca-cert)",
-		recordLLM: "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST; needs --ca-cert) and write what it answered to SCRIPT when the gateway stops, for --mock-llm to replay offline; repeatable",
+		log:         "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append",
+		api:         "serve the management API on `ADDR`: host:port or unix:PATH; repeatable",
+		mockLLM:     mockLLMUsage + " (HTTPS needs --ca-cert)",
+		recordLLM:   "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST; needs --ca-cert) and write what it answered to SCRIPT when the gateway stops, for --mock-llm to replay offline; repeatable",
+		mockJournal: "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE` as requests arrive, new or empty unless --log-append; sbx mock requests --journal FILE reads it",
 	})
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3128", "proxy listen `ADDR` (host:port)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
@@ -112,6 +113,9 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if o.log != "" {
 		fmt.Fprintf(out, "sbx gateway: decision log in %s\n", o.log)
 	}
+	if o.mockJournal != "" && len(cfg.MockLLM)+len(cfg.LLMScripts) > 0 {
+		fmt.Fprintf(out, "sbx gateway: mock journal in %s\n", o.mockJournal)
+	}
 	<-cmd.Context().Done()
 	fmt.Fprintln(out, "sbx gateway: stopping")
 	errs := []error{g.Close()}
@@ -140,6 +144,11 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	}
 	if o.log != "" {
 		if err := o.logLimits.checkExisting(o.log); err != nil {
+			return cfg, nil, err
+		}
+	}
+	if o.mockJournal != "" {
+		if err := o.logLimits.checkJournal(o.mockJournal); err != nil {
 			return cfg, nil, err
 		}
 	}

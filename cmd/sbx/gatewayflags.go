@@ -26,12 +26,14 @@ type gatewayFlags struct {
 	upstreamCA string
 	mockLLM    []string
 	recordLLM  []string
+	// mockJournal is --mock-journal: where the mocks' journal is kept.
+	mockJournal string
 }
 
 // gatewayFlagUsage is the help of the gateway flags whose words differ
 // between the commands (a sandbox's log has a default, its API a socket).
 type gatewayFlagUsage struct {
-	log, api, mockLLM, recordLLM string
+	log, api, mockLLM, recordLLM, mockJournal string
 }
 
 // addFlags defines the gateway flags in fs.
@@ -45,6 +47,7 @@ func (f *gatewayFlags) addFlags(fs *pflag.FlagSet, u gatewayFlagUsage) {
 	fs.StringVar(&f.upstreamCA, "upstream-ca", "", "trust the CA certificates (PEM) in `FILE` besides the host's roots when verifying the upstreams of inspected HTTPS requests")
 	fs.StringArrayVar(&f.mockLLM, "mock-llm", nil, u.mockLLM)
 	fs.StringArrayVar(&f.recordLLM, "record-llm", nil, u.recordLLM)
+	fs.StringVar(&f.mockJournal, "mock-journal", "", u.mockJournal)
 }
 
 // checkValues checks the gateway flags' values but the policy flags' and
@@ -78,13 +81,14 @@ func (f *gatewayFlags) checkValues() error {
 }
 
 // config is the gateway configuration of the flags that name no file to
-// read: the decision log's file and limits, and the API's addresses.
+// read: the decision log's file and limits, the mock journal's file, and
+// the API's addresses.
 func (f *gatewayFlags) config() (gateway.Config, error) {
 	limits, err := f.logLimits.Options()
 	if err != nil {
 		return gateway.Config{}, err
 	}
-	return gateway.Config{LogFile: f.log, LogLimits: limits, API: f.api}, nil
+	return gateway.Config{LogFile: f.log, LogLimits: limits, API: f.api, MockJournal: f.mockJournal}, nil
 }
 
 // read reads what the flags name into cfg: the policy and the LLM

@@ -62,16 +62,41 @@ func (l *logLimitFlags) checkExisting(path string) error {
 	return err
 }
 
+// checkJournal refuses path, the --mock-journal file, as checkExisting
+// refuses the --log file.
+func (l *logLimitFlags) checkJournal(path string) error {
+	err := run.CheckJournalFile(path, l.append)
+	var le *run.LogPathError
+	if errors.As(err, &le) {
+		return logPathProblem(le)
+	}
+	return err
+}
+
 // logPathProblem words e, the run library's refusal of the decision
-// log's path, with the flags.
+// log's path (or the mock journal's), with the flags.
 func logPathProblem(e *run.LogPathError) error {
 	switch {
+	case e.Journal && e.CannotLook:
+		return fmt.Errorf("--mock-journal %s: %w; choose a path sbx can look at", e.Path, e.Reason)
+	case e.Journal:
+		return fmt.Errorf("mock journal %s: %w; keep it outside the working directory and -v mounts, and outside every other mount of them: give --mock-journal FILE there (by default it is kept beside the decision log)", e.Path, reachableJournalError(e.Reason))
 	case e.CannotLook:
 		return fmt.Errorf("--log %s: %w; choose a path sbx can look at", e.Path, e.Reason)
 	case e.Dir:
 		return fmt.Errorf("the decision logs' directory %s: %w; run sbx from another directory, or give --log FILE outside the sandbox's mounts", e.Path, reachableLogError(e.Reason))
 	}
 	return fmt.Errorf("--log %s: %w; keep it outside the working directory and -v mounts, and outside every other mount of them (the default is %s/<id>/decisions.jsonl)", e.Path, reachableLogError(e.Reason), logRoot)
+}
+
+// reachableJournalError is reachableLogError's wording for the mock
+// journal.
+func reachableJournalError(err error) error {
+	var we *run.WritableError
+	if errors.As(err, &we) {
+		return fmt.Errorf("%w, so the sandbox could replace, rewrite or link the journal", err)
+	}
+	return fmt.Errorf("sbx cannot tell whether the sandbox could reach it (%w), so it does not write the journal there", err)
 }
 
 // reachableLogError words the reason the run library refused a log path

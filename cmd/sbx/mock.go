@@ -2,15 +2,22 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // mockFlags are the flags of the sbx mock commands: the sandbox or
@@ -101,42 +108,165 @@ func newMockExpectCmd() *cobra.Command {
 func newMockRequestsCmd() *cobra.Command {
 	var f mockFlags
 	var asJSON bool
+	var journal, logDir string
 	cmd := &cobra.Command{
 		Use:   "requests",
-		Short: "Show what the agent sent the mock, and what each request got",
+		Short: "Show what the agent sent the mock, and what each request got (of a running sandbox, an ended one, or a journal file)",
+		Long: `Requests prints the mock's journal: what the agent sent and what each
+request got. --sandbox ID asks a running sandbox's gateway; for a sandbox
+that ended it reads the journal kept beside its decision log, in
+/var/lib/sbx/sandboxes/<id>/mock-requests.jsonl (by its id or a unique
+prefix: a name is known only while the sandbox runs), and says so on
+stderr. A journal kept elsewhere (--mock-journal FILE, or beside a --log
+FILE) is read with --journal FILE.`,
 		Example: `  sbx mock requests --sandbox 1a2b3c4d
-  sbx mock requests --sandbox 1a2b3c4d --host api.openai.com --json | jq '.requests[].body.messages'`,
+  sbx mock requests --sandbox 1a2b3c4d --host api.openai.com --json | jq '.requests[].body.messages'
+  sbx mock requests --journal run.mock-requests.jsonl`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.target.client(cmd.Context())
+			out := cmd.OutOrStdout()
+			if journal != "" {
+				if f.target.sandbox != "" || f.target.api != "" {
+					return usageErrorf(cmd, "--journal reads a journal file; it does not go with --sandbox or --api")
+				}
+				ans, err := f.readJournal(journal)
+				if err != nil {
+					return err
+				}
+				return printMockRequests(out, ans, asJSON)
+			}
+			// A sandbox that ended left its journal.
+			path, ended, err := endedSandboxJournal(f.target, logDir)
 			if err != nil {
 				return err
 			}
+			var c *api.Client
+			if !ended {
+				if c, err = f.target.client(cmd.Context()); err != nil {
+					// It may have ended since it was looked up.
+					if path, ended, _ = endedSandboxJournal(f.target, logDir); !ended {
+						return err
+					}
+				}
+			}
+			if ended {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sbx: sandbox %s ended; reading its mock journal %s\n", filepath.Base(filepath.Dir(path)), path)
+				ans, err := f.readJournal(path)
+				if err != nil {
+					return err
+				}
+				return printMockRequests(out, ans, asJSON)
+			}
+			defer c.Close()
 			ans, err := c.MockRequests(cmd.Context(), f.mock())
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetEscapeHTML(false)
-				return enc.Encode(ans)
+			if f.target.sandbox != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sbx: sandbox %s runs; asking its gateway for the mock's journal\n", f.target.sandbox)
 			}
-			if len(ans.Requests) == 0 {
-				fmt.Fprintf(out, "no requests to %s yet\n", ans.Mock)
-				return nil
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tTIME\tPATH\tMODEL\tSTREAM\tSTATUS\tOUTCOME")
-			for _, j := range ans.Requests {
-				fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%t\t%d\t%s\n", j.Seq, j.Time.Local().Format("15:04:05.000"), j.Method, j.Path, j.Model, j.Stream, j.Status, j.Outcome)
-			}
-			return tw.Flush()
+			return printMockRequests(out, ans, asJSON)
 		},
 	}
 	f.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer, request bodies included")
+	cmd.Flags().StringVar(&journal, "journal", "", "read the mock journal `FILE` (--mock-journal's, or one beside a --log file) instead")
+	cmd.Flags().StringVar(&logDir, "log-dir", logRoot, "where sandboxes' decision logs and mock journals are kept")
+	cmd.Flags().MarkHidden("log-dir")
 	return cmd
+}
+
+// printMockRequests prints a mock's journal: a table, or the API's JSON.
+func printMockRequests(out io.Writer, ans *api.MockRequests, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(ans)
+	}
+	if len(ans.Requests) == 0 {
+		fmt.Fprintf(out, "no requests to %s yet\n", ans.Mock)
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tPATH\tMODEL\tSTREAM\tSTATUS\tOUTCOME")
+	for _, j := range ans.Requests {
+		fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%t\t%d\t%s\n", j.Seq, j.Time.Local().Format("15:04:05.000"), j.Method, j.Path, j.Model, j.Stream, j.Status, j.Outcome)
+	}
+	return tw.Flush()
+}
+
+// endedSandboxJournal finds the mock journal the sandbox t.sandbox names
+// kept, when no running sandbox has that id, name or id prefix, as
+// endedSandboxLog finds its decision log: ended is false when one runs,
+// or when t names no sandbox (--api).
+func endedSandboxJournal(t targetFlags, logDir string) (path string, ended bool, err error) {
+	if t.sandbox == "" || t.api != "" {
+		return "", false, nil
+	}
+	if _, err := sandbox.Find(t.stateDir, t.sandbox); !errors.Is(err, sandbox.ErrNotFound) {
+		return "", false, nil
+	}
+	path, err = run.FindJournal(t.stateDir, logDir, t.sandbox)
+	var le *run.LogLookupError
+	switch {
+	case errors.As(err, &le) && len(le.Matches) == 0:
+		return "", false, fmt.Errorf("--sandbox %w (a name is known only while its sandbox runs; a sandbox that mocked no LLM keeps no journal; one kept with --mock-journal or beside --log is read with --journal FILE); sbx ps lists the running ones", err)
+	case err != nil:
+		return "", false, fmt.Errorf("--sandbox %w", orNeedsRoot(err, "--sandbox"))
+	}
+	return path, true, nil
+}
+
+// readJournal reads the journal file at path and returns the journal of
+// the mock the flags name (the only one when they name none), as the API
+// answers it.
+func (f *mockFlags) readJournal(path string) (*api.MockRequests, error) {
+	file, err := os.Open(path)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("%w; sandboxes' journals are root's: run sbx mock requests with sudo", err)
+	} else if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	mocks, err := mockllm.ReadJournal(file)
+	if err != nil {
+		return nil, fmt.Errorf("mock journal %s: %w", path, err)
+	}
+	host := f.host
+	if host != "" {
+		if host, err = netpolicy.NormalizeHost(host); err != nil {
+			return nil, fmt.Errorf("--host %s: %w", f.host, err)
+		}
+	}
+	labels := make([]string, len(mocks))
+	var m *mockllm.JournalMock
+	for i, jm := range mocks {
+		labels[i] = jm.Mock
+		if host != "" && jm.Host == host || f.script != "" && jm.Script == f.script {
+			m = jm
+		}
+	}
+	switch {
+	case len(mocks) == 0:
+		return nil, fmt.Errorf("mock journal %s names no mock", path)
+	case m == nil && host != "":
+		return nil, fmt.Errorf("mock journal %s: %s is not mocked; the mocks are %s", path, host, strings.Join(labels, ", "))
+	case m == nil && f.script != "":
+		return nil, fmt.Errorf("mock journal %s: it holds no LLM script %q; the mocks are %s", path, f.script, strings.Join(labels, ", "))
+	case m == nil && len(mocks) > 1:
+		return nil, fmt.Errorf("mock journal %s: there are several mocks (%s); name one with --host or --script", path, strings.Join(labels, ", "))
+	case m == nil:
+		m = mocks[0]
+	}
+	ans := &api.MockRequests{Host: m.Host, Mock: m.Mock, Script: m.Script, Requests: make([]api.MockRequest, len(m.Requests))}
+	for i, j := range m.Requests {
+		ans.Requests[i] = api.MockRequest{
+			Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect),
+			Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
+			Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
+		}
+	}
+	return ans, nil
 }
 
 func newMockResetCmd() *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // TestMockCommands: sbx mock expect (a file and stdin), requests and
@@ -84,5 +85,69 @@ func TestMockCommands(t *testing.T) {
 	}
 	if _, stderr, code := mock("", "requests", "--host", "other.example"); code == 0 || !strings.Contains(stderr, "other.example is not mocked") {
 		t.Errorf("mock requests --host other.example: exit %d, %q", code, stderr)
+	}
+}
+
+// TestMockRequestsFromJournal: sbx mock requests reads the journal file
+// a gateway kept (--journal FILE), and, for a sandbox that is not running,
+// the journal kept in its directory of the logs' directory, saying so on
+// stderr; bodies included with --json.
+func TestMockRequestsFromJournal(t *testing.T) {
+	p, _ := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block})
+	logDir := t.TempDir()
+	id := "1a2b3c4d"
+	journal := filepath.Join(logDir, id, run.JournalName)
+	g, err := gateway.Start(t.Context(), gateway.Config{Listen: "127.0.0.1:0", Policy: p, MockJournal: journal,
+		MockLLM: map[string]*mockllm.Responder{"api.anthropic.com": mockllm.New(nil), "api.openai.com": mockllm.New(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, _ := url.Parse("http://" + g.ProxyAddr.String())
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}}
+	resp, err := client.Post("http://api.anthropic.com/v1/messages", "application/json",
+		strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"kept after the end"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mock := func(args ...string) (string, string, int) {
+		t.Helper()
+		var out, errOut strings.Builder
+		root := newRootCmd()
+		root.SetArgs(append([]string{"mock", "requests"}, args...))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		code := execute(t.Context(), root)
+		return out.String(), errOut.String(), code
+	}
+	stateDir := t.TempDir()
+	tests := []struct {
+		name       string
+		args       []string
+		wantOut    string
+		wantErr    string
+		wantFailed bool
+	}{
+		{name: "file", args: []string{"--journal", journal, "--host", "api.anthropic.com", "--json"}, wantOut: `"content":"kept after the end"`},
+		{name: "file, table", args: []string{"--journal", journal, "--host", "API.Anthropic.com"}, wantOut: "unmatched: the script is used up"},
+		{name: "ended sandbox", args: []string{"--sandbox", "1a2b", "--state-dir", stateDir, "--log-dir", logDir, "--host", "api.anthropic.com", "--json"},
+			wantOut: `"content":"kept after the end"`, wantErr: "sbx: sandbox 1a2b3c4d ended; reading its mock journal " + journal},
+		{name: "the other mock", args: []string{"--journal", journal, "--host", "api.openai.com"}, wantOut: "no requests to api.openai.com yet"},
+		{name: "several mocks", args: []string{"--journal", journal}, wantErr: "there are several mocks (api.anthropic.com, api.openai.com); name one with --host or --script", wantFailed: true},
+		{name: "not mocked", args: []string{"--journal", journal, "--host", "other.example"}, wantErr: "other.example is not mocked", wantFailed: true},
+		{name: "no journal", args: []string{"--sandbox", "ffff", "--state-dir", stateDir, "--log-dir", logDir}, wantErr: "no mock journal of one in " + logDir, wantFailed: true},
+		{name: "with --sandbox", args: []string{"--journal", journal, "--sandbox", id}, wantErr: "does not go with --sandbox", wantFailed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := mock(tt.args...)
+			if (code != 0) != tt.wantFailed || !strings.Contains(stdout, tt.wantOut) || !strings.Contains(stderr, tt.wantErr) {
+				t.Errorf("sbx mock requests %s: got exit %d, %q, %q; want failed %t, %q, %q", strings.Join(tt.args, " "), code, stdout, stderr, tt.wantFailed, tt.wantOut, tt.wantErr)
+			}
+		})
 	}
 }

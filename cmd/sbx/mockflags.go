@@ -43,6 +43,7 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 			return nil, fmt.Errorf("--mock-llm %s: the script is invalid:\n%w", v, err)
 		}
 		mocks[host] = mockllm.New(script)
+		mocks[host].QueueHint = "sbx mock expect --host " + host
 	}
 	return mocks, nil
 }
@@ -102,6 +103,7 @@ func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.
 			continue
 		}
 		out[name] = mockllm.New(script)
+		out[name].QueueHint = "sbx mock expect --script " + name
 	}
 	if len(errs) > 0 {
 		return nil, &exitError{code: exitFailure, err: combine(errs...)}

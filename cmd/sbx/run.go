@@ -120,10 +120,11 @@ or Docker (--runtime docker runs images from Docker's store, --image).`,
 // addFlags defines sbx run's flags in fs.
 func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	o.gatewayFlags.addFlags(fs, gatewayFlagUsage{
-		log:       "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)",
-		api:       "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable",
-		mockLLM:   mockLLMUsage,
-		recordLLM: recordLLMUsage,
+		log:         "keep the decision log in `FILE` (default /var/lib/sbx/sandboxes/<id>/decisions.jsonl)",
+		api:         "also serve the management API on `ADDR` (host:port), besides /run/sbx/<id>/api.sock; repeatable",
+		mockLLM:     mockLLMUsage,
+		recordLLM:   recordLLMUsage,
+		mockJournal: "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE` (default beside the decision log: /var/lib/sbx/sandboxes/<id>/mock-requests.jsonl, which sbx mock requests --sandbox ID reads after the sandbox ended)",
 	})
 	fs.StringVar(&o.rootfs, "rootfs", "host", "the container's root filesystem: host (the host's system directories, read-only, secrets masked, the working directory read-write) or a `DIR` (read-only)")
 	fs.StringVar(&o.image, "image", "", "run from the image `REF`, in containerd's sbx namespace or, with --runtime docker, Docker's store; pulled by --pull (instead of --rootfs)")
@@ -319,6 +320,9 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 			}
 		case run.Closed:
 			line = fmt.Sprintf("decision log of sandbox %s: %s", n.ID, n.LogFile)
+			if n.JournalFile != "" {
+				line += fmt.Sprintf("\nsbx: mock journal of sandbox %s: %s", n.ID, n.JournalFile)
+			}
 		case run.Recorded:
 			line = recordedNote(n)
 		}
