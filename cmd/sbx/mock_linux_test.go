@@ -214,3 +214,49 @@ new Anthropic({apiKey: "sk-test", maxRetries: 0}).messages.create({model: "m", m
 		t.Errorf("replaying: the agent's output %q, the API asked %d times; want the same answer, and the API not asked again", out, hits.Load())
 	}
 }
+
+// TestPrivilegedMockJournalAfterTheEnd: a sandbox whose agent (busybox
+// wget, captured by the gateway) sends one request to a --mock-llm host and
+// ends at once; then sbx mock requests --sandbox ID, with no sandbox
+// running, reads the journal kept beside the decision log, body
+// included, and says so on stderr.
+func TestPrivilegedMockJournalAfterTheEnd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	script := writeFile(t, "script.yaml", "turns:\n  - reply: {text: scripted answer}\n")
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"the word is marmalade"}]}`
+	stdout, stderr, code := runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", state,
+		"--subnet-pool", "10.213.249.0/24", "--rootfs", busyboxRoot(t),
+		"--mock-llm", "api.anthropic.com="+script,
+		// Busybox's wget sends --post-data as a GET through a proxy: it
+		// goes straight to the host, which capture brings to the gateway.
+		"--", "sh", "-c", `unset http_proxy HTTP_PROXY; exec busybox wget -q -O- --header "Content-Type: application/json" --post-data "$1" http://api.anthropic.com/v1/messages`, "sh", body)
+	t.Logf("sbx run: exit %d\n%s%s", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, "scripted answer") {
+		t.Fatalf("sbx run: exit %d, want 0 and the scripted answer", code)
+	}
+	// sbx: mock journal of sandbox ID: PATH
+	_, rest, ok := strings.Cut(stderr, "sbx: mock journal of sandbox ")
+	id, journal, _ := strings.Cut(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), ": ")
+	if !ok || journal != filepath.Join(logRoot, id, "mock-requests.jsonl") {
+		t.Fatalf("sbx run said %q, want the journal of the sandbox in %s/<id>/mock-requests.jsonl", stderr, logRoot)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(logRoot, id)) })
+	if fi, err := os.Stat(journal); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the journal: got %v, %v; want mode 0600", fi, err)
+	}
+
+	out, errOut, code := runCLI(t, "mock", "requests", "--sandbox", id, "--state-dir", state, "--json")
+	t.Logf("sbx mock requests --sandbox %s --json: exit %d\n%s%s", id, code, out, errOut)
+	if code != 0 || !strings.Contains(out, `"content":"the word is marmalade"`) || !strings.Contains(out, `"outcome":"turn 1 (`) {
+		t.Errorf("sbx mock requests --sandbox %s after the end: exit %d, want 0 and the request's body", id, code)
+	}
+	if want := "sbx: sandbox " + id + " ended; reading its mock journal " + journal + "\n"; errOut != want {
+		t.Errorf("got stderr %q, want %q", errOut, want)
+	}
+	if log, err := os.ReadFile(filepath.Join(logRoot, id, "decisions.jsonl")); err != nil || strings.Contains(string(log), "marmalade") {
+		t.Errorf("the decision log: %v, or it holds the body", err)
+	}
+}
