@@ -101,7 +101,6 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 			target = "--api ADDR --token-file FILE"
 		}
 		fmt.Fprintf(&b, "To allow it while this runs:\n  sbx policy allow %s %s\n"+
-			"(or POST the rule to /v1/policy/rules on the management API),\n"+
 			"or add an allow rule for it to the policy.\n", target, hostport)
 	}
 	return b.String()

@@ -18,7 +18,7 @@ func newGCCmd() *cobra.Command {
 machine's power cut) and removes what they left: their containers (in
 containerd and in Docker, each when it answers), network namespace, veth pair, iptables rules and chains, and state in /run/sbx.
 Running sandboxes and anything not named as sbx names its objects are left
-alone. Decision logs in /var/lib/sbx are kept. Needs root.`,
+alone. Decision logs and mock journals in /var/lib/sbx are kept. Needs root.`,
 		Example: `  sudo sbx gc`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {

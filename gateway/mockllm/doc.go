@@ -31,7 +31,9 @@
 // Runtime control is for the gateway's management API: Expect queues turns
 // after the script's, Requests is the journal of what the agent sent (the
 // only place request bodies are kept), Reset starts over. A request no turn
-// answers gets an API error and OnUnmatched hears of it.
+// answers gets an API error and OnUnmatched hears of it. A JournalFile
+// keeps the journals of Responders in a file too (Responder.Journal), as
+// requests arrive, and ReadJournal reads it back after they are gone.
 //
 // The package imports no other sbx package but netpolicy/strictyaml, the
 // strict decoder it shares with policy files, so the gateway can mount a
