@@ -83,8 +83,7 @@ const MockJournalName = "mock journal"
 // every mock's Responder to write its journal there; nil when there are
 // no mocks. It is called before the gateway serves.
 func (s *Server) openMockJournal(path string, appendTo bool) (*mockllm.JournalFile, error) {
-	refs := s.mocks()
-	if len(refs) == 0 {
+	if len(s.cfg.MockLLM)+len(s.cfg.LLMScripts) == 0 {
 		return nil, nil
 	}
 	f, err := decisionlog.OpenFile(path, MockJournalName, appendTo)
@@ -92,9 +91,12 @@ func (s *Server) openMockJournal(path string, appendTo bool) (*mockllm.JournalFi
 		return nil, err
 	}
 	jf := mockllm.NewJournalFile(f)
-	for _, ref := range refs {
-		host, mock, script := ref.names()
-		ref.m.Journal = jf.Sink(host, mock, script)
+	// Named as the management API names them: the host, or "script NAME".
+	for _, h := range slices.Sorted(maps.Keys(s.cfg.MockLLM)) {
+		s.cfg.MockLLM[h].Journal = jf.Sink(h, h, "")
+	}
+	for _, n := range slices.Sorted(maps.Keys(s.cfg.LLMScripts)) {
+		s.cfg.LLMScripts[n].Journal = jf.Sink("", "script "+n, n)
 	}
 	return jf, nil
 }
