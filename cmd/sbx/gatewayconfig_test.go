@@ -79,7 +79,7 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 	shared := []string{
 		"--policy", policy, "--allow", "api.test", "--resolve", "api.test=192.0.2.7", "--host-dns", "192.0.2.53",
 		"--log", filepath.Join(dir, "decisions.jsonl"), "--log-append", "--log-rate", "5", "--log-max-size", "1m",
-		"--api", "127.0.0.1:0", "--upstream-ca", upstreamCA,
+		"--api", "127.0.0.1:0", "--upstream-ca", upstreamCA, "--mock-journal", filepath.Join(dir, "mock-requests.jsonl"),
 		"--mock-llm", "mock.test=" + script, "--record-llm", "rec.test=" + filepath.Join(dir, "rec.yaml"),
 	}
 
