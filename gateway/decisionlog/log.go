@@ -42,8 +42,13 @@ type Log struct {
 
 	mu     sync.Mutex // held while a record is numbered, encoded and written
 	seq    uint64     // last assigned
-	buf    []byte     // the line being written, reused
+	buf    []byte     // the line being written (a commit batch's lines), reused
+	ends   []int      // where each of a commit batch's lines ends in buf
 	closed bool
+
+	hasFile bool         // a sink is a budgetedSink: Commit batches
+	groupMu sync.Mutex   // guards open; taken alone or after mu, never before it
+	open    *commitBatch // the batch commits join, nil when none waits
 
 	errMu    sync.Mutex // separate from mu, so Err does not wait for a slow sink
 	firstErr error
@@ -59,6 +64,7 @@ func NewLog(sandbox string, sinks ...Sink) *Log {
 			l.sinks = append(l.sinks, s)
 			b, _ := s.(budgetedSink)
 			l.budgets = append(l.budgets, b)
+			l.hasFile = l.hasFile || b != nil
 		}
 	}
 	return l
@@ -82,12 +88,13 @@ type budgetedSink interface {
 	// may leave out when it is over budget (never a policy record). now
 	// is as for reserveDropped.
 	writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error
-	// commitRecord is writeBudgeted for a record that lets a request be
-	// carried out: the record (after the dropped record reserved before
-	// it, if any) is in the file when it returns nil. When it cannot be
-	// written, the sink keeps neither record and returns the error, a
-	// *LogFileError.
-	commitRecord(seq uint64, line []byte, r *Record, now time.Time) error
+	// commitRecords is writeBudgeted for records that let requests be
+	// carried out, recs[i] encoded as lines[ends[i-1]:ends[i]] (from 0
+	// for the first): the records (after the dropped record reserved
+	// before them, if any) are in the file when it returns nil, taken
+	// there by one write. When they cannot be written, the sink keeps
+	// none of them and returns the error, a *LogFileError.
+	commitRecords(lines []byte, ends []int, recs []*Record, now time.Time) error
 	// unreserve gives back the dropped record reserved before a commit
 	// that failed.
 	unreserve()
@@ -166,69 +173,155 @@ func (l *Log) Emit(r *Record) uint64 {
 // file, handed to the kernel by a write that succeeded (with the records
 // buffered before it), before the other sinks get it.
 //
+// Concurrent commits share that write (group commit): a Commit that comes
+// while another batch is being written joins the next batch, which one
+// write takes to the file once the one before has been written; each
+// returns when its batch has been written, or has failed.
+//
 // When the file cannot be written (full, an I/O error, removed or
 // replaced), Commit writes r to no sink, gives its seq back, and returns
 // the error, a *LogFileError; the caller refuses the request and logs
-// that with Emit. Each Commit tries the file again. A record that the
-// file sink leaves out over its budget is not an error: it is counted,
-// as Emit's are. Without a file sink, Commit is Emit. After Close it
-// returns an error wrapping ErrSinkClosed.
+// that with Emit. A failed batch fails every Commit in it, and each
+// Commit tries the file again. A record that the file sink leaves out
+// over its budget is not an error: it is counted, as Emit's are. Without
+// a file sink, Commit is Emit. After Close it returns an error wrapping
+// ErrSinkClosed.
 func (l *Log) Commit(r *Record) (uint64, error) {
+	if !l.hasFile {
+		return l.commitAlone(r)
+	}
+	l.groupMu.Lock()
+	b := l.open
+	if b == nil && l.mu.TryLock() {
+		// Nothing is being written and no batch waits: r is a batch
+		// of its own, and the commits that come while it is written
+		// gather in the next.
+		l.groupMu.Unlock()
+		defer l.mu.Unlock()
+		err := l.commitLocked([]*Record{r})
+		return r.Seq, err
+	}
+	lead := b == nil
+	if lead {
+		b = l.newBatch()
+		l.open = b
+	}
+	b.recs = append(b.recs, r)
+	l.groupMu.Unlock()
+	if !lead {
+		<-b.done
+		return r.Seq, b.err
+	}
+	// The leader waits for the batch being written, if any (it holds
+	// l.mu), while later commits join b; then b is closed to them and
+	// written with one write.
+	l.mu.Lock()
+	l.groupMu.Lock()
+	l.open = nil
+	l.groupMu.Unlock()
+	b.err = l.commitLocked(b.recs)
+	l.mu.Unlock()
+	close(b.done)
+	return r.Seq, b.err
+}
+
+// A commitBatch is the records of the commits that one write takes to
+// the file (Log.Commit).
+type commitBatch struct {
+	recs []*Record
+	err  error         // set before done is closed
+	done chan struct{} // closed once the batch is written or has failed
+}
+
+// newBatch returns an empty commitBatch. l.groupMu is held.
+func (l *Log) newBatch() *commitBatch {
+	return &commitBatch{recs: make([]*Record, 0, 8), done: make(chan struct{})}
+}
+
+// commitAlone commits r by a write of its own: Commit without a file
+// sink, and, in the benchmark, the path that Commit's batches are
+// measured against.
+func (l *Log) commitAlone(r *Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	err := l.commitLocked([]*Record{r})
+	return r.Seq, err
+}
+
+// commitLocked numbers recs, encodes them and writes them to the files
+// (a FileSink commits them with one write), then, once the files hold
+// them, to the other sinks. When the first file cannot take them, no
+// sink gets any of them, their seqs (and that of a dropped record
+// reserved before them) are given back, each one's Seq is set to 0, and
+// the file's error is returned. l.mu is held.
+func (l *Log) commitLocked(recs []*Record) error {
 	if l.closed {
-		return 0, fmt.Errorf("decision log: %w", ErrSinkClosed)
+		for _, r := range recs {
+			r.Seq = 0
+		}
+		return fmt.Errorf("decision log: %w", ErrSinkClosed)
 	}
-	var now time.Time
-	if r.Time.IsZero() {
-		now = time.Now()
-		r.Time = now
-	}
+	now := time.Now()
 	before := l.seq
-	reserved := make([]bool, len(l.budgets))
+	var reserved uint64 // bit i: budgets[i] reserved a dropped record
 	for i, b := range l.budgets {
 		if b != nil && b.reserveDropped(l.seq+1, dropBeforeCommit, now) {
 			l.seq++
-			reserved[i] = true
+			reserved |= 1 << i
 		}
 	}
-	l.seq++
-	r.Seq = l.seq
-	r.V = SchemaVersion
-	r.Sandbox = l.sandbox
-	if len(l.sinks) == 0 {
-		return r.Seq, nil
+	l.buf, l.ends = l.buf[:0], l.ends[:0]
+	for _, r := range recs {
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		l.seq++
+		r.Seq = l.seq
+		r.V = SchemaVersion
+		r.Sandbox = l.sandbox
+		if len(l.sinks) > 0 {
+			l.buf = append(r.AppendJSON(l.buf), '\n')
+			l.ends = append(l.ends, len(l.buf))
+		}
 	}
-	l.buf = append(r.AppendJSON(l.buf[:0]), '\n')
-	// The files first: the others get r only once the files hold it.
+	if len(l.sinks) == 0 {
+		return nil
+	}
+	// The files first: the others get recs only once the files hold them.
 	for i, b := range l.budgets {
 		if b == nil {
 			continue
 		}
-		if err := b.commitRecord(r.Seq, l.buf, r, now); err != nil {
+		if err := b.commitRecords(l.buf, l.ends, recs, now); err != nil {
 			if i == l.firstBudget() {
-				// No sink got r or a dropped record reserved for it:
-				// their seqs are given back.
-				for j, ok := range reserved {
-					if ok {
-						l.budgets[j].unreserve()
+				// No sink got recs or a dropped record reserved for
+				// them: their seqs are given back.
+				for j, b := range l.budgets {
+					if reserved&(1<<j) != 0 {
+						b.unreserve()
 					}
 				}
 				l.seq = before
 			}
-			r.Seq = 0
-			return 0, err
+			for _, r := range recs {
+				r.Seq = 0
+			}
+			return err
 		}
 	}
 	for i, s := range l.sinks {
 		if l.budgets[i] != nil {
 			continue
 		}
-		if err := s.WriteRecord(r.Seq, l.buf); err != nil {
-			l.sinkFailed(i, err)
+		start := 0
+		for k, end := range l.ends {
+			if err := s.WriteRecord(recs[k].Seq, l.buf[start:end]); err != nil {
+				l.sinkFailed(i, err)
+			}
+			start = end
 		}
 	}
-	return r.Seq, nil
+	return nil
 }
 
 // firstBudget is the index of the first budgetedSink, or -1.

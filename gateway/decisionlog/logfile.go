@@ -143,7 +143,6 @@ type FileSink struct {
 	buf       []byte // the batch being gathered
 	full      []byte // a full batch the flusher is to write; nil when none
 	spare     []byte // an empty batch's memory, for the next swap
-	err       error  // the first write error, sticky
 	pending   bool   // written since the last flush, and the flusher was kicked
 	closed    bool
 	size      int64               // bytes in the file: at open, plus written since
@@ -717,14 +716,14 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Ti
 	return nil
 }
 
-// commitRecord implements budgetedSink: it writes the dropped record
-// reserved for this record, if any, and line, with everything buffered
-// before them, to the file before it returns, unless line is over the
-// budget (then it is left out and counted as any record, and nil is
-// returned). When the file cannot be written, neither record is kept (the
-// records left out stay uncounted for a later dropped record) and the
-// fault, a *LogFileError, is returned.
-func (s *FileSink) commitRecord(seq uint64, line []byte, r *Record, now time.Time) error {
+// commitRecords implements budgetedSink: it writes the dropped record
+// reserved for these records, if any, and the records, with everything
+// buffered before them, to the file before it returns, leaving out those
+// over the budget (counted as any record; that is not an error). When
+// the file cannot be written, none of them is kept (the records left out
+// stay uncounted for a later dropped record) and the fault, a
+// *LogFileError, is returned.
+func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -736,8 +735,12 @@ func (s *FileSink) commitRecord(seq uint64, line []byte, r *Record, now time.Tim
 		s.buf = append(s.buf, s.staged...)
 		stagedFor, s.staged = s.stagedFor, nil
 	}
-	if s.fault.Load() != nil || s.admit(len(line), r, now) {
-		s.buf = append(s.buf, line...)
+	start := 0
+	for i, end := range ends {
+		if s.fault.Load() != nil || s.admit(end-start, recs[i], now) {
+			s.buf = append(s.buf, lines[start:end]...)
+		}
+		start = end
 	}
 	cut := len(s.buf) - mark
 	if cut == 0 {
