@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -124,7 +125,7 @@ func (s *Server) readDNSUDP(ctx context.Context, pc net.PacketConn) {
 			s.logRefusal(&s.notClients, client.Addr(), client.String(), 0, notClientReason)
 			continue
 		}
-		resp, ok := s.answerDNS(buf[:n], false, client, out[:0])
+		resp, ok := s.answerDNSUDP(buf[:n], client, out[:0])
 		if !ok {
 			continue
 		}
@@ -136,6 +137,43 @@ func (s *Server) readDNSUDP(ctx context.Context, pc net.PacketConn) {
 			pc.WriteTo(resp, addr)
 		}
 	}
+}
+
+// dnsQueryHook, when not nil, is called with every UDP query before it
+// is answered. It is nil in production; tests set it to make answering
+// a query panic.
+var dnsQueryHook func(msg []byte)
+
+// answerDNSUDP is answerDNS for a query over UDP, which a worker reading
+// the stub's socket answers: a panic while answering it ends that query
+// alone, unanswered (the client asks again), as recoverConn does for a
+// connection, and the worker goes on with the next.
+func (s *Server) answerDNSUDP(msg []byte, client netip.AddrPort, out []byte) (resp []byte, ok bool) {
+	defer s.recoverQuery(client)
+	if dnsQueryHook != nil {
+		dnsQueryHook(msg)
+	}
+	return s.answerDNS(msg, false, client, out)
+}
+
+// recoverQuery, deferred in answerDNSUDP, turns a panic while answering
+// a UDP query from client into no answer: it logs the panic with its
+// stack, counts it, and records it in a close record of kind dns with the
+// error "gateway error: panic: ..." (the stack stays out of the decision
+// log).
+func (s *Server) recoverQuery(client netip.AddrPort) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	stack := debug.Stack()
+	rec := &decisionlog.Record{
+		Event: decisionlog.EventClose, ID: strconv.FormatUint(s.connID.Add(1), 36), Kind: decisionlog.KindDNS,
+		Client: client.String(), Error: "gateway error: panic: " + truncate(fmt.Sprint(p), 200),
+	}
+	s.logger.Error("panic answering a DNS query over UDP: it goes unanswered, the gateway goes on", "client", rec.Client, "id", rec.ID, "panic", p, "stack", string(stack))
+	s.metrics.panicked("dns_udp")
+	s.emit(rec)
 }
 
 // ServeDNSTCP answers DNS queries over TCP connections accepted on ln

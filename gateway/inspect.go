@@ -379,6 +379,7 @@ func (h *inspectHandler) recoverRequest(closeRec *decisionlog.Record) {
 	h.fault.CompareAndSwap(nil, &msg)
 	h.c.Conn.Close()
 	h.s.logger.Error("panic serving an inspected request: its tunnel is closed, the gateway goes on", "client", h.c.clientText, "host", h.t.Host, "panic", p, "stack", string(debug.Stack()))
+	h.s.metrics.panicked("inspected")
 	panic(http.ErrAbortHandler)
 }
 

@@ -19,6 +19,7 @@ type Metrics struct {
 	bytes       *prometheus.CounterVec
 	tunnels     prometheus.Gauge
 	decisionLat prometheus.Histogram
+	panics      *prometheus.CounterVec
 
 	// Counters bound to their labels once, off the per-request path.
 	byKindAction      map[[2]string]prometheus.Counter
@@ -49,8 +50,12 @@ func newMetrics() *Metrics {
 			Help:    "Time from a request's head being read to its verdict, guard and DNS included.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 		}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sbx_gateway_panics_total",
+			Help: "Panics recovered while serving one connection, query or tunnel, which ended it alone, by where (proxy, transparent, dns, dns_udp, tunnel, inspected).",
+		}, []string{"where"}),
 	}
-	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat)
+	m.Registry.MustRegister(m.requests, m.bytes, m.tunnels, m.decisionLat, m.panics)
 	m.byKindAction = map[[2]string]prometheus.Counter{}
 	for _, kind := range []string{decisionlog.KindHTTP, decisionlog.KindConnect, decisionlog.KindDNS} {
 		for _, action := range []netpolicy.Action{netpolicy.Allow, netpolicy.Block, netpolicy.Intercept} {
@@ -60,6 +65,10 @@ func newMetrics() *Metrics {
 	m.bytesOut, m.bytesIn = m.bytes.WithLabelValues("out"), m.bytes.WithLabelValues("in")
 	return m
 }
+
+// panicked counts a panic recovered where (a label of
+// sbx_gateway_panics_total).
+func (m *Metrics) panicked(where string) { m.panics.WithLabelValues(where).Inc() }
 
 // request counts one decided request.
 func (m *Metrics) request(kind string, action netpolicy.Action) {

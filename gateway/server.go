@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -350,6 +351,7 @@ func (s *Server) recoverConn(what string, nc net.Conn, f *connFault) {
 		}
 	}
 	s.logger.Error("panic serving a "+what+" client: its connection is closed, the gateway goes on", "client", rec.Client, "id", rec.ID, "panic", p, "stack", string(stack))
+	s.metrics.panicked(strings.ToLower(what))
 	s.emit(rec)
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -187,10 +188,19 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	// speaks first. It ends when the upstream ends its side (then the
 	// client's is half-closed), either side fails, or the tunnel idles
 	// out (then both are closed, which ends the other direction too).
+	// A panic there ends this tunnel alone (recoverCopy), and its close
+	// record says so.
+	var panicked string // set before inDone is sent
 	go func() {
-		n, err := s.copyIdle(c.Conn, up, act, toClient)
+		var n int64
+		defer func() { inDone <- n }()
+		defer s.recoverCopy(c, end, &panicked)
+		if tunnelCopyHook != nil {
+			tunnelCopyHook()
+		}
+		var err error
+		n, err = s.copyIdle(c.Conn, up, act, toClient)
 		end.direction(toClient, err, act)
-		inDone <- n
 	}()
 	// Client to upstream, below, ends in the same ways; when it ended
 	// with the client's half-close, the tunnel waits for the upstream's
@@ -202,6 +212,9 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		}
 		closeRec.BytesIn = <-inDone
 		end.closeBoth()
+		if panicked != "" {
+			closeRec.Error = panicked
+		}
 		if end.err != "" && closeRec.Error == "" {
 			closeRec.Error = end.err
 		}
@@ -241,6 +254,27 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	n, err := s.copyIdle(up, c.Conn, act, toUpstream)
 	closeRec.BytesOut = out + n
 	halfClosed = end.direction(toUpstream, err, act)
+}
+
+// tunnelCopyHook, when not nil, is called in the goroutine that copies a
+// tunnel's upstream to its client, before it copies. It is nil in
+// production; tests set it to make that goroutine panic.
+var tunnelCopyHook func()
+
+// recoverCopy, deferred in the goroutine that copies a tunnel's upstream
+// to its client (relay's second one, which serveListener's recoverConn
+// does not cover), turns a panic there into the end of that tunnel alone:
+// it closes both sides, logs the panic with its stack, counts it, and
+// sets *msg to the close record's error, "gateway error: panic: ...".
+func (s *Server) recoverCopy(c *conn, end *tunnelEnd, msg *string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	end.closeBoth()
+	*msg = "gateway error: panic: " + truncate(fmt.Sprint(p), 200)
+	s.logger.Error("panic relaying a tunnel's upstream to its client: the tunnel is closed, the gateway goes on", "client", c.clientText, "panic", p, "stack", string(debug.Stack()))
+	s.metrics.panicked("tunnel")
 }
 
 // tunnelEnd passes the end of one direction of a tunnel on to the other

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// panicsCounted returns sbx_gateway_panics_total{where} of m.
+func panicsCounted(t *testing.T, m *Metrics, where string) float64 {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sbx_gateway_panics_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "where" && l.GetValue() == where {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// checkPanicLogged fails unless logs name the panic value with a stack,
+// and the ring holds want close records with its error, each naming its
+// client and id.
+func checkPanicLogged(t *testing.T, logs *syncBuffer, ring *decisionlog.Ring, value string, want int) {
+	t.Helper()
+	l := logs.String()
+	if !strings.Contains(l, `panic="`+value+`"`) || !strings.Contains(l, "stack=") || !strings.Contains(l, "panic_test.go") {
+		t.Errorf("the gateway's log does not name the panic %q with its stack:\n%s", value, l)
+	}
+	var got int
+	for _, r := range ringRecords(t, ring) {
+		if e, _ := r["error"].(string); r["event"] == decisionlog.EventClose && strings.HasPrefix(e, "gateway error: panic: ") {
+			got++
+			if e != "gateway error: panic: "+value {
+				t.Errorf("close record: got error %q, want %q (and no stack)", e, "gateway error: panic: "+value)
+			}
+			if r["client"] == "" || r["id"] == "" {
+				t.Errorf("close record without its client or id: %v", r)
+			}
+		}
+	}
+	if got != want {
+		t.Errorf("got %d close records with the panic, want %d", got, want)
+	}
+}
+
+// TestFaultPanicAnsweringOneDNSQuery: a panic while a worker of the DNS
+// stub answers a UDP query ends that query alone, unanswered: it is
+// logged with its stack, counted and recorded, and the stub answers the
+// next queries (more than it has workers, so that the worker that
+// panicked answers too). Without the recover the panic ends the process.
+func TestFaultPanicAnsweringOneDNSQuery(t *testing.T) {
+	var logs syncBuffer
+	var calls atomic.Int32
+	dnsQueryHook = func([]byte) {
+		if calls.Add(1) == 1 {
+			panic("injected query fault")
+		}
+	}
+	t.Cleanup(func() { dnsQueryHook = nil })
+	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	})
+	msg := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)
+	if resp, err := exchangeUDP(t, st.udp, msg); err == nil {
+		t.Errorf("the query that panicked: got an answer of %d bytes, want none", len(resp))
+	}
+	for i := range 2 * 64 {
+		if resp, err := exchangeUDP(t, st.udp, dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, uint16(i+2))); err != nil {
+			t.Fatalf("query %d after the panic: %v, want an answer", i+1, err)
+		} else if m := unpack(t, resp); m.Header.RCode != dnsmessage.RCodeSuccess {
+			t.Fatalf("query %d after the panic: got rcode %v, want success", i+1, m.Header.RCode)
+		}
+	}
+	if got := panicsCounted(t, st.srv.Metrics(), "dns_udp"); got != 1 {
+		t.Errorf("sbx_gateway_panics_total{where=dns_udp}: got %v, want 1", got)
+	}
+	checkPanicLogged(t, &logs, st.ring, "injected query fault", 1)
+}
+
+// TestFaultPanicRelayingOneTunnel: a panic in the goroutine that copies a
+// tunnel's upstream to its client ends that tunnel alone: both its sides
+// are closed, the panic is logged with its stack, counted, and named by
+// the tunnel's close record, and the next tunnel relays both ways.
+// Without the recover the panic ends the process.
+func TestFaultPanicRelayingOneTunnel(t *testing.T) {
+	var logs syncBuffer
+	var calls atomic.Int32
+	tunnelCopyHook = func() {
+		if calls.Add(1) == 1 {
+			panic("injected copy fault")
+		}
+	}
+	// Reset after the gateway closed (cleanups run last first).
+	t.Cleanup(func() { tunnelCopyHook = nil })
+	echo := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		io.Copy(c, c)
+	})
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), nil, func(c *serverConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	})
+
+	conn, br := connectRaw(t, g.addr, echo.Addr().String())
+	conn.Write([]byte("ping\n"))
+	if line, err := br.ReadString('\n'); err == nil {
+		t.Errorf("the tunnel that panicked: got %q, want it closed", line)
+	}
+
+	conn2, br2 := connectRaw(t, g.addr, echo.Addr().String())
+	conn2.Write([]byte("ping\n"))
+	if line, err := br2.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("the next tunnel: got %q, %v; want the echo", line, err)
+	}
+	conn2.Close()
+	if got := panicsCounted(t, g.srv.Metrics(), "tunnel"); got != 1 {
+		t.Errorf("sbx_gateway_panics_total{where=tunnel}: got %v, want 1", got)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		for _, r := range g.records(t) {
+			if e, _ := r["error"].(string); strings.HasPrefix(e, "gateway error: panic: ") {
+				n++
+			}
+		}
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	checkPanicLogged(t, &logs, g.ring, "injected copy fault", 1)
+}
