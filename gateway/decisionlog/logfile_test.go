@@ -593,9 +593,11 @@ func TestFileSinkBatches(t *testing.T) {
 	}
 }
 
-// TestFileSinkWriteErrorIsSticky makes the file fail under a batch: the
-// next writes, Flush and Close report the error.
-func TestFileSinkWriteErrorIsSticky(t *testing.T) {
+// TestFileSinkFlushAndCloseReportAFailingFile makes every write to the
+// file fail while records go in, full batches included: Flush returns the
+// write's error, and again at the next call while the file still fails,
+// and Close returns an error.
+func TestFileSinkFlushAndCloseReportAFailingFile(t *testing.T) {
 	fs, err := OpenFileSink(filepath.Join(t.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
 	if err != nil {
 		t.Fatal(err)
