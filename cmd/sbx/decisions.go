@@ -373,6 +373,10 @@ func newPSCmd() *cobra.Command {
 			for _, f := range failed {
 				fmt.Fprintln(cmd.ErrOrStderr(), printable(f))
 			}
+			if len(failed) > 0 {
+				// Every sandbox is listed; the lines above say what failed.
+				return &exitError{code: exitFailure, err: errSilent}
+			}
 			return nil
 		},
 	}

@@ -23,8 +23,15 @@ import (
 func fakeSandbox(t *testing.T, id string) (stateDir, dir string) {
 	t.Helper()
 	stateDir = t.TempDir()
+	return stateDir, fakeSandboxIn(t, stateDir, id, "agent")
+}
+
+// fakeSandboxIn records a running sandbox named name, as fakeSandbox
+// does, in stateDir, and returns its own directory.
+func fakeSandboxIn(t *testing.T, stateDir, id, name string) (dir string) {
+	t.Helper()
 	dir = filepath.Join(stateDir, id)
-	st := sandbox.State{ID: id, Name: "agent", Status: sandbox.StatusRunning, PID: os.Getpid(),
+	st := sandbox.State{ID: id, Name: name, Status: sandbox.StatusRunning, PID: os.Getpid(),
 		Subnet: netip.MustParsePrefix("10.213.200.0/30"), GatewayPort: 3128, Command: []string{"sleep", "30"}, Created: time.Now()}
 	data, err := json.Marshal(st)
 	if err != nil {
@@ -39,7 +46,7 @@ func fakeSandbox(t *testing.T, id string) (stateDir, dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("0123456789abcdef0123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return stateDir, dir
+	return dir
 }
 
 // serveSocket listens on dir/api.sock and answers each connection with
@@ -80,9 +87,9 @@ func httpAnswer(status, body string) string {
 
 // TestPSSaysWhatFailed: when a running sandbox's management API cannot be
 // asked for its status, sbx ps still lists it, with "?" for what it could
-// not learn, and says on stderr which sandbox and what failed (it printed
-// "-" and said nothing). A sandbox that answers shows its numbers and no
-// message.
+// not learn, says on stderr which sandbox and what failed (it printed
+// "-" and said nothing), and exits 1 (it exited 0). A sandbox that
+// answers shows its numbers and no message, and sbx ps exits 0.
 func TestPSSaysWhatFailed(t *testing.T) {
 	const id = "1a2b3c4d"
 	status, _ := json.Marshal(api.Status{PolicyVersion: 3, Counts: api.Counts{Allowed: 7, Blocked: 2}})
@@ -116,8 +123,8 @@ func TestPSSaysWhatFailed(t *testing.T) {
 			stateDir, dir := fakeSandbox(t, id)
 			tc.setup(t, dir)
 			stdout, stderr, code := runCLI(t, "ps", "--state-dir", stateDir)
-			if code != 0 {
-				t.Fatalf("sbx ps: exit %d, want 0\n%s%s", code, stdout, stderr)
+			if want := exitCodeFor(tc.wantErr); code != want {
+				t.Errorf("sbx ps: exit %d, want %d\n%s%s", code, want, stdout, stderr)
 			}
 			var row string
 			for l := range strings.Lines(stdout) {
@@ -140,5 +147,42 @@ func TestPSSaysWhatFailed(t *testing.T) {
 				t.Errorf("sbx ps: got stderr %q, want one line naming sandbox %s (agent) and holding %q", stderr, id, tc.wantErr)
 			}
 		})
+	}
+}
+
+// exitCodeFor is sbx ps's exit code when it says wantErr about a sandbox
+// ("" for nothing).
+func exitCodeFor(wantErr string) int {
+	if wantErr == "" {
+		return exitOK
+	}
+	return exitFailure
+}
+
+// TestPSListsEveryRowThenFails: a sandbox whose status cannot be asked
+// does not stop sbx ps: the one listed after it is shown with its
+// numbers, stderr names the one that failed, and the exit code is 1.
+func TestPSListsEveryRowThenFails(t *testing.T) {
+	stateDir := t.TempDir()
+	fakeSandboxIn(t, stateDir, "1a2b3c4d", "broken") // no socket
+	dir := fakeSandboxIn(t, stateDir, "2b3c4d5e", "fine")
+	status, _ := json.Marshal(api.Status{PolicyVersion: 3, Counts: api.Counts{Allowed: 7, Blocked: 2}})
+	serveSocket(t, dir, httpAnswer("200 OK", string(status)))
+
+	stdout, stderr, code := runCLI(t, "ps", "--state-dir", stateDir)
+	if code != exitFailure {
+		t.Errorf("sbx ps: exit %d, want %d", code, exitFailure)
+	}
+	rows := map[string]string{}
+	for l := range strings.Lines(stdout) {
+		if f := strings.Fields(l); len(f) >= 3 && (f[0] == "1a2b3c4d" || f[0] == "2b3c4d5e") {
+			rows[f[0]] = strings.Join(f[len(f)-3:], " ")
+		}
+	}
+	if rows["1a2b3c4d"] != "? ? ?" || rows["2b3c4d5e"] != "3 7 2" {
+		t.Errorf("sbx ps: got rows %v, want 1a2b3c4d with \"? ? ?\" and 2b3c4d5e with \"3 7 2\"\n%s", rows, stdout)
+	}
+	if !strings.HasPrefix(stderr, "sbx: sandbox 1a2b3c4d (broken): ") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("sbx ps: got stderr %q, want one line naming sandbox 1a2b3c4d (broken)", stderr)
 	}
 }
