@@ -117,20 +117,10 @@ func reapContainer(id, namespace, socket string, paths []string) error {
 	var killed []int
 	var sockets []string
 	deadline := time.Now().Add(reapTimeout)
-	// A runtime killed while it started the shim leaves its "start"
-	// process to fork the shim's daemon a moment later: the shims are
-	// looked for until none has shown up for shimSettle.
-	for quietSince := time.Now(); time.Since(quietSince) < shimSettle && time.Now().Before(deadline); {
-		shims := findShims(id, namespace, socket)
-		if len(shims) > 0 {
-			quietSince = time.Now()
-		}
-		for _, shim := range shims {
-			sockets = append(sockets, boundSockets(shim)...)
-			killed = append(killed, killTree(shim)...)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	settleShims(func() []int { return findShims(id, namespace, socket) }, func(shim int) {
+		sockets = append(sockets, boundSockets(shim)...)
+		killed = append(killed, killTree(shim)...)
+	}, deadline, realClock{})
 	for _, p := range killed {
 		for alive(p) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
@@ -157,6 +147,39 @@ func reapContainer(id, namespace, socket string, paths []string) error {
 		}
 	}
 	return errs.ErrorOrNil()
+}
+
+// shimPoll is how often settleShims looks for shims.
+const shimPoll = 20 * time.Millisecond
+
+// A settleClock is the clock settleShims waits by: realClock, or a
+// test's.
+type settleClock interface {
+	Now() time.Time
+	Sleep(time.Duration)
+}
+
+// realClock is the time of day, and time.Sleep.
+type realClock struct{}
+
+func (realClock) Now() time.Time        { return time.Now() }
+func (realClock) Sleep(d time.Duration) { time.Sleep(d) }
+
+// settleShims calls kill with each shim find finds, every shimPoll, until
+// none has shown up for shimSettle, or deadline: a runtime killed while
+// it started the shim leaves its "start" process to fork the shim's
+// daemon a moment later, which one look would miss.
+func settleShims(find func() []int, kill func(shim int), deadline time.Time, clock settleClock) {
+	for quietSince := clock.Now(); clock.Now().Sub(quietSince) < shimSettle && clock.Now().Before(deadline); {
+		shims := find()
+		if len(shims) > 0 {
+			quietSince = clock.Now()
+		}
+		for _, shim := range shims {
+			kill(shim)
+		}
+		clock.Sleep(shimPoll)
+	}
 }
 
 // procArgs returns the arguments of process pid, nil when it is gone.
