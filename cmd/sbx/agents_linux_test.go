@@ -143,9 +143,8 @@ type agentResult struct {
 }
 
 // run runs the session and returns what it left. The mock's journal is
-// read through the management API (sbx mock requests --sandbox) after the
-// agent has exited and before the sandbox ends: the command waits for the
-// test to say it has it.
+// read after the sandbox has ended, from the file the gateway kept beside
+// its decision log, as a user reads it after a headless run.
 func (s agentSession) run(t *testing.T) agentResult {
 	t.Helper()
 	install := installAgent(t, s.pkg)
@@ -154,77 +153,43 @@ func (s agentSession) run(t *testing.T) agentResult {
 		t.Fatalf("sbx mock init --agent %s: exit %d: %s", s.starter, code, stderr)
 	}
 	work := sharedDir(t, 1000, 1000, 0o755)
-	sync := sharedDir(t, 1000, 1000, 0o755) // the agent's exit and wall time; the test's "journal read"
+	timing := sharedDir(t, 1000, 1000, 0o755) // the agent's exit code and wall time
 	state := t.TempDir()
 	logFile := filepath.Join(state, "decisions.jsonl")
 	const agentDir = "/sbx-agent"
 	args := []string{"run", "--quiet", "--state-dir", state, "--subnet-pool", s.subnet, "--log", logFile, "--name", "agent",
-		"--mock-llm", s.host + "=" + script, "-v", install + ":" + agentDir + ":ro", "-v", sync + ":" + sync}
+		"--mock-llm", s.host + "=" + script, "-v", install + ":" + agentDir + ":ro", "-v", timing + ":" + timing}
 	for _, kv := range s.env {
 		args = append(args, "-e", kv)
 	}
-	cmd := `start=$(date +%s%N); "$@"; code=$?; echo "$code $(( $(date +%s%N) - start ))" > ` + sync + `/exit
-i=0; while [ ! -e ` + sync + `/journal-read ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; exit $code`
-	args = append(append([]string{}, args...), "--", "/bin/sh", "-c", cmd, "sh", agentDir+"/node_modules/.bin/"+s.pkg.bin)
+	cmd := `start=$(date +%s%N); "$@"; code=$?; echo "$code $(( $(date +%s%N) - start ))" > ` + timing + `/exit; exit $code`
+	args = append(args, "--", "/bin/sh", "-c", cmd, "sh", agentDir+"/node_modules/.bin/"+s.pkg.bin)
 	args = append(args, s.args...)
 	t.Chdir(work)
 
-	type ran struct {
-		stdout, stderr string
-		code           int
-	}
-	done := make(chan ran, 1)
-	// Ends when sbx run does: the command exits once journal-read is
-	// there (written below, on every path), or after a minute.
-	go func() {
-		stdout, stderr, code := runCLI(t, args...)
-		done <- ran{stdout, stderr, code}
-	}()
-	var r ran
-	ended := false
-	defer func() {
-		os.WriteFile(filepath.Join(sync, "journal-read"), nil, 0o644)
-		if !ended {
-			<-done
-		}
-	}()
-	exitFile := filepath.Join(sync, "exit")
-	deadline := time.Now().Add(5 * time.Minute)
-	var exitLine []byte
-	for {
-		var err error
-		if exitLine, err = os.ReadFile(exitFile); err == nil && strings.HasSuffix(string(exitLine), "\n") {
-			break
-		}
-		select {
-		case r = <-done:
-			ended = true
-			t.Fatalf("sbx run ended before the agent did: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent has not exited after 5 minutes")
-		}
-	}
 	var res agentResult
 	res.work = work
+	var code int
+	res.stdout, res.stderr, code = runCLI(t, args...)
+	exitLine, err := os.ReadFile(filepath.Join(timing, "exit"))
+	if err != nil {
+		t.Fatalf("sbx run exited %d and the agent left no exit line (%v)\n%s\n%s", code, err, res.stdout, res.stderr)
+	}
 	var ns int64
 	if _, err := fmt.Sscan(string(exitLine), &res.exit, &ns); err != nil {
 		t.Fatalf("the agent's exit line %q: %v", exitLine, err)
 	}
 	res.wall = time.Duration(ns)
-	stdout, stderr, code := runCLI(t, "mock", "requests", "--sandbox", "agent", "--state-dir", state, "--json")
+	if code != res.exit {
+		t.Errorf("sbx run exited %d, the agent %d", code, res.exit)
+	}
+	journal := strings.TrimSuffix(logFile, ".jsonl") + ".mock-requests.jsonl"
+	stdout, stderr, code := runCLI(t, "mock", "requests", "--journal", journal, "--json")
 	if code != 0 {
-		t.Fatalf("sbx mock requests: exit %d: %s", code, stderr)
+		t.Fatalf("sbx mock requests after the sandbox ended: exit %d: %s", code, stderr)
 	}
 	if err := json.Unmarshal([]byte(stdout), &res.journal); err != nil {
 		t.Fatalf("sbx mock requests --json: %v\n%s", err, stdout)
-	}
-	os.WriteFile(filepath.Join(sync, "journal-read"), nil, 0o644)
-	r, ended = <-done, true
-	res.stdout, res.stderr = r.stdout, r.stderr
-	if r.code != res.exit {
-		t.Errorf("sbx run exited %d, the agent %d", r.code, res.exit)
 	}
 	res.records = readRecords(t, logFile)
 	t.Logf("%s %s: wall time %v (the agent alone, in the sandbox)", s.pkg.bin, strings.Join(s.args, " "), res.wall.Round(time.Millisecond))
