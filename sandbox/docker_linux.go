@@ -303,10 +303,16 @@ func (d *Docker) create(ctx context.Context, cs ContainerSpec, stdio Stdio) (_ *
 		}
 	}()
 	// Whether the container can outlive a restart of dockerd: without
-	// live-restore, dockerd stops it when it stops.
-	if info, err := d.client.Info(ctx, client.InfoOptions{}); err == nil {
-		c.liveRestore.Store(info.Info.LiveRestoreEnabled)
-	}
+	// live-restore, dockerd stops it when it stops. Asked beside the
+	// start, not before it (/info is one of dockerd's slower answers):
+	// it is read only once dockerd has gone away, and until the answer
+	// comes the container is taken to stop with dockerd, as when dockerd
+	// does not answer at all.
+	go func() {
+		if info, err := d.client.Info(c.cleanupCtx, client.InfoOptions{}); err == nil {
+			c.liveRestore.Store(info.Info.LiveRestoreEnabled)
+		}
+	}()
 	// Attached before the start, so that no output is lost.
 	if err := c.attach(ctx); err != nil {
 		return nil, err
