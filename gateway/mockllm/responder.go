@@ -45,6 +45,10 @@ type Journaled struct {
 	Path   string `json:"path"`
 	// Dialect is the API the path names; empty for an unknown path.
 	Dialect Dialect `json:"dialect,omitempty"`
+	// WebSocket says the request is a message of the Responses API's
+	// WebSocket mode (GET /v1/responses upgraded; see ServeHTTP): a
+	// response.create, answered as a POST /v1/responses that streams.
+	WebSocket bool `json:"websocket,omitempty"`
 	// Model and Stream are the request's model and stream fields.
 	Model  string `json:"model,omitempty"`
 	Stream bool   `json:"stream,omitempty"`
@@ -227,8 +231,12 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 // when sending the answer then panics with http.ErrAbortHandler. decided
 // is called exactly once, in the request's goroutine.
 func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(Journaled)) {
-	j := Journaled{Time: time.Now(), Method: hr.Method, Path: hr.URL.Path}
 	d, known := dialectOf(hr.URL.Path)
+	if d == Responses && isWebSocketUpgrade(hr) {
+		r.serveWebSocket(w, hr, decided)
+		return
+	}
+	j := Journaled{Time: time.Now(), Method: hr.Method, Path: hr.URL.Path}
 	j.Dialect = d
 	body, err := io.ReadAll(io.LimitReader(hr.Body, MaxRequestBody+1))
 	if err != nil {
@@ -257,55 +265,72 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 	}
 	j.Model, j.Stream = req.model, req.stream
 
-	r.mu.Lock()
-	e, why := r.pick(req)
-	if e == nil {
-		r.mu.Unlock()
-		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one"
-		if r.QueueHint != "" {
-			msg += " (" + r.QueueHint + ")"
-		}
+	c, why, msg := r.choose(req, &j, body)
+	if c == nil {
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, msg)
 		return
 	}
-	t := e.turn
-	if ps := apiProblems(d, t.Reply); len(ps) > 0 && !t.Reply.Raw.fits(req) {
-		// The turn cannot answer this API: an error that says why, and
-		// the turn stays for a request it can answer.
-		e.used--
-		r.mu.Unlock()
-		why := e.name() + ": " + ps[0].field + ": " + ps[0].msg
-		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, why, "sbx mock LLM: "+why)
-		return
-	}
-	var a *answer
-	switch {
-	case t.Reply != nil:
-		reply := *t.Reply
-		reply.ToolCalls = withIDs(d, reply.ToolCalls)
-		for _, c := range reply.ToolCalls {
-			r.rememberCall(c.ID, c.Name)
-		}
-		a = renderReply(req, &reply)
-		j.Outcome = e.name() + ": reply"
-		if reply.Raw.fits(req) {
-			j.Outcome = e.name() + ": recorded reply"
-		}
-	default:
-		a = faultAnswer(req, t.Fault)
-		j.Outcome = e.name() + ": " + describeFault(t.Fault, a.status)
-	}
-	j.Turn, j.Status = e.pos, a.status
-	r.record(&j, body)
-	reset := r.reset
-	r.mu.Unlock()
 	if decided != nil {
 		entry := j
 		entry.Body = nil
 		decided(entry)
 	}
 
-	send(w, hr, a, t.Fault, reset)
+	send(w, hr, c.a, c.fault, c.reset)
+}
+
+// choice is the answer chosen for a request.
+type choice struct {
+	a     *answer
+	fault *Fault
+	// calls are the tool calls of a reply, with their ids.
+	calls []ToolCall
+	// reset is the Responder's reset channel when the answer was chosen.
+	reset <-chan struct{}
+}
+
+// choose picks the turn that answers req and renders its answer,
+// journaling the request as j with its body; nil, why and the client's
+// error message when no turn answers, the request not journaled.
+func (r *Responder) choose(req *request, j *Journaled, body []byte) (*choice, string, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, why := r.pick(req)
+	if e == nil {
+		msg := "sbx mock LLM: " + why + "; add a turn to the script or queue one"
+		if r.QueueHint != "" {
+			msg += " (" + r.QueueHint + ")"
+		}
+		return nil, why, msg
+	}
+	t := e.turn
+	if ps := apiProblems(req.dialect, t.Reply); len(ps) > 0 && !t.Reply.Raw.fits(req) {
+		// The turn cannot answer this API: an error that says why, and
+		// the turn stays for a request it can answer.
+		e.used--
+		why := e.name() + ": " + ps[0].field + ": " + ps[0].msg
+		return nil, why, "sbx mock LLM: " + why
+	}
+	c := &choice{fault: t.Fault, reset: r.reset}
+	switch {
+	case t.Reply != nil:
+		reply := *t.Reply
+		reply.ToolCalls = withIDs(req.dialect, reply.ToolCalls)
+		for _, call := range reply.ToolCalls {
+			r.rememberCall(call.ID, call.Name)
+		}
+		c.a, c.calls = renderReply(req, &reply), reply.ToolCalls
+		j.Outcome = e.name() + ": reply"
+		if reply.Raw.fits(req) {
+			j.Outcome = e.name() + ": recorded reply"
+		}
+	default:
+		c.a = faultAnswer(req, t.Fault)
+		j.Outcome = e.name() + ": " + describeFault(t.Fault, c.a.status)
+	}
+	j.Turn, j.Status = e.pos, c.a.status
+	r.record(j, body)
+	return c, "", ""
 }
 
 // unmatched journals a request no turn answers, tells OnUnmatched and
