@@ -167,14 +167,33 @@ func mockReason(j mockllm.Journaled, journal string) string {
 // Responder has chosen its answer. When the Responder cuts the connection
 // it panics with http.ErrAbortHandler after the record is written; the
 // caller's server closes the connection.
+//
+// A WebSocket of the Responses API (a GET /v1/responses upgrade the
+// Responder accepts) carries many requests: each response.create message
+// is logged as a request of its own, with a record id of its own, the
+// upgrade's method and path, and the status its POST would have had.
 func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
 	logged := false
+	next := *rec // the record of a WebSocket's next message, before rec is filled in
 	defer func() {
-		if !logged { // the Responder panicked before deciding: log it all the same
-			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + "no answer"}, 0, start)
+		if !logged { // the Responder panicked before deciding, or a WebSocket closed unused: log it all the same
+			reason, status := "no answer", 0
+			if isWebSocket(r.Header) {
+				reason, status = "a WebSocket closed without a response.create", http.StatusSwitchingProtocols
+			}
+			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + reason}, status, start)
 		}
 	}()
 	a.m.Serve(w, r, func(j mockllm.Journaled) {
+		rec := rec
+		if logged {
+			rec = new(decisionlog.Record)
+			*rec = next
+			rec.ID = strconv.FormatUint(s.connID.Add(1), 36)
+		}
+		if j.WebSocket {
+			start = j.Time // when the message came
+		}
 		logged = true
 		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
 	})
