@@ -24,6 +24,10 @@
 // input calls a custom tool of the Responses API (a custom_tool_call),
 // which the other APIs do not have (CheckAPI).
 //
+// The Responses API's WebSocket mode (GET /v1/responses upgraded, which
+// the Codex CLI tries first) is served from the same script: each
+// response.create message is a request (see Responder.ServeHTTP).
+//
 // Each request takes the first turn not used up whose match fits it (a turn
 // without match fits any); a turn answers Times requests, one by default,
 // or every request it fits (Unlimited; Warnings names the turns after it
@@ -37,5 +41,6 @@
 //
 // The package imports no other sbx package but netpolicy/strictyaml, the
 // strict decoder it shares with policy files, so the gateway can mount a
-// Responder for a host, and tests can serve one from httptest.
+// Responder for a host, and tests can serve one from httptest; its
+// WebSockets are github.com/coder/websocket's.
 package mockllm

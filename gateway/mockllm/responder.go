@@ -78,10 +78,11 @@ type Journaled struct {
 // not yet used up whose Match fits; a request no turn answers gets an API
 // error (see ServeHTTP). Every request is kept in a journal.
 //
-// A Responder is safe for concurrent use. It starts no goroutines: each
-// request is answered in the goroutine that calls ServeHTTP, which returns
-// when the answer is sent, the client goes away, or the Responder is Reset
-// during a delay or a stall.
+// A Responder is safe for concurrent use. Each request is answered in the
+// goroutine that calls ServeHTTP, which returns when the answer is sent,
+// the client goes away, or the Responder is Reset during a delay or a
+// stall; a WebSocket is served until it closes, with one more goroutine
+// that reads its messages.
 type Responder struct {
 	// OnUnmatched, if not nil, is called with the journal entry of each
 	// request that no turn answers, its Body left out (bodies stay in the
@@ -216,6 +217,16 @@ func (r *Responder) Reset() {
 //     API is not Responses: 400 as for no turn, naming the turn and the
 //     fix; the turn is not used up.
 //
+// A GET /v1/responses that asks to upgrade to a WebSocket opens the
+// Responses API's WebSocket mode, when w can be hijacked (426 otherwise):
+// each response.create message is answered as a POST /v1/responses with
+// stream true, its events one text message each, and journaled as a
+// request of its own (Journaled.WebSocket). A request that continues a
+// response of the same socket by previous_response_id, carrying only new
+// input items, is matched with the conversation's last user message and
+// calls. A warm-up (generate false) gets an empty response and uses no
+// turn. An error status is an error event; a cut closes the socket.
+//
 // To cut a connection (Fault.DisconnectAfterBytes and the like), ServeHTTP
 // panics with http.ErrAbortHandler, as net/http's servers expect of a
 // handler that aborts a response; a caller serving it by other means must
@@ -229,7 +240,9 @@ func (r *Responder) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 // answer is chosen, before it is sent: a caller such as the gateway
 // learns the outcome and the status of the request it passed on, even
 // when sending the answer then panics with http.ErrAbortHandler. decided
-// is called exactly once, in the request's goroutine.
+// is called exactly once, in the request's goroutine; for a WebSocket,
+// once for each message answered (none when the socket closes without
+// one), in the goroutine that called Serve.
 func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(Journaled)) {
 	d, known := dialectOf(hr.URL.Path)
 	if d == Responses && isWebSocketUpgrade(hr) {

@@ -94,7 +94,7 @@ func (r *Responder) serveWebSocket(w http.ResponseWriter, hr *http.Request, deci
 	switch {
 	case !canHijack(w):
 		// 426 is what makes the Codex CLI fall back to HTTP at once.
-		msg := "sbx mock LLM: the Responses API's WebSocket mode is not served on this connection (an HTTP/2 stream, or a plain http:// request through the proxy); use POST /v1/responses"
+		msg := "sbx mock LLM: the Responses API's WebSocket mode is not served on this connection (a plain http:// request through the proxy, or an HTTP/2 stream); use POST /v1/responses"
 		r.unmatched(w, hr, decided, &j, nil, Responses, http.StatusUpgradeRequired, "WebSocket mode not served on this connection", msg)
 		return
 	case hr.Header.Get("Sec-WebSocket-Key") == "" || hr.Header.Get("Sec-WebSocket-Version") != "13":
