@@ -43,7 +43,7 @@ func (r mockRef) names() (host, mock, script string) {
 // journaled is a mock's journal entry as the API answers it.
 func journaled(j mockllm.Journaled) MockRequest {
 	return MockRequest{
-		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect),
+		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect), WebSocket: j.WebSocket,
 		Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
 		Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
 	}

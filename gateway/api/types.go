@@ -117,6 +117,9 @@ type MockRequest struct {
 	// Dialect is the LLM API the path names ("anthropic", "openai-chat",
 	// "openai-responses"); empty for an unknown path.
 	Dialect string `json:"dialect,omitempty"`
+	// WebSocket says the request is a response.create message on a
+	// WebSocket of the Responses API (GET /v1/responses upgraded).
+	WebSocket bool `json:"websocket,omitempty"`
 	// Model and Stream are the request's model and stream fields.
 	Model  string `json:"model,omitempty"`
 	Stream bool   `json:"stream,omitempty"`
