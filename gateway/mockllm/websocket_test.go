@@ -338,3 +338,42 @@ func TestOpenAIResponsesSDKWebSocket(t *testing.T) {
 		t.Errorf("got journal %+v, want one WebSocket request answered by turn 1", j)
 	}
 }
+
+// TestWebSocketStall: a stall sends the first event and holds the socket
+// until the mock is reset, which closes it.
+func TestWebSocketStall(t *testing.T) {
+	s, err := mockllm.ParseScript("stall.yaml", []byte("turns:\n  - fault: {stall: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mockllm.New(s)
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, hr *http.Request) {
+		r.ServeHTTP(w, hr)
+		close(done)
+	}))
+	t.Cleanup(srv.Close)
+	c := dialResponses(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-5","input":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"response.created"`) {
+		t.Fatalf("got %s (%v), want the first event", data, err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the socket's handler returned during the stall, want it held")
+	case <-time.After(200 * time.Millisecond):
+	}
+	r.Reset()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the stall outlived Reset")
+	}
+	if _, data, err := c.Read(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("after Reset: got %s (%v), want the socket closed", data, err)
+	}
+}
