@@ -231,12 +231,13 @@ func checkRecords(t *testing.T, res agentResult, mocked string) {
 }
 
 // checkJournal: the mock answered with turn (1-based) a request whose body
-// holds, in a tool's result, toolOutput (unless it is empty).
+// holds, in a tool's result, toolOutput (unless it is empty): a POST, or
+// a message on a WebSocket (Codex's Responses API).
 func checkJournal(t *testing.T, res agentResult, path string, turn int, toolOutput string) {
 	t.Helper()
 	var calls []string
 	for _, j := range res.journal.Requests {
-		if j.Method != "POST" || j.Path != path {
+		if j.Method != "POST" && !j.WebSocket || j.Path != path {
 			continue
 		}
 		calls = append(calls, fmt.Sprintf("%d %s %s", j.Seq, j.Model, j.Outcome))
