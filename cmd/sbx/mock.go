@@ -260,11 +260,7 @@ func (f *mockFlags) readJournal(path string) (*api.MockRequests, error) {
 	}
 	ans := &api.MockRequests{Host: m.Host, Mock: m.Mock, Script: m.Script, Requests: make([]api.MockRequest, len(m.Requests))}
 	for i, j := range m.Requests {
-		ans.Requests[i] = api.MockRequest{
-			Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect),
-			Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
-			Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
-		}
+		ans.Requests[i] = api.Journaled(j)
 	}
 	return ans, nil
 }

@@ -40,8 +40,9 @@ func (r mockRef) names() (host, mock, script string) {
 	return r.host, r.label(), r.script
 }
 
-// journaled is a mock's journal entry as the API answers it.
-func journaled(j mockllm.Journaled) MockRequest {
+// Journaled is a mock's journal entry as the API answers it, and as
+// sbx mock requests prints one read from a journal file.
+func Journaled(j mockllm.Journaled) MockRequest {
 	return MockRequest{
 		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect), WebSocket: j.WebSocket,
 		Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
@@ -160,7 +161,7 @@ func (a *Server) mockRequests(w http.ResponseWriter, r *http.Request) {
 	journal := refs[0].m.Requests()
 	ans := MockRequests{Requests: make([]MockRequest, len(journal))}
 	for i, j := range journal {
-		ans.Requests[i] = journaled(j)
+		ans.Requests[i] = Journaled(j)
 	}
 	ans.Host, ans.Mock, ans.Script = refs[0].names()
 	writeJSON(w, http.StatusOK, ans)

@@ -141,7 +141,7 @@ func TestJournaledWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := json.Marshal(journaled(j))
+	got, err := json.Marshal(Journaled(j))
 	if err != nil {
 		t.Fatal(err)
 	}
