@@ -144,7 +144,7 @@ func (d *decoder) err() error {
 var (
 	scriptFields   = []string{"turns"}
 	turnFields     = []string{"match", "reply", "fault", "times"}
-	matchFields    = []string{"model", "user", "user_regexp", "tool_result"}
+	matchFields    = []string{"model", "user", "user_regexp", "tool_result", "normalize"}
 	replyFields    = []string{"text", "tool_calls", "stop_reason", "usage", "chunk_size", "chunk_delay_ms", "raw"}
 	toolCallFields = []string{"id", "name", "input", "custom"}
 	usageFields    = []string{"input_tokens", "output_tokens"}
@@ -228,6 +228,10 @@ func (d *decoder) match(n *yaml.Node, what string, lines map[string]int) *Match 
 	m := &Match{}
 	d.Fields(n, what, matchFields, func(key string, k, v *yaml.Node) {
 		lines["match."+key] = k.Line
+		if key == "normalize" {
+			m.Normalize, _ = d.Bool(v, what+": normalize")
+			return
+		}
 		s, ok := d.Str(v, what+": "+key)
 		if ok && s == "" {
 			d.errorf(v.Line, "%s: %s is empty; leave it out to match any request", what, key)

@@ -54,6 +54,9 @@ func turnNode(t *Turn) *yaml.Node {
 		addStr(mn, "user", m.User)
 		addStr(mn, "user_regexp", m.UserRegexp)
 		addStr(mn, "tool_result", m.ToolResult)
+		if m.Normalize {
+			add(mn, "normalize", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
+		}
 		add(n, "match", mn)
 	}
 	if r := t.Reply; r != nil {

@@ -289,14 +289,13 @@ func (r *Recorder) turnOf(req *request, resp *http.Response, answer []byte) *Tur
 }
 
 // matchOf is what a recorded turn matches: the request's model, the start
-// of its last user message and the tool whose result it carries.
+// of its last user message normalized (Match.Normalize: what changes from
+// one run to the next, such as the date, does not count) and the tool
+// whose result it carries.
 func (r *Recorder) matchOf(req *request) Match {
 	m := Match{Model: req.model}
-	if u := []rune(req.user); len(u) > maxMatchUser {
-		m.User = string(u[:maxMatchUser])
-	} else {
-		m.User = req.user
-	}
+	m.User = userStart(req.normalizedUser())
+	m.Normalize = m.User != ""
 	if len(req.toolResults) > 0 {
 		id := req.toolResults[0]
 		name, ok := req.calls[id]
@@ -308,4 +307,28 @@ func (r *Recorder) matchOf(req *request) Match {
 		m.ToolResult = name
 	}
 	return m
+}
+
+// userStart returns the start of a normalized user message that a
+// recorded turn matches: its first maxMatchUser characters, cut after a
+// word, and cut further while normalizing it again would change it (a
+// cut "Oct 12345" ends in "Oct 12", which reads as a date), so that the
+// Responder, which normalizes Match.User, matches what was recorded.
+func userStart(user string) string {
+	u := []rune(user)
+	if len(u) <= maxMatchUser {
+		return user
+	}
+	cut := string(u[:maxMatchUser])
+	if i := strings.LastIndexByte(cut, ' '); i > len(cut)/2 {
+		cut = cut[:i]
+	}
+	for cut != "" && NormalizeUser(cut) != cut {
+		i := strings.LastIndexByte(cut, ' ')
+		if i < 0 {
+			return ""
+		}
+		cut = cut[:i]
+	}
+	return cut
 }

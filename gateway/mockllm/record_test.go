@@ -136,7 +136,7 @@ func TestRecordReplayByteIdentical(t *testing.T) {
 				t.Fatalf("got %d turns recorded, want 1", len(turns))
 			}
 			wantTurn := Turn{
-				Match: &Match{Model: "model-x", User: "What is the weather in Paris?"},
+				Match: &Match{Model: "model-x", User: "What is the weather in Paris?", Normalize: true},
 				Reply: upstreamReplies[d],
 			}
 			if diff := cmp.Diff(wantTurn, turns[0], cmpopts.IgnoreFields(Reply{}, "Raw")); diff != "" {
@@ -230,7 +230,7 @@ func TestRecordFault(t *testing.T) {
 	sent := fetch(t, &http.Client{Transport: rec}, up.URL+"/v1/messages", body)
 	turns := rec.Turns()
 	want := []Turn{{
-		Match: &Match{Model: "m", User: "hi"},
+		Match: &Match{Model: "m", User: "hi", Normalize: true},
 		Fault: &Fault{Status: 429, Headers: map[string]string{"retry-after": "7"}, Body: string(sent)},
 	}}
 	if diff := cmp.Diff(want, turns); diff != "" {
@@ -303,7 +303,7 @@ func TestRecordMatch(t *testing.T) {
 	if len(turns) != 2 {
 		t.Fatalf("got %d turns, want 2", len(turns))
 	}
-	if got, want := turns[0].Match, (&Match{Model: "m", User: strings.Repeat("ü", maxMatchUser)}); !cmp.Equal(got, want) {
+	if got, want := turns[0].Match, (&Match{Model: "m", User: strings.Repeat("ü", maxMatchUser), Normalize: true}); !cmp.Equal(got, want) {
 		t.Errorf("got match %+v, want %+v", got, want)
 	}
 	if got, want := turns[1].Match, (&Match{Model: "m", ToolResult: "bash"}); !cmp.Equal(got, want) {

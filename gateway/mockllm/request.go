@@ -38,6 +38,18 @@ type request struct {
 	calls map[string]string
 	// size is the body's length, for estimated usage.
 	size int
+	// normUser is user normalized, made when a turn first asks for it.
+	normUser *string
+}
+
+// normalizedUser returns the last user message normalized by
+// NormalizeUser, normalizing it once.
+func (req *request) normalizedUser() string {
+	if req.normUser == nil {
+		n := NormalizeUser(req.user)
+		req.normUser = &n
+	}
+	return *req.normUser
 }
 
 // parseRequest reads what matching needs from an API request's body. An

@@ -120,6 +120,9 @@ type entry struct {
 	// pos is the turn's 1-based position.
 	pos int
 	re  *regexp.Regexp
+	// user is the turn's Match.User, normalized when it asks for
+	// Match.Normalize.
+	user string
 	// invalid says why the turn cannot be used: New does not refuse a
 	// script built in Go, but its bad turns never answer.
 	invalid string
@@ -155,8 +158,14 @@ func (r *Responder) appendTurns(turns []Turn) {
 			if ps[0].field != "" {
 				e.invalid = ps[0].field + ": " + e.invalid
 			}
-		} else if m := t.Match; m != nil && m.UserRegexp != "" {
-			e.re = regexp.MustCompile(m.UserRegexp) // checkTurn compiled it
+		} else if m := t.Match; m != nil {
+			if m.UserRegexp != "" {
+				e.re = regexp.MustCompile(m.UserRegexp) // checkTurn compiled it
+			}
+			e.user = m.User
+			if m.Normalize {
+				e.user = NormalizeUser(m.User)
+			}
 		}
 		r.turns = append(r.turns, e)
 	}
@@ -470,13 +479,17 @@ func (e *entry) misfit(req *request, toolNames []string) string {
 	if m == nil {
 		return ""
 	}
+	user, normalized := req.user, ""
+	if m.Normalize {
+		user, normalized = req.normalizedUser(), "normalized, "
+	}
 	switch {
 	case m.Model != "" && m.Model != req.model:
 		return fmt.Sprintf("wants model %q", m.Model)
-	case m.User != "" && !strings.Contains(req.user, m.User):
-		return fmt.Sprintf("wants a last user message containing %q", m.User)
-	case e.re != nil && !e.re.MatchString(req.user):
-		return fmt.Sprintf("wants a last user message matching %q", m.UserRegexp)
+	case e.user != "" && !strings.Contains(user, e.user):
+		return fmt.Sprintf("wants a last user message %scontaining %q", normalized, e.user)
+	case e.re != nil && !e.re.MatchString(user):
+		return fmt.Sprintf("wants a last user message %smatching %q", normalized, m.UserRegexp)
 	case m.ToolResult != "" && !slices.Contains(toolNames, m.ToolResult):
 		return fmt.Sprintf("wants a result of tool %q in the last message", m.ToolResult)
 	}

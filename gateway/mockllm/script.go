@@ -80,6 +80,12 @@ type Match struct {
 	// a Responses function_call_output or custom_tool_call_output. The name is found from the tool
 	// call in the conversation, or from the calls this Responder made.
 	ToolResult string
+	// Normalize matches User and UserRegexp against the last user message
+	// normalized by NormalizeUser (dates, times, UUIDs, temporary paths and
+	// the like replaced by placeholders), and User normalized too: a turn
+	// recorded one day then fits the same request the next. The recorder
+	// sets it; without it the message is matched as it is.
+	Normalize bool
 }
 
 // Reply is a model's answer. It is rendered in the request's dialect, as
@@ -210,6 +216,9 @@ func checkTurn(t *Turn) []problem {
 			if _, err := regexp.Compile(m.UserRegexp); err != nil {
 				add("match.user_regexp", "%v; write a Go regular expression (https://pkg.go.dev/regexp/syntax)", err)
 			}
+		}
+		if m.Normalize && m.User == "" && m.UserRegexp == "" {
+			add("match.normalize", "there is nothing to normalize; give user or user_regexp, or leave normalize out")
 		}
 	}
 	if r := t.Reply; r != nil {
