@@ -27,8 +27,10 @@ var recordedHeaders = []string{"Retry-After", "Retry-After-Ms", "X-Should-Retry"
 // Recorder is an http.RoundTripper that passes requests to an upstream
 // RoundTripper and records each LLM API exchange (POST /v1/messages,
 // /v1/chat/completions, /v1/responses) as a Turn that a Responder replays:
-// it matches the request's model and the start of its last user message
-// (and the tool whose result it carries), and replies with the text, tool
+// it matches the request's model and the start of its last user message,
+// normalized (Match.Normalize: a recording replays when the date, the
+// time, ids and temporary paths in it have changed), and the tool whose
+// result it carries, and replies with the text, tool
 // calls, stop reason and usage of the answer, which it also keeps verbatim
 // (Reply.Raw), so that the same request replayed gets the same bytes. An
 // error answer is recorded as a fault with its status, body and retry
