@@ -50,6 +50,11 @@ func TestNormalizeUser(t *testing.T) {
 		{"(/tmp/a) \"/tmp/b\"", "(<tmp>) \"<tmp>\""},
 		{"/home/me/tmp/x stays", "/home/me/tmp/x stays"},
 		{"/tmp/a:/tmp/b", "<tmp>"},
+		{"<cwd>/tmp/a</cwd>", "<cwd><tmp></cwd>"},
+		// A word before a temporary path makes the path part of a longer
+		// one: both stay, so that normalizing twice changes nothing.
+		{"logs/2025-10-07/tmp/y", "logs/2025-10-07/tmp/y"},
+		{"<timestamp> Wed/var/folders/0", "<timestamp> Wed/var/folders/0"},
 		// Words that look like volatile content but are not.
 		{"you may 3 times", "you may 3 times"},
 		{"we sat 2025-10-07", "we sat <date>"},
@@ -224,6 +229,37 @@ func TestRecordReplayNextDay(t *testing.T) {
 				if j.Unmatched || j.Turn != j.Seq {
 					t.Errorf("request %d: %s; want turn %d", j.Seq, j.Outcome, j.Seq)
 				}
+			}
+		})
+	}
+}
+
+// FuzzNormalizeUser: normalizing never panics, and a normalized text
+// stays as it is.
+func FuzzNormalizeUser(f *testing.F) {
+	f.Add("<system-reminder>Today's date is 2025-10-07.</system-reminder> fix /tmp/x at 10:00 PM, Tuesday, Oct 7th 2025 (Tuesday) 1a2b3c4d 3f2504e0-4f89-41d3-9a0c-0305e82c3301")
+	f.Add("Tue <date> <timestamp>, Wed /private/var/folders/x /var/tmp/y 7.10.2025 2025-10-07T10:00:00.123+02:00")
+	f.Fuzz(func(t *testing.T, s string) {
+		n := NormalizeUser(s)
+		if again := NormalizeUser(n); again != n {
+			t.Errorf("NormalizeUser(%q) = %q, and normalized again %q; want it unchanged", s, n, again)
+		}
+	})
+}
+
+// BenchmarkNormalizeUser: a message of agent's instructions with a date,
+// a time, a path and an id on every line, and the same in a system
+// reminder, which normalizing drops whole.
+func BenchmarkNormalizeUser(b *testing.B) {
+	lines := strings.Repeat("- Run go test ./... before a commit, at 10:00 on 2025-10-07; see /tmp/x and commit 1a2b3c4d.\n", 300)
+	for _, tt := range []struct{ name, s string }{
+		{"dense", lines},
+		{"reminder", "<system-reminder>\n" + lines + "</system-reminder>\nFix the failing test and run go test."},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tt.s)))
+			for b.Loop() {
+				NormalizeUser(tt.s)
 			}
 		})
 	}
