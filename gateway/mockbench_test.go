@@ -31,7 +31,7 @@ const benchTurnScript = `turns:
     reply:
       text: "I'll list the files in the working directory and then read the test that fails, to see what it expects of the parser. The parser's error for an empty input is what the test checks; it returns nil there. I will change that and run the tests again to confirm. Then I'll look at the other callers of parse to make sure none of them relies on the old behaviour."
       usage: {input_tokens: 1200, output_tokens: 80}
-    times: 1000000000
+    times: unlimited
 `
 
 // BenchmarkScriptedTurn measures a scripted turn answered inside the

@@ -30,6 +30,7 @@ var Fields = []Field{
 	{"turns[].match.user", "string", "any text", "a substring of the last user message: the text of the last message from the user that has text (one carrying only tool results is skipped)"},
 	{"turns[].match.user_regexp", "string", "any text", "a regular expression (Go syntax, https://pkg.go.dev/regexp/syntax) that must match in the last user message"},
 	{"turns[].match.tool_result", "string", "any", "the name of a tool whose result is in the request's last message: an Anthropic tool_result block, an OpenAI tool message, a Responses function_call_output or custom_tool_call_output"},
+	{"turns[].match.normalize", "boolean", "false", "true: user and user_regexp are matched against the last user message normalized (dates, times, UUIDs, hex ids, temporary paths and system reminders replaced by placeholders such as <date>), and user is normalized the same way, so that a turn recorded one day fits the next; --record-llm sets it. It needs user or user_regexp"},
 	{"turns[].times", "integer or unlimited", "1", "how many requests the turn answers before it is used up; unlimited: every request it fits, so turns after it that it covers never answer"},
 	{"turns[].reply", "mapping", "-", "a model's answer, rendered in the request's API, as JSON or as its event stream; a turn has reply or fault, not both"},
 	{"turns[].reply.text", "string", "no text", "the answer's text"},
