@@ -35,9 +35,12 @@
 // Runtime control is for the gateway's management API: Expect queues turns
 // after the script's, Requests is the journal of what the agent sent (the
 // only place request bodies are kept), Reset starts over. A request no turn
-// answers gets an API error and OnUnmatched hears of it. A JournalFile
-// keeps the journals of Responders in a file too (Responder.Journal), as
-// requests arrive, and ReadJournal reads it back after they are gone.
+// answers gets an API error and OnUnmatched hears of it; a request that is
+// not for a model (an agent's settings, feature flags, telemetry) gets a
+// fixed answer instead, by a rule on its method, path and body (see
+// Responder.ServeHTTP). A JournalFile keeps the journals of Responders in
+// a file too (Responder.Journal), as requests arrive, and ReadJournal
+// reads it back after they are gone.
 //
 // The package imports no other sbx package but netpolicy/strictyaml, the
 // strict decoder it shares with policy files, so the gateway can mount a

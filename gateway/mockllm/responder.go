@@ -63,6 +63,11 @@ type Journaled struct {
 	Turn int `json:"turn,omitempty"`
 	// Unmatched says no turn answered: the request got an error.
 	Unmatched bool `json:"unmatched,omitempty"`
+	// Default says the request was answered by the Responder's fixed rule,
+	// not from the script: the models list, a token count, or a request
+	// that is not for a model (see ServeHTTP). Its Outcome starts with
+	// DefaultOutcome.
+	Default bool `json:"default,omitempty"`
 	// Status is the HTTP status answered; 0 when the client went away
 	// while sending the request.
 	Status int `json:"status"`
@@ -210,11 +215,26 @@ func (r *Responder) Reset() {
 }
 
 // ServeHTTP answers a request by its path: POST /v1/messages (Anthropic),
-// /v1/chat/completions and /v1/responses (OpenAI). The answer is an error
-// in the dialect's shape when:
-//   - the path is none of these, or the method is not POST: 404, as the APIs
-//     answer an unknown URL (the error is in Anthropic's shape when the
-//     request has an anthropic-version header, OpenAI's otherwise);
+// /v1/chat/completions and /v1/responses (OpenAI) from the script. Other
+// requests get a fixed answer (Journaled.Default), or an error when they
+// are for a model:
+//   - GET /v1/models: the models the turns match (Match.Model), in
+//     Anthropic's list shape when the request has an anthropic-version
+//     header, OpenAI's otherwise;
+//   - POST /v1/messages/count_tokens: input_tokens estimated as a reply's
+//     usage is, a token per four bytes of the body;
+//   - a request for a model at an endpoint the mock does not know: a
+//     method other than POST at one of the three paths, a path under one
+//     of them, a POST to a path ending in /messages, /completions or
+//     /responses, or a POST whose body is a JSON object with a "model"
+//     string. It gets 404, as the APIs answer an unknown URL (the error is
+//     in Anthropic's shape when the request has an anthropic-version
+//     header, OpenAI's otherwise), and is unmatched;
+//   - any other request is not for a model: a GET or a HEAD gets 404 in
+//     the same error shape, as a path the API does not have; any other
+//     method (telemetry, event batches) gets 200 with the body {}.
+//
+// The answer is an error in the dialect's shape when:
 //   - the body is larger than MaxRequestBody: 413;
 //   - the body is not JSON of the API's shape: 400;
 //   - no turn fits, or the script is used up: 400 invalid_request_error,
@@ -267,10 +287,10 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 		return
 	}
 	if !known || hr.Method != http.MethodPost {
-		d = Responses // the OpenAI error shape
-		if hr.Header.Get("anthropic-version") != "" {
-			d = Anthropic
+		if r.serveDefault(w, hr, decided, &j, body) {
+			return
 		}
+		d = errorDialect(hr)
 		msg := fmt.Sprintf("sbx mock LLM: no API at %s %s; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses", hr.Method, hr.URL.Path)
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
 		return

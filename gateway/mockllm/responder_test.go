@@ -84,20 +84,39 @@ func TestUnmatched(t *testing.T) {
 		wantNoJournal bool
 	}{
 		{
-			name: "unknown path, Anthropic client", method: "GET", path: "/v1/models", header: []string{"anthropic-version", "2023-06-01"},
+			name: "unknown model endpoint, Anthropic client", method: "POST", path: "/v1/complete", header: []string{"anthropic-version", "2023-06-01"},
+			body:        `{"model":"claude-2.1","prompt":"\n\nHuman: hi\n\nAssistant:","max_tokens_to_sample":10}`,
 			wantStatus:  404,
-			wantBody:    `{"type":"error","error":{"type":"not_found_error","message":"sbx mock LLM: no API at GET /v1/models; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses"}}`,
+			wantBody:    `{"type":"error","error":{"type":"not_found_error","message":"sbx mock LLM: no API at POST /v1/complete; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses"}}`,
 			wantOutcome: "unmatched: unknown endpoint",
 		},
 		{
-			name: "unknown path, OpenAI client", method: "POST", path: "/v1/embeddings", body: "{}",
+			name: "unknown model endpoint, OpenAI client", method: "POST", path: "/v1/embeddings", body: `{"model":"text-embedding-3-small","input":"hi"}`,
 			wantStatus:  404,
 			wantBody:    `{"error":{"message":"sbx mock LLM: no API at POST /v1/embeddings; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses","type":"invalid_request_error","param":null,"code":"not_found"}}`,
 			wantOutcome: "unmatched: unknown endpoint",
 		},
 		{
+			name: "a model API's path under another prefix", method: "POST", path: "/api/v1/messages", body: "{}",
+			wantStatus: 404, wantOutcome: "unmatched: unknown endpoint",
+		},
+		{
+			name: "Codex's ChatGPT backend", method: "POST", path: "/backend-api/codex/responses", body: "{}",
+			wantStatus: 404, wantOutcome: "unmatched: unknown endpoint",
+		},
+		{
+			name: "a path under a model API's", method: "GET", path: "/v1/responses/resp_123",
+			wantStatus: 404, wantOutcome: "unmatched: unknown endpoint",
+		},
+		{
 			name: "wrong method", method: "GET", path: "/v1/chat/completions",
 			wantStatus: 404, wantOutcome: "unmatched: unknown endpoint", wantDialect: ChatCompletions,
+		},
+		{
+			name: "count_tokens, not JSON", method: "POST", path: "/v1/messages/count_tokens", body: "{", header: []string{"anthropic-version", "2023-06-01"},
+			wantStatus:  400,
+			wantBody:    `{"type":"error","error":{"type":"invalid_request_error","message":"sbx mock LLM: the request body is not valid JSON: unexpected end of JSON input"}}`,
+			wantOutcome: "unmatched: the request body is not valid JSON: unexpected end of JSON input", wantDialect: Anthropic,
 		},
 		{
 			name: "not JSON", method: "POST", path: "/v1/messages", body: "{", header: []string{"anthropic-version", "2023-06-01"},
