@@ -50,6 +50,19 @@ const (
 // LLM answered (an intercept; docs/mock-llm.md), whichever rule mocked it.
 const ReasonMockLLM = "mock LLM: "
 
+// ReasonMockUnmatched starts the reason of the record of a request a
+// scripted LLM answered with an error because no turn was for it: no turn
+// fitted, the script was used up, the body was not the API's, or it was
+// for a model at an endpoint the mock does not know (docs/mock-llm.md).
+const ReasonMockUnmatched = ReasonMockLLM + "unmatched: "
+
+// ReasonMockDefault starts the reason of the record of a request a
+// scripted LLM answered by its fixed rule rather than from the script:
+// the models list, a token count, or a request that is not for a model,
+// such as an agent's settings or telemetry (docs/mock-llm.md). sbx run
+// prints no live line for these.
+const ReasonMockDefault = ReasonMockLLM + "default: "
+
 // ReasonGuard starts the reason of every decision the address guard
 // refused because of where the target's host resolved to (or of an IP
 // target): "address guard: <ip> is <class>" (docs/gateway.md). Other
