@@ -175,6 +175,8 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"run", "--runtime", "docker", "--", "true"}, "give --image REF"},
 		{[]string{"run", "--image", "alpine", "--rootfs", dir, "--", "true"}, "--image and --rootfs both say what / is"},
 		{[]string{"run", "--pull", "sometimes", "--", "true"}, `--pull "sometimes": want never, missing or always`},
+		{[]string{"run", "--show", "errors", "--", "true"}, `--show "errors": want all (every decision), blocks (refusals and errors) or none`},
+		{[]string{"run", "--quiet", "--show", "blocks", "--", "true"}, "--quiet is --show none, and --show says blocks; give one of them"},
 		{[]string{"run", "--memory", "lots", "--", "true"}, `--memory "lots"`},
 		{[]string{"run", "--cpus", "-1", "--", "true"}, "--cpus -1: want a number of CPUs"},
 		{[]string{"run", "--pids-limit", "-1", "--", "true"}, "--pids-limit -1"},

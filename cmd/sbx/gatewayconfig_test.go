@@ -53,7 +53,7 @@ var oneSided = map[string]struct {
 	"Sandbox":         {sandboxSets, "the sandbox's id"},
 	"Limits":          {neither, "no flag yet: the defaults"},
 	"RingSize":        {neither, "no flag yet: the default"},
-	"Sinks":           {runOnly, "sbx run prints decisions live on stderr unless --quiet; sbx gateway, a service, has no live lines (sbx decisions follows its API)"},
+	"Sinks":           {runOnly, "sbx run prints decisions live on stderr (--show); sbx gateway, a service, has no live lines (sbx decisions follows its API)"},
 	"Logger":          {bothDiffer, "sbx run's warnings are lines prefixed gateway: among the command's output; sbx gateway's are slog text on its stderr"},
 }
 

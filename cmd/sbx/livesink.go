@@ -8,13 +8,56 @@ import (
 	"strings"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // liveSink prints each decision as one short line while the sandbox runs,
-// and one line for each inspected tunnel whose client refused the sbx CA.
+// and one line for each inspected tunnel whose client refused the sbx CA;
+// show says which of them (the zero value, all). A mock LLM's fixed
+// answers to requests that are not for a model (decisionlog.ReasonMockDefault)
+// get no line at any level: they are expected, and in the decision log.
 type liveSink struct {
-	w io.Writer
+	w    io.Writer
+	show showLevel
+}
+
+// showLevel is which live lines sbx run prints (--show).
+type showLevel int
+
+const (
+	// showAll prints every decision and CA rejection.
+	showAll showLevel = iota
+	// showBlocks prints what the user may have to act on: refusals
+	// (enforced or, in audit mode, not), a mock LLM's errors for requests
+	// no turn was for, and CA rejections.
+	showBlocks
+	// showNone prints nothing.
+	showNone
+)
+
+// showLevels are --show's values, by level.
+var showLevels = []string{showAll: "all", showBlocks: "blocks", showNone: "none"}
+
+// parseShow returns the level a --show value names.
+func parseShow(s string) (showLevel, error) {
+	for l, name := range showLevels {
+		if s == name {
+			return showLevel(l), nil
+		}
+	}
+	return 0, fmt.Errorf("--show %q: want all (every decision), blocks (refusals and errors) or none", s)
+}
+
+// shows reports whether the decision r gets a line at level l.
+func (l showLevel) shows(r *decisionlog.Record) bool {
+	switch {
+	case l == showNone || strings.HasPrefix(r.Reason, decisionlog.ReasonMockDefault):
+		return false
+	case l == showBlocks:
+		return r.Action == string(netpolicy.Block) || strings.HasPrefix(r.Reason, decisionlog.ReasonMockUnmatched)
+	}
+	return true
 }
 
 // Quick checks of a record's line before it is decoded: the fields
@@ -30,6 +73,9 @@ var (
 // so control characters are replaced before they reach the user's
 // terminal.
 func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
+	if s.show == showNone {
+		return nil
+	}
 	if !bytes.Contains(line, liveDecision) && !(bytes.Contains(line, liveClose) && bytes.Contains(line, liveCARejected)) {
 		return nil
 	}
@@ -40,6 +86,9 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	target := liveTarget(&r)
 	switch r.Event {
 	case decisionlog.EventDecision:
+		if !s.show.shows(&r) {
+			return nil
+		}
 	case decisionlog.EventClose:
 		if !strings.HasPrefix(r.Error, decisionlog.ErrorCARejected) {
 			return nil

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
@@ -62,5 +65,116 @@ func TestLiveSinkSaysHowToAllow(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", out.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestLiveSinkLevels: each --show level prints its records' lines and no
+// others; a mock LLM's fixed answers to requests that are not for a model
+// get no line at any level, its errors for requests no turn was for get
+// one at blocks.
+func TestLiveSinkLevels(t *testing.T) {
+	decision := func(action, method, host, path, rule, reason string, enforced bool) decisionlog.Record {
+		return decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTPS, Method: method, Host: host, Port: 443, Path: path,
+			Action: action, Enforced: enforced, Rule: rule, Reason: reason, Status: 200}
+	}
+	records := []struct {
+		rec  decisionlog.Record
+		line string
+	}{
+		{decision("allow", "CONNECT", "registry.npmjs.org", "", "r1", "rule r1: allow registry.npmjs.org", true),
+			"sbx: allow     CONNECT registry.npmjs.org:443  (rule r1: allow registry.npmjs.org)\n"},
+		{decision("block", "GET", "evil.test", "/x", "default", "no rule matched; the default is block", true),
+			"sbx: block     GET evil.test:443/x  (no rule matched; the default is block)\n"},
+		{decision("block", "GET", "audited.test", "/", "default", "no rule matched; the default is block", false),
+			"sbx: block     GET audited.test:443/  (no rule matched; the default is block; audit mode let it through)\n"},
+		{decision("intercept", "POST", "api.anthropic.com", "/v1/messages", "mock-llm", decisionlog.ReasonMockLLM+"turn 1 (s.yaml:2): reply", true),
+			"sbx: intercept POST api.anthropic.com:443/v1/messages  (mock-llm: mock LLM: turn 1 (s.yaml:2): reply)\n"},
+		{decision("intercept", "POST", "api.anthropic.com", "/v1/messages", "mock-llm", decisionlog.ReasonMockUnmatched+"the script is used up; request 2 of the mock's journal says more (sbx mock requests --host api.anthropic.com)", true),
+			"sbx: intercept POST api.anthropic.com:443/v1/messages  (mock-llm: mock LLM: unmatched: the script is used up; request 2 of the mock's journal says more (sbx mock requests --host api.anthropic.com))\n"},
+		{decision("intercept", "GET", "api.anthropic.com", "/api/claude_cli_feature_flags", "mock-llm", decisionlog.ReasonMockDefault+"not a model endpoint: 404", true), ""},
+		{decision("intercept", "POST", "api.anthropic.com", "/api/event_logging/batch", "model", decisionlog.ReasonMockDefault+"not a model endpoint: 200 {}", true), ""},
+		{decisionlog.Record{Event: decisionlog.EventClose, Kind: decisionlog.KindConnect, Method: "CONNECT", Host: "api.example.com", Port: 443,
+			Action: "allow", Enforced: true, Rule: "r1", Reason: "inspected: each request is decided", Error: decisionlog.ErrorCARejected + ": bad certificate"},
+			"sbx: ca-reject CONNECT api.example.com:443  (" + caRejectedHint("api.example.com") + ")\n"},
+	}
+	levels := []struct {
+		show  showLevel
+		shown []int // indexes of records that get their line
+	}{
+		{showAll, []int{0, 1, 2, 3, 4, 7}},
+		{showBlocks, []int{1, 2, 4, 7}},
+		{showNone, nil},
+	}
+	for _, l := range levels {
+		t.Run(showLevels[l.show], func(t *testing.T) {
+			var out, want strings.Builder
+			s := &liveSink{w: &out, show: l.show}
+			for i, r := range records {
+				if err := s.WriteRecord(uint64(i+1), r.rec.AppendJSON(nil)); err != nil {
+					t.Fatal(err)
+				}
+				if slices.Contains(l.shown, i) {
+					want.WriteString(r.line)
+				}
+			}
+			if out.String() != want.String() {
+				t.Errorf("got\n%s\nwant\n%s", out.String(), want.String())
+			}
+		})
+	}
+}
+
+// TestParseShow: --show takes its three levels and nothing else; the
+// zero level, a liveSink's default, is all.
+func TestParseShow(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		want    showLevel
+		wantErr bool
+	}{
+		{"all", showAll, false}, {"blocks", showBlocks, false}, {"none", showNone, false},
+		{"", 0, true}, {"ALL", 0, true}, {"block", 0, true},
+	} {
+		got, err := parseShow(tt.in)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("parseShow(%q): got %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+	if (liveSink{}).show != showAll {
+		t.Errorf("got a liveSink's zero show %v, want showAll", (liveSink{}).show)
+	}
+}
+
+// TestRunShowFlags: sbx run's live lines are all by default, --show's
+// level when given, and none with --quiet, which is --show none and keeps
+// working in scripts; --quiet with --show none is not a conflict.
+func TestRunShowFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want showLevel
+	}{
+		{nil, showAll},
+		{[]string{"--show", "all"}, showAll},
+		{[]string{"--show", "blocks"}, showBlocks},
+		{[]string{"--show", "none"}, showNone},
+		{[]string{"--quiet"}, showNone},
+		{[]string{"--quiet", "--show", "none"}, showNone},
+	} {
+		name := "sbx run " + strings.Join(tt.args, " ")
+		var o runOptions
+		cmd := &cobra.Command{Use: "run"}
+		o.addFlags(cmd.Flags())
+		if err := cmd.Flags().Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.checkValues(cmd); err != nil {
+			t.Errorf("%s: got %v, want no error", name, err)
+		}
+		if got := o.showLevel(); got != tt.want {
+			t.Errorf("%s: got level %v, want %v", name, got, tt.want)
+		}
+		if got := o.silent(); got != (tt.want == showNone) {
+			t.Errorf("%s: got silent %v, want %v", name, got, tt.want == showNone)
+		}
 	}
 }

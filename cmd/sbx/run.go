@@ -43,7 +43,8 @@ type runOptions struct {
 	user       string
 	tty        bool
 	stdin      bool
-	quiet      bool
+	quiet      bool // --show none
+	show       string
 	name       string
 	runtime    string
 	dockerHost string // hidden: for tests
@@ -68,9 +69,9 @@ whose only way out is a gateway on the host that decides every request by
 the policy flags and logs every decision. The command finds the gateway in
 HTTP_PROXY and HTTPS_PROXY; anything that ignores them reaches nothing.
 
-Decisions are printed on stderr as they happen (unless --quiet) and kept in
-/var/lib/sbx/sandboxes/<id>/decisions.jsonl (or --log), whose path is
-printed at the end. Rules can be changed while it runs with sbx policy
+Decisions are printed on stderr as they happen (--show says which) and
+kept in /var/lib/sbx/sandboxes/<id>/decisions.jsonl (or --log), whose path
+is printed at the end. Rules can be changed while it runs with sbx policy
 ... --sandbox <id>, through the API socket in /run/sbx/<id>/.
 
 The command never runs as root on the host unless --user 0 says so: under
@@ -141,7 +142,8 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.capAdd, "cap-add", nil, "give the command back `CAP`, one of "+strings.Join(sandbox.DroppedCapabilities, ", ")+" (never CAP_NET_ADMIN); repeatable")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
-	fs.BoolVar(&o.quiet, "quiet", false, "do not print decisions as they happen")
+	fs.StringVar(&o.show, "show", "all", "`WHAT` to print on stderr as it happens: all (every decision), blocks (refusals and errors: what may need you) or none (only where the log is)")
+	fs.BoolVar(&o.quiet, "quiet", false, "print nothing as it happens: the same as --show none")
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
 	fs.StringVar(&o.runtime, "runtime", "", "the container `RUNTIME`: containerd, or docker (images only, --image) (default: containerd when its socket answers, else docker)")
@@ -209,7 +211,7 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 			retErr = multierror.Append(retErr, recordingErrors(err))
 		}
 	}()
-	if !o.quiet {
+	if !o.silent() {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
 	}
 	// Ctrl-C or SIGTERM: the command gets SIGTERM, and SIGKILL after 10 s.
@@ -218,6 +220,23 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		code, err = r.Stop(10 * time.Second)
 	}
 	return code, err
+}
+
+// showLevel is the level of live lines the flags ask for: --show's, or
+// none with --quiet. check has refused a value that is neither.
+func (o runOptions) showLevel() showLevel {
+	if o.quiet {
+		return showNone
+	}
+	l, _ := parseShow(o.show)
+	return l
+}
+
+// silent says the flags ask for no live lines (--show none, --quiet),
+// and for none of the run's notes but where the log is and what was
+// recorded.
+func (o runOptions) silent() bool {
+	return o.showLevel() == showNone
 }
 
 // sandboxSpec maps the flags that need no runtime and read no file to
@@ -267,12 +286,12 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 		Pool:     pool,
 		StateDir: o.stateDir,
 		Capture:  !o.noCapture,
-		Notes:    runNotes(stderr, o.quiet, o.image == "" && o.rootfs == "host", cwd, capAdd),
+		Notes:    runNotes(stderr, o.silent(), o.image == "" && o.rootfs == "host", cwd, capAdd),
 	}
 	if o.image == "" && o.rootfs != "host" {
 		spec.RootFS.Dir = o.rootfs
 	}
-	if !o.quiet && isTerminal(cmd.ErrOrStderr()) {
+	if !o.silent() && isTerminal(cmd.ErrOrStderr()) {
 		spec.RootFS.PullProgress = cmd.ErrOrStderr()
 	}
 	if spec.User, err = userFlag(o.user); err != nil {
@@ -285,8 +304,8 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 		}
 		spec.Volumes = append(spec.Volumes, m)
 	}
-	if !o.quiet && !o.tty {
-		spec.Gateway.Sinks = append(spec.Gateway.Sinks, &liveSink{w: stderr})
+	if !o.silent() && !o.tty {
+		spec.Gateway.Sinks = append(spec.Gateway.Sinks, &liveSink{w: stderr, show: o.showLevel()})
 	}
 	if o.stdin {
 		spec.Stdin = cmd.InOrStdin()

@@ -40,6 +40,11 @@ func (o *runOptions) checkValues(cmd *cobra.Command) error {
 			return err
 		}
 	}
+	if show, err := parseShow(o.show); err != nil {
+		return err
+	} else if o.quiet && cmd.Flags().Changed("show") && show != showNone {
+		return fmt.Errorf("--quiet is --show none, and --show says %s; give one of them", o.show)
+	}
 	if o.image != "" && cmd.Flags().Changed("rootfs") {
 		return errors.New("--image and --rootfs both say what / is; give one of them")
 	}
