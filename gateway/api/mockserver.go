@@ -46,7 +46,7 @@ func Journaled(j mockllm.Journaled) MockRequest {
 	return MockRequest{
 		Seq: j.Seq, Time: j.Time, Method: j.Method, Path: j.Path, Dialect: string(j.Dialect), WebSocket: j.WebSocket,
 		Model: j.Model, Stream: j.Stream, Body: j.Body, BodyTruncated: j.BodyTruncated,
-		Turn: j.Turn, Unmatched: j.Unmatched, Status: j.Status, Outcome: j.Outcome,
+		Turn: j.Turn, Unmatched: j.Unmatched, Default: j.Default, Status: j.Status, Outcome: j.Outcome,
 	}
 }
 

@@ -128,7 +128,7 @@ func TestJournaledWire(t *testing.T) {
 	j := mockllm.Journaled{
 		Seq: 3, Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Method: "POST", Path: "/v1/messages",
 		Dialect: mockllm.Anthropic, WebSocket: true, Model: "m", Stream: true, Body: json.RawMessage(`{"a":1}`), BodyTruncated: true,
-		Turn: 2, Unmatched: true, Status: 429, Outcome: "turn 2: fault 429",
+		Turn: 2, Unmatched: true, Default: true, Status: 429, Outcome: "turn 2: fault 429",
 	}
 	// Every field must be set, or a new one would pass unnoticed.
 	rv := reflect.ValueOf(j)

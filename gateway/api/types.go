@@ -131,6 +131,10 @@ type MockRequest struct {
 	Turn int `json:"turn,omitempty"`
 	// Unmatched says no turn answered: the request got an error.
 	Unmatched bool `json:"unmatched,omitempty"`
+	// Default says the mock answered by its fixed rule, not from the
+	// script: the models list, a token count, or a request that is not for
+	// a model (docs/mock-llm.md).
+	Default bool `json:"default,omitempty"`
 	// Status is the HTTP status answered; 0 when the client went away.
 	Status int `json:"status"`
 	// Outcome says in words what happened.
