@@ -157,7 +157,7 @@ func (s agentSession) run(t *testing.T) agentResult {
 	state := t.TempDir()
 	logFile := filepath.Join(state, "decisions.jsonl")
 	const agentDir = "/sbx-agent"
-	args := []string{"run", "--quiet", "--state-dir", state, "--subnet-pool", s.subnet, "--log", logFile, "--name", "agent",
+	args := []string{"run", "--show", "blocks", "--state-dir", state, "--subnet-pool", s.subnet, "--log", logFile, "--name", "agent",
 		"--mock-llm", s.host + "=" + script, "-v", install + ":" + agentDir + ":ro", "-v", timing + ":" + timing}
 	for _, kv := range s.env {
 		args = append(args, "-e", kv)
@@ -313,6 +313,26 @@ func checkAgentFile(t *testing.T, res agentResult) {
 	}
 }
 
+// checkNoMockLines: at --show blocks, the mock printed no live line: the
+// agent's requests besides the model (settings, feature flags, telemetry,
+// the models list) got the mock's fixed answers, which have none, and
+// every model request was scripted.
+func checkNoMockLines(t *testing.T, res agentResult) {
+	t.Helper()
+	for _, line := range strings.Split(res.stderr, "\n") {
+		if strings.HasPrefix(line, "sbx: intercept") {
+			t.Errorf("got the live line %q, want none for the mock at --show blocks", line)
+		}
+	}
+	var defaults []string
+	for _, j := range res.journal.Requests {
+		if j.Default {
+			defaults = append(defaults, fmt.Sprintf("%s %s %d", j.Method, j.Path, j.Status))
+		}
+	}
+	t.Logf("the mock's default answers: %d: %s", len(defaults), strings.Join(defaults, "; "))
+}
+
 func skipUnlessRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -350,6 +370,7 @@ func TestPrivilegedAgentClaudeCodeText(t *testing.T) {
 	}
 	checkJournal(t, res, "/v1/messages", 1, "")
 	checkRecords(t, res, "api.anthropic.com")
+	checkNoMockLines(t, res)
 }
 
 // TestPrivilegedAgentClaudeCodeTool: the model calls Claude Code's Bash
@@ -364,6 +385,7 @@ func TestPrivilegedAgentClaudeCodeTool(t *testing.T) {
 	checkAgentFile(t, res)
 	checkJournal(t, res, "/v1/messages", 3, "sbx-mock.txt")
 	checkRecords(t, res, "api.anthropic.com")
+	checkNoMockLines(t, res)
 }
 
 // codexSession runs codex exec prompt headless: Codex's own sandbox and
