@@ -111,6 +111,12 @@ func TestMockRequestsFromJournal(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	// Not for a model: the mock's fixed answer, journaled as a default.
+	if resp, err = client.Get("http://api.anthropic.com/api/settings"); err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +140,7 @@ func TestMockRequestsFromJournal(t *testing.T) {
 	}{
 		{name: "file", args: []string{"--journal", journal, "--host", "api.anthropic.com", "--json"}, wantOut: `"content":"kept after the end"`},
 		{name: "file, table", args: []string{"--journal", journal, "--host", "API.Anthropic.com"}, wantOut: "unmatched: the script is used up"},
+		{name: "file, a default answer", args: []string{"--journal", journal, "--host", "api.anthropic.com", "--json"}, wantOut: `"default":true,"status":404,"outcome":"default: not a model endpoint: 404"`},
 		{name: "ended sandbox", args: []string{"--sandbox", "1a2b", "--state-dir", stateDir, "--log-dir", logDir, "--host", "api.anthropic.com", "--json"},
 			wantOut: `"content":"kept after the end"`, wantErr: "sbx: sandbox 1a2b3c4d ended; reading its mock journal " + journal},
 		{name: "the other mock", args: []string{"--journal", journal, "--host", "api.openai.com"}, wantOut: "no requests to api.openai.com yet"},
