@@ -424,10 +424,10 @@ func trimJournal(journal []Journaled, bytes int) ([]Journaled, int) {
 		bytes -= len(journal[drop].Body)
 		drop++
 	}
-	if drop > 0 {
-		journal = append([]Journaled(nil), journal[drop:]...)
-	}
-	return journal, bytes
+	// The dropped entries' bodies are let go; the array is copied only
+	// when append outgrows it, not once a request.
+	clear(journal[:drop])
+	return journal[drop:], bytes
 }
 
 // journalBody returns what the journal keeps of a body.
