@@ -264,17 +264,19 @@ var tunnelCopyHook func()
 // recoverCopy, deferred in the goroutine that copies a tunnel's upstream
 // to its client (relay's second one, which serveListener's recoverConn
 // does not cover), turns a panic there into the end of that tunnel alone:
-// it closes both sides, logs the panic with its stack, counts it, and
-// sets *msg to the close record's error, "gateway error: panic: ...".
+// it sets *msg to the close record's error, "gateway error: panic: ...",
+// logs the panic with its stack, counts it, and closes both sides.
 func (s *Server) recoverCopy(c *conn, end *tunnelEnd, msg *string) {
 	p := recover()
 	if p == nil {
 		return
 	}
-	end.closeBoth()
 	*msg = "gateway error: panic: " + truncate(fmt.Sprint(p), 200)
 	s.logger.Error("panic relaying a tunnel's upstream to its client: the tunnel is closed, the gateway goes on", "client", c.clientText, "panic", p, "stack", string(debug.Stack()))
 	s.metrics.panicked("tunnel")
+	// Closed last, so that whoever sees the tunnel end finds the panic
+	// logged and counted.
+	end.closeBoth()
 }
 
 // tunnelEnd passes the end of one direction of a tunnel on to the other
