@@ -1,0 +1,25 @@
+// Package ui is sbx ui: one local web view of every sandbox of the host,
+// over the management API the CLI uses (gateway/api) and, for sandboxes
+// that ended, their decision logs read by gateway/audit. It never runs a
+// gateway and never imports one: where the sandboxes are, how to talk to
+// each one's API and how to open its log come from a Sandboxes that the
+// caller (cmd/sbx) implements.
+//
+// The server listens on 127.0.0.1 only. Every request must name it by
+// its Host header as 127.0.0.1:PORT or localhost:PORT (a page of another
+// site that rebinds its name to 127.0.0.1 is refused), and must carry
+// the session cookie that opening the printed URL, with its random
+// token, sets (HttpOnly, SameSite=Strict); the token then leaves the
+// address bar by a redirect. Every request that changes something is a
+// POST that must come from the view's own pages: Sec-Fetch-Site or
+// Origin must say same origin (http.CrossOriginProtection) and the form
+// must hold the session's CSRF token.
+//
+// Pages are rendered on the server by html/template, so every string of
+// a sandbox (host names, decision reasons, commands, rule ids) is
+// written as escaped text. Every answer has a Content-Security-Policy
+// that loads nothing but the view's own style sheet and script
+// (default-src 'none'); the script only makes the live decisions appear
+// as they happen (server-sent events from the API's follow stream), and
+// without it the sandbox's page refreshes itself.
+package ui
