@@ -160,6 +160,7 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		newSelftestCmd(),
 		newSelftestProbeCmd(),
 		newStopCmd(),
+		newUICmd(),
 		newVersionCmd(),
 	)
 	return root

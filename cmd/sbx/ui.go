@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/ui"
+	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
+)
+
+func newUICmd() *cobra.Command {
+	var port int
+	var h hostSandboxes
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve a local web view of every sandbox: live decisions, rules, audit reports",
+		Long: `Ui serves one web view of every sandbox of this host on 127.0.0.1 and prints
+its URL, which holds a random token: open it in a browser on this machine.
+The view lists the running and the ended sandboxes, shows a sandbox's
+decisions as they happen and its rules, adds and removes rules (as sbx
+policy allow, block and remove do), and shows the audit report of an ended
+sandbox's log (as sbx audit --sandbox does). It runs until interrupted.
+
+Whoever has the URL can change the sandboxes' policies: keep it to
+yourself. The view answers only requests that name it as 127.0.0.1:PORT or
+localhost:PORT, and changes only what its own pages ask (docs/ui.md).`,
+		Example: `  sudo sbx ui
+  sudo sbx ui --port 8765`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if port < 0 || port > 65535 {
+				return usageErrorf(cmd, "--port %d: want a TCP port, 1 to 65535, or 0 for any free one", port)
+			}
+			if _, err := h.List(cmd.Context()); err != nil {
+				return err
+			}
+			s, err := ui.Start(cmd.Context(), ui.Config{Sandboxes: h, Port: port})
+			if err != nil {
+				return fmt.Errorf("--port %d: %w", port, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: open %s\n", s.URL())
+			fmt.Fprintln(cmd.OutOrStdout(), "(the URL's token lets whoever has it change your sandboxes' policies; Ctrl-C stops the view)")
+			<-cmd.Context().Done()
+			return s.Close()
+		},
+	}
+	cmd.Flags().IntVar(&port, "port", 0, "listen on 127.0.0.1:`N` (default: any free port)")
+	cmd.Flags().StringVar(&h.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
+	cmd.Flags().MarkHidden("state-dir")
+	cmd.Flags().StringVar(&h.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
+	return cmd
+}
+
+// hostSandboxes are the sandboxes of this host for sbx ui: the running
+// ones as sbx ps finds them, the ended ones by their logs in logDir as sbx
+// audit --sandbox finds them.
+type hostSandboxes struct {
+	stateDir, logDir string
+}
+
+func (h hostSandboxes) List(ctx context.Context) ([]ui.Sandbox, error) {
+	states, err := sandbox.List(h.stateDir)
+	if err != nil {
+		return nil, orNeedsRoot(err, "sbx ui")
+	}
+	var out []ui.Sandbox
+	running := map[string]bool{}
+	for _, st := range states {
+		if !sandbox.OwnerAlive(st) {
+			continue // a leftover: sbx gc removes it
+		}
+		status := string(st.Status)
+		if status == "" {
+			status = string(sandbox.StatusRunning)
+		}
+		_, err := os.Stat(filepath.Join(h.logDir, st.ID, run.LogName))
+		out = append(out, ui.Sandbox{ID: st.ID, Name: st.Name, Status: status, Command: st.Command, Time: st.Created, HasLog: err == nil})
+		running[st.ID] = true
+	}
+	entries, err := os.ReadDir(h.logDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, orNeedsRoot(err, "sbx ui")
+	}
+	var ended []ui.Sandbox
+	for _, e := range entries {
+		if !e.IsDir() || running[e.Name()] || sandbox.CheckID(e.Name()) != nil {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(h.logDir, e.Name(), run.LogName))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		ended = append(ended, ui.Sandbox{ID: e.Name(), Status: ui.StatusEnded, Time: fi.ModTime(), HasLog: true})
+	}
+	slices.SortFunc(ended, func(a, b ui.Sandbox) int { return b.Time.Compare(a.Time) }) // newest first
+	return append(out, ended...), nil
+}
+
+func (h hostSandboxes) Client(ctx context.Context, id string) (*api.Client, error) {
+	t := targetFlags{sandbox: id, stateDir: h.stateDir}
+	return t.client(ctx)
+}
+
+func (h hostSandboxes) OpenLog(_ context.Context, id string) (io.ReadCloser, error) {
+	path, err := run.FindLog(h.stateDir, h.logDir, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLogFile(path); err != nil {
+		return nil, err
+	}
+	return os.Open(path)
+}
