@@ -173,8 +173,9 @@ func (p *pages) find(w http.ResponseWriter, r *http.Request) *Sandbox {
 // sandboxView is a sandbox's page.
 type sandboxView struct {
 	Sandbox
-	Running   bool
-	Status    *api.Status
+	Running bool
+	// Gateway is the running sandbox's status as its API tells it.
+	Gateway   *api.Status
 	Policy    *api.Policy
 	Rules     []ruleRow
 	Decisions []decisionRow
@@ -212,7 +213,7 @@ func (p *pages) loadLive(ctx context.Context, v *sandboxView) error {
 		return err
 	}
 	defer c.Close()
-	if v.Status, err = c.Status(ctx); err != nil {
+	if v.Gateway, err = c.Status(ctx); err != nil {
 		return err
 	}
 	if v.Policy, err = c.Policy(ctx); err != nil {

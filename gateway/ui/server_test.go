@@ -448,7 +448,7 @@ func TestUIEscapes(t *testing.T) {
 	}
 	for path, want := range map[string][]string{
 		"/":                        {"&lt;b&gt;agent&lt;/b&gt;", "&lt;iframe src=//evil.test&gt;"},
-		"/s/" + liveID:             {"&lt;script&gt;alert(&#34;host&#34;)&lt;/script&gt;.test:80", "&lt;img src=x onerror=alert(&#34;reason&#34;)&gt; &amp; more", "/&lt;svg onload=alert(1)&gt;", "&lt;u&gt;rule&lt;/u&gt;"},
+		"/s/" + liveID:             {" · running · ", "&lt;script&gt;alert(&#34;host&#34;)&lt;/script&gt;.test:80", "&lt;img src=x onerror=alert(&#34;reason&#34;)&gt; &amp; more", "/&lt;svg onload=alert(1)&gt;", "&lt;u&gt;rule&lt;/u&gt;"},
 		"/s/" + endedID + "/audit": {"&lt;script&gt;alert(&#34;host&#34;)&lt;/script&gt;.test"},
 	} {
 		_, body, _ := u.get(t, c, path)
