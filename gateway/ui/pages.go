@@ -131,7 +131,9 @@ func (p *pages) index(w http.ResponseWriter, r *http.Request) {
 			v.Ended = append(v.Ended, row)
 			continue
 		}
-		if st, err := p.status(r.Context(), sb.ID); err != nil {
+		if sb.Status == "starting" {
+			// Its API may not answer yet; sbx ps does not ask either.
+		} else if st, err := p.status(r.Context(), sb.ID); err != nil {
 			row.Error = err.Error()
 		} else {
 			row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
