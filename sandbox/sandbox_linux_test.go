@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -280,6 +281,26 @@ func (c cancelingContainer) Start(ctx context.Context) error {
 	return ctx.Err() // what a runtime call cut off by the cancel returns
 }
 
+// readyWriter closes ready once "ready" has been written to it.
+type readyWriter struct {
+	mu    sync.Mutex
+	seen  []byte
+	ready chan struct{}
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen != nil && bytes.Contains(w.seen, []byte("ready")) {
+		return len(p), nil
+	}
+	w.seen = append(w.seen, p...)
+	if bytes.Contains(w.seen, []byte("ready")) {
+		close(w.ready)
+	}
+	return len(p), nil
+}
+
 // TestPrivilegedSignalDuringStart: a signal that lands while the command
 // is being started does not fail the start (sbx run said exit 125 and
 // tore down a running command); the sandbox starts, and Stop then gives
@@ -291,7 +312,11 @@ func TestPrivilegedSignalDuringStart(t *testing.T) {
 	tr := testRuntimes(t)[0] // containerd
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	spec := startSpec(t, tr, &fakeGateway{}, `trap 'exit 143' TERM; while true; do sleep 0.1; done`, io.Discard)
+	// The command says when its trap is set: a SIGTERM before that finds
+	// the shell as the container's pid 1 with no handler, which the
+	// kernel does not deliver, and Stop would end in SIGKILL.
+	out := &readyWriter{ready: make(chan struct{})}
+	spec := startSpec(t, tr, &fakeGateway{}, `trap 'exit 143' TERM; echo ready; while true; do sleep 0.1; done`, out)
 	spec.Runtime = cancelOnStart{spec.Runtime, cancel}
 	s, err := Start(ctx, spec)
 	if err != nil {
@@ -300,6 +325,11 @@ func TestPrivilegedSignalDuringStart(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait: %v, want the cancelled context", err)
+	}
+	select {
+	case <-out.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not say ready within 10s")
 	}
 	if code, err := s.Stop(5 * time.Second); err != nil || code != 143 {
 		t.Errorf("Stop = %d, %v; want 143", code, err)
