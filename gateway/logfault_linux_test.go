@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
 
 // TestPrivilegedFaultLogFull runs a gateway whose decision log is on a
@@ -91,7 +92,7 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 	var le *decisionlog.LogFileError
 	switch err := fg.g.Close(); {
 	case err == nil:
-		recs := readFaultLines(t, fg.path)
+		recs := decisionlogtest.ReadLines(t, fg.path)
 		if last := recs[len(recs)-1]; last.Event != decisionlog.EventDropped || last.Count == 0 || !strings.Contains(last.Reason, "no space left on device") {
 			t.Errorf("Close with the log's filesystem full wrote its last records, but the last is %+v, want a dropped record counting the refused ones and naming ENOSPC", last)
 		}
@@ -100,7 +101,7 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 	}
 
 	logged := map[string]bool{}
-	for _, r := range readFaultLines(t, fg.path) {
+	for _, r := range decisionlogtest.ReadLines(t, fg.path) {
 		if r.Event == decisionlog.EventDecision && r.Action == "allow" {
 			logged[r.Path] = true
 		}

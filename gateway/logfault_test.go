@@ -19,71 +19,9 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
-
-// flakyFile stands between a FileSink and its file: while err is set,
-// every write fails with it (after writing half of what it was given,
-// when partial is set, as a filesystem that fills up mid-write does).
-type flakyFile struct {
-	mu      sync.Mutex
-	err     error
-	partial bool
-}
-
-func (ff *flakyFile) set(err error, partial bool) {
-	ff.mu.Lock()
-	defer ff.mu.Unlock()
-	ff.err, ff.partial = err, partial
-}
-
-func (ff *flakyFile) write(f *os.File, b []byte) (int, error) {
-	ff.mu.Lock()
-	err, partial := ff.err, ff.partial
-	ff.mu.Unlock()
-	if err == nil {
-		return f.Write(b)
-	}
-	n := 0
-	if partial && len(b) > 1 {
-		n, _ = f.Write(b[:len(b)/2])
-	}
-	return n, &os.PathError{Op: "write", Path: f.Name(), Err: err}
-}
-
-// install makes fs write through ff.
-func (ff *flakyFile) install(fs *decisionlog.FileSink) { fs.SetWriteFunc(ff.write) }
-
-// faultLine is what these tests read of a record.
-type faultLine struct {
-	Seq    uint64 `json:"seq"`
-	Event  string `json:"event"`
-	Action string `json:"action"`
-	Rule   string `json:"rule"`
-	Host   string `json:"host"`
-	Path   string `json:"path"`
-	Count  uint64 `json:"count"`
-	Reason string `json:"reason"`
-}
-
-// readFaultLines decodes every line of the log at path, failing on one
-// that is not a whole record (a torn write) or on seqs that do not
-// increase.
-func readFaultLines(t *testing.T, path string) []faultLine {
-	t.Helper()
-	var out []faultLine
-	for i, line := range dlReadLines(t, path) {
-		var r faultLine
-		if err := json.Unmarshal(line, &r); err != nil {
-			t.Fatalf("line %d of %s is not a record (%v): %q", i+1, path, err, line)
-		}
-		if len(out) > 0 && r.Seq <= out[len(out)-1].Seq {
-			t.Fatalf("line %d of %s: seq %d after %d", i+1, path, r.Seq, out[len(out)-1].Seq)
-		}
-		out = append(out, r)
-	}
-	return out
-}
 
 // faultGateway is a gateway whose decision log is in dir, allowing
 // loopback, with an upstream that counts the requests it gets and the
@@ -171,17 +109,17 @@ func (fg *faultGateway) get(t *testing.T, path string) (int, string) {
 }
 
 // lastDecision returns the last decision record the API's ring holds.
-func (fg *faultGateway) lastDecision(t *testing.T) faultLine {
+func (fg *faultGateway) lastDecision(t *testing.T) decisionlogtest.Line {
 	t.Helper()
 	lines, _ := fg.g.Ring.Since(0, 100000)
 	for i := len(lines) - 1; i >= 0; i-- {
-		var r faultLine
+		var r decisionlogtest.Line
 		if err := json.Unmarshal(lines[i], &r); err == nil && r.Event == decisionlog.EventDecision {
 			return r
 		}
 	}
 	t.Fatal("the ring holds no decision")
-	return faultLine{}
+	return decisionlogtest.Line{}
 }
 
 // TestFaultLogFullBlocksRequests makes a running gateway's log file fail
@@ -192,13 +130,13 @@ func (fg *faultGateway) lastDecision(t *testing.T) faultLine {
 // reached the upstream has its record in the file.
 func TestFaultLogFullBlocksRequests(t *testing.T) {
 	fg := startFaultGateway(t, t.TempDir())
-	ff := &flakyFile{}
-	ff.install(fg.fileSink(t))
+	ff := &decisionlogtest.FlakyFile{}
+	fg.fileSink(t).SetWriteFunc(ff.Write)
 
 	if status, _ := fg.get(t, "/before"); status != http.StatusOK {
 		t.Fatalf("before the fault: got %d, want 200", status)
 	}
-	ff.set(syscall.ENOSPC, true)
+	ff.Set(syscall.ENOSPC, true)
 	for _, p := range []string{"/during1", "/during2"} {
 		status, body := fg.get(t, p)
 		if status != http.StatusForbidden || !strings.Contains(body, "no space left on device") {
@@ -217,7 +155,7 @@ func TestFaultLogFullBlocksRequests(t *testing.T) {
 	}
 	fg.logs.waitFor(t, "cannot be written (write: no space left on device), so every request is blocked", 1)
 
-	ff.set(nil, false)
+	ff.Set(nil, false)
 	if status, _ := fg.get(t, "/after"); status != http.StatusOK {
 		t.Fatalf("once the log works again: got %d, want 200", status)
 	}
@@ -230,7 +168,7 @@ func TestFaultLogFullBlocksRequests(t *testing.T) {
 	}
 	var allowed []string
 	dropped := false
-	for _, r := range readFaultLines(t, fg.path) {
+	for _, r := range decisionlogtest.ReadLines(t, fg.path) {
 		switch {
 		case r.Event == decisionlog.EventDecision && r.Action == "allow":
 			allowed = append(allowed, r.Path)
@@ -268,7 +206,7 @@ func TestFaultLogRemovedOrReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	var paths []string
-	for _, r := range readFaultLines(t, fg.path) {
+	for _, r := range decisionlogtest.ReadLines(t, fg.path) {
 		if r.Event == decisionlog.EventDecision {
 			paths = append(paths, r.Path)
 		}

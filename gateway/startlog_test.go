@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,25 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
-
-// dlReadLines returns the lines of the file at path, failing when the
-// file does not end in a newline.
-func dlReadLines(t testing.TB, path string) [][]byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(data) == 0 {
-		return nil
-	}
-	if data[len(data)-1] != '\n' {
-		t.Fatalf("%s does not end in a newline", path)
-	}
-	return bytes.Split(data[:len(data)-1], []byte("\n"))
-}
 
 // startLogLine is what TestStartLogLimits reads of a record.
 type startLogLine struct {
@@ -44,7 +27,7 @@ type startLogLine struct {
 func readStartLog(t testing.TB, path string) []startLogLine {
 	t.Helper()
 	var recs []startLogLine
-	for i, line := range dlReadLines(t, path) {
+	for i, line := range decisionlogtest.RawLines(t, path) {
 		var r startLogLine
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("line %d: %v", i+1, err)

@@ -30,6 +30,7 @@ var layers = []struct {
 	{"gateway", []string{"netpolicy", "netpolicy/strictyaml", "gateway/api", "gateway/decisionlog", "gateway/mockllm"}, "gateway imports netpolicy, the management API, the decision log and the mock LLM only"},
 	{"gateway/api", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog", "gateway/mockllm"}, "the management API (wire types, client, server) imports netpolicy, the decision log and the mock LLM at most, never the gateway, which hands the server what it acts on (api.Gateway): any program can talk to a gateway without linking one"},
 	{"gateway/decisionlog", nil, "the decision log (records, codec, and the writer: Log, its sinks, the ring) imports no other sbx package: every reader and writer can use it"},
+	{"gateway/decisionlog/decisionlogtest", nil, "the decision log tests' helpers import no sbx package, so that decisionlog's own tests can use them"},
 	{"gateway/audit", []string{"netpolicy", "netpolicy/strictyaml", "gateway/decisionlog"}, "audit reads logs and decides with netpolicy; it never runs a gateway"},
 	{"gateway/ui", []string{"gateway/api", "gateway/audit", "gateway/decisionlog", "gateway/mockllm", "netpolicy", "netpolicy/strictyaml"}, "the web view reads sandboxes through the management API and their logs through audit; it never runs a gateway, and finds sandboxes through the Sandboxes its caller gives it"},
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},

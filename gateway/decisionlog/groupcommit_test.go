@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
 
 // gcRecord is an allowed request's record for the group commit tests.
@@ -19,9 +21,9 @@ func gcRecord(host string) *Record {
 		Path: "/v1/items", Action: "allow", Rule: "r1"}
 }
 
-// gcOpen opens a FileSink without a budget whose writes fn makes, and a
+// openTestLog opens a FileSink without a budget whose writes fn makes, and a
 // Log over it and a Ring.
-func gcOpen(t testing.TB, fn func(f *os.File, b []byte) (int, error)) (*Log, *FileSink, *Ring, string) {
+func openTestLog(t testing.TB, fn func(f *os.File, b []byte) (int, error)) (*Log, *FileSink, *Ring, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
 	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
@@ -50,7 +52,7 @@ func gcQueued(l *Log) int {
 // in seq order.
 func TestLogCommitsShareWrites(t *testing.T) {
 	var writes atomic.Int64
-	l, _, _, path := gcOpen(t, func(f *os.File, b []byte) (int, error) {
+	l, _, _, path := openTestLog(t, func(f *os.File, b []byte) (int, error) {
 		writes.Add(1)
 		time.Sleep(2 * time.Millisecond) // a slow disk: commits pile up
 		return f.Write(b)
@@ -83,7 +85,7 @@ func TestLogCommitsShareWrites(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	lines := readFaultLines(t, path) // whole records, seqs increasing
+	lines := decisionlogtest.ReadLines(t, path) // whole records, seqs increasing
 	if int64(len(lines)) != commits {
 		t.Fatalf("the file holds %d records, want %d", len(lines), commits)
 	}
@@ -110,7 +112,7 @@ func TestLogFailedBatchFailsEveryCommit(t *testing.T) {
 		failing atomic.Bool
 		gate    = make(chan struct{})
 	)
-	l, _, ring, path := gcOpen(t, func(f *os.File, b []byte) (int, error) {
+	l, _, ring, path := openTestLog(t, func(f *os.File, b []byte) (int, error) {
 		if writes.Add(1) == 1 {
 			<-gate // the first commit's write waits while the others queue
 		} else if failing.Load() {
@@ -163,7 +165,7 @@ func TestLogFailedBatchFailsEveryCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, r := range readFaultLines(t, path) {
+	for _, r := range decisionlogtest.ReadLines(t, path) {
 		if r.Event == EventDecision {
 			got = append(got, r.Host)
 		}
@@ -206,7 +208,7 @@ func BenchmarkLogCommit(b *testing.B) {
 				}
 				defer scratch.Close()
 				var writes atomic.Int64
-				l, _, _, _ := gcOpen(b, func(f *os.File, p []byte) (int, error) {
+				l, _, _, _ := openTestLog(b, func(f *os.File, p []byte) (int, error) {
 					writes.Add(1)
 					return f.Write(p)
 				})

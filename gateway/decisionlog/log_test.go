@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
 
 // dlTestSink records what a Log writes to it and can be told to fail.
@@ -152,23 +154,6 @@ func TestLogSinkErrors(t *testing.T) {
 	}
 }
 
-// dlReadLines returns the lines of the file at path, failing when the
-// file does not end in a newline.
-func dlReadLines(t testing.TB, path string) [][]byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(data) == 0 {
-		return nil
-	}
-	if data[len(data)-1] != '\n' {
-		t.Fatalf("%s does not end in a newline", path)
-	}
-	return bytes.Split(data[:len(data)-1], []byte("\n"))
-}
-
 func TestLogConcurrentEmit(t *testing.T) {
 	const goroutines, each = 16, 1000
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
@@ -195,7 +180,7 @@ func TestLogConcurrentEmit(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Errorf("Err: got %v, want nil", err)
 	}
-	lines := dlReadLines(t, path)
+	lines := decisionlogtest.RawLines(t, path)
 	if got, want := len(lines), goroutines*each; got != want {
 		t.Fatalf("got %d lines, want %d", got, want)
 	}
@@ -231,7 +216,7 @@ func TestFileSinkCloseFlushes(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(dlReadLines(t, path)); got != 3 {
+	if got := len(decisionlogtest.RawLines(t, path)); got != 3 {
 		t.Errorf("right after Close: got %d lines, want 3", got)
 	}
 	if err := fs.WriteRecord(4, []byte("{}\n")); !errors.Is(err, ErrSinkClosed) {
@@ -258,7 +243,7 @@ func TestFileSinkFlush(t *testing.T) {
 	if err := fs.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(dlReadLines(t, path)); got != 1 {
+	if got := len(decisionlogtest.RawLines(t, path)); got != 1 {
 		t.Errorf("after Flush: got %d lines, want 1", got)
 	}
 }
@@ -278,7 +263,7 @@ func TestFileSinkBackgroundFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if got := len(dlReadLines(t, path)); got == int(seq) {
+			if got := len(decisionlogtest.RawLines(t, path)); got == int(seq) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -330,7 +315,7 @@ func TestFileSinkAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := dlReadLines(t, path)
+	got := decisionlogtest.RawLines(t, path)
 	want := [][]byte{[]byte(`{"run":0}`), []byte(`{"run":1}`)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("file after two runs (-want +got):\n%s", diff)

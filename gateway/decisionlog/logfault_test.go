@@ -2,53 +2,16 @@ package decisionlog
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
-
-// flakyFile stands between a FileSink and its file: while err is set,
-// every write fails with it (after writing half of what it was given,
-// when partial is set, as a filesystem that fills up mid-write does).
-type flakyFile struct {
-	mu      sync.Mutex
-	err     error
-	partial bool
-}
-
-func (ff *flakyFile) set(err error, partial bool) {
-	ff.mu.Lock()
-	defer ff.mu.Unlock()
-	ff.err, ff.partial = err, partial
-}
-
-func (ff *flakyFile) write(f *os.File, b []byte) (int, error) {
-	ff.mu.Lock()
-	err, partial := ff.err, ff.partial
-	ff.mu.Unlock()
-	if err == nil {
-		return f.Write(b)
-	}
-	n := 0
-	if partial && len(b) > 1 {
-		n, _ = f.Write(b[:len(b)/2])
-	}
-	return n, &os.PathError{Op: "write", Path: f.Name(), Err: err}
-}
-
-// install makes fs write through ff.
-func (ff *flakyFile) install(fs *FileSink) {
-	fs.fileMu.Lock()
-	defer fs.fileMu.Unlock()
-	fs.writeTo = ff.write
-}
 
 // faultReports collects what a Log's ReportFileFaults is told.
 type faultReports struct {
@@ -73,37 +36,6 @@ func (r *faultReports) next(t *testing.T) error {
 	}
 }
 
-// faultLine is what these tests read of a record.
-type faultLine struct {
-	Seq    uint64 `json:"seq"`
-	Event  string `json:"event"`
-	Action string `json:"action"`
-	Rule   string `json:"rule"`
-	Host   string `json:"host"`
-	Path   string `json:"path"`
-	Count  uint64 `json:"count"`
-	Reason string `json:"reason"`
-}
-
-// readFaultLines decodes every line of the log at path, failing on one
-// that is not a whole record (a torn write) or on seqs that do not
-// increase.
-func readFaultLines(t *testing.T, path string) []faultLine {
-	t.Helper()
-	var out []faultLine
-	for i, line := range dlReadLines(t, path) {
-		var r faultLine
-		if err := json.Unmarshal(line, &r); err != nil {
-			t.Fatalf("line %d of %s is not a record (%v): %q", i+1, path, err, line)
-		}
-		if len(out) > 0 && r.Seq <= out[len(out)-1].Seq {
-			t.Fatalf("line %d of %s: seq %d after %d", i+1, path, r.Seq, out[len(out)-1].Seq)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestFaultLogCommitFailsThenSucceeds makes the file of a Log's FileSink
 // fail under a commit (half of the write reaching the file) and then work
 // again: the failed commits return the write's error and reach no sink,
@@ -112,15 +44,8 @@ func readFaultLines(t *testing.T, path string) []faultLine {
 // each, and the file holds only whole records: none of a failed commit,
 // a dropped record naming the error, then the commit that worked.
 func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff := &flakyFile{}
-	ff.install(fs)
-	ring := NewRing(100)
-	l := NewLog("", fs, ring)
+	ff := &decisionlogtest.FlakyFile{}
+	l, fs, ring, path := openTestLog(t, ff.Write)
 	reports := newFaultReports(l)
 	decision := func(host string) *Record {
 		return &Record{Event: EventDecision, Kind: KindHTTP, Host: host, Action: "allow", Rule: "r1",
@@ -132,7 +57,7 @@ func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
 	}
 	l.Emit(&Record{Event: EventClose, Kind: KindHTTP, Host: "before.test"})
 
-	ff.set(syscall.ENOSPC, true)
+	ff.Set(syscall.ENOSPC, true)
 	for i := range 3 {
 		seq, err := l.Commit(decision("failed.test"))
 		var le *LogFileError
@@ -155,7 +80,7 @@ func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
 		t.Errorf("Fault while the file is full: got %v, want ENOSPC", err)
 	}
 
-	ff.set(nil, false)
+	ff.Set(nil, false)
 	if _, err := l.Commit(decision("after.test")); err != nil {
 		t.Fatalf("commit once the file works: %v", err)
 	}
@@ -172,7 +97,7 @@ func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
 	}
 
 	var got []string
-	for _, r := range readFaultLines(t, path) {
+	for _, r := range decisionlogtest.ReadLines(t, path) {
 		s := r.Event + " " + r.Action + " " + r.Host
 		if r.Event == EventDropped {
 			s = fmt.Sprintf("dropped %d", r.Count)
@@ -201,14 +126,8 @@ func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
 // the file ends up with exactly the commits that returned nil, whole
 // records only, in increasing seq order.
 func TestFaultLogConcurrentCommits(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff := &flakyFile{}
-	ff.install(fs)
-	l := NewLog("", fs, NewRing(1000))
+	ff := &decisionlogtest.FlakyFile{}
+	l, _, _, path := openTestLog(t, ff.Write)
 	stop := make(chan struct{})
 	flipped := make(chan struct{})
 	go func() {
@@ -216,15 +135,15 @@ func TestFaultLogConcurrentCommits(t *testing.T) {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
-				ff.set(nil, false)
+				ff.Set(nil, false)
 				return
 			case <-time.After(200 * time.Microsecond):
 			}
 			switch i % 3 {
 			case 0:
-				ff.set(syscall.EIO, i%2 == 0)
+				ff.Set(syscall.EIO, i%2 == 0)
 			default:
-				ff.set(nil, false)
+				ff.Set(nil, false)
 			}
 		}
 	}()
@@ -263,7 +182,7 @@ func TestFaultLogConcurrentCommits(t *testing.T) {
 		t.Fatalf("Close once the file works: %v", err)
 	}
 	logged := map[string]bool{}
-	for _, r := range readFaultLines(t, path) {
+	for _, r := range decisionlogtest.ReadLines(t, path) {
 		if r.Event == EventDecision {
 			if logged[r.Host] {
 				t.Errorf("%s is in the file twice", r.Host)

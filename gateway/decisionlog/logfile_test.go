@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
 
 // lfStart is when the fake clocks of these tests start.
@@ -64,7 +66,7 @@ type lfLine struct {
 func lfRead(t testing.TB, path string) []lfLine {
 	t.Helper()
 	var recs []lfLine
-	for i, line := range dlReadLines(t, path) {
+	for i, line := range decisionlogtest.RawLines(t, path) {
 		var r lfLine
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("line %d: %v", i+1, err)
@@ -320,7 +322,7 @@ func TestFileSinkMaxBytes(t *testing.T) {
 	if string(data[:len(old)]) != string(old) {
 		t.Errorf("the file's old content was changed: got %q", data[:len(old)])
 	}
-	lines := dlReadLines(t, path)[1:]
+	lines := decisionlogtest.RawLines(t, path)[1:]
 	recs := lfRead(t, path)[1:]
 	last := len(recs) - 1
 	if recs[last].Event != EventDropped {
@@ -522,7 +524,7 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lines []string
-	for _, line := range dlReadLines(t, path) {
+	for _, line := range decisionlogtest.RawLines(t, path) {
 		lines = append(lines, string(line))
 	}
 	var exfil, noise, many int
@@ -571,7 +573,7 @@ func TestFileSinkBatches(t *testing.T) {
 		}
 		if seq == 500 {
 			// Past the first batch: the flusher writes it without a Flush.
-			for deadline := time.Now().Add(30 * time.Second); len(dlReadLines(t, path)) == 0; time.Sleep(time.Millisecond) {
+			for deadline := time.Now().Add(30 * time.Second); len(decisionlogtest.RawLines(t, path)) == 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("a full batch was not written")
 				}
@@ -581,7 +583,7 @@ func TestFileSinkBatches(t *testing.T) {
 	if err := fs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	lines := dlReadLines(t, path)
+	lines := decisionlogtest.RawLines(t, path)
 	if len(lines) != n {
 		t.Fatalf("got %d lines, want %d", len(lines), n)
 	}
