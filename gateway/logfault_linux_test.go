@@ -27,14 +27,7 @@ func TestPrivilegedFaultLogFull(t *testing.T) {
 		t.Skip("needs root to mount a tmpfs")
 	}
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0700"); err != nil {
-		t.Fatalf("mounting a tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", dir, err)
-		}
-	})
+	decisionlogtest.MountTinyTmpfs(t, dir)
 	fg := startFaultGateway(t, dir) // closed before the unmount
 
 	var (

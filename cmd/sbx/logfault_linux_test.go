@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
 
 // TestPrivilegedFaultRunLogFull runs sbx run --quiet with its decision log
@@ -29,14 +29,7 @@ func TestPrivilegedFaultRunLogFull(t *testing.T) {
 	if err := os.Mkdir(logDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", logDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=0700"); err != nil {
-		t.Fatalf("mounting a tmpfs on %s: %v", logDir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(logDir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", logDir, err)
-		}
-	})
+	decisionlogtest.MountTinyTmpfs(t, logDir)
 	logFile := filepath.Join(logDir, "decisions.jsonl")
 	script := `GW=${HTTP_PROXY#http://}
 i=0

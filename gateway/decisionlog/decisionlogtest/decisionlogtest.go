@@ -1,8 +1,8 @@
-// Package decisionlogtest holds what the tests of gateway/decisionlog and
-// gateway share for decision log files: a file that fails on demand, for
-// the fault tests, and readers of what a log file holds. It is for tests
-// only and imports no other package of sbx, so decisionlog's own tests can
-// use it.
+// Package decisionlogtest holds what the tests of gateway/decisionlog,
+// gateway and cmd/sbx share for decision log files: for the fault tests, a
+// file that fails on demand and a tmpfs small enough to fill, and readers
+// of what a log file holds. It is for tests only and imports no other
+// package of sbx, so decisionlog's own tests can use it.
 package decisionlogtest
 
 import (
