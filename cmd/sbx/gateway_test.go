@@ -39,6 +39,50 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// gatewayCmd is sbx gateway running in this process.
+type gatewayCmd struct {
+	out, errOut syncBuffer
+	cancel      context.CancelFunc
+	done        chan int // its exit code
+}
+
+// startGatewayCmd runs sbx gateway with args in this process, and waits up
+// to 10 s for its output to hold ready. The test's end cancels it.
+func startGatewayCmd(t *testing.T, ready string, args ...string) *gatewayCmd {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g := &gatewayCmd{cancel: cancel, done: make(chan int, 1)}
+	root := newRootCmd()
+	root.SetArgs(append([]string{"gateway"}, args...))
+	root.SetOut(&g.out)
+	root.SetErr(&g.errOut)
+	go func() { g.done <- execute(ctx, root) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(g.out.String(), ready) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sbx gateway did not start: %q %q", g.out.String(), g.errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return g
+}
+
+// stop cancels the command, as SIGINT and SIGTERM do through
+// signal.NotifyContext, and returns its exit code; it fails the test if
+// the command does not end within 10 s.
+func (g *gatewayCmd) stop(t *testing.T) int {
+	t.Helper()
+	g.cancel()
+	select {
+	case code := <-g.done:
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatal("sbx gateway did not stop")
+		return 0
+	}
+}
+
 // TestGatewayCommand runs sbx gateway in-process: it prints where it
 // listens, decides requests by its flags, and on cancellation (what
 // SIGINT and SIGTERM do through signal.NotifyContext) stops cleanly with
@@ -61,28 +105,12 @@ func TestGatewayCommand(t *testing.T) {
 	proxyAddr := pln.Addr().String()
 	pln.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	root := newRootCmd()
-	root.SetArgs([]string{"gateway", "--listen", proxyAddr,
-		"--allow", "api.test:" + upPort, "--resolve", "api.test=127.0.0.1", "--allow-private", "127.0.0.0/8",
-		"--api", "unix:" + sock, "--token-file", filepath.Join(dir, "token"), "--log", logFile})
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	done := make(chan int, 1)
-	go func() { done <- execute(ctx, root) }()
-
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "decision log in") {
-		if time.Now().After(deadline) {
-			t.Fatalf("sbx gateway did not start: %q %q", out.String(), errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	g := startGatewayCmd(t, "decision log in", "--listen", proxyAddr,
+		"--allow", "api.test:"+upPort, "--resolve", "api.test=127.0.0.1", "--allow-private", "127.0.0.0/8",
+		"--api", "unix:"+sock, "--token-file", filepath.Join(dir, "token"), "--log", logFile)
 	for _, want := range []string{"proxy on " + proxyAddr, "management API on unix:" + sock, "decision log in " + logFile} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(g.out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, g.out.String())
 		}
 	}
 
@@ -101,17 +129,11 @@ func TestGatewayCommand(t *testing.T) {
 	}
 	tr.CloseIdleConnections()
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit %d, stderr %q", code, errOut.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("sbx gateway did not stop")
+	if code := g.stop(t); code != 0 {
+		t.Errorf("exit %d, stderr %q", code, g.errOut.String())
 	}
-	if !strings.Contains(out.String(), "stopping") {
-		t.Errorf("no stop message: %q", out.String())
+	if !strings.Contains(g.out.String(), "stopping") {
+		t.Errorf("no stop message: %q", g.out.String())
 	}
 	f, err := os.Open(logFile)
 	if err != nil {

@@ -172,34 +172,13 @@ func TestGatewayRecordLLM(t *testing.T) {
 		t.Errorf("--record-llm without --ca-cert: exit %d, %q; want exit %d and --ca-cert asked for", code, stderr, exitUsage)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	root := newRootCmd()
-	root.SetArgs([]string{"gateway", "--listen", "127.0.0.1:0", "--allow", "rec.test",
-		"--ca-cert", filepath.Join(dir, "ca.pem"), "--record-llm", "rec.test=" + rec})
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	done := make(chan int, 1)
-	go func() { done <- execute(ctx, root) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "proxy on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("sbx gateway did not start: %q %q", out.String(), errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	g := startGatewayCmd(t, "proxy on", "--listen", "127.0.0.1:0", "--allow", "rec.test",
+		"--ca-cert", filepath.Join(dir, "ca.pem"), "--record-llm", "rec.test="+rec)
+	if code := g.stop(t); code != 0 {
+		t.Errorf("exit %d, stderr %q", code, g.errOut.String())
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit %d, stderr %q", code, errOut.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("sbx gateway did not stop")
-	}
-	if want := "sbx gateway: recorded 0 exchanges with rec.test in " + rec; !strings.Contains(out.String(), want) {
-		t.Errorf("output lacks %q:\n%s", want, out.String())
+	if want := "sbx gateway: recorded 0 exchanges with rec.test in " + rec; !strings.Contains(g.out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, g.out.String())
 	}
 	if _, err := mockllm.ParseScriptFile(rec); err != nil {
 		t.Errorf("the recording: %v", err)

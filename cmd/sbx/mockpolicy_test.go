@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -57,30 +56,8 @@ func TestPolicyLLMCommands(t *testing.T) {
 	pln.Close()
 	tokenFile := filepath.Join(dir, "token")
 	sock := filepath.Join(dir, "api.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	root := newRootCmd()
-	root.SetArgs([]string{"gateway", "--listen", proxyAddr, "--policy", good, "--api", "unix:" + sock, "--token-file", tokenFile})
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	done := make(chan int, 1)
-	go func() { done <- execute(ctx, root) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "management API on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("sbx gateway did not start: %q %q", out.String(), errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("sbx gateway did not stop")
-		}
-	}()
+	g := startGatewayCmd(t, "management API on", "--listen", proxyAddr, "--policy", good, "--api", "unix:"+sock, "--token-file", tokenFile)
+	defer g.stop(t)
 
 	pu, _ := url.Parse("http://" + proxyAddr)
 	tr := &http.Transport{Proxy: http.ProxyURL(pu)}
