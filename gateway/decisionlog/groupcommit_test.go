@@ -25,11 +25,7 @@ func gcRecord(host string) *Record {
 // Log over it and a Ring.
 func openTestLog(t testing.TB, fn func(f *os.File, b []byte) (int, error)) (*Log, *FileSink, *Ring, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
 	fs.SetWriteFunc(fn)
 	ring := NewRing(10_000)
 	return NewLog("", fs, ring), fs, ring, path

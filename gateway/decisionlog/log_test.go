@@ -154,13 +154,21 @@ func TestLogSinkErrors(t *testing.T) {
 	}
 }
 
-func TestLogConcurrentEmit(t *testing.T) {
-	const goroutines, each = 16, 1000
+// openTempSink opens a FileSink with options o at decisions.jsonl in a
+// new directory, and returns it with its path.
+func openTempSink(t testing.TB, o FileSinkOptions) (*FileSink, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{})
+	fs, err := OpenFileSink(path, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs, path
+}
+
+func TestLogConcurrentEmit(t *testing.T) {
+	const goroutines, each = 16, 1000
+	fs, path := openTempSink(t, FileSinkOptions{})
 	l := NewLog("sb", fs)
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -204,11 +212,7 @@ func TestLogConcurrentEmit(t *testing.T) {
 }
 
 func TestFileSinkCloseFlushes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{})
 	l := NewLog("sb", fs)
 	for range 3 {
 		l.Emit(&Record{Event: EventDecision})
@@ -231,11 +235,7 @@ func TestFileSinkCloseFlushes(t *testing.T) {
 }
 
 func TestFileSinkFlush(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{})
 	defer fs.Close()
 	if err := fs.WriteRecord(1, []byte("{\"seq\":1}\n")); err != nil {
 		t.Fatal(err)
@@ -252,11 +252,7 @@ func TestFileSinkFlush(t *testing.T) {
 // nobody flushed. The flusher does it within 200 ms; the deadline only
 // guards against a flusher that never runs.
 func TestFileSinkBackgroundFlush(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{})
 	defer fs.Close()
 	for seq := uint64(1); seq <= 2; seq++ {
 		if err := fs.WriteRecord(seq, []byte("{}\n")); err != nil {
@@ -340,10 +336,7 @@ var dlBenchLimits = FileSinkOptions{RatePerSecond: 1e15, Burst: math.MaxInt, Max
 // BenchmarkLogEmit measures the decision log's cost per proxied request
 // with a file sink: encoding, the budget check and a buffered write.
 func BenchmarkLogEmit(b *testing.B) {
-	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fs, _ := openTempSink(b, dlBenchLimits)
 	l := NewLog("a1b2c3", fs)
 	defer l.Close()
 	rec := dlBenchRecord()
@@ -361,10 +354,7 @@ func BenchmarkLogEmit(b *testing.B) {
 // BenchmarkLogEmitParallel is BenchmarkLogEmit from GOMAXPROCS goroutines,
 // as the gateway emits.
 func BenchmarkLogEmitParallel(b *testing.B) {
-	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), dlBenchLimits)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fs, _ := openTempSink(b, dlBenchLimits)
 	l := NewLog("a1b2c3", fs, NewRing(0))
 	defer l.Close()
 	b.ReportAllocs()
@@ -380,10 +370,7 @@ func BenchmarkLogEmitParallel(b *testing.B) {
 // BenchmarkLogEmitOverBudget is BenchmarkLogEmit with a sink that is over
 // its rate: what a flooding sandbox costs per record left out.
 func BenchmarkLogEmitOverBudget(b *testing.B) {
-	fs, err := OpenFileSink(filepath.Join(b.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: 1e-9, Burst: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	fs, _ := openTempSink(b, FileSinkOptions{RatePerSecond: 1e-9, Burst: 1})
 	l := NewLog("a1b2c3", fs)
 	defer l.Close()
 	rec := dlBenchRecord()

@@ -380,11 +380,7 @@ func TestFileSinkWriteRecordBudget(t *testing.T) {
 // second, a record right after another is left out, and one 150 ms later
 // is written.
 func TestFileSinkLogClock(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: 10, Burst: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{RatePerSecond: 10, Burst: 1})
 	l := NewLog("sb", fs)
 	l.Emit(&Record{Event: EventDecision})
 	l.Emit(&Record{Event: EventDecision})
@@ -555,11 +551,7 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 // the batches the flusher writes and those Flush writes keep their order.
 // A full batch reaches the file without a Flush.
 func TestFileSinkBatches(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, path := openTempSink(t, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
 	pad := strings.Repeat("x", 300)
 	const n = 2000 // about 10 batches
 	for seq := uint64(1); seq <= n; seq++ {
@@ -600,10 +592,7 @@ func TestFileSinkBatches(t *testing.T) {
 // write's error, and again at the next call while the file still fails,
 // and Close returns an error.
 func TestFileSinkFlushAndCloseReportAFailingFile(t *testing.T) {
-	fs, err := OpenFileSink(filepath.Join(t.TempDir(), "decisions.jsonl"), FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, _ := openTempSink(t, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
 	fs.f.Close() // every write to it fails
 	line := []byte(`{"pad":"` + strings.Repeat("x", 1000) + `"}` + "\n")
 	var werr error
