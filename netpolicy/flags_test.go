@@ -45,6 +45,24 @@ func TestParseFlagPattern(t *testing.T) {
 	}
 }
 
+// compileLikeFile compiles flag rules, and fails the test unless they are
+// the rules of the policy file yaml.
+func compileLikeFile(t *testing.T, rules []Rule, yaml string) *Policy {
+	t.Helper()
+	p, err := Compile(Spec{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := Parse("p.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fromFile.Spec(), p.Spec()); diff != "" {
+		t.Errorf("flag rules differ from the file's (-file +flags):\n%s", diff)
+	}
+	return p
+}
+
 func TestFlagRulesOrderAndForms(t *testing.T) {
 	rules, err := FlagRules(
 		[]InterceptFlag{{Pattern: "mock.test", Response: Response{Body: "canned"}}},
@@ -54,25 +72,15 @@ func TestFlagRulesOrderAndForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Compile(Spec{Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The same rules written in a policy file.
-	fromFile, err := Parse("p.yaml", []byte(`rules:
+	compileLikeFile(t, rules, `rules:
   - {host: mock.test, action: intercept, response: {body: canned}}
   - {host: "*.evil.test", action: block}
   - {host: 10.0.0.0/8, action: block}
   - {host: registry.npmjs.org, ports: [443], action: allow}
   - {host: "*.github.com", action: allow}
   - {host: api.test, ports: ["*"], action: allow}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(fromFile.Spec(), p.Spec()); diff != "" {
-		t.Errorf("flag rules differ from the file's (-file +flags):\n%s", diff)
-	}
+`)
 }
 
 func TestFlagRulesBlockBeatsAllowInterceptBeatsBoth(t *testing.T) {
@@ -123,12 +131,8 @@ func TestFlagPatternsInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Compile(Spec{Rules: rules})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The same rules written in a policy file: inspect-only rules first.
-	fromFile, err := Parse("p.yaml", []byte(`rules:
+	p := compileLikeFile(t, rules, `rules:
   - {host: api.test, inspect: true}
   - {host: "*.cdn.test", ports: [443], inspect: true}
   - {host: 10.0.0.0/8, ports: ["*"], inspect: true}
@@ -138,13 +142,7 @@ func TestFlagPatternsInspect(t *testing.T) {
   - {host: evil.test, action: block}
   - {host: api.test, action: allow}
   - {host: "*.cdn.test", ports: [443], action: allow}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(fromFile.Spec(), p.Spec()); diff != "" {
-		t.Errorf("flag rules differ from the file's (-file +flags):\n%s", diff)
-	}
+`)
 	// They decide nothing: the deciding flags decide as without them.
 	for _, tt := range []struct {
 		target Target
