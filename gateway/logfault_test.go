@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -31,30 +29,12 @@ type faultGateway struct {
 	path   string
 	up     *httptest.Server
 	hits   atomic.Int64
-	logs   *lockedBuffer
+	logs   *syncBuffer
 	client *http.Client
 }
 
-// lockedBuffer is a bytes.Buffer for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // waitFor waits up to 10 s for the logs to hold want n times.
-func (b *lockedBuffer) waitFor(t *testing.T, want string, n int) {
+func (b *syncBuffer) waitFor(t *testing.T, want string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); strings.Count(b.String(), want) < n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -65,7 +45,7 @@ func (b *lockedBuffer) waitFor(t *testing.T, want string, n int) {
 
 func startFaultGateway(t *testing.T, dir string) *faultGateway {
 	t.Helper()
-	fg := &faultGateway{path: filepath.Join(dir, "decisions.jsonl"), logs: &lockedBuffer{}}
+	fg := &faultGateway{path: filepath.Join(dir, "decisions.jsonl"), logs: &syncBuffer{}}
 	fg.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fg.hits.Add(1)
 		io.WriteString(w, "hello\n")
