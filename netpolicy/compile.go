@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -112,9 +113,15 @@ func Compile(spec Spec) (*Policy, error) {
 		Reason: "no rule matched; the default is " + string(spec.Default),
 	}
 	p.hostDefault = Decision{Action: spec.Default, Rule: RuleDefault}
-	if spec.Default == Allow {
+	switch spec.Default {
+	case Allow:
 		p.hostDefault.Reason = "no rule blocks it on every port; the default is allow"
-	} else {
+	case Ask:
+		// A name whose connections are asked about must resolve, so that
+		// the question happens on the connection.
+		p.hostDefault.Action = Allow
+		p.hostDefault.Reason = "no rule blocks it on every port; the default is ask, so its connections are asked about"
+	default:
 		p.hostDefault.Reason = "no rule allows it on any port; the default is block"
 	}
 	p.tunnelDefault = Decision{Action: Block, Rule: RuleDefault, Reason: "no rule allows a request to it on this port; the default is block"}
@@ -134,8 +141,11 @@ func Compile(spec Spec) (*Policy, error) {
 			Response: r.Response,
 		}
 		cr.hostDecision = Decision{Action: Allow, Rule: r.ID, Reason: cr.decision.Reason}
-		if r.Action == Intercept {
+		switch r.Action {
+		case Intercept:
 			cr.hostDecision.Reason += " (the gateway answers its requests, so the host is let through to it)"
+		case Ask:
+			cr.hostDecision.Reason += " (its connections are asked about, so the host is let through to them)"
 		}
 		if cr.httpOnly {
 			cr.tunnelDecision = cr.decision
@@ -175,9 +185,14 @@ func checkSpecFields(spec *Spec) []fieldError {
 	switch spec.Default {
 	case "":
 		spec.Default = Block
-	case Allow, Block:
+	case Allow, Block, Ask:
 	default:
-		errs = append(errs, fieldError{"default", fmt.Sprintf("%q is not a default action; write allow or block", spec.Default)})
+		errs = append(errs, fieldError{"default", fmt.Sprintf("%q is not a default action; write allow, block or ask", spec.Default)})
+	}
+	if spec.AskTimeout != 0 {
+		if msg := checkAskTimeout(time.Duration(spec.AskTimeout)); msg != "" {
+			errs = append(errs, fieldError{"ask_timeout", msg})
+		}
 	}
 	switch spec.Mode {
 	case "":
@@ -233,14 +248,14 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	}
 
 	switch r.Action {
-	case Allow, Block, Intercept:
+	case Allow, Block, Intercept, Ask:
 	case "":
 		if !r.Inspect {
-			bad("action", "missing; write action: allow, block or intercept (or inspect: true alone, for a rule that only marks hosts for inspection)")
+			bad("action", "missing; write action: allow, block, intercept or ask (or inspect: true alone, for a rule that only marks hosts for inspection)")
 		}
 		cr.inspectOnly = r.Inspect
 	default:
-		bad("action", "%q is not an action; write allow, block or intercept", r.Action)
+		bad("action", "%q is not an action; write allow, block, intercept or ask", r.Action)
 	}
 
 	pat, err := parsePattern(r.Host)
@@ -308,6 +323,16 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 			bad("path", "%q: ';' starts path parameters, which servers read differently; leave them out of a path rule", r.Path)
 		}
 		cr.path = r.Path
+	}
+	if r.Action == Ask {
+		// A question is about a host and port: its answer becomes a rule
+		// for them, which methods and a path would not fit.
+		if len(r.Methods) > 0 {
+			bad("methods", "an ask rule asks about a host and port, not single requests; remove methods (an earlier allow or block rule with methods decides those requests)")
+		}
+		if r.Path != "" {
+			bad("path", "an ask rule asks about a host and port, not single requests; remove path (an earlier allow or block rule with a path decides those requests)")
+		}
 	}
 	cr.httpOnly = len(r.Methods) > 0 || r.Path != ""
 	cr.inspect = r.Inspect || cr.httpOnly || r.Action == Intercept
@@ -502,6 +527,18 @@ func (p *Policy) Mode() Mode { return p.spec.Mode }
 
 // Default returns the action taken when no rule matches.
 func (p *Policy) Default() Action { return p.spec.Default }
+
+// AskTimeout returns the policy's ask_timeout, or zero when it names none.
+func (p *Policy) AskTimeout() time.Duration { return time.Duration(p.spec.AskTimeout) }
+
+// Asks reports whether some target could be decided Ask: the default is
+// ask or a rule's action is.
+func (p *Policy) Asks() bool {
+	if p.spec.Default == Ask {
+		return true
+	}
+	return slices.ContainsFunc(p.spec.Rules, func(r Rule) bool { return r.Action == Ask })
+}
 
 // AllowPrivate returns the networks that allow_private exempts from the
 // address guard.

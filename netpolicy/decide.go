@@ -119,9 +119,12 @@ func (p *Policy) Decide(t Target) Decision {
 // addresses are guarded by the gateway once it has resolved them, which
 // a verdict without DNS cannot do; an intercept dials nothing and is not
 // guarded. Like Decide it ignores the mode.
+//
+// An Ask that the guard would refuse is the guard's block too: an
+// address the guard refuses is never asked about.
 func (p *Policy) Verdict(t Target) Decision {
 	d := p.Decide(t)
-	if d.Action != Allow {
+	if d.Action != Allow && d.Action != Ask {
 		return d
 	}
 	host, err := normalizeTarget(t.Host)

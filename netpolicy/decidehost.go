@@ -11,7 +11,7 @@ import (
 // stub, docs/capture.md).
 //
 // Its Action is Allow when Decide could let some target on host through
-// (allow or intercept it): the decision then names the first rule, in
+// (allow, intercept or ask about it): the decision then names the first rule, in
 // policy order, that could, or is the default. Its Action is Block when
 // Decide blocks host on every port: the decision names the rule that
 // blocks every port (a rule without methods or path, ports "*"), or is the
@@ -97,14 +97,14 @@ func (p *Policy) DecideHost(host string) Decision {
 			}
 		}
 	}
-	if p.spec.Default == Allow && closed.n+len(p.index.anyPortBlock) >= 65535 {
+	if p.spec.Default != Block && closed.n+len(p.index.anyPortBlock) >= 65535 {
 		// Lists of ports might close every port, however unlikely.
 		for port := 1; port <= 65535; port++ {
 			if isOpen(uint16(port), int32(len(p.rules))) {
 				return p.hostDefault
 			}
 		}
-		return Decision{Action: Block, Rule: RuleDefault, Reason: "rules block it on every port between them, so the default allow decides none"}
+		return Decision{Action: Block, Rule: RuleDefault, Reason: "rules block it on every port between them, so the default " + string(p.spec.Default) + " decides none"}
 	}
 	return p.hostDefault
 }

@@ -164,7 +164,7 @@ func newDecoder(name string) decoder {
 }
 
 var (
-	specFields     = []string{"version", "default", "mode", "allow_private", "rules"}
+	specFields     = []string{"version", "default", "mode", "allow_private", "rules", "ask_timeout"}
 	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "inspect", "response"}
 	responseFields = []string{"status", "headers", "body", "llm"}
 )
@@ -188,6 +188,16 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 		case "mode":
 			s, _ := d.Str(v, "mode")
 			spec.Mode = Mode(s)
+		case "ask_timeout":
+			if v.Kind == yaml.ScalarNode && (v.Tag == "!!int" || v.Tag == "!!float") {
+				d.Errorf(v.Line, ErrInvalidPolicy, "ask_timeout: %s has no unit; write e.g. %ss", v.Value, v.Value)
+			} else if s, ok := d.Str(v, "ask_timeout"); ok {
+				if t, err := ParseAskTimeout(s); err != nil {
+					d.Errorf(v.Line, ErrInvalidPolicy, "%s", err)
+				} else {
+					spec.AskTimeout = Duration(t)
+				}
+			}
 		case "allow_private":
 			for _, item := range d.Seq(v, "allow_private") {
 				s, ok := d.Str(item, "allow_private entry")

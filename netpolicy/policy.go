@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 )
 
 // Action is what a rule, or the default, does with a matching request.
@@ -16,6 +17,11 @@ const (
 	Allow     Action = "allow"
 	Block     Action = "block"
 	Intercept Action = "intercept"
+	// Ask holds a request until a person answers allow or deny, or the
+	// ask timeout passes, which blocks it (docs/policy.md). Only a rule
+	// or the default decides ask: the address guard and invalid targets
+	// block, whatever the policy.
+	Ask Action = "ask"
 )
 
 // Mode says whether block verdicts are enforced or only logged.
@@ -211,6 +217,65 @@ type Spec struct {
 	// Rules are evaluated in order; the first match wins. Inspect-only
 	// rules decide nothing and are skipped.
 	Rules []Rule `json:"rules"`
+	// AskTimeout is how long a request whose verdict is Ask is held for
+	// an answer before it is blocked, from MinAskTimeout to
+	// MaxAskTimeout; zero leaves it to the gateway (DefaultAskTimeout
+	// unless a flag says otherwise).
+	AskTimeout Duration `json:"ask_timeout,omitempty"`
+}
+
+// Bounds of a policy's ask_timeout, and the timeout when neither the
+// policy nor the gateway's caller names one.
+const (
+	MinAskTimeout     = time.Second
+	MaxAskTimeout     = time.Hour
+	DefaultAskTimeout = 60 * time.Second
+)
+
+// Duration is a time.Duration written as Go writes durations ("60s",
+// "1m30s") in policy documents and JSON.
+type Duration time.Duration
+
+// String returns the duration as time.Duration writes it.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string such as "1m0s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string such as "60s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errorf(ErrInvalidPolicy, "ask_timeout %s: want a duration such as \"60s\"", b)
+	}
+	v, err := ParseAskTimeout(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseAskTimeout parses an ask timeout such as "60s" or "2m" and checks
+// it lies from MinAskTimeout to MaxAskTimeout; the error wraps
+// ErrInvalidPolicy and says what to write.
+func ParseAskTimeout(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errorf(ErrInvalidPolicy, "ask_timeout %q is not a duration; write e.g. 60s or 2m", s)
+	}
+	if msg := checkAskTimeout(v); msg != "" {
+		return 0, errorf(ErrInvalidPolicy, "ask_timeout %s", msg)
+	}
+	return v, nil
+}
+
+// checkAskTimeout returns why v cannot be an ask timeout, or "".
+func checkAskTimeout(v time.Duration) string {
+	if v < MinAskTimeout || v > MaxAskTimeout {
+		return fmt.Sprintf("%s is outside %s..%s; write e.g. 60s", v, MinAskTimeout, MaxAskTimeout)
+	}
+	return ""
 }
 
 // Target is what a request asks to reach.

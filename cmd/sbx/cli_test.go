@@ -165,7 +165,7 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"run", "--allow", "https://github.com/", "--", "true"}, "--allow https://github.com/ is a URL, not a pattern; write --allow github.com"},
 		{[]string{"run", "--block", "a..test", "--", "true"}, "--block a..test"},
 		{[]string{"run", "--intercept", "a.test", "--", "true"}, `--intercept "a.test": want PATTERN=FILE`},
-		{[]string{"run", "--default", "maybe", "--", "true"}, `--default "maybe": want allow or block`},
+		{[]string{"run", "--default", "maybe", "--", "true"}, `--default "maybe": want allow, block or ask`},
 		{[]string{"run", "--allow-private", "10.0.0.1", "--", "true"}, "write --allow-private 10.0.0.1/32"},
 		{[]string{"run", "--mock-llm", "api.anthropic.com", "--", "true"}, `--mock-llm "api.anthropic.com": want HOST=SCRIPT`},
 		{[]string{"run", "--record-llm", "api.openai.com", "--", "true"}, `--record-llm "api.openai.com": want HOST=SCRIPT`},

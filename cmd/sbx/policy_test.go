@@ -320,7 +320,7 @@ func TestPolicyCheckErrors(t *testing.T) {
 		{"intercept file missing", []string{"--intercept", "example.com=/nonexistent/x.json", "example.com"}, exitFailure,
 			[]string{"sbx: --intercept example.com=/nonexistent/x.json: ", "no such file or directory"}},
 		{"bad default", []string{"--default", "deny", "example.com"}, exitUsage,
-			[]string{`sbx: --default "deny": want allow or block`}},
+			[]string{`sbx: --default "deny": want allow, block or ask`}},
 		{"allow-private not a CIDR", []string{"--allow-private", "private", "example.com"}, exitUsage,
 			[]string{`sbx: --allow-private "private" is not a CIDR; write e.g. --allow-private 10.0.0.0/8`}},
 		{"allow-private an address", []string{"--allow-private", "10.1.2.3", "example.com"}, exitUsage,

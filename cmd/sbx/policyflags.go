@@ -30,8 +30,9 @@ type policyFlags struct {
 	Intercept    []string // --intercept PATTERN=FILE
 	Inspect      []string // --inspect PATTERN
 	AllowPrivate []string // --allow-private CIDR
-	Default      string   // --default allow|block; empty keeps the file's
+	Default      string   // --default allow|block|ask; empty keeps the file's
 	Audit        bool     // --audit
+	AskTimeout   string   // --ask-timeout DURATION; empty keeps the file's, else 60s
 }
 
 // AddFlags registers the policy flags on fs. The repeatable flags take one
@@ -42,7 +43,8 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.Block, "block", nil, "block requests to `PATTERN`; beats --allow; repeatable")
 	fs.StringArrayVar(&f.Intercept, "intercept", nil, "intercept `PATTERN=FILE`: answer requests to PATTERN with status 200 and FILE's contents; beats --block and --allow; repeatable")
 	fs.StringArrayVar(&f.Inspect, "inspect", nil, "decrypt and decide each HTTPS request to `PATTERN` (the sandbox trusts a per-sandbox CA); implied by --intercept and by rules with methods or path; repeatable")
-	fs.StringVar(&f.Default, "default", "", "`allow|block` requests no rule matches (default: the policy file's, else block)")
+	fs.StringVar(&f.Default, "default", "", "`allow|block|ask` requests no rule matches; ask holds them until answered (sbx approve) or --ask-timeout (default: the policy file's, else block)")
+	fs.StringVar(&f.AskTimeout, "ask-timeout", "", "hold a request whose verdict is ask at most `DURATION` (1s to 1h) for an answer, then block it (default: the policy file's ask_timeout, else 60s)")
 	fs.BoolVar(&f.Audit, "audit", false, "audit mode: log block verdicts but let the traffic through")
 	fs.StringArrayVar(&f.AllowPrivate, "allow-private", nil, "exempt the network `CIDR` from the address guard; replaces the policy file's allow_private; repeatable")
 }
@@ -50,7 +52,8 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 // Build makes the policy the flags describe: the --policy file's rules
 // after the inspect-only rules of --inspect and the rules of --intercept,
 // --block and --allow (docs/policy.md, netpolicy.FlagPatterns), and
-// --default, --audit and --allow-private in place of the file's settings.
+// --default, --audit, --ask-timeout and --allow-private in place of the
+// file's settings.
 //
 // A bad flag value is a usage error (exit 2) that names the flag. An invalid
 // policy file is exit 1, its problems printed one per line as
@@ -93,9 +96,14 @@ func (f *policyFlags) flagParts(intercepts []netpolicy.InterceptFlag) ([]netpoli
 		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("%w\n%s", err, patternHelp)}
 	}
 	switch netpolicy.Action(f.Default) {
-	case "", netpolicy.Allow, netpolicy.Block:
+	case "", netpolicy.Allow, netpolicy.Block, netpolicy.Ask:
 	default:
-		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--default %q: want allow or block, e.g. --default block", f.Default)}
+		return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--default %q: want allow, block or ask, e.g. --default block", f.Default)}
+	}
+	if f.AskTimeout != "" {
+		if _, err := netpolicy.ParseAskTimeout(f.AskTimeout); err != nil {
+			return nil, nil, &exitError{code: exitUsage, err: fmt.Errorf("--ask-timeout %q: want a duration from 1s to 1h, e.g. --ask-timeout 2m", f.AskTimeout)}
+		}
 	}
 	var allowPrivate []netip.Prefix
 	for _, v := range f.AllowPrivate {
@@ -137,6 +145,10 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 	}
 	if f.Audit {
 		spec.Mode = netpolicy.Audit
+	}
+	if f.AskTimeout != "" {
+		v, _ := netpolicy.ParseAskTimeout(f.AskTimeout) // flagParts checked it
+		spec.AskTimeout = netpolicy.Duration(v)
 	}
 	if len(allowPrivate) > 0 {
 		spec.AllowPrivate = allowPrivate

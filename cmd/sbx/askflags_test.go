@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// --default ask and --ask-timeout make the policy ask, and --ask-timeout
+// takes the place of the file's ask_timeout.
+func TestPolicyFlagsAsk(t *testing.T) {
+	file := writeFile(t, "policy.yaml", "version: 1\nask_timeout: 90s\n")
+	tests := []struct {
+		name        string
+		flags       policyFlags
+		wantDefault netpolicy.Action
+		wantTimeout time.Duration
+	}{
+		{"default ask", policyFlags{Default: "ask"}, netpolicy.Ask, 0},
+		{"flag timeout", policyFlags{Default: "ask", AskTimeout: "5s"}, netpolicy.Ask, 5 * time.Second},
+		{"file timeout", policyFlags{Policy: file}, netpolicy.Block, 90 * time.Second},
+		{"flag beats file", policyFlags{Policy: file, AskTimeout: "2m"}, netpolicy.Block, 2 * time.Minute},
+	}
+	for _, tt := range tests {
+		p, err := tt.flags.Build()
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if p.Default() != tt.wantDefault || p.AskTimeout() != tt.wantTimeout {
+			t.Errorf("%s: got default %s, timeout %v; want %s, %v", tt.name, p.Default(), p.AskTimeout(), tt.wantDefault, tt.wantTimeout)
+		}
+	}
+}
+
+func TestPolicyFlagsAskErrors(t *testing.T) {
+	tests := []struct {
+		flags policyFlags
+		want  string
+	}{
+		{policyFlags{AskTimeout: "60"}, `--ask-timeout "60": want a duration from 1s to 1h, e.g. --ask-timeout 2m`},
+		{policyFlags{AskTimeout: "2h"}, `--ask-timeout "2h": want a duration from 1s to 1h`},
+		{policyFlags{Default: "deny"}, `--default "deny": want allow, block or ask`},
+	}
+	for _, tt := range tests {
+		_, err := tt.flags.Build()
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitUsage {
+			t.Errorf("%+v: got %v, want a usage error", tt.flags, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: got %q, want it to hold %q", tt.flags, err, tt.want)
+		}
+	}
+}
