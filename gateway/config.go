@@ -88,6 +88,12 @@ type Config struct {
 	// Limits bound what one client can make the gateway do; a zero field
 	// takes the default Limits names.
 	Limits Limits
+	// ApprovalsFile is the YAML policy file that an answer of scope
+	// always writes its rule to (netpolicy.AddApprovedRule): in sbx run,
+	// --approvals FILE, else a YAML --policy file. "" refuses always
+	// answers with ErrNoApprovalsFile. How long a request whose verdict is
+	// ask is held is the policy's (ask_timeout, --ask-timeout).
+	ApprovalsFile string
 
 	// Where its decisions go.
 

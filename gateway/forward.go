@@ -109,6 +109,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	if a := s.mockFor(t.Host, &d); a != nil {
 		return s.serveMockHTTP(ctx, c, head, u, a, rec, start)
 	}
+	d = s.hold(ctx, c, rec, snap, t, d)
 	switch {
 	case d.Action == netpolicy.Intercept:
 		s.finishRefusal(rec, d, interceptStatus(d), start)

@@ -598,6 +598,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveMock(a, w, r, rec, start)
 		return
 	}
+	d = s.hold(r.Context(), nil, rec, snap, tgt, d)
 	switch {
 	case d.Action == netpolicy.Intercept:
 		status, contentType, extra := interceptHead(d)

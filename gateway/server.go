@@ -90,6 +90,9 @@ type Server struct {
 
 	// fakeIPs are the DNS stub's names and their fake addresses.
 	fakeIPs *FakeIPs
+	// approvals are the pending questions of requests whose verdict is
+	// ask (ask.go).
+	approvals *approvals
 	// bypass folds the reported packets into bypass records.
 	bypass bypassLog
 
@@ -150,6 +153,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
+	s.approvals = newApprovals(MaxPendingApprovals, s.expireApproval)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
 	}

@@ -201,6 +201,7 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 		s.finishRefusal(rec, d, 0, start)
 		return
 	}
+	d = s.hold(ctx, c, rec, snap, t, d)
 	d = d.Spliced("an intercept answers HTTP requests; this connection does not speak plain HTTP")
 	s.openTunnel(ctx, c, rec, snap, t, d, start, false, func(io.Reader) ([]byte, error) { return first, nil })
 }

@@ -56,7 +56,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return
 	}
-
+	d = s.hold(ctx, c, rec, snap, t, d)
 	if d.Action == netpolicy.Intercept {
 		d = d.Spliced("an HTTPS intercept needs TLS inspection, and this gateway has no CA")
 		s.finishRefusal(rec, d, http.StatusForbidden, start)

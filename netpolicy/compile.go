@@ -531,6 +531,13 @@ func (p *Policy) Default() Action { return p.spec.Default }
 // AskTimeout returns the policy's ask_timeout, or zero when it names none.
 func (p *Policy) AskTimeout() time.Duration { return time.Duration(p.spec.AskTimeout) }
 
+// FirstAsk returns the position of the policy's first ask rule, or -1
+// when it has none: where the rule of an answer goes (before it, or last),
+// so that every rule that decided before the question still does.
+func (p *Policy) FirstAsk() int {
+	return slices.IndexFunc(p.spec.Rules, func(r Rule) bool { return r.Action == Ask })
+}
+
 // Asks reports whether some target could be decided Ask: the default is
 // ask or a rule's action is.
 func (p *Policy) Asks() bool {

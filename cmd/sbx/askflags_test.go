@@ -56,3 +56,43 @@ func TestPolicyFlagsAskErrors(t *testing.T) {
 		}
 	}
 }
+
+// --approvals FILE's rules come before the policy's first ask rule, and
+// always answers go to it, else to a YAML --policy file.
+func TestPolicyFlagsApprovals(t *testing.T) {
+	policy := writeFile(t, "policy.yaml", "version: 1\nrules:\n  - host: a.example\n    action: allow\n  - host: '*'\n    ports: [443]\n    action: ask\n")
+	approvals := writeFile(t, "approvals.yaml", "version: 1\nrules:\n  # allowed always by cli\n  - host: pypi.org\n    ports: [443]\n    action: allow\n")
+	jsonPolicy := writeFile(t, "policy.json", `{"version": 1}`)
+	f := policyFlags{Policy: policy, Approvals: approvals}
+	p, err := f.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for _, r := range p.Rules() {
+		hosts = append(hosts, r.Host)
+	}
+	if got, want := strings.Join(hosts, " "), "a.example pypi.org *"; got != want {
+		t.Errorf("rules: got %s, want %s", got, want)
+	}
+	if d := p.Verdict(netpolicy.Target{Host: "pypi.org", Port: 443, Method: "CONNECT"}); d.Action != netpolicy.Allow {
+		t.Errorf("pypi.org: got %s, want allow (not asked)", d.Action)
+	}
+	missing := policyFlags{Default: "ask", Approvals: approvals + ".new"}
+	if _, err := missing.Build(); err != nil {
+		t.Errorf("a missing approvals file: got %v, want none (the first always answer makes it)", err)
+	}
+	for _, tt := range []struct {
+		flags policyFlags
+		want  string
+	}{
+		{policyFlags{Policy: policy, Approvals: approvals}, approvals},
+		{policyFlags{Policy: policy}, policy},
+		{policyFlags{Policy: jsonPolicy}, ""},
+		{policyFlags{Default: "ask"}, ""},
+	} {
+		if got := tt.flags.approvalsFile(); got != tt.want {
+			t.Errorf("approvalsFile of %+v: got %q, want %q", tt.flags, got, tt.want)
+		}
+	}
+}

@@ -81,14 +81,14 @@ func (f *gatewayFlags) checkValues() error {
 }
 
 // config is the gateway configuration of the flags that name no file to
-// read: the decision log's file and limits, the mock journal's file, and
-// the API's addresses.
+// read: the decision log's file and limits, the mock journal's file, the
+// API's addresses, and the file always answers write to.
 func (f *gatewayFlags) config() (gateway.Config, error) {
 	limits, err := f.logLimits.Options()
 	if err != nil {
 		return gateway.Config{}, err
 	}
-	return gateway.Config{LogFile: f.log, LogLimits: limits, API: f.api, MockJournal: f.mockJournal}, nil
+	return gateway.Config{LogFile: f.log, LogLimits: limits, API: f.api, MockJournal: f.mockJournal, ApprovalsFile: f.policy.approvalsFile()}, nil
 }
 
 // read reads what the flags name into cfg: the policy and the LLM

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -33,6 +34,7 @@ type policyFlags struct {
 	Default      string   // --default allow|block|ask; empty keeps the file's
 	Audit        bool     // --audit
 	AskTimeout   string   // --ask-timeout DURATION; empty keeps the file's, else 60s
+	Approvals    string   // --approvals FILE: approved rules, read at start and written by always answers
 }
 
 // AddFlags registers the policy flags on fs. The repeatable flags take one
@@ -45,6 +47,7 @@ func (f *policyFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.Inspect, "inspect", nil, "decrypt and decide each HTTPS request to `PATTERN` (the sandbox trusts a per-sandbox CA); implied by --intercept and by rules with methods or path; repeatable")
 	fs.StringVar(&f.Default, "default", "", "`allow|block|ask` requests no rule matches; ask holds them until answered (sbx approve) or --ask-timeout (default: the policy file's, else block)")
 	fs.StringVar(&f.AskTimeout, "ask-timeout", "", "hold a request whose verdict is ask at most `DURATION` (1s to 1h) for an answer, then block it (default: the policy file's ask_timeout, else 60s)")
+	fs.StringVar(&f.Approvals, "approvals", "", "read approved rules from the YAML policy `FILE` (before the first ask rule), and write the rules of always answers (sbx approve --always) to it (default: the --policy file when it is YAML)")
 	fs.BoolVar(&f.Audit, "audit", false, "audit mode: log block verdicts but let the traffic through")
 	fs.StringArrayVar(&f.AllowPrivate, "allow-private", nil, "exempt the network `CIDR` from the address guard; replaces the policy file's allow_private; repeatable")
 }
@@ -140,6 +143,21 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 		return nil, err
 	}
 	spec.Rules = append(flagRules, spec.Rules...)
+	if f.Approvals != "" {
+		approved, err := netpolicy.DecodeFile(f.Approvals)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Made by the first always answer.
+		case err != nil:
+			return nil, policyFileError(err)
+		default:
+			at := len(spec.Rules)
+			if i := slices.IndexFunc(spec.Rules, func(r netpolicy.Rule) bool { return r.Action == netpolicy.Ask }); i >= 0 {
+				at = i
+			}
+			spec.Rules = slices.Insert(spec.Rules, at, approved.Rules...)
+		}
+	}
 	if f.Default != "" {
 		spec.Default = netpolicy.Action(f.Default)
 	}
@@ -236,4 +254,24 @@ func policyFileError(err error) error {
 		return &exitError{code: exitFailure, err: fmt.Errorf("policy file %s: %w", pe.Path, pe.Err)}
 	}
 	return &exitError{code: exitFailure, err: err}
+}
+
+// approvalsFile is the file always answers write their rules to: the
+// --approvals file, else a YAML --policy file, as an absolute path; ""
+// when there is neither.
+func (f *policyFlags) approvalsFile() string {
+	file := f.Approvals
+	if file == "" {
+		if f.Policy == "" || strings.HasSuffix(f.Policy, ".json") {
+			return ""
+		}
+		if data, err := os.ReadFile(f.Policy); err != nil || strings.HasPrefix(strings.TrimSpace(string(data)), "{") {
+			return ""
+		}
+		file = f.Policy
+	}
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return file
 }

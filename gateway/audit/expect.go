@@ -67,7 +67,7 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 			return loggedInvalid(r), true
 		}
 		return netpolicy.Decision{}, false
-	case decisionlog.EventPolicy, decisionlog.EventDropped:
+	case decisionlog.EventPolicy, decisionlog.EventDropped, decisionlog.EventApproval:
 		return netpolicy.Decision{}, false
 	default:
 		return unknownDecision("event", r.Event), true
@@ -332,7 +332,7 @@ var ErrNoRecords = errors.New("no decision records")
 // isKnownEvent reports whether this package knows the event.
 func isKnownEvent(ev string) bool {
 	switch ev {
-	case decisionlog.EventDecision, decisionlog.EventClose, decisionlog.EventPolicy, decisionlog.EventDropped:
+	case decisionlog.EventDecision, decisionlog.EventClose, decisionlog.EventPolicy, decisionlog.EventDropped, decisionlog.EventApproval:
 		return true
 	}
 	return false

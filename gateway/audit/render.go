@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,6 +181,12 @@ func writeText(w io.Writer, r *Report) error {
 		fmt.Fprintf(ew, "\nPolicy changes\n")
 		for _, c := range r.PolicyChanges {
 			fmt.Fprintf(ew, "  %s  v%d  %s\n", clock(c.Time), c.PolicyVersion, visible(c.Change))
+		}
+	}
+	if len(r.Approvals) > 0 {
+		fmt.Fprintf(ew, "\nApprovals (who answered what)\n")
+		for _, a := range r.Approvals {
+			fmt.Fprintf(ew, "  %s  %s  %s %s by %s  %s\n", clock(a.Time), visible(a.ApprovalID), visible(a.Answer), visible(a.Scope), visible(a.By), visible(net.JoinHostPort(a.Host, strconv.Itoa(a.Port))))
 		}
 	}
 	if r.RefusedClients > 0 {

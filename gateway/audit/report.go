@@ -282,6 +282,9 @@ type Report struct {
 	RefusedClients uint64 `json:"refused_clients"`
 	// PolicyChanges are the policy records' changes, in order.
 	PolicyChanges []PolicyChange `json:"policy_changes"`
+	// Approvals are the answers to the gateway's questions (approval
+	// records with an answer), in order: who allowed or denied what.
+	Approvals []Approval `json:"approvals,omitempty"`
 	// Dropped is how many records the gateway left out of the logs to stay
 	// within its budget (dropped records): the logs are incomplete when it
 	// is not 0.
@@ -336,7 +339,20 @@ type PolicyChange struct {
 	Change        string    `json:"change"`
 }
 
-// maxPolicyChanges bounds Report.PolicyChanges; later ones are counted in
+// Approval is the answer to one question of the gateway (an approval
+// record with an answer): By is tty, cli, api, ui, or timeout when no
+// answer came.
+type Approval struct {
+	Time       time.Time `json:"time"`
+	ApprovalID string    `json:"approval_id"`
+	Host       string    `json:"host"`
+	Port       int       `json:"port"`
+	Answer     string    `json:"answer"`
+	Scope      string    `json:"scope"`
+	By         string    `json:"by"`
+}
+
+// maxPolicyChanges bounds Report.PolicyChanges (and Report.Approvals); later ones are counted in
 // the last entry's place.
 const maxPolicyChanges = 1000
 
@@ -437,6 +453,11 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		return
 	case decisionlog.EventClose:
 		s.addClose(r)
+		return
+	case decisionlog.EventApproval:
+		if r.Answer != "" && len(s.r.Approvals) < maxPolicyChanges {
+			s.r.Approvals = append(s.r.Approvals, Approval{Time: r.Time, ApprovalID: r.ApprovalID, Host: r.Host, Port: r.Port, Answer: r.Answer, Scope: r.Scope, By: r.By})
+		}
 		return
 	case decisionlog.EventDecision:
 	default:
@@ -799,6 +820,7 @@ func (s *Summary) Report() *Report {
 	})
 	r.Unknown = maps.Clone(s.r.Unknown)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
+	r.Approvals = slices.Clone(s.r.Approvals)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {
 		r.PolicyChanges = append(r.PolicyChanges, PolicyChange{Change: fmt.Sprintf("%d more policy changes not listed", extra)})
 	}

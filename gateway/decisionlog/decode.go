@@ -218,6 +218,14 @@ func (p *parser) field(key []byte, r *Record) error {
 		r.Exe, err = p.str(key, true)
 	case FieldAddrs:
 		r.Addrs, err = p.str(key, true)
+	case FieldApprovalID:
+		r.ApprovalID, err = p.str(key, true)
+	case FieldAnswer:
+		r.Answer, err = p.str(key, true)
+	case FieldScope:
+		r.Scope, err = p.str(key, true)
+	case FieldBy:
+		r.By, err = p.str(key, true)
 	default:
 		return p.skip(0)
 	}

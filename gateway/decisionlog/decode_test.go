@@ -44,6 +44,10 @@ type stdRecord struct {
 	Comm          string    `json:"comm"`
 	Exe           string    `json:"exe"`
 	Addrs         string    `json:"addrs"`
+	ApprovalID    string    `json:"approval_id"`
+	Answer        string    `json:"answer"`
+	Scope         string    `json:"scope"`
+	By            string    `json:"by"`
 }
 
 func (s stdRecord) record() Record {
@@ -51,7 +55,8 @@ func (s stdRecord) record() Record {
 		Client: s.Client, Kind: s.Kind, Method: s.Method, Host: s.Host, Port: int(s.Port), Path: s.Path,
 		Action: s.Action, Enforced: s.Enforced, Rule: s.Rule, Reason: s.Reason, PolicyVersion: s.PolicyVersion,
 		Status: int(s.Status), Upstream: s.Upstream, BytesOut: s.BytesOut, BytesIn: s.BytesIn, Error: s.Error,
-		Change: s.Change, Count: s.Count, Since: s.Since, Proto: s.Proto, PID: int(s.PID), Comm: s.Comm, Exe: s.Exe, Addrs: s.Addrs}
+		Change: s.Change, Count: s.Count, Since: s.Since, Proto: s.Proto, PID: int(s.PID), Comm: s.Comm, Exe: s.Exe, Addrs: s.Addrs,
+		ApprovalID: s.ApprovalID, Answer: s.Answer, Scope: s.Scope, By: s.By}
 }
 
 // decodeRecords are records of every event, kind and field, as the
@@ -76,6 +81,12 @@ func decodeRecords() []Record {
 		{V: 1, Seq: 7, ID: "c4", Event: EventDecision, Time: t, Kind: KindConnect, Method: "CONNECT", Host: "registry.npmjs.org",
 			Port: 443, Action: "block", Enforced: true, Rule: "guard", Reason: ReasonGuard + "192.0.2.1 is documentation (TEST-NET-1)",
 			Status: 403, Addrs: "192.0.2.1,192.0.2.2"},
+		{V: 1, Seq: 8, ID: "c5", Event: EventApproval, Time: t, Client: "10.213.0.2:40002", Kind: KindConnect, Method: "CONNECT",
+			Host: "pypi.org", Port: 443, Action: "ask", Rule: "default", Reason: "no rule matched; the default is ask",
+			PolicyVersion: 3, ApprovalID: "a1", PID: 7, Comm: "pip"},
+		{V: 1, Seq: 9, ID: "c5", Event: EventApproval, Time: t, Kind: KindConnect, Method: "CONNECT", Host: "pypi.org", Port: 443,
+			Action: "allow", Enforced: true, Rule: "default", Reason: "allowed for this session by cli", PolicyVersion: 4,
+			ApprovalID: "a1", Answer: "allow", Scope: "session", By: "cli"},
 	}
 }
 

@@ -44,6 +44,10 @@ const (
 	FieldComm          = "comm"
 	FieldExe           = "exe"
 	FieldAddrs         = "addrs"
+	FieldApprovalID    = "approval_id"
+	FieldAnswer        = "answer"
+	FieldScope         = "scope"
+	FieldBy            = "by"
 )
 
 // ReasonMockLLM starts the reason of every record of a request a scripted
@@ -85,6 +89,11 @@ const (
 	EventClose    = "close"    // an allowed request or tunnel ended
 	EventPolicy   = "policy"   // the policy changed
 	EventDropped  = "dropped"  // a FileSink left records out to stay within its budget
+	// EventApproval is a question the gateway asked about a request whose
+	// verdict was ask (action ask, Answer empty), or its answer (Answer
+	// set, with Scope and By; action allow or block): both carry the
+	// question's ApprovalID and target fields.
+	EventApproval = "approval"
 )
 
 // Values of the "kind" field.
@@ -128,7 +137,8 @@ type Record struct {
 	Seq uint64
 	// ID is the connection id, shared by a decision and its close record.
 	ID string
-	// Event is EventDecision, EventClose, EventPolicy or EventDropped.
+	// Event is EventDecision, EventClose, EventPolicy, EventDropped or
+	// EventApproval.
 	Event string
 	// Time is when the record was made; it is written in UTC with
 	// nanoseconds. Log.Emit sets it to the current time when it is zero.
@@ -224,6 +234,16 @@ type Record struct {
 	// no policy reaches (the gateway's own, the sandbox pool's, this
 	// host's), and left out then and in every other record.
 	Addrs string
+
+	// ApprovalID names the question of an EventApproval record; Answer is
+	// "allow" or "deny" in the record of its answer ("" in the question's),
+	// Scope "once", "session" or "always", and By who answered: "tty",
+	// "cli", "api", "ui", or "timeout" when no answer came. They are
+	// written in approval records only.
+	ApprovalID string
+	Answer     string
+	Scope      string
+	By         string
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -234,6 +254,8 @@ type Record struct {
 //   - EventDropped: v, seq, event, time, since, count, reason.
 //   - EventClose: the decision fields and, before error, upstream,
 //     bytes_out, bytes_in and duration_ms.
+//   - EventApproval: the decision fields and approval_id, then answer,
+//     scope and by when r.Answer is set.
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
 //     client, kind, method, host, port, path, action, enforced, rule,
 //     reason, policy_version, status; for KindBypass proto and count; for
@@ -339,6 +361,18 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, r.BytesIn, 10)
 		b = appendLogKey(b, FieldDurationMS)
 		b = appendMillis(b, r.Duration)
+	}
+	if r.Event == EventApproval {
+		b = appendLogKey(b, FieldApprovalID)
+		b = appendJSONString(b, r.ApprovalID)
+		if r.Answer != "" {
+			b = appendLogKey(b, FieldAnswer)
+			b = appendJSONString(b, r.Answer)
+			b = appendLogKey(b, FieldScope)
+			b = appendJSONString(b, r.Scope)
+			b = appendLogKey(b, FieldBy)
+			b = appendJSONString(b, r.By)
+		}
 	}
 	if r.Addrs != "" {
 		b = appendLogKey(b, FieldAddrs)

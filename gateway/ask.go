@@ -1,0 +1,228 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// ReasonNoAnswer ends the reason of a request blocked because its question
+// timed out: "...; no answer came within 60s".
+const ReasonNoAnswer = "no answer came within "
+
+// hold settles d, the verdict on t of the request that rec records, under
+// snap: a verdict other than ask is returned as it is. An ask holds the
+// request on the question about t's host and port (asking it, and logging
+// the question, when it is the first) until the question is answered or
+// times out (the policy's ask_timeout, else netpolicy.DefaultAskTimeout),
+// and returns the answer as an allow or a block by the same rule, its
+// reason saying who answered, or that no answer came. A request whose
+// ctx ends, or the gateway closing, ends the wait with a block. When c is
+// not nil, its write deadline is renewed after the wait, which may have
+// outlasted it.
+//
+// In audit mode nothing is held: the ask is the block it would be without
+// an answer, which audit mode lets through. Over MaxPendingApprovals
+// questions, a new one is not asked and its request is blocked.
+//
+// The waiting goroutine is parked on a channel: a held request costs no
+// CPU while it waits.
+func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision) netpolicy.Decision {
+	if d.Action != netpolicy.Ask {
+		return d
+	}
+	p := snap.Policy()
+	timeout := p.AskTimeout()
+	if timeout == 0 {
+		timeout = netpolicy.DefaultAskTimeout
+	}
+	blocked := func(why string) netpolicy.Decision {
+		return netpolicy.Decision{Action: netpolicy.Block, Rule: d.Rule, Reason: d.Reason + "; " + why}
+	}
+	if p.Mode() == netpolicy.Audit {
+		return blocked("audit mode asks nothing")
+	}
+	info := Approval{
+		Host: t.Host, Port: t.Port, Kind: rec.Kind, Method: rec.Method, Path: rec.Path, Client: rec.Client,
+		Rule: d.Rule, Reason: d.Reason, Asked: time.Now(),
+	}
+	q, created, err := s.approvals.join(info, timeout)
+	if err != nil {
+		return blocked(fmt.Sprintf("not asked: %d questions are pending, the most a gateway holds; answer them (sbx approve) or add rules", MaxPendingApprovals))
+	}
+	if created {
+		qr := *rec
+		qr.Event, qr.Action, qr.Enforced, qr.Rule, qr.Reason = decisionlog.EventApproval, string(netpolicy.Ask), false, d.Rule, d.Reason
+		qr.ApprovalID = q.ID
+		s.emit(&qr)
+	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		s.approvals.leave(q)
+		return blocked("the request ended before an answer came")
+	case <-s.base.Done():
+		s.approvals.leave(q)
+		return blocked("the gateway closed before an answer came")
+	}
+	if c != nil {
+		c.extendWriteDeadline(s.limits.IdleConnTimeout)
+	}
+	a := q.answer
+	switch {
+	case a.By == ByTimeout:
+		return blocked(ReasonNoAnswer + formatSeconds(timeout))
+	case a.Allow:
+		return netpolicy.Decision{Action: netpolicy.Allow, Rule: d.Rule, Reason: d.Reason + "; " + answerText(a)}
+	}
+	return blocked(answerText(a))
+}
+
+// answerText says what an answer was, as reasons give it: "allowed once
+// by cli", "denied for this session by api", "allowed always by ui".
+func answerText(a Answer) string {
+	verb := "denied"
+	if a.Allow {
+		verb = "allowed"
+	}
+	scope := string(a.Scope)
+	if a.Scope == ScopeSession {
+		scope = "for this session"
+	}
+	return verb + " " + scope + " by " + a.By
+}
+
+// formatSeconds writes d as whole seconds ("60s") when it is, else as
+// time.Duration does.
+func formatSeconds(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// Approvals returns the pending questions, oldest first.
+func (s *Server) Approvals() []Approval { return s.approvals.list() }
+
+// AnswerApproval answers the pending question id with a and wakes the
+// requests waiting on it. A session answer first adds a rule for the
+// question's host and port (allow, or block for a deny) to the running
+// policy, before its first ask rule (or last, when it has none), so that
+// later requests are decided without a question; an always answer first
+// writes that rule to Config.ApprovalsFile too (an error, such as
+// ErrNoApprovalsFile, leaves the question pending and the policy as it
+// was). The answer is logged as an approval record. It returns the
+// question as it stood.
+//
+// Errors: ErrInvalidAnswer for an unknown scope or an empty a.By,
+// ErrApprovalNotFound when id is not pending (answered already, timed
+// out, never asked), ErrNoApprovalsFile, and those of the policy store
+// and of writing the file.
+func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
+	switch a.Scope {
+	case ScopeOnce, ScopeSession, ScopeAlways:
+	default:
+		return Approval{}, fmt.Errorf("%w: scope %q; answer once, session or always", ErrInvalidAnswer, a.Scope)
+	}
+	if a.By == "" || a.By == ByTimeout {
+		return Approval{}, fmt.Errorf("%w: by %q; say who answers (cli, api, ui, tty)", ErrInvalidAnswer, a.By)
+	}
+	q, ok := s.approvals.get(id)
+	if !ok {
+		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; list the pending ones with sbx approve --sandbox ID, or GET /v1/approvals", ErrApprovalNotFound, id)
+	}
+	if a.Scope != ScopeOnce {
+		action := netpolicy.Block
+		if a.Allow {
+			action = netpolicy.Allow
+		}
+		rule := netpolicy.Rule{Host: q.Host, Ports: []netpolicy.Port{netpolicy.Port(q.Port)}, Action: action}
+		if a.Scope == ScopeAlways {
+			if s.cfg.ApprovalsFile == "" {
+				return Approval{}, fmt.Errorf("%w: this gateway has no file to write an always answer to; answer with scope session, or start it with --approvals FILE (or a YAML --policy file)", ErrNoApprovalsFile)
+			}
+			comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
+			if err := s.writeApprovedRule(rule, comment); err != nil {
+				return Approval{}, err
+			}
+		}
+		if err := s.addAnswerRule(rule); err != nil {
+			return Approval{}, err
+		}
+	}
+	got, err := s.approvals.resolve(id, a, func(q Approval) { s.logAnswer(q, a) })
+	if err != nil {
+		return Approval{}, fmt.Errorf("%w %q: it timed out while the answer was being written (its rule stands)", ErrApprovalNotFound, id)
+	}
+	return got, nil
+}
+
+func verbOf(a Answer) string {
+	if a.Allow {
+		return "allowed"
+	}
+	return "denied"
+}
+
+func scopeWord(sc Scope) string {
+	if sc == ScopeSession {
+		return "for this session"
+	}
+	return string(sc)
+}
+
+// addAnswerRule adds r to the running policy before its first ask rule,
+// or last when it has none, retrying when another change came between
+// reading the policy and adding the rule.
+func (s *Server) addAnswerRule(r netpolicy.Rule) error {
+	var err error
+	for range 5 {
+		snap := s.cfg.Store.Load()
+		if _, _, err = s.cfg.Store.AddRule(r, snap.Policy().FirstAsk(), snap.Version()); !errors.Is(err, netpolicy.ErrVersionMismatch) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("adding the answer's rule to the policy: %w", err)
+	}
+	return nil
+}
+
+// expireApproval ends a question whose deadline passed: its requests are
+// blocked, and the decision log says no answer came.
+func (s *Server) expireApproval(id string) {
+	a := Answer{Scope: ScopeOnce, By: ByTimeout}
+	s.approvals.resolve(id, a, func(q Approval) { s.logAnswer(q, a) })
+}
+
+// logAnswer logs the approval record of q's answer a.
+func (s *Server) logAnswer(q Approval, a Answer) {
+	rec := &decisionlog.Record{
+		Event: decisionlog.EventApproval, Client: q.Client, Kind: q.Kind, Method: q.Method,
+		Host: q.Host, Port: int(q.Port), Path: q.Path, Rule: q.Rule, Enforced: true,
+		PolicyVersion: s.cfg.Store.Load().Version(),
+		ApprovalID:    q.ID, Answer: "deny", Scope: string(a.Scope), By: a.By,
+		Action: string(netpolicy.Block),
+	}
+	if a.Allow {
+		rec.Answer, rec.Action = "allow", string(netpolicy.Allow)
+	}
+	if a.By == ByTimeout {
+		rec.Reason = ReasonNoAnswer + formatSeconds(q.Deadline.Sub(q.Asked))
+	} else {
+		rec.Reason = answerText(a)
+	}
+	s.emit(rec)
+}
+
+// writeApprovedRule writes r with comment to Config.ApprovalsFile.
+func (s *Server) writeApprovedRule(r netpolicy.Rule, comment string) error {
+	if err := netpolicy.AddApprovedRule(s.cfg.ApprovalsFile, r, comment); err != nil {
+		return fmt.Errorf("writing the always answer's rule: %w", err)
+	}
+	return nil
+}
