@@ -30,3 +30,9 @@ func (g apiGateway) Metrics() http.Handler {
 func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return g.s.cfg.MockLLM, g.s.cfg.LLMScripts
 }
+
+func (g apiGateway) Approvals() []api.Approval { return g.s.Approvals() }
+
+func (g apiGateway) AnswerApproval(id string, a api.ApprovalAnswer) (api.Approval, error) {
+	return g.s.AnswerApproval(id, Answer{Allow: a.Answer == "allow", Scope: Scope(a.Scope), By: a.By})
+}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/api"
 )
 
 // Scope says how far an answer to a question reaches (docs/gateway.md).
@@ -43,37 +45,23 @@ type Answer struct {
 
 // Approval is a pending question, as the management API lists it: the
 // first held request's target, the rule that asked (a rule id, or
-// netpolicy.RuleDefault) and why.
-type Approval struct {
-	// ID names the question in answers and in the decision log.
-	ID string
-	// Host (normalized) and Port are what the question is about: every
-	// request to them waits on it.
-	Host string
-	Port uint16
-	// Kind, Method, Path and Client are the first held request's.
-	Kind, Method, Path, Client string
-	// Rule and Reason are the ask verdict's.
-	Rule, Reason string
-	// Asked is when the question was asked; Deadline when it times out.
-	Asked, Deadline time.Time
-	// Waiting counts the requests held on it now.
-	Waiting int
-}
+// netpolicy.RuleDefault) and why, when it was asked and times out, and how
+// many requests wait on it.
+type Approval = api.Approval
 
 // Errors of answering a question, for errors.Is.
 var (
 	// ErrApprovalNotFound: no pending question has the id (answered
 	// already, timed out, or never asked).
-	ErrApprovalNotFound = errors.New("no such pending approval")
+	ErrApprovalNotFound = api.ErrApprovalNotFound
 	// ErrTooManyApprovals: the gateway holds MaxPendingApprovals questions
 	// already; a new one is not asked, and its request is blocked.
 	ErrTooManyApprovals = errors.New("too many pending approvals")
 	// ErrNoApprovalsFile: an always answer, but the gateway has no file
 	// to write rules to (Config.ApprovalsFile).
-	ErrNoApprovalsFile = errors.New("no approvals file")
+	ErrNoApprovalsFile = api.ErrNoApprovalsFile
 	// ErrInvalidAnswer: an answer with an unknown scope or no answerer.
-	ErrInvalidAnswer = errors.New("invalid answer")
+	ErrInvalidAnswer = api.ErrInvalidAnswer
 )
 
 // MaxPendingApprovals bounds the questions a gateway holds at once, and so

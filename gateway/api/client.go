@@ -232,6 +232,32 @@ func (c *Client) RemoveRule(ctx context.Context, id string, ifVersion uint64) (*
 	return &ch, nil
 }
 
+// Approvals returns GET /v1/approvals: the pending questions, oldest
+// first.
+func (c *Client) Approvals(ctx context.Context) (*Approvals, error) {
+	var a Approvals
+	if _, err := c.do(ctx, request{method: "GET", path: "/v1/approvals"}, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// AnswerApproval sends POST /v1/approvals/{id}: an *Error with status 404
+// when no question with that id is pending, 409 for an always answer the
+// gateway has no file for, 400 for a bad answer.
+func (c *Client) AnswerApproval(ctx context.Context, id string, a ApprovalAnswer) (*ApprovalAnswered, error) {
+	body, err := json.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	var out ApprovalAnswered
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	if _, err := c.do(ctx, request{method: "POST", path: "/v1/approvals/" + url.PathEscape(id), body: body, header: hdr}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Decisions returns GET /v1/decisions: at most limit records (0: the
 // API's default, 1000) after seq since.
 func (c *Client) Decisions(ctx context.Context, since uint64, limit int) (*Decisions, error) {

@@ -83,6 +83,14 @@ type Gateway interface {
 	// they answer for (--mock-llm), and by the name of the policy's script
 	// (response: {llm: NAME}). Neither map changes while the API serves.
 	Mocks() (hosts, scripts map[string]*mockllm.Responder)
+	// Approvals returns the pending questions, oldest first, for GET
+	// /v1/approvals.
+	Approvals() []Approval
+	// AnswerApproval answers question id with a, checked (its Scope and
+	// By set), and returns the question as it stood. Errors wrap
+	// ErrApprovalNotFound, ErrNoApprovalsFile or ErrInvalidAnswer, or
+	// say what else failed.
+	AnswerApproval(id string, a ApprovalAnswer) (Approval, error)
 }
 
 // ServerConfig configures the management API's server (docs/api.md).
@@ -123,6 +131,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	a.mux.HandleFunc("POST /v1/policy/rules", a.auth(a.addRule))
 	a.mux.HandleFunc("DELETE /v1/policy/rules/{id}", a.auth(a.removeRule))
 	a.mux.HandleFunc("GET /v1/decisions", a.auth(a.decisions))
+	a.mux.HandleFunc("GET /v1/approvals", a.auth(a.listApprovals))
+	a.mux.HandleFunc("POST /v1/approvals/{id}", a.auth(a.answerApproval))
 	a.mux.HandleFunc("POST /v1/mock/expect", a.auth(a.mockExpect))
 	a.mux.HandleFunc("GET /v1/mock/requests", a.auth(a.mockRequests))
 	a.mux.HandleFunc("DELETE /v1/mock", a.auth(a.mockReset))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -24,6 +25,10 @@ type fakeGateway struct {
 	store          *netpolicy.Store
 	counts         Counts
 	hosts, scripts map[string]*mockllm.Responder
+	// The pending questions a test sets, and the answers given.
+	mu      sync.Mutex
+	pending []Approval
+	answers []ApprovalAnswer
 }
 
 func (g *fakeGateway) Store() *netpolicy.Store { return g.store }
@@ -35,6 +40,31 @@ func (g *fakeGateway) Metrics() http.Handler {
 
 func (g *fakeGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return g.hosts, g.scripts
+}
+
+func (g *fakeGateway) Approvals() []Approval {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]Approval(nil), g.pending...)
+}
+
+// AnswerApproval answers a pending question of the fake: always answers
+// are refused (it has no file), as a gateway without one refuses them.
+func (g *fakeGateway) AnswerApproval(id string, a ApprovalAnswer) (Approval, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, q := range g.pending {
+		if q.ID != id {
+			continue
+		}
+		if a.Scope == "always" {
+			return Approval{}, fmt.Errorf("%w: start it with --approvals FILE", ErrNoApprovalsFile)
+		}
+		g.pending = append(g.pending[:i], g.pending[i+1:]...)
+		g.answers = append(g.answers, a)
+		return q, nil
+	}
+	return Approval{}, fmt.Errorf("%w %q", ErrApprovalNotFound, id)
 }
 
 // testServer is a Server over a fakeGateway, serving on loopback TCP.

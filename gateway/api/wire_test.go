@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -59,6 +61,12 @@ var wireExchanges = []wireExchange{
 	{name: "mock-requests", method: "GET", path: "/v1/mock/requests?host=api.anthropic.com", status: 200, into: func() any { return new(MockRequests) }},
 	{name: "mock-requests-script", method: "GET", path: "/v1/mock/requests?script=agent.yaml", status: 200, into: func() any { return new(MockRequests) }},
 	{name: "mock-reset", method: "DELETE", path: "/v1/mock", status: 200, into: func() any { return new(MockReset) }},
+	{name: "approvals", method: "GET", path: "/v1/approvals", status: 200, into: func() any { return new(Approvals) }},
+	{name: "approval-answered", method: "POST", path: "/v1/approvals/a1", body: `{"answer": "allow", "scope": "session", "by": "cli"}`, status: 200, into: func() any { return new(ApprovalAnswered) }},
+	{name: "error-approval-404", method: "POST", path: "/v1/approvals/a1", body: `{"answer": "deny"}`, status: 404, into: func() any { return new(ErrorBody) }},
+	{name: "error-approval-409", method: "POST", path: "/v1/approvals/a2", body: `{"answer": "allow", "scope": "always"}`, status: 409, into: func() any { return new(ErrorBody) }},
+	{name: "error-approval-400", method: "POST", path: "/v1/approvals/a2", body: `{"answer": "maybe"}`, status: 400, into: func() any { return new(ErrorBody) }},
+	{name: "approvals-after", method: "GET", path: "/v1/approvals", status: 200, into: func() any { return new(Approvals) }},
 }
 
 // wireNormal replaces what changes from run to run: times, the uptime.
@@ -83,6 +91,12 @@ func startWireAPI(t *testing.T) *testServer {
 		g.hosts = map[string]*mockllm.Responder{"api.anthropic.com": mock}
 		g.scripts = map[string]*mockllm.Responder{"agent.yaml": mockllm.New(nil)}
 		g.counts = Counts{Intercepted: 1}
+		asked := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		for i, host := range []string{"pypi.org", "files.pythonhosted.org"} {
+			g.pending = append(g.pending, Approval{ID: "a" + strconv.Itoa(i+1), Host: host, Port: 443, Kind: "connect", Method: "CONNECT",
+				Client: "10.213.0.2:40000", Rule: "default", Reason: "no rule matched; the default is ask",
+				Asked: asked, Deadline: asked.Add(time.Minute), Waiting: 1})
+		}
 	})
 	if status, _ := askMock(t, mock, "hello"); status != http.StatusBadRequest {
 		t.Fatalf("a request to the mock with nothing scripted: got %d, want 400", status)
