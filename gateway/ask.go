@@ -133,7 +133,7 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 	}
 	q, ok := s.approvals.get(id)
 	if !ok {
-		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; list the pending ones with sbx approve --sandbox ID, or GET /v1/approvals", ErrApprovalNotFound, id)
+		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; GET /v1/approvals lists the pending ones", ErrApprovalNotFound, id)
 	}
 	if a.Scope != ScopeOnce {
 		action := netpolicy.Block
@@ -143,7 +143,7 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 		rule := netpolicy.Rule{Host: q.Host, Ports: []netpolicy.Port{netpolicy.Port(q.Port)}, Action: action}
 		if a.Scope == ScopeAlways {
 			if s.cfg.ApprovalsFile == "" {
-				return Approval{}, fmt.Errorf("%w: this gateway has no file to write an always answer to; answer with scope session, or start it with --approvals FILE (or a YAML --policy file)", ErrNoApprovalsFile)
+				return Approval{}, fmt.Errorf("%w: this gateway has no file to write an always answer to; answer with scope session, or give the gateway an approvals file (a YAML policy file)", ErrNoApprovalsFile)
 			}
 			comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
 			if err := s.writeApprovedRule(rule, comment); err != nil {

@@ -411,8 +411,8 @@ func TestAskAlwaysWithoutAFileIsRefused(t *testing.T) {
 	ch := getAsync(c, base+"/")
 	q := waitQuestion(t, g.srv, "api.test", port, 1)
 	_, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeAlways, By: ByCLI})
-	if !errors.Is(err, ErrNoApprovalsFile) || !strings.Contains(err.Error(), "--approvals FILE") {
-		t.Fatalf("always without a file: got %v, want ErrNoApprovalsFile naming --approvals FILE", err)
+	if !errors.Is(err, ErrNoApprovalsFile) || !strings.Contains(err.Error(), "answer with scope session") {
+		t.Fatalf("always without a file: got %v, want ErrNoApprovalsFile saying what to do", err)
 	}
 	// The question is still pending, and the policy as it was.
 	if _, ok := g.srv.approvals.get(q.ID); !ok {

@@ -67,7 +67,7 @@ func TestAskAnsweredThroughTheAPI(t *testing.T) {
 		}
 	}
 	_, err = c.AnswerApproval(ctx, q.ID, api.ApprovalAnswer{Answer: "allow", Scope: "always"})
-	wantAPIError(t, "an always answer without a file", err, http.StatusConflict, "--approvals FILE")
+	wantAPIError(t, "an always answer without a file", err, http.StatusConflict, "approvals file")
 	_, err = c.AnswerApproval(ctx, q.ID, api.ApprovalAnswer{Answer: "yes"})
 	wantAPIError(t, "a bad answer", err, http.StatusBadRequest, `write "allow" or "deny"`)
 	got, err := c.AnswerApproval(ctx, q.ID, api.ApprovalAnswer{Answer: "allow", Scope: "once"})

@@ -55,7 +55,7 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 	}
 	trimmed := bytes.TrimSpace(data)
 	if strings.HasSuffix(path, ".json") || len(trimmed) > 0 && trimmed[0] == '{' {
-		return fmt.Errorf("%s: %w: JSON keeps no comments; write always answers to a YAML file, e.g. --approvals approvals.yaml", path, ErrNotYAML)
+		return fmt.Errorf("%s: %w: JSON keeps no comments; write always answers to a YAML policy file", path, ErrNotYAML)
 	}
 	var doc yaml.Node
 	if len(trimmed) > 0 {
@@ -71,7 +71,7 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 	}
 	root := doc.Content[0]
 	if doc.Kind != yaml.DocumentNode || root.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: %w: the file is not a policy (a mapping with version and rules); give --approvals a file of its own", path, ErrInvalidPolicy)
+		return fmt.Errorf("%s: %w: the file is not a policy (a mapping with version and rules); give approvals a file of their own", path, ErrInvalidPolicy)
 	}
 	var rules *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {

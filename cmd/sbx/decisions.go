@@ -67,6 +67,8 @@ func formatDecision(r *decisionlog.Record, color bool) string {
 	switch r.Event {
 	case "policy":
 		return fmt.Sprintf("%s  policy    %s", r.Time.Local().Format("15:04:05.000"), printable(r.Change))
+	case decisionlog.EventApproval:
+		return r.Time.Local().Format("15:04:05.000") + "  " + approvalLine(r)
 	case "dropped":
 		// The file's budget left records out (a flood); say how many.
 		return fmt.Sprintf("%s  dropped   %d records left out of the log: %s", r.Time.Local().Format("15:04:05.000"), r.Count, printable(r.Reason))

@@ -76,6 +76,9 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 	if s.show == showNone {
 		return nil
 	}
+	if bytes.Contains(line, liveApproval) { // a question, and the command that answers it: something to act on, at every level
+		return writeApprovalLine(s.w, line)
+	}
 	if !bytes.Contains(line, liveDecision) && !(bytes.Contains(line, liveClose) && bytes.Contains(line, liveCARejected)) {
 		return nil
 	}

@@ -148,6 +148,8 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		return nil
 	}
 	root.AddCommand(
+		newApproveCmd(),
+		newDenyCmd(),
 		newAuditCmd(),
 		newDecisionsCmd(),
 		newGCCmd(),

@@ -58,7 +58,7 @@ func (g *fakeGateway) AnswerApproval(id string, a ApprovalAnswer) (Approval, err
 			continue
 		}
 		if a.Scope == "always" {
-			return Approval{}, fmt.Errorf("%w: start it with --approvals FILE", ErrNoApprovalsFile)
+			return Approval{}, fmt.Errorf("%w: answer with scope session", ErrNoApprovalsFile)
 		}
 		g.pending = append(g.pending[:i], g.pending[i+1:]...)
 		g.answers = append(g.answers, a)
