@@ -201,6 +201,7 @@ func checkSpecFields(spec *Spec) []fieldError {
 	default:
 		errs = append(errs, fieldError{"mode", fmt.Sprintf("%q is not a mode; write enforce or audit", spec.Mode)})
 	}
+	errs = append(errs, checkSecrets(spec.Secrets)...)
 	for i, pfx := range spec.AllowPrivate {
 		np, err := normalizePrefix(pfx)
 		if err != nil {
@@ -501,6 +502,12 @@ func (s Spec) clone() Spec {
 	c.Rules = make([]Rule, len(s.Rules))
 	for i, r := range s.Rules {
 		c.Rules[i] = r.clone()
+	}
+	if s.Secrets != nil {
+		c.Secrets = make([]Secret, len(s.Secrets))
+		for i, sec := range s.Secrets {
+			c.Secrets[i] = sec.clone()
+		}
 	}
 	return c
 }

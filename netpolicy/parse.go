@@ -164,7 +164,8 @@ func newDecoder(name string) decoder {
 }
 
 var (
-	specFields     = []string{"version", "default", "mode", "allow_private", "rules", "ask_timeout"}
+	specFields     = []string{"version", "default", "mode", "allow_private", "rules", "ask_timeout", "secrets"}
+	secretFields   = []string{"name", "from_env", "from_file", "hosts"}
 	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "inspect", "response"}
 	responseFields = []string{"status", "headers", "body", "llm"}
 )
@@ -226,6 +227,10 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 					spec.Rules = append(spec.Rules, r)
 				}
 			}
+		case "secrets":
+			for i, item := range d.Seq(v, "secrets") {
+				spec.Secrets = append(spec.Secrets, d.secret(item, fmt.Sprintf("secret %d", i+1)))
+			}
 		}
 	})
 	// Check the top-level values the way Compile will, with lines.
@@ -236,6 +241,29 @@ func (d *decoder) spec(n *yaml.Node) Spec {
 		d.Errorf(lines[fe.field], ErrInvalidPolicy, "%s: %s", fe.field, fe.msg)
 	}
 	return spec
+}
+
+// secret decodes a secret that messages call what; Compile checks it,
+// and spec's check reports its problems on the line of secrets.
+func (d *decoder) secret(n *yaml.Node, what string) Secret {
+	var s Secret
+	d.Fields(n, what, secretFields, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "name":
+			s.Name, _ = d.Str(v, what+": name")
+		case "from_env":
+			s.FromEnv, _ = d.Str(v, what+": from_env")
+		case "from_file":
+			s.FromFile, _ = d.Str(v, what+": from_file")
+		case "hosts":
+			for _, item := range d.Seq(v, what+": hosts") {
+				if h, ok := d.Str(item, what+": host"); ok {
+					s.Hosts = append(s.Hosts, h)
+				}
+			}
+		}
+	})
+	return s
 }
 
 // rule decodes and checks a rule that messages call what; ids maps the ids

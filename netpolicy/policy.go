@@ -222,6 +222,9 @@ type Spec struct {
 	// MaxAskTimeout; zero leaves it to the gateway (DefaultAskTimeout
 	// unless a flag says otherwise).
 	AskTimeout Duration `json:"ask_timeout,omitempty"`
+	// Secrets are the values kept out of the sandbox and put in the
+	// request headers of requests to their hosts (docs/secrets.md).
+	Secrets []Secret `json:"secrets,omitempty"`
 }
 
 // Bounds of a policy's ask_timeout, and the timeout when neither the
