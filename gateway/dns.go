@@ -356,7 +356,11 @@ func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec 
 		name = raw // DecideHost blocks it as invalid, with the reason
 	}
 	d := snap.Policy().DecideHost(name)
-	if hostErr == nil && s.mock(host) != nil {
+	if sec := s.placeholderIn(raw); sec != nil {
+		// A secret's placeholder in a name would leave through the
+		// resolvers (docs/secrets.md): the name does not exist.
+		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
+	} else if hostErr == nil && s.mock(host) != nil {
 		// A mocked LLM host is answered by the gateway itself (docs/mock-llm.md)
 		// : an agent that resolves it must reach the mock, whatever
 		// the policy says of the real host.

@@ -105,6 +105,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	fs := c.forward()
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
 	rec.Path = truncate(t.Path, maxLoggedPath)
+	if s.blockLeak(rec, &d, t.Host, port, head.Target, head.Header) {
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
+		return keepAlive
+	}
 
 	if a := s.mockFor(t.Host, &d); a != nil {
 		return s.serveMockHTTP(ctx, c, head, u, a, rec, start)
@@ -145,6 +150,9 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	ws := isWebSocket(head.Header)
 	out := &fs.out
 	out.init(head, u, ws)
+	if d.Action == netpolicy.Allow {
+		s.injectSecrets(out.Header, t.Host, port)
+	}
 	// Reading the body and writing the answer renew an idle deadline on
 	// every call, so a client that stalls cannot hold the request forever
 	// while a slow, steady one is never cut off.
@@ -479,6 +487,11 @@ func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decision
 		}
 	} else {
 		rec.Host = redactTarget(t.Host)
+	}
+	// A secret's placeholder in the host goes nowhere (docs/secrets.md).
+	if sec := s.placeholderIn(t.Host); sec != nil {
+		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
+		rec.Addrs = ""
 	}
 	return rec, snap, t, d
 }

@@ -36,9 +36,10 @@ var inspectProtos = []string{"h2", "http/1.1"}
 
 // inspects reports whether the gateway terminates TLS for t under p: the
 // policy asks for it (netpolicy's Inspects) or a mock LLM answers for
-// t.Host, and the gateway has a CA.
+// t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
+// a CA.
 func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil)
+	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
@@ -594,6 +595,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
 	d := snap.Policy().Verdict(tgt)
+	if s.blockLeak(rec, &d, t.Host, t.Port, r.RequestURI, r.Header) {
+		s.finishRefusal(rec, d, http.StatusForbidden, start)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
 	if a := s.mockFor(t.Host, &d); a != nil {
 		s.serveMock(a, w, r, rec, start)
 		return
@@ -664,14 +670,25 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := func() {}
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
+	inject := d.Action == netpolicy.Allow && s.secretBound(t.Host, t.Port)
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
-		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, out, addrs, snap.Version())
+		in := out
+		if inject { // the values on a copy: out keeps the placeholders
+			in = new(http.Request)
+			*in = *out
+			in.Header = out.Header.Clone()
+			s.injectSecrets(in.Header, t.Host, t.Port)
+		}
+		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, in, addrs, snap.Version())
 	}
 	if !inlined {
 		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
 			GotConn: func(ci httptrace.GotConnInfo) { upstreamAddr = ci.Conn.RemoteAddr().String() },
 		}))
 		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
+		if inject {
+			rt = secretInjector{s: s, host: t.Host, port: t.Port, next: rt}
+		}
 		if recorder != nil {
 			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}

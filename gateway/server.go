@@ -167,6 +167,9 @@ func newServer(cfg serverConfig) (*Server, error) {
 	if err := cfg.Store.AddCheck(s.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if err := s.checkSecretsConfig(); err != nil {
+		return nil, err
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
@@ -710,13 +713,13 @@ func (s *Server) reportLogFaults(err error) {
 }
 
 // enforced reports whether a verdict is enforced: everything but a block
-// by a rule or the default in audit mode. Guard and invalid verdicts are
-// enforced in every mode.
+// by a rule or the default in audit mode. Guard, invalid and secret
+// verdicts are enforced in every mode.
 func enforced(snap *netpolicy.Snapshot, d netpolicy.Decision) bool {
 	if d.Action != netpolicy.Block || snap.Policy().Mode() != netpolicy.Audit {
 		return true
 	}
-	return d.Rule == netpolicy.RuleGuard || d.Rule == netpolicy.RuleInvalid
+	return d.Rule == netpolicy.RuleGuard || d.Rule == netpolicy.RuleInvalid || d.Rule == RuleSecret
 }
 
 func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {

@@ -161,6 +161,12 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 		refuse(helloErr.Error())
 		return
 	}
+	if sec := s.placeholderIn(sni); sec != nil {
+		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
+		rec.Host, rec.Secret = host, sec.name
+		s.finishRefusal(rec, secretDecision(sec, host), 0, start)
+		return
+	}
 	if sni != "" {
 		name, err := netpolicy.NormalizeHost(sni)
 		switch {
@@ -185,7 +191,11 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 // upstream before the rest.
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
 	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t, nil)
-	rec.Method = ""                                                         // decided as a tunnel; no HTTP method was sent
+	rec.Method = ""       // decided as a tunnel; no HTTP method was sent
+	if rec.Secret != "" { // a secret's placeholder in the name
+		s.finishRefusal(rec, d, 0, start)
+		return
+	}
 	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
 		return

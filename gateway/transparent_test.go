@@ -29,9 +29,13 @@ type transparentGateway struct {
 	dsts map[string]netip.AddrPort // client ip:port -> original destination
 }
 
-func startTransparent(t *testing.T, spec netpolicy.Spec, static map[string]string) *transparentGateway {
+func startTransparent(t *testing.T, spec netpolicy.Spec, static map[string]string, set ...func(*serverConfig)) *transparentGateway {
 	t.Helper()
-	g := &transparentGateway{testGateway: startGateway(t, spec, static), dsts: map[string]netip.AddrPort{}}
+	var edit func(*serverConfig)
+	if len(set) > 0 {
+		edit = set[0]
+	}
+	g := &transparentGateway{testGateway: startGatewayWith(t, spec, static, edit), dsts: map[string]netip.AddrPort{}}
 	g.srv.limits.FirstBytesTimeout = 100 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -46,6 +46,10 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		return
 	}
 	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, nil)
+	if rec.Secret != "" { // a secret's placeholder in the target
+		s.refuseTunnel(c, rec, t, d, start, true)
+		return
+	}
 	if s.inspects(snap.Policy(), t) {
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
 		return

@@ -226,6 +226,8 @@ func (p *parser) field(key []byte, r *Record) error {
 		r.Scope, err = p.str(key, true)
 	case FieldBy:
 		r.By, err = p.str(key, true)
+	case FieldSecret:
+		r.Secret, err = p.str(key, true)
 	default:
 		return p.skip(0)
 	}

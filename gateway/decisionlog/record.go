@@ -48,6 +48,7 @@ const (
 	FieldAnswer        = "answer"
 	FieldScope         = "scope"
 	FieldBy            = "by"
+	FieldSecret        = "secret"
 )
 
 // ReasonMockLLM starts the reason of every record of a request a scripted
@@ -244,6 +245,11 @@ type Record struct {
 	Answer     string
 	Scope      string
 	By         string
+	// Secret names the secret whose placeholder a request carried where
+	// the secret is not sent (docs/secrets.md), in the decision that
+	// blocked it; its name only, never its value or placeholder. It is
+	// left out when empty.
+	Secret string
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -260,8 +266,8 @@ type Record struct {
 //     client, kind, method, host, port, path, action, enforced, rule,
 //     reason, policy_version, status; for KindBypass proto and count; for
 //     KindConn count; pid, comm and exe (exe only when known) when r.PID
-//     is not 0; addrs when r.Addrs is not empty; and error when r.Error is
-//     not empty.
+//     is not 0; addrs when r.Addrs is not empty; secret when r.Secret is
+//     not empty; and error when r.Error is not empty.
 //
 // Strings are escaped as encoding/json escapes them with HTML escaping off:
 // quotes, backslashes, control characters, U+2028 and U+2029 are escaped and
@@ -377,6 +383,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	if r.Addrs != "" {
 		b = appendLogKey(b, FieldAddrs)
 		b = appendJSONString(b, r.Addrs)
+	}
+	if r.Secret != "" {
+		b = appendLogKey(b, FieldSecret)
+		b = appendJSONString(b, r.Secret)
 	}
 	if r.Error != "" {
 		b = appendLogKey(b, FieldError)

@@ -1,0 +1,445 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// This file keeps secrets out of the sandbox (docs/secrets.md): the
+// sandbox holds a placeholder, and the gateway puts the value in its place
+// in the request headers of requests to the secret's hosts, once the
+// policy and the address guard let them through. A placeholder on its way
+// anywhere else (the headers, path, query or host of a request to another
+// host, a CONNECT target, a TLS server name, a DNS name) is blocked, by
+// rule RuleSecret, whatever the mode.
+
+// RuleSecret is the rule of the records of requests the gateway blocked
+// because they carried a secret's placeholder where the secret is not
+// sent; their record's Secret names the secret. Such a block is enforced
+// in every mode.
+const RuleSecret = "secret"
+
+// PlaceholderPrefix starts every secret's placeholder:
+// "sbx-secret-<NAME>-<random>".
+const PlaceholderPrefix = "sbx-secret-"
+
+// maxSecretSize bounds a secret's value, and the file it is read from.
+const maxSecretSize = 16 << 10
+
+// Errors a SecretError wraps.
+var (
+	// ErrSecretUnset is a variable that is not set.
+	ErrSecretUnset = errors.New("is not set")
+	// ErrSecretEmpty is a value that is empty, or only white space.
+	ErrSecretEmpty = errors.New("is empty")
+	// ErrSecretValue is a value that a header field cannot carry as it
+	// is: a control character (a line break inside it), a byte that is
+	// not ASCII, or more than 16 KiB.
+	ErrSecretValue = errors.New("holds what a header cannot carry (a control character, a line break inside it, a byte that is not ASCII, or more than 16 KiB)")
+	// ErrSecretName is a name that is not an environment variable name.
+	ErrSecretName = errors.New("is not an environment variable name (a letter or '_', then letters, digits and '_')")
+)
+
+// SecretError is a secret that cannot be used: its Name, where its value
+// was to come from (Env, a variable, or File, a file), and why: Err is
+// ErrSecretName, ErrSecretUnset, ErrSecretEmpty, ErrSecretValue, or the
+// error of reading File (a *fs.PathError). It never holds the value.
+type SecretError struct {
+	Name string
+	Env  string
+	File string
+	Err  error
+}
+
+func (e *SecretError) Error() string {
+	switch {
+	case errors.Is(e.Err, ErrSecretName):
+		return fmt.Sprintf("secret %q: the name %v", e.Name, e.Err)
+	case e.File != "" && !errors.Is(e.Err, ErrSecretEmpty) && !errors.Is(e.Err, ErrSecretValue):
+		return fmt.Sprintf("secret %s: reading its value: %v", e.Name, e.Err)
+	case e.File != "":
+		return fmt.Sprintf("secret %s: the value in %s %v", e.Name, e.File, e.Err)
+	}
+	return fmt.Sprintf("secret %s: the environment variable %s %v", e.Name, e.Env, e.Err)
+}
+
+func (e *SecretError) Unwrap() error { return e.Err }
+
+// Secret is a value that the sandbox sees only as its placeholder, and
+// that the gateway sends only to its hosts, in request headers. Make one
+// with NewSecret or ReadSecret. Printing it (fmt, slog) shows its name,
+// never its value.
+type Secret struct {
+	name        string
+	placeholder string
+	lower       string // placeholder, lower case: names are compared so
+	value       string
+	hosts       []netpolicy.SecretHost
+}
+
+// NewSecret returns the secret name with value, sent to hosts
+// (netpolicy.ParseSecretHost's HOST[:PORT]), and a placeholder of its own:
+// "sbx-secret-<name>-" and 32 random hex digits, new on every call. value
+// is trimmed of white space around it. A bad name or value is a
+// *SecretError; a bad host wraps netpolicy.ErrInvalidPolicy.
+func NewSecret(name, value string, hosts []string) (*Secret, error) {
+	if !netpolicy.ValidEnvName(name) {
+		return nil, &SecretError{Name: name, Err: ErrSecretName}
+	}
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return nil, &SecretError{Name: name, Env: name, Err: ErrSecretEmpty}
+	}
+	if !secretValueSafe(value) {
+		return nil, &SecretError{Name: name, Env: name, Err: ErrSecretValue}
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("secret %s: no hosts: %w", name, netpolicy.ErrInvalidPolicy)
+	}
+	s := &Secret{name: name, value: value}
+	for _, h := range hosts {
+		sh, err := netpolicy.ParseSecretHost(h)
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: %w", name, err)
+		}
+		s.hosts = append(s.hosts, sh)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("secret %s: making its placeholder: %w", name, err)
+	}
+	s.placeholder = PlaceholderPrefix + name + "-" + hex.EncodeToString(b[:])
+	s.lower = strings.ToLower(s.placeholder)
+	return s, nil
+}
+
+// ReadSecret reads the value of a policy's secret, from the environment
+// variable spec.FromEnv (lookupEnv: nil means os.LookupEnv) or from the
+// file spec.FromFile (relative to dir when not absolute), and returns it
+// as NewSecret does. A value that cannot be had is a *SecretError.
+func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (string, bool)) (*Secret, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
+	if !netpolicy.ValidEnvName(spec.Name) {
+		return nil, &SecretError{Name: spec.Name, Err: ErrSecretName}
+	}
+	var value string
+	fail := func(err error) (*Secret, error) {
+		if spec.FromFile != "" {
+			return nil, &SecretError{Name: spec.Name, File: spec.FromFile, Err: err}
+		}
+		return nil, &SecretError{Name: spec.Name, Env: spec.FromEnv, Err: err}
+	}
+	if spec.FromFile != "" {
+		path := spec.FromFile
+		if !filepath.IsAbs(path) && dir != "" {
+			path = filepath.Join(dir, path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return fail(err)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+2))
+		f.Close()
+		if err != nil {
+			return fail(&os.PathError{Op: "read", Path: path, Err: err})
+		}
+		value = string(b)
+	} else {
+		v, ok := lookupEnv(spec.FromEnv)
+		if !ok {
+			return fail(ErrSecretUnset)
+		}
+		value = v
+	}
+	value = strings.TrimSpace(value)
+	switch {
+	case value == "":
+		return fail(ErrSecretEmpty)
+	case !secretValueSafe(value):
+		return fail(ErrSecretValue)
+	}
+	return NewSecret(spec.Name, value, spec.Hosts)
+}
+
+// secretValueSafe reports whether v can be a header value as it is: visible
+// ASCII, spaces and tabs, at most maxSecretSize bytes.
+func secretValueSafe(v string) bool {
+	if len(v) > maxSecretSize {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Name is the secret's name, the variable that holds its placeholder in
+// the sandbox.
+func (s *Secret) Name() string { return s.name }
+
+// Placeholder is what the sandbox holds in place of the value.
+func (s *Secret) Placeholder() string { return s.placeholder }
+
+// Hosts are the hosts the value is sent to, normalized, each HOST:PORT.
+func (s *Secret) Hosts() []string {
+	hosts := make([]string, len(s.hosts))
+	for i, h := range s.hosts {
+		hosts[i] = h.String()
+	}
+	return hosts
+}
+
+// String names the secret, never its value.
+func (s *Secret) String() string { return "secret " + s.name }
+
+// GoString is String, so that %#v shows no value either.
+func (s *Secret) GoString() string { return s.String() }
+
+// LogValue is the secret in a log: its name.
+func (s *Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// bound reports whether the value is sent to host (normalized) on port.
+func (s *Secret) bound(host string, port uint16) bool {
+	for _, h := range s.hosts {
+		if h.Match(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrSecretsFixed is a policy change that would change the policy's
+// secrets: their values are read when the gateway starts, and only then.
+var ErrSecretsFixed = errors.New("a policy's secrets are read when the gateway starts and cannot change while it runs; keep its secrets as they are")
+
+// checkSecretsConfig checks Config.Secrets (each made by NewSecret, each
+// name once), and keeps the policy's secrets as the gateway started with
+// them: a later policy that changes them is refused with ErrSecretsFixed.
+func (s *Server) checkSecretsConfig() error {
+	seen := map[string]bool{}
+	for _, sec := range s.cfg.Secrets {
+		if sec == nil || sec.placeholder == "" {
+			return errors.New("gateway: Config.Secrets holds a secret not made by NewSecret")
+		}
+		if seen[sec.name] {
+			return fmt.Errorf("gateway: Config.Secrets holds secret %s twice", sec.name)
+		}
+		seen[sec.name] = true
+	}
+	start := s.cfg.Store.Load().Policy().Secrets()
+	return s.cfg.Store.AddCheck(func(p *netpolicy.Policy) error {
+		if !netpolicy.SameSecrets(start, p.Secrets()) {
+			return ErrSecretsFixed
+		}
+		return nil
+	})
+}
+
+// secretBound reports whether some secret's value is sent to host on
+// port: such a host is inspected, so that its requests' headers can be
+// rewritten.
+func (s *Server) secretBound(host string, port uint16) bool {
+	for _, sec := range s.cfg.Secrets {
+		if sec.bound(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeholderIn returns the first secret whose placeholder text holds,
+// in any case (a host name or a DNS name is lower-cased on its way), nil
+// when there is none.
+func (s *Server) placeholderIn(text string) *Secret {
+	if len(s.cfg.Secrets) == 0 || indexFold(text, PlaceholderPrefix) < 0 {
+		return nil
+	}
+	for _, sec := range s.cfg.Secrets {
+		if indexFold(text, sec.lower) >= 0 {
+			return sec
+		}
+	}
+	return nil
+}
+
+// placeholderInEncoded is placeholderIn for a request-target or a path,
+// which may hold the placeholder percent-encoded.
+func (s *Server) placeholderInEncoded(text string) *Secret {
+	if sec := s.placeholderIn(text); sec != nil || !strings.Contains(text, "%") {
+		return sec
+	}
+	return s.placeholderIn(percentDecode(text))
+}
+
+// leakedSecret returns a secret whose placeholder a request to host (as
+// sent, or normalized) on port carries where the secret is not sent: in
+// host itself, always; in target (the request-target, or the path and
+// query) or in a header field's name or value, unless the secret is
+// bound to host and port. Nil when there is none.
+func (s *Server) leakedSecret(host string, port uint16, target string, h http.Header) *Secret {
+	if len(s.cfg.Secrets) == 0 {
+		return nil
+	}
+	if sec := s.placeholderIn(host); sec != nil {
+		return sec
+	}
+	name, err := netpolicy.NormalizeHost(host)
+	if err != nil {
+		name = ""
+	}
+	foreign := func(sec *Secret) bool { return sec != nil && (name == "" || !sec.bound(name, port)) }
+	if sec := s.placeholderInEncoded(target); foreign(sec) {
+		return sec
+	}
+	for k, vs := range h {
+		if sec := s.placeholderIn(k); foreign(sec) {
+			return sec
+		}
+		for _, v := range vs {
+			if indexFold(v, PlaceholderPrefix) < 0 {
+				continue
+			}
+			for _, sec := range s.cfg.Secrets {
+				if indexFold(v, sec.lower) >= 0 && foreign(sec) {
+					return sec
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// secretDecision is the block of a request that carries sec's placeholder
+// to host.
+func secretDecision(sec *Secret, host string) netpolicy.Decision {
+	return netpolicy.Decision{Action: netpolicy.Block, Rule: RuleSecret,
+		Reason: fmt.Sprintf("secret %s's placeholder sent to %s", sec.name, host)}
+}
+
+// blockLeak turns *d into the block of a request to host on port that
+// carries a secret's placeholder where the secret is not sent (see
+// leakedSecret), naming the secret in rec; it reports whether it did.
+func (s *Server) blockLeak(rec *decisionlog.Record, d *netpolicy.Decision, host string, port uint16, target string, h http.Header) bool {
+	if rec.Secret != "" { // decided so already, by its host
+		return true
+	}
+	sec := s.leakedSecret(host, port, target, h)
+	if sec == nil {
+		return false
+	}
+	logged := rec.Host
+	if logged == "" {
+		logged = redactTarget(host)
+	}
+	*d = secretDecision(sec, logged)
+	rec.Secret = sec.name
+	return true
+}
+
+// injectSecrets puts the value of every secret bound to host (normalized)
+// on port in place of its placeholder in h's values, in place. It
+// reports whether it changed anything.
+func (s *Server) injectSecrets(h http.Header, host string, port uint16) bool {
+	changed := false
+	for _, sec := range s.cfg.Secrets {
+		if !sec.bound(host, port) {
+			continue
+		}
+		for _, vs := range h {
+			for i, v := range vs {
+				if strings.Contains(v, sec.placeholder) {
+					vs[i] = strings.ReplaceAll(v, sec.placeholder, sec.value)
+					changed = true
+				}
+			}
+		}
+	}
+	return changed
+}
+
+// secretInjector is the round tripper of inspected requests that puts the
+// values of the secrets bound to the request's host in its headers, on a
+// copy of the request: a recorder above it (--record-llm) sees the
+// placeholder.
+type secretInjector struct {
+	s    *Server
+	host string
+	port uint16
+	next http.RoundTripper
+}
+
+func (si secretInjector) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := r.Header.Clone()
+	if si.s.injectSecrets(h, si.host, si.port) {
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.Header = h
+		r = r2
+	}
+	return si.next.RoundTrip(r)
+}
+
+// indexFold is strings.Index for an ASCII substr in lower case, with s
+// compared in any case; it allocates nothing.
+func indexFold(s, substr string) int {
+	n := len(substr)
+	for i := 0; i+n <= len(s); i++ {
+		j := 0
+		for ; j < n; j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != substr[j] {
+				break
+			}
+		}
+		if j == n {
+			return i
+		}
+	}
+	return -1
+}
+
+// percentDecode decodes the %XX escapes of s, leaving a malformed one as
+// it is, and '+' as a space.
+func percentDecode(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		if c == '+' {
+			c = ' '
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c|0x20 && c|0x20 <= 'f' }
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c | 0x20 - 'a' + 10
+}

@@ -1,0 +1,611 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
+)
+
+// The values of the test secrets: what must reach the bound hosts and
+// nothing else.
+const (
+	valueA = "sk-test-VALUE-A-5f2c81"
+	valueB = "sk-test-VALUE-B-9d1e44"
+)
+
+// captured is what an upstream received: each request's host, target and
+// header fields.
+type captured struct {
+	mu   sync.Mutex
+	reqs []string // "HOST TARGET" and the header fields, one request each
+}
+
+func (c *captured) add(r *http.Request) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", r.Host, r.RequestURI)
+	r.Header.Write(&b)
+	c.mu.Lock()
+	c.reqs = append(c.reqs, b.String())
+	c.mu.Unlock()
+}
+
+func (c *captured) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.reqs...)
+}
+
+// secretSetup is a gateway with two secrets: API_KEY (valueA) bound to
+// example.com on the TLS upstream's port and to plain.example on the
+// plain one's, OTHER_KEY (valueB) bound to example.com on port 1 only.
+// The policy allows example.com, other.example and plain.example on
+// both ports and inspects other.example.
+type secretSetup struct {
+	g         *testGateway
+	up, plain *httptest.Server
+	got       *captured
+	port      netpolicy.Port // the TLS upstream's
+	plainPort netpolicy.Port
+	a, b      *Secret
+	ca        *CA
+	static    map[string]string
+}
+
+func newSecretSetup(t *testing.T, mode netpolicy.Mode, set func(*serverConfig)) *secretSetup {
+	t.Helper()
+	s := &secretSetup{got: &captured{}}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.got.add(r)
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
+			return
+		}
+		io.WriteString(w, "upstream "+r.Proto)
+	})
+	s.up = httptest.NewUnstartedServer(handler)
+	s.up.EnableHTTP2 = true
+	s.up.StartTLS()
+	t.Cleanup(s.up.Close)
+	s.plain = httptest.NewServer(handler)
+	t.Cleanup(s.plain.Close)
+	s.port, s.plainPort = portOf(t, s.up), portOf(t, s.plain)
+	var err error
+	if s.a, err = NewSecret("API_KEY", valueA, []string{"example.com:" + s.port.String(), "plain.example:" + s.plainPort.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if s.b, err = NewSecret("OTHER_KEY", valueB, []string{"example.com:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.ca, err = NewCA("test", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ports := []netpolicy.Port{s.port, s.plainPort}
+	spec := loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "ex", Host: "example.com", Ports: ports, Action: netpolicy.Allow},
+		netpolicy.Rule{ID: "other", Host: "other.example", Ports: ports, Action: netpolicy.Allow, Inspect: true},
+		netpolicy.Rule{ID: "plain", Host: "plain.example", Ports: ports, Action: netpolicy.Allow},
+	)
+	spec.Mode = mode
+	pool := x509.NewCertPool()
+	pool.AddCert(s.up.Certificate())
+	s.static = map[string]string{"example.com": "127.0.0.1", "other.example": "127.0.0.1", "plain.example": "127.0.0.1"}
+	s.g = startGatewayWith(t, spec, s.static, func(c *serverConfig) {
+		c.CA, c.UpstreamRoots = s.ca, pool
+		c.Secrets = []*Secret{s.a, s.b}
+		if set != nil {
+			set(c)
+		}
+	})
+	return s
+}
+
+// client is a client of the gateway as proxy that trusts its CA.
+func (s *secretSetup) client(t *testing.T, h2 bool) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(s.ca.Certificate())
+	proxy, _ := url.Parse("http://" + s.g.addr)
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: h2}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func (s *secretSetup) httpsURL(host, path string) string {
+	return "https://" + host + ":" + s.port.String() + path
+}
+
+func (s *secretSetup) httpURL(host, path string) string {
+	return "http://" + host + ":" + s.plainPort.String() + path
+}
+
+// noValues fails the test when what holds either secret's value.
+func noValues(t *testing.T, where, what string) {
+	t.Helper()
+	for _, v := range []string{valueA, valueB} {
+		if strings.Contains(what, v) {
+			t.Errorf("%s holds a secret's value: %q", where, what)
+		}
+	}
+}
+
+// logText is every record of the gateway's ring, as the log writes them.
+func (s *secretSetup) logText() string {
+	lines, _ := s.g.ring.Since(0, 10000)
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// ringMark is the seq of the last record ring holds: records after it
+// are those of what the test does next.
+func ringMark(ring *decisionlog.Ring) uint64 {
+	var mark uint64
+	for {
+		lines, next := ring.Since(mark, 10000)
+		if len(lines) == 0 {
+			return mark
+		}
+		mark = next
+	}
+}
+
+// waitSecretBlock waits for a decision blocked by rule secret, logged
+// after mark, and returns it.
+func waitSecretBlock(t *testing.T, ring *decisionlog.Ring, mark uint64) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, r := range ringRecords(t, ring) {
+			if seq, _ := r["seq"].(float64); uint64(seq) > mark && r["event"] == decisionlog.EventDecision && r["rule"] == RuleSecret {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision by rule secret in %v", ringRecords(t, ring))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkSecretBlock checks rec, a block of secret name's placeholder sent
+// to host.
+func checkSecretBlock(t *testing.T, rec map[string]any, name, host string) {
+	t.Helper()
+	want := fmt.Sprintf("secret %s's placeholder sent to %s", name, host)
+	if rec["action"] != "block" || rec["rule"] != RuleSecret || rec["secret"] != name || rec["reason"] != want || rec["enforced"] != true {
+		t.Errorf("got record %v, want action block, rule %s, secret %s, enforced, reason %q", rec, RuleSecret, name, want)
+	}
+}
+
+func TestSecretInjectedForBoundHosts(t *testing.T) {
+	s := newSecretSetup(t, netpolicy.Enforce, nil)
+	ph := s.a.Placeholder()
+	for _, tt := range []struct {
+		name string
+		url  string
+		h2   bool
+	}{
+		{"https http/1.1", s.httpsURL("example.com", "/v1/messages"), false},
+		{"https h2", s.httpsURL("example.com", "/v1/messages"), true},
+		{"plain http through the proxy", s.httpURL("plain.example", "/v1/messages"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(s.got.all())
+			req, _ := http.NewRequest("POST", tt.url, strings.NewReader(`{"key":"`+ph+`"}`))
+			req.Header.Set("Authorization", "Bearer "+ph)
+			req.Header.Set("X-Api-Key", ph)
+			req.Header.Set("X-Twice", ph+","+ph)
+			resp, err := s.client(t, tt.h2).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("got %d %s, want 200", resp.StatusCode, body)
+			}
+			if tt.h2 && resp.Proto != "HTTP/2.0" {
+				t.Errorf("got %s from the gateway, want HTTP/2.0", resp.Proto)
+			}
+			reqs := s.got.all()
+			if len(reqs) != before+1 {
+				t.Fatalf("the upstream got %d requests, want 1", len(reqs)-before)
+			}
+			got := reqs[before]
+			for _, want := range []string{"Authorization: Bearer " + valueA, "X-Api-Key: " + valueA, "X-Twice: " + valueA + "," + valueA} {
+				if !strings.Contains(got, want+"\r\n") {
+					t.Errorf("the upstream got %q, want it to hold %q", got, want)
+				}
+			}
+			if strings.Contains(got, ph) {
+				t.Errorf("the upstream got the placeholder: %q", got)
+			}
+			noValues(t, "the decision log", s.logText())
+		})
+	}
+}
+
+func TestSecretTransparentHTTPInjected(t *testing.T) {
+	got := &captured{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.add(r) }))
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	a, err := NewSecret("API_KEY", valueA, []string{"plain.example:" + port.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startTransparent(t, loopbackPolicy(netpolicy.Allow), map[string]string{"plain.example": "127.0.0.1", "other.example": "127.0.0.1"},
+		func(c *serverConfig) { c.Secrets = []*Secret{a} })
+	get := func(host string) int {
+		req, _ := http.NewRequest("GET", "http://"+host+":"+port.String()+"/", nil)
+		req.Header.Set("X-Api-Key", a.Placeholder())
+		resp, err := g.httpClient(t, g.fake(t, host, port), nil).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("plain.example"); code != 200 {
+		t.Fatalf("to the bound host: got %d, want 200", code)
+	}
+	if reqs := got.all(); len(reqs) != 1 || !strings.Contains(reqs[0], "X-Api-Key: "+valueA) {
+		t.Fatalf("the upstream got %q, want one request with the value", reqs)
+	}
+	if code := get("other.example"); code != http.StatusForbidden {
+		t.Fatalf("to another host: got %d, want 403", code)
+	}
+	checkSecretBlock(t, waitSecretBlock(t, g.ring, 0), "API_KEY", "other.example")
+	if reqs := got.all(); len(reqs) != 1 {
+		t.Errorf("the upstream got %d requests, want 1", len(reqs))
+	}
+}
+
+func TestSecretPlaceholderElsewhereIsBlocked(t *testing.T) {
+	for _, mode := range []netpolicy.Mode{netpolicy.Enforce, netpolicy.Audit} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newSecretSetup(t, mode, nil)
+			pa, pb := s.a.Placeholder(), s.b.Placeholder()
+			tests := []struct {
+				name     string
+				url      string
+				h2       bool
+				header   string // a header field carrying the placeholder, "" for none
+				secret   string
+				host     string // as the record's reason names it
+				noStatus bool   // the client sees no status (CONNECT refused)
+			}{
+				{name: "https header to another host", url: s.httpsURL("other.example", "/"), header: "Authorization: Bearer " + pa, secret: "API_KEY", host: "other.example"},
+				{name: "https h2 header to another host", url: s.httpsURL("other.example", "/"), h2: true, header: "X-Api-Key: " + pa, secret: "API_KEY", host: "other.example"},
+				{name: "https query to another host", url: s.httpsURL("other.example", "/p?k="+pa), secret: "API_KEY", host: "other.example"},
+				{name: "https h2 path to another host", url: s.httpsURL("other.example", "/"+strings.ToUpper(pa)), h2: true, secret: "API_KEY", host: "other.example"},
+				{name: "https percent-encoded path", url: s.httpsURL("other.example", "/%73"+pa[1:]), secret: "API_KEY", host: "other.example"},
+				{name: "https header name", url: s.httpsURL("other.example", "/"), header: "X-" + pa + ": 1", secret: "API_KEY", host: "other.example"},
+				{name: "https another secret's placeholder to a bound host", url: s.httpsURL("example.com", "/"), header: "X-Api-Key: " + pb, secret: "OTHER_KEY", host: "example.com"},
+				{name: "http header to another host", url: s.httpURL("other.example", "/"), header: "X-Api-Key: " + pa, secret: "API_KEY", host: "other.example"},
+				{name: "http header to a bound host's other port", url: "http://example.com:" + s.plainPort.String() + "/", header: "X-Api-Key: " + pa, secret: "API_KEY", host: "example.com"},
+				{name: "http path to another host", url: s.httpURL("other.example", "/"+pa), secret: "API_KEY", host: "other.example"},
+				{name: "http query to another host", url: s.httpURL("other.example", "/?q=x+"+pa), secret: "API_KEY", host: "other.example"},
+				{name: "http host", url: s.httpURL(strings.ToLower(pa)+".example.com", "/"), secret: "API_KEY", host: strings.ToLower(pa) + ".example.com"},
+				{name: "CONNECT target", url: "https://" + strings.ToLower(pa) + ".example.com/", secret: "API_KEY", host: strings.ToLower(pa) + ".example.com", noStatus: true},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					mark := ringMark(s.g.ring)
+					before := len(s.got.all())
+					req, err := http.NewRequest("GET", tt.url, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if tt.header != "" {
+						k, v, _ := strings.Cut(tt.header, ": ")
+						req.Header[k] = []string{v}
+					}
+					resp, err := s.client(t, tt.h2).Do(req)
+					switch {
+					case tt.noStatus:
+						if err == nil {
+							resp.Body.Close()
+							t.Fatalf("got %d, want the CONNECT refused", resp.StatusCode)
+						}
+					case err != nil:
+						t.Fatal(err)
+					default:
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusForbidden {
+							t.Fatalf("got %d %s, want 403", resp.StatusCode, body)
+						}
+						noValues(t, "the answer", string(body))
+					}
+					checkSecretBlock(t, waitSecretBlock(t, s.g.ring, mark), tt.secret, tt.host)
+					if n := len(s.got.all()) - before; n != 0 {
+						t.Errorf("the upstream got %d requests, want none", n)
+					}
+					noValues(t, "the decision log", s.logText())
+				})
+			}
+		})
+	}
+}
+
+// TestSecretRedirectDoesNotCarryTheValue: the gateway relays a bound
+// host's redirect as it is, and the client's request to the next host,
+// which carries the placeholder, is blocked.
+func TestSecretRedirectDoesNotCarryTheValue(t *testing.T) {
+	s := newSecretSetup(t, netpolicy.Enforce, nil)
+	ph := s.a.Placeholder()
+	to := s.httpsURL("other.example", "/next")
+	req, _ := http.NewRequest("GET", s.httpsURL("example.com", "/redirect?to="+url.QueryEscape(to)), nil)
+	req.Header.Set("X-Api-Key", ph)
+	resp, err := s.client(t, false).Do(req) // follows the redirect
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Request.URL.Host != "other.example:"+s.port.String() {
+		t.Errorf("got %d from %s, want 403 from other.example", resp.StatusCode, resp.Request.URL)
+	}
+	noValues(t, "the answer", string(body))
+	reqs := s.got.all()
+	if len(reqs) != 1 || !strings.Contains(reqs[0], "X-Api-Key: "+valueA) {
+		t.Errorf("the upstreams got %q, want one request, to example.com, with the value", reqs)
+	}
+	checkSecretBlock(t, waitSecretBlock(t, s.g.ring, 0), "API_KEY", "other.example")
+	noValues(t, "the decision log", s.logText())
+}
+
+// TestSecretRecordingKeepsThePlaceholder: a recorded host's requests get
+// the value upstream, and the recorder, which sees them before, keeps
+// the placeholder.
+func TestSecretRecordingKeepsThePlaceholder(t *testing.T) {
+	var upSaw string
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upSaw = r.Header.Get("X-Api-Key")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
+	}))
+	rec := mockllm.NewRecorder(nil)
+	var a *Secret
+	g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow}, func(c *serverConfig) {
+		var err error
+		if a, err = NewSecret("API_KEY", valueA, []string{"example.com:" + strconv.Itoa(int(portOf(t, up)))}); err != nil {
+			t.Fatal(err)
+		}
+		c.Secrets = []*Secret{a}
+		c.RecordLLM = map[string]*mockllm.Recorder{"example.com": rec}
+	})
+	proxy, _ := url.Parse("http://" + g.addr)
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}, Timeout: 10 * time.Second}
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello ` + a.Placeholder() + `"}]}`
+	req, _ := http.NewRequest("POST", "https://example.com:"+strconv.Itoa(int(port))+"/v1/messages", strings.NewReader(body))
+	req.Header.Set("X-Api-Key", a.Placeholder())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if upSaw != valueA {
+		t.Errorf("the upstream got X-Api-Key %q, want the value", upSaw)
+	}
+	script, err := json.Marshal(rec.Script())
+	if err != nil {
+		t.Fatal(err)
+	}
+	noValues(t, "the recording", string(script))
+	if len(rec.Turns()) != 1 {
+		t.Errorf("got %d recorded turns, want 1: %s", len(rec.Turns()), script)
+	}
+}
+
+func TestSecretTransparentSNIIsBlocked(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	a, err := NewSecret("API_KEY", valueA, []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startTransparent(t, loopbackPolicy(netpolicy.Allow), nil, func(c *serverConfig) { c.Secrets = []*Secret{a} })
+	conf := &tls.Config{ServerName: strings.ToLower(a.Placeholder()) + ".evil.test", InsecureSkipVerify: true}
+	conn := tls.Client(g.dial(t, netip.MustParseAddrPort("127.0.0.1:"+port.String())), conf)
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := conn.Handshake(); err == nil {
+		t.Fatal("a handshake with the placeholder in its server name went through")
+	}
+	checkSecretBlock(t, waitSecretBlock(t, g.ring, 0), "API_KEY", "127.0.0.1")
+}
+
+// TestSecretDNSNameIsBlocked: a name with a placeholder does not exist,
+// in audit mode too.
+func TestSecretDNSNameIsBlocked(t *testing.T) {
+	a, err := NewSecret("API_KEY", valueA, []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := startDNS(t, netpolicy.Spec{Default: netpolicy.Allow, Mode: netpolicy.Audit}, nil, func(c *serverConfig) { c.Secrets = []*Secret{a} })
+	for _, tcp := range []bool{false, true} {
+		mark := ringMark(st.ring)
+		name := a.Placeholder() + ".evil.test."
+		if tcp {
+			name = "x." + strings.ToLower(a.Placeholder()) + ".evil.test."
+		}
+		if rcode, _ := queryA(t, st, tcp, name); rcode != dnsmessage.RCodeNameError {
+			t.Errorf("tcp %v: got %v, want NXDOMAIN", tcp, rcode)
+		}
+		var rec map[string]any
+		for _, r := range ringRecords(t, st.ring) {
+			if seq, _ := r["seq"].(float64); uint64(seq) > mark && r["kind"] == decisionlog.KindDNS && strings.Contains(strings.ToLower(r["host"].(string)), strings.ToLower(a.Placeholder())) {
+				rec = r
+			}
+		}
+		if rec == nil {
+			t.Fatalf("tcp %v: no record of the query", tcp)
+		}
+		checkSecretBlock(t, rec, "API_KEY", rec["host"].(string))
+	}
+	if n := st.upstream.queries.Load(); n != 0 {
+		t.Errorf("the resolvers got %d queries, want none", n)
+	}
+}
+
+// TestSecretsCannotChange: a policy change that would change the
+// policy's secrets is refused; one that keeps them is not.
+func TestSecretsCannotChange(t *testing.T) {
+	spec := netpolicy.Spec{Secrets: []netpolicy.Secret{{Name: "K", FromEnv: "K", Hosts: []string{"a.test"}}}}
+	g := startGatewayWith(t, spec, nil, nil)
+	changed := spec
+	changed.Secrets = []netpolicy.Secret{{Name: "K", FromEnv: "K", Hosts: []string{"evil.test"}}}
+	if _, err := g.store.Replace(changed, 0); !errors.Is(err, ErrSecretsFixed) {
+		t.Errorf("changing the secrets: got %v, want ErrSecretsFixed", err)
+	}
+	kept := spec
+	kept.Default = netpolicy.Allow
+	if _, err := g.store.Replace(kept, 0); err != nil {
+		t.Errorf("keeping the secrets: %v", err)
+	}
+}
+
+func TestSecretShowsNoValue(t *testing.T) {
+	a, err := NewSecret("API_KEY", "  "+valueA+"\n", []string{"api.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.value != valueA {
+		t.Errorf("got the value %q, want it trimmed", a.value)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "secret", a, "secrets", []*Secret{a})
+	for _, s := range []string{fmt.Sprint(a), fmt.Sprintf("%v %+v %#v %s %q %x", a, a, a, a, a, a), fmt.Sprintf("%+v", []*Secret{a}), logged.String()} {
+		noValues(t, "a printed secret", s)
+	}
+	if p := a.Placeholder(); !strings.HasPrefix(p, "sbx-secret-API_KEY-") || len(p) != len("sbx-secret-API_KEY-")+32 {
+		t.Errorf("got the placeholder %q, want sbx-secret-API_KEY- and 32 hex digits", p)
+	}
+	b, _ := NewSecret("API_KEY", valueA, []string{"api.test"})
+	if a.Placeholder() == b.Placeholder() {
+		t.Errorf("two secrets got the same placeholder %s", a.Placeholder())
+	}
+}
+
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("key", valueA+"\n", 0o600)
+	write("empty", " \n", 0o600)
+	write("twolines", valueA+"\n"+valueB+"\n", 0o600)
+	env := map[string]string{"SET": valueA, "EMPTY": "", "CTL": "a\x01b"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	hosts := []string{"api.test"}
+	tests := []struct {
+		name string
+		spec netpolicy.Secret
+		want error
+	}{
+		{"env", netpolicy.Secret{Name: "K", FromEnv: "SET", Hosts: hosts}, nil},
+		{"file", netpolicy.Secret{Name: "K", FromFile: "key", Hosts: hosts}, nil},
+		{"unset", netpolicy.Secret{Name: "K", FromEnv: "UNSET", Hosts: hosts}, ErrSecretUnset},
+		{"empty env", netpolicy.Secret{Name: "K", FromEnv: "EMPTY", Hosts: hosts}, ErrSecretEmpty},
+		{"control character", netpolicy.Secret{Name: "K", FromEnv: "CTL", Hosts: hosts}, ErrSecretValue},
+		{"empty file", netpolicy.Secret{Name: "K", FromFile: "empty", Hosts: hosts}, ErrSecretEmpty},
+		{"two lines", netpolicy.Secret{Name: "K", FromFile: "twolines", Hosts: hosts}, ErrSecretValue},
+		{"missing file", netpolicy.Secret{Name: "K", FromFile: "missing", Hosts: hosts}, fs.ErrNotExist},
+		{"bad name", netpolicy.Secret{Name: "A-B", FromEnv: "SET", Hosts: hosts}, ErrSecretName},
+		{"bad host", netpolicy.Secret{Name: "K", FromEnv: "SET", Hosts: []string{"*"}}, netpolicy.ErrInvalidPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sec, err := ReadSecret(tt.spec, dir, lookup)
+			if tt.want == nil {
+				if err != nil || sec.value != valueA {
+					t.Fatalf("got %v, %v; want the value", sec, err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			noValues(t, "the error", err.Error())
+			var se *SecretError
+			if tt.want != netpolicy.ErrInvalidPolicy && !errors.As(err, &se) {
+				t.Errorf("got %T, want a *SecretError", err)
+			}
+		})
+	}
+}
+
+// FuzzSecretHeaderRewrite: whatever the header fields and the target,
+// the value of a secret is never in what goes to a host the secret is
+// not bound to: either the request is blocked (leakedSecret), or after
+// injectSecrets only the bound secrets' values are in it.
+func FuzzSecretHeaderRewrite(f *testing.F) {
+	f.Add("Authorization", "Bearer \x00A", uint8(0), uint16(443))
+	f.Add("X-Api-Key", "\x00A", uint8(1), uint16(443))
+	f.Add("X-\x00B", "\x00a,\x00B", uint8(2), uint16(8443))
+	f.Add("Cookie", "k=\x00A; j=\x00B", uint8(0), uint16(8443))
+	f.Add("Authorization", "SBX-SECRET-API_KEY-\x00A", uint8(3), uint16(443))
+	a, _ := NewSecret("API_KEY", valueA, []string{"api.test", "*.wild.test:8443"})
+	b, _ := NewSecret("OTHER", valueB, []string{"other.test:8443"})
+	s := &Server{cfg: serverConfig{Config: Config{Secrets: []*Secret{a, b}}}}
+	hosts := []string{"api.test", "evil.test", "x.wild.test", "other.test", "API.test", a.Placeholder() + ".test"}
+	f.Fuzz(func(t *testing.T, name, value string, hostIdx uint8, port uint16) {
+		// \x00A and \x00B stand for the placeholders, \x00a for A's in
+		// upper case.
+		expand := func(s string) string {
+			s = strings.ReplaceAll(s, "\x00A", a.Placeholder())
+			s = strings.ReplaceAll(s, "\x00a", strings.ToUpper(a.Placeholder()))
+			return strings.ReplaceAll(s, "\x00B", b.Placeholder())
+		}
+		name, value = expand(name), expand(value)
+		if strings.Contains(name+value, valueA) || strings.Contains(name+value, valueB) {
+			t.Skip("the client sent the value itself")
+		}
+		host := hosts[int(hostIdx)%len(hosts)]
+		h := http.Header{name: {value}}
+		if s.leakedSecret(host, port, "/", h) != nil {
+			return // blocked: nothing goes
+		}
+		norm, err := netpolicy.NormalizeHost(host)
+		if err != nil {
+			return // the policy refuses it as invalid
+		}
+		s.injectSecrets(h, norm, port)
+		var sent bytes.Buffer
+		h.Write(&sent)
+		for _, sec := range []*Secret{a, b} {
+			if strings.Contains(sent.String(), sec.value) && !sec.bound(norm, port) {
+				t.Fatalf("%s's value went to %s:%d, which it is not bound to: %q", sec.name, norm, port, sent.String())
+			}
+			if !sec.bound(norm, port) && indexFold(sent.String(), sec.lower) >= 0 {
+				t.Fatalf("%s's placeholder went to %s:%d unblocked: %q", sec.name, norm, port, sent.String())
+			}
+		}
+	})
+}
