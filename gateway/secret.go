@@ -86,6 +86,7 @@ type Secret struct {
 	lower       string // placeholder, lower case: names are compared so
 	value       string
 	hosts       []netpolicy.SecretHost
+	file        string // where the value was read from; "" for none
 }
 
 // NewSecret returns the secret name with value, sent to hosts
@@ -135,7 +136,7 @@ func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (strin
 	if !netpolicy.ValidEnvName(spec.Name) {
 		return nil, &SecretError{Name: spec.Name, Err: ErrSecretName}
 	}
-	var value string
+	var value, path string
 	fail := func(err error) (*Secret, error) {
 		if spec.FromFile != "" {
 			return nil, &SecretError{Name: spec.Name, File: spec.FromFile, Err: err}
@@ -143,7 +144,7 @@ func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (strin
 		return nil, &SecretError{Name: spec.Name, Env: spec.FromEnv, Err: err}
 	}
 	if spec.FromFile != "" {
-		path := spec.FromFile
+		path = spec.FromFile
 		if !filepath.IsAbs(path) && dir != "" {
 			path = filepath.Join(dir, path)
 		}
@@ -171,7 +172,11 @@ func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (strin
 	case !secretValueSafe(value):
 		return fail(ErrSecretValue)
 	}
-	return NewSecret(spec.Name, value, spec.Hosts)
+	sec, err := NewSecret(spec.Name, value, spec.Hosts)
+	if err == nil && spec.FromFile != "" {
+		sec.file = path
+	}
+	return sec, err
 }
 
 // secretValueSafe reports whether v can be a header value as it is: visible
@@ -203,6 +208,10 @@ func (s *Secret) Hosts() []string {
 	}
 	return hosts
 }
+
+// File is the file the value was read from, "" when it was not read
+// from a file: a file the sandbox can read would give the value away.
+func (s *Secret) File() string { return s.file }
 
 // String names the secret, never its value.
 func (s *Secret) String() string { return "secret " + s.name }

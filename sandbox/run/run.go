@@ -89,7 +89,9 @@ type Spec struct {
 	Recordings []Recording
 
 	// RootFS is the command's /, Volumes are mounted over it, and Env
-	// comes after the layout's own variables.
+	// comes after the layout's own variables; then each secret of
+	// Gateway.Secrets (gateway.Secret) sets its name to its placeholder,
+	// and Start refuses a name set before with a *SecretEnvError.
 	RootFS  RootFS
 	Volumes []rootfs.Mount
 	Env     []string
@@ -145,6 +147,31 @@ type ImageError struct {
 
 func (e *ImageError) Error() string { return e.Err.Error() }
 func (e *ImageError) Unwrap() error { return e.Err }
+
+// A SecretEnvError is a variable that the command's environment (Spec.Env,
+// or the root filesystem's layout) sets and that a secret of
+// Spec.Gateway.Secrets holds the placeholder in.
+type SecretEnvError struct {
+	Name string
+}
+
+func (e *SecretEnvError) Error() string {
+	return fmt.Sprintf("the command's environment sets %s, which holds the placeholder of the secret of that name: set it once", e.Name)
+}
+
+// A SecretFileError is a secret's file (gateway.Secret.File) that the
+// sandbox can reach: it lies in a directory the command can write (Reason
+// is a *WritableError), or it cannot be told (another error).
+type SecretFileError struct {
+	Name, Path string
+	Reason     error
+}
+
+func (e *SecretFileError) Error() string {
+	return fmt.Sprintf("the value of secret %s is read from %s, which the sandbox could read: %v", e.Name, e.Path, e.Reason)
+}
+
+func (e *SecretFileError) Unwrap() error { return e.Reason }
 
 // Run is a running sandbox made by Start. Wait and Stop may be called
 // from different goroutines; Close must always be called.
@@ -251,6 +278,21 @@ func prepare(spec *Spec) (prepared, error) {
 	}
 	p.layout.Mounts = append(p.layout.Mounts, spec.Volumes...)
 	p.env = append(slices.Clip(p.layout.Env), spec.Env...)
+	// A secret's variable holds its placeholder, never the value, which
+	// stays in the gateway (docs/secrets.md).
+	for _, sec := range spec.Gateway.Secrets {
+		if f := sec.File(); f != "" {
+			if err := outsideOf(f, p.layout.Writable()); err != nil {
+				return p, &SecretFileError{Name: sec.Name(), Path: f, Reason: err}
+			}
+		}
+		for _, kv := range p.env {
+			if k, _, _ := strings.Cut(kv, "="); k == sec.Name() {
+				return p, &SecretEnvError{Name: sec.Name()}
+			}
+		}
+		p.env = append(p.env, sec.Name()+"="+sec.Placeholder())
+	}
 	// A command that cannot start says why before anything is made:
 	// which uid cannot enter which directory, or that it is not on the
 	// PATH.

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sbx-dev/sbx/gateway"
@@ -114,5 +116,80 @@ func TestStartRefusesBeforeMakingAnything(t *testing.T) {
 	s.User, s.CapAdd = &User{}, []string{"CAP_DAC_OVERRIDE"}
 	if _, err := prepare(&s); err != nil {
 		t.Errorf("root with CAP_DAC_OVERRIDE: got %v, want no check", err)
+	}
+}
+
+// TestSecretsHoldPlaceholders: a secret's variable holds its placeholder
+// in the command's environment, never the value; a variable set already,
+// and a value file the sandbox could write, are refused before anything
+// is made.
+func TestSecretsHoldPlaceholders(t *testing.T) {
+	policy, err := netpolicy.Parse("test", []byte("version: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, vol := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "bin", "tool"), []byte("#!/bin/sh\n"), 0o755)
+	const value = "sk-test-value-71c3"
+	sec, err := gateway.NewSecret("API_KEY", value, []string{"api.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(env ...string) Spec {
+		return Spec{
+			Command: []string{"tool"},
+			Gateway: gateway.Config{Policy: policy, Secrets: []*gateway.Secret{sec}},
+			Runtime: noRuntime{},
+			RootFS:  RootFS{Dir: root},
+			Volumes: []rootfs.Mount{{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadWriteBind}},
+			User:    &User{UID: 1000, GID: 1000, Why: UserAsked},
+			LogDir:  t.TempDir(),
+			Env:     env,
+		}
+	}
+	s := spec("A=1")
+	p, err := prepare(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"A=1", "API_KEY=" + sec.Placeholder()}; !slices.Equal(p.env, want) {
+		t.Errorf("got the environment %q, want %q", p.env, want)
+	}
+	for _, kv := range p.env {
+		if strings.Contains(kv, value) {
+			t.Errorf("the environment holds the value: %q", kv)
+		}
+	}
+	s = spec("API_KEY=mine")
+	var ee *SecretEnvError
+	if _, err := prepare(&s); !errors.As(err, &ee) || ee.Name != "API_KEY" {
+		t.Errorf("API_KEY set by Env too: got %v, want a *SecretEnvError", err)
+	}
+
+	inVol := filepath.Join(vol, "key")
+	os.WriteFile(inVol, []byte(value), 0o600)
+	outside := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(outside, []byte(value), 0o600)
+	for _, tt := range []struct {
+		file string
+		ok   bool
+	}{{outside, true}, {inVol, false}} {
+		fsec, err := gateway.ReadSecret(netpolicy.Secret{Name: "API_KEY", FromFile: tt.file, Hosts: []string{"api.test"}}, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := spec()
+		s.Gateway.Secrets = []*gateway.Secret{fsec}
+		_, err = prepare(&s)
+		var fe *SecretFileError
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("a value file out of the sandbox's reach: got %v, want none", err)
+		case !tt.ok && (!errors.As(err, &fe) || fe.Path != tt.file):
+			t.Errorf("a value file in a read-write volume: got %v, want a *SecretFileError", err)
+		}
 	}
 }
