@@ -11,6 +11,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // The libraries' typed errors say what is wrong in their own terms (a
@@ -19,6 +20,21 @@ import (
 // that fix it. Each wording finds one typed error in err's chain and
 // returns the library's message for it and sbx's.
 var cliWordings = []func(err error) (lib, cli string, ok bool){
+	secretWording,
+	func(err error) (string, string, bool) {
+		var e *run.SecretEnvError
+		if !errors.As(err, &e) {
+			return "", "", false
+		}
+		return e.Error(), fmt.Sprintf("-e %s=... and --secret %s (or a policy secret) both set %s: the secret's placeholder goes there; drop -e %s", e.Name, e.Name, e.Name, e.Name), true
+	},
+	func(err error) (string, string, bool) {
+		var e *run.SecretFileError
+		if !errors.As(err, &e) {
+			return "", "", false
+		}
+		return e.Error(), fmt.Sprintf("secret %s's value is read from %s, which the sandbox can write (%v), so the command could read the value: keep the file out of the working directory and of -v volumes", e.Name, e.Path, e.Reason), true
+	},
 	func(err error) (string, string, bool) {
 		var e *gateway.StaticError
 		if !errors.As(err, &e) {

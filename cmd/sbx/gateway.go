@@ -116,6 +116,11 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if o.mockJournal != "" && len(cfg.MockLLM)+len(cfg.LLMScripts) > 0 {
 		fmt.Fprintf(out, "sbx gateway: mock journal in %s\n", o.mockJournal)
 	}
+	for _, sec := range cfg.Secrets {
+		// The placeholder is no secret: the clients set it in place of
+		// the value, which the gateway sends to these hosts only.
+		fmt.Fprintf(out, "sbx gateway: secret %s for %s: give the clients %s=%s\n", sec.Name(), strings.Join(sec.Hosts(), ", "), sec.Name(), sec.Placeholder())
+	}
 	<-cmd.Context().Done()
 	fmt.Fprintln(out, "sbx gateway: stopping")
 	errs := []error{g.Close()}
@@ -155,6 +160,9 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	recordings, err := o.read(cmd, &cfg)
 	if err != nil {
 		return cfg, nil, err
+	}
+	if len(cfg.Secrets) > 0 && o.caCert == "" {
+		return cfg, nil, fmt.Errorf("the policy %s has secrets, which need --ca-cert FILE: the gateway puts their values in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust", o.policy.Policy)
 	}
 	recs := run.NewRecorders(recordings)
 	cfg.Listen, cfg.TokenFile, cfg.RecordLLM = o.listen, o.tokenFile, recs.Gateway()
@@ -196,7 +204,13 @@ func (o *gatewayOptions) check() error {
 	if len(o.recordLLM) > 0 && o.caCert == "" {
 		return errors.New("--record-llm needs --ca-cert FILE: the gateway records HTTPS by terminating it, with a CA whose certificate the clients trust")
 	}
-	return o.gatewayFlags.checkValues()
+	if err := o.gatewayFlags.checkValues(); err != nil {
+		return err
+	}
+	if len(o.secrets) > 0 && o.caCert == "" {
+		return errors.New("--secret needs --ca-cert FILE: the gateway puts a secret's value in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust")
+	}
+	return nil
 }
 
 // checkHostPort checks a flag's host:port address to listen on: an IP or

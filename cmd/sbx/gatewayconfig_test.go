@@ -81,7 +81,9 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 		"--log", filepath.Join(dir, "decisions.jsonl"), "--log-append", "--log-rate", "5", "--log-max-size", "1m",
 		"--api", "127.0.0.1:0", "--upstream-ca", upstreamCA, "--mock-journal", filepath.Join(dir, "mock-requests.jsonl"),
 		"--mock-llm", "mock.test=" + script, "--record-llm", "rec.test=" + filepath.Join(dir, "rec.yaml"),
+		"--secret", "SBX_TEST_KEY@api.test,api.test:8443",
 	}
+	t.Setenv("SBX_TEST_KEY", "sk-test-value")
 
 	var g gatewayOptions
 	gcmd := &cobra.Command{}
@@ -128,6 +130,11 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 			return (a.System == nil) == (b.System == nil) && aerr == nil && berr == nil && slices.Equal(ax, bx)
 		}),
 		cmp.Comparer(func(a, b *mockllm.Responder) bool { return (a == nil) == (b == nil) }),
+		// Each command makes its own placeholder: the same secret by name
+		// and hosts.
+		cmp.Comparer(func(a, b *gateway.Secret) bool {
+			return a.Name() == b.Name() && slices.Equal(a.Hosts(), b.Hosts()) && a.Placeholder() != b.Placeholder()
+		}),
 	}
 	gv, rv := reflect.ValueOf(gw), reflect.ValueOf(rn)
 	for i := range gv.NumField() {

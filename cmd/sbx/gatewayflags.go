@@ -28,6 +28,8 @@ type gatewayFlags struct {
 	recordLLM  []string
 	// mockJournal is --mock-journal: where the mocks' journal is kept.
 	mockJournal string
+	// secrets are --secret's values.
+	secrets []string
 }
 
 // gatewayFlagUsage is the help of the gateway flags whose words differ
@@ -48,6 +50,7 @@ func (f *gatewayFlags) addFlags(fs *pflag.FlagSet, u gatewayFlagUsage) {
 	fs.StringArrayVar(&f.mockLLM, "mock-llm", nil, u.mockLLM)
 	fs.StringArrayVar(&f.recordLLM, "record-llm", nil, u.recordLLM)
 	fs.StringVar(&f.mockJournal, "mock-journal", "", u.mockJournal)
+	fs.StringArrayVar(&f.secrets, "secret", nil, secretUsage)
 }
 
 // checkValues checks the gateway flags' values but the policy flags' and
@@ -77,6 +80,9 @@ func (f *gatewayFlags) checkValues() error {
 	if _, err := parseRecordLLM(f.recordLLM, nil); err != nil {
 		return err
 	}
+	if _, err := parseSecretFlags(f.secrets); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -93,7 +99,7 @@ func (f *gatewayFlags) config() (gateway.Config, error) {
 
 // read reads what the flags name into cfg: the policy and the LLM
 // scripts it names, the mocks, the resolver's settings, the upstreams'
-// CA. It returns the recordings --record-llm asks for, which the command
+// CA, the values of the secrets of the policy and of --secret. It returns the recordings --record-llm asks for, which the command
 // makes recorders of.
 func (f *gatewayFlags) read(cmd *cobra.Command, cfg *gateway.Config) ([]run.Recording, error) {
 	p, err := f.policy.Build()
@@ -102,6 +108,13 @@ func (f *gatewayFlags) read(cmd *cobra.Command, cfg *gateway.Config) ([]run.Reco
 	}
 	cfg.Policy = p
 	if cfg.LLMScripts, err = policyScripts(f.policy.Policy, p); err != nil {
+		return nil, err
+	}
+	secrets, err := parseSecretFlags(f.secrets)
+	if err != nil {
+		return nil, usageError(cmd, err)
+	}
+	if cfg.Secrets, err = readSecrets(f.policy.Policy, p, secrets); err != nil {
 		return nil, err
 	}
 	if cfg.MockLLM, err = parseMockLLM(f.mockLLM); err != nil {
