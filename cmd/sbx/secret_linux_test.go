@@ -95,8 +95,8 @@ func TestPrivilegedSecret(t *testing.T) {
 	stdout, stderr, code := runCLI(t, "run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(dir, "state"),
 		"--subnet-pool", "10.213.226.0/24", "--log", logFile, "--host-dns", up.Addr, "--allow-private", up.Net, "--upstream-ca", upCA,
 		"--allow", "api.anthropic.com:7443", "--allow", "other.test:9443", "--inspect", "other.test:9443",
-		"--secret", "ANTHROPIC_API_KEY@api.anthropic.com:7443", "--record-llm", "api.anthropic.com=" + recording,
-		"--mock-llm", "mock.test=" + script, "-v", shared + ":/t:ro", "-e", "MARK=" + mark,
+		"--secret", "ANTHROPIC_API_KEY@api.anthropic.com:7443", "--record-llm", "api.anthropic.com="+recording,
+		"--mock-llm", "mock.test="+script, "-v", shared+":/t:ro", "-e", "MARK="+mark,
 		"--", "sh", "-c", secretScript)
 	t.Logf("exit %d\n%s\n%s", code, stdout, stderr)
 	if code != 0 {
