@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
 // secretScript is what the sandbox runs in TestPrivilegedSecret: it says
@@ -187,5 +190,84 @@ func TestPrivilegedSecret(t *testing.T) {
 	}
 	if !strings.Contains(texts["the recording"], "hello-secret") {
 		t.Errorf("the recording lacks the upstream's answer: %s", texts["the recording"])
+	}
+}
+
+// TestPrivilegedSecretClaudeCode runs the real Claude Code CLI (cached by
+// the agent tests) headless in a sandbox with --secret
+// ANTHROPIC_API_KEY@api.anthropic.com, against an HTTPS upstream of the
+// test's own standing in for api.anthropic.com (its starter script
+// served by a mock LLM, behind TLS with a certificate of the test's CA):
+// the upstream gets the real key in x-api-key, Claude Code gets its
+// answer, and the decision log and sbx's output hold no value.
+func TestPrivilegedSecretClaudeCode(t *testing.T) {
+	skipUnlessRoot(t)
+	install := installAgent(t, claudeCodePackage)
+	var rnd [16]byte
+	rand.Read(rnd[:])
+	value := "sk-ant-test-" + hex.EncodeToString(rnd[:])
+	t.Setenv("ANTHROPIC_API_KEY", value)
+
+	shared := readableDir(t)
+	script := filepath.Join(shared, "claude-code.yaml")
+	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "claude-code", script); code != 0 {
+		t.Fatalf("sbx mock init --agent claude-code: exit %d: %s", code, stderr)
+	}
+	parsed, err := mockllm.ParseScriptFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := mockllm.New(parsed)
+	up := newCaptureUpstream(t, shared)
+	caPEM, cert := testCertificate(t, "api.anthropic.com")
+	upCA := filepath.Join(shared, "anthropic-ca.pem")
+	if err := os.WriteFile(upCA, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	keys := map[string]int{} // x-api-key values seen by the upstream
+	ln := listenIn(t, up.Name, func() (io.Closer, error) { return net.Listen("tcp", up.Addr+":443") }).(net.Listener)
+	hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys[r.Header.Get("X-Api-Key")]++
+		mu.Unlock()
+		model.ServeHTTP(w, r)
+	})}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+
+	work := sharedDir(t, 1000, 1000, 0o755) // Claude Code runs as uid 1000, the directory's owner
+	state := t.TempDir()
+	logFile := filepath.Join(state, "decisions.jsonl")
+	t.Chdir(work)
+	stdout, stderr, code := runCLI(t, "run", "--show", "blocks", "--state-dir", state, "--subnet-pool", "10.213.227.0/24", "--log", logFile,
+		"--host-dns", up.Addr, "--allow-private", up.Net, "--upstream-ca", upCA, "--allow", "api.anthropic.com",
+		"--secret", "ANTHROPIC_API_KEY@api.anthropic.com", "-v", install+":/sbx-agent:ro",
+		"--", "/sbx-agent/node_modules/.bin/claude", "-p", "say hello", "--model", "claude-sonnet-4-5", "--dangerously-skip-permissions", "--output-format", "json")
+	t.Logf("exit %d\n%s\n%s", code, stdout, stderr)
+	var out struct {
+		Result  string
+		IsError bool `json:"is_error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.IsError || code != 0 {
+		t.Fatalf("claude's output is not a successful JSON result (exit %d, %v)", code, err)
+	}
+	if want := "Hello from the scripted model."; out.Result != want {
+		t.Errorf("the final answer: got %q, want %q", out.Result, want)
+	}
+	mu.Lock()
+	n := keys[value]
+	delete(keys, value)
+	delete(keys, "") // requests without the header
+	mu.Unlock()
+	if n == 0 || len(keys) != 0 {
+		t.Errorf("the upstream got x-api-key with the key %d times, and %v; want the key alone", n, keys)
+	}
+	log, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), value) || strings.Contains(stdout+stderr, value) {
+		t.Errorf("the decision log or sbx's output holds the value")
 	}
 }

@@ -15,7 +15,7 @@ import (
 // secretUsage is the help of --secret.
 const secretUsage = "keep the value of the environment variable NAME out of the sandbox (`NAME@HOST[:PORT]`, or NAME=FILE@HOST[:PORT] to read it from FILE): " +
 	"the sandbox's NAME holds a placeholder, which the gateway replaces with the value in the request headers of requests to HOST (port 443 unless given) and blocks everywhere else; " +
-	"several hosts as HOST,HOST or by giving the flag again; repeatable (docs/secrets.md)"
+	"several hosts as HOST,HOST or by giving the flag again; repeatable"
 
 // secretFlag is one --secret value, parsed: the secret it gives, and the
 // value as written, for messages.
