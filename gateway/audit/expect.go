@@ -72,6 +72,9 @@ func Replay(p *netpolicy.Policy, r *decisionlog.Record) (netpolicy.Decision, boo
 	default:
 		return unknownDecision("event", r.Event), true
 	}
+	if r.Secret != "" { // a secret's placeholder sent where the secret is not
+		return loggedInvalid(r), true
+	}
 	switch r.Kind {
 	case decisionlog.KindHTTP, decisionlog.KindHTTPS, decisionlog.KindConnect, decisionlog.KindTransparent:
 		if r.Rule == netpolicy.RuleInvalid {

@@ -162,7 +162,8 @@ type Target struct {
 	Rules map[string]uint64 `json:"rules"`
 	// Invalid counts the attempts the gateway refused whatever the policy
 	// (rule invalid: a malformed request, a Host header or TLS server
-	// name that is not the target's), ClosedByTLSCheck included. They are
+	// name that is not the target's; rule secret: a secret's placeholder
+	// sent where the secret is not), ClosedByTLSCheck included. They are
 	// in Blocked too.
 	Invalid uint64 `json:"invalid,omitempty"`
 	// ClosedByTLSCheck counts the tunnels the gateway opened and then
@@ -500,7 +501,7 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		t.Rules[r.Rule]++
 	}
 	t.kinds.add(r.Kind)
-	if r.Rule == netpolicy.RuleInvalid {
+	if r.Rule == netpolicy.RuleInvalid || r.Secret != "" { // refused whatever the policy
 		t.Invalid++
 	}
 	if guardRefused(r) {

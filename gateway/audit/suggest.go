@@ -104,7 +104,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 		var order []restriction
 		for _, t := range ts {
 			if t.Invalid > 0 {
-				skipped = append(skipped, fmt.Sprintf("%s at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's)", plural(t.Invalid, "attempt", "attempts"), hostPort(h, t.Port)))
+				skipped = append(skipped, fmt.Sprintf("%s at %s that the gateway refused whatever the policy (rule invalid: a malformed request, a Host header or TLS server name that is not the target's; or rule secret: a secret's placeholder sent where the secret is not)", plural(t.Invalid, "attempt", "attempts"), hostPort(h, t.Port)))
 			}
 			if t.Fenced > 0 {
 				skipped = append(skipped, fmt.Sprintf("%s at %s that the address guard refused for addresses no policy reaches (the gateway's own, this host's or the sandbox pool's), or that the log does not name", plural(t.Fenced, "attempt", "attempts"), hostPort(h, t.Port)))
