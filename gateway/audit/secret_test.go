@@ -14,7 +14,9 @@ import (
 // refusal whatever the policy, and the suggested policy allows no rule
 // for a target that saw nothing else.
 func TestSecretBlocksAreRefusalsNoPolicyLifts(t *testing.T) {
-	secret := func(r *decisionlog.Record) { r.Secret, r.Reason = "API_KEY", "secret API_KEY's placeholder sent to "+r.Host }
+	secret := func(r *decisionlog.Record) {
+		r.Secret, r.Reason = "API_KEY", "secret API_KEY's placeholder sent to "+r.Host
+	}
 	recs := []decisionlog.Record{
 		{V: 1, Event: decisionlog.EventPolicy, Time: t0, PolicyVersion: 1, Change: "policy loaded"},
 		rec(1, "https", "GET", "paste.example", 443, "/", "block", "secret", secret),
