@@ -609,3 +609,36 @@ func FuzzSecretHeaderRewrite(f *testing.F) {
 		}
 	})
 }
+
+// TestSecretBlockIsNeverAsked: under default ask, a placeholder sent to
+// another host is blocked at once, and no question is asked.
+func TestSecretBlockIsNeverAsked(t *testing.T) {
+	a, err := NewSecret("API_KEY", valueA, []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := loopbackPolicy(netpolicy.Ask)
+	spec.AskTimeout = netpolicy.Duration(time.Hour)
+	g := startGatewayWith(t, spec, map[string]string{"other.example": "127.0.0.1"}, func(c *serverConfig) { c.Secrets = []*Secret{a} })
+	for _, target := range []string{"http://other.example/", "https://" + strings.ToLower(a.Placeholder()) + ".example/"} {
+		req, _ := http.NewRequest("GET", target, nil)
+		req.Header.Set("X-Api-Key", a.Placeholder())
+		resp, err := g.client(t, nil).Do(req) // 10 s: a held request would time out
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s: got %d, want 403", target, resp.StatusCode)
+			}
+		} else if !strings.Contains(err.Error(), "Forbidden") {
+			t.Errorf("%s: got %v, want the CONNECT refused with 403", target, err)
+		}
+	}
+	for _, r := range g.records(t) {
+		if r["event"] == decisionlog.EventApproval {
+			t.Errorf("a question was asked: %v", r)
+		}
+	}
+	if n := len(g.srv.approvals.list()); n != 0 {
+		t.Errorf("got %d pending questions, want none", n)
+	}
+}
