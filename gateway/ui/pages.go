@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -63,6 +64,7 @@ func newPages(sb Sandboxes, log *slog.Logger, csrf func(string) string) *pages {
 	p.mux.HandleFunc("GET /s/{id}/audit", p.audit)
 	p.mux.HandleFunc("POST /s/{id}/rules", p.addRule)
 	p.mux.HandleFunc("POST /s/{id}/rules/{rule}/remove", p.removeRule)
+	p.mux.HandleFunc("POST /s/{id}/approvals/{approval}", p.answer)
 	p.mux.HandleFunc("GET /static/{file}", p.static)
 	p.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return p
@@ -116,7 +118,9 @@ type sandboxRow struct {
 	// did not answer (Error says why).
 	PolicyVersion    uint64
 	Allowed, Blocked uint64
-	Error            string
+	// Pending counts the sandbox's pending approvals.
+	Pending int
+	Error   string
 }
 
 func (p *pages) index(w http.ResponseWriter, r *http.Request) {
@@ -133,26 +137,35 @@ func (p *pages) index(w http.ResponseWriter, r *http.Request) {
 		}
 		if sb.Status == "starting" {
 			// Its API may not answer yet; sbx ps does not ask either.
-		} else if st, err := p.status(r.Context(), sb.ID); err != nil {
+		} else if st, pending, err := p.status(r.Context(), sb.ID); err != nil {
 			row.Error = err.Error()
 		} else {
 			row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
+			row.Pending = pending
 		}
 		v.Running = append(v.Running, row)
 	}
 	p.render(w, r, http.StatusOK, "index", "sandboxes", v)
 }
 
-// status asks the running sandbox id for its status.
-func (p *pages) status(ctx context.Context, id string) (*api.Status, error) {
-	ctx, cancel := context.WithTimeout(ctx, apiWait)
-	defer cancel()
-	c, err := p.sandboxes.Client(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return c.Status(ctx)
+// status asks the running sandbox id for its status and how many
+// approvals are pending.
+func (p *pages) status(ctx context.Context, id string) (*api.Status, int, error) {
+	var st *api.Status
+	var pending int
+	err := p.withClient(ctx, id, func(ctx context.Context, c *api.Client) error {
+		var err error
+		if st, err = c.Status(ctx); err != nil {
+			return err
+		}
+		a, err := c.Approvals(ctx)
+		if err != nil {
+			return err
+		}
+		pending = len(a.Approvals)
+		return nil
+	})
+	return st, pending, err
 }
 
 // find returns the listed sandbox the request's {id} names; nil, after
@@ -181,6 +194,12 @@ type sandboxView struct {
 	Policy    *api.Policy
 	Rules     []ruleRow
 	Decisions []decisionRow
+	// Approvals are the pending questions, oldest first; ApprovalsRead
+	// says the API was asked for them. NewApproval is the row that the
+	// script fills for a question that comes while the page is open.
+	Approvals     []approvalRow
+	ApprovalsRead bool
+	NewApproval   approvalRow
 	// Since is the seq the live stream starts after.
 	Since uint64
 	Error string
@@ -197,6 +216,7 @@ func (p *pages) sandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &sandboxView{Sandbox: *sb, Running: sb.Running()}
+	v.NewApproval = approvalRowOf(api.Approval{}, sb.ID, p.csrf(sessionOf(r.Context())))
 	if v.Running {
 		if err := p.loadLive(r.Context(), v); err != nil {
 			v.Error = err.Error()
@@ -205,8 +225,11 @@ func (p *pages) sandbox(w http.ResponseWriter, r *http.Request) {
 	p.render(w, r, http.StatusOK, "sandbox", "sandbox "+sb.ID, v)
 }
 
-// loadLive fills v from the sandbox's API: its status, rules and latest
-// decisions.
+// loadLive fills v from the sandbox's API: its status, rules, latest
+// decisions and pending approvals. The approvals are read after the
+// decisions, so that a question asked in between is on the page or in
+// the live stream after v.Since (or both: the script skips a question it
+// shows already).
 func (p *pages) loadLive(ctx context.Context, v *sandboxView) error {
 	ctx, cancel := context.WithTimeout(ctx, apiWait)
 	defer cancel()
@@ -248,7 +271,72 @@ func (p *pages) loadLive(ctx context.Context, v *sandboxView) error {
 		v.Since = page.Next
 	}
 	slices.Reverse(v.Decisions) // newest first
+	pending, err := c.Approvals(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range pending.Approvals {
+		v.Approvals = append(v.Approvals, approvalRowOf(a, v.ID, v.NewApproval.CSRF))
+	}
+	v.ApprovalsRead = true
 	return nil
+}
+
+// approvalRow is a pending question as the page and the live stream show
+// it, with the forms that answer it.
+type approvalRow struct {
+	ID string `json:"id"`
+	// Target is host:port, what every held request waits on.
+	Target string `json:"target"`
+	// Kind, Request (method and path) and Client are the first held
+	// request's.
+	Kind    string `json:"kind"`
+	Request string `json:"request"`
+	Client  string `json:"client"`
+	// Why is the rule that asked and its reason.
+	Why string `json:"why"`
+	// Asked is when it was asked; Left the time left before the
+	// question times out (its requests are then blocked), as the page
+	// was made; Deadline that time, in Unix milliseconds, which the
+	// script counts down to.
+	Asked    string `json:"asked"`
+	Left     string `json:"left"`
+	Deadline int64  `json:"deadline"`
+	Waiting  int    `json:"waiting"`
+	// Action is the answer forms' address and CSRF their token; the
+	// page has them, the stream does not.
+	Action string `json:"-"`
+	CSRF   string `json:"-"`
+}
+
+// approvalRowOf is the row of pending question a of sandbox id, whose
+// forms carry csrf. The zero a makes the row the script fills.
+func approvalRowOf(a api.Approval, id, csrf string) approvalRow {
+	row := approvalRow{
+		ID: a.ID, Kind: a.Kind, Request: strings.TrimSpace(a.Method + " " + a.Path), Client: a.Client,
+		Waiting: a.Waiting, Action: "/s/" + url.PathEscape(id) + "/approvals/" + url.PathEscape(a.ID), CSRF: csrf,
+	}
+	if a.ID == "" {
+		return row
+	}
+	row.Target = net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+	row.Why = a.Rule
+	if a.Reason != "" {
+		row.Why += ": " + a.Reason
+	}
+	row.Asked = a.Asked.Local().Format("15:04:05")
+	row.Left = timeLeft(time.Until(a.Deadline))
+	row.Deadline = a.Deadline.UnixMilli()
+	return row
+}
+
+// timeLeft writes d in whole seconds, as "42s" or "1m30s"; none left is
+// "0s". The script writes it the same way.
+func timeLeft(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return ((d + time.Second - 1) / time.Second * time.Second).String()
 }
 
 // decisionRow is a decision as the page and the live stream show it.
@@ -272,6 +360,11 @@ func decisionOf(raw []byte) (decisionRow, bool) {
 	if err := decisionlog.Decode(raw, &rec); err != nil || rec.Event != decisionlog.EventDecision {
 		return decisionRow{}, false
 	}
+	return decisionRowOf(&rec), true
+}
+
+// decisionRowOf is the row of decision record rec.
+func decisionRowOf(rec *decisionlog.Record) decisionRow {
 	target := rec.Host
 	if rec.Port != 0 {
 		target += ":" + strconv.Itoa(rec.Port)
@@ -287,14 +380,28 @@ func decisionOf(raw []byte) (decisionRow, bool) {
 	return decisionRow{
 		Seq: rec.Seq, Time: rec.Time.Local().Format("15:04:05"), Action: action, Class: class, Kind: rec.Kind,
 		Method: rec.Method, Target: target, Path: rec.Path, Rule: rec.Rule, Reason: rec.Reason,
-	}, true
+	}
+}
+
+// answeredEvent is the data of the event stream's "answered" event: a
+// question that is no longer pending, and its answer.
+type answeredEvent struct {
+	ID     string `json:"id"`
+	Answer string `json:"answer"`
+	Scope  string `json:"scope"`
+	By     string `json:"by"`
 }
 
 // events streams the sandbox's new decisions as server-sent events
 // (event "decision", its data a decisionRow in JSON, its id the seq),
 // from the API's follow stream, after the seq of since= or of the
-// browser's Last-Event-ID. It ends with event "end" when the gateway
-// ends the stream; when the request ends, so does it.
+// browser's Last-Event-ID. The stream's approval records become event
+// "approval" for a new question (an approvalRow, read from GET
+// /v1/approvals, which has its deadline; none when it is no longer
+// pending) and "answered" for its answer (an answeredEvent), so that
+// the page shows the pending questions as they come and go. It ends
+// with event "end" when the gateway ends the stream; when the request
+// ends, so does it.
 func (p *pages) events(w http.ResponseWriter, r *http.Request) {
 	sb := p.find(w, r)
 	if sb == nil {
@@ -321,6 +428,8 @@ func (p *pages) events(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	rc.Flush()
+	csrf := p.csrf(sessionOf(ctx))
+	pending := map[string]api.Approval{} // as GET /v1/approvals last said
 	for {
 		raw, err := stream.Next()
 		if errors.Is(err, io.EOF) {
@@ -330,12 +439,39 @@ func (p *pages) events(w http.ResponseWriter, r *http.Request) {
 		} else if err != nil {
 			return // ctx done, or the stream fell behind: the browser reconnects
 		}
-		row, ok := decisionOf(raw)
-		if !ok {
+		var rec decisionlog.Record
+		if decisionlog.Decode(raw, &rec) != nil {
 			continue
 		}
-		data, _ := json.Marshal(row) // escapes <, > and & too
-		if _, err := fmt.Fprintf(w, "id: %d\nevent: decision\ndata: %s\n\n", row.Seq, data); err != nil {
+		var event string
+		var data any
+		switch {
+		case rec.Event == decisionlog.EventDecision:
+			event, data = "decision", decisionRowOf(&rec)
+		case rec.Event == decisionlog.EventApproval && rec.Answer == "":
+			a, ok := pending[rec.ApprovalID]
+			if !ok {
+				list, err := c.Approvals(ctx)
+				if err != nil {
+					return // the browser reconnects
+				}
+				clear(pending)
+				for _, a := range list.Approvals {
+					pending[a.ID] = a
+				}
+				if a, ok = pending[rec.ApprovalID]; !ok {
+					continue // answered or timed out already: its answer follows
+				}
+			}
+			event, data = "approval", approvalRowOf(a, sb.ID, csrf)
+		case rec.Event == decisionlog.EventApproval:
+			delete(pending, rec.ApprovalID)
+			event, data = "answered", answeredEvent{ID: rec.ApprovalID, Answer: rec.Answer, Scope: rec.Scope, By: rec.By}
+		default:
+			continue
+		}
+		js, _ := json.Marshal(data) // escapes <, > and & too
+		if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", rec.Seq, event, js); err != nil {
 			return
 		}
 		rc.Flush()
@@ -449,6 +585,50 @@ func (p *pages) removeRule(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
 
+// ErrBadAnswer is the error of an answer form that does not make an
+// answer.
+var ErrBadAnswer = errors.New("invalid answer")
+
+// answerOf is the answer the form asks for, from sbx ui.
+func answerOf(r *http.Request) (api.ApprovalAnswer, error) {
+	a := api.ApprovalAnswer{Answer: r.PostFormValue("answer"), Scope: r.PostFormValue("scope"), By: "ui"}
+	if a.Answer != "allow" && a.Answer != "deny" {
+		return api.ApprovalAnswer{}, fmt.Errorf("%w: answer %q: want allow or deny", ErrBadAnswer, a.Answer)
+	}
+	if !slices.Contains([]string{"once", "session", "always"}, a.Scope) {
+		return api.ApprovalAnswer{}, fmt.Errorf("%w: scope %q: want once, session or always", ErrBadAnswer, a.Scope)
+	}
+	return a, nil
+}
+
+// answer answers a pending question through the API (POST
+// /v1/approvals/{id}, by ui), as sbx approve and deny do, and goes back
+// to the sandbox's page. The API's refusals are shown with their status:
+// 404 for a question answered or timed out already, 409 for an always
+// answer when the sandbox has no file to write its rule to.
+func (p *pages) answer(w http.ResponseWriter, r *http.Request) {
+	sb := p.find(w, r)
+	if sb == nil {
+		return
+	}
+	back := "/s/" + url.PathEscape(sb.ID)
+	ans, err := answerOf(r)
+	if err != nil {
+		p.fail(w, r, http.StatusBadRequest, back, err)
+		return
+	}
+	id := r.PathValue("approval")
+	err = p.withClient(r.Context(), sb.ID, func(ctx context.Context, c *api.Client) error {
+		_, err := c.AnswerApproval(ctx, id, ans)
+		return err
+	})
+	if err != nil {
+		p.fail(w, r, apiStatus(err), back, fmt.Errorf("answering question %s (%s %s): %w", id, ans.Answer, ans.Scope, err))
+		return
+	}
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
 // withClient calls fn with a client of sandbox id, within apiWait.
 func (p *pages) withClient(ctx context.Context, id string, fn func(context.Context, *api.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, apiWait)
@@ -462,7 +642,7 @@ func (p *pages) withClient(ctx context.Context, id string, fn func(context.Conte
 }
 
 // apiStatus is the status to answer an API call's failure with: the
-// API's own for what it refused (400, 404, 412), else 502.
+// API's own for what it refused (400, 404, 409, 412), else 502.
 func apiStatus(err error) int {
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 {
