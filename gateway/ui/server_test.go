@@ -70,8 +70,9 @@ type uiTest struct {
 }
 
 // startUI starts a gateway with spec (loopback allowed) whose names
-// *.test resolve to 127.0.0.1, an upstream on loopback, and a view of it.
-func startUI(t *testing.T, spec netpolicy.Spec) *uiTest {
+// *.test resolve to 127.0.0.1, an upstream on loopback, and a view of it;
+// set, when given, changes the gateway's configuration before it starts.
+func startUI(t *testing.T, spec netpolicy.Spec, set ...func(*gateway.Config)) *uiTest {
 	t.Helper()
 	dir := t.TempDir()
 	spec.AllowPrivate = append(spec.AllowPrivate, netip.MustParsePrefix("127.0.0.0/8"))
@@ -87,11 +88,15 @@ func startUI(t *testing.T, spec netpolicy.Spec) *uiTest {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gw, err := gateway.Start(ctx, gateway.Config{
+	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", API: []string{"unix:" + filepath.Join(dir, "api.sock")}, TokenFile: filepath.Join(dir, "token"),
 		Policy: p, Resolver: res, Sandbox: liveID,
-	})
+	}
+	for _, f := range set {
+		f(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gw, err := gateway.Start(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
