@@ -40,12 +40,7 @@ const chromiumBin = "/usr/bin/chromium"
 // ended sandbox's audit report, and takes a screenshot that must not be
 // blank.
 func TestUIInChromium(t *testing.T) {
-	if _, err := os.Stat(chromiumBin); err != nil {
-		if os.Getenv("SBX_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatalf("chromium is not installed (%v), and SBX_REQUIRE_PRIVILEGED=1: install it with apt-get install -y chromium", err)
-		}
-		t.Skipf("chromium is not installed (%v): apt-get install -y chromium to run this test", err)
-	}
+	needChromium(t)
 	stateDir, logDir := t.TempDir(), t.TempDir()
 	const id, endedID = "0badc0de", "0ddba11e"
 	gw, upstream := startRecordedGateway(t, stateDir, logDir, id)
@@ -54,22 +49,7 @@ func TestUIInChromium(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	url, exited := startUICommand(t, ctx, stateDir, logDir)
-
-	// The browser: nothing but loopback reaches anything (a dead proxy
-	// for the rest), and nothing of its own in the background.
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumBin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true),
-		chromedp.Flag("disable-features", "NetworkTimeServiceQuerying"), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.ProxyServer("http://127.0.0.1:9"))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the whole test
-		t.Fatalf("starting chromium: %v", err)
-	}
+	bctx := startChromium(t)
 	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(bctx, 30*time.Second)
@@ -157,13 +137,56 @@ func TestUIInChromium(t *testing.T) {
 	}
 }
 
+// needChromium skips the test when chromium is not installed, or fails
+// it under SBX_REQUIRE_PRIVILEGED=1.
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumBin); err != nil {
+		if os.Getenv("SBX_REQUIRE_PRIVILEGED") == "1" {
+			t.Fatalf("chromium is not installed (%v), and SBX_REQUIRE_PRIVILEGED=1: install it with apt-get install -y chromium", err)
+		}
+		t.Skipf("chromium is not installed (%v): apt-get install -y chromium to run this test", err)
+	}
+}
+
+// startChromium starts a headless Chromium for the whole test and returns
+// its context; the test's cleanup stops it.
+func startChromium(t *testing.T) context.Context {
+	t.Helper()
+	// The browser: nothing but loopback reaches anything (a dead proxy
+	// for the rest), and nothing of its own in the background.
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromiumBin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("disable-features", "NetworkTimeServiceQuerying"), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.ProxyServer("http://127.0.0.1:9"))
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser, for the whole test
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return bctx
+}
+
 // startRecordedGateway starts a gateway as sandbox id's (its API socket,
 // token and log where sbx run puts them) and records the sandbox in
 // stateDir with this process as its owner; it returns the gateway and
-// the host:port, api.test's, of an upstream on loopback.
+// the host:port, api.test's, of an upstream on loopback. Its policy's
+// default is block; loopback is allowed past the address guard.
 func startRecordedGateway(t *testing.T, stateDir, logDir, id string) (*gateway.Gateway, string) {
 	t.Helper()
-	p, err := netpolicy.Compile(netpolicy.Spec{Default: netpolicy.Block, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	return startRecordedGatewaySpec(t, stateDir, logDir, id, netpolicy.Spec{Default: netpolicy.Block})
+}
+
+// startRecordedGatewaySpec is startRecordedGateway with the policy spec,
+// loopback allowed.
+func startRecordedGatewaySpec(t *testing.T, stateDir, logDir, id string, spec netpolicy.Spec) (*gateway.Gateway, string) {
+	t.Helper()
+	spec.AllowPrivate = append(spec.AllowPrivate, netip.MustParsePrefix("127.0.0.0/8"))
+	p, err := netpolicy.Compile(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
