@@ -23,16 +23,17 @@ func newUICmd() *cobra.Command {
 	var h hostSandboxes
 	cmd := &cobra.Command{
 		Use:   "ui",
-		Short: "Serve a local web view of every sandbox: live decisions, rules, audit reports",
+		Short: "Serve a local web view of every sandbox: live decisions, approvals, rules, audit reports",
 		Long: `Ui serves one web view of every sandbox of this host on 127.0.0.1 and prints
 its URL, which holds a random token: open it in a browser on this machine.
 The view lists the running and the ended sandboxes, shows a sandbox's
-decisions as they happen and its rules, adds and removes rules (as sbx
-policy allow, block and remove do), and shows the audit report of an ended
-sandbox's log (as sbx audit --sandbox does). It runs until interrupted.
+decisions as they happen and its rules, answers its pending approvals (as
+sbx approve and deny do), adds and removes rules (as sbx policy allow,
+block and remove do), and shows the audit report of an ended sandbox's
+log (as sbx audit --sandbox does). It runs until interrupted.
 
-Whoever has the URL can change the sandboxes' policies: keep it to
-yourself. The view answers only requests that name it as 127.0.0.1:PORT or
+Whoever has the URL can change the sandboxes' policies and answer their
+questions: keep it to yourself. The view answers only requests that name it as 127.0.0.1:PORT or
 localhost:PORT, and changes only what its own pages ask (docs/ui.md).`,
 		Example: `  sudo sbx ui
   sudo sbx ui --port 8765`,

@@ -20,6 +20,8 @@
 // written as escaped text. Every answer has a Content-Security-Policy
 // that loads nothing but the view's own style sheet and script
 // (default-src 'none'); the script only makes the live decisions appear
-// as they happen (server-sent events from the API's follow stream), and
-// without it the sandbox's page refreshes itself.
+// and the pending approvals come and go as they happen (server-sent
+// events from the API's follow stream), and without it the sandbox's
+// page refreshes itself. Answers to approvals are POSTs like any other
+// change, sent to the API by "ui".
 package ui
