@@ -245,6 +245,38 @@ func TestSecretInjectedForBoundHosts(t *testing.T) {
 	}
 }
 
+// TestInjectSecretsOnlyForBoundHosts: the rewrite itself puts a value
+// only in a request to a host and port its secret is bound to, whatever
+// checks ran before it; a host that only looks like a bound one, or a
+// bound host on another port, keeps the placeholder.
+func TestInjectSecretsOnlyForBoundHosts(t *testing.T) {
+	a, err := NewSecret("API_KEY", valueA, []string{"api.test", "*.wild.test:8443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{cfg: serverConfig{Config: Config{Secrets: []*Secret{a}}}}
+	for _, tt := range []struct {
+		host string
+		port uint16
+		want bool
+	}{
+		{"api.test", 443, true},
+		{"x.wild.test", 8443, true},
+		{"api.test", 8443, false},
+		{"x.wild.test", 443, false},
+		{"evil.test", 443, false},
+		{"api.test.evil.test", 443, false},
+		{"wild.test", 8443, false},
+	} {
+		h := http.Header{"Authorization": {"Bearer " + a.Placeholder()}}
+		changed := s.injectSecrets(h, tt.host, tt.port)
+		got := h.Get("Authorization") == "Bearer "+valueA
+		if changed != tt.want || got != tt.want {
+			t.Errorf("%s:%d: changed %v, value sent %v; want %v", tt.host, tt.port, changed, got, tt.want)
+		}
+	}
+}
+
 func TestSecretTransparentHTTPInjected(t *testing.T) {
 	got := &captured{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.add(r) }))
