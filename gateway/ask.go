@@ -118,7 +118,8 @@ func (s *Server) Approvals() []Approval { return s.approvals.list() }
 // was). The answer is logged as an approval record. It returns the
 // question as it stood.
 //
-// Errors: ErrInvalidAnswer for an unknown scope or an empty a.By,
+// Errors: ErrInvalidAnswer for an unknown scope or an a.By that is not
+// ByTTY, ByCLI, ByAPI or ByUI,
 // ErrApprovalNotFound when id is not pending (answered already, timed
 // out, never asked), ErrNoApprovalsFile, and those of the policy store
 // and of writing the file.
@@ -128,7 +129,11 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 	default:
 		return Approval{}, fmt.Errorf("%w: scope %q; answer once, session or always", ErrInvalidAnswer, a.Scope)
 	}
-	if a.By == "" || a.By == ByTimeout {
+	switch a.By {
+	case ByTTY, ByCLI, ByAPI, ByUI:
+	default:
+		// by is written into the decision log: only the known answerers
+		// (timeout is the gateway's own word, never an answer's).
 		return Approval{}, fmt.Errorf("%w: by %q; say who answers (cli, api, ui, tty)", ErrInvalidAnswer, a.By)
 	}
 	q, ok := s.approvals.get(id)
