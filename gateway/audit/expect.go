@@ -290,6 +290,13 @@ type Unexpected struct {
 	Rule   string `json:"rule"`
 	Reason string `json:"reason"`
 	Seen
+
+	// What Expect's last pass weighs against the logs' answers (see
+	// Expect): the verdict was ask; it was a block by a rule or the
+	// default (not invalid, the guard's or an unknown record's); and how
+	// many attempts were logged allowed, and blocked.
+	ask, policyBlock              bool
+	loggedAllowed, loggedBlocked uint64
 }
 
 // Expectation is the outcome of replaying logs against a policy.
@@ -314,6 +321,11 @@ type Expectation struct {
 	// accounts for how many, and where (see LogRead.Gaps): they cannot be
 	// replayed, so the expectation cannot hold.
 	Gaps []string `json:"gaps,omitempty"`
+	// Denied counts the attempts the policy blocks that a person denied
+	// when the gateway asked, and that were blocked when logged: the
+	// policy reproduces the answer, so they are not unexpected (see
+	// Expect).
+	Denied uint64 `json:"denied,omitempty"`
 }
 
 // Holds reports whether every attempt was allowed and none is missing
@@ -347,13 +359,48 @@ func isKnownEvent(ev string) bool {
 // An intercept is expected (the gateway answers it, nothing leaves). name
 // names the policy in the result. A log without a single record is an
 // error that wraps ErrNoRecords.
+//
+// The answers in the logs' approval records are weighed, by a person
+// (tty, cli, api, ui; not a timeout) for a host and port:
+//
+//   - An ask verdict is expected only for a target a person allowed when
+//     asked, all of whose attempts (with the same method and path) were
+//     logged allowed: under p they would be asked, and the logs show the
+//     answer that let them through. Any other ask (denied, timed out,
+//     never asked) is unexpected: under p it would wait on a person. A
+//     DNS query whose verdict is ask is expected: the gateway's DNS stub
+//     answers it, so that the question is asked on the connection.
+//   - A block verdict by a rule or the default, on a target a person
+//     denied when asked, all of whose attempts were logged blocked, is
+//     not unexpected but counted in Expectation.Denied: p reproduces the
+//     answer (sbx audit --suggest writes such a block rule). So is a DNS
+//     query of a name a person denied at some port and allowed at none.
+//     A block because the target is invalid, or by the address guard,
+//     stays unexpected.
+//
+// The answers are matched to the targets after the whole logs are read,
+// so that an attempt logged before its target's question counts too; at
+// most Limits.Targets targets' answers are kept.
 func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Source, lim Limits) (*Expectation, error) {
 	lim = lim.withDefaults()
 	e := &Expectation{Policy: name, Unexpected: []*Unexpected{}}
 	found := map[unexpectedKey]*Unexpected{}
+	answers := map[targetKey]*answerSeen{}
+	hostAnswers := map[string]*answerSeen{}
 	reads, err := Scan(ctx, sources, func(r *decisionlog.Record) error {
 		if r.Event == decisionlog.EventDropped {
 			e.Dropped = satAdd(e.Dropped, droppedCount(r))
+			return nil
+		}
+		if r.Event == decisionlog.EventApproval && r.Answer != "" && r.By != byTimeout {
+			c := clipRecord(r)
+			k := targetKey{c.Host, c.Port}
+			if a := answers[k].add(c.Answer, len(answers) < lim.Targets); a != nil {
+				answers[k] = a
+			}
+			if a := hostAnswers[c.Host].add(c.Answer, len(hostAnswers) < lim.Targets); a != nil {
+				hostAnswers[c.Host] = a
+			}
 			return nil
 		}
 		d, ok := Replay(p, r)
@@ -365,7 +412,8 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 			n = max(r.Count, 1)
 		}
 		e.Attempts = satAdd(e.Attempts, n)
-		if d.Action != netpolicy.Block {
+		ask := d.Action == netpolicy.Ask && r.Kind != decisionlog.KindDNS
+		if d.Action != netpolicy.Block && !ask {
 			return nil
 		}
 		// What is kept is cut to bounds (see clipRecord), so that a log
@@ -385,10 +433,17 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 				return nil
 			}
 			u = &Unexpected{Kind: k.kind, Proto: k.proto, Host: k.host, Port: k.port, Method: k.method, Path: k.path,
-				Rule: clipString(d.Rule, maxShortString), Reason: clipString(d.Reason, maxLoggedPath)}
+				Rule: clipString(d.Rule, maxShortString), Reason: clipString(d.Reason, maxLoggedPath),
+				ask: ask, policyBlock: !ask && d.Rule != netpolicy.RuleInvalid && d.Rule != netpolicy.RuleGuard && d.Rule != RuleUnknown}
 			found[k] = u
 		}
 		u.Attempts = satAdd(u.Attempts, n)
+		switch r.Action {
+		case string(netpolicy.Allow):
+			u.loggedAllowed = satAdd(u.loggedAllowed, n)
+		case string(netpolicy.Block):
+			u.loggedBlocked = satAdd(u.loggedBlocked, n)
+		}
 		u.Logged = loggedAs(&c)
 		u.Seen.add(r.Time)
 		return nil
@@ -408,6 +463,17 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		}
 	}
 	for _, u := range found {
+		a := answers[targetKey{u.Host, u.Port}]
+		switch {
+		case u.ask && a.allowed() && u.loggedAllowed == u.Attempts:
+			continue // asked, and a person allowed it
+		case u.policyBlock && u.Kind == decisionlog.KindDNS && hostAnswers[u.Host].denied() && !hostAnswers[u.Host].allowed(),
+			u.policyBlock && u.Kind != decisionlog.KindDNS && a.denied() && u.loggedBlocked == u.Attempts:
+			e.Denied = satAdd(e.Denied, u.Attempts)
+			continue // blocked, as a person denied it
+		case u.ask:
+			u.Reason = clipString(u.Reason+"; the policy asks, and no answer in the logs allowed it", maxLoggedPath)
+		}
 		e.Unexpected = append(e.Unexpected, u)
 	}
 	slices.SortFunc(e.Unexpected, func(a, b *Unexpected) int {
@@ -432,3 +498,28 @@ func loggedAs(r *decisionlog.Record) string {
 func isTunnel(method string) bool {
 	return method == "" || netpolicy.Target{Method: method}.IsConnect()
 }
+
+// answerSeen is what the logs' answers by a person said of a target (or
+// a host): allowed at least once, denied at least once.
+type answerSeen struct{ allow, deny bool }
+
+// add notes answer in a, which is made when nil and room is set; it
+// returns a.
+func (a *answerSeen) add(answer string, room bool) *answerSeen {
+	if a == nil {
+		if !room {
+			return nil
+		}
+		a = &answerSeen{}
+	}
+	switch answer {
+	case "allow":
+		a.allow = true
+	case "deny":
+		a.deny = true
+	}
+	return a
+}
+
+func (a *answerSeen) allowed() bool { return a != nil && a.allow }
+func (a *answerSeen) denied() bool  { return a != nil && a.deny }

@@ -257,6 +257,9 @@ func WriteExpectation(w io.Writer, e *Expectation, format string) error {
 		fmt.Fprintf(ew, "## sbx audit --expect %s\n\n", mdCode(e.Policy))
 	}
 	switch {
+	case e.Holds() && e.Denied > 0:
+		fmt.Fprintf(ew, "%s allows all %s in the logs but %d that a person denied when asked, which it blocks as they were.\n", txt(e.Policy), plural(e.Attempts, "attempt", "attempts"), e.Denied)
+		return ew.err
 	case e.Holds():
 		fmt.Fprintf(ew, "%s allows all %s in the logs.\n", txt(e.Policy), plural(e.Attempts, "attempt", "attempts"))
 		return ew.err

@@ -35,6 +35,7 @@ type suggestedRule struct {
 	notes     []string
 	blocked   bool // every attempt was blocked at run time
 	bypass    bool // seen only as packets around the gateway
+	denied    bool // a block rule: a person denied it when asked (see deniedTarget)
 }
 
 // Suggest returns a policy (YAML, version 1, default block) that allows
@@ -47,6 +48,15 @@ type suggestedRule struct {
 // Targets every attempt at which was blocked at run time, and the
 // destinations of bypass packets, come last, each under a comment saying
 // so: they are allowed only because they were seen.
+//
+// The answers to the gateway's questions (approval records) are
+// reproduced: a target a person allowed when asked is allowed, its
+// comment naming who answered, how and when; a target a person denied,
+// and that nothing else let through (deniedTarget), gets a block rule,
+// listed first so that no wider rule allows it. Expect accepts the
+// attempts a person denied when the policy blocks them (Expectation's
+// Denied). A question no one answered (by timeout) is no one's decision:
+// its target is one blocked at run time, with a note.
 //
 // The policy is checked before it is returned: it compiles, and every
 // attempt in the report replays as allowed or intercepted (see Replay).
@@ -80,6 +90,7 @@ func Suggest(rep *Report, opt SuggestOptions) ([]byte, error) {
 func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*suggestedRule, []string) {
 	var rules []*suggestedRule
 	var skipped []string
+	asked := answersByTarget(rep)
 	byHost := map[string][]*Target{}
 	var hosts []string
 	for _, t := range rep.Targets {
@@ -118,6 +129,12 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				blocked = false
 			}
 			note := targetNote(t)
+			ans := asked[targetKey{h, t.Port}]
+			if deniedTarget(t, ans) {
+				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, denied: true, blocked: true, notes: append([]string{note}, ans.notes()...)})
+				continue
+			}
+			extra := ans.notes()
 			// An intercept rule's status is 200..599 (netpolicy); with
 			// any other the target is allowed instead, which --expect
 			// accepts too.
@@ -129,7 +146,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			}
 			if t.Intercepted == t.Total() && t.MockLLM == 0 && t.InterceptStatus >= 200 && t.InterceptStatus <= 599 && t.Tunnels == 0 && !t.PathsCut {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, intercept: t.InterceptStatus,
-					notes: []string{note, "intercepted when logged; the log keeps the status, not the headers or body"}})
+					notes: append([]string{note, "intercepted when logged; the log keeps the status, not the headers or body"}, extra...)})
 				continue
 			}
 			methods := slices.DeleteFunc(slices.Clone(t.Methods), isTunnel)
@@ -142,7 +159,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			// methods or path allows.
 			if free[h] || t.Tunnels > 0 || len(methods) == 0 || t.MethodsIncomplete || t.PathsIncomplete || t.PathsCut || len(t.Paths) == 0 {
 				open = append(open, t.Port)
-				openNotes = append(openNotes, note)
+				openNotes = append(append(openNotes, note), extra...)
 				continue
 			}
 			k := restriction{strings.Join(methods, ","), pathPrefix(t.Paths)}
@@ -153,7 +170,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				order = append(order, k)
 			}
 			r.ports = append(r.ports, t.Port)
-			r.notes = append(r.notes, note)
+			r.notes = append(append(r.notes, note), extra...)
 		}
 		if len(open) > 0 {
 			slices.Sort(open)
@@ -321,7 +338,7 @@ func foldWildcards(rules []*suggestedRule) []*suggestedRule {
 	children := map[string][]*suggestedRule{}
 	var parents []string
 	for _, r := range rules {
-		if r.intercept != 0 || r.methods != nil || r.bypass || r.ports == nil || isIP(r.host) {
+		if r.intercept != 0 || r.methods != nil || r.bypass || r.denied || r.ports == nil || isIP(r.host) {
 			continue
 		}
 		dot := strings.IndexByte(r.host, '.')
@@ -425,8 +442,9 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 		title string
 		pick  func(*suggestedRule) bool
 	}{
-		{"", func(r *suggestedRule) bool { return !r.blocked && !r.bypass }},
-		{"Blocked when the log was written; allowed here only because the code tried them.\n  # Delete what you do not want, and sbx audit --expect will list it.", func(r *suggestedRule) bool { return r.blocked && !r.bypass }},
+		{"Denied when asked: a person answered deny to the gateway's question, and nothing else\n  # let them through. Block rules, first so that no rule below allows them; sbx audit\n  # --expect accepts the attempts a person denied when the policy blocks them.", func(r *suggestedRule) bool { return r.denied }},
+		{"", func(r *suggestedRule) bool { return !r.blocked && !r.bypass && !r.denied }},
+		{"Blocked when the log was written; allowed here only because the code tried them.\n  # Delete what you do not want, and sbx audit --expect will list it.", func(r *suggestedRule) bool { return r.blocked && !r.bypass && !r.denied }},
 		{"Destinations of packets sent around the gateway (UDP, ICMP, ...), which sbx refuses\n  # whatever the policy says. A rule here lets sbx audit --expect accept those packets, and\n  # lets TCP to the address through: delete it if you want neither.", func(r *suggestedRule) bool { return r.bypass }},
 	}
 	for _, sec := range sections {
@@ -479,9 +497,12 @@ func renderPolicy(rep *Report, rules []*suggestedRule, skipped []string) []byte 
 			if r.path != "" {
 				fmt.Fprintf(&b, "    path: %s\n", quote(r.path))
 			}
-			if r.intercept != 0 {
+			switch {
+			case r.denied:
+				b.WriteString("    action: block\n")
+			case r.intercept != 0:
 				fmt.Fprintf(&b, "    action: intercept\n    response:\n      status: %d\n", r.intercept)
-			} else {
+			default:
 				b.WriteString("    action: allow\n")
 			}
 		}
@@ -503,6 +524,8 @@ func quote(s string) string {
 // refused that p does not exempt.
 func coverage(p *netpolicy.Policy, rep *Report) []string {
 	var misses []string
+	asked := answersByTarget(rep)
+	denied := deniedHosts(rep, asked)
 	miss := func(r *decisionlog.Record) {
 		if d, _ := Replay(p, r); d.Action == netpolicy.Block && !slices.Contains(misses, r.Host) {
 			misses = append(misses, r.Host)
@@ -511,6 +534,9 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 	for _, t := range rep.Targets {
 		if !validTarget(t.Host, t.Port) || onlyInvalid(t) {
 			continue // listed as not covered
+		}
+		if deniedTarget(t, asked[targetKey{t.Host, t.Port}]) {
+			continue // a block rule: Expect accepts what a person denied
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
 		if t.Tunnels > 0 {
@@ -533,7 +559,7 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		}
 	}
 	for _, d := range rep.DNSNames {
-		if validTarget(d.Name, 443) {
+		if validTarget(d.Name, 443) && !denied[d.Name] {
 			miss(&decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindDNS, Host: d.Name})
 		}
 	}
@@ -581,4 +607,90 @@ func validTarget(host string, p int) bool {
 	}
 	_, err := netpolicy.NormalizeHost(host)
 	return err == nil
+}
+
+// targetAnswers are the answers to the gateway's questions about one
+// target, from the report's approvals.
+type targetAnswers struct {
+	allowed, denied bool // by a person (not by timeout)
+	list            []Approval
+}
+
+// maxAnswerNotes bounds the answers a rule's comment names.
+const maxAnswerNotes = 5
+
+// notes are the comment lines naming a's answers: who answered what,
+// when, and to which question.
+func (a *targetAnswers) notes() []string {
+	if a == nil {
+		return nil
+	}
+	var out []string
+	for i, ap := range a.list {
+		if i == maxAnswerNotes {
+			out = append(out, fmt.Sprintf("and %s more", plural(uint64(len(a.list)-i), "answer", "answers")))
+			break
+		}
+		when := ap.Time.UTC().Format("2006-01-02 15:04:05Z07:00")
+		if ap.By == byTimeout {
+			out = append(out, fmt.Sprintf("asked (question %s), no answer came: blocked at %s", ap.ApprovalID, when))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s by %s at %s (question %s)", answerVerb(ap.Answer), ap.Scope, ap.By, when, ap.ApprovalID))
+	}
+	return out
+}
+
+func answerVerb(answer string) string {
+	switch answer {
+	case "allow":
+		return "allowed"
+	case "deny":
+		return "denied"
+	}
+	return "answered " + answer
+}
+
+// byTimeout is the by of an approval record when no answer came
+// (gateway.ByTimeout).
+const byTimeout = "timeout"
+
+// answersByTarget indexes the report's answers by host and port.
+func answersByTarget(rep *Report) map[targetKey]*targetAnswers {
+	m := map[targetKey]*targetAnswers{}
+	for _, ap := range rep.Approvals {
+		k := targetKey{ap.Host, ap.Port}
+		a := m[k]
+		if a == nil {
+			a = &targetAnswers{}
+			m[k] = a
+		}
+		a.list = append(a.list, ap)
+		if ap.By != byTimeout {
+			a.allowed = a.allowed || ap.Answer == "allow"
+			a.denied = a.denied || ap.Answer == "deny"
+		}
+	}
+	return m
+}
+
+// deniedTarget reports whether the suggested policy blocks t: a person
+// denied it when asked, no person allowed it, and no attempt at it went
+// through (allowed, intercepted, or passed by a rule and refused by the
+// address guard).
+func deniedTarget(t *Target, a *targetAnswers) bool {
+	return a != nil && a.denied && !a.allowed && t.Allowed == 0 && t.Intercepted == 0 && t.Guarded == 0
+}
+
+// deniedHosts returns the hosts every target of which in the report is
+// a denied one (deniedTarget): their DNS queries are blocked with them.
+func deniedHosts(rep *Report, asked map[targetKey]*targetAnswers) map[string]bool {
+	m := map[string]bool{}
+	for _, t := range rep.Targets {
+		d := deniedTarget(t, asked[targetKey{t.Host, t.Port}])
+		if was, seen := m[t.Host]; !seen || was {
+			m[t.Host] = d
+		}
+	}
+	return m
 }
