@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -315,13 +316,15 @@ func TestSuggestWildcards(t *testing.T) {
 }
 
 // FuzzSuggest: whatever a log holds, the suggested policy compiles and
-// --expect of the log against it holds, bar what no policy can allow.
+// --expect of the log against it holds, bar what no policy can allow and
+// what a person denied when asked (which it blocks).
 func FuzzSuggest(f *testing.F) {
 	f.Add([]byte("GET a.example 80 /x\nCONNECT b.example 443\n"))
 	f.Add([]byte("dns c.example\nbypass 10.0.0.1 0\nPOST a.example 8080 /v1/a%2fb\nPOST a.example 8080 /v1/../c"))
 	f.Add([]byte("GET a.example 80 /app/cart;jsessionid=1/view\nGET a.example 80 /app/cart;jsessionid=1/edit\nGET b.example 80 /x/%3Fy/z"))
 	f.Add([]byte("comm node\x85\u2028-\x00host: x\nGET a.example 80 /x\ninvalid b.example 443\ncut c.example 80\nsni d.example 443"))
 	f.Add([]byte("guard a.example 192.0.2.1 10.0.0.1\nguard b.example\nguard 10.1.2.3 10.1.2.3\nguard c.example fe80::1%eth0 x 8.8.8.8\nguard d.example ::ffff:192.0.2.9"))
+	f.Add([]byte("askallow a.example 443\naskdeny b.example 80\ndns b.example\nasktimeout c.example 443\naskdeny d.example 443\nCONNECT d.example 443\naskdeny e.example 443\ninvalid e.example 443"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var recs []decisionlog.Record
 		comm := ""
@@ -358,6 +361,22 @@ func FuzzSuggest(f *testing.F) {
 				recs = append(recs, rec(i, "dns", "A", fs[1], 53, "", action, "r", proc))
 			case "bypass":
 				recs = append(recs, rec(i, "bypass", "", fs[1], port%3*1000, "", "block", "guard", func(r *decisionlog.Record) { r.Proto, r.Count = "udp", 1 }))
+			case "askallow", "askdeny", "asktimeout": // a question, its answer, then the request it held
+				answer, by, action := "allow", []string{"cli", "tty", "api", "ui"}[i%4], "allow"
+				if fs[0] != "askallow" {
+					answer, action = "deny", "block"
+				}
+				if fs[0] == "asktimeout" {
+					by = "timeout"
+				}
+				id := "a" + strconv.Itoa(i)
+				kind, method, path := []string{"connect", "http"}[i%2], []string{"CONNECT", "GET"}[i%2], []string{"", "/"}[i%2]
+				recs = append(recs,
+					rec(i, kind, method, fs[1], port, path, "ask", "default", proc, func(r *decisionlog.Record) { r.Event, r.ApprovalID = decisionlog.EventApproval, id }),
+					rec(i, kind, method, fs[1], port, path, action, "default", proc, func(r *decisionlog.Record) {
+						r.Event, r.ApprovalID, r.Answer, r.Scope, r.By = decisionlog.EventApproval, id, answer, "once", by
+					}),
+					rec(i, kind, method, fs[1], port, path, action, "default", proc))
 			case "CONNECT":
 				recs = append(recs, rec(i, []string{"connect", "transparent"}[i%2], "CONNECT", fs[1], port, "", action, "r"))
 			default:

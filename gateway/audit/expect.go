@@ -295,7 +295,7 @@ type Unexpected struct {
 	// Expect): the verdict was ask; it was a block by a rule or the
 	// default (not invalid, the guard's or an unknown record's); and how
 	// many attempts were logged allowed, and blocked.
-	ask, policyBlock              bool
+	ask, policyBlock             bool
 	loggedAllowed, loggedBlocked uint64
 }
 
@@ -394,12 +394,12 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		}
 		if r.Event == decisionlog.EventApproval && r.Answer != "" && r.By != byTimeout {
 			c := clipRecord(r)
-			k := targetKey{c.Host, c.Port}
+			k := answerKey(c.Host, c.Port)
 			if a := answers[k].add(c.Answer, len(answers) < lim.Targets); a != nil {
 				answers[k] = a
 			}
-			if a := hostAnswers[c.Host].add(c.Answer, len(hostAnswers) < lim.Targets); a != nil {
-				hostAnswers[c.Host] = a
+			if a := hostAnswers[k.host].add(c.Answer, len(hostAnswers) < lim.Targets); a != nil {
+				hostAnswers[k.host] = a
 			}
 			return nil
 		}
@@ -463,11 +463,12 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		}
 	}
 	for _, u := range found {
-		a := answers[targetKey{u.Host, u.Port}]
+		k := answerKey(u.Host, u.Port)
+		a, h := answers[k], hostAnswers[k.host]
 		switch {
 		case u.ask && a.allowed() && u.loggedAllowed == u.Attempts:
 			continue // asked, and a person allowed it
-		case u.policyBlock && u.Kind == decisionlog.KindDNS && hostAnswers[u.Host].denied() && !hostAnswers[u.Host].allowed(),
+		case u.policyBlock && u.Kind == decisionlog.KindDNS && h.denied() && !h.allowed(),
 			u.policyBlock && u.Kind != decisionlog.KindDNS && a.denied() && u.loggedBlocked == u.Attempts:
 			e.Denied = satAdd(e.Denied, u.Attempts)
 			continue // blocked, as a person denied it

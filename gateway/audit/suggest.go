@@ -129,7 +129,7 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 				blocked = false
 			}
 			note := targetNote(t)
-			ans := asked[targetKey{h, t.Port}]
+			ans := asked[answerKey(h, t.Port)]
 			if deniedTarget(t, ans) {
 				rules = append(rules, &suggestedRule{host: h, ports: []int{t.Port}, denied: true, blocked: true, notes: append([]string{note}, ans.notes()...)})
 				continue
@@ -535,7 +535,7 @@ func coverage(p *netpolicy.Policy, rep *Report) []string {
 		if !validTarget(t.Host, t.Port) || onlyInvalid(t) {
 			continue // listed as not covered
 		}
-		if deniedTarget(t, asked[targetKey{t.Host, t.Port}]) {
+		if deniedTarget(t, asked[answerKey(t.Host, t.Port)]) {
 			continue // a block rule: Expect accepts what a person denied
 		}
 		r := decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindConnect, Host: t.Host, Port: t.Port, Method: "CONNECT"}
@@ -613,6 +613,7 @@ func validTarget(host string, p int) bool {
 // target, from the report's approvals.
 type targetAnswers struct {
 	allowed, denied bool // by a person (not by timeout)
+	through         bool // an attempt at the target went through
 	list            []Approval
 }
 
@@ -655,11 +656,23 @@ func answerVerb(answer string) string {
 // (gateway.ByTimeout).
 const byTimeout = "timeout"
 
-// answersByTarget indexes the report's answers by host and port.
+// answerKey is the key of answersByTarget and of Expect's answers: the
+// host as netpolicy normalizes it (as it is when it does not), and the
+// port, so that the spellings of one host are one target.
+func answerKey(host string, port int) targetKey {
+	if h, err := netpolicy.NormalizeHost(host); err == nil {
+		host = h
+	}
+	return targetKey{host, port}
+}
+
+// answersByTarget indexes the report's answers by answerKey, noting
+// which targets an attempt went through at (allowed, intercepted, or
+// passed by a rule and refused by the address guard).
 func answersByTarget(rep *Report) map[targetKey]*targetAnswers {
 	m := map[targetKey]*targetAnswers{}
 	for _, ap := range rep.Approvals {
-		k := targetKey{ap.Host, ap.Port}
+		k := answerKey(ap.Host, ap.Port)
 		a := m[k]
 		if a == nil {
 			a = &targetAnswers{}
@@ -671,15 +684,19 @@ func answersByTarget(rep *Report) map[targetKey]*targetAnswers {
 			a.denied = a.denied || ap.Answer == "deny"
 		}
 	}
+	for _, t := range rep.Targets {
+		if a := m[answerKey(t.Host, t.Port)]; a != nil && t.Allowed+t.Intercepted+t.Guarded > 0 {
+			a.through = true
+		}
+	}
 	return m
 }
 
-// deniedTarget reports whether the suggested policy blocks t: a person
-// denied it when asked, no person allowed it, and no attempt at it went
-// through (allowed, intercepted, or passed by a rule and refused by the
-// address guard).
+// deniedTarget reports whether the suggested policy blocks t, whose
+// answers are a: a person denied it when asked, no person allowed it,
+// and no attempt at it (by any spelling of its host) went through.
 func deniedTarget(t *Target, a *targetAnswers) bool {
-	return a != nil && a.denied && !a.allowed && t.Allowed == 0 && t.Intercepted == 0 && t.Guarded == 0
+	return a != nil && a.denied && !a.allowed && !a.through
 }
 
 // deniedHosts returns the hosts every target of which in the report is
@@ -687,7 +704,7 @@ func deniedTarget(t *Target, a *targetAnswers) bool {
 func deniedHosts(rep *Report, asked map[targetKey]*targetAnswers) map[string]bool {
 	m := map[string]bool{}
 	for _, t := range rep.Targets {
-		d := deniedTarget(t, asked[targetKey{t.Host, t.Port}])
+		d := deniedTarget(t, asked[answerKey(t.Host, t.Port)])
 		if was, seen := m[t.Host]; !seen || was {
 			m[t.Host] = d
 		}
