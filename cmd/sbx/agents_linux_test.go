@@ -388,42 +388,78 @@ func TestPrivilegedAgentClaudeCodeTool(t *testing.T) {
 	checkNoMockLines(t, res)
 }
 
-// codexSession runs codex exec prompt headless: Codex's own sandbox and
-// approvals off (bubblewrap cannot make its namespaces inside sbx's), a
-// model whose tools include the shell function exec_command (the starter
-// script's), outside a git repository. Its final answer is its standard
-// output.
-func codexSession(t *testing.T, prompt string) (agentResult, string) {
+// codexModel is a model Codex runs with, as the starter script's turns
+// match it: its default (no -m), which offers the custom tool exec
+// (JavaScript), or one given with -m, which offers the function
+// exec_command (a shell command).
+type codexModel struct {
+	name string   // the model Codex sends, which the turns match
+	args []string // how codex exec picks it
+	// The turns (1-based) answering "say hello" and the tool's result:
+	// the default model's come first in the script.
+	textTurn, toolTurn int
+}
+
+// codexModels are the models the starter script answers: Codex's
+// default, gpt-6.2-sol (Codex 0.171.0's), and gpt-5-codex.
+var codexModels = []codexModel{
+	{name: "gpt-6.2-sol", textTurn: 1, toolTurn: 3},
+	{name: "gpt-5-codex", args: []string{"-m", "gpt-5-codex"}, textTurn: 4, toolTurn: 6},
+}
+
+// codexSession runs codex exec prompt headless with model m: Codex's own
+// sandbox and approvals off (bubblewrap cannot make its namespaces inside
+// sbx's), outside a git repository. Every request the mock answered with
+// a turn carried m's name. Its final answer is its standard output.
+func codexSession(t *testing.T, m codexModel, prompt string) (agentResult, string) {
 	t.Helper()
+	args := append([]string{"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"}, m.args...)
 	res := agentSession{pkg: codexPackage, starter: "codex", host: "api.openai.com", subnet: "10.213.219.0/24",
 		env:  []string{"OPENAI_API_KEY=sk-mock"},
-		args: []string{"exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-m", "gpt-5-codex", prompt},
+		args: append(args, prompt),
 	}.run(t)
+	for _, j := range res.journal.Requests {
+		if j.Turn != 0 && j.Model != m.name {
+			t.Errorf("request %d (turn %d) is for the model %q, want %q (Codex %s's; its default model changed: name the new one in the starter script, codex.yaml)",
+				j.Seq, j.Turn, j.Model, m.name, codexPackage.version)
+		}
+	}
 	return res, strings.TrimSpace(res.stdout)
 }
 
-// TestPrivilegedAgentCodexText: a session without tools; codex exec
-// prints the scripted answer.
+// TestPrivilegedAgentCodexText: a session without tools, with Codex's
+// default model and with gpt-5-codex; codex exec prints the scripted
+// answer.
 func TestPrivilegedAgentCodexText(t *testing.T) {
 	skipUnlessRoot(t)
-	res, answer := codexSession(t, "say hello")
-	if want := "Hello from the scripted model."; answer != want {
-		t.Errorf("the final answer: got %q, want %q", answer, want)
+	for _, m := range codexModels {
+		t.Run(m.name, func(t *testing.T) {
+			res, answer := codexSession(t, m, "say hello")
+			if want := "Hello from the scripted model."; answer != want {
+				t.Errorf("the final answer: got %q, want %q", answer, want)
+			}
+			checkJournal(t, res, "/v1/responses", m.textTurn, "")
+			checkRecords(t, res, "api.openai.com")
+		})
 	}
-	checkJournal(t, res, "/v1/responses", 1, "")
-	checkRecords(t, res, "api.openai.com")
 }
 
-// TestPrivilegedAgentCodexTool: the model calls Codex's exec_command,
-// which writes a file and lists the directory; the listing goes back to
-// the model (the journal), which finishes.
+// TestPrivilegedAgentCodexTool: the model calls Codex's tool, which
+// writes a file and lists the directory: with the default model the
+// custom tool exec, whose JavaScript calls exec_command; with gpt-5-codex
+// the function exec_command. The listing goes back to the model (the
+// journal), which finishes.
 func TestPrivilegedAgentCodexTool(t *testing.T) {
 	skipUnlessRoot(t)
-	res, answer := codexSession(t, agentToolTask)
-	if want := "Done: sbx-mock.txt is written."; answer != want {
-		t.Errorf("the final answer: got %q, want %q", answer, want)
+	for _, m := range codexModels {
+		t.Run(m.name, func(t *testing.T) {
+			res, answer := codexSession(t, m, agentToolTask)
+			if want := "Done: sbx-mock.txt is written."; answer != want {
+				t.Errorf("the final answer: got %q, want %q", answer, want)
+			}
+			checkAgentFile(t, res)
+			checkJournal(t, res, "/v1/responses", m.toolTurn, "sbx-mock.txt")
+			checkRecords(t, res, "api.openai.com")
+		})
 	}
-	checkAgentFile(t, res)
-	checkJournal(t, res, "/v1/responses", 3, "sbx-mock.txt")
-	checkRecords(t, res, "api.openai.com")
 }

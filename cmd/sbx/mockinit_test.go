@@ -70,7 +70,9 @@ func TestMockInit(t *testing.T) {
 // its agent sends (in their shapes, as the agents' end-to-end tests saw
 // them): a session without tools, a side request to another model with
 // the same user text, which must not take the session's turn, and a
-// session whose tool call's output comes back. The real agents run
+// session whose tool call's output comes back (for Codex, with its
+// default model, whose tool is the custom tool exec, and with
+// gpt-5-codex, whose is the function exec_command). The real agents run
 // against the same scripts in TestPrivilegedAgentClaudeCode and
 // TestPrivilegedAgentCodex.
 func TestStarterScriptsAnswer(t *testing.T) {
@@ -92,6 +94,13 @@ func TestStarterScriptsAnswer(t *testing.T) {
 				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sbx-mock.txt"}]}]}`, "Done: sbx-mock.txt is written."},
 		}},
 		{"codex", "/v1/responses", []exchange{
+			// Codex's default model: its tool is exec, a custom tool.
+			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model."},
+			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "custom tool exec"},
+			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]},
+				{"type":"custom_tool_call","call_id":"call_1","name":"exec","input":"text(\"ls\")"},
+				{"type":"custom_tool_call_output","call_id":"call_1","output":[{"type":"input_text","text":"Script completed\n"},{"type":"input_text","text":"sbx-mock.txt\n"}]}]}`, "Done: sbx-mock.txt is written."},
+			// -m gpt-5-codex: its tool is the function exec_command.
 			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model."},
 			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "tool exec_command"},
 			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]},
@@ -133,7 +142,8 @@ func TestStarterScriptsAnswer(t *testing.T) {
 }
 
 // answerOf returns what a non-streamed answer of any of the three APIs
-// says last: "tool NAME" when it calls a tool, else its text.
+// says last: "tool NAME" when it calls a tool ("custom tool NAME" a
+// custom tool of the Responses API), else its text.
 func answerOf(t *testing.T, body []byte) string {
 	t.Helper()
 	var a struct {
@@ -163,6 +173,8 @@ func answerOf(t *testing.T, body []byte) string {
 	for _, o := range a.Output {
 		if o.Type == "function_call" {
 			last = "tool " + o.Name
+		} else if o.Type == "custom_tool_call" {
+			last = "custom tool " + o.Name
 		} else if last == "" && len(o.Content) > 0 {
 			last = o.Content[0].Text
 		}
