@@ -20,6 +20,10 @@ import (
 type liveSink struct {
 	w    io.Writer
 	show showLevel
+	// noQuestions leaves the approval records to the prompt on the
+	// terminal (prompt.go), which asks their questions and says their
+	// answers there.
+	noQuestions bool
 }
 
 // showLevel is which live lines sbx run prints (--show).
@@ -77,6 +81,9 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 		return nil
 	}
 	if bytes.Contains(line, liveApproval) { // a question, and the command that answers it: something to act on, at every level
+		if s.noQuestions {
+			return nil
+		}
 		return writeApprovalLine(s.w, line)
 	}
 	if !bytes.Contains(line, liveDecision) && !(bytes.Contains(line, liveClose) && bytes.Contains(line, liveCARejected)) {

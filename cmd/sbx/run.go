@@ -57,6 +57,7 @@ type runOptions struct {
 	pidsLimit  int64
 	tmpSize    string
 	noCapture  bool
+	noPrompt   bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,6 +74,11 @@ Decisions are printed on stderr as they happen (--show says which) and
 kept in /var/lib/sbx/sandboxes/<id>/decisions.jsonl (or --log), whose path
 is printed at the end. Rules can be changed while it runs with sbx policy
 ... --sandbox <id>, through the API socket in /run/sbx/<id>/.
+
+When the policy asks (action ask, --default ask), the question comes up on
+sbx's terminal and one key answers it; the command's output is held while
+it is on the screen. With --no-prompt, -t, or no terminal, a line on
+stderr names the sbx approve command that answers it instead.
 
 The command never runs as root on the host unless --user 0 says so: under
 sudo it runs as the user who ran sudo, with --rootfs host as the owner of
@@ -144,6 +150,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
 	fs.StringVar(&o.show, "show", "all", "`WHAT` to print on stderr as it happens: all (every decision), blocks (refusals and errors: what may need you) or none (only where the log is)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print nothing as it happens: the same as --show none")
+	fs.BoolVar(&o.noPrompt, "no-prompt", false, "ask no question on the terminal: questions (action ask) get a live line on stderr naming sbx approve, as with -t or without a terminal")
 	fs.BoolVar(&o.noCapture, "no-capture", false, "leave the proxy port the only way out: DNS, connections that ignore HTTP_PROXY and other packets fail unseen instead of being decided and logged")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, unique among the running ones: shown by sbx ps, and taken wherever an id is")
 	fs.StringVar(&o.runtime, "runtime", "", "the container `RUNTIME`: containerd, or docker (images only, --image) (default: containerd when its socket answers, else docker)")
@@ -199,8 +206,17 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err := o.readConfig(cmd, &spec); err != nil {
 		return 0, err
 	}
+	// Questions asked on the terminal (prompt.go), when there is one the
+	// command does not own.
+	prompt := o.newRunPrompt(cmd.InOrStdin())
+	if prompt != nil {
+		prompt.attach(&spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
+	}
 	r, err := run.Start(ctx, spec)
 	if err != nil {
+		if prompt != nil {
+			prompt.stop()
+		}
 		return o.startFailed(err, args[0], rtName, stderr)
 	}
 	// Close says where the decision log is, after the command's output
@@ -213,6 +229,12 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	}()
 	if !o.silent() {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
+	}
+	if prompt != nil {
+		// Ended before Close: the prompt on the screen says the run
+		// ended, and the output it held reaches the terminal.
+		prompt.start(o.stateDir, r.ID())
+		defer prompt.stop()
 	}
 	// Ctrl-C or SIGTERM: the command gets SIGTERM, and SIGKILL after 10 s.
 	code, err = r.Wait(ctx)
