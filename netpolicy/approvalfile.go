@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,12 +13,111 @@ import (
 )
 
 // approvalFileMu serializes AddApprovedRule, so that two answers never
-// write one file at once.
+// write one file at once, and guards pins.
 var approvalFileMu sync.Mutex
 
 // ErrNotYAML is returned by AddApprovedRule for a JSON policy file, which
 // cannot keep the comment an approved rule carries.
 var ErrNotYAML = errors.New("not a YAML policy file")
+
+// ErrApprovalsPathChanged is returned by AddApprovedRule for a file pinned
+// by PinApprovalsFile when its path no longer leads where it led then: a
+// symbolic link stands at the file's name, or the file's directory is gone
+// or another (a link to elsewhere, say) stands at its path. Whatever did
+// it (a sandbox can write where the file usually lies), nothing is
+// written, through the link or elsewhere.
+var ErrApprovalsPathChanged = errors.New("the approvals file's path changed since it was resolved")
+
+// pins are the files PinApprovalsFile resolved, by absolute path.
+var pins = map[string]*pin{}
+
+// A pin is one pinned file: its directory kept open (or why it could not
+// be), for refs callers.
+type pin struct {
+	refs int
+	d    *approvalsDir
+	err  error
+}
+
+// PinApprovalsFile resolves path, a file AddApprovedRule is to write, now:
+// its symbolic links (the file's own included) are followed once, and the
+// directory the file lies in is kept open until release is called (a
+// descriptor on Linux). Until then every AddApprovedRule(path, ...) reads
+// and writes the file through that directory, not through path: a link
+// planted later at the file's name is refused, and one planted in place of
+// a directory on the way is not followed (ErrApprovalsPathChanged either
+// way). A caller pins the file before anything untrusted can write near
+// it, as sbx run does before it starts the sandbox. When path cannot be
+// resolved now (its directory does not exist), the pin keeps that error,
+// which AddApprovedRule returns: a directory made later is not trusted.
+// Pinning a pinned path shares the pin; each release undoes one
+// PinApprovalsFile, and only the first call of a release does anything.
+func PinApprovalsFile(path string) (release func()) {
+	key := pinKey(path)
+	approvalFileMu.Lock()
+	defer approvalFileMu.Unlock()
+	p := pins[key]
+	if p == nil {
+		p = &pin{}
+		p.d, p.err = openApprovalsDir(path)
+		pins[key] = p
+	}
+	p.refs++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			approvalFileMu.Lock()
+			defer approvalFileMu.Unlock()
+			if p.refs--; p.refs == 0 {
+				delete(pins, key)
+				if p.d != nil {
+					p.d.close()
+				}
+			}
+		})
+	}
+}
+
+// pinKey is the key of path in pins: its absolute, clean form.
+func pinKey(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return filepath.Clean(path)
+}
+
+// resolveApprovalsPath returns the directory, without symbolic links, and
+// the name in it of the file at path: the file a link at path names, or
+// path's own name when nothing is there yet (or a link to nothing, which
+// writing refuses).
+func resolveApprovalsPath(path string) (dir, name string, err error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", "", fmt.Errorf("approvals file %s: %w", path, err)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return filepath.Dir(real), filepath.Base(real), nil // the file a link names, not the link
+	}
+	dir, err = filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return "", "", fmt.Errorf("approvals file %s: its directory: %w; make the directory before the run, or give another file", path, err)
+	}
+	return dir, filepath.Base(abs), nil
+}
+
+// linkAtNameError is the refusal of a symbolic link at the approvals
+// file's name, to target.
+func linkAtNameError(path, target string) error {
+	return fmt.Errorf("%s: %w: it is now a symbolic link (to %s), which may have been planted to make sbx write elsewhere, so nothing was written; "+
+		"remove the link (put the file there if it was yours) and answer again, or answer for the session", path, ErrApprovalsPathChanged, target)
+}
+
+// movedDirError is the refusal of a directory that is no longer at its
+// path (why says what is there now).
+func movedDirError(path, dir, why string) error {
+	return fmt.Errorf("%s: %w: its directory %s %s, so nothing was written; "+
+		"answer for the session, and add the rule to the file yourself", path, ErrApprovalsPathChanged, dir, why)
+}
 
 // AddApprovedRule adds r, the rule of an answer that reaches later runs
 // (docs/gateway.md), to the YAML policy file at path: before the file's
@@ -32,26 +129,26 @@ var ErrNotYAML = errors.New("not a YAML policy file")
 // the old file's mode), and only when the result decodes as a policy: a
 // reader sees the old file or the new one, never a part.
 //
+// A path pinned by PinApprovalsFile is read and written through the
+// directory resolved then, and a symbolic link at its name is refused:
+// see ErrApprovalsPathChanged. Another path is resolved now (a link at
+// path is followed, and the file it names replaced).
+//
 // A JSON file gives ErrNotYAML; a file that is not a policy (a list, a
 // scalar, rules that are not a list) gives an error wrapping
 // ErrInvalidPolicy. It is safe for concurrent use.
 func AddApprovedRule(path string, r Rule, comment string) error {
 	approvalFileMu.Lock()
 	defer approvalFileMu.Unlock()
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real // replace the file a link names, not the link
+	d, done, err := approvalsDirOf(path)
+	if err != nil {
+		return err
 	}
-	data, err := os.ReadFile(path)
-	mode := fs.FileMode(0o644)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		data = nil
-	case err != nil:
-		return fmt.Errorf("reading %s to add an approved rule: %w", path, err)
-	default:
-		if fi, err := os.Stat(path); err == nil {
-			mode = fi.Mode().Perm()
-		}
+	defer done()
+	path = d.path
+	data, mode, err := d.read()
+	if err != nil {
+		return err
 	}
 	trimmed := bytes.TrimSpace(data)
 	if strings.HasSuffix(path, ".json") || len(trimmed) > 0 && trimmed[0] == '{' {
@@ -111,7 +208,20 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 	if _, err := Decode(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("%s with the approved rule would not be a valid policy, so it is left as it was: %w", path, err)
 	}
-	return writeFileAtomic(path, buf.Bytes(), mode)
+	return d.replace(buf.Bytes(), mode)
+}
+
+// approvalsDirOf returns the directory AddApprovedRule reads and writes
+// path through, and what to call when done: path's pin's (or its error),
+// else one resolved now, closed by done. The caller holds approvalFileMu.
+func approvalsDirOf(path string) (d *approvalsDir, done func(), err error) {
+	if p := pins[pinKey(path)]; p != nil {
+		return p.d, func() {}, p.err
+	}
+	if d, err = openApprovalsDir(path); err != nil {
+		return nil, nil, err
+	}
+	return d, d.close, nil
 }
 
 // nodeField returns the scalar value of key in the mapping n, or "".
@@ -145,35 +255,4 @@ func ruleNode(r Rule) *yaml.Node {
 	}
 	n.Content = append(n.Content, str("action"), str(string(r.Action)))
 	return n
-}
-
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory, written, synced and renamed over path.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) (retErr error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer func() {
-		if retErr != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }
