@@ -26,7 +26,7 @@ var ErrNotYAML = errors.New("not a YAML policy file")
 // or another (a link to elsewhere, say) stands at its path. Whatever did
 // it (a sandbox can write where the file usually lies), nothing is
 // written, through the link or elsewhere.
-var ErrApprovalsPathChanged = errors.New("the approvals file's path changed since it was resolved")
+var ErrApprovalsPathChanged = errors.New("the approvals file's path changed since the start")
 
 // pins are the files PinApprovalsFile resolved, by absolute path.
 var pins = map[string]*pin{}

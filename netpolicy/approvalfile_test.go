@@ -2,6 +2,8 @@ package netpolicy
 
 import (
 	"errors"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,4 +79,168 @@ func TestAddApprovedRuleRefuses(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 3 {
 		t.Errorf("the directory holds %d files, want 3 (no temporary file left)", len(entries))
 	}
+}
+
+// TestAddApprovedRulePinnedRefusesPlantedLinks: once the approvals file
+// is pinned, a symbolic link planted at its name or in place of a
+// directory on its path (as a sandbox that can write the working
+// directory could) makes the always answer fail with
+// ErrApprovalsPathChanged, and nothing is written outside, nor through
+// the link.
+func TestAddApprovedRulePinnedRefusesPlantedLinks(t *testing.T) {
+	r := Rule{Host: "evil.example", Ports: []Port{443}, Action: Allow}
+	const victimText = "version: 1\n# the host's own file\n"
+	tests := []struct {
+		name   string
+		exists bool // the approvals file exists when pinned
+		plant  func(t *testing.T, work, file, outside string)
+	}{
+		{"a link at the name to a file outside", true, func(t *testing.T, work, file, outside string) {
+			mustDo(t, os.Remove(file), os.Symlink(filepath.Join(outside, "victim.yaml"), file))
+		}},
+		{"a link at the name to nothing, outside", true, func(t *testing.T, work, file, outside string) {
+			mustDo(t, os.Remove(file), os.Symlink(filepath.Join(outside, "new.yaml"), file))
+		}},
+		{"a link at the name of a file not made yet", false, func(t *testing.T, work, file, outside string) {
+			mustDo(t, os.Symlink(filepath.Join(outside, "victim.yaml"), file))
+		}},
+		{"the file's directory replaced by a link", true, func(t *testing.T, work, file, outside string) {
+			sub := filepath.Dir(file)
+			mustDo(t, os.Rename(sub, sub+".old"), os.Symlink(outside, sub))
+		}},
+		{"the directory of a file not made yet replaced by a link", false, func(t *testing.T, work, file, outside string) {
+			sub := filepath.Dir(file)
+			mustDo(t, os.Rename(sub, sub+".old"), os.Symlink(outside, sub))
+		}},
+		{"a directory higher on the path replaced by a link", true, func(t *testing.T, work, file, outside string) {
+			mid := filepath.Join(work, "a")
+			os.MkdirAll(filepath.Join(outside, "b"), 0o755)
+			os.WriteFile(filepath.Join(outside, "b", "policy.yaml"), []byte(victimText), 0o644)
+			mustDo(t, os.Rename(mid, mid+".old"), os.Symlink(outside, mid))
+		}},
+		{"the file's directory removed", false, func(t *testing.T, work, file, outside string) {
+			mustDo(t, os.Remove(filepath.Dir(file)))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			work, outside := t.TempDir(), t.TempDir()
+			file := filepath.Join(work, "a", "b", "policy.yaml")
+			mustDo(t, os.MkdirAll(filepath.Dir(file), 0o755))
+			if tt.exists {
+				mustDo(t, os.WriteFile(file, []byte("version: 1\n"), 0o644))
+			}
+			victim := filepath.Join(outside, "victim.yaml")
+			mustDo(t, os.WriteFile(victim, []byte(victimText), 0o644))
+			release := PinApprovalsFile(file)
+			defer release()
+			tt.plant(t, work, file, outside)
+			before := treeOf(t, outside)
+			err := AddApprovedRule(file, r, "allowed always by cli")
+			t.Logf("AddApprovedRule: %v", err)
+			if !errors.Is(err, ErrApprovalsPathChanged) {
+				t.Errorf("AddApprovedRule: got %v, want ErrApprovalsPathChanged", err)
+			} else if !strings.Contains(err.Error(), "nothing was written") {
+				t.Errorf("the error does not say that nothing was written: %v", err)
+			}
+			if after := treeOf(t, outside); !maps.Equal(after, before) {
+				t.Errorf("outside changed: got %q, want %q", after, before)
+			}
+			for p, text := range treeOf(t, work) {
+				if strings.Contains(text, "evil.example") {
+					t.Errorf("%s got the rule, want no file written: %q", p, text)
+				}
+			}
+		})
+	}
+}
+
+// TestPinApprovalsFile: a pinned file is resolved once: a link at its
+// name when pinned is followed, and the file it named is the one
+// written, whatever the link says later; a normal answer works and keeps
+// the mode; a file whose directory is missing when pinned stays refused
+// after the directory is made; a release undoes one pin.
+func TestPinApprovalsFile(t *testing.T) {
+	r := Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}
+	work, home := t.TempDir(), t.TempDir()
+	real := filepath.Join(home, "policy.yaml")
+	mustDo(t, os.WriteFile(real, []byte("version: 1\n"), 0o640))
+	link := filepath.Join(work, "policy.yaml")
+	mustDo(t, os.Symlink(real, link))
+
+	release := PinApprovalsFile(link)
+	again := PinApprovalsFile(link)
+	// Repointed after the pin: not followed.
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	mustDo(t, os.WriteFile(other, []byte("version: 1\n"), 0o644), os.Remove(link), os.Symlink(other, link))
+	if err := AddApprovedRule(link, r, "allowed always by cli"); err != nil {
+		t.Fatalf("AddApprovedRule: %v", err)
+	}
+	if data, _ := os.ReadFile(real); !strings.Contains(string(data), "pypi.org") {
+		t.Errorf("the file the link named when pinned lacks the rule: %q", data)
+	}
+	if fi, err := os.Stat(real); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("the file's mode: got %v (%v), want 0640", fi.Mode().Perm(), err)
+	}
+	if data, _ := os.ReadFile(other); strings.Contains(string(data), "pypi.org") {
+		t.Errorf("the file the link names now got the rule: %q", data)
+	}
+	if target, err := os.Readlink(link); err != nil || target != other {
+		t.Errorf("the link: got %q, %v; want it left as it is", target, err)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 1 {
+		t.Errorf("the directory holds %d entries, want 1 (no temporary file left)", len(entries))
+	}
+	release()
+	release() // only the first call does anything
+	if pins[pinKey(link)] == nil {
+		t.Errorf("one release of two pins removed the pin")
+	}
+	again()
+	if len(pins) != 0 {
+		t.Errorf("after every release: got %d pins, want none", len(pins))
+	}
+
+	missing := filepath.Join(work, "later", "approvals.yaml")
+	release = PinApprovalsFile(missing)
+	defer release()
+	mustDo(t, os.Mkdir(filepath.Dir(missing), 0o755))
+	if err := AddApprovedRule(missing, r, "x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a directory made after the pin: got %v, want the pin's fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("%s was written", missing)
+	}
+}
+
+// mustDo fails t at the first error of errs.
+func mustDo(t *testing.T, errs ...error) {
+	t.Helper()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// treeOf returns the regular files below dir, by path, with their
+// contents; links are not followed.
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.Type().IsRegular() {
+			data, err := os.ReadFile(p)
+			files[p] = string(data)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
