@@ -19,6 +19,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -85,6 +86,13 @@ type Spec struct {
 	// path is refused as the log's is, and appended to as it is.
 	Gateway gateway.Config
 	LogDir  string
+	// PolicyFile is the file Gateway.Policy was read from, "" for none.
+	// Start notes a WritablePolicyFile when it, or Gateway.ApprovalsFile,
+	// lies where the sandbox can write. Gateway.ApprovalsFile is pinned
+	// (netpolicy.PinApprovalsFile) before the sandbox starts, until Close:
+	// always answers write the file resolved then, through no link the
+	// sandbox plants later.
+	PolicyFile string
 	// Recordings are recorded, and written by Close.
 	Recordings []Recording
 
@@ -181,6 +189,7 @@ type Run struct {
 	journalFile string // "" without mocks
 	recordings  []recording
 	notes       func(Note)
+	unpin       func() // releases the approvals file's pin
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -214,6 +223,7 @@ func (r *Run) Close() error {
 	r.closeOnce.Do(func() {
 		var errs *multierror.Error
 		errs = multierror.Append(errs, r.s.Close())
+		r.unpin()
 		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile, JournalFile: r.journalFile})
 		errs = multierror.Append(errs, writeRecordings(r.recordings, r.notes)...)
 		r.closeErr = errs.ErrorOrNil()
@@ -227,6 +237,8 @@ type prepared struct {
 	layout     rootfs.Layout
 	user       User
 	env        []string
+	// writable are the policy's files that the sandbox could write.
+	writable []WritablePolicyFile
 }
 
 // prepare chooses the user and lays out the root filesystem, and checks
@@ -313,9 +325,42 @@ func prepare(spec *Spec) (prepared, error) {
 		return p, err
 	}
 	if j := journalFile(spec); j != "" {
-		return p, journalError(checkLogPath(j, "", appendTo, p.layout.Writable()))
+		if err := journalError(checkLogPath(j, "", appendTo, p.layout.Writable())); err != nil {
+			return p, err
+		}
 	}
+	p.writable = writablePolicyFiles(spec.PolicyFile, spec.Gateway.ApprovalsFile, p.layout.Writable())
 	return p, nil
+}
+
+// writablePolicyFiles returns the notes of the policy file and the
+// approvals file (once, when they are one) that lie where the sandbox can
+// write through writable, or whose place cannot be told.
+func writablePolicyFiles(policy, approvals string, writable []string) []WritablePolicyFile {
+	same := policy != "" && approvals != "" && sameFilePath(policy, approvals)
+	var notes []WritablePolicyFile
+	for _, f := range []WritablePolicyFile{{Path: policy, Policy: true, Approvals: same}, {Path: approvals, Approvals: true}} {
+		if f.Path == "" || same && !f.Policy {
+			continue
+		}
+		if f.Reason = outsideOf(f.Path, writable); f.Reason != nil {
+			notes = append(notes, f)
+		}
+	}
+	return notes
+}
+
+// sameFilePath reports whether the paths a and b name one file: the same
+// absolute path, or the same existing file.
+func sameFilePath(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == ab {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
 
 // mocks reports whether the gateway mocks an LLM, and so keeps a journal.
@@ -381,6 +426,27 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	spec.Notes(UserChosen{User: p.user})
+	for _, n := range p.writable {
+		spec.Notes(n)
+	}
+	// The approvals file is resolved now, before the sandbox can plant a
+	// link near it, and written through what was resolved.
+	unpin := func() {}
+	if spec.Gateway.ApprovalsFile != "" {
+		unpin = netpolicy.PinApprovalsFile(spec.Gateway.ApprovalsFile)
+	}
+	r, err := start(ctx, &spec, p, unpin)
+	if err != nil {
+		unpin()
+		return nil, err
+	}
+	return r, nil
+}
+
+// start is Start once prepared, with the approvals file pinned (unpin
+// releases it); on error the caller releases it.
+func start(ctx context.Context, spec *Spec, p prepared, unpin func()) (*Run, error) {
+	var err error
 	image := spec.RootFS.Image
 	if image != "" {
 		if image, err = spec.Runtime.EnsureImage(ctx, image, spec.RootFS.Pull, spec.RootFS.PullProgress); err != nil {
@@ -397,7 +463,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	if initPath == "" {
 		spec.Notes(NoInit{})
 	}
-	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, logFile: spec.Gateway.LogFile, journalFile: journalFile(&spec)}
+	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, unpin: unpin, logFile: spec.Gateway.LogFile, journalFile: journalFile(spec)}
 	var mounts []specs.Mount
 	for _, m := range p.layout.Mounts {
 		mounts = append(mounts, specs.Mount{Destination: m.Destination, Source: m.Source, Type: m.Type, Options: m.Options})
@@ -415,7 +481,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		StateDir: spec.StateDir,
 		Pool:     spec.Pool,
 		Runtime:  spec.Runtime,
-		Gateway:  r.gatewayStarter(&spec, insp),
+		Gateway:  r.gatewayStarter(spec, insp),
 		Container: sandbox.ContainerSpec{
 			RootFS:        p.layout.Root,
 			Image:         image,

@@ -193,3 +193,72 @@ func TestSecretsHoldPlaceholders(t *testing.T) {
 		}
 	}
 }
+
+// TestWritablePolicyFilesNoted: the policy's file and the approvals file
+// are noted when they lie where the sandbox can write (in a read-write
+// volume, or reached through a link there), once when they are one file,
+// and not when they lie out of its reach; the run is not refused.
+func TestWritablePolicyFilesNoted(t *testing.T) {
+	policy, err := netpolicy.Parse("test", []byte("version: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, vol, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	mustWrite := func(path string) string {
+		if err := os.WriteFile(path, []byte("version: 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	mustWrite(filepath.Join(root, "tool"))
+	os.Chmod(filepath.Join(root, "tool"), 0o755)
+	inVol, out := mustWrite(filepath.Join(vol, "policy.yaml")), mustWrite(filepath.Join(outside, "policy.yaml"))
+	linkInVol := filepath.Join(vol, "link.yaml")
+	if err := os.Symlink(out, linkInVol); err != nil {
+		t.Fatal(err)
+	}
+	type note struct {
+		path              string
+		policy, approvals bool
+	}
+	for _, tt := range []struct {
+		name, policyFile, approvals string
+		want                        []note
+	}{
+		{"policy file in a volume, approvals in it", inVol, inVol, []note{{inVol, true, true}}},
+		{"policy file in a volume, no approvals file", inVol, "", []note{{inVol, true, false}}},
+		{"policy file outside, approvals in a volume", out, inVol, []note{{inVol, false, true}}},
+		{"policy file in a volume, approvals outside", inVol, out, []note{{inVol, true, false}}},
+		{"both outside", out, out, nil},
+		{"a link in a volume to a file outside", linkInVol, linkInVol, []note{{linkInVol, true, true}}},
+		{"none", "", "", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Spec{
+				Command:    []string{"/tool"},
+				Gateway:    gateway.Config{Policy: policy, ApprovalsFile: tt.approvals},
+				PolicyFile: tt.policyFile,
+				Runtime:    noRuntime{},
+				RootFS:     RootFS{Dir: root},
+				Volumes:    []rootfs.Mount{{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadWriteBind}},
+				User:       &User{UID: 1000, GID: 1000, Why: UserAsked},
+				LogDir:     t.TempDir(),
+			}
+			p, err := prepare(&s)
+			if err != nil {
+				t.Fatalf("prepare: got %v, want no refusal", err)
+			}
+			var got []note
+			for _, n := range p.writable {
+				var we *WritableError
+				if !errors.As(n.Reason, &we) {
+					t.Errorf("%s: got the reason %v, want a *WritableError", n.Path, n.Reason)
+				}
+				got = append(got, note{n.Path, n.Policy, n.Approvals})
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got the notes %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
