@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
@@ -98,6 +99,10 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	cfg, recs, err := o.config(cmd)
 	if err != nil {
 		return err
+	}
+	// Always answers write the approvals file resolved now.
+	if cfg.ApprovalsFile != "" {
+		defer netpolicy.PinApprovalsFile(cfg.ApprovalsFile)()
 	}
 	g, err := gateway.Start(cmd.Context(), cfg)
 	if err != nil {
