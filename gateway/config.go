@@ -92,7 +92,10 @@ type Config struct {
 	// always writes its rule to (netpolicy.AddApprovedRule): in sbx run,
 	// --approvals FILE, else a YAML --policy file. "" refuses always
 	// answers with ErrNoApprovalsFile. How long a request whose verdict is
-	// ask is held is the policy's (ask_timeout, --ask-timeout).
+	// ask is held is the policy's (ask_timeout, --ask-timeout). A caller
+	// that pins the file (netpolicy.PinApprovalsFile) before anything
+	// untrusted runs, as sbx run does, has it written through what was
+	// resolved then.
 	ApprovalsFile string
 
 	// Where its decisions go.
