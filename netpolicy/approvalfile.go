@@ -100,7 +100,7 @@ func resolveApprovalsPath(path string) (dir, name string, err error) {
 	}
 	dir, err = filepath.EvalSymlinks(filepath.Dir(abs))
 	if err != nil {
-		return "", "", fmt.Errorf("approvals file %s: its directory: %w; make the directory before the run, or give another file", path, err)
+		return "", "", fmt.Errorf("approvals file %s: its directory cannot be resolved (make it before the run, or give another file): %w", path, err)
 	}
 	return dir, filepath.Base(abs), nil
 }
