@@ -271,35 +271,43 @@ func (s *Server) secretBound(host string, port uint16) bool {
 	return false
 }
 
-// placeholderIn returns the first secret whose placeholder text holds,
-// in any case (a host name or a DNS name is lower-cased on its way), nil
-// when there is none.
+// placeholderIn returns a secret whose placeholder text holds, in any
+// case (a host name or a DNS name is lower-cased on its way), nil when
+// there is none: text goes to no secret's host.
 func (s *Server) placeholderIn(text string) *Secret {
-	if len(s.cfg.Secrets) == 0 || indexFold(text, PlaceholderPrefix) < 0 {
+	return s.foreignPlaceholder(text, false, "", 0)
+}
+
+// foreignPlaceholder returns a secret whose placeholder text holds, in any
+// case, and that is not bound to host (normalized; "" is bound to none) on
+// port: every secret is looked for, so a bound secret's placeholder hides
+// no other's. encoded text (a request-target, a path) is percent-decoded
+// first when it holds a '%': a placeholder written as it is stays whole,
+// since no escape can take its characters ("sbx-secret-" starts it, and
+// it holds no '%' or '+'). Nil when there is none.
+func (s *Server) foreignPlaceholder(text string, encoded bool, host string, port uint16) *Secret {
+	if len(s.cfg.Secrets) == 0 {
+		return nil
+	}
+	if encoded && strings.IndexByte(text, '%') >= 0 {
+		text = percentDecode(text)
+	}
+	if indexFold(text, PlaceholderPrefix) < 0 {
 		return nil
 	}
 	for _, sec := range s.cfg.Secrets {
-		if indexFold(text, sec.lower) >= 0 {
+		if indexFold(text, sec.lower) >= 0 && (host == "" || !sec.bound(host, port)) {
 			return sec
 		}
 	}
 	return nil
 }
 
-// placeholderInEncoded is placeholderIn for a request-target or a path,
-// which may hold the placeholder percent-encoded.
-func (s *Server) placeholderInEncoded(text string) *Secret {
-	if sec := s.placeholderIn(text); sec != nil || !strings.Contains(text, "%") {
-		return sec
-	}
-	return s.placeholderIn(percentDecode(text))
-}
-
 // leakedSecret returns a secret whose placeholder a request to host (as
 // sent, or normalized) on port carries where the secret is not sent: in
 // host itself, always; in target (the request-target, or the path and
-// query) or in a header field's name or value, unless the secret is
-// bound to host and port. Nil when there is none.
+// query, percent-encoded or not) or in a header field's name or value,
+// unless the secret is bound to host and port. Nil when there is none.
 func (s *Server) leakedSecret(host string, port uint16, target string, h http.Header) *Secret {
 	if len(s.cfg.Secrets) == 0 {
 		return nil
@@ -311,22 +319,16 @@ func (s *Server) leakedSecret(host string, port uint16, target string, h http.He
 	if err != nil {
 		name = ""
 	}
-	foreign := func(sec *Secret) bool { return sec != nil && (name == "" || !sec.bound(name, port)) }
-	if sec := s.placeholderInEncoded(target); foreign(sec) {
+	if sec := s.foreignPlaceholder(target, true, name, port); sec != nil {
 		return sec
 	}
 	for k, vs := range h {
-		if sec := s.placeholderIn(k); foreign(sec) {
+		if sec := s.foreignPlaceholder(k, false, name, port); sec != nil {
 			return sec
 		}
 		for _, v := range vs {
-			if indexFold(v, PlaceholderPrefix) < 0 {
-				continue
-			}
-			for _, sec := range s.cfg.Secrets {
-				if indexFold(v, sec.lower) >= 0 && foreign(sec) {
-					return sec
-				}
+			if sec := s.foreignPlaceholder(v, false, name, port); sec != nil {
+				return sec
 			}
 		}
 	}

@@ -334,6 +334,16 @@ func TestSecretPlaceholderElsewhereIsBlocked(t *testing.T) {
 				{name: "https percent-encoded path", url: s.httpsURL("other.example", "/%73"+pa[1:]), secret: "API_KEY", host: "other.example"},
 				{name: "https header name", url: s.httpsURL("other.example", "/"), header: "X-" + pa + ": 1", secret: "API_KEY", host: "other.example"},
 				{name: "https another secret's placeholder to a bound host", url: s.httpsURL("example.com", "/"), header: "X-Api-Key: " + pb, secret: "OTHER_KEY", host: "example.com"},
+				// Two placeholders, the first bound to the host and the
+				// second not: the second is looked for too.
+				{name: "https two placeholders in the query to the first's host", url: s.httpsURL("example.com", "/x?a="+pa+"&b="+pb), secret: "OTHER_KEY", host: "example.com"},
+				{name: "https h2 two placeholders in the path to the first's host", url: s.httpsURL("example.com", "/"+pa+"/"+strings.ToUpper(pb)), h2: true, secret: "OTHER_KEY", host: "example.com"},
+				{name: "https the second placeholder percent-encoded", url: s.httpsURL("example.com", "/x?a="+pa+"&b=%73"+pb[1:]), secret: "OTHER_KEY", host: "example.com"},
+				{name: "https two placeholders in a header name to the first's host", url: s.httpsURL("example.com", "/"), header: "X-" + pa + "-" + pb + ": 1", secret: "OTHER_KEY", host: "example.com"},
+				{name: "https two placeholders in a header value to the first's host", url: s.httpsURL("example.com", "/"), header: "X-Api-Key: " + pa + "," + pb, secret: "OTHER_KEY", host: "example.com"},
+				{name: "http two placeholders in the query to the first's host", url: s.httpURL("plain.example", "/x?a="+pa+"&b="+pb), secret: "OTHER_KEY", host: "plain.example"},
+				{name: "http the second placeholder percent-encoded", url: s.httpURL("plain.example", "/x?a="+pa+"&b=%73"+pb[1:]), secret: "OTHER_KEY", host: "plain.example"},
+				{name: "http two placeholders in a header name to the first's host", url: s.httpURL("plain.example", "/"), header: "X-" + pa + "-" + pb + ": 1", secret: "OTHER_KEY", host: "plain.example"},
 				{name: "http header to another host", url: s.httpURL("other.example", "/"), header: "X-Api-Key: " + pa, secret: "API_KEY", host: "other.example"},
 				{name: "http header to a bound host's other port", url: "http://example.com:" + s.plainPort.String() + "/", header: "X-Api-Key: " + pa, secret: "API_KEY", host: "example.com"},
 				{name: "http path to another host", url: s.httpURL("other.example", "/"+pa), secret: "API_KEY", host: "other.example"},
