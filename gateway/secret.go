@@ -303,31 +303,25 @@ func (s *Server) foreignPlaceholder(text string, encoded bool, host string, port
 	return nil
 }
 
-// leakedSecret returns a secret whose placeholder a request to host (as
-// sent, or normalized) on port carries where the secret is not sent: in
-// host itself, always; in target (the request-target, or the path and
-// query, percent-encoded or not) or in a header field's name or value,
-// unless the secret is bound to host and port. Nil when there is none.
+// leakedSecret returns a secret whose placeholder a request to host
+// (normalized; "" for a host that did not normalize, which no secret is
+// bound to) on port carries where the secret is not sent: in target (the
+// request-target, or the path and query, percent-encoded or not) or in a
+// header field's name or value. Nil when there is none. host itself is
+// not looked at: the request's decision did (decide).
 func (s *Server) leakedSecret(host string, port uint16, target string, h http.Header) *Secret {
 	if len(s.cfg.Secrets) == 0 {
 		return nil
 	}
-	if sec := s.placeholderIn(host); sec != nil {
-		return sec
-	}
-	name, err := netpolicy.NormalizeHost(host)
-	if err != nil {
-		name = ""
-	}
-	if sec := s.foreignPlaceholder(target, true, name, port); sec != nil {
+	if sec := s.foreignPlaceholder(target, true, host, port); sec != nil {
 		return sec
 	}
 	for k, vs := range h {
-		if sec := s.foreignPlaceholder(k, false, name, port); sec != nil {
+		if sec := s.foreignPlaceholder(k, false, host, port); sec != nil {
 			return sec
 		}
 		for _, v := range vs {
-			if sec := s.foreignPlaceholder(v, false, name, port); sec != nil {
+			if sec := s.foreignPlaceholder(v, false, host, port); sec != nil {
 				return sec
 			}
 		}
@@ -345,19 +339,26 @@ func secretDecision(sec *Secret, host string) netpolicy.Decision {
 // blockLeak turns *d into the block of a request to host on port that
 // carries a secret's placeholder where the secret is not sent (see
 // leakedSecret), naming the secret in rec; it reports whether it did.
+// rec, *d and host are as the request was decided (decide, or the
+// inspected tunnel's host): rec.Host the host logged, host normalized,
+// and a placeholder in the host already found (rec.Secret names it); a
+// host that did not normalize is decided invalid, and no secret is bound
+// to it.
 func (s *Server) blockLeak(rec *decisionlog.Record, d *netpolicy.Decision, host string, port uint16, target string, h http.Header) bool {
 	if rec.Secret != "" { // decided so already, by its host
 		return true
+	}
+	if len(s.cfg.Secrets) == 0 {
+		return false
+	}
+	if d.Rule == netpolicy.RuleInvalid { // its host did not normalize, or port 0
+		host = ""
 	}
 	sec := s.leakedSecret(host, port, target, h)
 	if sec == nil {
 		return false
 	}
-	logged := rec.Host
-	if logged == "" {
-		logged = redactTarget(host)
-	}
-	*d = secretDecision(sec, logged)
+	*d = secretDecision(sec, rec.Host)
 	rec.Secret = sec.name
 	return true
 }

@@ -605,8 +605,9 @@ func TestReadSecret(t *testing.T) {
 
 // FuzzSecretHeaderRewrite: whatever the header fields and the target,
 // the value of a secret is never in what goes to a host the secret is
-// not bound to: either the request is blocked (leakedSecret), or after
-// injectSecrets only the bound secrets' values are in it.
+// not bound to: either the request is blocked (its host by decide, the
+// rest by leakedSecret), or after injectSecrets only the bound secrets'
+// values are in it.
 func FuzzSecretHeaderRewrite(f *testing.F) {
 	f.Add("Authorization", "Bearer \x00A", uint8(0), uint16(443))
 	f.Add("X-Api-Key", "\x00A", uint8(1), uint16(443))
@@ -631,10 +632,10 @@ func FuzzSecretHeaderRewrite(f *testing.F) {
 		}
 		host := hosts[int(hostIdx)%len(hosts)]
 		h := http.Header{name: {value}}
-		if s.leakedSecret(host, port, "/", h) != nil {
+		norm, err := netpolicy.NormalizeHost(host) // as decide does
+		if s.placeholderIn(host) != nil || s.leakedSecret(norm, port, "/", h) != nil {
 			return // blocked: nothing goes
 		}
-		norm, err := netpolicy.NormalizeHost(host)
 		if err != nil {
 			return // the policy refuses it as invalid
 		}
@@ -682,5 +683,27 @@ func TestSecretBlockIsNeverAsked(t *testing.T) {
 	}
 	if n := len(g.srv.approvals.list()); n != 0 {
 		t.Errorf("got %d pending questions, want none", n)
+	}
+}
+
+// BenchmarkBlockLeak: the secret check of an allowed request to a bound
+// host, as forwardHTTP and inspected tunnels make it.
+func BenchmarkBlockLeak(b *testing.B) {
+	a, _ := NewSecret("API_KEY", valueA, []string{"api.test"})
+	o, _ := NewSecret("OTHER", valueB, []string{"other.test:8443"})
+	s := &Server{cfg: serverConfig{Config: Config{Secrets: []*Secret{a, o}}}}
+	h := http.Header{
+		"Authorization":     {"Bearer " + a.Placeholder()},
+		"Content-Type":      {"application/json"},
+		"Anthropic-Version": {"2023-06-01"},
+		"User-Agent":        {"claude-cli/1.0"},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var rec decisionlog.Record
+		d := netpolicy.Decision{Action: netpolicy.Allow}
+		if s.blockLeak(&rec, &d, "api.test", 443, "/v1/messages?beta=true", h) {
+			b.Fatal("blocked")
+		}
 	}
 }
