@@ -674,10 +674,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
-			in = new(http.Request)
-			*in = *out
-			in.Header = out.Header.Clone()
-			s.injectSecrets(in.Header, t.Host, t.Port)
+			in = s.withSecrets(out, t.Host, t.Port)
 		}
 		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, in, addrs, snap.Version())
 	}

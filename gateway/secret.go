@@ -384,10 +384,25 @@ func (s *Server) injectSecrets(h http.Header, host string, port uint16) bool {
 	return changed
 }
 
+// withSecrets returns r with the values of the secrets bound to host
+// (normalized) on port in place of their placeholders in its header
+// fields: a copy of r when it changed anything, so that r keeps the
+// placeholders (what the gateway logs, records or answers from r shows
+// no value), else r itself.
+func (s *Server) withSecrets(r *http.Request, host string, port uint16) *http.Request {
+	h := r.Header.Clone()
+	if !s.injectSecrets(h, host, port) {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Header = h
+	return r2
+}
+
 // secretInjector is the round tripper of inspected requests that puts the
-// values of the secrets bound to the request's host in its headers, on a
-// copy of the request: a recorder above it (--record-llm) sees the
-// placeholder.
+// values of the secrets bound to the request's host in its headers
+// (withSecrets): a recorder above it (--record-llm) sees the placeholder.
 type secretInjector struct {
 	s    *Server
 	host string
@@ -396,14 +411,7 @@ type secretInjector struct {
 }
 
 func (si secretInjector) RoundTrip(r *http.Request) (*http.Response, error) {
-	h := r.Header.Clone()
-	if si.s.injectSecrets(h, si.host, si.port) {
-		r2 := new(http.Request)
-		*r2 = *r
-		r2.Header = h
-		r = r2
-	}
-	return si.next.RoundTrip(r)
+	return si.next.RoundTrip(si.s.withSecrets(r, si.host, si.port))
 }
 
 // indexFold is strings.Index for an ASCII substr in lower case, with s

@@ -277,6 +277,47 @@ func TestInjectSecretsOnlyForBoundHosts(t *testing.T) {
 	}
 }
 
+// TestWithSecrets: both ways an inspected request reaches its upstream
+// (the tunnel's own connection, the shared transport) put the values in
+// a copy of the request, and the request the gateway keeps holds the
+// placeholders; a request with nothing to put in is not copied.
+func TestWithSecrets(t *testing.T) {
+	a, err := NewSecret("API_KEY", valueA, []string{"api.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{cfg: serverConfig{Config: Config{Secrets: []*Secret{a}}}}
+	var sent *http.Request
+	rt := secretInjector{s: s, host: "api.test", port: 443, next: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r
+		return nil, errors.New("not sent")
+	})}
+	for _, tt := range []struct {
+		name string
+		send func(r *http.Request) *http.Request
+	}{
+		{"withSecrets", func(r *http.Request) *http.Request { return s.withSecrets(r, "api.test", 443) }},
+		{"secretInjector", func(r *http.Request) *http.Request { rt.RoundTrip(r); return sent }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "https://api.test/", nil)
+			r.Header.Set("Authorization", "Bearer "+a.Placeholder())
+			got := tt.send(r)
+			if got == r || got.Header.Get("Authorization") != "Bearer "+valueA {
+				t.Errorf("got the same request %v with Authorization %q, want a copy with the value", got == r, got.Header.Get("Authorization"))
+			}
+			if r.Header.Get("Authorization") != "Bearer "+a.Placeholder() {
+				t.Errorf("the gateway's request got Authorization %q, want the placeholder", r.Header.Get("Authorization"))
+			}
+			plain := httptest.NewRequest("GET", "https://api.test/", nil)
+			plain.Header.Set("Authorization", "Bearer other")
+			if got := tt.send(plain); got != plain {
+				t.Errorf("a request without placeholders was copied")
+			}
+		})
+	}
+}
+
 func TestSecretTransparentHTTPInjected(t *testing.T) {
 	got := &captured{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.add(r) }))
@@ -707,3 +748,8 @@ func BenchmarkBlockLeak(b *testing.B) {
 		}
 	}
 }
+
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
