@@ -52,7 +52,8 @@ var (
 )
 
 // SecretError is a secret that cannot be used: its Name, where its value
-// was to come from (Env, a variable, or File, a file), and why: Err is
+// was to come from (Env, a variable, or File, a file: ReadSecret's; neither
+// for a value given to NewSecret), and why: Err is
 // ErrSecretName, ErrSecretUnset, ErrSecretEmpty, ErrSecretValue, or the
 // error of reading File (a *fs.PathError). It never holds the value.
 type SecretError struct {
@@ -70,8 +71,10 @@ func (e *SecretError) Error() string {
 		return fmt.Sprintf("secret %s: reading its value: %v", e.Name, e.Err)
 	case e.File != "":
 		return fmt.Sprintf("secret %s: the value in %s %v", e.Name, e.File, e.Err)
+	case e.Env != "":
+		return fmt.Sprintf("secret %s: the environment variable %s %v", e.Name, e.Env, e.Err)
 	}
-	return fmt.Sprintf("secret %s: the environment variable %s %v", e.Name, e.Env, e.Err)
+	return fmt.Sprintf("secret %s: the value %v", e.Name, e.Err)
 }
 
 func (e *SecretError) Unwrap() error { return e.Err }
@@ -93,17 +96,19 @@ type Secret struct {
 // (netpolicy.ParseSecretHost's HOST[:PORT]), and a placeholder of its own:
 // "sbx-secret-<name>-" and 32 random hex digits, new on every call. value
 // is trimmed of white space around it. A bad name or value is a
-// *SecretError; a bad host wraps netpolicy.ErrInvalidPolicy.
+// *SecretError wrapping ErrSecretName, ErrSecretEmpty or ErrSecretValue,
+// which does not say where the value came from; a bad host wraps
+// netpolicy.ErrInvalidPolicy.
 func NewSecret(name, value string, hosts []string) (*Secret, error) {
 	if !netpolicy.ValidEnvName(name) {
 		return nil, &SecretError{Name: name, Err: ErrSecretName}
 	}
 	value = strings.TrimSpace(value)
 	if value == "" {
-		return nil, &SecretError{Name: name, Env: name, Err: ErrSecretEmpty}
+		return nil, &SecretError{Name: name, Err: ErrSecretEmpty}
 	}
 	if !secretValueSafe(value) {
-		return nil, &SecretError{Name: name, Env: name, Err: ErrSecretValue}
+		return nil, &SecretError{Name: name, Err: ErrSecretValue}
 	}
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("secret %s: no hosts: %w", name, netpolicy.ErrInvalidPolicy)
@@ -128,13 +133,11 @@ func NewSecret(name, value string, hosts []string) (*Secret, error) {
 // ReadSecret reads the value of a policy's secret, from the environment
 // variable spec.FromEnv (lookupEnv: nil means os.LookupEnv) or from the
 // file spec.FromFile (relative to dir when not absolute), and returns it
-// as NewSecret does. A value that cannot be had is a *SecretError.
+// as NewSecret does. A value that cannot be had, or NewSecret refuses, is
+// a *SecretError that says where the value came from.
 func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (string, bool)) (*Secret, error) {
 	if lookupEnv == nil {
 		lookupEnv = os.LookupEnv
-	}
-	if !netpolicy.ValidEnvName(spec.Name) {
-		return nil, &SecretError{Name: spec.Name, Err: ErrSecretName}
 	}
 	var value, path string
 	fail := func(err error) (*Secret, error) {
@@ -165,18 +168,18 @@ func ReadSecret(spec netpolicy.Secret, dir string, lookupEnv func(string) (strin
 		}
 		value = v
 	}
-	value = strings.TrimSpace(value)
-	switch {
-	case value == "":
-		return fail(ErrSecretEmpty)
-	case !secretValueSafe(value):
-		return fail(ErrSecretValue)
-	}
 	sec, err := NewSecret(spec.Name, value, spec.Hosts)
-	if err == nil && spec.FromFile != "" {
+	var se *SecretError
+	switch {
+	case errors.As(err, &se):
+		return fail(se.Err)
+	case err != nil:
+		return nil, err
+	}
+	if spec.FromFile != "" {
 		sec.file = path
 	}
-	return sec, err
+	return sec, nil
 }
 
 // secretValueSafe reports whether v can be a header value as it is: visible

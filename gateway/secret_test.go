@@ -594,6 +594,30 @@ func TestSecretShowsNoValue(t *testing.T) {
 	}
 }
 
+// TestNewSecretErrors: NewSecret, which is given the value, says what is
+// wrong with it and nothing of where it came from (ReadSecret adds that).
+func TestNewSecretErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name, value string
+		want        error
+		msg         string
+	}{
+		{"K", " \n", ErrSecretEmpty, "secret K: the value is empty"},
+		{"K", "a\x01b", ErrSecretValue, "secret K: the value " + ErrSecretValue.Error()},
+		{"A-B", valueA, ErrSecretName, `secret "A-B": the name ` + ErrSecretName.Error()},
+	} {
+		_, err := NewSecret(tt.name, tt.value, []string{"api.test"})
+		var se *SecretError
+		if !errors.Is(err, tt.want) || !errors.As(err, &se) {
+			t.Errorf("%s=%q: got %v, want a *SecretError wrapping %v", tt.name, tt.value, err, tt.want)
+			continue
+		}
+		if se.Env != "" || se.File != "" || err.Error() != tt.msg {
+			t.Errorf("%s=%q: got %q (Env %q, File %q), want %q, no source", tt.name, tt.value, err, se.Env, se.File, tt.msg)
+		}
+	}
+}
+
 func TestReadSecret(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, data string, mode os.FileMode) {
@@ -637,8 +661,14 @@ func TestReadSecret(t *testing.T) {
 			}
 			noValues(t, "the error", err.Error())
 			var se *SecretError
-			if tt.want != netpolicy.ErrInvalidPolicy && !errors.As(err, &se) {
-				t.Errorf("got %T, want a *SecretError", err)
+			if tt.want == netpolicy.ErrInvalidPolicy {
+				return
+			}
+			if !errors.As(err, &se) {
+				t.Fatalf("got %T, want a *SecretError", err)
+			}
+			if tt.want != ErrSecretName && (se.Env != tt.spec.FromEnv || se.File != tt.spec.FromFile) {
+				t.Errorf("got Env %q, File %q; want the value's source, Env %q, File %q", se.Env, se.File, tt.spec.FromEnv, tt.spec.FromFile)
 			}
 		})
 	}
