@@ -357,8 +357,10 @@ func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec 
 	}
 	d := snap.Policy().DecideHost(name)
 	if sec := s.placeholderIn(raw); sec != nil {
-		// A secret's placeholder in a name would leave through the
-		// resolvers (docs/secrets.md): the name does not exist.
+		// A secret's placeholder in a name (docs/secrets.md): the name
+		// does not exist, in every mode, and gets no fake address to
+		// connect to; the attempt is logged by rule secret. (The stub
+		// asks no resolver for any name, this one or another.)
 		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
 	} else if hostErr == nil && s.mock(host) != nil {
 		// A mocked LLM host is answered by the gateway itself (docs/mock-llm.md)
