@@ -214,6 +214,25 @@ func (l Layout) Writable() []string {
 	return paths
 }
 
+// Visible returns the host paths whose files the sandbox can read
+// through l: Root, and the sources of its bind mounts, read-only or
+// read-write (Writable's among them). A file whose contents the sandbox
+// must not see, such as a secret's value, must not lie below one of
+// them. Masked paths are not taken out: a file below one is refused
+// all the same.
+func (l Layout) Visible() []string {
+	var paths []string
+	if l.Root != "" {
+		paths = append(paths, l.Root)
+	}
+	for _, m := range l.Mounts {
+		if m.Type == "bind" {
+			paths = append(paths, m.Source)
+		}
+	}
+	return paths
+}
+
 // isSystemPath reports whether p is one of SystemDirs or below one.
 func isSystemPath(p string) bool {
 	for _, d := range SystemDirs {

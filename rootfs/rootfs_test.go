@@ -53,6 +53,18 @@ func TestHostLayout(t *testing.T) {
 	if got := l.Writable(); !slices.Equal(got, []string{cwd}) {
 		t.Errorf("Writable() = %q, want only the working directory %s", got, cwd)
 	}
+	// What the sandbox can read: the skeleton root, every system
+	// directory bound read-only, and the working directory.
+	visible := []string{base}
+	for _, name := range SystemDirs {
+		if fi, err := os.Lstat("/" + name); err == nil && fi.IsDir() {
+			visible = append(visible, "/"+name)
+		}
+	}
+	visible = append(visible, cwd)
+	if got := l.Visible(); !slices.Equal(got, visible) {
+		t.Errorf("Visible() = %q, want %q", got, visible)
+	}
 	for _, want := range []string{"/usr", "/etc", "/tmp", "/run", Home, cwd} {
 		if !slices.Contains(dests, want) {
 			t.Errorf("no mount at %s: %v", want, dests)
@@ -83,8 +95,18 @@ func TestHostLayoutRefusesSharingSystemDirs(t *testing.T) {
 
 func TestDirLayout(t *testing.T) {
 	d := t.TempDir()
-	if l, err := Dir(d); err != nil || l.Root != d || len(l.Mounts) != 0 {
+	l, err := Dir(d)
+	if err != nil || l.Root != d || len(l.Mounts) != 0 {
 		t.Errorf("Dir = %+v, %v", l, err)
+	}
+	vol := t.TempDir()
+	l.Mounts = append(l.Mounts, Mount{Destination: "/ro", Source: vol, Type: "bind", Options: ReadOnlyBind},
+		Mount{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs"})
+	if got, want := l.Visible(), []string{d, vol}; !slices.Equal(got, want) {
+		t.Errorf("Visible() = %q, want the root and the read-only volume %q", got, want)
+	}
+	if got := l.Writable(); len(got) != 0 {
+		t.Errorf("Writable() = %q, want none", got)
 	}
 	if _, err := Dir("/no/such/dir"); err == nil {
 		t.Errorf("Dir of a missing directory succeeded")

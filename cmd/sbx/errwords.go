@@ -19,6 +19,10 @@ import (
 // command line says it with the flags that set it and the sbx commands
 // that fix it. Each wording finds one typed error in err's chain and
 // returns the library's message for it and sbx's.
+// secretFilePlace is where a secret's value file goes: where the sandbox
+// sees nothing (rootfs.Layout.Visible).
+const secretFilePlace = "where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"
+
 var cliWordings = []func(err error) (lib, cli string, ok bool){
 	secretWording,
 	func(err error) (string, string, bool) {
@@ -33,7 +37,11 @@ var cliWordings = []func(err error) (lib, cli string, ok bool){
 		if !errors.As(err, &e) {
 			return "", "", false
 		}
-		return e.Error(), fmt.Sprintf("secret %s's value is read from %s, which the sandbox can write (%v), so the command could read the value: keep the file out of the working directory and of -v volumes", e.Name, e.Path, e.Reason), true
+		var re *run.ReadableError
+		if errors.As(e.Reason, &re) {
+			return e.Error(), e.Error() + ": keep the file " + secretFilePlace, true
+		}
+		return e.Error(), e.Error() + ": give a file sbx can look at, " + secretFilePlace, true
 	},
 	func(err error) (string, string, bool) {
 		var e *gateway.StaticError

@@ -22,6 +22,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // TestCLIMessage: the libraries' typed errors, wrapped as they come back,
@@ -61,6 +62,24 @@ func TestCLIMessage(t *testing.T) {
 		worded := cliError(tt.err)
 		if got := worded.Error(); got != tt.want || !errors.Is(worded, tt.err) {
 			t.Errorf("cliError(%q) = %q (wrapping it: %v), want %q wrapping it", tt.err, got, errors.Is(worded, tt.err), tt.want)
+		}
+	}
+}
+
+// TestSecretFileWords: a secret's value file the sandbox can read, or
+// whose reach cannot be told, is said with where to keep it instead.
+func TestSecretFileWords(t *testing.T) {
+	for _, tt := range []struct {
+		reason error
+		fix    string
+	}{
+		{&run.ReadableError{}, ": keep the file where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"},
+		{fs.ErrPermission, ": give a file sbx can look at, where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"},
+	} {
+		err := fmt.Errorf("starting: %w", &run.SecretFileError{Name: "K", Path: "/etc/k", Reason: tt.reason})
+		lib := err.Error()
+		if got := cliMessage(err); got != lib+tt.fix {
+			t.Errorf("cliMessage(%q):\ngot  %q\nwant %q", err, got, lib+tt.fix)
 		}
 	}
 }

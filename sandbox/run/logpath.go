@@ -51,6 +51,12 @@ type WritableError struct{ text string }
 
 func (e *WritableError) Error() string { return e.text }
 
+// A ReadableError is the answer for a path the sandbox can read: it says
+// through what.
+type ReadableError struct{ text string }
+
+func (e *ReadableError) Error() string { return e.text }
+
 // CheckLogFile refuses path, a decision log file, when it already holds
 // something and appending is not asked for, before anything starts: a
 // *decisionlog.NonEmptyLogFileError, which the gateway returns too when it
@@ -114,9 +120,19 @@ func checkLogPath(file, dir string, appendTo bool, writable []string) error {
 	return CheckLogFile(file, appendTo)
 }
 
-// outsideOf returns a *WritableError when path lies in one of dirs, or
-// when reaching it goes through an entry that does, and another error when
-// it cannot tell. Lying in a directory is a matter of filesystem objects,
+// outsideOf returns a *WritableError when path lies in one of dirs (the
+// sandbox's writable ones), or when reaching it goes through an entry
+// that does, and another error when it cannot tell; see outside.
+func outsideOf(path string, dirs []string) error { return outside(path, dirs, false) }
+
+// unreadable is outsideOf for dirs the sandbox can read (rootfs.Layout's
+// Visible), returning a *ReadableError.
+func unreadable(path string, dirs []string) error { return outside(path, dirs, true) }
+
+// outside returns an error when path lies in one of dirs, or when
+// reaching it goes through an entry that does: a *ReadableError with
+// read (dirs are what the sandbox can read), else a *WritableError; and
+// another error when it cannot tell. Lying in a directory is a matter of filesystem objects,
 // not of path names: every place this mount namespace shows a directory
 // of dirs under (a bind mount of it or of a directory below it elsewhere,
 // its filesystem mounted again; see mountAliases) counts as the directory,
@@ -126,7 +142,7 @@ func checkLogPath(file, dir string, appendTo bool, writable []string) error {
 // so neither a link inside dirs (planted by a sandbox that can write
 // there, pointing anywhere) nor a link elsewhere pointing into dirs gets
 // past. dirs are compared with their own links resolved.
-func outsideOf(path string, dirs []string) error {
+func outside(path string, dirs []string, read bool) error {
 	type root struct {
 		at   string      // where the tree of dir shows
 		dir  string      // as given
@@ -185,6 +201,9 @@ func outsideOf(path string, dirs []string) error {
 			text = "reaching it goes through " + place
 		default:
 			text = "reaching it goes through " + next + ", in " + place
+		}
+		if read {
+			return &ReadableError{text + ", which the sandbox can read"}
 		}
 		return &WritableError{text + ", which the sandbox can write"}
 	}

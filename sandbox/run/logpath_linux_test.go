@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -138,6 +139,21 @@ func TestOutsideOf(t *testing.T) {
 		err := outsideOf(path, writable)
 		if (err != nil) != refused {
 			t.Errorf("outsideOf(%s) = %v, want refused %v", path, err, refused)
+		}
+	}
+	// What the sandbox can read: the read-only volume too, and the
+	// answer says read, not write.
+	for path, refused := range map[string]bool{
+		filepath.Join(work, "d.jsonl"):           true,
+		filepath.Join(vol, "d.jsonl"):            true,
+		filepath.Join(vol, "rel", "d.jsonl"):     true, // a path through the volume, whatever the link
+		filepath.Join(outside, "d.jsonl"):        false,
+		filepath.Join(outside, "into-work", "x"): true,
+	} {
+		err := unreadable(path, l.Visible())
+		var re *ReadableError
+		if (err != nil) != refused || refused && (!errors.As(err, &re) || !strings.HasSuffix(err.Error(), ", which the sandbox can read")) {
+			t.Errorf("unreadable(%s) = %v, want refused %v (a *ReadableError saying the sandbox can read it)", path, err, refused)
 		}
 	}
 }

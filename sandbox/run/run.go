@@ -168,15 +168,22 @@ func (e *SecretEnvError) Error() string {
 }
 
 // A SecretFileError is a secret's file (gateway.Secret.File) that the
-// sandbox can reach: it lies in a directory the command can write (Reason
-// is a *WritableError), or it cannot be told (another error).
+// sandbox can read: it lies in a directory the sandbox sees (the root
+// filesystem, a system directory of the host layout, the working
+// directory, a -v volume, read-only or not: rootfs.Layout.Visible), or is
+// reached through one (Reason is a *ReadableError), or it cannot be told
+// (another error).
 type SecretFileError struct {
 	Name, Path string
 	Reason     error
 }
 
 func (e *SecretFileError) Error() string {
-	return fmt.Sprintf("the value of secret %s is read from %s, which the sandbox could read: %v", e.Name, e.Path, e.Reason)
+	var re *ReadableError
+	if errors.As(e.Reason, &re) {
+		return fmt.Sprintf("the value of secret %s is read from %s: %v, so the command could read the value", e.Name, e.Path, e.Reason)
+	}
+	return fmt.Sprintf("the value of secret %s is read from %s: cannot tell whether the sandbox could read it (%v)", e.Name, e.Path, e.Reason)
 }
 
 func (e *SecretFileError) Unwrap() error { return e.Reason }
@@ -294,7 +301,7 @@ func prepare(spec *Spec) (prepared, error) {
 	// stays in the gateway (docs/secrets.md).
 	for _, sec := range spec.Gateway.Secrets {
 		if f := sec.File(); f != "" {
-			if err := outsideOf(f, p.layout.Writable()); err != nil {
+			if err := unreadable(f, p.layout.Visible()); err != nil {
 				return p, &SecretFileError{Name: sec.Name(), Path: f, Reason: err}
 			}
 		}

@@ -169,28 +169,68 @@ func TestSecretsHoldPlaceholders(t *testing.T) {
 		t.Errorf("API_KEY set by Env too: got %v, want a *SecretEnvError", err)
 	}
 
-	inVol := filepath.Join(vol, "key")
-	os.WriteFile(inVol, []byte(value), 0o600)
-	outside := filepath.Join(t.TempDir(), "key")
-	os.WriteFile(outside, []byte(value), 0o600)
-	for _, tt := range []struct {
-		file string
-		ok   bool
-	}{{outside, true}, {inVol, false}} {
-		fsec, err := gateway.ReadSecret(netpolicy.Secret{Name: "API_KEY", FromFile: tt.file, Hosts: []string{"api.test"}}, "", nil)
-		if err != nil {
+	// A value file the command could read is refused: in a volume,
+	// read-write or read-only, in the root filesystem, or in a system
+	// directory the host layout shows read-only.
+	roVol := t.TempDir()
+	write := func(dir string) string {
+		f := filepath.Join(dir, "key")
+		if err := os.WriteFile(f, []byte(value), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		return f
+	}
+	inVol, inROVol, inRoot, outside := write(vol), write(roVol), write(root), write(t.TempDir())
+	dirSpec := func() Spec { return spec() }
+	hostSpec := func() Spec {
 		s := spec()
-		s.Gateway.Secrets = []*gateway.Secret{fsec}
-		_, err = prepare(&s)
-		var fe *SecretFileError
-		switch {
-		case tt.ok && err != nil:
-			t.Errorf("a value file out of the sandbox's reach: got %v, want none", err)
-		case !tt.ok && (!errors.As(err, &fe) || fe.Path != tt.file):
-			t.Errorf("a value file in a read-write volume: got %v, want a *SecretFileError", err)
-		}
+		s.Command, s.RootFS, s.Cwd = []string{"sh"}, RootFS{HostRoot: t.TempDir()}, t.TempDir()
+		return s
+	}
+	tests := []struct {
+		name string
+		file string
+		spec func() Spec
+		ok   bool
+	}{
+		{"out of the sandbox's reach", outside, dirSpec, true},
+		{"out of the sandbox's reach, host layout", outside, hostSpec, true},
+		{"in a read-write volume", inVol, dirSpec, false},
+		{"in a read-only volume", inROVol, func() Spec {
+			s := spec()
+			s.Volumes = append(s.Volumes, rootfs.Mount{Destination: "/ro", Source: roVol, Type: "bind", Options: rootfs.ReadOnlyBind})
+			return s
+		}, false},
+		{"in the root filesystem", inRoot, dirSpec, false},
+	}
+	if b, err := os.ReadFile("/etc/hostname"); err == nil && len(strings.Fields(string(b))) == 1 {
+		tests = append(tests, struct {
+			name string
+			file string
+			spec func() Spec
+			ok   bool
+		}{"in /etc, host layout", "/etc/hostname", hostSpec, false})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsec, err := gateway.ReadSecret(netpolicy.Secret{Name: "API_KEY", FromFile: tt.file, Hosts: []string{"api.test"}}, "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := tt.spec()
+			s.Gateway.Secrets = []*gateway.Secret{fsec}
+			_, err = prepare(&s)
+			var fe *SecretFileError
+			var re *ReadableError
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("got %v, want none", err)
+			case !tt.ok && (!errors.As(err, &fe) || fe.Path != tt.file || !errors.As(err, &re)):
+				t.Errorf("got %v, want a *SecretFileError of %s with a *ReadableError", err, tt.file)
+			case !tt.ok && (!strings.Contains(err.Error(), "which the sandbox can read") || strings.Contains(err.Error(), "write")):
+				t.Errorf("got %q, want it to say the sandbox can read it, and nothing of writing", err)
+			}
+		})
 	}
 }
 
