@@ -34,5 +34,5 @@ func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 func (g apiGateway) Approvals() []api.Approval { return g.s.Approvals() }
 
 func (g apiGateway) AnswerApproval(id string, a api.ApprovalAnswer) (api.Approval, error) {
-	return g.s.AnswerApproval(id, Answer{Allow: a.Answer == "allow", Scope: Scope(a.Scope), By: a.By})
+	return g.s.AnswerApproval(id, Answer{Allow: a.Answer == api.AnswerAllow, Scope: Scope(a.Scope), By: a.By})
 }

@@ -13,25 +13,26 @@ import (
 // Scope says how far an answer to a question reaches (docs/gateway.md).
 type Scope string
 
-// The scopes of an answer.
+// The scopes of an answer (api.Scopes).
 const (
 	// ScopeOnce answers the requests held now, and nothing later.
-	ScopeOnce Scope = "once"
+	ScopeOnce Scope = api.ScopeOnce
 	// ScopeSession also adds a rule for the host and port to the running
 	// policy, for the rest of the sandbox's life.
-	ScopeSession Scope = "session"
+	ScopeSession Scope = api.ScopeSession
 	// ScopeAlways also writes that rule to the run's approvals file
 	// (Config.ApprovalsFile), so that later runs are not asked.
-	ScopeAlways Scope = "always"
+	ScopeAlways Scope = api.ScopeAlways
 )
 
 // Who answered a question: the by field of the decision log's approval
-// records.
+// records. The answerers are api.Answerers; the gateway's own word is
+// ByTimeout, for a question no one answered.
 const (
-	ByTTY     = "tty"     // the prompt on sbx run's terminal
-	ByCLI     = "cli"     // sbx approve, sbx deny
-	ByAPI     = "api"     // POST /v1/approvals/{id}
-	ByUI      = "ui"      // sbx ui
+	ByTTY     = api.ByTTY // the prompt on sbx run's terminal
+	ByCLI     = api.ByCLI // sbx approve, sbx deny
+	ByAPI     = api.ByAPI // POST /v1/approvals/{id}
+	ByUI      = api.ByUI  // sbx ui
 	ByTimeout = "timeout" // no answer came in time: a deny
 )
 

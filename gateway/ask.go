@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -118,23 +120,19 @@ func (s *Server) Approvals() []Approval { return s.approvals.list() }
 // was). The answer is logged as an approval record. It returns the
 // question as it stood.
 //
-// Errors: ErrInvalidAnswer for an unknown scope or an a.By that is not
-// ByTTY, ByCLI, ByAPI or ByUI,
+// Errors: ErrInvalidAnswer for a scope or an a.By that is not one of
+// api.Scopes or api.Answerers,
 // ErrApprovalNotFound when id is not pending (answered already, timed
 // out, never asked), ErrNoApprovalsFile, and those of the policy store
 // and of writing the file.
 func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
-	switch a.Scope {
-	case ScopeOnce, ScopeSession, ScopeAlways:
-	default:
-		return Approval{}, fmt.Errorf("%w: scope %q; answer once, session or always", ErrInvalidAnswer, a.Scope)
+	if !api.IsScope(string(a.Scope)) {
+		return Approval{}, fmt.Errorf("%w: scope %q; answer %s", ErrInvalidAnswer, a.Scope, api.OrList(api.Scopes(), false))
 	}
-	switch a.By {
-	case ByTTY, ByCLI, ByAPI, ByUI:
-	default:
+	if !api.IsAnswerer(a.By) {
 		// by is written into the decision log: only the known answerers
 		// (timeout is the gateway's own word, never an answer's).
-		return Approval{}, fmt.Errorf("%w: by %q; say who answers (cli, api, ui, tty)", ErrInvalidAnswer, a.By)
+		return Approval{}, fmt.Errorf("%w: by %q; say who answers (%s)", ErrInvalidAnswer, a.By, strings.Join(api.Answerers(), ", "))
 	}
 	q, ok := s.approvals.get(id)
 	if !ok {
@@ -210,11 +208,11 @@ func (s *Server) logAnswer(q Approval, a Answer) {
 		Event: decisionlog.EventApproval, Client: q.Client, Kind: q.Kind, Method: q.Method,
 		Host: q.Host, Port: int(q.Port), Path: q.Path, Rule: q.Rule, Enforced: true,
 		PolicyVersion: s.cfg.Store.Load().Version(),
-		ApprovalID:    q.ID, Answer: "deny", Scope: string(a.Scope), By: a.By,
+		ApprovalID:    q.ID, Answer: api.AnswerDeny, Scope: string(a.Scope), By: a.By,
 		Action: string(netpolicy.Block),
 	}
 	if a.Allow {
-		rec.Answer, rec.Action = "allow", string(netpolicy.Allow)
+		rec.Answer, rec.Action = api.AnswerAllow, string(netpolicy.Allow)
 	}
 	if a.By == ByTimeout {
 		rec.Reason = ReasonNoAnswer + formatSeconds(q.Deadline.Sub(q.Asked))

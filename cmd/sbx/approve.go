@@ -62,12 +62,12 @@ func newAnswerCmd(allow bool) *cobra.Command {
 			if o.session && o.always {
 				return usageErrorf(cmd, "give --session or --always, not both")
 			}
-			scope := "once"
+			scope := api.ScopeOnce
 			switch {
 			case o.session:
-				scope = "session"
+				scope = api.ScopeSession
 			case o.always:
-				scope = "always"
+				scope = api.ScopeAlways
 			}
 			c, err := o.target.client(cmd.Context())
 			if err != nil {
@@ -122,11 +122,11 @@ func answerApproval(ctx context.Context, w io.Writer, c *api.Client, arg string,
 	if err != nil {
 		return err
 	}
-	answer := "deny"
+	answer := api.AnswerDeny
 	if allow {
-		answer = "allow"
+		answer = api.AnswerAllow
 	}
-	got, err := c.AnswerApproval(ctx, id, api.ApprovalAnswer{Answer: answer, Scope: scope, By: "cli"})
+	got, err := c.AnswerApproval(ctx, id, api.ApprovalAnswer{Answer: answer, Scope: scope, By: api.ByCLI})
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae) && ae.Status == http.StatusConflict:
@@ -136,8 +136,8 @@ func answerApproval(ctx context.Context, w io.Writer, c *api.Client, arg string,
 	case err != nil:
 		return err
 	}
-	what := map[string]string{"allow": "allowed", "deny": "denied"}[answer]
-	how := map[string]string{"once": "once", "session": "for this session", "always": "always"}[scope]
+	what := map[string]string{api.AnswerAllow: "allowed", api.AnswerDeny: "denied"}[answer]
+	how := map[string]string{api.ScopeOnce: "once", api.ScopeSession: "for this session", api.ScopeAlways: "always"}[scope]
 	_, err = fmt.Fprintf(w, "%s %s: %s %s (%d waiting)\n", what, how, got.Approval.ID, printable(approvalTarget(got.Approval)), got.Approval.Waiting)
 	return err
 }

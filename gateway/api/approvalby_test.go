@@ -65,3 +65,38 @@ func quoteJSON(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// The sets of words are written once, here: the API's check takes each
+// and its messages name them all.
+func TestAPIAnswerWords(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		got  []string
+		want string
+	}{
+		{"answers", Answers(), "allow deny"},
+		{"scopes", Scopes(), "once session always"},
+		{"answerers", Answerers(), "cli api ui tty"},
+	} {
+		if g := strings.Join(tt.got, " "); g != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, g, tt.want)
+		}
+	}
+	for _, a := range Answers() {
+		for _, sc := range append(Scopes(), "") {
+			for _, by := range append(Answerers(), "") {
+				ans := ApprovalAnswer{Answer: a, Scope: sc, By: by}
+				if err := ans.check(); err != nil {
+					t.Errorf("check(%+v): %v", ans, err)
+				}
+			}
+		}
+	}
+	Answerers()[0] = "root" // a copy: the set cannot be changed
+	if IsAnswerer("root") || !IsAnswerer(ByAPI) {
+		t.Errorf("Answerers returned the set itself")
+	}
+	if got, want := OrList([]string{"a", "b", "c"}, true), `"a", "b" or "c"`; got != want {
+		t.Errorf("OrList: got %s, want %s", got, want)
+	}
+}

@@ -5,9 +5,81 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
+
+// The words of an answer (ApprovalAnswer.Answer).
+const (
+	AnswerAllow = "allow"
+	AnswerDeny  = "deny"
+)
+
+// The scopes of an answer (ApprovalAnswer.Scope): how far it reaches
+// (docs/gateway.md).
+const (
+	// ScopeOnce answers the requests held now, and nothing later.
+	ScopeOnce = "once"
+	// ScopeSession also adds a rule for the host and port to the running
+	// policy, for the rest of the sandbox's life.
+	ScopeSession = "session"
+	// ScopeAlways also writes that rule to the run's approvals file, so
+	// that later runs are not asked.
+	ScopeAlways = "always"
+)
+
+// Who answers a question (ApprovalAnswer.By): the by field of the
+// decision log's approval records. Only these answer; the gateway's own
+// words for a question that no one answered (timeout, closed) are not
+// answers.
+const (
+	ByTTY = "tty" // the prompt on sbx run's terminal
+	ByCLI = "cli" // sbx approve, sbx deny
+	ByAPI = "api" // POST /v1/approvals/{id}, the default
+	ByUI  = "ui"  // sbx ui
+)
+
+// The sets of answer words, each in the order messages list them.
+var (
+	answerWords = []string{AnswerAllow, AnswerDeny}
+	scopeWords  = []string{ScopeOnce, ScopeSession, ScopeAlways}
+	answerers   = []string{ByCLI, ByAPI, ByUI, ByTTY}
+)
+
+// Answers returns the words of an answer: allow, deny.
+func Answers() []string { return slices.Clone(answerWords) }
+
+// Scopes returns the scopes of an answer: once, session, always.
+func Scopes() []string { return slices.Clone(scopeWords) }
+
+// Answerers returns who may answer: cli, api, ui, tty.
+func Answerers() []string { return slices.Clone(answerers) }
+
+// IsAnswer reports whether s is one of Answers.
+func IsAnswer(s string) bool { return slices.Contains(answerWords, s) }
+
+// IsScope reports whether s is one of Scopes.
+func IsScope(s string) bool { return slices.Contains(scopeWords, s) }
+
+// IsAnswerer reports whether s is one of Answerers.
+func IsAnswerer(s string) bool { return slices.Contains(answerers, s) }
+
+// OrList writes words for a message, each quoted when quote is set:
+// "a, b or c".
+func OrList(words []string, quote bool) string {
+	if quote {
+		q := make([]string, len(words))
+		for i, w := range words {
+			q[i] = `"` + w + `"`
+		}
+		words = q
+	}
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
 
 // Errors of answering a question, shared with the gateway that implements
 // Gateway.AnswerApproval, for errors.Is.
@@ -51,12 +123,12 @@ type Approvals struct {
 
 // ApprovalAnswer is the request of POST /v1/approvals/{id}.
 type ApprovalAnswer struct {
-	// Answer is "allow" or "deny".
+	// Answer is AnswerAllow or AnswerDeny.
 	Answer string `json:"answer"`
-	// By says who answers, for the decision log: "api" (the default),
-	// "cli", "ui" or "tty", for the programs that answer through the API.
+	// By says who answers, for the decision log: one of Answerers, ByAPI
+	// when empty, for the programs that answer through the API.
 	By string `json:"by,omitempty"`
-	// Scope is "once" (the default), "session" or "always".
+	// Scope is one of Scopes, ScopeOnce when empty.
 	Scope string `json:"scope"`
 }
 
@@ -72,24 +144,20 @@ type ApprovalAnswered struct {
 // check checks and completes an answer: its words, and the defaults of
 // By and Scope.
 func (a *ApprovalAnswer) check() error {
-	switch a.Answer {
-	case "allow", "deny":
-	default:
-		return fmt.Errorf("%w: answer %q; write \"allow\" or \"deny\"", ErrInvalidAnswer, a.Answer)
+	if !IsAnswer(a.Answer) {
+		return fmt.Errorf("%w: answer %q; write %s", ErrInvalidAnswer, a.Answer, OrList(answerWords, true))
 	}
-	switch a.Scope {
-	case "":
-		a.Scope = "once"
-	case "once", "session", "always":
-	default:
-		return fmt.Errorf("%w: scope %q; write \"once\", \"session\" or \"always\"", ErrInvalidAnswer, a.Scope)
+	if a.Scope == "" {
+		a.Scope = ScopeOnce
 	}
-	switch a.By {
-	case "":
-		a.By = "api"
-	case "api", "cli", "ui", "tty":
-	default:
-		return fmt.Errorf("%w: by %q; write \"api\", \"cli\", \"ui\" or \"tty\", or leave it out", ErrInvalidAnswer, a.By)
+	if !IsScope(a.Scope) {
+		return fmt.Errorf("%w: scope %q; write %s", ErrInvalidAnswer, a.Scope, OrList(scopeWords, true))
+	}
+	if a.By == "" {
+		a.By = ByAPI
+	}
+	if !IsAnswerer(a.By) {
+		return fmt.Errorf("%w: by %q; write %s, or leave it out", ErrInvalidAnswer, a.By, OrList(answerers, true))
 	}
 	return nil
 }

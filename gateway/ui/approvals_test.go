@@ -492,3 +492,58 @@ func TestUIApprovalEvents(t *testing.T) {
 		t.Errorf("held request: got %d, want 403", got)
 	}
 }
+
+// The answer forms of a question's row post the API's words, every
+// answer with every scope, and answerOf takes exactly those: the words
+// are api's, written once.
+func TestUIAnswerFormsUseTheAPIWords(t *testing.T) {
+	var b strings.Builder
+	row := approvalRowOf(api.Approval{ID: "a1", Host: "pypi.org", Port: 443, Method: "GET", Path: "/"}, liveID, "token")
+	if err := templates["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
+		t.Fatal(err)
+	}
+	forms := regexp.MustCompile(`(?s)<form.*?</form>`).FindAllString(b.String(), -1)
+	answerRe := regexp.MustCompile(`name="answer" value="([^"]*)"`)
+	scopeRe := regexp.MustCompile(`name="scope" value="([^"]*)"`)
+	var got []string
+	for _, f := range forms {
+		a := answerRe.FindStringSubmatch(f)
+		if a == nil {
+			t.Fatalf("a form without an answer: %s", f)
+		}
+		for _, sc := range scopeRe.FindAllStringSubmatch(f, -1) {
+			got = append(got, a[1]+" "+sc[1])
+		}
+	}
+	var want []string
+	for _, a := range api.Answers() {
+		for _, sc := range api.Scopes() {
+			want = append(want, a+" "+sc)
+		}
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("the forms post: got %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		answer, scope string
+		ok            bool
+	}{
+		{api.AnswerAllow, api.ScopeOnce, true},
+		{api.AnswerDeny, api.ScopeAlways, true},
+		{api.AnswerAllow, api.ScopeSession, true},
+		{"maybe", api.ScopeOnce, false},
+		{api.AnswerAllow, "forever", false},
+		{api.AnswerAllow, "", false}, // the form always says its scope
+		{"Allow", api.ScopeOnce, false},
+	} {
+		r, _ := http.NewRequest("POST", "/", strings.NewReader(url.Values{"answer": {tc.answer}, "scope": {tc.scope}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		a, err := answerOf(r)
+		if (err == nil) != tc.ok {
+			t.Errorf("answerOf(%s %s): got %v, want ok %v", tc.answer, tc.scope, err, tc.ok)
+		}
+		if err == nil && a.By != api.ByUI {
+			t.Errorf("answerOf(%s %s): by %q, want %q", tc.answer, tc.scope, a.By, api.ByUI)
+		}
+	}
+}

@@ -591,12 +591,12 @@ var ErrBadAnswer = errors.New("invalid answer")
 
 // answerOf is the answer the form asks for, from sbx ui.
 func answerOf(r *http.Request) (api.ApprovalAnswer, error) {
-	a := api.ApprovalAnswer{Answer: r.PostFormValue("answer"), Scope: r.PostFormValue("scope"), By: "ui"}
-	if a.Answer != "allow" && a.Answer != "deny" {
-		return api.ApprovalAnswer{}, fmt.Errorf("%w: answer %q: want allow or deny", ErrBadAnswer, a.Answer)
+	a := api.ApprovalAnswer{Answer: r.PostFormValue("answer"), Scope: r.PostFormValue("scope"), By: api.ByUI}
+	if !api.IsAnswer(a.Answer) {
+		return api.ApprovalAnswer{}, fmt.Errorf("%w: answer %q: want %s", ErrBadAnswer, a.Answer, api.OrList(api.Answers(), false))
 	}
-	if !slices.Contains([]string{"once", "session", "always"}, a.Scope) {
-		return api.ApprovalAnswer{}, fmt.Errorf("%w: scope %q: want once, session or always", ErrBadAnswer, a.Scope)
+	if !api.IsScope(a.Scope) {
+		return api.ApprovalAnswer{}, fmt.Errorf("%w: scope %q: want %s", ErrBadAnswer, a.Scope, api.OrList(api.Scopes(), false))
 	}
 	return a, nil
 }
