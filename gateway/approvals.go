@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,14 +27,15 @@ const (
 )
 
 // Who answered a question: the by field of the decision log's approval
-// records. The answerers are api.Answerers; the gateway's own word is
-// ByTimeout, for a question no one answered.
+// records. The answerers are api.Answerers; the gateway's own words, for
+// a question no one answered, are ByTimeout and ByClosed.
 const (
 	ByTTY     = api.ByTTY // the prompt on sbx run's terminal
 	ByCLI     = api.ByCLI // sbx approve, sbx deny
 	ByAPI     = api.ByAPI // POST /v1/approvals/{id}
 	ByUI      = api.ByUI  // sbx ui
 	ByTimeout = "timeout" // no answer came in time: a deny
+	ByClosed  = "closed"  // the gateway closed before an answer came: a deny
 )
 
 // Answer is a person's answer to a question: allow or deny, how far it
@@ -63,6 +65,9 @@ var (
 	ErrNoApprovalsFile = api.ErrNoApprovalsFile
 	// ErrInvalidAnswer: an answer with an unknown scope or no answerer.
 	ErrInvalidAnswer = api.ErrInvalidAnswer
+	// ErrApprovalAnswered: another answer to the question came first,
+	// and is being carried out or was; the error says by whom.
+	ErrApprovalAnswered = api.ErrApprovalAnswered
 )
 
 // MaxPendingApprovals bounds the questions a gateway holds at once, and so
@@ -77,47 +82,68 @@ type approvalKey struct {
 	port uint16
 }
 
-// question is one pending question. Its Approval is guarded by the
-// registry's lock; answer is written once, before done is closed, and
-// read only after done is closed.
+// question is one pending question. Its Approval, by and expired are
+// guarded by the registry's lock; answer is written once, before done is
+// closed, and read only after done is closed.
 type question struct {
 	Approval
 	done   chan struct{}
 	answer Answer
 	timer  *time.Timer
+	// by is who is answering it (claim), "" while no one is; expired says
+	// its deadline passed meanwhile, so that it times out if that answer
+	// fails.
+	by      string
+	expired bool
 }
+
+// errApprovalsClosed is join's error once the registry is closed: the
+// gateway is closing, and asks nothing more.
+var errApprovalsClosed = errors.New("the gateway is closing")
 
 // approvals is the registry of pending questions: one per host and port,
 // found by key or by id. A held request waits on its question's done
-// channel, which costs no CPU; the question ends when it is answered
-// (resolve) or when its timer fires, which calls expire. It is safe for
-// concurrent use; the zero value is not: make one with newApprovals.
+// channel, which costs no CPU. A question ends once: answered (claim,
+// then answer), timed out when its timer fires, or ended by close; its
+// answer is logged (the logged func) before the requests waiting on it
+// wake. It is safe for concurrent use; the zero value is not: make one
+// with newApprovals.
 type approvals struct {
-	mu    sync.Mutex
-	byKey map[approvalKey]*question
-	byID  map[string]*question
-	seq   uint64
-	max   int
-	// expire is called with a question's id on its timer's goroutine
-	// when its deadline passes; it must resolve the question.
-	expire func(id string)
+	mu     sync.Mutex
+	byKey  map[approvalKey]*question
+	byID   map[string]*question
+	seq    uint64
+	max    int
+	closed bool
+	// ending counts the questions taken out of the maps whose answer is
+	// not yet logged, so that close returns only once every answer is.
+	ending sync.WaitGroup
+	// logged is called with each question as it stood when it ended and
+	// its answer, before its requests wake; nil logs nothing.
+	logged func(Approval, Answer)
 }
 
 // newApprovals returns an empty registry of at most max questions, whose
-// timed-out questions are passed to expire.
-func newApprovals(max int, expire func(id string)) *approvals {
-	return &approvals{byKey: map[approvalKey]*question{}, byID: map[string]*question{}, max: max, expire: expire}
+// answers (timeouts included) are passed to logged.
+func newApprovals(max int, logged func(Approval, Answer)) *approvals {
+	return &approvals{byKey: map[approvalKey]*question{}, byID: map[string]*question{}, max: max, logged: logged}
 }
+
+// timeoutAnswer is the answer of a question whose deadline passed.
+var timeoutAnswer = Answer{Scope: ScopeOnce, By: ByTimeout}
 
 // join returns the pending question about info's host and port, counting
 // one more waiter on it, or asks a new one (created true) that times out
-// after timeout. Over the registry's bound it returns ErrTooManyApprovals.
-// Every join must be followed by leave, unless the question's done
-// channel was closed first.
+// after timeout. Over the registry's bound it returns ErrTooManyApprovals,
+// and once it is closed errApprovalsClosed. Every join must be followed
+// by leave, unless the question's done channel was closed first.
 func (r *approvals) join(info Approval, timeout time.Duration) (q *question, created bool, err error) {
 	key := approvalKey{info.Host, info.Port}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return nil, false, errApprovalsClosed
+	}
 	if q := r.byKey[key]; q != nil {
 		q.Waiting++
 		return q, false, nil
@@ -132,13 +158,13 @@ func (r *approvals) join(info Approval, timeout time.Duration) (q *question, cre
 	q.Waiting = 1
 	r.byKey[key], r.byID[q.ID] = q, q
 	id := q.ID
-	q.timer = time.AfterFunc(timeout, func() { r.expire(id) })
+	q.timer = time.AfterFunc(timeout, func() { r.timeout(id) })
 	return q, true, nil
 }
 
 // leave counts a waiter that gave up on q before its answer (its client
-// went away, the gateway closed). The question stays until answered or
-// timed out: other requests may join it.
+// went away). The question stays until answered or timed out: other
+// requests may join it.
 func (r *approvals) leave(q *question) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -158,29 +184,129 @@ func (r *approvals) get(id string) (Approval, bool) {
 	return q.Approval, true
 }
 
-// resolve ends the pending question id with a: it is removed, its timer
-// stopped, logged is called with it (when not nil: the answer is logged
-// before any request it wakes is), and every request waiting on it woken.
-// It returns the question as it stood, or ErrApprovalNotFound when it is
-// not pending (answered or timed out already: the first answer wins).
-func (r *approvals) resolve(id string, a Answer, logged func(Approval)) (Approval, error) {
+// claim makes by the one answering the pending question id, before the
+// answer has any effect, and returns the question: only one answer gets
+// past claim. Its claimer must then call answer, or unclaim when the
+// answer failed. Errors: ErrApprovalNotFound when id is not pending,
+// ErrApprovalAnswered when another answer claimed it first (the error
+// says by whom).
+func (r *approvals) claim(id, by string) (Approval, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.byID[id]
+	switch {
+	case q == nil:
+		return Approval{}, ErrApprovalNotFound
+	case q.by != "":
+		return Approval{}, fmt.Errorf("question %q is %w (by %s); that answer stands: GET /v1/approvals lists the pending questions", id, ErrApprovalAnswered, q.by)
+	}
+	q.by = by
+	return q.Approval, nil
+}
+
+// unclaim gives up the claim on question id, whose answer failed: it is
+// pending again, or, when its deadline passed meanwhile, times out now.
+func (r *approvals) unclaim(id string) {
+	r.mu.Lock()
+	q := r.byID[id]
+	if q == nil {
+		r.mu.Unlock()
+		return
+	}
+	q.by = ""
+	if !q.expired {
+		r.mu.Unlock()
+		return
+	}
+	info := r.takeLocked(q)
+	r.mu.Unlock()
+	r.finish(q, info, timeoutAnswer)
+}
+
+// answer ends the claimed question id with a: it is removed, its timer
+// stopped, its answer logged and every request waiting on it woken. It
+// returns the question as it stood, or ErrApprovalNotFound when it ended
+// meanwhile (the registry was closed).
+func (r *approvals) answer(id string, a Answer) (Approval, error) {
 	r.mu.Lock()
 	q := r.byID[id]
 	if q == nil {
 		r.mu.Unlock()
 		return Approval{}, ErrApprovalNotFound
 	}
-	delete(r.byID, id)
-	delete(r.byKey, approvalKey{q.Host, q.Port})
-	info := q.Approval
+	info := r.takeLocked(q)
 	r.mu.Unlock()
+	r.finish(q, info, a)
+	return info, nil
+}
+
+// resolve claims question id for a.By and answers it with a.
+func (r *approvals) resolve(id string, a Answer) (Approval, error) {
+	if _, err := r.claim(id, a.By); err != nil {
+		return Approval{}, err
+	}
+	return r.answer(id, a)
+}
+
+// timeout ends question id, whose deadline passed, with a deny by
+// timeout; one being answered is left to its answer (see unclaim).
+func (r *approvals) timeout(id string) {
+	r.mu.Lock()
+	q := r.byID[id]
+	if q == nil {
+		r.mu.Unlock()
+		return
+	}
+	if q.by != "" {
+		q.expired = true
+		r.mu.Unlock()
+		return
+	}
+	info := r.takeLocked(q)
+	r.mu.Unlock()
+	r.finish(q, info, timeoutAnswer)
+}
+
+// close ends every pending question with a, claimed or not, oldest
+// first, and refuses new ones (join). It returns once every question
+// that ended, here or elsewhere, has had its answer logged, and stops
+// their timers: nothing is logged after it.
+func (r *approvals) close(a Answer) {
+	r.mu.Lock()
+	r.closed = true
+	qs := make([]*question, 0, len(r.byID))
+	infos := make(map[*question]Approval, len(r.byID))
+	for _, q := range r.byID {
+		qs = append(qs, q)
+		infos[q] = r.takeLocked(q)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(qs, func(x, y *question) int { return compareIDs(x.ID, y.ID) })
+	for _, q := range qs {
+		r.finish(q, infos[q], a)
+	}
+	r.ending.Wait()
+}
+
+// takeLocked removes q from the maps and returns it as it stood; its
+// taker must call finish. r.mu is held.
+func (r *approvals) takeLocked(q *question) Approval {
+	delete(r.byID, q.ID)
+	delete(r.byKey, approvalKey{q.Host, q.Port})
+	r.ending.Add(1)
+	return q.Approval
+}
+
+// finish ends q, taken out as info, with a: its timer stopped, a logged,
+// and its requests woken.
+func (r *approvals) finish(q *question, info Approval, a Answer) {
+	defer r.ending.Done()
 	q.timer.Stop()
-	if logged != nil {
-		logged(info)
+	if r.logged != nil {
+		r.logged(info, a)
 	}
 	q.answer = a
 	close(q.done)
-	return info, nil
 }
 
 // list returns the pending questions, oldest first.

@@ -15,7 +15,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 	const n = 1000
 	var worst float64
 	for range b.N {
-		r := newApprovals(MaxPendingApprovals, func(string) {})
+		r := newApprovals(MaxPendingApprovals, nil)
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -35,7 +35,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 		used := float64(after.HeapInuse+after.StackInuse) - float64(before.HeapInuse+before.StackInuse)
 		worst = max(worst, used/(1<<20))
 		for _, id := range ids {
-			r.resolve(id, Answer{Scope: ScopeOnce, By: ByCLI}, nil)
+			r.resolve(id, Answer{Scope: ScopeOnce, By: ByCLI})
 		}
 		for range n {
 			<-woken
@@ -48,7 +48,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 // request held on its question: from resolve to the waiter running
 // (p99-ms; the target is at most 50).
 func BenchmarkApprovalWake(b *testing.B) {
-	r := newApprovals(MaxPendingApprovals, func(string) {})
+	r := newApprovals(MaxPendingApprovals, nil)
 	lat := make([]time.Duration, 0, b.N)
 	for i := range b.N {
 		q, _, err := r.join(Approval{Host: "h.example", Port: uint16(1 + i%60000), Asked: time.Now()}, time.Hour)
@@ -59,7 +59,7 @@ func BenchmarkApprovalWake(b *testing.B) {
 		go func() { close(ready); <-q.done; woke <- time.Now() }()
 		<-ready
 		start := time.Now()
-		r.resolve(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByAPI}, nil)
+		r.resolve(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByAPI})
 		lat = append(lat, (<-woke).Sub(start))
 	}
 	slices.Sort(lat)

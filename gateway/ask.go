@@ -53,7 +53,9 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 		Rule: d.Rule, Reason: d.Reason, Asked: time.Now(),
 	}
 	q, created, err := s.approvals.join(info, timeout)
-	if err != nil {
+	if errors.Is(err, errApprovalsClosed) {
+		return blocked(reasonClosed)
+	} else if err != nil {
 		return blocked(fmt.Sprintf("not asked: %d questions are pending, the most a gateway holds; answer them (sbx approve) or add rules", MaxPendingApprovals))
 	}
 	if created {
@@ -69,7 +71,7 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 		return blocked("the request ended before an answer came")
 	case <-s.base.Done():
 		s.approvals.leave(q)
-		return blocked("the gateway closed before an answer came")
+		return blocked(reasonClosed)
 	}
 	if c != nil {
 		c.extendWriteDeadline(s.limits.IdleConnTimeout)
@@ -78,6 +80,8 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 	switch {
 	case a.By == ByTimeout:
 		return blocked(ReasonNoAnswer + formatSeconds(timeout))
+	case a.By == ByClosed:
+		return blocked(reasonClosed)
 	case a.Allow:
 		return netpolicy.Decision{Action: netpolicy.Allow, Rule: d.Rule, Reason: d.Reason + "; " + answerText(a)}
 	}
@@ -97,6 +101,10 @@ func answerText(a Answer) string {
 	}
 	return verb + " " + scope + " by " + a.By
 }
+
+// reasonClosed ends the reason of a request blocked because the gateway
+// closed while it was held, and is the reason of its question's answer.
+const reasonClosed = "the gateway closed before an answer came"
 
 // formatSeconds writes d as whole seconds ("60s") when it is, else as
 // time.Duration does.
@@ -138,30 +146,45 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 	if !ok {
 		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; GET /v1/approvals lists the pending ones", ErrApprovalNotFound, id)
 	}
+	if a.Scope == ScopeAlways && s.cfg.ApprovalsFile == "" {
+		return Approval{}, fmt.Errorf("%w: this gateway has no file to write an always answer to; answer with scope session, or give the gateway an approvals file (a YAML policy file)", ErrNoApprovalsFile)
+	}
+	// The answer claims the question before it has any effect: a second
+	// answer meanwhile is refused, and writes no rule.
+	if _, err := s.approvals.claim(id, a.By); errors.Is(err, ErrApprovalNotFound) {
+		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; GET /v1/approvals lists the pending ones", ErrApprovalNotFound, id)
+	} else if err != nil {
+		return Approval{}, err
+	}
 	if a.Scope != ScopeOnce {
-		action := netpolicy.Block
-		if a.Allow {
-			action = netpolicy.Allow
-		}
-		rule := netpolicy.Rule{Host: q.Host, Ports: []netpolicy.Port{netpolicy.Port(q.Port)}, Action: action}
-		if a.Scope == ScopeAlways {
-			if s.cfg.ApprovalsFile == "" {
-				return Approval{}, fmt.Errorf("%w: this gateway has no file to write an always answer to; answer with scope session, or give the gateway an approvals file (a YAML policy file)", ErrNoApprovalsFile)
-			}
-			comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
-			if err := s.writeApprovedRule(rule, comment); err != nil {
-				return Approval{}, err
-			}
-		}
-		if err := s.addAnswerRule(rule); err != nil {
+		if err := s.answerRule(id, q, a); err != nil {
+			s.approvals.unclaim(id)
 			return Approval{}, err
 		}
 	}
-	got, err := s.approvals.resolve(id, a, func(q Approval) { s.logAnswer(q, a) })
+	got, err := s.approvals.answer(id, a)
 	if err != nil {
-		return Approval{}, fmt.Errorf("%w %q: it timed out while the answer was being written (its rule stands)", ErrApprovalNotFound, id)
+		return Approval{}, fmt.Errorf("%w %q: the gateway closed while the answer was being written (its rule stands)", ErrApprovalNotFound, id)
 	}
 	return got, nil
+}
+
+// answerRule adds the rule of the session or always answer a to question
+// q (id) to the running policy, after writing it to Config.ApprovalsFile
+// for an always answer.
+func (s *Server) answerRule(id string, q Approval, a Answer) error {
+	action := netpolicy.Block
+	if a.Allow {
+		action = netpolicy.Allow
+	}
+	rule := netpolicy.Rule{Host: q.Host, Ports: []netpolicy.Port{netpolicy.Port(q.Port)}, Action: action}
+	if a.Scope == ScopeAlways {
+		comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
+		if err := s.writeApprovedRule(rule, comment); err != nil {
+			return err
+		}
+	}
+	return s.addAnswerRule(rule)
 }
 
 func verbOf(a Answer) string {
@@ -195,13 +218,6 @@ func (s *Server) addAnswerRule(r netpolicy.Rule) error {
 	return nil
 }
 
-// expireApproval ends a question whose deadline passed: its requests are
-// blocked, and the decision log says no answer came.
-func (s *Server) expireApproval(id string) {
-	a := Answer{Scope: ScopeOnce, By: ByTimeout}
-	s.approvals.resolve(id, a, func(q Approval) { s.logAnswer(q, a) })
-}
-
 // logAnswer logs the approval record of q's answer a.
 func (s *Server) logAnswer(q Approval, a Answer) {
 	rec := &decisionlog.Record{
@@ -214,9 +230,12 @@ func (s *Server) logAnswer(q Approval, a Answer) {
 	if a.Allow {
 		rec.Answer, rec.Action = api.AnswerAllow, string(netpolicy.Allow)
 	}
-	if a.By == ByTimeout {
+	switch a.By {
+	case ByTimeout:
 		rec.Reason = ReasonNoAnswer + formatSeconds(q.Deadline.Sub(q.Asked))
-	} else {
+	case ByClosed:
+		rec.Reason = reasonClosed
+	default:
 		rec.Reason = answerText(a)
 	}
 	s.emit(rec)

@@ -153,7 +153,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
-	s.approvals = newApprovals(MaxPendingApprovals, s.expireApproval)
+	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
 	}
@@ -429,12 +429,17 @@ func (s *Server) untrackUpstream(c net.Conn) {
 	s.mu.Unlock()
 }
 
-// Close stops every listener and DNS socket, closes every client
-// connection and tunnel, waits for their goroutines (whose close records
+// Close ends every pending question with a deny by ByClosed, logged as
+// its answer (so the requests held on it are blocked, and a question's
+// timer logs nothing after), stops every listener and DNS socket, closes
+// every client connection and tunnel, waits for their goroutines (whose close records
 // reach the log), closes idle upstream connections and writes the bypass
 // and refused-connection records still folded. It does not close
 // the Log; its owner does, after Close.
 func (s *Server) Close() error {
+	// Every pending question ends first, its answer (by closed) logged
+	// while the decision log is open, and no timer left to log later.
+	s.approvals.close(Answer{Scope: ScopeOnce, By: ByClosed})
 	s.mu.Lock()
 	s.closed = true
 	s.cancelBase()

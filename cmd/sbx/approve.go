@@ -129,6 +129,8 @@ func answerApproval(ctx context.Context, w io.Writer, c *api.Client, arg string,
 	got, err := c.AnswerApproval(ctx, id, api.ApprovalAnswer{Answer: answer, Scope: scope, By: api.ByCLI})
 	var ae *api.Error
 	switch {
+	case errors.Is(err, api.ErrApprovalAnswered): // another answer came first; the API says whose
+		return err
 	case errors.As(err, &ae) && ae.Status == http.StatusConflict:
 		return fmt.Errorf("%s: its sbx run has no --approvals FILE and no YAML --policy file to write the rule to; answer with --session instead, or start the next run with --approvals FILE", ae.Message)
 	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:

@@ -93,6 +93,9 @@ var (
 	// ErrInvalidAnswer: an answer or scope that is not one of the known
 	// words. The API answers 400.
 	ErrInvalidAnswer = errors.New("invalid answer")
+	// ErrApprovalAnswered: another answer to the question came first
+	// (the error says by whom). The API answers 409.
+	ErrApprovalAnswered = errors.New("already answered")
 )
 
 // Approval is a pending question of the gateway, about a request whose
@@ -162,6 +165,25 @@ func (a *ApprovalAnswer) check() error {
 	return nil
 }
 
+// errorCodes are the codes of ErrorBody, by the error they stand for: the
+// two conflicts of an answer.
+var errorCodes = map[error]string{
+	ErrApprovalAnswered: "already_answered",
+	ErrNoApprovalsFile:  "no_approvals_file",
+}
+
+// writeCodedError answers err with status, and the code of the error of
+// errorCodes it wraps.
+func writeCodedError(w http.ResponseWriter, status int, err error) {
+	body := ErrorBody{Error: err.Error()}
+	for target, code := range errorCodes {
+		if errors.Is(err, target) {
+			body.Code = code
+		}
+	}
+	writeJSON(w, status, body)
+}
+
 func (a *Server) listApprovals(w http.ResponseWriter, _ *http.Request) {
 	list := a.cfg.Gateway.Approvals()
 	if list == nil {
@@ -192,8 +214,8 @@ func (a *Server) answerApproval(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, ApprovalAnswered{Answer: ans.Answer, Approval: q, By: ans.By, Scope: ans.Scope})
 	case errors.Is(err, ErrApprovalNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, ErrNoApprovalsFile):
-		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrApprovalAnswered), errors.Is(err, ErrNoApprovalsFile):
+		writeCodedError(w, http.StatusConflict, err)
 	case errors.Is(err, ErrInvalidAnswer):
 		writeError(w, http.StatusBadRequest, err.Error())
 	default:

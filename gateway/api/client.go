@@ -26,6 +26,16 @@ type Error struct {
 	Status int
 	// Message is the API's {"error": ...}; "" when the body held none.
 	Message string
+	// Code is the API's {"code": ...}, which errors.Is matches with the
+	// error it stands for (ErrApprovalAnswered, ErrNoApprovalsFile); ""
+	// for most errors.
+	Code string
+}
+
+// Is reports whether target is the error e's Code stands for.
+func (e *Error) Is(target error) bool {
+	code, ok := errorCodes[target]
+	return ok && e.Code == code
 }
 
 func (e *Error) Error() string {
@@ -134,7 +144,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	e := &Error{Method: r.method, Path: pathOnly(r.path), Status: resp.StatusCode}
 	var eb ErrorBody
 	if json.Unmarshal(data, &eb) == nil {
-		e.Message = eb.Error
+		e.Message, e.Code = eb.Error, eb.Code
 	}
 	return nil, e
 }

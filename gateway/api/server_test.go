@@ -29,6 +29,9 @@ type fakeGateway struct {
 	mu      sync.Mutex
 	pending []Approval
 	answers []ApprovalAnswer
+	// answering names who is answering a pending question, by its id:
+	// another answer to it is refused, as the gateway refuses it.
+	answering map[string]string
 }
 
 func (g *fakeGateway) Store() *netpolicy.Store { return g.store }
@@ -59,6 +62,9 @@ func (g *fakeGateway) AnswerApproval(id string, a ApprovalAnswer) (Approval, err
 		}
 		if a.Scope == "always" {
 			return Approval{}, fmt.Errorf("%w: answer with scope session", ErrNoApprovalsFile)
+		}
+		if by := g.answering[id]; by != "" {
+			return Approval{}, fmt.Errorf("question %q is %w (by %s)", id, ErrApprovalAnswered, by)
 		}
 		g.pending = append(g.pending[:i], g.pending[i+1:]...)
 		g.answers = append(g.answers, a)

@@ -13,8 +13,10 @@ import (
 // sorts: a client that compares bytes sees no change.
 
 // ErrorBody is the body of every error answer, and the last line of a
-// decision stream that fell behind: {"error": "..."}.
+// decision stream that fell behind: {"error": "..."}. Code, when set,
+// tells apart the errors that share a status (errorCodes), for clients.
 type ErrorBody struct {
+	Code  string `json:"code,omitempty"`
 	Error string `json:"error"`
 }
 

@@ -65,6 +65,7 @@ var wireExchanges = []wireExchange{
 	{name: "approval-answered", method: "POST", path: "/v1/approvals/a1", body: `{"answer": "allow", "scope": "session", "by": "cli"}`, status: 200, into: func() any { return new(ApprovalAnswered) }},
 	{name: "error-approval-404", method: "POST", path: "/v1/approvals/a1", body: `{"answer": "deny"}`, status: 404, into: func() any { return new(ErrorBody) }},
 	{name: "error-approval-409", method: "POST", path: "/v1/approvals/a2", body: `{"answer": "allow", "scope": "always"}`, status: 409, into: func() any { return new(ErrorBody) }},
+	{name: "error-approval-409-answered", method: "POST", path: "/v1/approvals/a2", body: `{"answer": "deny"}`, status: 409, into: func() any { return new(ErrorBody) }},
 	{name: "error-approval-400", method: "POST", path: "/v1/approvals/a2", body: `{"answer": "maybe"}`, status: 400, into: func() any { return new(ErrorBody) }},
 	{name: "approvals-after", method: "GET", path: "/v1/approvals", status: 200, into: func() any { return new(Approvals) }},
 }
@@ -91,6 +92,7 @@ func startWireAPI(t *testing.T) *testServer {
 		g.hosts = map[string]*mockllm.Responder{"api.anthropic.com": mock}
 		g.scripts = map[string]*mockllm.Responder{"agent.yaml": mockllm.New(nil)}
 		g.counts = Counts{Intercepted: 1}
+		g.answering = map[string]string{"a2": "ui"}
 		asked := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 		for i, host := range []string{"pypi.org", "files.pythonhosted.org"} {
 			g.pending = append(g.pending, Approval{ID: "a" + strconv.Itoa(i+1), Host: host, Port: 443, Kind: "connect", Method: "CONNECT",

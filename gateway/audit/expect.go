@@ -361,7 +361,8 @@ func isKnownEvent(ev string) bool {
 // error that wraps ErrNoRecords.
 //
 // The answers in the logs' approval records are weighed, by a person
-// (tty, cli, api, ui; not a timeout) for a host and port:
+// (tty, cli, api, ui; not a timeout, nor the gateway closing) for a host
+// and port:
 //
 //   - An ask verdict is expected only for a target a person allowed when
 //     asked, all of whose attempts (with the same method and path) were
@@ -392,7 +393,7 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 			e.Dropped = satAdd(e.Dropped, droppedCount(r))
 			return nil
 		}
-		if r.Event == decisionlog.EventApproval && r.Answer != "" && r.By != byTimeout {
+		if r.Event == decisionlog.EventApproval && r.Answer != "" && byPerson(r.By) {
 			c := clipRecord(r)
 			k := answerKey(c.Host, c.Port)
 			if a := answers[k].add(c.Answer, len(answers) < lim.Targets); a != nil {

@@ -342,7 +342,7 @@ type PolicyChange struct {
 
 // Approval is the answer to one question of the gateway (an approval
 // record with an answer): By is tty, cli, api, ui, or timeout when no
-// answer came.
+// answer came, closed when the gateway closed before one did.
 type Approval struct {
 	Time       time.Time `json:"time"`
 	ApprovalID string    `json:"approval_id"`

@@ -633,8 +633,12 @@ func (a *targetAnswers) notes() []string {
 			break
 		}
 		when := ap.Time.UTC().Format("2006-01-02 15:04:05Z07:00")
-		if ap.By == byTimeout {
+		switch ap.By {
+		case byTimeout:
 			out = append(out, fmt.Sprintf("asked (question %s), no answer came: blocked at %s", ap.ApprovalID, when))
+			continue
+		case byClosed:
+			out = append(out, fmt.Sprintf("asked (question %s), the gateway closed before an answer came: blocked at %s", ap.ApprovalID, when))
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s %s by %s at %s (question %s)", answerVerb(ap.Answer), ap.Scope, ap.By, when, ap.ApprovalID))
@@ -652,9 +656,17 @@ func answerVerb(answer string) string {
 	return "answered " + answer
 }
 
-// byTimeout is the by of an approval record when no answer came
-// (gateway.ByTimeout).
-const byTimeout = "timeout"
+// The by of an approval record when no person answered: no answer came
+// in time (gateway.ByTimeout), or the gateway closed first
+// (gateway.ByClosed).
+const (
+	byTimeout = "timeout"
+	byClosed  = "closed"
+)
+
+// byPerson reports whether by, an approval record's, is a person's
+// answer rather than the gateway's word for none.
+func byPerson(by string) bool { return by != byTimeout && by != byClosed }
 
 // answerKey is the key of answersByTarget and of Expect's answers: the
 // host as netpolicy normalizes it (as it is when it does not), and the
@@ -679,7 +691,7 @@ func answersByTarget(rep *Report) map[targetKey]*targetAnswers {
 			m[k] = a
 		}
 		a.list = append(a.list, ap)
-		if ap.By != byTimeout {
+		if byPerson(ap.By) {
 			a.allowed = a.allowed || ap.Answer == "allow"
 			a.denied = a.denied || ap.Answer == "deny"
 		}

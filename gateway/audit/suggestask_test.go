@@ -151,3 +151,37 @@ rules:
 		t.Errorf("a block rule for the denied host: holds %v, denied %d (want 2), unexpected %+v", e.Holds(), e.Denied, e.Unexpected)
 	}
 }
+
+// A question the gateway ended as it closed (by closed) is no person's
+// answer: --suggest blocks its target as logged, with a comment saying
+// the gateway closed, not as denied when asked; --expect does not take
+// it for a person's deny.
+func TestSuggestClosedIsNoAnswer(t *testing.T) {
+	recs := []decisionlog.Record{
+		rec(1, "connect", "CONNECT", "late.example", 443, "", "ask", "default", func(r *decisionlog.Record) {
+			r.Event, r.ApprovalID, r.Enforced = decisionlog.EventApproval, "a1", false
+		}),
+		rec(2, "connect", "CONNECT", "late.example", 443, "", "block", "default", func(r *decisionlog.Record) {
+			r.Event, r.ApprovalID, r.Answer, r.Scope, r.By = decisionlog.EventApproval, "a1", "deny", "once", "closed"
+		}),
+		rec(2, "connect", "CONNECT", "late.example", 443, "", "block", "default"),
+	}
+	out, err := Suggest(summarize(t, recs), SuggestOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	if want := "# asked (question a1), the gateway closed before an answer came: blocked at 2026-11-25 09:00:02Z\n"; !strings.Contains(s, want) {
+		t.Errorf("the suggested policy lacks %q:\n%s", want, s)
+	}
+	if strings.Contains(s, "# Denied when asked") || strings.Contains(s, "denied once by closed") {
+		t.Errorf("a question the gateway closed is taken for a person's deny:\n%s", s)
+	}
+	e, err := Expect(context.Background(), mustPolicy(t, "version: 1\ndefault: block\nrules: []\n"), "block.yaml", logSource(recs), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Denied != 0 {
+		t.Errorf("--expect: got %d denied by a person, want 0", e.Denied)
+	}
+}

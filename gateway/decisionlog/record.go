@@ -239,7 +239,8 @@ type Record struct {
 	// ApprovalID names the question of an EventApproval record; Answer is
 	// "allow" or "deny" in the record of its answer ("" in the question's),
 	// Scope "once", "session" or "always", and By who answered: "tty",
-	// "cli", "api", "ui", or "timeout" when no answer came. They are
+	// "cli", "api", "ui", or "timeout" when no answer came, "closed" when
+	// the gateway closed before one did. They are
 	// written in approval records only.
 	ApprovalID string
 	Answer     string
