@@ -24,8 +24,9 @@ const ReasonNoAnswer = "no answer came within "
 // and returns the answer as an allow or a block by the same rule, its
 // reason saying who answered, or that no answer came. A request whose
 // ctx ends, or the gateway closing, ends the wait with a block. When c is
-// not nil, its write deadline is renewed after the wait, which may have
-// outlasted it.
+// not nil, the request is c's, which nothing else reads meanwhile: its
+// client hanging up ends the wait too (watchClient), and its write
+// deadline is renewed after the wait, which may have outlasted it.
 //
 // In audit mode nothing is held: the ask is the block it would be without
 // an answer, which audit mode lets through. Over MaxPendingApprovals
@@ -64,6 +65,12 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 		qr.ApprovalID = q.ID
 		s.emit(&qr)
 	}
+	if c != nil && c.br != nil {
+		// ctx is the listener's: the wait ends when the client hangs up.
+		var stop func()
+		ctx, stop = watchClient(ctx, c)
+		defer stop()
+	}
 	select {
 	case <-q.done:
 	case <-ctx.Done():
@@ -86,6 +93,41 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 		return netpolicy.Decision{Action: netpolicy.Allow, Rule: d.Rule, Reason: d.Reason + "; " + answerText(a)}
 	}
 	return blocked(answerText(a))
+}
+
+// watchClient returns a context that ends with ctx or when c's client
+// hangs up, and the func that ends the watch, which the caller must call
+// before it reads c again. While the watch lasts, a goroutine peeks at c
+// for its client's next bytes: a read that fails (the client closed or
+// reset the connection) cancels the context. The bytes it reads stay in
+// c.br, unread, for the request's reader: pipelined requests, a body, a
+// tunnel's first bytes. Once c.br is full it can read no more without
+// taking them, and the watch ends without cancelling: a client that sent
+// that much past its request's head is not watched. stop wakes the
+// goroutine's read with a deadline in the past, waits for it to return
+// (its only end, besides a failed read and a full buffer), and puts back
+// the read deadline c had.
+func watchClient(ctx context.Context, c *conn) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	c.Conn.SetReadDeadline(time.Time{}) // c.readDL keeps the deadline to put back
+	go func() {
+		defer close(done)
+		for n := c.br.Buffered(); n < c.br.Size(); n = c.br.Buffered() {
+			if _, err := c.br.Peek(n + 1); err != nil {
+				if !isTimeout(err) {
+					cancel()
+				}
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		c.Conn.SetReadDeadline(time.Now())
+		<-done
+		c.Conn.SetReadDeadline(c.readDL)
+		cancel()
+	}
 }
 
 // answerText says what an answer was, as reasons give it: "allowed once
