@@ -267,6 +267,7 @@ func (s *Server) logAnswer(q Approval, a Answer) {
 		Host: q.Host, Port: int(q.Port), Path: q.Path, Rule: q.Rule, Enforced: true,
 		PolicyVersion: s.cfg.Store.Load().Version(),
 		ApprovalID:    q.ID, Answer: api.AnswerDeny, Scope: string(a.Scope), By: a.By,
+		Count:  uint64(q.Waiting), // the held requests it reaches
 		Action: string(netpolicy.Block),
 	}
 	if a.Allow {

@@ -240,3 +240,40 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 		}
 	})
 }
+
+// An answer reaches every request held on its question, whatever its
+// method and path; its record counts them (the method and path are the
+// first's), less any whose client left.
+func TestAskAnswerRecordCountsItsRequests(t *testing.T) {
+	g, c, base, port := askGateway(t, time.Minute, nil)
+	first := getAsync(c, base+"/first")
+	waitQuestion(t, g.srv, "api.test", port, 1)
+	second := getAsync(c, base+"/second")
+	third := getAsync(c, base+"/third")
+	gone := dialProxy(t, g.addr)
+	fmt.Fprintf(gone, "DELETE %s/gone HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", base, port)
+	q := waitQuestion(t, g.srv, "api.test", port, 4)
+	gone.Close()
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if p := g.srv.Approvals(); len(p) == 1 && p[0].Waiting == 3 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("pending: got %+v, want %s with 3 waiting once a client left", p, q.ID)
+		}
+	}
+	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByAPI}); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]<-chan askResult{"first": first, "second": second, "third": third} {
+		if r := result(t, ch); r.status != 200 || !strings.Contains(r.body, `"path":"/`+name+`"`) {
+			t.Errorf("%s: got %d %s, want 200 for /%s", name, r.status, r.body, name)
+		}
+	}
+	recs := g.approvalRecords(t)
+	if len(recs) != 2 {
+		t.Fatalf("approval records: got %v", recs)
+	}
+	if r := recs[1]; r["count"] != float64(3) || r["path"] != "/first" || r["method"] != "GET" {
+		t.Errorf("answer record: got %v, want count 3, GET /first", r)
+	}
+}

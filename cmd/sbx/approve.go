@@ -191,7 +191,8 @@ var liveApproval = []byte(`"` + decisionlog.FieldEvent + `":"` + decisionlog.Eve
 
 // approvalLine is the line sbx run's stderr and sbx decisions show for an
 // approval record: a question with the commands that answer it, or its
-// answer.
+// answer, which says "first of N" when it reached N held requests (the
+// record's method and path are the first's).
 func approvalLine(r *decisionlog.Record) string {
 	target := printable(liveTarget(r))
 	if r.Answer == "" {
@@ -201,6 +202,9 @@ func approvalLine(r *decisionlog.Record) string {
 		}
 		return fmt.Sprintf("%-9s %s%s  (question %s, %s; answer with: sbx approve --sandbox %s %s, or sbx deny; --session or --always to keep the answer)",
 			"ask", target, printable(recordProcess(r)), printable(r.ApprovalID), printable(r.Reason), printable(sb), printable(r.ApprovalID))
+	}
+	if r.Count > 1 { // the target is the first request's; the answer reached them all
+		target += fmt.Sprintf(" (first of %d)", r.Count)
 	}
 	return fmt.Sprintf("%-9s %s  (question %s: %s)", "answer", target, printable(r.ApprovalID), printable(r.Reason))
 }

@@ -152,4 +152,22 @@ func TestApprovalLines(t *testing.T) {
 	if line := formatDecision(&a, false); !strings.Contains(line, "answer    CONNECT pypi.org:443  (question a1: allowed for this session by cli)") {
 		t.Errorf("sbx decisions line: got %q", line)
 	}
+	// An answer that reached more than one held request says its target
+	// is the first's.
+	for _, tt := range []struct {
+		count uint64
+		want  string
+	}{
+		{0, "sbx: answer    GET api.test:80/a  (question a2: allowed once by api)\n"},
+		{1, "sbx: answer    GET api.test:80/a  (question a2: allowed once by api)\n"},
+		{3, "sbx: answer    GET api.test:80/a (first of 3)  (question a2: allowed once by api)\n"},
+	} {
+		m := decisionlog.Record{Event: decisionlog.EventApproval, Kind: "http", Method: "GET", Host: "api.test", Port: 80, Path: "/a",
+			Action: "allow", Rule: "default", ApprovalID: "a2", Answer: "allow", Scope: "once", By: "api", Reason: "allowed once by api", Count: tt.count}
+		b.Reset()
+		s.WriteRecord(3, m.AppendJSON(nil))
+		if b.String() != tt.want {
+			t.Errorf("answer of %d requests: got %q, want %q", tt.count, b.String(), tt.want)
+		}
+	}
 }

@@ -205,8 +205,10 @@ type Record struct {
 	Change string
 	// Count is how many records a FileSink left out since its previous
 	// dropped record (dropped records), how many packets a bypass
-	// record stands for (KindBypass), or how many refused connections
-	// or packets a conn record stands for (KindConn).
+	// record stands for (KindBypass), how many refused connections
+	// or packets a conn record stands for (KindConn), or how many held
+	// requests an answer reached (approval records with an Answer): the
+	// record's method and path are the first's.
 	Count uint64
 	// Since is when the first of those Count records was left out
 	// (dropped records only).
@@ -379,6 +381,8 @@ func (r *Record) AppendJSON(b []byte) []byte {
 			b = appendJSONString(b, r.Scope)
 			b = appendLogKey(b, FieldBy)
 			b = appendJSONString(b, r.By)
+			b = appendLogKey(b, FieldCount)
+			b = strconv.AppendUint(b, r.Count, 10)
 		}
 	}
 	if r.Addrs != "" {

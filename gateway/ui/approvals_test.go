@@ -547,3 +547,28 @@ func TestUIAnswerFormsUseTheAPIWords(t *testing.T) {
 		}
 	}
 }
+
+// A question's row shows the first held request's method and path, and
+// says "first of N" when more wait on it: the answer reaches them all.
+func TestUIApprovalRowFirstOfN(t *testing.T) {
+	for _, tt := range []struct {
+		waiting int
+		want    string
+	}{
+		{1, "GET /a"},
+		{3, "GET /a (first of 3)"},
+		{0, "GET /a"}, // every request left: the question stays till its answer
+	} {
+		row := approvalRowOf(api.Approval{ID: "a1", Host: "api.test", Port: 80, Kind: "http", Method: "GET", Path: "/a", Waiting: tt.waiting}, liveID, "token")
+		if row.Request != tt.want {
+			t.Errorf("%d waiting: got request %q, want %q", tt.waiting, row.Request, tt.want)
+		}
+		var b strings.Builder
+		if err := templates["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), `<td class="request">http `+tt.want+`</td>`) {
+			t.Errorf("%d waiting: the row lacks %q:\n%s", tt.waiting, tt.want, b.String())
+		}
+	}
+}

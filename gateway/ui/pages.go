@@ -289,7 +289,7 @@ type approvalRow struct {
 	// Target is host:port, what every held request waits on.
 	Target string `json:"target"`
 	// Kind, Request (method and path) and Client are the first held
-	// request's.
+	// request's; Request ends with "(first of N)" when N > 1 are held.
 	Kind    string `json:"kind"`
 	Request string `json:"request"`
 	Client  string `json:"client"`
@@ -318,6 +318,9 @@ func approvalRowOf(a api.Approval, id, csrf string) approvalRow {
 	}
 	if a.ID == "" {
 		return row
+	}
+	if a.Waiting > 1 { // the method and path are the first request's; an answer reaches them all
+		row.Request += fmt.Sprintf(" (first of %d)", a.Waiting)
 	}
 	row.Target = net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
 	row.Why = a.Rule
