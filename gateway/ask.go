@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -95,11 +96,20 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 	return blocked(answerText(a))
 }
 
+// halfCloseGrace is how soon after a hold starts the end of its client's
+// stream is taken for a half-close that came with the request, not for
+// the client leaving. Reading cannot tell a client that closed its
+// connection from one that only shut down its sending side and waits
+// for the answer, as printf ... | nc does at once; a client that leaves
+// does so while it waits, later.
+const halfCloseGrace = 500 * time.Millisecond
+
 // watchClient returns a context that ends with ctx or when c's client
 // hangs up, and the func that ends the watch, which the caller must call
 // before it reads c again. While the watch lasts, a goroutine peeks at c
 // for its client's next bytes: a read that fails (the client closed or
-// reset the connection) cancels the context. The bytes it reads stay in
+// reset the connection) cancels the context, but for the end of the
+// stream within halfCloseGrace, which ends the watch. The bytes it reads stay in
 // c.br, unread, for the request's reader: pipelined requests, a body, a
 // tunnel's first bytes. Once c.br is full it can read no more without
 // taking them, and the watch ends without cancelling: a client that sent
@@ -111,15 +121,21 @@ func watchClient(ctx context.Context, c *conn) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	c.Conn.SetReadDeadline(time.Time{}) // c.readDL keeps the deadline to put back
+	start := time.Now()
 	go func() {
 		defer close(done)
 		for n := c.br.Buffered(); n < c.br.Size(); n = c.br.Buffered() {
-			if _, err := c.br.Peek(n + 1); err != nil {
-				if !isTimeout(err) {
-					cancel()
-				}
-				return
+			_, err := c.br.Peek(n + 1)
+			switch {
+			case err == nil:
+				continue
+			case errors.Is(err, io.EOF) && time.Since(start) < halfCloseGrace:
+				// The client ended its sending side with its request
+				// (printf ... | nc): it waits for the answer.
+			case !isTimeout(err):
+				cancel()
 			}
+			return
 		}
 	}()
 	return ctx, func() {

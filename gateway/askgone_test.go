@@ -91,6 +91,9 @@ func TestAskClientGoneEndsTheHold(t *testing.T) {
 			if q.Kind != tc.kind {
 				t.Errorf("question kind: got %s, want %s", q.Kind, tc.kind)
 			}
+			// The client leaves while it waits: an end of its stream at
+			// once would be a half-close that came with the request.
+			time.Sleep(halfCloseGrace + 100*time.Millisecond)
 			gone := time.Now()
 			c.Close()
 			for waiting := 1; waiting != 0; {
@@ -224,6 +227,24 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 			t.Errorf("large body: got %d bytes, want %d", len(e.Body), len(body))
 		}
 	})
+	t.Run("half-closed with the request", func(t *testing.T) {
+		// printf ... | nc: the client shuts down its sending side as soon
+		// as it has sent, and waits for the answer.
+		c := dialProxy(t, g.addr).(*net.TCPConn)
+		fmt.Fprintf(c, "GET http://other.test:%[1]d/half HTTP/1.1\r\nHost: other.test:%[1]d\r\nConnection: close\r\n\r\n", port)
+		c.CloseWrite()
+		q := waitQuestion(t, g.srv, "other.test", port, 1)
+		time.Sleep(halfCloseGrace + 100*time.Millisecond)
+		if p := g.srv.Approvals(); len(p) != 1 || p[0].Waiting != 1 {
+			t.Fatalf("pending: got %+v, want %s still with its request", p, q.ID)
+		}
+		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+			t.Fatal(err)
+		}
+		if e := readEcho(t, bufio.NewReader(c)); e.Path != "/half" {
+			t.Errorf("half-closed: got %+v, want /half", e)
+		}
+	})
 	t.Run("connect", func(t *testing.T) {
 		c := dialProxy(t, g.addr)
 		fmt.Fprintf(c, "CONNECT api.test:%[1]d HTTP/1.1\r\nHost: api.test:%[1]d\r\n\r\nping", rawPort)
@@ -253,6 +274,7 @@ func TestAskAnswerRecordCountsItsRequests(t *testing.T) {
 	gone := dialProxy(t, g.addr)
 	fmt.Fprintf(gone, "DELETE %s/gone HTTP/1.1\r\nHost: api.test:%d\r\n\r\n", base, port)
 	q := waitQuestion(t, g.srv, "api.test", port, 4)
+	time.Sleep(halfCloseGrace + 100*time.Millisecond) // it leaves while it waits
 	gone.Close()
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if p := g.srv.Approvals(); len(p) == 1 && p[0].Waiting == 3 {
