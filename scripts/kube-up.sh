@@ -260,9 +260,10 @@ EOF
 
 # containerd and the kubelet share one private mount namespace, in the
 # node's network namespace. There, the host-wide sysctls the kubelet sets
-# are covered by files holding the values it wants, and /run and /var/lib
-# are private tmpfs (pod network namespaces, runc's state, the CNI cache),
-# so nothing of theirs lands on the host.
+# are covered by files holding the values it wants, and /run, /var/lib and
+# /var/log are private tmpfs (pod network namespaces, runc's state, the
+# CNI cache, the kubelet's /var/log/containers), so nothing of theirs lands
+# on the host.
 log "containerd and the kubelet"
 covers=""
 for s in $kube_kubelet_sysctls; do
@@ -271,7 +272,7 @@ for s in $kube_kubelet_sysctls; do
 	covers="$covers mount --bind $d/fakesys/${f//\//.} /proc/sys/$f;"
 done
 start containerd nsenter --net="$kube_netns" unshare -m --propagation slave /bin/sh -c \
-	"set -e; $covers mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /var/lib; exec containerd --config $d/containerd/config.toml"
+	"set -e; $covers mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /var/lib; mount -t tmpfs tmpfs /var/log; exec containerd --config $d/containerd/config.toml"
 ctd_pid=$(awk '$1 == "containerd" { print $2 }' "$d/run.pids")
 wait_for "containerd" 30 ctr_node version
 ctr_node images import --all-platforms "$kube_cache/images/pause.tar" >/dev/null
