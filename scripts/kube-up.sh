@@ -61,25 +61,27 @@ built=$(date +%s)
 log "binaries ready in $((built - up_started)) s"
 
 rm -rf "$kube_dir"
-mkdir -p "$kube_dir"/{pki,logs,images,containerd,cni/net.d,kubelet,podlogs,fakesys}
+mkdir -p "$kube_dir"/{pki,logs,containerd,cni/net.d,kubelet,podlogs,fakesys}
 chmod 755 "$kube_dir"
 d=$kube_dir
 p=$d/pki
 
-# Images: pause (a static build of scripts/kube/pause.c) and busybox.
-if [ ! -e "$kube_cache/images/pause.tar" ] || [ ! -e "$kube_cache/images/busybox.tar" ]; then
+# Images: pause (a static build of scripts/kube/pause.c) and busybox (the
+# host's), cached under a key made of both.
+images=$kube_cache/images/$(cat scripts/kube/pause.c /bin/busybox | sha256sum | cut -c1-12)
+if [ ! -e "$images/pause.tar" ] || [ ! -e "$images/busybox.tar" ]; then
 	log "building the pause and busybox images"
-	mkdir -p "$kube_cache/images"
+	mkdir -p "$images"
 	w=$(mktemp -d)
 	mkdir -p "$w/pause" "$w/busybox/bin" "$w/busybox/"{etc,tmp,proc,sys,dev,www}
 	gcc -static -O2 -o "$w/pause/pause" scripts/kube/pause.c
-	image_archive "$w/pause" "$kube_pause_image" "$kube_cache/images/pause.tar" '["/pause"]'
+	image_archive "$w/pause" "$kube_pause_image" "$images/pause.tar" '["/pause"]'
 	cp /bin/busybox "$w/busybox/bin/busybox"
 	for a in $(/bin/busybox --list); do
 		[ "$a" = busybox ] || ln -s busybox "$w/busybox/bin/$a"
 	done
 	echo ok >"$w/busybox/www/index.html"
-	image_archive "$w/busybox" "$kube_busybox_image" "$kube_cache/images/busybox.tar" '["/bin/sh"]'
+	image_archive "$w/busybox" "$kube_busybox_image" "$images/busybox.tar" '["/bin/sh"]'
 	rm -rf "$w"
 fi
 
@@ -275,8 +277,8 @@ start containerd nsenter --net="$kube_netns" unshare -m --propagation slave /bin
 	"set -e; $covers mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /var/lib; mount -t tmpfs tmpfs /var/log; exec containerd --config $d/containerd/config.toml"
 ctd_pid=$(awk '$1 == "containerd" { print $2 }' "$d/run.pids")
 wait_for "containerd" 30 ctr_node version
-ctr_node images import --all-platforms "$kube_cache/images/pause.tar" >/dev/null
-ctr_node images import --all-platforms "$kube_cache/images/busybox.tar" >/dev/null
+ctr_node images import --all-platforms "$images/pause.tar" >/dev/null
+ctr_node images import --all-platforms "$images/busybox.tar" >/dev/null
 # The unshare'd shell exec'd containerd: its PID is containerd's, and
 # nsenter joins its mount namespace.
 start kubelet nsenter -t "$ctd_pid" -m -n "$kube_bin_k8s/kubelet" --config="$d/kubelet/config.yaml" \
