@@ -22,10 +22,14 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "$0: needs root; run it with sudo" >&2; exit 1; }
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# However this script ends, the cluster does not outlive it.
+cleanup() {
+	[ -e "$kube_dir/run.pids" ] && { scripts/kube-down.sh || true; }
+	rm -rf "$work"
+}
+trap cleanup EXIT
 fail() {
 	echo "$0: FAIL: $*" >&2
-	scripts/kube-down.sh || true
 	exit 1
 }
 
@@ -106,9 +110,19 @@ kubectl_node -n "$ns" wait --for=condition=Ready pod/web pod/client --timeout=90
 	fail "the pods did not become Ready: $(kubectl_node -n "$ns" describe pods 2>&1 | tail -20)"
 web_ip=$(kubectl_node -n "$ns" get pod web -o jsonpath='{.status.podIP}')
 
-# get: the client pod fetches the web pod's page; prints ok or the error.
+# get: the client pod fetches the web pod's page; prints ok, wget's error,
+# or why kubectl exec failed. (busybox 1.35's wget -T crashes: timeout
+# bounds it instead.)
 get() {
-	kubectl_node -n "$ns" exec client -- wget -q -T 2 -O - "http://$web_ip:8080/" 2>&1 | tr -d '\r' | tail -1
+	local out rc=0
+	out=$(kubectl_node -n "$ns" exec client -- timeout 5 wget -q -O - "http://$web_ip:8080/" 2>&1) || rc=$?
+	out=$(printf '%s\n' "$out" | tr -d '\r' | grep -v '^command terminated' | tail -1 || true)
+	case $rc:$out in
+	0:ok) echo ok ;;
+	*:wget:*) echo "$out" ;;
+	124:* | 143:*) echo "wget: timed out" ;;
+	*) echo "kubectl exec failed ($rc): $out" ;;
+	esac
 }
 # expect WHAT ok|refused: polls for up to 30 s (kube-router applies a
 # change within seconds), then fails.
@@ -120,7 +134,7 @@ expect() {
 			log "$what: client gets 200"
 			return 0
 		fi
-		# busybox wget's own error, not kubectl's: the connection failed.
+		# wget's own failure, not kubectl's: the connection failed.
 		if [ "$want" = refused ] && [[ $got == wget:* ]]; then
 			log "$what: refused ($got)"
 			return 0
