@@ -46,12 +46,9 @@ for b in "$kube_bin_etcd/etcd" "$kube_bin_k8s"/{kube-apiserver,kube-controller-m
 	[ -x "$b" ] || cold=cold
 done
 start=$(date +%s)
-scripts/kube-up.sh >"$work/up.out" 2>"$work/up.err" || {
-	cat "$work/up.err" >&2
-	fail "scripts/kube-up.sh failed"
-}
+# kube-up.sh's progress (a cold build takes minutes) shows as it goes.
+scripts/kube-up.sh >"$work/up.out" || fail "scripts/kube-up.sh failed (above)"
 up_secs=$(($(date +%s) - start))
-grep '^==>' "$work/up.err" >&2 || true
 
 ns=sbx-kube-check
 # A namespace gets its default ServiceAccount from the controller manager;
