@@ -17,10 +17,9 @@
 #
 # Builds are cached under /var/cache/sbx-kube (SBX_KUBE_CACHE), keyed by
 # version: the first run builds for about 20 minutes on 2 busy cores
-# (5.5 GB of caches), later ones have the node Ready in about 15 s (a
-# minute or two when only Go's caches are kept). Needs root. After a
-# failure, run
-# scripts/kube-down.sh: it cleans up whatever was started.
+# (5.5 GB of caches), later ones have the node Ready in about 15 s.
+# Needs root. After a failure, run scripts/kube-down.sh: it cleans up
+# whatever was started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
