@@ -16,8 +16,8 @@
 #   nsenter --net=/var/tmp/sbx-kube/netns kubectl --kubeconfig /var/tmp/sbx-kube/admin.kubeconfig get pods -A
 #
 # Builds are cached under /var/cache/sbx-kube (SBX_KUBE_CACHE), keyed by
-# version: the first run builds for about 20 minutes on 2 busy cores
-# (5.5 GB of caches), later ones have the node Ready in about 15 s.
+# version: the first run builds for 13-17 minutes on 2 busy cores (5.5 GB
+# of caches), later ones have the node Ready in about 12 s.
 # Needs root. After a failure, run scripts/kube-down.sh: it cleans up
 # whatever was started.
 set -euo pipefail
