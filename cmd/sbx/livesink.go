@@ -24,6 +24,10 @@ type liveSink struct {
 	// terminal (prompt.go), which asks their questions and says their
 	// answers there.
 	noQuestions bool
+	// onlyQuestions prints the approval records alone: with -t the
+	// command owns the terminal, and a question, which holds a request
+	// until someone answers, is the one thing worth a line in its output.
+	onlyQuestions bool
 }
 
 // showLevel is which live lines sbx run prints (--show).
@@ -85,6 +89,9 @@ func (s *liveSink) WriteRecord(_ uint64, line []byte) error {
 			return nil
 		}
 		return writeApprovalLine(s.w, line)
+	}
+	if s.onlyQuestions {
+		return nil
 	}
 	if !bytes.Contains(line, liveDecision) && !(bytes.Contains(line, liveClose) && bytes.Contains(line, liveCARejected)) {
 		return nil

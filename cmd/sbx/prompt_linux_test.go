@@ -179,10 +179,10 @@ func TestPrivilegedApprovalPrompt(t *testing.T) {
 
 // TestPrivilegedApprovalPromptOff runs sbx run on a pty of its own as
 // TestPrivilegedApprovalPrompt does, where nothing must be asked on the
-// terminal: with --no-prompt the question gets the live line naming sbx
-// approve, and with -t (the command owns the terminal) nothing; either
-// way the terminal is never put into single-key mode, and the question
-// times out.
+// terminal: with --no-prompt and with -t (the command owns the terminal)
+// the question gets the live line naming sbx approve, the terminal is
+// never put into single-key mode, and the question times out; with -t
+// no other decision gets a line.
 func TestPrivilegedApprovalPromptOff(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
@@ -194,7 +194,7 @@ func TestPrivilegedApprovalPromptOff(t *testing.T) {
 		name, flag, line string
 	}{
 		{"no-prompt", "--no-prompt", "answer with: sbx approve --sandbox "},
-		{"tty", "-t", ""},
+		{"tty", "-t", "answer with: sbx approve --sandbox "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -380,6 +380,20 @@ func TestLiveSinkLeavesQuestions(t *testing.T) {
 	}
 }
 
+// TestLiveSinkOnlyQuestions: with -t (onlyQuestions) a question still
+// gets its line naming the command that answers it; a decision does not.
+func TestLiveSinkOnlyQuestions(t *testing.T) {
+	question := (&decisionlog.Record{Event: decisionlog.EventApproval, ApprovalID: "a1", Host: "later.test", Port: 8080, Action: "ask", Reason: "no rule matched; the default is ask"}).AppendJSON(nil)
+	block := (&decisionlog.Record{Event: decisionlog.EventDecision, Kind: "http", Host: "blocked.test", Port: 80, Action: "block", Rule: "default", Reason: "no rule matched; the default is block"}).AppendJSON(nil)
+	var b bytes.Buffer
+	s := &liveSink{w: &b, onlyQuestions: true}
+	s.WriteRecord(1, question)
+	s.WriteRecord(2, block)
+	if got := b.String(); !strings.Contains(got, "question a1") || strings.Contains(got, "blocked.test") {
+		t.Errorf("got %q, want the question's line alone", got)
+	}
+}
+
 // TestTTYGateOwnLines: sbx's own lines start on a line of their own, the
 // command's unfinished line ended first, whether written at once or held
 // while a question was on the screen.

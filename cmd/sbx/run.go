@@ -328,8 +328,10 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 		}
 		spec.Volumes = append(spec.Volumes, m)
 	}
-	if !o.silent() && !o.tty {
-		spec.Gateway.Sinks = append(spec.Gateway.Sinks, &liveSink{w: stderr, show: o.showLevel()})
+	if !o.silent() {
+		// With -t the command owns the terminal: only questions get a
+		// line, naming the command that answers them.
+		spec.Gateway.Sinks = append(spec.Gateway.Sinks, &liveSink{w: stderr, show: o.showLevel(), onlyQuestions: o.tty})
 	}
 	if o.stdin {
 		spec.Stdin = cmd.InOrStdin()
