@@ -249,7 +249,7 @@ func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16)
 			break
 		}
 	}
-	return nil, combine(errs...)
+	return nil, decisionlog.Combine(errs...)
 }
 
 // upstreamStatus maps an upstream error to the status of docs/gateway.md (HTTP forward): a DNS

@@ -263,7 +263,7 @@ func (g *Gateway) Close() error {
 	g.errMu.Lock()
 	errs = append(errs, g.errs...)
 	g.errMu.Unlock()
-	return combine(errs...)
+	return decisionlog.Combine(errs...)
 }
 
 // parseAddrPort returns a TCP listener's address.

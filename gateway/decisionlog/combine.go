@@ -6,12 +6,12 @@ import (
 	"github.com/hashicorp/go-multierror"
 )
 
-// combine combines errs with multierror, the module's one way of
+// Combine combines errs with multierror, the module's one way of
 // combining errors, skipping nils: nil when there are none. Its message
 // is one line per error, as errors.Join words them, so that a message
 // that wraps it stays readable (multierror's own list would put "N errors
 // occurred:" in the middle of it).
-func combine(errs ...error) error {
+func Combine(errs ...error) error {
 	me := multierror.Append(nil, errs...)
 	me.ErrorFormat = lineFormat
 	return me.ErrorOrNil()

@@ -388,7 +388,7 @@ func (l *Log) Flush() error {
 			errs = append(errs, fmt.Errorf("flushing decision log sink %d: %w", i, err))
 		}
 	}
-	return combine(errs...)
+	return Combine(errs...)
 }
 
 // Close closes every sink (which flushes it, and makes a FileSink write
@@ -413,5 +413,5 @@ func (l *Log) Close() error {
 			errs = append(errs, fmt.Errorf("closing decision log sink %d: %w", i, err))
 		}
 	}
-	return combine(errs...)
+	return Combine(errs...)
 }

@@ -1027,7 +1027,7 @@ func (s *FileSink) Close() error {
 	if err == nil {
 		err = s.f.Sync()
 	}
-	err = combine(err, s.f.Close())
+	err = Combine(err, s.f.Close())
 	s.fileMu.Unlock()
 	s.mu.Unlock()
 	<-s.stopped
