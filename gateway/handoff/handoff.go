@@ -1,0 +1,143 @@
+// Package handoff carries a captured connection's original destination
+// from the process that captured it to the gateway, on a connection of its
+// own: a one-line header in the PROXY protocol, version 1
+// (https://www.haproxy.org/download/2.9/doc/proxy-protocol.txt), written
+// before the connection's first byte.
+//
+// sbx kube uses it between the capture shim in a sandbox's agent pod,
+// which accepts the connections the pod's rules redirect and reads their
+// original destination from connection tracking, and the gateway in the
+// sandbox's gateway pod, where that connection tracking is not. The header
+// says where the connection was going; the gateway decides on that as on
+// any captured connection. A client that writes a header of its own only
+// asks for a destination it could have dialled directly, so the header is
+// not trusted for anything else: the source address in it is ignored.
+package handoff
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxHeader is the longest version 1 header, "\r\n" included.
+const maxHeader = 107
+
+// Timeout bounds how long Dst waits for a connection's header.
+const Timeout = 5 * time.Second
+
+// Write writes the header for a connection from src to dst.
+func Write(w io.Writer, src, dst netip.AddrPort) error {
+	src, dst = netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	proto := "TCP4"
+	if dst.Addr().Is6() {
+		proto = "TCP6"
+	}
+	if src.Addr().Is6() != dst.Addr().Is6() || !src.IsValid() {
+		// The header names one family; the source is not used.
+		if dst.Addr().Is6() {
+			src = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
+		} else {
+			src = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+		}
+	}
+	if !dst.IsValid() || dst.Addr().Zone() != "" {
+		return fmt.Errorf("handoff: invalid destination %v", dst)
+	}
+	_, err := fmt.Fprintf(w, "PROXY %s %s %s %d %d\r\n", proto, src.Addr(), dst.Addr(), src.Port(), dst.Port())
+	return err
+}
+
+// Read reads a header from br and returns the destination it names. It
+// reads no further than the header's end.
+func Read(br *bufio.Reader) (netip.AddrPort, error) {
+	var line []byte
+	for len(line) < maxHeader {
+		b, err := br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return netip.AddrPort{}, fmt.Errorf("handoff header: %w", err)
+		}
+		line = append(line, b)
+		if b == '\n' {
+			break
+		}
+	}
+	s, ok := strings.CutSuffix(string(line), "\r\n")
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("handoff header: not a PROXY protocol v1 line of at most %d bytes", maxHeader)
+	}
+	f := strings.Split(s, " ")
+	if len(f) != 6 || f[0] != "PROXY" || f[1] != "TCP4" && f[1] != "TCP6" {
+		return netip.AddrPort{}, fmt.Errorf("handoff header %q: want PROXY TCP4|TCP6 SRC DST SPORT DPORT", s)
+	}
+	dst, err := netip.ParseAddr(f[3])
+	if err != nil || dst.Zone() != "" || dst.Is4() != (f[1] == "TCP4") || dst.Is4In6() {
+		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad destination address", s)
+	}
+	port, err := strconv.ParseUint(f[5], 10, 16)
+	if err != nil || f[5] != strconv.FormatUint(port, 10) || port == 0 {
+		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad destination port", s)
+	}
+	return netip.AddrPortFrom(dst, uint16(port)), nil
+}
+
+// Conn is a connection accepted by Listener. Its header is read by Dst,
+// on the goroutine serving it; reads start after the header.
+type Conn struct {
+	net.Conn
+	br   *bufio.Reader
+	once sync.Once
+	dst  netip.AddrPort
+	err  error
+}
+
+func (c *Conn) Read(p []byte) (int, error) {
+	if _, err := c.Dst(); err != nil {
+		return 0, err
+	}
+	return c.br.Read(p)
+}
+
+// Dst reads the header, within Timeout, the first time it is called and
+// returns the destination it names.
+func (c *Conn) Dst() (netip.AddrPort, error) {
+	c.once.Do(func() {
+		c.Conn.SetReadDeadline(time.Now().Add(Timeout))
+		c.dst, c.err = Read(c.br)
+		c.Conn.SetReadDeadline(time.Time{})
+	})
+	return c.dst, c.err
+}
+
+// Dst returns the destination of a connection that Listener accepted: a
+// gateway's Config.OriginalDst.
+func Dst(c net.Conn) (netip.AddrPort, error) {
+	if hc, ok := c.(*Conn); ok {
+		return hc.Dst()
+	}
+	return netip.AddrPort{}, errors.New("handoff: not a connection from handoff.Listener")
+}
+
+// Listener returns a listener whose Accept returns ln's connections as
+// *Conn, for Dst to read their headers.
+func Listener(ln net.Listener) net.Listener { return &listener{ln} }
+
+type listener struct{ net.Listener }
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, br: bufio.NewReaderSize(c, 4096)}, nil
+}
