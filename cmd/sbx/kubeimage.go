@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -55,6 +57,9 @@ give its name to sbx kube run --gateway-image.`,
 				o.tag = kube.ImageDefaultRef(resolveVersion(version, bi))
 			}
 			err := kube.WriteImageFile(o.out, kube.ImageOptions{Ref: o.tag, Exe: o.exe, CACerts: o.caCerts})
+			if errors.Is(err, kube.ErrImageNoCACerts) {
+				return &cliWorded{msg: strings.Replace(err.Error(), "or name a bundle", "or name a bundle with --ca-certs FILE", 1), err: err}
+			}
 			if err != nil {
 				return err
 			}

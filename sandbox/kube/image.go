@@ -55,6 +55,16 @@ var ErrImageNotStatic = errors.New("not a static executable")
 // to put in the image is not a Linux ELF executable.
 var ErrImageNotLinux = errors.New("not a Linux executable")
 
+// ErrImageNoCACerts is returned (wrapped) by WriteImage when no bundle of
+// CA certificates is named and none of the host's usual ones exists. It
+// is fs.ErrNotExist too.
+var ErrImageNoCACerts error = imageNoCACertsError{}
+
+type imageNoCACertsError struct{}
+
+func (imageNoCACertsError) Error() string        { return "no CA certificates" }
+func (imageNoCACertsError) Is(target error) bool { return target == fs.ErrNotExist }
+
 // imageStaticFix is how to get an sbx that WriteImage takes.
 const imageStaticFix = "build a static sbx with `CGO_ENABLED=0 GOOS=linux go build -o sbx ./cmd/sbx` and run that one"
 
@@ -229,7 +239,7 @@ func imageExeArch(exe string) (string, error) {
 	if err != nil {
 		var fe *elf.FormatError
 		if errors.As(err, &fe) {
-			return "", fmt.Errorf("%s cannot go in sbx's image (%v): %s: %w", exe, err, imageStaticFix, ErrImageNotLinux)
+			return "", fmt.Errorf("%s is not an ELF executable, as sbx's image needs: %s: %w", exe, imageStaticFix, ErrImageNotLinux)
 		}
 		return "", fmt.Errorf("reading sbx for the image: %w", err)
 	}
@@ -237,7 +247,7 @@ func imageExeArch(exe string) (string, error) {
 	arch, ok := imageELFArch[f.Machine]
 	if !ok || f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN ||
 		f.OSABI != elf.ELFOSABI_NONE && f.OSABI != elf.ELFOSABI_LINUX {
-		return "", fmt.Errorf("%s cannot go in sbx's image (an ELF %v %v file for %v): %s: %w", exe, f.Machine, f.Type, f.OSABI, imageStaticFix, ErrImageNotLinux)
+		return "", fmt.Errorf("%s is not a Linux executable, as sbx's image needs (it is an ELF %v %v file for %v): %s: %w", exe, f.Machine, f.Type, f.OSABI, imageStaticFix, ErrImageNotLinux)
 	}
 	if f.Machine == elf.EM_PPC64 && f.ByteOrder.String() != "LittleEndian" {
 		arch = "ppc64"
@@ -284,8 +294,8 @@ func openImageCACerts(path string) (imageFile, error) {
 			}
 		}
 		if path == "" {
-			return imageFile{}, fmt.Errorf("the image needs CA certificates for its gateway to verify upstreams, and none of %s exists: install them (apt-get install ca-certificates, or your system's package) or name a bundle: %w",
-				strings.Join(imageCACertsCandidates, ", "), fs.ErrNotExist)
+			return imageFile{}, fmt.Errorf("the image needs CA certificates for its gateway to verify upstreams, and none of %s exists; install them (apt-get install ca-certificates, or your system's package) or name a bundle: %w",
+				strings.Join(imageCACertsCandidates, ", "), ErrImageNoCACerts)
 		}
 	}
 	f, err := openImageFile(path, caPath, 0o644)

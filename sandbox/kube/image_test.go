@@ -273,6 +273,31 @@ func TestWriteImageRefusals(t *testing.T) {
 	}
 }
 
+// TestWriteImageNoHostCACerts: with no bundle named and none of the
+// host's usual ones there, WriteImage says which it looked for.
+func TestWriteImageNoHostCACerts(t *testing.T) {
+	dir := t.TempDir()
+	missing := []string{filepath.Join(dir, "a.crt"), filepath.Join(dir, "b.pem")}
+	saved := imageCACertsCandidates
+	imageCACertsCandidates = missing
+	t.Cleanup(func() { imageCACertsCandidates = saved })
+	var buf bytes.Buffer
+	err := WriteImage(&buf, ImageOptions{Ref: "sbx:1", Exe: testStaticELF(t, dir)})
+	if !errors.Is(err, ErrImageNoCACerts) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("WriteImage: got %v, want ErrImageNoCACerts and fs.ErrNotExist", err)
+	}
+	for _, want := range append(missing, "ca-certificates") {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("WriteImage: got %q, want it to name %s", err, want)
+		}
+	}
+
+	imageCACertsCandidates = append(missing, testCACerts(t, dir))
+	if err := WriteImage(&buf, ImageOptions{Ref: "sbx:1", Exe: testStaticELF(t, dir)}); err != nil {
+		t.Fatalf("WriteImage with the third candidate there: %v", err)
+	}
+}
+
 // TestWriteImageFile: the archive replaces the file whole, mode 0644,
 // leaving no temporary file; a failure leaves the old file as it was.
 func TestWriteImageFile(t *testing.T) {
