@@ -259,6 +259,7 @@ clusterDomain: cluster.local
 resolvConf: "$d/resolv.conf"
 serializeImagePulls: false
 evictionHard: {"nodefs.available": "1%", "imagefs.available": "1%", "memory.available": "100Mi"}
+imageGCHighThresholdPercent: 100
 EOF
 
 # containerd and the kubelet share one private mount namespace, in the
