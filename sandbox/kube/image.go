@@ -125,13 +125,14 @@ type imageFile struct {
 // The executable must be a static Linux ELF executable: one that is not
 // Linux's is refused with ErrImageNotLinux, one that needs a dynamic
 // loader or libraries with ErrImageNotStatic. A bundle that does not
-// exist is an error that wraps fs.ErrNotExist. Nothing is written to w
-// before these checks pass; w may hold part of the archive when a later
-// write fails.
+// exist is an error that wraps fs.ErrNotExist (ErrImageNoCACerts when
+// none was named and the host has none). Nothing is written to w before
+// these checks pass; w may hold part of the archive when a later write
+// fails.
 func WriteImage(w io.Writer, o ImageOptions) error {
 	tag, err := name.NewTag(o.Ref)
 	if err != nil {
-		return fmt.Errorf("naming the image %q: %w; give a name with a tag, such as sbx:v1 or registry.example.com/sbx:v1", o.Ref, err)
+		return fmt.Errorf("naming the image %q (give a name with a tag, such as sbx:v1 or registry.example.com/sbx:v1): %w", o.Ref, err)
 	}
 	exe := o.Exe
 	if exe == "" {
