@@ -218,7 +218,8 @@ func (s *Server) isClient(ip netip.Addr) bool {
 func (s *Server) refuseConn(c net.Conn, lim *refusalLimiter, status int, body string, reason func(client netip.Addr) string) {
 	client := clientAddr(c)
 	if status == 0 {
-		if tc, ok := c.(*net.TCPConn); ok {
+		// Not only a *net.TCPConn: a handoff.Conn forwards SetLinger.
+		if tc, ok := c.(interface{ SetLinger(int) error }); ok {
 			tc.SetLinger(0) // a reset: the client learns at once
 		}
 	} else {

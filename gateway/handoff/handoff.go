@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -93,6 +94,13 @@ func Read(br *bufio.Reader) (netip.AddrPort, error) {
 
 // Conn is a connection accepted by Listener. Its header is read by Dst,
 // on the goroutine serving it; reads start after the header.
+//
+// Besides net.Conn's methods it forwards to the connection underneath
+// (a *net.TCPConn) those a relay type-asserts for: CloseWrite and
+// CloseRead (half-close), SetLinger (a reset), SyscallConn (the socket's
+// TCP state) and ReadFrom (writes, which splice where the kernel can). It
+// has no WriteTo: reads go through the buffer that holds what followed
+// the header, never around it.
 type Conn struct {
 	net.Conn
 	br   *bufio.Reader
@@ -106,6 +114,55 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.br.Read(p)
+}
+
+// ErrUnsupported is returned by Conn's forwarding methods when the
+// connection underneath lacks the method (it is not a *net.TCPConn).
+var ErrUnsupported = fmt.Errorf("handoff: the connection underneath cannot do it: %w", errors.ErrUnsupported)
+
+// CloseWrite shuts down the writing side of the connection underneath.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return ErrUnsupported
+}
+
+// CloseRead shuts down the reading side of the connection underneath;
+// what the buffer holds may still be read.
+func (c *Conn) CloseRead() error {
+	if cr, ok := c.Conn.(interface{ CloseRead() error }); ok {
+		return cr.CloseRead()
+	}
+	return ErrUnsupported
+}
+
+// SetLinger sets SO_LINGER on the connection underneath (0: Close sends a
+// reset).
+func (c *Conn) SetLinger(sec int) error {
+	if l, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(sec)
+	}
+	return ErrUnsupported
+}
+
+// SyscallConn returns the raw connection underneath, for socket options
+// and state (syscall.Conn). Reading from it would bypass the buffer.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, ErrUnsupported
+}
+
+// ReadFrom writes what r holds to the connection (io.ReaderFrom), through
+// the connection underneath's ReadFrom when it has one, so that a
+// *net.TCPConn splices from another.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 // Dst reads the header, within Timeout, the first time it is called and
