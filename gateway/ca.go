@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"container/list"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,12 +13,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,16 +46,19 @@ const clockSkew = time.Minute
 const ticketHostPrefix = "sbx-host/1:"
 
 // CA mints the leaf certificates the gateway shows a sandbox for the hosts
-// it inspects (docs/inspection.md). Its private key and the leaves' key exist
-// only in memory; a CA serves one sandbox and lasts no longer than its
-// certificate, at most MaxCAValidity.
+// it inspects (docs/inspection.md). NewCA's private key and the leaves' key
+// exist only in memory; a CA serves one sandbox and lasts no longer than
+// its certificate, at most MaxCAValidity. Where the gateway runs apart
+// from what starts the sandbox (sbx kube's gateway pod), the CA's key is
+// handed over in a file (MarshalPEM, ParseCA, ReadCAFile); the leaves' key
+// is still made where they are minted.
 //
 // A CA is safe for concurrent use.
 type CA struct {
 	cert    *x509.Certificate
 	certDER []byte
 	certPEM []byte
-	key     *ecdsa.PrivateKey
+	key     crypto.Signer // *ecdsa.PrivateKey for NewCA's; ParseCA's may be another
 
 	// leafKey is the one key of every leaf, made with the CA, so minting a
 	// leaf costs one signature rather than a key generation too. Sharing
@@ -136,17 +142,178 @@ func NewCA(id string, validFor time.Duration) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the CA of sandbox %s: parsing its certificate: %w", id, err)
 	}
+	return newCA(cert, key, leafKey), nil
+}
+
+// newCA returns the CA of cert, whose private key is key, minting leaves
+// with leafKey.
+func newCA(cert *x509.Certificate, key crypto.Signer, leafKey *ecdsa.PrivateKey) *CA {
 	ca := &CA{
 		cert:      cert,
-		certDER:   der,
-		certPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		certDER:   cert.Raw,
+		certPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
 		key:       key,
 		leafKey:   leafKey,
 		leaves:    map[string]*leafEntry{},
 		maxLeaves: defaultMaxLeaves,
 	}
 	rand.Read(ca.ticketKey[:]) // never fails (crypto/rand.Read)
+	return ca
+}
+
+// The reasons ParseCA and ReadCAFile refuse a CA, for errors.Is.
+var (
+	// ErrNotCA: the PEM is not one CA certificate (basic constraints
+	// CA, key usage certificate signing) and one private key.
+	ErrNotCA = errors.New("not a CA certificate and its private key")
+	// ErrCAKeyMismatch: the private key is not the certificate's.
+	ErrCAKeyMismatch = errors.New("the private key is not the CA certificate's")
+	// ErrCAValidity: the certificate expired, is not valid yet, or is
+	// valid for longer than MaxCAValidity.
+	ErrCAValidity = errors.New("the CA certificate's validity does not fit")
+	// ErrCAFileMode: the file is readable by others or writable by
+	// anyone but its owner.
+	ErrCAFileMode = errors.New("the CA file is open to others")
+)
+
+// ParseCA returns the CA whose certificate and private key are in data,
+// PEM-encoded in either order: a "CERTIFICATE" block and a "PRIVATE KEY"
+// (PKCS #8), "EC PRIVATE KEY" (SEC 1) or "RSA PRIVATE KEY" (PKCS #1)
+// block, as MarshalPEM writes them; other blocks are an error. It refuses,
+// with an error wrapping ErrNotCA, ErrCAKeyMismatch or ErrCAValidity, a
+// certificate that is not a CA's (basic constraints CA and key usage
+// certificate signing), a key that is not the certificate's, and a
+// certificate that has expired, is not valid yet, or is valid for longer
+// than MaxCAValidity (and the clock skew NewCA allows), as NewCA's never
+// is. The leaves' key and the session ticket key are made anew, as by
+// NewCA.
+func ParseCA(data []byte) (*CA, error) {
+	var certs, keys []*pem.Block
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			if len(strings.TrimSpace(string(rest))) > 0 {
+				return nil, fmt.Errorf("reading the CA: text that is not PEM: %w", ErrNotCA)
+			}
+			break
+		}
+		switch b.Type {
+		case "CERTIFICATE":
+			certs = append(certs, b)
+		case "PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY":
+			keys = append(keys, b)
+		default:
+			return nil, fmt.Errorf("reading the CA: a PEM block of type %q: %w; want one CERTIFICATE and one PRIVATE KEY", b.Type, ErrNotCA)
+		}
+	}
+	if len(certs) != 1 || len(keys) != 1 {
+		return nil, fmt.Errorf("reading the CA: %d certificates and %d private keys: %w; want one CERTIFICATE and one PRIVATE KEY", len(certs), len(keys), ErrNotCA)
+	}
+	cert, err := x509.ParseCertificate(certs[0].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA certificate: %w (%w)", err, ErrNotCA)
+	}
+	name := cert.Subject.CommonName
+	if !cert.BasicConstraintsValid || !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, fmt.Errorf("reading the CA: the certificate %q is not a CA's (basic constraints CA and key usage certificate signing): %w", name, ErrNotCA)
+	}
+	key, err := parsePrivateKey(keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA's private key: %w (%w)", err, ErrNotCA)
+	}
+	if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(cert.PublicKey) {
+		return nil, fmt.Errorf("reading the CA: %w %q; give the key it was made with", ErrCAKeyMismatch, name)
+	}
+	now := time.Now()
+	switch {
+	case !now.Before(cert.NotAfter):
+		return nil, fmt.Errorf("reading the CA: the certificate %q expired at %s: %w; make a new CA", name, cert.NotAfter.UTC().Format(time.RFC3339), ErrCAValidity)
+	case now.Before(cert.NotBefore):
+		return nil, fmt.Errorf("reading the CA: the certificate %q is not valid until %s: %w; check the clock", name, cert.NotBefore.UTC().Format(time.RFC3339), ErrCAValidity)
+	case cert.NotAfter.Sub(cert.NotBefore) > MaxCAValidity+clockSkew:
+		return nil, fmt.Errorf("reading the CA: the certificate %q is valid for %v, more than %v: %w; give a CA made for the sandbox, as sbx makes them", name, cert.NotAfter.Sub(cert.NotBefore).Round(time.Minute), MaxCAValidity, ErrCAValidity)
+	}
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA: generating the leaf key: %w", err)
+	}
+	return newCA(cert, key, leafKey), nil
+}
+
+// parsePrivateKey parses a private key block of ParseCA's.
+func parsePrivateKey(b *pem.Block) (crypto.Signer, error) {
+	var k any
+	var err error
+	switch b.Type {
+	case "EC PRIVATE KEY":
+		k, err = x509.ParseECPrivateKey(b.Bytes)
+	case "RSA PRIVATE KEY":
+		k, err = x509.ParsePKCS1PrivateKey(b.Bytes)
+	default:
+		k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("a %T cannot sign", k)
+	}
+	return s, nil
+}
+
+// ReadCAFile returns the CA in the file path, as ParseCA reads it. The
+// file holds the CA's private key, so it must not be open to others: a
+// file readable by others (mode 0o004) or writable by its group or others
+// (0o022) is refused with an error wrapping ErrCAFileMode. A file readable
+// by its group is taken: Kubernetes mounts a Secret's files so, owned by
+// root and the pod's fsGroup, for a process of another uid to read.
+func ReadCAFile(path string) (*CA, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("reading the CA: %s is not a regular file (%s): %w", path, fi.Mode().Type(), ErrNotCA)
+	}
+	if perm := fi.Mode().Perm(); perm&0o026 != 0 {
+		return nil, fmt.Errorf("reading the CA: %s has mode %#o: %w (it holds the CA's private key); run chmod 600 %s", path, perm, ErrCAFileMode, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA: %w", err)
+	}
+	ca, err := ParseCA(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return ca, nil
+}
+
+// KeyPEM returns the CA's private key, PEM-encoded as a "PRIVATE KEY"
+// block (PKCS #8). It is the key to every certificate the sandbox trusts:
+// keep it where only the gateway reads it.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the CA's private key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// MarshalPEM returns CertPEM followed by KeyPEM: what ParseCA reads (sbx
+// gateway --ca FILE).
+func (ca *CA) MarshalPEM() ([]byte, error) {
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	return append(ca.CertPEM(), key...), nil
 }
 
 // randomSerial returns a random positive serial number of at most 128 bits.
