@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/handoff"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
@@ -23,7 +25,17 @@ type gatewayOptions struct {
 	listen    string
 	tokenFile string
 	caCert    string
+	// ca is --ca: the CA's file (certificate and key) to inspect with.
+	ca string
+	// capture and dns are --capture and --dns: where sbx kube's gateway
+	// pod takes the connections its capture shim hands over, and the
+	// DNS queries of the agent pod.
+	capture, dns string
 }
+
+// stdoutLog is the --log value that writes the decision log to standard
+// output.
+const stdoutLog = "-"
 
 func newGatewayCmd() *cobra.Command {
 	var o gatewayOptions
@@ -43,7 +55,19 @@ With --ca-cert FILE, hosts the policy inspects (rules with inspect,
 methods, path or intercept; --inspect) have their TLS terminated with
 certificates from a CA made at start and held only in memory, valid for 7
 days; FILE gets its certificate, which the clients must trust. Without it
-such hosts' tunnels are decided as a whole, as without inspection.
+such hosts' tunnels are decided as a whole, as without inspection. With
+--ca FILE the CA is the one in FILE (its certificate and private key,
+PEM), made elsewhere (sbx kube makes one per sandbox); --ca-cert then
+writes that CA's certificate.
+
+With --capture ADDR it also serves the connections a capture shim hands
+over (sbx kube's agent pod redirects every TCP connection to one): each
+starts with a PROXY protocol v1 line naming where it was going, and is
+decided as sbx run decides a captured connection (docs/capture.md). With
+--dns ADDR it answers DNS queries there, over UDP and TCP, as sbx run's
+DNS stub does. --log - writes the decision log to standard output, one
+JSON line a record as it is decided; the other messages go to standard
+error.
 
 With --mock-llm HOST=SCRIPT, requests to HOST are answered from the script
 by a mock LLM and never reach the network, whatever the policy says. Plain
@@ -76,7 +100,7 @@ ends open tunnels and flushes the decision log.`,
 // addFlags defines sbx gateway's flags in fs.
 func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	o.gatewayFlags.addFlags(fs, gatewayFlagUsage{
-		log:         "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append",
+		log:         "write the decision log (JSON Lines) to `FILE`, new or empty unless --log-append; - for standard output (the other messages then go to standard error)",
 		api:         "serve the management API on `ADDR`: host:port or unix:PATH; repeatable",
 		mockLLM:     mockLLMUsage + " (HTTPS needs --ca-cert)",
 		recordLLM:   "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST; needs --ca-cert) and write what it answered to SCRIPT when the gateway stops, for --mock-llm to replay offline; repeatable",
@@ -85,6 +109,9 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3128", "proxy listen `ADDR` (host:port)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "the API's bearer token `FILE`; a random token is written there (mode 0600) when it is missing")
 	fs.StringVar(&o.caCert, "ca-cert", "", "inspect TLS where the policy asks, with a CA made now whose certificate is written to `FILE` (PEM), for the clients to trust")
+	fs.StringVar(&o.ca, "ca", "", "inspect TLS where the policy asks, with the CA in `FILE` (PEM: its certificate and private key, readable by owner and group only) instead of one made now; with --ca-cert, that file gets its certificate")
+	fs.StringVar(&o.capture, "capture", "", "serve the connections a capture shim hands over on `ADDR` (host:port), each starting with a PROXY protocol v1 line naming where it was going (sbx kube's gateway pod)")
+	fs.StringVar(&o.dns, "dns", "", "answer DNS queries on `ADDR` (host:port), UDP and TCP, as sbx run's DNS stub does")
 }
 
 // runGateway runs sbx gateway until the command's context is done, then
@@ -104,18 +131,41 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if cfg.ApprovalsFile != "" {
 		defer netpolicy.PinApprovalsFile(cfg.ApprovalsFile)()
 	}
+	if o.capture != "" {
+		ln, err := net.Listen("tcp", o.capture)
+		if err != nil {
+			return fmt.Errorf("--capture: listening for handed-over connections on %s: %w; give a free host:port", o.capture, err)
+		}
+		// Start owns it from here, and closes it when it fails.
+		cfg.Transparent, cfg.OriginalDst = handoff.Listener(ln), handoff.Dst
+	}
 	g, err := gateway.Start(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
+	// With the decision log on standard output, it is the only thing
+	// there.
 	out := cmd.OutOrStdout()
+	if o.log == stdoutLog {
+		out = cmd.ErrOrStderr()
+	}
 	p := cfg.Policy
 	fmt.Fprintf(out, "sbx gateway: proxy on %s (policy: %s, default %s, mode %s)\n",
 		g.ProxyAddr, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())
+	if cfg.Transparent != nil {
+		fmt.Fprintf(out, "sbx gateway: handed-over connections on %s\n", cfg.Transparent.Addr())
+	}
+	if g.DNSAddr != nil {
+		fmt.Fprintf(out, "sbx gateway: DNS on %s (UDP and TCP)\n", g.DNSAddr)
+	}
 	for _, a := range g.APIAddrs {
 		fmt.Fprintf(out, "sbx gateway: management API on %s (token in %s)\n", a, o.tokenFile)
 	}
-	if o.log != "" {
+	switch o.log {
+	case "":
+	case stdoutLog:
+		fmt.Fprintln(out, "sbx gateway: decision log on standard output")
+	default:
 		fmt.Fprintf(out, "sbx gateway: decision log in %s\n", o.log)
 	}
 	if o.mockJournal != "" && len(cfg.MockLLM)+len(cfg.LLMScripts) > 0 {
@@ -152,7 +202,12 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	if err != nil {
 		return cfg, nil, usageError(cmd, err)
 	}
-	if o.log != "" {
+	switch o.log {
+	case "":
+	case stdoutLog:
+		cfg.LogFile = ""
+		cfg.Sinks = []decisionlog.Sink{decisionlog.NewWriterSink(cmd.OutOrStdout())}
+	default:
 		if err := o.logLimits.checkExisting(o.log); err != nil {
 			return cfg, nil, err
 		}
@@ -166,19 +221,26 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	if err != nil {
 		return cfg, nil, err
 	}
-	if len(cfg.Secrets) > 0 && o.caCert == "" {
+	if len(cfg.Secrets) > 0 && !o.hasCA() {
 		return cfg, nil, fmt.Errorf("the policy %s has secrets, which need --ca-cert FILE: the gateway puts their values in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust", o.policy.Policy)
 	}
 	recs := run.NewRecorders(recordings)
-	cfg.Listen, cfg.TokenFile, cfg.RecordLLM = o.listen, o.tokenFile, recs.Gateway()
+	cfg.Listen, cfg.TokenFile, cfg.RecordLLM, cfg.DNS = o.listen, o.tokenFile, recs.Gateway(), o.dns
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
 	// inspected host's CONNECT is refused with a 403 that says why,
 	// rather than a TLS failure no client explains.
-	if o.caCert != "" {
+	switch {
+	case o.ca != "":
+		if cfg.CA, err = gateway.ReadCAFile(o.ca); err != nil {
+			return cfg, nil, fmt.Errorf("--ca: %w", err)
+		}
+	case o.caCert != "":
 		if cfg.CA, err = gateway.NewCA("gateway", caLifetime); err != nil {
 			return cfg, nil, err
 		}
+	}
+	if o.caCert != "" {
 		if err := cfg.CA.WriteCertFile(o.caCert); err != nil {
 			return cfg, nil, fmt.Errorf("--ca-cert: %w", err)
 		}
@@ -191,6 +253,14 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 func (o *gatewayOptions) check() error {
 	if err := checkHostPort("--listen", o.listen); err != nil {
 		return err
+	}
+	for _, f := range []struct{ flag, v string }{{"--capture", o.capture}, {"--dns", o.dns}} {
+		if f.v == "" {
+			continue
+		}
+		if err := checkHostPort(f.flag, f.v); err != nil {
+			return err
+		}
 	}
 	for _, a := range o.api {
 		if path, ok := strings.CutPrefix(a, "unix:"); ok {
@@ -206,17 +276,21 @@ func (o *gatewayOptions) check() error {
 	if len(o.api) > 0 && o.tokenFile == "" {
 		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")
 	}
-	if len(o.recordLLM) > 0 && o.caCert == "" {
+	if len(o.recordLLM) > 0 && !o.hasCA() {
 		return errors.New("--record-llm needs --ca-cert FILE: the gateway records HTTPS by terminating it, with a CA whose certificate the clients trust")
 	}
 	if err := o.gatewayFlags.checkValues(); err != nil {
 		return err
 	}
-	if len(o.secrets) > 0 && o.caCert == "" {
+	if len(o.secrets) > 0 && !o.hasCA() {
 		return errors.New("--secret needs --ca-cert FILE: the gateway puts a secret's value in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust")
 	}
 	return nil
 }
+
+// hasCA reports whether the gateway inspects with a CA: --ca-cert's or
+// --ca's.
+func (o *gatewayOptions) hasCA() bool { return o.caCert != "" || o.ca != "" }
 
 // checkHostPort checks a flag's host:port address to listen on: an IP or
 // name (empty for every address) and a port number (0 for any free one).

@@ -47,7 +47,8 @@ type gatewayCmd struct {
 }
 
 // startGatewayCmd runs sbx gateway with args in this process, and waits up
-// to 10 s for its output to hold ready. The test's end cancels it.
+// to 10 s for its output (standard output or error) to hold ready. The
+// test's end cancels it.
 func startGatewayCmd(t *testing.T, ready string, args ...string) *gatewayCmd {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,7 +60,7 @@ func startGatewayCmd(t *testing.T, ready string, args ...string) *gatewayCmd {
 	root.SetErr(&g.errOut)
 	go func() { g.done <- execute(ctx, root) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(g.out.String(), ready) {
+	for !strings.Contains(g.out.String()+g.errOut.String(), ready) {
 		if time.Now().After(deadline) {
 			t.Fatalf("sbx gateway did not start: %q %q", g.out.String(), g.errOut.String())
 		}
@@ -164,6 +165,18 @@ func TestGatewayCommand(t *testing.T) {
 
 func TestGatewayCommandErrors(t *testing.T) {
 	dir := t.TempDir()
+	ca, err := gateway.NewCA("t", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := ca.MarshalPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	openCA, notCA := filepath.Join(dir, "open-ca.pem"), filepath.Join(dir, "cert-only.pem")
+	os.WriteFile(openCA, caPEM, 0o644)
+	os.Chmod(openCA, 0o644)
+	os.WriteFile(notCA, ca.CertPEM(), 0o600)
 	tests := []struct {
 		args []string
 		code int
@@ -173,6 +186,12 @@ func TestGatewayCommandErrors(t *testing.T) {
 		{[]string{"gateway", "--allow", "*."}, exitUsage, "--allow"},
 		{[]string{"gateway", "--api", "unix:" + filepath.Join(dir, "s")}, exitUsage, "--token-file"},
 		{[]string{"gateway", "--listen", "256.0.0.1:1"}, exitFailure, "listening for proxy clients"},
+		{[]string{"gateway", "--capture", "nonsense"}, exitUsage, "--capture \"nonsense\": want host:port"},
+		{[]string{"gateway", "--dns", "127.0.0.1"}, exitUsage, "--dns \"127.0.0.1\": want host:port"},
+		{[]string{"gateway", "--capture", "256.0.0.1:1"}, exitFailure, "--capture: listening for handed-over connections on 256.0.0.1:1"},
+		{[]string{"gateway", "--ca", filepath.Join(dir, "missing.pem")}, exitFailure, "--ca: reading the CA"},
+		{[]string{"gateway", "--ca", openCA}, exitFailure, "run chmod 600 " + openCA},
+		{[]string{"gateway", "--ca", notCA}, exitFailure, "not a CA certificate and its private key"},
 	}
 	for _, tt := range tests {
 		_, stderr, code := runCLI(t, tt.args...)
