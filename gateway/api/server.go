@@ -27,7 +27,10 @@ import (
 // LoadOrCreateToken returns the management API token stored in path. When
 // the file does not exist it writes a new random token (32 bytes from
 // crypto/rand, hex) there with mode 0600, creating the directory (0700).
-// A token file readable by others is refused: fix its mode.
+// A token file readable by others or writable by anyone but its owner is
+// refused: fix its mode. One readable by its group is taken, as
+// Kubernetes mounts a Secret's files (root's, the pod's fsGroup's) for a
+// process of another uid to read.
 func LoadOrCreateToken(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
@@ -35,8 +38,8 @@ func LoadOrCreateToken(path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if fi.Mode().Perm()&0o077 != 0 {
-			return "", fmt.Errorf("token file %s has mode %#o, readable by others; run chmod 600 %s", path, fi.Mode().Perm(), path)
+		if fi.Mode().Perm()&0o026 != 0 {
+			return "", fmt.Errorf("token file %s has mode %#o, open to others; run chmod 600 %s", path, fi.Mode().Perm(), path)
 		}
 		tok := strings.TrimSpace(string(data))
 		if len(tok) < 16 {

@@ -248,9 +248,18 @@ func TestLoadOrCreateToken(t *testing.T) {
 	if again, err := LoadOrCreateToken(path); err != nil || again != tok {
 		t.Errorf("reading it back: %q, %v", again, err)
 	}
-	os.Chmod(path, 0o644)
-	if _, err := LoadOrCreateToken(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Errorf("a token file readable by others: %v, want an error saying chmod 600", err)
+	for _, mode := range []os.FileMode{0o644, 0o604, 0o660, 0o602} {
+		os.Chmod(path, mode)
+		if _, err := LoadOrCreateToken(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+			t.Errorf("a token file of mode %#o: %v, want an error saying chmod 600", mode, err)
+		}
+	}
+	// As the kubelet mounts a Secret for a pod's fsGroup.
+	for _, mode := range []os.FileMode{0o440, 0o640, 0o400} {
+		os.Chmod(path, mode)
+		if again, err := LoadOrCreateToken(path); err != nil || again != tok {
+			t.Errorf("a token file of mode %#o: %q, %v; want the token", mode, again, err)
+		}
 	}
 	short := filepath.Join(dir, "short")
 	os.WriteFile(short, []byte("abc\n"), 0o600)
