@@ -46,14 +46,14 @@ var oneSided = map[string]struct {
 	"ListenInterface": {sandboxSets, "the sandbox's veth"},
 	"Clients":         {sandboxSets, "the sandbox's address"},
 	"Fence":           {sandboxSets, "the subnet pools"},
-	"DNS":             {sandboxSets, "capture's DNS stub"},
-	"Transparent":     {sandboxSets, "capture's redirected connections"},
-	"OriginalDst":     {sandboxSets, "capture's (the default)"},
+	"DNS":             {gatewayOnly, "--dns (sbx kube's gateway pod); a sandbox's is capture's DNS stub, which sandbox/run sets"},
+	"Transparent":     {sandboxSets, "capture's redirected connections; sbx gateway's --capture listener is opened after config, just before Start"},
+	"OriginalDst":     {sandboxSets, "capture's (the default); with sbx gateway's --capture, handoff.Dst, set with the listener"},
 	"Owner":           {sandboxSets, "capture's socket owners"},
 	"Sandbox":         {sandboxSets, "the sandbox's id"},
 	"Limits":          {neither, "no flag yet: the defaults"},
 	"RingSize":        {neither, "no flag yet: the default"},
-	"Sinks":           {runOnly, "sbx run prints decisions live on stderr (--show); sbx gateway, a service, has no live lines (sbx decisions follows its API)"},
+	"Sinks":           {runOnly, "sbx run prints decisions live on stderr (--show); sbx gateway, a service, has no live lines (sbx decisions follows its API), and with --log - (not given here) writes the log to standard output"},
 	"Logger":          {bothDiffer, "sbx run's warnings are lines prefixed gateway: among the command's output; sbx gateway's are slog text on its stderr"},
 }
 
@@ -88,7 +88,7 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 	var g gatewayOptions
 	gcmd := &cobra.Command{}
 	g.addFlags(gcmd.Flags())
-	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"))); err != nil {
+	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"), "--dns", "127.0.0.1:0")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.check(); err != nil {
