@@ -1,0 +1,765 @@
+package podnet
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/gateway/handoff"
+)
+
+// The test binary is also the shim and the probe, run in the agent
+// namespace under other uids: helperEnv names the part it plays.
+const (
+	helperEnv   = "SBX_PODNET_TEST_HELPER"
+	helperArg   = "SBX_PODNET_TEST_ARG"
+	agentUID    = 1000
+	fastFailure = 500 * time.Millisecond // a refusal takes less
+	probeWait   = 3 * time.Second        // an answer takes less
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "shim":
+		os.Exit(shimHelper(os.Getenv(helperArg)))
+	case "probe":
+		os.Exit(probeHelper(os.Getenv(helperArg)))
+	}
+	os.Exit(m.Run())
+}
+
+// shimHelper runs the shim on the default port until SIGTERM, saying
+// "ready" on stdout once it listens.
+func shimHelper(gw string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", DefaultShimPort))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	if err := Shim(ctx, ln, netip.MustParseAddrPort(gw)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// probe is one attempt from the agent namespace.
+type probe struct {
+	ID      string // also the bytes the attempt sends
+	Network string // tcp, udp, ping4, ping6
+	Addr    string
+}
+
+// probeResult is what an attempt got: the reply (the answering sink's
+// name) or an error, and how long it took.
+type probeResult struct {
+	ID      string
+	Reply   string
+	Err     string
+	Elapsed time.Duration
+}
+
+// probeHelper makes the attempts of the JSON list arg one after the
+// other and writes their results as a JSON list on stdout.
+func probeHelper(arg string) int {
+	var ps []probe
+	if err := json.Unmarshal([]byte(arg), &ps); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var rs []probeResult
+	for _, p := range ps {
+		start := time.Now()
+		reply, err := attempt(p)
+		r := probeResult{ID: p.ID, Reply: reply, Elapsed: time.Since(start)}
+		if err != nil {
+			r.Err = err.Error()
+		}
+		rs = append(rs, r)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(rs); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// attempt makes p: a TCP attempt sends its ID and a newline, closes its
+// writing side and reads the reply to EOF (so a reply proves half-closes
+// went through both ways); a UDP one sends its ID and reads one datagram;
+// a ping sends an echo request from an unprivileged ICMP socket.
+func attempt(p probe) (string, error) {
+	deadline := time.Now().Add(probeWait)
+	switch p.Network {
+	case "ping4", "ping6":
+		return ping(p, deadline)
+	}
+	c, err := net.DialTimeout(p.Network, p.Addr, probeWait)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(deadline)
+	if _, err := io.WriteString(c, p.ID+"\n"); err != nil {
+		return "", err
+	}
+	if p.Network == "udp" {
+		b := make([]byte, 512)
+		n, err := c.Read(b)
+		return strings.TrimSpace(string(b[:n])), err
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err == nil && len(b) == 0 {
+		err = errors.New("closed without a reply")
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// ping sends one echo request to p.Addr's address from a connected ICMP
+// datagram socket (net.ipv4.ping_group_range must admit the caller) and
+// returns "echo" when the reply comes.
+func ping(p probe, deadline time.Time) (string, error) {
+	dst := netip.MustParseAddrPort(p.Addr).Addr()
+	family, proto, typ, replyType := unix.AF_INET, unix.IPPROTO_ICMP, icmp.Type(ipv4.ICMPTypeEcho), icmp.Type(ipv4.ICMPTypeEchoReply)
+	var sa unix.Sockaddr
+	if p.Network == "ping6" {
+		family, proto, typ, replyType = unix.AF_INET6, unix.IPPROTO_ICMPV6, ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+		sa = &unix.SockaddrInet6{Addr: dst.As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Addr: dst.As4()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return "", fmt.Errorf("ping socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "ping")
+	defer f.Close()
+	if err := unix.Connect(fd, sa); err != nil {
+		return "", fmt.Errorf("connect: %w", err)
+	}
+	c, err := net.FilePacketConn(f)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	b, err := (&icmp.Message{Type: typ, Body: &icmp.Echo{Seq: 1, Data: []byte(p.ID)}}).Marshal(nil)
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.(interface{ Write([]byte) (int, error) }).Write(b); err != nil {
+		return "", err
+	}
+	c.SetReadDeadline(deadline)
+	buf := make([]byte, 1500)
+	for {
+		n, err := c.(io.Reader).Read(buf)
+		if err != nil {
+			return "", err
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err == nil && m.Type == replyType {
+			return "echo", nil
+		}
+	}
+}
+
+// hit is what reached a sink: the bytes a probe sent (its ID) and, for
+// the capture port, the destination its handoff header named.
+type hit struct {
+	marker string
+	dst    netip.AddrPort
+}
+
+// sink is a listener standing in for the gateway, or a control target; it
+// answers every probe with its name.
+type sink struct {
+	name string
+	mu   sync.Mutex
+	hits []hit
+}
+
+func (s *sink) add(h hit) {
+	s.mu.Lock()
+	s.hits = append(s.hits, h)
+	s.mu.Unlock()
+}
+
+// take returns what reached s since the last call.
+func (s *sink) take() []hit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.hits
+	s.hits = nil
+	return h
+}
+
+// serveStream serves ln until it closes: each connection's handoff
+// header (when it starts with one), then a line, then its end (the
+// probe's half-close); the answer is the sink's name, and "eof" when the
+// end came.
+func (s *sink) serveStream(ln net.Listener) {
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(probeWait))
+				br := bufio.NewReader(c)
+				var h hit
+				if b, err := br.Peek(6); err == nil && string(b) == "PROXY " {
+					if h.dst, err = handoff.Read(br); err != nil {
+						h.marker = "bad header: " + err.Error()
+						s.add(h)
+						return
+					}
+				}
+				line, err := br.ReadString('\n')
+				h.marker = strings.TrimSpace(line)
+				s.add(h)
+				if err != nil {
+					return
+				}
+				reply := s.name
+				if rest, err := io.ReadAll(br); err == nil && len(rest) == 0 {
+					reply += " eof"
+				}
+				io.WriteString(c, reply+"\n")
+			}()
+		}
+	}()
+}
+
+// servePackets answers every datagram on pc with the sink's name.
+func (s *sink) servePackets(pc net.PacketConn) {
+	go func() {
+		b := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			s.add(hit{marker: strings.TrimSpace(string(b[:n]))})
+			pc.WriteTo([]byte(s.name+"\n"), from)
+		}
+	}()
+}
+
+// rig is an agent pod's network namespace joined by a veth to a
+// namespace standing in for the rest of the cluster, where the gateway's
+// stand-ins and the control targets listen.
+type rig struct {
+	agentNs, gwNs netns.NsHandle
+	agentPath     string         // the agent namespace's bind mount, for nsenter
+	gw, gw6       netip.Addr     // the gateway side's addresses
+	web           netip.AddrPort // an outside web server
+	dns           netip.AddrPort // an outside DNS server
+	loop          netip.AddrPort // a listener on the agent namespace's loopback
+	inbound       netip.AddrPort // a listener on the agent's own address
+	exe           string         // the test binary, where uids other than root can run it
+	sinks         map[string]*sink
+}
+
+// newRig makes the two namespaces and the listeners, all removed when t
+// ends (also when it fails). Nothing in them is routed anywhere else.
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces, a veth and nftables rules, and to run the shim and probes as other uids (CI runs as root)")
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("needs nsenter (util-linux) to run the shim and probes in the agent namespace")
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	r := &rig{sinks: map[string]*sink{}}
+	var agentName, gwName string
+	r.agentNs, agentName = testNetns(t, "sbxtest-podnet-agent-"+id)
+	r.gwNs, gwName = testNetns(t, "sbxtest-podnet-gw-"+id)
+	r.agentPath = "/var/run/netns/" + agentName
+	_ = gwName
+
+	x := b[0]
+	r.gw = netip.AddrFrom4([4]byte{10, 99, x, 1})
+	agent := netip.AddrFrom4([4]byte{10, 99, x, 2})
+	r.gw6 = netip.MustParseAddr(fmt.Sprintf("fd00:99:%x::1", x))
+	agent6 := netip.MustParseAddr(fmt.Sprintf("fd00:99:%x::2", x))
+	r.web = netip.MustParseAddrPort("203.0.113.7:80")
+	r.dns = netip.MustParseAddrPort("198.51.100.53:53")
+
+	ha, err := netlink.NewHandleAt(r.agentNs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	hg, err := netlink.NewHandleAt(r.gwNs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hg.Close()
+	if err := ha.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "gw0",
+		PeerNamespace: netlink.NsFd(int(r.gwNs))}); err != nil {
+		t.Fatalf("adding the veth: %v", err)
+	}
+	addAddrs := func(h *netlink.Handle, dev string, prefixes ...netip.Prefix) {
+		t.Helper()
+		l, err := h.LinkByName(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range prefixes {
+			a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+				Flags: unix.IFA_F_NODAD}
+			if err := h.AddrAdd(l, a); err != nil {
+				t.Fatalf("adding %v to %s: %v", p, dev, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addAddrs(ha, "eth0", netip.PrefixFrom(agent, 24), netip.PrefixFrom(agent6, 64))
+	addAddrs(hg, "gw0", netip.PrefixFrom(r.gw, 24), netip.PrefixFrom(r.gw6, 64))
+	// The outside addresses are the gateway side's own: the agent's
+	// default route sends them there.
+	addAddrs(hg, "lo", netip.PrefixFrom(r.web.Addr(), 32), netip.PrefixFrom(r.dns.Addr(), 32))
+	eth0, err := ha.LinkByName("eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ha.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: r.gw.AsSlice()}); err != nil {
+		t.Fatalf("adding the agent's default route: %v", err)
+	}
+	// ICMP datagram sockets for every gid, so a probe without
+	// capabilities can ping.
+	if err := inNetns(r.agentNs, func() error {
+		return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	sinkFor := func(name string) *sink {
+		s := &sink{name: name}
+		r.sinks[name] = s
+		return s
+	}
+	tcp := func(ns netns.NsHandle, a netip.AddrPort) net.Listener {
+		t.Helper()
+		var ln net.Listener
+		if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", a.String()); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln
+	}
+	udp := func(a netip.AddrPort) net.PacketConn {
+		t.Helper()
+		var pc net.PacketConn
+		if err := inNetns(r.gwNs, func() (err error) { pc, err = net.ListenPacket("udp", a.String()); return err }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		return pc
+	}
+	at := func(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+	// The gateway's stand-ins.
+	sinkFor("proxy").serveStream(tcp(r.gwNs, at(r.gw, DefaultProxyPort)))
+	sinkFor("capture").serveStream(tcp(r.gwNs, at(r.gw, DefaultCapturePort)))
+	sinkFor("dns-tcp").serveStream(tcp(r.gwNs, at(r.gw, DefaultDNSPort)))
+	sinkFor("dns-udp").servePackets(udp(at(r.gw, DefaultDNSPort)))
+	// The controls: what the agent reaches without the rules.
+	sinkFor("gw-api").serveStream(tcp(r.gwNs, at(r.gw, 8484)))
+	sinkFor("web").serveStream(tcp(r.gwNs, r.web))
+	sinkFor("web-udp").servePackets(udp(at(r.web.Addr(), 9999)))
+	sinkFor("outside-dns-tcp").serveStream(tcp(r.gwNs, r.dns))
+	sinkFor("outside-dns-udp").servePackets(udp(r.dns))
+	sinkFor("v6-tcp").serveStream(tcp(r.gwNs, at(r.gw6, 80)))
+	sinkFor("v6-udp").servePackets(udp(at(r.gw6, 80)))
+	ln := tcp(r.agentNs, netip.MustParseAddrPort("127.0.0.1:0"))
+	r.loop = netip.MustParseAddrPort(ln.Addr().String())
+	sinkFor("loopback").serveStream(ln)
+	r.inbound = netip.AddrPortFrom(agent, 7000)
+	sinkFor("agent-inbound").serveStream(tcp(r.agentNs, r.inbound))
+
+	r.exe = shareExecutable(t)
+	return r
+}
+
+// testNetns makes a network namespace named name with lo up, removed when
+// t ends (and before, should a crashed run have left one).
+func testNetns(t *testing.T, name string) (netns.NsHandle, string) {
+	t.Helper()
+	netns.DeleteNamed(name)
+	var ns netns.NsHandle
+	err := func() error {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer orig.Close()
+		ns, err = netns.NewNamed(name)
+		if serr := netns.Set(orig); serr != nil {
+			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", serr))
+		}
+		return err
+	}()
+	if err != nil {
+		t.Fatalf("creating network namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ns.Close()
+		if err := netns.DeleteNamed(name); err != nil {
+			t.Errorf("deleting network namespace %s: %v", name, err)
+		}
+	})
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	return ns, name
+}
+
+// inNetns runs fn on a thread in ns.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// shareExecutable copies the test binary where other uids can run it
+// (go test's own directory is private to root), removed when t ends.
+func shareExecutable(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sbx-podnet-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	exe := filepath.Join(dir, "podnet.test")
+	out, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// helper returns the command that runs the test binary as helper part
+// with arg, in the agent namespace as uid (and gid) uid.
+func (r *rig) helper(part, arg string, uid int) *exec.Cmd {
+	// nsenter enters the namespace as root, then takes the uid: a
+	// process started as uid could not enter it.
+	cmd := exec.Command("nsenter", "--net="+r.agentPath, fmt.Sprintf("--setuid=%d", uid), fmt.Sprintf("--setgid=%d", uid),
+		"--", r.exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+part, helperArg+"="+arg)
+	return cmd
+}
+
+// startShim runs the shim in the agent namespace as the shim's uid until
+// t ends.
+func (r *rig) startShim(t *testing.T) {
+	t.Helper()
+	cmd := r.helper("shim", netip.AddrPortFrom(r.gw, DefaultCapturePort).String(), DefaultShimUID)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if s := stderr.String(); s != "" {
+			t.Logf("the shim's standard error:\n%s", s)
+		}
+	})
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if strings.TrimSpace(line) != "ready" {
+			t.Fatalf("the shim did not start: %q; stderr %q", line, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shim did not say ready within 10s")
+	}
+}
+
+// probeAs makes the probes from the agent namespace as uid, one after the
+// other, and returns their results by ID.
+func (r *rig) probeAs(t *testing.T, uid int, ps []probe) map[string]probeResult {
+	t.Helper()
+	arg, err := json.Marshal(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := r.helper("probe", string(arg), uid)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("probes as uid %d: %v; stderr %q", uid, err, stderr.String())
+	}
+	var rs []probeResult
+	if err := json.Unmarshal(out, &rs); err != nil {
+		t.Fatalf("probes as uid %d: %v in %q", uid, err, out)
+	}
+	m := map[string]probeResult{}
+	for _, res := range rs {
+		m[res.ID] = res
+	}
+	return m
+}
+
+// podCase is one attempt from the agent pod and where it must land with
+// no rules (control) and with the rules and the shim (ruled): a sink's
+// name, or "" for refused at once.
+type podCase struct {
+	name           string
+	uid            int
+	network, addr  string
+	control, ruled string
+	// dst is the destination the capture stand-in must be handed, when
+	// ruled is "capture".
+	dst netip.AddrPort
+}
+
+func (r *rig) cases() []podCase {
+	gw := func(port uint16) string { return netip.AddrPortFrom(r.gw, port).String() }
+	gw6 := func(port uint16) string { return netip.AddrPortFrom(r.gw6, port).String() }
+	return []podCase{
+		{name: "direct TCP to an outside web server", uid: agentUID, network: "tcp", addr: r.web.String(), control: "web", ruled: "capture", dst: r.web},
+		{name: "DNS over UDP to an outside server", uid: agentUID, network: "udp", addr: r.dns.String(), control: "outside-dns-udp", ruled: "dns-udp"},
+		{name: "DNS over TCP to an outside server", uid: agentUID, network: "tcp", addr: r.dns.String(), control: "outside-dns-tcp", ruled: "dns-tcp"},
+		{name: "the gateway's proxy port", uid: agentUID, network: "tcp", addr: gw(DefaultProxyPort), control: "proxy", ruled: "proxy"},
+		{name: "the gateway's DNS port over UDP", uid: agentUID, network: "udp", addr: gw(DefaultDNSPort), control: "dns-udp", ruled: "dns-udp"},
+		{name: "loopback", uid: agentUID, network: "tcp", addr: r.loop.String(), control: "loopback", ruled: "loopback"},
+		// Nothing listens there without the rules; with them, the shim
+		// closes a connection that was not redirected to it.
+		{name: "the shim's port, not redirected", uid: agentUID, network: "tcp", addr: fmt.Sprintf("127.0.0.1:%d", DefaultShimPort)},
+		{name: "UDP to another port", uid: agentUID, network: "udp", addr: netip.AddrPortFrom(r.web.Addr(), 9999).String(), control: "web-udp"},
+		{name: "ICMP echo", uid: agentUID, network: "ping4", addr: netip.AddrPortFrom(r.web.Addr(), 0).String(), control: "echo"},
+		{name: "TCP to the gateway's API port", uid: agentUID, network: "tcp", addr: gw(8484), control: "gw-api"},
+		{name: "TCP to the gateway's capture port, not as the shim", uid: agentUID, network: "tcp", addr: gw(DefaultCapturePort), control: "capture"},
+		{name: "TCP over IPv6", uid: agentUID, network: "tcp", addr: gw6(80), control: "v6-tcp"},
+		{name: "UDP over IPv6", uid: agentUID, network: "udp", addr: gw6(80), control: "v6-udp"},
+		{name: "ICMPv6 echo", uid: agentUID, network: "ping6", addr: gw6(0), control: "echo"},
+		{name: "the shim's uid, direct TCP to an outside web server", uid: DefaultShimUID, network: "tcp", addr: r.web.String(), control: "web"},
+		{name: "the shim's uid, the gateway's proxy port", uid: DefaultShimUID, network: "tcp", addr: gw(DefaultProxyPort), control: "proxy"},
+		{name: "the shim's uid, DNS over UDP to an outside server", uid: DefaultShimUID, network: "udp", addr: r.dns.String(), control: "outside-dns-udp"},
+	}
+}
+
+// check makes every case from the agent namespace and checks it landed
+// where want says: the answering sink's reply (with "eof" for TCP, so
+// half-closes went through), that sink having seen the case's bytes (and,
+// for the capture stand-in, the case's destination), and no sink having
+// seen anything else; or, for "", an error within fastFailure.
+func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
+	t.Helper()
+	for _, s := range r.sinks {
+		s.take()
+	}
+	cs := r.cases()
+	byUID := map[int][]probe{}
+	ids := map[string]podCase{}
+	for i, c := range cs {
+		id := fmt.Sprintf("%s-%d", phase, i)
+		ids[id] = c
+		byUID[c.uid] = append(byUID[c.uid], probe{ID: id, Network: c.network, Addr: c.addr})
+	}
+	results := map[string]probeResult{}
+	for uid, ps := range byUID {
+		for id, res := range r.probeAs(t, uid, ps) {
+			results[id] = res
+		}
+	}
+	// A connection to the agent from its side of the veth: the agent's
+	// replies must get out (what the gateway's side may open is the
+	// NetworkPolicy's to say).
+	inboundReply, inboundErr := dialFrom(r.gwNs, r.inbound, phase+"-inbound")
+	if want := "agent-inbound eof"; inboundErr != nil || inboundReply != want {
+		t.Errorf("%s: a connection to the agent's %v from outside: got reply %q, error %v; want reply %q", phase, r.inbound, inboundReply, inboundErr, want)
+	}
+	time.Sleep(50 * time.Millisecond) // sinks record before they answer; this is for strays
+	seen := map[string][]hit{}
+	for name, s := range r.sinks {
+		seen[name] = s.take()
+	}
+	for id, c := range ids {
+		res, w := results[id], want(c)
+		t.Logf("%s: %s (%s %s as uid %d): reply %q, error %q, after %v", phase, c.name, c.network, c.addr, c.uid, res.Reply, res.Err, res.Elapsed.Round(time.Microsecond))
+		switch {
+		case w == "":
+			if res.Err == "" {
+				t.Errorf("%s: %s (%s %s as uid %d): got reply %q, want it refused", phase, c.name, c.network, c.addr, c.uid, res.Reply)
+			} else if res.Elapsed >= fastFailure {
+				t.Errorf("%s: %s (%s %s as uid %d): refused after %v (%s), want under %v: a refusal must not hang",
+					phase, c.name, c.network, c.addr, c.uid, res.Elapsed, res.Err, fastFailure)
+			}
+		default:
+			wantReply := w
+			if c.network == "tcp" {
+				wantReply += " eof"
+			}
+			if res.Err != "" || res.Reply != wantReply {
+				t.Errorf("%s: %s (%s %s as uid %d): got reply %q, error %q; want reply %q",
+					phase, c.name, c.network, c.addr, c.uid, res.Reply, res.Err, wantReply)
+			}
+		}
+	}
+	// Every sink saw exactly the cases meant for it.
+	for name, hits := range seen {
+		for _, h := range hits {
+			c, ok := ids[h.marker]
+			switch {
+			case name == "agent-inbound" && h.marker == phase+"-inbound":
+			case !ok:
+				t.Errorf("%s: sink %s got %q, no case's bytes", phase, name, h.marker)
+			case want(c) != name:
+				t.Errorf("%s: %s (%s %s as uid %d) reached sink %s, want %q", phase, c.name, c.network, c.addr, c.uid, name, want(c))
+			case name == "capture" && c.dst.IsValid() && h.dst != c.dst:
+				t.Errorf("%s: %s: the capture port was handed destination %v, want %v", phase, c.name, h.dst, c.dst)
+			}
+		}
+	}
+	for id, c := range ids {
+		if w := want(c); w != "" && w != "echo" && !hasMarker(seen[w], id) {
+			t.Errorf("%s: %s (%s %s as uid %d): sink %s did not see its bytes", phase, c.name, c.network, c.addr, c.uid, w)
+		}
+	}
+}
+
+// dialFrom makes a TCP attempt, as a probe does, from namespace ns.
+func dialFrom(ns netns.NsHandle, a netip.AddrPort, id string) (string, error) {
+	var reply string
+	err := inNetns(ns, func() (err error) {
+		reply, err = attempt(probe{ID: id, Network: "tcp", Addr: a.String()})
+		return err
+	})
+	return reply, err
+}
+
+func hasMarker(hits []hit, m string) bool {
+	for _, h := range hits {
+		if h.marker == m {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPrivilegedPodRules shows the in-pod rules and the shim together:
+// with them, direct TCP reaches the gateway's capture port with a handoff
+// header naming its destination, DNS to anywhere reaches the gateway's
+// DNS port, and everything else fails at once; without them (the
+// control), every one of the same attempts reaches its target, so a
+// refusal is the rules' doing, not a missing route or a silent listener.
+func TestPrivilegedPodRules(t *testing.T) {
+	r := newRig(t)
+	r.check(t, "control", func(c podCase) string { return c.control })
+
+	if err := inNetns(r.agentNs, func() error { return Install(DefaultRules(r.gw)) }); err != nil {
+		t.Fatal(err)
+	}
+	r.startShim(t)
+	r.check(t, "ruled", func(c podCase) string { return c.ruled })
+
+	// Installed again, the rules still hold (replaced, not doubled).
+	if err := inNetns(r.agentNs, func() error { return Install(DefaultRules(r.gw)) }); err != nil {
+		t.Fatal(err)
+	}
+	r.check(t, "reinstalled", func(c podCase) string { return c.ruled })
+}
