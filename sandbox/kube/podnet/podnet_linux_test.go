@@ -83,6 +83,7 @@ type probeResult struct {
 	ID      string
 	Reply   string
 	Err     string
+	Errno   string // the error's errno, by name (ECONNREFUSED), if it has one
 	Elapsed time.Duration
 }
 
@@ -101,6 +102,10 @@ func probeHelper(arg string) int {
 		r := probeResult{ID: p.ID, Reply: reply, Elapsed: time.Since(start)}
 		if err != nil {
 			r.Err = err.Error()
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				r.Errno = unix.ErrnoName(errno)
+			}
 		}
 		rs = append(rs, r)
 	}
@@ -611,6 +616,9 @@ type podCase struct {
 	uid            int
 	network, addr  string
 	control, ruled string
+	// closedByShim marks the connection the shim closes: it was not
+	// refused, but closed once made.
+	closedByShim bool
 	// dst is the destination the capture stand-in must be handed, when
 	// ruled is "capture".
 	dst netip.AddrPort
@@ -628,7 +636,7 @@ func (r *rig) cases() []podCase {
 		{name: "loopback", uid: agentUID, network: "tcp", addr: r.loop.String(), control: "loopback", ruled: "loopback"},
 		// Nothing listens there without the rules; with them, the shim
 		// closes a connection that was not redirected to it.
-		{name: "the shim's port, not redirected", uid: agentUID, network: "tcp", addr: fmt.Sprintf("127.0.0.1:%d", DefaultShimPort)},
+		{name: "the shim's port, not redirected", uid: agentUID, network: "tcp", addr: fmt.Sprintf("127.0.0.1:%d", DefaultShimPort), closedByShim: true},
 		{name: "UDP to another port", uid: agentUID, network: "udp", addr: netip.AddrPortFrom(r.web.Addr(), 9999).String(), control: "web-udp"},
 		{name: "ICMP echo", uid: agentUID, network: "ping4", addr: netip.AddrPortFrom(r.web.Addr(), 0).String(), control: "echo"},
 		{name: "TCP to the gateway's API port", uid: agentUID, network: "tcp", addr: gw(8484), control: "gw-api"},
@@ -688,6 +696,8 @@ func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
 			} else if res.Elapsed >= fastFailure {
 				t.Errorf("%s: %s (%s %s as uid %d): refused after %v (%s), want under %v: a refusal must not hang",
 					phase, c.name, c.network, c.addr, c.uid, res.Elapsed, res.Err, fastFailure)
+			} else if c.network == "tcp" && !c.closedByShim && res.Errno != "ECONNREFUSED" {
+				t.Errorf("%s: %s (%s %s as uid %d): refused with %q, want ECONNREFUSED (a TCP reset)", phase, c.name, c.network, c.addr, c.uid, res.Err)
 			}
 		default:
 			wantReply := w
