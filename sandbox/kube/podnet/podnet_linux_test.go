@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -16,12 +17,16 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
+	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/icmp"
@@ -772,4 +777,135 @@ func TestPrivilegedPodRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.check(t, "reinstalled", func(c podCase) string { return c.ruled })
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/ruleset.nft with what nft lists")
+
+// TestPrivilegedPodRulesRuleset installs the rules twice in a namespace
+// of its own, beside a table of someone else's, and reads them back
+// through nftables: one copy of each table, the chains and rules in
+// their order (by their comments), the other table untouched; and, where
+// nft is installed, the rule set as nft lists it, against
+// testdata/ruleset.nft (go test -run TestPrivilegedPodRulesRuleset -update
+// rewrites it).
+func TestPrivilegedPodRulesRuleset(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace and nftables rules (CI runs as root)")
+	}
+	b := make([]byte, 2)
+	rand.Read(b)
+	ns, name := testNetns(t, "sbxtest-podnet-rules-"+hex.EncodeToString(b))
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "other"})
+	c.AddChain(&nftables.Chain{Name: "mine", Table: other})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rules := DefaultRules(netip.MustParseAddr("10.99.0.1"))
+	for i := 0; i < 2; i++ {
+		if err := inNetns(ns, func() error { return Install(rules) }); err != nil {
+			t.Fatalf("install %d: %v", i+1, err)
+		}
+	}
+
+	tables, err := c.ListTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotTables []string
+	for _, tb := range tables {
+		gotTables = append(gotTables, fmt.Sprintf("%d %s", tb.Family, tb.Name))
+	}
+	slices.Sort(gotTables)
+	wantTables := []string{
+		fmt.Sprintf("%d other", nftables.TableFamilyIPv4),
+		fmt.Sprintf("%d %s", nftables.TableFamilyIPv4, TableName),
+		fmt.Sprintf("%d %s", nftables.TableFamilyIPv6, TableName),
+	}
+	slices.Sort(wantTables)
+	if !slices.Equal(gotTables, wantTables) {
+		t.Errorf("tables (family name): got %q, want %q", gotTables, wantTables)
+	}
+
+	chains, err := c.ListChains()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, ch := range chains {
+		key := fmt.Sprintf("%d %s %s", ch.Table.Family, ch.Table.Name, ch.Name)
+		rs, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[key] = []string{}
+		for _, r := range rs {
+			comment, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+			got[key] = append(got[key], comment)
+		}
+	}
+	v4, v6 := nftables.TableFamilyIPv4, nftables.TableFamilyIPv6
+	want := map[string][]string{
+		fmt.Sprintf("%d other mine", v4): {},
+		fmt.Sprintf("%d %s nat-output", v4, TableName): {
+			"sbx: loopback stays",
+			"sbx: the shim's own connections are not captured",
+			"sbx: DNS to anywhere goes to the gateway",
+			"sbx: DNS to anywhere goes to the gateway",
+			"sbx: the gateway's own ports are filtered, not captured",
+			"sbx: other TCP goes to the capture shim",
+		},
+		fmt.Sprintf("%d %s output", v4, TableName): {
+			"sbx: loopback",
+			"sbx: connections redirected to the shim",
+			"sbx: the shim reaches the capture port",
+			"sbx: and nothing else",
+			"sbx: and nothing else",
+			"sbx: the gateway's proxy",
+			"sbx: the gateway's DNS",
+			"sbx: the gateway's DNS",
+			"sbx: replies to connections the pod accepted",
+			"sbx: the rest fails at once",
+			"sbx: the rest fails at once",
+		},
+		fmt.Sprintf("%d %s forward", v4, TableName): {"sbx: the pod forwards nothing"},
+		fmt.Sprintf("%d %s output", v6, TableName): {
+			"sbx: loopback",
+			"sbx: the rest fails at once",
+			"sbx: the rest fails at once",
+		},
+		fmt.Sprintf("%d %s forward", v6, TableName): {"sbx: the pod forwards nothing"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("chains and their rules' comments after two installs (-want +got):\n%s", d)
+	}
+
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Log("nft is not installed: the rule set as nft lists it is not checked")
+		return
+	}
+	var listed []byte
+	for _, fam := range []string{"ip", "ip6"} {
+		out, err := exec.Command("nsenter", "--net=/var/run/netns/"+name, "nft", "list", "table", fam, TableName).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list table %s %s: %v\n%s", fam, TableName, err, out)
+		}
+		listed = append(listed, out...)
+	}
+	golden := filepath.Join("testdata", "ruleset.nft")
+	if *update {
+		if err := os.WriteFile(golden, listed, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantListed, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(wantListed), string(listed)); d != "" {
+		t.Errorf("nft list (-%s +got); rerun with -update if the change is meant:\n%s", golden, d)
+	}
 }
