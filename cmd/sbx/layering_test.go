@@ -36,6 +36,7 @@ var layers = []struct {
 	{"sandbox", nil, "sandbox takes plain values and imports no other sbx package"},
 	{"sandbox/run", []string{"sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the run library composes sandbox, gateway and rootfs, and nothing of cmd/sbx"},
 	{"sandbox/selftest", []string{"sandbox/run", "sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the selftest makes its sandboxes through the run library, and imports nothing of cmd/sbx"},
+	{"sandbox/kube/podnet", []string{"gateway", "gateway/handoff", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "netpolicy", "netpolicy/strictyaml"}, "the agent pod's rules and capture shim import the gateway (for OriginalDst) with what it imports, and the handoff header; nothing of sandbox or cmd/sbx"},
 	{"rootfs", nil, "rootfs imports no other sbx package"},
 	{"sandbox/sandboxtest", nil, "the tests' image and registry helpers import no sbx package"},
 }

@@ -17,5 +17,5 @@ func Install(r Rules) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	return fmt.Errorf("installing the pod's rules: nftables is Linux only; run sbx kube pod-rules in a Linux pod: %w", errors.ErrUnsupported)
+	return fmt.Errorf("installing the pod's rules: nftables is Linux only; install them in a Linux pod: %w", errors.ErrUnsupported)
 }
