@@ -67,7 +67,7 @@ func shimConn(ctx context.Context, c net.Conn, gw netip.AddrPort) {
 		shimError("reading the original destination of a connection from %v: %v", c.RemoteAddr(), err)
 		return
 	}
-	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && la.AddrPort() == dst {
+	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && unmap(la.AddrPort()) == unmap(dst) {
 		shimError("a connection from %v to the shim itself (%v) was not redirected; closed", c.RemoteAddr(), dst)
 		return
 	}
@@ -126,6 +126,12 @@ func pipe(dst, src net.Conn) {
 	if cr, ok := src.(interface{ CloseRead() error }); ok {
 		cr.CloseRead()
 	}
+}
+
+// unmap returns ap with an IPv4-mapped address as IPv4 (a dual-stack
+// socket's addresses are mapped).
+func unmap(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // shimError writes one line to standard error.
