@@ -154,3 +154,9 @@ func javaTrustStore(roots, caPEM []byte) ([]byte, error) {
 	}
 	return pkcs12.Modern.EncodeTrustStore(certs, TrustStorePassword)
 }
+
+// Env returns env with the variables that point TLS clients at TrustDir
+// before it (the command's own win): for containers sbx does not start
+// itself, such as sbx kube's agent pods, which mount the CA and the
+// bundle there.
+func (t *Trust) Env(env []string) []string { return t.withEnv(env) }

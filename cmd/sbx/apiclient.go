@@ -20,6 +20,9 @@ import (
 // (--sandbox ID) or any gateway's management API (--api ADDR --token-file
 // FILE).
 type targetFlags struct {
+	// kube, when set, makes --sandbox name a sandbox on a cluster (sbx
+	// kube policy ...), reached through a port-forward.
+	kube      *kubeFlags
 	sandbox   string
 	api       string
 	tokenFile string
@@ -27,6 +30,10 @@ type targetFlags struct {
 }
 
 func (f *targetFlags) AddFlags(fs *pflag.FlagSet) {
+	if f.kube != nil {
+		fs.StringVar(&f.sandbox, "sandbox", "", "talk to the sandbox `ID` on the cluster (its id, its --name, or a unique prefix of its id; see sbx kube ps)")
+		return
+	}
 	fs.StringVar(&f.sandbox, "sandbox", "", "talk to the running sandbox `ID` (its id, its --name, or a unique prefix of its id; see sbx ps)")
 	fs.StringVar(&f.api, "api", "", "talk to the management API at `ADDR` (host:port or unix:PATH) instead")
 	fs.StringVar(&f.tokenFile, "token-file", "", "the API's bearer token `FILE`, with --api")
@@ -40,6 +47,9 @@ const startWait = 30 * time.Second
 
 // client resolves the flags to a client, with errors that say what to do.
 func (f *targetFlags) client(ctx context.Context) (*api.Client, error) {
+	if f.kube != nil {
+		return kubeClient(ctx, f.kube, f.sandbox)
+	}
 	var addr, tokenFile string
 	switch {
 	case f.sandbox != "" && f.api != "":

@@ -21,11 +21,11 @@ func newPolicyCmd() *cobra.Command {
 	cmd.AddCommand(
 		newPolicyValidateCmd(),
 		newPolicyCheckCmd(),
-		newPolicyShowCmd(),
-		newPolicyAddCmd(netpolicy.Allow),
-		newPolicyAddCmd(netpolicy.Block),
-		newPolicyRemoveCmd(),
-		newPolicyReplaceCmd(),
+		newPolicyShowCmd(nil),
+		newPolicyAddCmd(nil, netpolicy.Allow),
+		newPolicyAddCmd(nil, netpolicy.Block),
+		newPolicyRemoveCmd(nil),
+		newPolicyReplaceCmd(nil),
 	)
 	return cmd
 }

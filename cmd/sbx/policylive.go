@@ -15,8 +15,8 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
-func newPolicyShowCmd() *cobra.Command {
-	var t targetFlags
+func newPolicyShowCmd(kube *kubeFlags) *cobra.Command {
+	t := targetFlags{kube: kube}
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show",
@@ -81,8 +81,8 @@ func newPolicyShowCmd() *cobra.Command {
 }
 
 // newPolicyAddCmd makes sbx policy allow and sbx policy block.
-func newPolicyAddCmd(action netpolicy.Action) *cobra.Command {
-	var t targetFlags
+func newPolicyAddCmd(kube *kubeFlags, action netpolicy.Action) *cobra.Command {
+	t := targetFlags{kube: kube}
 	var id string
 	var position int
 	var asJSON bool
@@ -153,8 +153,8 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 	return cmd
 }
 
-func newPolicyRemoveCmd() *cobra.Command {
-	var t targetFlags
+func newPolicyRemoveCmd(kube *kubeFlags) *cobra.Command {
+	t := targetFlags{kube: kube}
 	cmd := &cobra.Command{
 		Use:     "remove [flags] RULE-ID...",
 		Short:   "Remove rules from a running sandbox or gateway by id",
@@ -184,8 +184,8 @@ func newPolicyRemoveCmd() *cobra.Command {
 	return cmd
 }
 
-func newPolicyReplaceCmd() *cobra.Command {
-	var t targetFlags
+func newPolicyReplaceCmd(kube *kubeFlags) *cobra.Command {
+	t := targetFlags{kube: kube}
 	var ifVersion uint64
 	cmd := &cobra.Command{
 		Use:   "replace [flags] FILE",

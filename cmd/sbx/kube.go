@@ -1,0 +1,535 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/kube"
+)
+
+// kubeFlags are the flags of every sbx kube command: which cluster and
+// namespace.
+type kubeFlags struct {
+	kubeconfig string
+	namespace  string
+}
+
+func (f *kubeFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "the kubeconfig `FILE` (default $KUBECONFIG, else ~/.kube/config)")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "the Kubernetes `NAMESPACE` (default the kubeconfig context's)")
+}
+
+func (f *kubeFlags) connect() (*kube.Cluster, error) {
+	return kube.Connect(f.kubeconfig, f.namespace)
+}
+
+func newKubeCmd() *cobra.Command {
+	var kf kubeFlags
+	cmd := &cobra.Command{
+		Use:   "kube",
+		Short: "Run sandboxes as pods on a Kubernetes cluster",
+		Long: `Kube runs a sandbox on a Kubernetes cluster with the same two layers as
+sbx run: an agent pod whose only way out is its gateway pod, by rules inside
+the pod (every TCP connection and DNS query goes to the gateway) and by a
+NetworkPolicy (the pod may reach its gateway pod and nothing else). The
+gateway pod decides every request by the policy and writes the decision log
+to its standard output. docs/kubernetes.md has the details.
+
+Every object of a sandbox carries the label sbx.dev/sandbox=ID and is owned
+by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
+		Args: subcommandArgs,
+		RunE: showHelp,
+	}
+	kf.addFlags(cmd.PersistentFlags())
+	policy := &cobra.Command{
+		Use:   "policy",
+		Short: "Show or change a cluster sandbox's running policy",
+		Args:  subcommandArgs,
+		RunE:  showHelp,
+	}
+	policy.AddCommand(
+		newPolicyShowCmd(&kf),
+		newPolicyAddCmd(&kf, netpolicy.Allow),
+		newPolicyAddCmd(&kf, netpolicy.Block),
+		newPolicyRemoveCmd(&kf),
+		newPolicyReplaceCmd(&kf),
+	)
+	for _, c := range policy.Commands() {
+		c.Example = kubeExample(c.Example)
+	}
+	cmd.AddCommand(
+		newKubeRunCmd(&kf, false),
+		newKubeRunCmd(&kf, true),
+		newKubePSCmd(&kf),
+		newKubeStopCmd(&kf),
+		newKubeDecisionsCmd(&kf),
+		policy,
+	)
+	return cmd
+}
+
+// kubeRunOptions are sbx kube run's flags (and sbx kube manifest's).
+type kubeRunOptions struct {
+	policy       policyFlags
+	image        string
+	gatewayImage string
+	pull         string
+	name         string
+	user         int64
+	env          []string
+	detach       bool
+	gatewayIP    string
+	serverDryRun bool
+	noPodRules   bool
+}
+
+func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
+	var o kubeRunOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] --image IMAGE -- [COMMAND [ARG...]]",
+		Short: "Run a command in a sandbox on the cluster",
+		Long: `Run makes a sandbox on the cluster (its ConfigMap, Secret, NetworkPolicies,
+gateway pod and, once the gateway is ready, its agent pod), shows the agent's
+output, and when the agent ends removes the sandbox and exits with the
+agent's status. With --detach it returns once the agent runs; sbx kube stop
+removes it.
+
+The agent container runs as a user other than root (--user, default 1000)
+without capabilities, with the runtime's default seccomp profile and no
+privilege escalation; HTTP_PROXY and HTTPS_PROXY point at its gateway, and
+TLS clients trust the sandbox's CA (mounted at /run/sbx-ca).
+
+The gateway pod runs sbx's own image (--gateway-image; sbx kube image
+writes one to push).`,
+		Example: `  sbx kube run --image node:22 --allow registry.npmjs.org -- npm install
+  sbx kube run -d --name agent1 --image my-agent --policy policy.yaml
+  sbx kube policy allow --sandbox agent1 api.github.com
+  sbx kube decisions --sandbox agent1 --follow`,
+		RunE: func(cmd *cobra.Command, args []string) error { return runKube(cmd, kf, &o, args) },
+	}
+	if manifest {
+		cmd.Use = "manifest [flags] --image IMAGE -- [COMMAND [ARG...]]"
+		cmd.Short = "Print a sandbox's objects as YAML instead of making them"
+		cmd.Long = `Manifest prints the objects sbx kube run would make, as YAML documents, for
+clusters where objects go through a pipeline of their own. The agent pod
+names its gateway pod's address, which is known only once that pod runs:
+apply the other objects first, then run manifest again with --gateway-ip
+and the same --id to print the agent pod. Without --gateway-ip the agent
+pod is left out.
+
+With --server-dry-run the objects are sent to the API server, which checks
+each one (admission included) without keeping it.`
+		cmd.Example = `  sbx kube manifest --image node:22 --allow registry.npmjs.org -- npm install > sandbox.yaml
+  sbx kube manifest --server-dry-run --image busybox -- true`
+		cmd.RunE = func(cmd *cobra.Command, args []string) error { return kubeManifest(cmd, kf, &o, args) }
+	}
+	fs := cmd.Flags()
+	o.policy.AddFlags(fs)
+	fs.StringVar(&o.image, "image", "", "the agent container's `IMAGE` (required)")
+	fs.StringVar(&o.gatewayImage, "gateway-image", "sbx:"+version, "sbx's own image `REF`, for the gateway pod and the agent pod's rules and capture shim (sbx kube image writes one)")
+	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
+	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
+	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
+	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the agent's environment; repeatable")
+	fs.StringVar(&o.gatewayIP, "gateway-ip", "", "")
+	fs.BoolVar(&o.serverDryRun, "server-dry-run", false, "")
+	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
+	fs.MarkHidden("test-no-pod-rules")
+	if manifest {
+		fs.Lookup("gateway-ip").Usage = "print the agent pod too, for a gateway pod at `IP`"
+		fs.Lookup("server-dry-run").Usage = "have the API server check the objects without keeping them"
+	} else {
+		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
+		fs.MarkHidden("gateway-ip")
+		fs.MarkHidden("server-dry-run")
+	}
+	return cmd
+}
+
+// check checks the flags before anything is read or made.
+func (o *kubeRunOptions) check(cmd *cobra.Command) error {
+	if err := o.policy.Check(); err != nil {
+		return err
+	}
+	switch {
+	case o.image == "":
+		return usageErrorf(cmd, "--image is required: the agent container's image, e.g. --image node:22")
+	case o.gatewayImage == "":
+		return usageErrorf(cmd, "--gateway-image is empty: give the image sbx kube image wrote, as pushed")
+	case o.user <= 0:
+		return usageErrorf(cmd, "--user %d: the agent never runs as root; give a uid above 0", o.user)
+	case o.name != "" && !validName(o.name):
+		return usageErrorf(cmd, "--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
+	}
+	switch corev1.PullPolicy(o.pull) {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return usageErrorf(cmd, "--pull %q: want Always, IfNotPresent or Never", o.pull)
+	}
+	for _, e := range o.env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return usageErrorf(cmd, "-e %q: want KEY=VAL, e.g. -e DEBUG=1", e)
+		}
+	}
+	return nil
+}
+
+// spec builds the sandbox's Spec: a new id, CA and token, and the policy
+// the flags give.
+func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *netpolicy.Policy, error) {
+	p, err := o.policy.Build()
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	if len(p.Spec().Secrets) > 0 {
+		return kube.Spec{}, nil, usageErrorf(cmd, "secrets are not supported by sbx kube yet: the gateway pod would need their values; leave them out of the policy")
+	}
+	policyJSON, err := json.Marshal(p.Spec())
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	// What the gateway pod will load: the same policy, or a clear error now.
+	if _, err := netpolicy.Parse("the policy for the gateway pod", policyJSON); err != nil {
+		return kube.Spec{}, nil, fmt.Errorf("the policy cannot go to the gateway pod: %w", err)
+	}
+	id, err := sandbox.NewID()
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	ca, err := gateway.NewCA(id, caLifetime)
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	caPEM, err := ca.MarshalPEM()
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	roots, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return kube.Spec{}, nil, fmt.Errorf("reading this machine's trusted roots for the agent's bundle: %w", err)
+	}
+	tok := make([]byte, 32)
+	rand.Read(tok)
+	return kube.Spec{
+		ID:                  id,
+		Name:                o.name,
+		Image:               o.image,
+		Command:             args,
+		Env:                 o.env,
+		User:                o.user,
+		GatewayImage:        o.gatewayImage,
+		PullPolicy:          corev1.PullPolicy(o.pull),
+		Policy:              policyJSON,
+		CACert:              ca.CertPEM(),
+		CA:                  caPEM,
+		Roots:               roots,
+		Token:               hex.EncodeToString(tok),
+		SkipPodRulesForTest: o.noPodRules,
+	}, p, nil
+}
+
+func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string) error {
+	if err := o.check(cmd); err != nil {
+		return err
+	}
+	s, p, err := o.spec(cmd, args)
+	if err != nil {
+		return err
+	}
+	c, err := kf.connect()
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	// Ctrl-C while the sandbox is made or runs removes it.
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	created, err := c.Create(ctx, s, p.AllowPrivate(), false)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "sbx kube: sandbox %s in namespace %s: gateway pod %s (%s), agent pod %s\n", s.ID, c.Namespace, kube.GatewayPodName(s.ID), created.GatewayIP, kube.ObjectName(s.ID))
+	if s.SkipPodRulesForTest {
+		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
+	}
+	if o.detach {
+		// Until the agent runs (or a pod cannot start: then it is removed).
+		wctx, cancel := context.WithCancel(ctx)
+		started := false
+		_, err := c.WaitAgent(wctx, s.ID, func() { started = true; cancel() })
+		cancel()
+		if !started && err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			return combine(err, c.Delete(rctx, s.ID))
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+		return nil
+	}
+	removed := false
+	remove := func() error {
+		if removed {
+			return nil
+		}
+		removed = true
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return c.Delete(rctx, s.ID)
+	}
+	defer remove()
+	logsDone := make(chan struct{})
+	code, err := c.WaitAgent(ctx, s.ID, func() {
+		// Ends when the agent's output ends (the container exited) or
+		// ctx is done.
+		go func() {
+			defer close(logsDone)
+			rc, err := c.Logs(ctx, s.ID, "agent", true)
+			if err != nil {
+				fmt.Fprintf(stderr, "sbx kube: %v\n", err)
+				return
+			}
+			defer rc.Close()
+			io.Copy(cmd.OutOrStdout(), rc)
+		}()
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 130, err: fmt.Errorf("interrupted; sandbox %s removed: %v", s.ID, remove())}
+		}
+		return err
+	}
+	select {
+	case <-logsDone:
+	case <-time.After(5 * time.Second):
+	}
+	if err := remove(); err != nil {
+		return err
+	}
+	if code != 0 {
+		return &exitError{code: code, err: errSilent}
+	}
+	return nil
+}
+
+// kubeManifest prints the objects, or has the API server check them.
+func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string) error {
+	if err := o.check(cmd); err != nil {
+		return err
+	}
+	s, p, err := o.spec(cmd, args)
+	if err != nil {
+		return err
+	}
+	if o.serverDryRun {
+		c, err := kf.connect()
+		if err != nil {
+			return err
+		}
+		if _, err := c.Create(cmd.Context(), s, p.AllowPrivate(), true); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "the API server accepts sandbox %s's objects in namespace %s (server-side dry run: nothing was kept)\n", s.ID, c.Namespace)
+		return nil
+	}
+	s.Namespace = kf.namespace
+	if s.Namespace == "" {
+		s.Namespace = "default"
+	}
+	objs, err := kube.MakeObjects(s)
+	if err != nil {
+		return err
+	}
+	objs.AllowPrivate(p.AllowPrivate())
+	docs := []any{objs.ConfigMap, objs.Secret, objs.AgentPolicy, objs.GatewayPolicy, objs.Gateway}
+	if o.gatewayIP != "" {
+		ip, err := netip.ParseAddr(o.gatewayIP)
+		if err != nil || !ip.Is4() {
+			return usageErrorf(cmd, "--gateway-ip %q: want the gateway pod's IPv4 address", o.gatewayIP)
+		}
+		agent, err := kube.AgentPod(s, ip)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, agent)
+	}
+	out := cmd.OutOrStdout()
+	for i, d := range docs {
+		b, err := yaml.Marshal(d)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(out, "---")
+		}
+		out.Write(b)
+	}
+	if o.gatewayIP == "" {
+		fmt.Fprintf(out, "# the agent pod comes once the gateway pod %s runs: sbx kube manifest --gateway-ip ITS-IP prints it\n", kube.GatewayPodName(s.ID))
+	}
+	return nil
+}
+
+func newKubePSCmd(kf *kubeFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps",
+		Short: "List the sandboxes in the namespace",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := kf.connect()
+			if err != nil {
+				return err
+			}
+			all, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tAGENT\tGATEWAY\tAGE\tIMAGE\tCOMMAND")
+			for _, sb := range all {
+				agent := orDash(sb.Agent)
+				if sb.ExitCode >= 0 {
+					agent = fmt.Sprintf("exited (%d)", sb.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), agent, orDash(sb.Gateway),
+					time.Since(sb.Created).Round(time.Second), sb.Image, truncateCommand(sb.Command))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newKubeStopCmd(kf *kubeFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stop SANDBOX...",
+		Short: "Remove sandboxes and every object they have",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf(cmd, "give the sandboxes to stop: ids, names or id prefixes (sbx kube ps lists them)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := kf.connect()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, ref := range args {
+				sb, err := c.Find(cmd.Context(), ref)
+				if err == nil {
+					err = c.Delete(cmd.Context(), sb.ID)
+				}
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed\n", sb.ID)
+			}
+			return combine(errs...)
+		},
+	}
+}
+
+func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {
+	var ref string
+	var follow, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "decisions --sandbox SANDBOX [--follow]",
+		Short: "Show a cluster sandbox's decisions, from its gateway pod's log",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ref == "" {
+				return usageErrorf(cmd, "say which sandbox: --sandbox ID (sbx kube ps lists them)")
+			}
+			c, err := kf.connect()
+			if err != nil {
+				return err
+			}
+			sb, err := c.Find(cmd.Context(), ref)
+			if err != nil {
+				return err
+			}
+			rc, err := c.Logs(cmd.Context(), sb.ID, "gateway", follow)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			pr := &recordPrinter{out: cmd.OutOrStdout(), json: asJSON, color: isTerminal(cmd.OutOrStdout())}
+			err = pr.showAll(rc)
+			if cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&ref, "sandbox", "", "the sandbox's `ID` (its id, name or a unique id prefix)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing decisions as they are made")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON Lines")
+	return cmd
+}
+
+// kubeClient is targetFlags.client for a sandbox on a cluster: its
+// management API through a port-forward that lasts as long as ctx.
+func kubeClient(ctx context.Context, kf *kubeFlags, ref string) (*api.Client, error) {
+	if ref == "" {
+		return nil, &exitError{code: exitUsage, err: errors.New("say which sandbox: --sandbox ID (sbx kube ps lists them)")}
+	}
+	c, err := kf.connect()
+	if err != nil {
+		return nil, err
+	}
+	sb, err := c.Find(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := c.Token(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := c.ForwardAPI(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(addr, tok)
+}
+
+// kubeExample turns an sbx policy example into sbx kube policy's: the
+// lines that talk to a gateway by --api go.
+func kubeExample(ex string) string {
+	var keep []string
+	for _, l := range strings.Split(ex, "\n") {
+		if strings.Contains(l, "--api") {
+			continue
+		}
+		keep = append(keep, strings.ReplaceAll(l, "sbx policy", "sbx kube policy"))
+	}
+	return strings.Join(keep, "\n")
+}

@@ -1,0 +1,493 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+)
+
+// Cluster is a connection to a Kubernetes API server, in one namespace.
+type Cluster struct {
+	Client    kubernetes.Interface
+	Config    *rest.Config
+	Namespace string
+}
+
+// Connect reads the kubeconfig (kubeconfig, else $KUBECONFIG, else
+// ~/.kube/config) and returns a Cluster in namespace (the kubeconfig's
+// current context's when ""; "default" when it names none).
+func Connect(kubeconfig, namespace string) (*Cluster, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return nil, errors.New("no kubeconfig: give one with --kubeconfig FILE or KUBECONFIG, or put it in ~/.kube/config")
+		}
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+		}
+	}
+	cfg.UserAgent = "sbx"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster: %w", err)
+	}
+	return &Cluster{Client: client, Config: cfg, Namespace: namespace}, nil
+}
+
+// APIError says which object the API server refused and what it said,
+// with a hint for the usual causes.
+type APIError struct {
+	Op, Kind, Name, Namespace string
+	Err                       error
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("%s %s %s in namespace %s: %v", e.Op, e.Kind, e.Name, e.Namespace, e.Err)
+	switch {
+	case apierrors.IsForbidden(e.Err):
+		msg += fmt.Sprintf("; your kubeconfig's user needs the right to %s %ss in %s (see docs/kubernetes.md for the role sbx kube needs)", e.Op, strings.ToLower(e.Kind), e.Namespace)
+	case apierrors.IsNotFound(e.Err) && e.Op == "create":
+		msg += fmt.Sprintf("; does namespace %s exist? kubectl create namespace %s, or give another with -n", e.Namespace, e.Namespace)
+	case apierrors.IsAlreadyExists(e.Err):
+		msg += "; sbx kube stop removes a sandbox's objects"
+	case apierrors.IsInvalid(e.Err):
+		msg += "; the object sbx made is invalid: sbx kube manifest prints it"
+	}
+	return msg
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+// Created is what Create made: the gateway pod's address, for the
+// caller's messages.
+type Created struct {
+	GatewayIP netip.Addr
+}
+
+// Create makes the sandbox's objects: the ConfigMap first (it owns the
+// rest, so deleting it deletes the sandbox), then the Secret, the
+// NetworkPolicies and the gateway pod; once the gateway pod is ready, the
+// agent pod. dryRun asks the API server to check each object without
+// keeping it (the agent pod then names the address 192.0.2.1). A failure
+// removes what was made.
+func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefix, dryRun bool) (_ Created, retErr error) {
+	s.Namespace = c.Namespace
+	objs, err := MakeObjects(s)
+	if err != nil {
+		return Created{}, err
+	}
+	objs.AllowPrivate(allowPrivate)
+	opts := metav1.CreateOptions{FieldManager: "sbx"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	ns := c.Namespace
+	defer func() {
+		if retErr != nil && !dryRun {
+			if err := c.Delete(context.WithoutCancel(ctx), s.ID); err != nil {
+				retErr = fmt.Errorf("%w (and removing what was made: %v)", retErr, err)
+			}
+		}
+	}()
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, opts)
+	if err != nil {
+		return Created{}, &APIError{"create", "ConfigMap", objs.ConfigMap.Name, ns, err}
+	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(cm, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}
+	if dryRun {
+		owner[0].UID = "00000000-0000-0000-0000-000000000000"
+	}
+	for _, m := range []*metav1.ObjectMeta{&objs.Secret.ObjectMeta, &objs.AgentPolicy.ObjectMeta, &objs.GatewayPolicy.ObjectMeta, &objs.Gateway.ObjectMeta} {
+		m.OwnerReferences = owner
+	}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, opts); err != nil {
+		return Created{}, &APIError{"create", "Secret", objs.Secret.Name, ns, err}
+	}
+	for _, np := range []*networkingv1.NetworkPolicy{objs.AgentPolicy, objs.GatewayPolicy} {
+		if _, err := c.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, opts); err != nil {
+			return Created{}, &APIError{"create", "NetworkPolicy", np.Name, ns, err}
+		}
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, objs.Gateway, opts); err != nil {
+		return Created{}, &APIError{"create", "Pod", objs.Gateway.Name, ns, err}
+	}
+	var gwIP netip.Addr
+	if dryRun {
+		gwIP = netip.MustParseAddr("192.0.2.1")
+	} else if gwIP, err = c.waitGateway(ctx, s.ID); err != nil {
+		return Created{}, err
+	}
+	agent, err := AgentPod(s, gwIP)
+	if err != nil {
+		return Created{}, err
+	}
+	agent.OwnerReferences = owner
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, agent, opts); err != nil {
+		return Created{}, &APIError{"create", "Pod", agent.Name, ns, err}
+	}
+	return Created{GatewayIP: gwIP}, nil
+}
+
+// GatewayWait bounds how long Create waits for the gateway pod to be ready.
+var GatewayWait = 2 * time.Minute
+
+// waitGateway waits until the gateway pod is running and ready, and
+// returns its address; a pod that cannot start ends the wait with why.
+func (c *Cluster) waitGateway(ctx context.Context, id string) (netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, GatewayWait)
+	defer cancel()
+	name := GatewayPodName(id)
+	for {
+		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return netip.Addr{}, fmt.Errorf("the gateway pod %s did not get ready within %v", name, GatewayWait)
+			}
+			return netip.Addr{}, &APIError{"get", "Pod", name, c.Namespace, err}
+		}
+		if err := podFailure(pod); err != nil {
+			return netip.Addr{}, fmt.Errorf("the gateway pod %s: %w", name, err)
+		}
+		if pod.Status.Phase == corev1.PodRunning && podReady(pod) {
+			ip, err := netip.ParseAddr(pod.Status.PodIP)
+			if err != nil {
+				return netip.Addr{}, fmt.Errorf("the gateway pod %s has no usable address (%q)", name, pod.Status.PodIP)
+			}
+			return ip, nil
+		}
+		select {
+		case <-ctx.Done():
+			return netip.Addr{}, fmt.Errorf("the gateway pod %s did not get ready within %v (phase %s); kubectl describe pod %s -n %s says why", name, GatewayWait, pod.Status.Phase, name, c.Namespace)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podFailure says why a pod cannot run, or nil while it can: an image the
+// node cannot get, a container that cannot be made, a pod that failed.
+func podFailure(pod *corev1.Pod) error {
+	statuses := append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...)
+	for _, st := range statuses {
+		if w := st.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName":
+				return fmt.Errorf("container %s: the node cannot get image %s (%s: %s); push it where the cluster pulls from, or load it on the node (sbx kube image writes sbx's own)", st.Name, st.Image, w.Reason, w.Message)
+			case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				return fmt.Errorf("container %s cannot start (%s: %s)", st.Name, w.Reason, w.Message)
+			}
+		}
+		if t := st.State.Terminated; t != nil && st.Name != "agent" && t.ExitCode != 0 {
+			return fmt.Errorf("container %s exited with status %d (%s)%s", st.Name, t.ExitCode, t.Reason, messageSuffix(t.Message))
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return fmt.Errorf("the pod failed: %s %s", pod.Status.Reason, pod.Status.Message)
+	}
+	return nil
+}
+
+func messageSuffix(m string) string {
+	if m = strings.TrimSpace(m); m == "" {
+		return ""
+	}
+	return ": " + m
+}
+
+// Delete removes every object labelled with the sandbox's id and waits
+// until they are gone; what is already gone is no error.
+func (c *Cluster) Delete(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	zero := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
+	ns := c.Namespace
+	var errs *multierror.Error
+	for _, d := range []struct {
+		kind string
+		fn   func() error
+	}{
+		{"Pod", func() error { return c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, del, sel) }},
+		{"NetworkPolicy", func() error { return c.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(ctx, del, sel) }},
+		{"Secret", func() error { return c.Client.CoreV1().Secrets(ns).DeleteCollection(ctx, del, sel) }},
+		{"ConfigMap", func() error { return c.Client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, del, sel) }},
+	} {
+		if err := d.fn(); err != nil && !apierrors.IsNotFound(err) {
+			errs = multierror.Append(errs, &APIError{"delete", d.kind, LabelSandbox + "=" + id, ns, err})
+		}
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return err
+	}
+	for {
+		left, err := c.objectsLeft(ctx, id)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s: still there after a minute: %s", id, strings.Join(left, ", "))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// objectsLeft lists the sandbox's objects as kind/name.
+func (c *Cluster) objectsLeft(ctx context.Context, id string) ([]string, error) {
+	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	ns := c.Namespace
+	var left []string
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, sel)
+	if err != nil {
+		return nil, &APIError{"list", "Pod", sel.LabelSelector, ns, err}
+	}
+	for _, o := range pods.Items {
+		left = append(left, "pod/"+o.Name)
+	}
+	nps, err := c.Client.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+	if err != nil {
+		return nil, &APIError{"list", "NetworkPolicy", sel.LabelSelector, ns, err}
+	}
+	for _, o := range nps.Items {
+		left = append(left, "networkpolicy/"+o.Name)
+	}
+	secs, err := c.Client.CoreV1().Secrets(ns).List(ctx, sel)
+	if err != nil {
+		return nil, &APIError{"list", "Secret", sel.LabelSelector, ns, err}
+	}
+	for _, o := range secs.Items {
+		left = append(left, "secret/"+o.Name)
+	}
+	cms, err := c.Client.CoreV1().ConfigMaps(ns).List(ctx, sel)
+	if err != nil {
+		return nil, &APIError{"list", "ConfigMap", sel.LabelSelector, ns, err}
+	}
+	for _, o := range cms.Items {
+		left = append(left, "configmap/"+o.Name)
+	}
+	return left, nil
+}
+
+// Sandbox is a sandbox on the cluster, as sbx kube ps shows it.
+type Sandbox struct {
+	ID, Name, Namespace string
+	Created             time.Time
+	// Agent and Gateway are the pods' phases ("" when the pod is gone);
+	// ExitCode the agent's exit status once it ended, else -1.
+	Agent, Gateway string
+	ExitCode       int
+	Command        []string
+	Image          string
+}
+
+// List returns the sandboxes in the namespace, oldest first.
+func (c *Cluster) List(ctx context.Context) ([]Sandbox, error) {
+	ns := c.Namespace
+	cms, err := c.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
+	if err != nil {
+		return nil, &APIError{"list", "ConfigMap", LabelSandbox, ns, err}
+	}
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
+	if err != nil {
+		return nil, &APIError{"list", "Pod", LabelSandbox, ns, err}
+	}
+	var out []Sandbox
+	for _, cm := range cms.Items {
+		id := cm.Labels[LabelSandbox]
+		sb := Sandbox{ID: id, Name: cm.Annotations[AnnotationName], Namespace: ns, Created: cm.CreationTimestamp.Time, ExitCode: -1}
+		for _, p := range pods.Items {
+			if p.Labels[LabelSandbox] != id {
+				continue
+			}
+			switch p.Labels[LabelRole] {
+			case RoleGateway:
+				sb.Gateway = string(p.Status.Phase)
+			case RoleAgent:
+				sb.Agent = string(p.Status.Phase)
+				for _, ct := range p.Spec.Containers {
+					if ct.Name == "agent" {
+						sb.Command, sb.Image = ct.Command, ct.Image
+					}
+				}
+				if code, ok := agentExit(&p); ok {
+					sb.ExitCode = code
+				}
+			}
+		}
+		out = append(out, sb)
+	}
+	slices.SortFunc(out, func(a, b Sandbox) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// Find returns the sandbox whose id, name or unique id prefix is ref.
+func (c *Cluster) Find(ctx context.Context, ref string) (Sandbox, error) {
+	all, err := c.List(ctx)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	var found []Sandbox
+	for _, sb := range all {
+		if sb.ID == ref || sb.Name == ref {
+			return sb, nil
+		}
+		if strings.HasPrefix(sb.ID, ref) {
+			found = append(found, sb)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return Sandbox{}, fmt.Errorf("no sandbox %q in namespace %s; sbx kube ps lists them", ref, c.Namespace)
+	default:
+		return Sandbox{}, fmt.Errorf("%q names %d sandboxes in namespace %s; give more of the id", ref, len(found), c.Namespace)
+	}
+}
+
+func agentExit(p *corev1.Pod) (int, bool) {
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == "agent" && st.State.Terminated != nil {
+			return int(st.State.Terminated.ExitCode), true
+		}
+	}
+	return 0, false
+}
+
+// WaitAgent waits until the agent container ends and returns its exit
+// status. started is called once the container runs (or ended at once).
+func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int, error) {
+	name := ObjectName(id)
+	once := false
+	for {
+		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, &APIError{"get", "Pod", name, c.Namespace, err}
+		}
+		if err := podFailure(pod); err != nil {
+			return 0, fmt.Errorf("the agent pod %s: %w", name, err)
+		}
+		running := false
+		for _, st := range pod.Status.ContainerStatuses {
+			if st.Name == "agent" && (st.State.Running != nil || st.State.Terminated != nil) {
+				running = true
+			}
+		}
+		if running && !once && started != nil {
+			once = true
+			started()
+		}
+		if code, ok := agentExit(pod); ok {
+			return code, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Logs streams a container's output: the gateway's ("gateway", its
+// decision records) or the agent's ("agent").
+func (c *Cluster) Logs(ctx context.Context, id, container string, follow bool) (io.ReadCloser, error) {
+	name := ObjectName(id)
+	if container == "gateway" {
+		name = GatewayPodName(id)
+	}
+	rc, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: follow}).Stream(ctx)
+	if err != nil {
+		return nil, &APIError{"read the logs of", "Pod", name, c.Namespace, err}
+	}
+	return rc, nil
+}
+
+// Token returns the sandbox's management API token, from its Secret.
+func (c *Cluster) Token(ctx context.Context, id string) (string, error) {
+	sec, err := c.Client.CoreV1().Secrets(c.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		return "", &APIError{"get", "Secret", ObjectName(id), c.Namespace, err}
+	}
+	tok := strings.TrimSpace(string(sec.Data[KeyToken]))
+	if tok == "" {
+		return "", fmt.Errorf("the Secret %s has no %s", ObjectName(id), KeyToken)
+	}
+	return tok, nil
+}
+
+// ForwardAPI forwards a local port on 127.0.0.1 to the gateway pod's
+// management API, through the API server, until ctx is done, and
+// returns the local address.
+func (c *Cluster) ForwardAPI(ctx context.Context, id string) (string, error) {
+	req := c.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.Namespace).Name(GatewayPodName(id)).SubResource("portforward")
+	transport, upgrader, err := spdy.RoundTripperFor(c.Config)
+	if err != nil {
+		return "", err
+	}
+	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, req.URL())
+	if ws, err := portforward.NewSPDYOverWebsocketDialer(req.URL(), c.Config); err == nil {
+		dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
+			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		})
+	}
+	ready := make(chan struct{})
+	var errOut strings.Builder
+	fw, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", APIPort)}, ready, io.Discard, &errOut)
+	if err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	// Ends when ctx is done.
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return "", fmt.Errorf("port-forward to the gateway pod %s: %v%s", GatewayPodName(id), err, messageSuffix(errOut.String()))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) == 0 {
+		return "", fmt.Errorf("port-forward to the gateway pod %s: no local port (%v)", GatewayPodName(id), err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local), nil
+}

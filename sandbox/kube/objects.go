@@ -1,0 +1,486 @@
+package kube
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// Labels and annotations on every object of a sandbox.
+const (
+	// LabelSandbox carries the sandbox's id: every object of a sandbox
+	// has it, and sbx kube finds them by it.
+	LabelSandbox = "sbx.dev/sandbox"
+	// LabelRole says which pod a pod is: RoleAgent or RoleGateway.
+	LabelRole = "sbx.dev/role"
+	// AnnotationName is the sandbox's --name, when it has one.
+	AnnotationName = "sbx.dev/name"
+	// AnnotationCommand is the agent's command, as JSON, for sbx kube ps.
+	AnnotationCommand = "sbx.dev/command"
+	// AnnotationNoPodRules marks an agent pod whose in-pod rules were
+	// left out (Spec.SkipPodRulesForTest): only its NetworkPolicy
+	// confines it.
+	AnnotationNoPodRules = "sbx.dev/test-no-pod-rules"
+
+	RoleAgent   = "agent"
+	RoleGateway = "gateway"
+)
+
+// The ports of a sandbox's gateway pod and the capture shim in its agent
+// pod. The management API listens on the gateway pod's loopback only:
+// it is reached through the Kubernetes API (port-forward), never over the
+// pod network.
+const (
+	ProxyPort   = 3128
+	CapturePort = 15002
+	DNSPort     = 5353
+	APIPort     = 8484
+	ShimPort    = 15001
+	// ShimUID is the capture shim's uid: the in-pod rules let it, and
+	// only it, reach the gateway's capture port.
+	ShimUID = 15001
+	// GatewayUID is the gateway container's uid.
+	GatewayUID = 65532
+	// DefaultAgentUID is the agent container's uid unless Spec.User says
+	// otherwise: it is never 0.
+	DefaultAgentUID = 1000
+)
+
+// agentHome is the agent's HOME unless Spec.Env sets one: an empty
+// directory the agent's uid can write, as /tmp is.
+const agentHome = "/home/sbx"
+
+// Where the pods see the sandbox's ConfigMap and Secret.
+const (
+	configDir = "/var/run/sbx/config"
+	secretDir = "/var/run/sbx/secret"
+)
+
+// Keys of the sandbox's ConfigMap and Secret.
+const (
+	KeyPolicy = "policy.yaml"
+	KeyCACert = "ca.pem"     // ConfigMap: the CA's certificate
+	KeyBundle = "bundle.pem" // ConfigMap: the roots and the CA, for SSL_CERT_FILE
+	KeyToken  = "token"      // Secret: the management API's bearer token
+	KeyCA     = "ca-key.pem" // Secret: the CA's certificate and key
+)
+
+// Spec is one sandbox on a cluster: what Objects and AgentPod make.
+type Spec struct {
+	// ID is the sandbox's id (8 lower-case hex digits; NewID makes one).
+	ID string
+	// Namespace is the Kubernetes namespace of every object.
+	Namespace string
+	// Name is the user's name for the sandbox (--name), or "".
+	Name string
+	// Image is the agent container's image; Command its command (the
+	// image's entrypoint when empty).
+	Image   string
+	Command []string
+	// Env is the agent's own environment (NAME=VALUE): it wins over the
+	// proxy and trust variables sbx sets.
+	Env []string
+	// User is the agent container's uid; 0 means DefaultAgentUID. It is
+	// never root.
+	User int64
+	// GatewayImage is sbx's own image (sbx kube image), for the gateway
+	// pod, the rules init container and the capture shim.
+	GatewayImage string
+	// PullPolicy is every container's image pull policy; "" lets
+	// Kubernetes choose.
+	PullPolicy corev1.PullPolicy
+	// Policy is the gateway's policy file (YAML or JSON).
+	Policy []byte
+	// CACert is the inspection CA's certificate (PEM) and CA its
+	// certificate and private key, for the gateway only. Roots is the
+	// bundle the agent's bundle.pem adds the CA to.
+	CACert, CA, Roots []byte
+	// Token is the management API's bearer token.
+	Token string
+	// SkipPodRulesForTest leaves the in-pod rules out, so that only the
+	// NetworkPolicy confines the agent pod. Tests only: it takes away one
+	// of the two layers.
+	SkipPodRulesForTest bool
+}
+
+var idPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
+
+// check checks the fields Objects and AgentPod need.
+func (s *Spec) check() error {
+	switch {
+	case !idPattern.MatchString(s.ID):
+		return fmt.Errorf("sandbox id %q: want 8 lower-case hex digits", s.ID)
+	case s.Namespace == "":
+		return fmt.Errorf("sandbox %s: no namespace", s.ID)
+	case s.Image == "":
+		return fmt.Errorf("sandbox %s: no agent image; give one with --image", s.ID)
+	case s.GatewayImage == "":
+		return fmt.Errorf("sandbox %s: no gateway image; give one with --gateway-image (sbx kube image writes it)", s.ID)
+	case s.User < 0:
+		return fmt.Errorf("sandbox %s: user %d: want a uid above 0", s.ID, s.User)
+	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
+		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
+	}
+	return nil
+}
+
+// ObjectName is the name of the sandbox's ConfigMap, Secret and agent pod.
+func ObjectName(id string) string { return "sbx-" + id }
+
+// GatewayPodName is the name of the sandbox's gateway pod.
+func GatewayPodName(id string) string { return "sbx-" + id + "-gateway" }
+
+func (s *Spec) labels(role string) map[string]string {
+	l := map[string]string{LabelSandbox: s.ID}
+	if role != "" {
+		l[LabelRole] = role
+	}
+	return l
+}
+
+func (s *Spec) meta(name, role string) metav1.ObjectMeta {
+	m := metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: s.labels(role)}
+	if s.Name != "" {
+		m.Annotations = map[string]string{AnnotationName: s.Name}
+	}
+	return m
+}
+
+// Objects are the objects of a sandbox that do not depend on where its
+// gateway pod runs, in the order they are made: the ConfigMap (which owns
+// the others), the Secret, the NetworkPolicies and the gateway pod. The
+// agent pod comes last, from AgentPod, once the gateway pod has an address.
+type Objects struct {
+	ConfigMap     *corev1.ConfigMap
+	Secret        *corev1.Secret
+	AgentPolicy   *networkingv1.NetworkPolicy
+	GatewayPolicy *networkingv1.NetworkPolicy
+	Gateway       *corev1.Pod
+}
+
+// MakeObjects returns the sandbox's objects but the agent pod.
+func MakeObjects(s Spec) (*Objects, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	bundle := append(append([]byte(nil), s.Roots...), '\n')
+	bundle = append(bundle, s.CACert...)
+	o := &Objects{
+		ConfigMap: &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: s.meta(ObjectName(s.ID), ""),
+			Data: map[string]string{
+				KeyPolicy: string(s.Policy),
+				KeyCACert: string(s.CACert),
+				KeyBundle: string(bundle),
+			},
+		},
+		Secret: &corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: s.meta(ObjectName(s.ID), ""),
+			Type:       corev1.SecretTypeOpaque,
+			Data:       map[string][]byte{KeyToken: []byte(s.Token), KeyCA: s.CA},
+		},
+		AgentPolicy:   s.agentPolicy(),
+		GatewayPolicy: s.gatewayPolicy(),
+		Gateway:       s.gatewayPod(),
+	}
+	return o, nil
+}
+
+func tcpPort(p int32) networkingv1.NetworkPolicyPort {
+	proto, port := corev1.ProtocolTCP, intstr.FromInt32(p)
+	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &port}
+}
+
+func udpPort(p int32) networkingv1.NetworkPolicyPort {
+	proto, port := corev1.ProtocolUDP, intstr.FromInt32(p)
+	return networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &port}
+}
+
+// gatewayPorts are the ports of the gateway pod its agent pod may reach.
+func gatewayPorts() []networkingv1.NetworkPolicyPort {
+	return []networkingv1.NetworkPolicyPort{tcpPort(ProxyPort), tcpPort(CapturePort), tcpPort(DNSPort), udpPort(DNSPort)}
+}
+
+// agentPolicy lets the agent pod reach its gateway pod's ports and nothing
+// else, and lets nothing reach it.
+func (s *Spec) agentPolicy() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: s.meta(ObjectName(s.ID)+"-agent", ""),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: s.labels(RoleAgent)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.labels(RoleGateway)}}},
+				Ports: gatewayPorts(),
+			}},
+		},
+	}
+}
+
+// privateNets are the addresses the gateway pod's egress leaves out:
+// cluster, node and metadata addresses are in them on every cluster sbx
+// knows of. The gateway's address guard refuses them too, unless the
+// policy's allow_private lets them through, and then the NetworkPolicy
+// has them as well (AllowPrivate).
+var privateNets = []string{
+	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+	"169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8", "224.0.0.0/3",
+}
+
+// gatewayPolicy lets only the agent pod reach the gateway pod, on its
+// ports, and the gateway pod reach public addresses.
+func (s *Spec) gatewayPolicy() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: s.meta(ObjectName(s.ID)+"-gateway", ""),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: s.labels(RoleGateway)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.labels(RoleAgent)}}},
+				Ports: gatewayPorts(),
+			}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: privateNets}}}},
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "::ffff:0:0/96", "ff00::/8"}}}}},
+			},
+		},
+	}
+}
+
+// AllowPrivate adds the networks to the gateway pod's egress: those the
+// policy's allow_private lets the gateway reach.
+func (o *Objects) AllowPrivate(nets []netip.Prefix) {
+	if len(nets) == 0 {
+		return
+	}
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, n := range nets {
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: n.Masked().String()}})
+	}
+	o.GatewayPolicy.Spec.Egress = append(o.GatewayPolicy.Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: peers})
+}
+
+// hardened is the security context of every container but the rules init
+// container: no capabilities, no privilege escalation, the runtime's
+// default seccomp profile; sbx's own containers have a read-only root.
+func hardened(uid int64, readOnlyRoot bool) *corev1.SecurityContext {
+	f, t := false, true
+	return &corev1.SecurityContext{
+		RunAsUser:                &uid,
+		RunAsGroup:               &uid,
+		RunAsNonRoot:             &t,
+		AllowPrivilegeEscalation: &f,
+		Privileged:               &f,
+		ReadOnlyRootFilesystem:   &readOnlyRoot,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func smallResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+}
+
+// gatewayPod runs sbx gateway with the sandbox's policy, CA and token.
+func (s *Spec) gatewayPod() *corev1.Pod {
+	f := false
+	secretMode, configMode := int32(0o440), int32(0o444)
+	fsGroup := int64(GatewayUID)
+	gw := corev1.Container{
+		Name:            "gateway",
+		Image:           s.GatewayImage,
+		ImagePullPolicy: s.PullPolicy,
+		Command: []string{"/sbx", "gateway",
+			"--listen", "0.0.0.0:" + strconv.Itoa(ProxyPort),
+			"--capture", "0.0.0.0:" + strconv.Itoa(CapturePort),
+			"--dns", "0.0.0.0:" + strconv.Itoa(DNSPort),
+			"--api", "127.0.0.1:" + strconv.Itoa(APIPort),
+			"--token-file", secretDir + "/" + KeyToken,
+			"--ca", secretDir + "/" + KeyCA,
+			"--policy", configDir + "/" + KeyPolicy,
+			"--log", "-",
+		},
+		Ports: []corev1.ContainerPort{
+			{Name: "proxy", ContainerPort: ProxyPort, Protocol: corev1.ProtocolTCP},
+			{Name: "capture", ContainerPort: CapturePort, Protocol: corev1.ProtocolTCP},
+			{Name: "dns", ContainerPort: DNSPort, Protocol: corev1.ProtocolUDP},
+			{Name: "dns-tcp", ContainerPort: DNSPort, Protocol: corev1.ProtocolTCP},
+		},
+		SecurityContext: hardened(GatewayUID, true),
+		// Ready once the proxy listens: the agent pod is made then.
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ProxyPort)}},
+			PeriodSeconds: 1,
+		},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "config", MountPath: configDir, ReadOnly: true},
+			{Name: "secret", MountPath: secretDir, ReadOnly: true},
+		},
+	}
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: s.meta(GatewayPodName(s.ID), RoleGateway),
+		Spec: corev1.PodSpec{
+			Containers:                   []corev1.Container{gw},
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: &f,
+			EnableServiceLinks:           &f,
+			SecurityContext:              &corev1.PodSecurityContext{FSGroup: &fsGroup},
+			Volumes: []corev1.Volume{
+				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: ObjectName(s.ID)},
+					Items:                []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}},
+					DefaultMode:          &configMode,
+				}}},
+				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName:  ObjectName(s.ID),
+					DefaultMode: &secretMode,
+				}}},
+			},
+		},
+	}
+}
+
+// AgentPod is the sandbox's agent pod, for a gateway pod at gateway: the
+// rules init container, the capture shim and the user's container.
+func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if !gateway.Is4() {
+		return nil, fmt.Errorf("gateway pod address %v: want an IPv4 address", gateway)
+	}
+	f, t, always := false, true, corev1.ContainerRestartPolicyAlways
+	root, shimUID := int64(0), int64(ShimUID)
+	uid := s.User
+	if uid == 0 {
+		uid = DefaultAgentUID
+	}
+	gw := gateway.String()
+	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw}
+	if s.SkipPodRulesForTest {
+		rulesArgs = append(rulesArgs, "--skip-for-test")
+	}
+	rules := corev1.Container{
+		Name:            "rules",
+		Image:           s.GatewayImage,
+		ImagePullPolicy: s.PullPolicy,
+		Command:         rulesArgs,
+		// The only container with NET_ADMIN; it exits before the agent
+		// starts.
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:                &root,
+			RunAsNonRoot:             &f,
+			AllowPrivilegeEscalation: &f,
+			Privileged:               &f,
+			ReadOnlyRootFilesystem:   &t,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Resources: smallResources(),
+	}
+	shim := corev1.Container{
+		Name:            "shim",
+		Image:           s.GatewayImage,
+		ImagePullPolicy: s.PullPolicy,
+		Command:         []string{"/sbx", "kube", "shim", "--gateway", netip.AddrPortFrom(gateway, CapturePort).String(), "--listen", "127.0.0.1:" + strconv.Itoa(ShimPort)},
+		RestartPolicy:   &always, // a native sidecar: started before the agent, for its life
+		SecurityContext: hardened(shimUID, true),
+		Resources:       smallResources(),
+	}
+	proxy := "http://" + netip.AddrPortFrom(gateway, ProxyPort).String()
+	env := []string{"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1"}
+	env = append(env, "HOME="+agentHome)
+	env = (&sandbox.Trust{}).Env(append(env, s.Env...))
+	var envVars []corev1.EnvVar
+	for _, kv := range env {
+		k, v, _ := cut(kv)
+		envVars = append(envVars, corev1.EnvVar{Name: k, Value: v})
+	}
+	configMode := int32(0o444)
+	agent := corev1.Container{
+		Name:            "agent",
+		Image:           s.Image,
+		ImagePullPolicy: s.PullPolicy,
+		Command:         s.Command,
+		Env:             dedupEnv(envVars),
+		SecurityContext: hardened(uid, false),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "trust", MountPath: sandbox.TrustDir, ReadOnly: true},
+			{Name: "tmp", MountPath: "/tmp"},
+			{Name: "home", MountPath: agentHome},
+		},
+	}
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: s.meta(ObjectName(s.ID), RoleAgent),
+		Spec: corev1.PodSpec{
+			InitContainers:               []corev1.Container{rules, shim},
+			Containers:                   []corev1.Container{agent},
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: &f,
+			EnableServiceLinks:           &f,
+			DNSPolicy:                    corev1.DNSNone,
+			DNSConfig:                    &corev1.PodDNSConfig{Nameservers: []string{gw}},
+			SecurityContext:              &corev1.PodSecurityContext{FSGroup: &uid},
+			Volumes: []corev1.Volume{
+				{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: ObjectName(s.ID)},
+					Items:                []corev1.KeyToPath{{Key: KeyCACert, Path: "ca.pem"}, {Key: KeyBundle, Path: "bundle.pem"}},
+					DefaultMode:          &configMode,
+				}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+		},
+	}
+	if s.SkipPodRulesForTest {
+		pod.Annotations = map[string]string{AnnotationNoPodRules: "true"}
+		if s.Name != "" {
+			pod.Annotations[AnnotationName] = s.Name
+		}
+	}
+	return pod, nil
+}
+
+func cut(kv string) (k, v string, ok bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// dedupEnv keeps the last of each name, in the place of the first: the
+// user's variables win over sbx's.
+func dedupEnv(env []corev1.EnvVar) []corev1.EnvVar {
+	idx := map[string]int{}
+	var out []corev1.EnvVar
+	for _, e := range env {
+		if i, ok := idx[e.Name]; ok {
+			out[i] = e
+			continue
+		}
+		idx[e.Name] = len(out)
+		out = append(out, e)
+	}
+	return out
+}

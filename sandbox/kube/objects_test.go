@@ -1,0 +1,183 @@
+package kube
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func testSpec() Spec {
+	return Spec{
+		ID: "1a2b3c4d", Namespace: "ns1", Image: "busybox", Command: []string{"sh", "-c", "true"},
+		GatewayImage: "sbx:test", Policy: []byte(`{"default":"block"}`),
+		CACert: []byte("CERT"), CA: []byte("CERT+KEY"), Roots: []byte("ROOTS"), Token: "tok",
+		Env: []string{"HTTPS_PROXY=mine", "FOO=bar"},
+	}
+}
+
+func TestSpecCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Spec)
+		want string
+	}{
+		{"bad id", func(s *Spec) { s.ID = "xyz" }, "8 lower-case hex"},
+		{"no image", func(s *Spec) { s.Image = "" }, "--image"},
+		{"no gateway image", func(s *Spec) { s.GatewayImage = "" }, "--gateway-image"},
+		{"root", func(s *Spec) { s.User = -1 }, "above 0"},
+		{"no token", func(s *Spec) { s.Token = "" }, "token"},
+	} {
+		s := testSpec()
+		tc.set(&s)
+		if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestObjectsLabelledAndSecretsApart(t *testing.T) {
+	s := testSpec()
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		kind   string
+		labels map[string]string
+	}{{"configmap", o.ConfigMap.Labels}, {"secret", o.Secret.Labels}, {"agent policy", o.AgentPolicy.Labels}, {"gateway policy", o.GatewayPolicy.Labels}, {"gateway pod", o.Gateway.Labels}, {"agent pod", agent.Labels}} {
+		if m.labels[LabelSandbox] != s.ID {
+			t.Errorf("%s: label %s = %q, want %q", m.kind, LabelSandbox, m.labels[LabelSandbox], s.ID)
+		}
+	}
+	// The CA's key and the token are in the Secret, which only the
+	// gateway pod mounts.
+	if string(o.Secret.Data[KeyCA]) != "CERT+KEY" || string(o.Secret.Data[KeyToken]) != "tok" {
+		t.Errorf("secret data = %v", o.Secret.Data)
+	}
+	for k, v := range o.ConfigMap.Data {
+		if strings.Contains(v, "KEY") || strings.Contains(v, "tok") {
+			t.Errorf("configmap key %s holds secret material: %q", k, v)
+		}
+	}
+	for _, v := range agent.Spec.Volumes {
+		if v.Secret != nil {
+			t.Errorf("agent pod mounts secret %s", v.Secret.SecretName)
+		}
+	}
+	if agent.Spec.AutomountServiceAccountToken == nil || *agent.Spec.AutomountServiceAccountToken {
+		t.Error("agent pod mounts a service account token")
+	}
+}
+
+func TestAgentPodHardened(t *testing.T) {
+	s := testSpec()
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agent.Spec.Containers) != 1 || agent.Spec.Containers[0].Name != "agent" {
+		t.Fatalf("containers = %v", agent.Spec.Containers)
+	}
+	a := agent.Spec.Containers[0]
+	sc := a.SecurityContext
+	if sc.RunAsUser == nil || *sc.RunAsUser != DefaultAgentUID || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("agent runs as %v (non-root %v), want uid %d, non-root", sc.RunAsUser, sc.RunAsNonRoot, DefaultAgentUID)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("agent may escalate privileges")
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("agent seccomp = %v, want RuntimeDefault", sc.SeccompProfile)
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("agent capabilities = %+v, want all dropped, none added", sc.Capabilities)
+	}
+	// Only the rules container has NET_ADMIN, and it is an init container
+	// that ends before the agent starts; the shim is a native sidecar.
+	for _, c := range agent.Spec.InitContainers {
+		added := c.SecurityContext.Capabilities.Add
+		switch c.Name {
+		case "rules":
+			if !slices.Equal(added, []corev1.Capability{"NET_ADMIN"}) || c.RestartPolicy != nil {
+				t.Errorf("rules: capabilities %v, restart policy %v; want NET_ADMIN only, a plain init container", added, c.RestartPolicy)
+			}
+		case "shim":
+			if len(added) > 0 || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways || *c.SecurityContext.RunAsUser != ShimUID {
+				t.Errorf("shim: capabilities %v, restart policy %v, uid %v; want none, Always, %d", added, c.RestartPolicy, *c.SecurityContext.RunAsUser, ShimUID)
+			}
+		default:
+			t.Errorf("unexpected init container %s", c.Name)
+		}
+	}
+	env := map[string]string{}
+	for _, e := range a.Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("env %s twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	for k, want := range map[string]string{
+		"HTTP_PROXY": "http://10.244.0.9:3128", "HTTPS_PROXY": "mine", "FOO": "bar",
+		"SSL_CERT_FILE": "/run/sbx-ca/bundle.pem", "NODE_EXTRA_CA_CERTS": "/run/sbx-ca/ca.pem", "HOME": "/home/sbx",
+	} {
+		if env[k] != want {
+			t.Errorf("env %s = %q, want %q", k, env[k], want)
+		}
+	}
+	if agent.Spec.DNSPolicy != corev1.DNSNone || !slices.Equal(agent.Spec.DNSConfig.Nameservers, []string{"10.244.0.9"}) {
+		t.Errorf("dns = %v %v, want only the gateway", agent.Spec.DNSPolicy, agent.Spec.DNSConfig)
+	}
+	if _, err := AgentPod(s, netip.MustParseAddr("fd00::1")); err == nil {
+		t.Error("an IPv6 gateway address was taken")
+	}
+}
+
+func TestSkipPodRulesIsMarked(t *testing.T) {
+	s := testSpec()
+	s.SkipPodRulesForTest = true
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agent.Annotations[AnnotationNoPodRules] != "true" || !slices.Contains(agent.Spec.InitContainers[0].Command, "--skip-for-test") {
+		t.Errorf("annotations %v, rules command %v: want the pod marked and the rules skipped", agent.Annotations, agent.Spec.InitContainers[0].Command)
+	}
+}
+
+func TestNetworkPolicies(t *testing.T) {
+	o, err := MakeObjects(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := o.AgentPolicy.Spec
+	if len(ap.PolicyTypes) != 2 || len(ap.Ingress) != 0 || len(ap.Egress) != 1 {
+		t.Fatalf("agent policy = %+v, want ingress and egress, no ingress rule, one egress rule", ap)
+	}
+	to := ap.Egress[0].To
+	if len(to) != 1 || to[0].PodSelector == nil || to[0].PodSelector.MatchLabels[LabelRole] != RoleGateway || to[0].PodSelector.MatchLabels[LabelSandbox] != "1a2b3c4d" || to[0].IPBlock != nil || to[0].NamespaceSelector != nil {
+		t.Errorf("agent egress = %+v, want its own gateway pod only", to)
+	}
+	gp := o.GatewayPolicy.Spec
+	from := gp.Ingress[0].From
+	if len(gp.Ingress) != 1 || len(from) != 1 || from[0].PodSelector.MatchLabels[LabelRole] != RoleAgent || from[0].PodSelector.MatchLabels[LabelSandbox] != "1a2b3c4d" {
+		t.Errorf("gateway ingress = %+v, want its own agent pod only", gp.Ingress)
+	}
+	v4 := gp.Egress[0].To[0].IPBlock
+	for _, n := range []string{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"} {
+		if !slices.Contains(v4.Except, n) {
+			t.Errorf("gateway egress lets %s through", n)
+		}
+	}
+	o.AllowPrivate([]netip.Prefix{netip.MustParsePrefix("10.244.0.7/32")})
+	last := o.GatewayPolicy.Spec.Egress[len(o.GatewayPolicy.Spec.Egress)-1]
+	if last.To[0].IPBlock.CIDR != "10.244.0.7/32" {
+		t.Errorf("allow_private egress = %+v", last)
+	}
+}
