@@ -58,6 +58,8 @@ to its standard output. docs/kubernetes.md has the details.
 
 Every object of a sandbox carries the label sbx.dev/sandbox=ID and is owned
 by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
+		Example: `  sbx kube run --image node:22 --allow registry.npmjs.org -- npm install
+  sbx kube ps -n agents`,
 		Args: subcommandArgs,
 		RunE: showHelp,
 	}
@@ -65,8 +67,10 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 	policy := &cobra.Command{
 		Use:   "policy",
 		Short: "Show or change a cluster sandbox's running policy",
-		Args:  subcommandArgs,
-		RunE:  showHelp,
+		Example: `  sbx kube policy show --sandbox 1a2b3c4d
+  sbx kube policy allow --sandbox 1a2b3c4d api.github.com`,
+		Args: subcommandArgs,
+		RunE: showHelp,
 	}
 	policy.AddCommand(
 		newPolicyShowCmd(&kf),
@@ -126,6 +130,7 @@ writes one to push).`,
   sbx kube run -d --name agent1 --image my-agent --policy policy.yaml
   sbx kube policy allow --sandbox agent1 api.github.com
   sbx kube decisions --sandbox agent1 --follow`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runKube(cmd, kf, &o, args) },
 	}
 	if manifest {
@@ -394,7 +399,9 @@ func newKubePSCmd(kf *kubeFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ps",
 		Short: "List the sandboxes in the namespace",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  sbx kube ps
+  sbx kube ps -n agents`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := kf.connect()
 			if err != nil {
@@ -430,6 +437,8 @@ func newKubeStopCmd(kf *kubeFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop SANDBOX...",
 		Short: "Remove sandboxes and every object they have",
+		Example: `  sbx kube stop 1a2b3c4d
+  sbx kube stop -n agents agent1 agent2`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf(cmd, "give the sandboxes to stop: ids, names or id prefixes (sbx kube ps lists them)")
@@ -464,7 +473,9 @@ func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "decisions --sandbox SANDBOX [--follow]",
 		Short: "Show a cluster sandbox's decisions, from its gateway pod's log",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  sbx kube decisions --sandbox 1a2b3c4d
+  sbx kube decisions --sandbox agent1 --follow --json`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ref == "" {
 				return usageErrorf(cmd, "say which sandbox: --sandbox ID (sbx kube ps lists them)")

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sbx-dev/sbx/sandbox/kube"
+	"github.com/sbx-dev/sbx/sandbox/selftest"
+)
+
+// The sbx kube tests run on the test cluster that scripts/kube-test.sh
+// brings up (a real node: kubelet, containerd, kube-router enforcing
+// NetworkPolicy), from inside the cluster's network namespace, where its
+// API server answers. It passes the cluster and the images it loaded in
+// these variables.
+const (
+	envKubeconfig   = "SBX_KUBE_TEST_KUBECONFIG"
+	envKubectl      = "SBX_KUBE_TEST_KUBECTL"
+	envGatewayImage = "SBX_KUBE_TEST_GATEWAY_IMAGE"
+	envAgentImage   = "SBX_KUBE_TEST_AGENT_IMAGE"
+	envRequireKube  = "SBX_REQUIRE_KUBE"
+)
+
+// kubeTest is one test's namespace on the test cluster.
+type kubeTest struct {
+	t                   *testing.T
+	c                   *kube.Cluster
+	ns                  string
+	kubeconfig, kubectl string
+	gwImage, agentImage string
+}
+
+// newKubeTest makes a namespace of the test's own, removed after it with
+// everything in it.
+func newKubeTest(t *testing.T) *kubeTest {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root, as the test cluster does: scripts/kube-test.sh runs it")
+	}
+	k := &kubeTest{t: t, kubeconfig: os.Getenv(envKubeconfig), kubectl: os.Getenv(envKubectl),
+		gwImage: os.Getenv(envGatewayImage), agentImage: os.Getenv(envAgentImage)}
+	if k.kubeconfig == "" || k.kubectl == "" || k.gwImage == "" || k.agentImage == "" {
+		msg := "needs the test cluster and its images: scripts/kube-test.sh runs these tests on one"
+		if os.Getenv(envRequireKube) != "" {
+			t.Fatalf("%s is set, and %s", envRequireKube, msg)
+		}
+		t.Skip(msg)
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	k.ns = "sbx-test-" + hex.EncodeToString(b)
+	c, err := kube.Connect(k.kubeconfig, k.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.c = c
+	ctx := t.Context()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		zero := int64(0)
+		c.Client.CoreV1().Pods(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		if err := c.Client.CoreV1().Namespaces().Delete(ctx, k.ns, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("removing namespace %s: %v", k.ns, err)
+			return
+		}
+		for ctx.Err() == nil {
+			if _, err := c.Client.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err != nil {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Errorf("namespace %s still there after 90 s", k.ns)
+	})
+	// Pods are refused until the namespace has its default ServiceAccount.
+	for i := 0; ; i++ {
+		if _, err := c.Client.CoreV1().ServiceAccounts(k.ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		} else if i > 100 {
+			t.Fatalf("namespace %s has no default ServiceAccount after 20 s: %v", k.ns, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return k
+}
+
+// sbx runs sbx kube with the test's kubeconfig and namespace.
+func (k *kubeTest) sbx(args ...string) (stdout, stderr string, code int) {
+	k.t.Helper()
+	return runCLI(k.t, append([]string{"kube", "--kubeconfig", k.kubeconfig, "-n", k.ns}, args...)...)
+}
+
+// exec runs a command in a pod's container, stdin given.
+func (k *kubeTest) exec(pod, container, stdin string, args ...string) (string, string, error) {
+	k.t.Helper()
+	ctx, cancel := context.WithTimeout(k.t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.kubectl, append([]string{"--kubeconfig", k.kubeconfig, "-n", k.ns, "exec", "-i", pod, "-c", container, "--"}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// pod makes a plain pod of the agent image (no sbx) running script, and
+// returns its address once it runs.
+func (k *kubeTest) pod(name string, labels map[string]string, script string) string {
+	k.t.Helper()
+	never := corev1.PullNever
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "main", Image: k.agentImage, ImagePullPolicy: never, Command: []string{"sh", "-c", script}}},
+		},
+	}
+	if _, err := k.c.Client.CoreV1().Pods(k.ns).Create(k.t.Context(), p, metav1.CreateOptions{}); err != nil {
+		k.t.Fatal(err)
+	}
+	return k.waitRunning(name)
+}
+
+func (k *kubeTest) waitRunning(name string) string {
+	k.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := k.c.Client.CoreV1().Pods(k.ns).Get(k.t.Context(), name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return p.Status.PodIP
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("pod %s not running after 2 minutes: %v %+v", name, err, p.Status)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// probeResult is what the probe saw of one attempt (sbx selftest's probe).
+type probeResult struct {
+	Err      string `json:"err"`
+	Data     string `json:"data"`
+	Answered bool   `json:"answered"`
+	TimedOut bool   `json:"timed_out"`
+}
+
+// probe runs sbx selftest's probe in a pod's container with attempts
+// (its plan's JSON objects) and returns what each saw, by id, and how
+// long all took.
+func (k *kubeTest) probe(pod, container string, attempts []map[string]any) (map[string]probeResult, time.Duration) {
+	k.t.Helper()
+	plan, _ := json.Marshal(map[string]any{"attempts": attempts})
+	start := time.Now()
+	out, errOut, err := k.exec(pod, container, string(plan), "/bin/sbx", selftest.ProbeCommand)
+	took := time.Since(start)
+	if err != nil {
+		k.t.Fatalf("probe in %s/%s: %v\n%s%s", pod, container, err, out, errOut)
+	}
+	var rep struct {
+		Results map[string]probeResult `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		k.t.Fatalf("probe report %q: %v", out, err)
+	}
+	return rep.Results, took
+}
+
+// decisions returns the sandbox's decision records so far, from its
+// gateway pod's log.
+func (k *kubeTest) decisions(id string) []map[string]any {
+	k.t.Helper()
+	out, errOut, code := k.sbx("decisions", "--sandbox", id, "--json")
+	if code != 0 {
+		k.t.Fatalf("sbx kube decisions: exit %d: %s", code, errOut)
+	}
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			k.t.Fatalf("decision record %q: %v", l, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// waitDecision waits for a record matching want (every key equal).
+func (k *kubeTest) waitDecision(id string, want map[string]any) map[string]any {
+	k.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		recs := k.decisions(id)
+	next:
+		for _, r := range recs {
+			for key, v := range want {
+				if fmt.Sprint(r[key]) != fmt.Sprint(v) {
+					continue next
+				}
+			}
+			return r
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("no decision record with %v in:\n%v", want, recs)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// objectsLeft lists every object of the sandbox still there.
+func (k *kubeTest) objectsLeft(id string) []string {
+	k.t.Helper()
+	var left []string
+	sel := metav1.ListOptions{LabelSelector: kube.LabelSandbox + "=" + id}
+	ctx := k.t.Context()
+	if l, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "pod/"+o.Name)
+		}
+	}
+	if l, err := k.c.Client.CoreV1().ConfigMaps(k.ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "configmap/"+o.Name)
+		}
+	}
+	if l, err := k.c.Client.CoreV1().Secrets(k.ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "secret/"+o.Name)
+		}
+	}
+	if l, err := k.c.Client.NetworkingV1().NetworkPolicies(k.ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			left = append(left, "networkpolicy/"+o.Name)
+		}
+	}
+	return left
+}
+
+// kubeWorld is a namespace with a web pod (HTTP on 8080 and 8081, a UDP
+// echo on 9000) that stands in for the network and the cluster, and a
+// control pod, confined by nothing, whose attempts show that each target
+// answers.
+type kubeWorld struct {
+	*kubeTest
+	web string // the web pod's address
+}
+
+const webScript = `mkdir -p /tmp/www && echo hello-from-web > /tmp/www/index.html &&
+httpd -p 8080 -h /tmp/www && httpd -p 8081 -h /tmp/www &&
+while true; do nc -u -l -p 9000 -e echo pong; done`
+
+func newKubeWorld(t *testing.T) *kubeWorld {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	w.web = k.pod("web", map[string]string{"app": "web"}, webScript)
+	k.pod("control", map[string]string{"app": "control"}, "sleep 3600")
+	return w
+}
+
+// runSandbox starts a detached sandbox with args (policy flags) and
+// returns its id.
+func (w *kubeWorld) runSandbox(args ...string) string {
+	w.t.Helper()
+	full := append([]string{"run", "-d", "--image", w.agentImage, "--gateway-image", w.gwImage, "--pull", "Never"}, args...)
+	full = append(full, "--", "sleep", "3600")
+	out, errOut, code := w.sbx(full...)
+	if code != 0 {
+		w.t.Fatalf("sbx kube run: exit %d\n%s%s", code, out, errOut)
+	}
+	id := strings.TrimSpace(out)
+	w.t.Cleanup(func() {
+		if _, errOut, code := w.sbx("stop", id); code != 0 && !strings.Contains(errOut, "no sandbox") {
+			w.t.Errorf("sbx kube stop %s: exit %d: %s", id, code, errOut)
+		}
+	})
+	return id
+}
+
+// escapes are the attempts a confined agent must not make: each one
+// answers from the control pod.
+func (w *kubeWorld) escapes() []map[string]any {
+	return []map[string]any{
+		{"id": "other-pod-tcp", "kind": "tcp", "addr": w.web + ":8081", "send": "GET / HTTP/1.0\r\n\r\n"},
+		{"id": "other-pod-udp", "kind": "udp", "addr": w.web + ":9000", "send": "ping"},
+		{"id": "api-server", "kind": "tcp", "addr": "10.250.0.1:16443", "send": "GET /version HTTP/1.0\r\n\r\n"},
+		{"id": "node-kubelet", "kind": "tcp", "addr": "10.250.0.1:10250", "send": "GET /healthz HTTP/1.0\r\n\r\n"},
+		{"id": "ping-other-pod", "kind": "ping", "addr": w.web, "token": "sbx"},
+	}
+}
+
+func TestPrivilegedKubeSandbox(t *testing.T) {
+	w := newKubeWorld(t)
+	// The control pod reaches every target: a failure below is the
+	// sandbox's doing.
+	ctl, _ := w.probe("control", "main", w.escapes())
+	for id, r := range ctl {
+		if r.Err != "" && !strings.Contains(r.Err, "EOF") || r.TimedOut {
+			t.Fatalf("control pod: %s: %+v; the target must answer for the test to mean anything", id, r)
+		}
+	}
+
+	id := w.runSandbox("--allow", w.web+":8080", "--allow-private", w.web+"/32")
+	agent := kube.ObjectName(id)
+
+	t.Run("allowed through the proxy", func(t *testing.T) {
+		out, errOut, err := w.exec(agent, "agent", "", "wget", "-q", "-O-", "http://"+w.web+":8080/")
+		if err != nil || !strings.Contains(out, "hello-from-web") {
+			t.Fatalf("wget allowed: %v\n%s%s", err, out, errOut)
+		}
+		w.waitDecision(id, map[string]any{"action": "allow", "host": w.web, "port": 8080})
+	})
+	t.Run("blocked with the fix", func(t *testing.T) {
+		out, errOut, err := w.exec(agent, "agent", "", "wget", "-S", "-O-", "http://"+w.web+":8081/")
+		if err == nil || !strings.Contains(errOut, "403") {
+			t.Fatalf("wget of a blocked target: err %v, want a 403\n%s%s", err, out, errOut)
+		}
+		w.waitDecision(id, map[string]any{"action": "block", "host": w.web, "port": 8081})
+	})
+	t.Run("direct TCP captured, decided and logged", func(t *testing.T) {
+		// No proxy: the in-pod rules hand the connection to the
+		// gateway, which lets the allowed one through...
+		out, errOut, err := w.exec(agent, "agent", "", "env", "-u", "http_proxy", "-u", "HTTP_PROXY", "wget", "-q", "-O-", "http://"+w.web+":8080/")
+		if err != nil || !strings.Contains(out, "hello-from-web") {
+			t.Fatalf("direct wget of an allowed target: %v\n%s%s", err, out, errOut)
+		}
+		w.waitDecision(id, map[string]any{"action": "allow", "kind": "transparent", "host": w.web, "port": 8080})
+		// ...and not the others.
+		res, took := w.probe(agent, "agent", w.escapes())
+		for _, a := range w.escapes() {
+			r := res[a["id"].(string)]
+			if strings.Contains(r.Data, "hello-from-web") || strings.Contains(r.Data, "pong") || strings.Contains(r.Data, "HTTP/1.") && !strings.Contains(r.Data, "403") || r.Answered {
+				t.Errorf("%s: the agent got through: %+v", a["id"], r)
+			}
+			if r.TimedOut {
+				t.Errorf("%s: timed out; a confined agent's attempts fail at once: %+v", a["id"], r)
+			}
+		}
+		if took > 10*time.Second {
+			t.Errorf("the probe took %v; its attempts should fail at once", took)
+		}
+		w.waitDecision(id, map[string]any{"action": "block", "kind": "transparent", "host": w.web, "port": 8081})
+	})
+	t.Run("live policy allow", func(t *testing.T) {
+		out, errOut, code := w.sbx("policy", "allow", "--sandbox", id, w.web+":8081")
+		if code != 0 {
+			t.Fatalf("sbx kube policy allow: exit %d\n%s%s", code, out, errOut)
+		}
+		out, errOut, err := w.exec(agent, "agent", "", "wget", "-q", "-O-", "http://"+w.web+":8081/")
+		if err != nil || !strings.Contains(out, "hello-from-web") {
+			t.Fatalf("wget after the rule was added: %v\n%s%s", err, out, errOut)
+		}
+		out, _, code = w.sbx("policy", "show", "--sandbox", id)
+		if code != 0 || !strings.Contains(out, w.web+":8081") && !strings.Contains(out, "8081") {
+			t.Errorf("sbx kube policy show: exit %d\n%s", code, out)
+		}
+	})
+	t.Run("stop leaves nothing", func(t *testing.T) {
+		if out, errOut, code := w.sbx("stop", id); code != 0 {
+			t.Fatalf("sbx kube stop: exit %d\n%s%s", code, out, errOut)
+		}
+		if left := w.objectsLeft(id); len(left) > 0 {
+			t.Errorf("left after stop: %v", left)
+		}
+	})
+}
+
+// TestPrivilegedKubeNetworkPolicyAlone takes the in-pod rules away: the
+// NetworkPolicy alone must still keep the agent to its gateway. Removing
+// the NetworkPolicy too shows the same attempts get through, so the test
+// can fail.
+func TestPrivilegedKubeNetworkPolicyAlone(t *testing.T) {
+	w := newKubeWorld(t)
+	id := w.runSandbox("--test-no-pod-rules", "--allow", w.web+":8080", "--allow-private", w.web+"/32")
+	agent := kube.ObjectName(id)
+	escapes := append(w.escapes(), map[string]any{"id": "direct-allowed-host", "kind": "tcp", "addr": w.web + ":8080", "send": "GET / HTTP/1.0\r\n\r\n"})
+	res, _ := w.probe(agent, "agent", escapes)
+	for _, a := range escapes {
+		r := res[a["id"].(string)]
+		if r.Err == "" || strings.Contains(r.Data, "hello-from-web") || strings.Contains(r.Data, "pong") {
+			t.Errorf("%s: with the NetworkPolicy alone the agent got through: %+v", a["id"], r)
+		}
+	}
+	// The gateway is still its way out.
+	out, errOut, err := w.exec(agent, "agent", "", "wget", "-q", "-O-", "http://"+w.web+":8080/")
+	if err != nil || !strings.Contains(out, "hello-from-web") {
+		t.Fatalf("wget through the gateway: %v\n%s%s", err, out, errOut)
+	}
+
+	// Red check: without the agent's NetworkPolicy nothing confines it.
+	if err := w.c.Client.NetworkingV1().NetworkPolicies(w.ns).Delete(t.Context(), kube.ObjectName(id)+"-agent", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, _ := w.probe(agent, "agent", escapes[len(escapes)-1:])
+		if r := res["direct-allowed-host"]; strings.Contains(r.Data, "hello-from-web") {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("with neither layer the agent still cannot reach the web pod (%+v): the test could not tell the NetworkPolicy's work from something else", r)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// TestPrivilegedKubeManifestServerDryRun has the real API server check
+// every object of a sandbox, admission included, without keeping them.
+func TestPrivilegedKubeManifestServerDryRun(t *testing.T) {
+	k := newKubeTest(t)
+	out, errOut, code := k.sbx("manifest", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--allow", "example.com", "--", "true")
+	if code != 0 || !strings.Contains(out, "accepts") {
+		t.Fatalf("server dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	left, err := k.c.Client.CoreV1().ConfigMaps(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelSandbox})
+	if err != nil || len(left.Items) > 0 {
+		t.Errorf("a dry run kept objects: %v %v", err, left)
+	}
+	// What the server refuses comes back naming the object and the fix.
+	out, errOut, code = k.sbx("manifest", "-n", "sbx-no-such-namespace", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--", "true")
+	if code == 0 || !strings.Contains(errOut, "ConfigMap") || !strings.Contains(errOut, "kubectl create namespace") {
+		t.Errorf("a namespace that does not exist: exit %d, want the refusal naming the object and the fix\n%s%s", code, out, errOut)
+	}
+}
