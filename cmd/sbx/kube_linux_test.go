@@ -20,7 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/selftest"
 )
 
-// The sbx kube tests run on the test cluster that scripts/kube-test.sh
+// The sbx kube tests (TestKubeCluster*) run on the test cluster that scripts/kube-test.sh
 // brings up (a real node: kubelet, containerd, kube-router enforcing
 // NetworkPolicy), from inside the cluster's network namespace, where its
 // API server answers. It passes the cluster and the images it loaded in
@@ -301,7 +301,7 @@ func (w *kubeWorld) escapes() []map[string]any {
 	}
 }
 
-func TestPrivilegedKubeSandbox(t *testing.T) {
+func TestKubeClusterSandbox(t *testing.T) {
 	w := newKubeWorld(t)
 	// The control pod reaches every target: a failure below is the
 	// sandbox's doing.
@@ -377,11 +377,11 @@ func TestPrivilegedKubeSandbox(t *testing.T) {
 	})
 }
 
-// TestPrivilegedKubeNetworkPolicyAlone takes the in-pod rules away: the
+// TestKubeClusterNetworkPolicyAlone takes the in-pod rules away: the
 // NetworkPolicy alone must still keep the agent to its gateway. Removing
 // the NetworkPolicy too shows the same attempts get through, so the test
 // can fail.
-func TestPrivilegedKubeNetworkPolicyAlone(t *testing.T) {
+func TestKubeClusterNetworkPolicyAlone(t *testing.T) {
 	w := newKubeWorld(t)
 	id := w.runSandbox("--test-no-pod-rules", "--allow", w.web+":8080", "--allow-private", w.web+"/32")
 	agent := kube.ObjectName(id)
@@ -415,9 +415,9 @@ func TestPrivilegedKubeNetworkPolicyAlone(t *testing.T) {
 	}
 }
 
-// TestPrivilegedKubeManifestServerDryRun has the real API server check
+// TestKubeClusterManifestServerDryRun has the real API server check
 // every object of a sandbox, admission included, without keeping them.
-func TestPrivilegedKubeManifestServerDryRun(t *testing.T) {
+func TestKubeClusterManifestServerDryRun(t *testing.T) {
 	k := newKubeTest(t)
 	out, errOut, code := k.sbx("manifest", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--allow", "example.com", "--", "true")
 	if code != 0 || !strings.Contains(out, "accepts") {
