@@ -33,6 +33,8 @@ type auditOptions struct {
 	factor    float64
 	stateDir  string
 	logDir    string
+	kube      []string // --kube: sandboxes on a cluster, read from their gateway pods' logs
+	kf        kubeFlags
 }
 
 func newAuditCmd() *cobra.Command {
@@ -40,7 +42,8 @@ func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit [flags] LOG...",
 		Short: "Report what sandboxes reached, suggest a policy, gate CI on one, or diff two runs",
-		Long: `Audit reads decision logs (files, - for standard input, or --sandbox ID for
+		Long: `Audit reads decision logs (files, - for standard input, --kube ID for a
+sandbox on a cluster, read from its gateway pod, or --sandbox ID for
 a sandbox's log, running or ended; several are merged) and answers the
 questions of an audit or a security review.
 
@@ -91,6 +94,8 @@ load, wrong flags), and when --suggest cannot write a policy for the logs
 	fs.StringVar(&o.expect, "expect", "", "replay the logs against policy `FILE` and list what it would not allow (exit 1 if anything)")
 	fs.BoolVar(&o.diff, "diff", false, "compare two logs, OLD NEW (two files, or --sandbox OLD --sandbox NEW): exit 1 when NEW reaches something OLD did not")
 	fs.Float64Var(&o.factor, "factor", 10, "with --diff, list targets whose attempts or bytes changed more than `N` times")
+	fs.StringArrayVar(&o.kube, "kube", nil, "read the decision log of sandbox `ID` on a cluster (sbx kube), from its gateway pod; repeatable")
+	o.kf.addFlags(fs)
 	fs.StringVar(&o.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	fs.StringVar(&o.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
 	fs.MarkHidden("state-dir")
@@ -169,6 +174,8 @@ func auditDiff(cmd *cobra.Command, o auditOptions, args []string, format string,
 	// OLD and NEW: two files, or two sandboxes, in the order given.
 	// Which of a file and a --sandbox came first is not known.
 	switch {
+	case len(o.kube) > 0:
+		return 0, usageErrorf(cmd, "--diff reads files or --sandbox logs; save a cluster sandbox's log first: sbx kube decisions --sandbox ID --json > FILE")
 	case len(args) > 0 && len(o.sandboxes) > 0:
 		return 0, usageErrorf(cmd, "--diff takes OLD and NEW both as files (or -) or both as --sandbox: sbx audit --diff OLD NEW, or --diff --sandbox OLD --sandbox NEW")
 	case len(args)+len(o.sandboxes) != 2:
@@ -270,8 +277,8 @@ func auditInputError(err error) error {
 // auditSources turns LOG arguments and --sandbox values into sources. A
 // file must open now, so that a typo is reported before anything is read.
 func auditSources(cmd *cobra.Command, o auditOptions, files, sandboxes []string) ([]audit.Source, error) {
-	if len(files)+len(sandboxes) == 0 {
-		return nil, usageErrorf(cmd, "give decision logs to read: files, - for standard input, or --sandbox ID")
+	if len(files)+len(sandboxes)+len(o.kube) == 0 {
+		return nil, usageErrorf(cmd, "give decision logs to read: files, - for standard input, --sandbox ID, or --kube ID")
 	}
 	var srcs []audit.Source
 	stdin := false
@@ -296,6 +303,21 @@ func auditSources(cmd *cobra.Command, o auditOptions, files, sandboxes []string)
 			return nil, &exitError{code: exitUsage, err: err}
 		}
 		srcs = append(srcs, fileSource(path))
+	}
+	if len(o.kube) > 0 {
+		c, err := o.kf.connect()
+		if err != nil {
+			return nil, err
+		}
+		ctx := cmd.Context()
+		for _, ref := range o.kube {
+			sb, err := c.Find(ctx, ref)
+			if err != nil {
+				return nil, &exitError{code: exitUsage, err: err}
+			}
+			name := fmt.Sprintf("sandbox %s on the cluster (namespace %s)", sb.ID, c.Namespace)
+			srcs = append(srcs, audit.Source{Name: name, Open: func() (io.ReadCloser, error) { return c.Logs(ctx, sb.ID, "gateway", false) }})
+		}
 	}
 	return srcs, nil
 }

@@ -367,6 +367,16 @@ func TestKubeClusterSandbox(t *testing.T) {
 			t.Errorf("sbx kube policy show: exit %d\n%s", code, out)
 		}
 	})
+	t.Run("decisions and audit read the gateway pod's log", func(t *testing.T) {
+		out, errOut, code := w.sbx("decisions", "--sandbox", id)
+		if code != 0 || !strings.Contains(out, w.web+":8081") {
+			t.Errorf("sbx kube decisions: exit %d, want the blocked target\n%s%s", code, out, errOut)
+		}
+		out, errOut, code = runCLI(t, "audit", "--kubeconfig", w.kubeconfig, "-n", w.ns, "--kube", id, "--format", "json")
+		if code != 0 || !strings.Contains(out, w.web) {
+			t.Errorf("sbx audit --kube: exit %d, want the web pod's targets\n%s%s", code, out, errOut)
+		}
+	})
 	t.Run("stop leaves nothing", func(t *testing.T) {
 		if out, errOut, code := w.sbx("stop", id); code != 0 {
 			t.Fatalf("sbx kube stop: exit %d\n%s%s", code, out, errOut)
