@@ -254,6 +254,14 @@ func (s *Spec) gatewayPolicy() *networkingv1.NetworkPolicy {
 			}},
 			Egress: []networkingv1.NetworkPolicyEgressRule{
 				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: privateNets}}}},
+				// The cluster's DNS, which the gateway resolves names with.
+				{
+					To: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+					}},
+					Ports: []networkingv1.NetworkPolicyPort{udpPort(53), tcpPort(53)},
+				},
 				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "::ffff:0:0/96", "ff00::/8"}}}}},
 			},
 		},
