@@ -88,6 +88,7 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 		newKubePSCmd(&kf),
 		newKubeStopCmd(&kf),
 		newKubeDecisionsCmd(&kf),
+		newKubeImageCmd(),
 		policy,
 	)
 	return cmd
@@ -152,7 +153,7 @@ each one (admission included) without keeping it.`
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
 	fs.StringVar(&o.image, "image", "", "the agent container's `IMAGE` (required)")
-	fs.StringVar(&o.gatewayImage, "gateway-image", "sbx:"+version, "sbx's own image `REF`, for the gateway pod and the agent pod's rules and capture shim (sbx kube image writes one)")
+	fs.StringVar(&o.gatewayImage, "gateway-image", kube.ImageDefaultRef(version), "sbx's own image `REF`, for the gateway pod and the agent pod's rules and capture shim (sbx kube image writes one)")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
 	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
