@@ -38,6 +38,8 @@ var layers = []struct {
 	{"sandbox/selftest", []string{"sandbox/run", "sandbox", "gateway", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "rootfs", "netpolicy", "netpolicy/strictyaml"}, "the selftest makes its sandboxes through the run library, and imports nothing of cmd/sbx"},
 	{"sandbox/kube/podnet", []string{"gateway", "gateway/handoff", "gateway/api", "gateway/decisionlog", "gateway/mockllm", "netpolicy", "netpolicy/strictyaml"}, "the agent pod's rules and capture shim import the gateway (for OriginalDst) with what it imports, and the handoff header; nothing of sandbox or cmd/sbx"},
 	{"rootfs", nil, "rootfs imports no other sbx package"},
+	{"sandbox/kube", []string{"sandbox"}, "sandbox/kube takes plain values and imports only sandbox; it never runs a gateway"},
+	{"gateway/handoff", nil, "gateway/handoff imports no sbx package: the shim and the gateway share it"},
 	{"sandbox/sandboxtest", nil, "the tests' image and registry helpers import no sbx package"},
 }
 
