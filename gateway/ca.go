@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/sbx-dev/sbx/gateway/api"
 	"io"
 	"math/big"
 	"net"
@@ -281,7 +282,7 @@ func ReadCAFile(path string) (*CA, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("reading the CA: %s is not a regular file (%s): %w", path, fi.Mode().Type(), ErrNotCA)
 	}
-	if perm := fi.Mode().Perm(); perm&0o026 != 0 {
+	if perm := fi.Mode().Perm(); api.OpenToOthers(fi) {
 		return nil, fmt.Errorf("reading the CA: %s has mode %#o: %w (it holds the CA's private key); run chmod 600 %s", path, perm, ErrCAFileMode, path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, 1<<20))

@@ -28,9 +28,9 @@ import (
 // the file does not exist it writes a new random token (32 bytes from
 // crypto/rand, hex) there with mode 0600, creating the directory (0700).
 // A token file readable by others or writable by anyone but its owner is
-// refused: fix its mode. One readable by its group is taken, as
-// Kubernetes mounts a Secret's files (root's, the pod's fsGroup's) for a
-// process of another uid to read.
+// refused (OpenToOthers): fix its mode. One readable by the process's own
+// group is taken, as Kubernetes mounts a Secret's files (root's, the
+// pod's fsGroup's) for a process of another uid to read.
 func LoadOrCreateToken(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
@@ -38,7 +38,7 @@ func LoadOrCreateToken(path string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if fi.Mode().Perm()&0o026 != 0 {
+		if OpenToOthers(fi) {
 			return "", fmt.Errorf("token file %s has mode %#o, open to others; run chmod 600 %s", path, fi.Mode().Perm(), path)
 		}
 		tok := strings.TrimSpace(string(data))
