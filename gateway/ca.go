@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/sbx-dev/sbx/gateway/api"
 	"io"
 	"math/big"
 	"net"
@@ -26,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
