@@ -211,6 +211,13 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if len(p.Spec().Secrets) > 0 {
 		return kube.Spec{}, nil, usageErrorf(cmd, "secrets are not supported by sbx kube yet: the gateway pod would need their values; leave them out of the policy")
 	}
+	asks := p.Default() == netpolicy.Ask
+	for _, r := range p.Rules() {
+		asks = asks || r.Action == netpolicy.Ask
+	}
+	if asks {
+		return kube.Spec{}, nil, usageErrorf(cmd, "ask is not supported by sbx kube yet: nobody could answer a cluster sandbox's questions; use allow or block (sbx kube policy allow while it runs)")
+	}
 	policyJSON, err := json.Marshal(p.Spec())
 	if err != nil {
 		return kube.Spec{}, nil, err
