@@ -89,6 +89,8 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 		newKubeStopCmd(&kf),
 		newKubeDecisionsCmd(&kf),
 		newKubeImageCmd(),
+		newKubePodRulesCmd(),
+		newKubeShimCmd(),
 		policy,
 	)
 	return cmd
@@ -185,6 +187,8 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 		return usageErrorf(cmd, "--gateway-image is empty: give the image sbx kube image wrote, as pushed")
 	case o.user <= 0:
 		return usageErrorf(cmd, "--user %d: the agent never runs as root; give a uid above 0", o.user)
+	case o.user == kube.ShimUID || o.user == kube.GatewayUID:
+		return usageErrorf(cmd, "--user %d is sbx's own (the capture shim's or the gateway's, which the pod's rules treat apart); give another uid", o.user)
 	case o.name != "" && !validName(o.name):
 		return usageErrorf(cmd, "--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
 	}

@@ -262,7 +262,7 @@ func (s *Spec) gatewayPolicy() *networkingv1.NetworkPolicy {
 					}},
 					Ports: []networkingv1.NetworkPolicyPort{udpPort(53), tcpPort(53)},
 				},
-				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "::ffff:0:0/96", "ff00::/8"}}}}},
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "ff00::/8"}}}}},
 			},
 		},
 	}
