@@ -316,7 +316,7 @@ func auditSources(cmd *cobra.Command, o auditOptions, files, sandboxes []string)
 				return nil, &exitError{code: exitUsage, err: err}
 			}
 			name := fmt.Sprintf("sandbox %s on the cluster (namespace %s)", sb.ID, c.Namespace)
-			srcs = append(srcs, audit.Source{Name: name, Open: func() (io.ReadCloser, error) { return c.Logs(ctx, sb.ID, "gateway", false) }})
+			srcs = append(srcs, audit.Source{Name: name, Open: func() (io.ReadCloser, error) { return c.DecisionLog(ctx, sb.ID, false) }})
 		}
 	}
 	return srcs, nil

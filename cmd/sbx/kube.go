@@ -500,7 +500,7 @@ func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rc, err := c.Logs(cmd.Context(), sb.ID, "gateway", follow)
+			rc, err := c.DecisionLog(cmd.Context(), sb.ID, follow)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -439,6 +440,46 @@ func (c *Cluster) Logs(ctx context.Context, id, container string, follow bool) (
 		return nil, &APIError{"read the logs of", "Pod", name, c.Namespace, err}
 	}
 	return rc, nil
+}
+
+// DecisionLog streams the sandbox's decision log: the JSON Lines its
+// gateway pod writes on standard output. The pod's log mixes in the
+// gateway's own messages (standard error): only lines that start with
+// "{" are passed on.
+func (c *Cluster) DecisionLog(ctx context.Context, id string, follow bool) (io.ReadCloser, error) {
+	rc, err := c.Logs(ctx, id, "gateway", follow)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	// Ends when the log ends or either side is closed.
+	go func() {
+		defer rc.Close()
+		sc := bufio.NewScanner(rc)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if len(line) == 0 || line[0] != '{' {
+				continue
+			}
+			if _, err := pw.Write(append(line, '\n')); err != nil {
+				return
+			}
+		}
+		pw.CloseWithError(sc.Err())
+	}()
+	return &pipeCloser{pr, rc}, nil
+}
+
+// pipeCloser closes the log stream too, which ends the copying goroutine.
+type pipeCloser struct {
+	*io.PipeReader
+	src io.Closer
+}
+
+func (p *pipeCloser) Close() error {
+	p.src.Close()
+	return p.PipeReader.Close()
 }
 
 // Token returns the sandbox's management API token, from its Secret.
