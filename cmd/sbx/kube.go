@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -290,55 +289,25 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 	if s.SkipPodRulesForTest {
 		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
 	}
-	if o.detach {
-		// Until the agent runs (or a pod cannot start: then it is removed).
-		wctx, cancel := context.WithCancel(ctx)
-		started := false
-		_, err := c.WaitAgent(wctx, s.ID, func() { started = true; cancel() })
-		cancel()
-		if !started && err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			return combine(err, c.Delete(rctx, s.ID))
-		}
-		fmt.Fprintln(cmd.OutOrStdout(), s.ID)
-		return nil
-	}
-	removed := false
 	remove := func() error {
-		if removed {
-			return nil
-		}
-		removed = true
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		return c.Delete(rctx, s.ID)
 	}
-	defer remove()
-	logsDone := make(chan struct{})
-	code, err := c.WaitAgent(ctx, s.ID, func() {
-		// Ends when the agent's output ends (the container exited) or
-		// ctx is done.
-		go func() {
-			defer close(logsDone)
-			rc, err := c.Logs(ctx, s.ID, "agent", true)
-			if err != nil {
-				fmt.Fprintf(stderr, "sbx kube: %v\n", err)
-				return
-			}
-			defer rc.Close()
-			io.Copy(cmd.OutOrStdout(), rc)
-		}()
-	})
+	if o.detach {
+		// Until the agent runs; a pod that cannot start is removed.
+		if err := c.WaitStarted(ctx, s.ID); err != nil {
+			return combine(err, remove())
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+		return nil
+	}
+	code, err := c.Attach(ctx, s.ID, cmd.OutOrStdout())
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: 130, err: fmt.Errorf("interrupted; sandbox %s removed: %v", s.ID, remove())}
+			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), remove())}
 		}
-		return err
-	}
-	select {
-	case <-logsDone:
-	case <-time.After(5 * time.Second):
+		return combine(err, remove())
 	}
 	if err := remove(); err != nil {
 		return err

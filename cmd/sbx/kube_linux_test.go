@@ -454,3 +454,40 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 		t.Errorf("a namespace that does not exist: exit %d, want the refusal naming the object and the fix\n%s%s", code, out, errOut)
 	}
 }
+
+// TestKubeClusterRunForeground: sbx kube run shows the agent's output,
+// exits with its status and leaves nothing behind; a pod that cannot
+// start ends the run with why, and nothing is left either.
+func TestKubeClusterRunForeground(t *testing.T) {
+	k := newKubeTest(t)
+	out, errOut, code := k.sbx("run", "--name", "fg", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+		"--", "sh", "-c", "echo hello from the agent; id -u; exit 3")
+	if code != 3 || !strings.Contains(out, "hello from the agent\n1000\n") {
+		t.Errorf("sbx kube run: exit %d, want 3; stdout %q, want the agent's output (uid 1000)\n%s", code, out, errOut)
+	}
+	cms, err := k.c.Client.CoreV1().ConfigMaps(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelSandbox})
+	if err != nil || len(cms.Items) > 0 {
+		t.Errorf("left after the run: %v %v", err, cms)
+	}
+	if left := k.objectsLeft(strings.TrimPrefix(cmsName(cms), "sbx-")); len(left) > 0 {
+		t.Errorf("left after the run: %v", left)
+	}
+
+	// An agent image the node does not have: the run fails closed,
+	// naming the image, and removes the sandbox.
+	out, errOut, code = k.sbx("run", "--image", "localhost/no-such-image:1", "--gateway-image", k.gwImage, "--pull", "Never", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "localhost/no-such-image:1") {
+		t.Errorf("a missing image: exit %d, want a failure naming it\n%s%s", code, out, errOut)
+	}
+	pods, err := k.c.Client.CoreV1().Pods(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelSandbox})
+	if err != nil || len(pods.Items) > 0 {
+		t.Errorf("pods left after a failed run: %v %d", err, len(pods.Items))
+	}
+}
+
+func cmsName(l *corev1.ConfigMapList) string {
+	if l == nil || len(l.Items) == 0 {
+		return ""
+	}
+	return l.Items[0].Name
+}

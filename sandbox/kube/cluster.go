@@ -428,6 +428,47 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 	}
 }
 
+// WaitStarted waits until the agent container runs (or has run).
+func (c *Cluster) WaitStarted(ctx context.Context, id string) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := false
+	_, err := c.WaitAgent(wctx, id, func() { started = true; cancel() })
+	if started {
+		return nil
+	}
+	return err
+}
+
+// Attach copies the agent container's output to out from when it starts
+// until it ends, and returns its exit status.
+func (c *Cluster) Attach(ctx context.Context, id string, out io.Writer) (int, error) {
+	logsDone := make(chan error, 1)
+	code, err := c.WaitAgent(ctx, id, func() {
+		// Ends when the agent's output ends (the container exited) or
+		// ctx is done.
+		go func() {
+			rc, err := c.Logs(ctx, id, "agent", true)
+			if err == nil {
+				_, err = io.Copy(out, rc)
+				rc.Close()
+			}
+			logsDone <- err
+		}()
+	})
+	if err != nil {
+		return 0, err
+	}
+	// The output ends a moment after the container: the log stream
+	// closes once the kubelet has read it all.
+	select {
+	case err = <-logsDone:
+	case <-time.After(5 * time.Second):
+		err = fmt.Errorf("the agent's output did not end 5 s after it exited; kubectl logs %s -c agent -n %s has it all", ObjectName(id), c.Namespace)
+	}
+	return code, err
+}
+
 // Logs streams a container's output: the gateway's ("gateway", its
 // decision records) or the agent's ("agent").
 func (c *Cluster) Logs(ctx context.Context, id, container string, follow bool) (io.ReadCloser, error) {
