@@ -6,7 +6,8 @@
 # and the mutation check (scripts/mutate), which breaks security-critical
 # code one mutation at a time and wants the tests that guard it to fail.
 #
-#   scripts/test.sh                 # everything
+#   scripts/test.sh                 # everything (with, as root, sbx kube's
+#                                   # tests on a test cluster: scripts/kube-test.sh)
 #   scripts/test.sh ./netpolicy/... # only some packages (no selftest)
 #
 # Privileged tests (named TestPrivileged*) need root and skip, saying so,
@@ -89,6 +90,12 @@ if [ "$whole" -eq 1 ]; then
 		# promise, and the tests it names must go red.
 		log "mutation check (scripts/mutate)"
 		go run ./scripts/mutate
+		# sbx kube on a real single-node cluster, built from Go sources
+		# the first time (cached in /var/cache/sbx-kube) and taken down
+		# after: cmd/sbx's TestKubeCluster* tests, which the go test run
+		# above skips for want of a cluster.
+		log "sbx kube tests on the test cluster (scripts/kube-test.sh)"
+		scripts/kube-test.sh
 	elif [ "${SBX_REQUIRE_PRIVILEGED:-}" = 1 ]; then
 		echo "$0: sbx selftest needs root, and SBX_REQUIRE_PRIVILEGED=1 requires it: run as root" >&2
 		exit 1
