@@ -40,7 +40,11 @@ func (f *kubeFlags) addFlags(fs *pflag.FlagSet) {
 }
 
 func (f *kubeFlags) connect() (*kube.Cluster, error) {
-	return kube.Connect(f.kubeconfig, f.namespace)
+	c, err := kube.Connect(f.kubeconfig, f.namespace)
+	if errors.Is(err, kube.ErrNoKubeconfig) {
+		return nil, fmt.Errorf("%w: give one with --kubeconfig FILE or KUBECONFIG, or put it in ~/.kube/config", err)
+	}
+	return c, err
 }
 
 func newKubeCmd() *cobra.Command {

@@ -32,6 +32,9 @@ type Cluster struct {
 	Namespace string
 }
 
+// ErrNoKubeconfig is Connect's error when it finds no kubeconfig.
+var ErrNoKubeconfig = errors.New("no kubeconfig")
+
 // Connect reads the kubeconfig (kubeconfig, else $KUBECONFIG, else
 // ~/.kube/config) and returns a Cluster in namespace (the kubeconfig's
 // current context's when ""; "default" when it names none).
@@ -42,7 +45,7 @@ func Connect(kubeconfig, namespace string) (*Cluster, error) {
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no kubeconfig: give one with --kubeconfig FILE or KUBECONFIG, or put it in ~/.kube/config")
+			return nil, ErrNoKubeconfig
 		}
 		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
 	}
@@ -72,7 +75,7 @@ func (e *APIError) Error() string {
 	case apierrors.IsForbidden(e.Err):
 		msg += fmt.Sprintf("; your kubeconfig's user needs the right to %s %ss in %s (see docs/kubernetes.md for the role sbx kube needs)", e.Op, strings.ToLower(e.Kind), e.Namespace)
 	case apierrors.IsNotFound(e.Err) && e.Op == "create":
-		msg += fmt.Sprintf("; does namespace %s exist? kubectl create namespace %s, or give another with -n", e.Namespace, e.Namespace)
+		msg += fmt.Sprintf("; does namespace %s exist? kubectl create namespace %s, or use another namespace", e.Namespace, e.Namespace)
 	case apierrors.IsAlreadyExists(e.Err):
 		msg += "; sbx kube stop removes a sandbox's objects"
 	case apierrors.IsInvalid(e.Err):

@@ -122,9 +122,9 @@ func (s *Spec) check() error {
 	case s.Namespace == "":
 		return fmt.Errorf("sandbox %s: no namespace", s.ID)
 	case s.Image == "":
-		return fmt.Errorf("sandbox %s: no agent image; give one with --image", s.ID)
+		return fmt.Errorf("sandbox %s: no agent image", s.ID)
 	case s.GatewayImage == "":
-		return fmt.Errorf("sandbox %s: no gateway image; give one with --gateway-image (sbx kube image writes it)", s.ID)
+		return fmt.Errorf("sandbox %s: no gateway image (sbx's own, which sbx kube image writes)", s.ID)
 	case s.User < 0:
 		return fmt.Errorf("sandbox %s: user %d: want a uid above 0", s.ID, s.User)
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":

@@ -25,8 +25,8 @@ func TestSpecCheck(t *testing.T) {
 		want string
 	}{
 		{"bad id", func(s *Spec) { s.ID = "xyz" }, "8 lower-case hex"},
-		{"no image", func(s *Spec) { s.Image = "" }, "--image"},
-		{"no gateway image", func(s *Spec) { s.GatewayImage = "" }, "--gateway-image"},
+		{"no image", func(s *Spec) { s.Image = "" }, "no agent image"},
+		{"no gateway image", func(s *Spec) { s.GatewayImage = "" }, "no gateway image"},
 		{"root", func(s *Spec) { s.User = -1 }, "above 0"},
 		{"no token", func(s *Spec) { s.Token = "" }, "token"},
 	} {
