@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -110,6 +111,7 @@ type kubeRunOptions struct {
 	env          []string
 	detach       bool
 	gatewayIP    string
+	id           string
 	serverDryRun bool
 	noPodRules   bool
 }
@@ -145,13 +147,16 @@ writes one to push).`,
 		cmd.Long = `Manifest prints the objects sbx kube run would make, as YAML documents, for
 clusters where objects go through a pipeline of their own. The agent pod
 names its gateway pod's address, which is known only once that pod runs:
-apply the other objects first, then run manifest again with --gateway-ip
-and the same --id to print the agent pod. Without --gateway-ip the agent
+apply the other objects first, then run manifest again with the same
+flags, --id (the sandbox's id, in the first output's labels) and
+--gateway-ip to print the agent pod alone. Without --gateway-ip the agent
 pod is left out.
 
 With --server-dry-run the objects are sent to the API server, which checks
 each one (admission included) without keeping it.`
 		cmd.Example = `  sbx kube manifest --image node:22 --allow registry.npmjs.org -- npm install > sandbox.yaml
+  kubectl apply -f sandbox.yaml       # then, once pod sbx-ID-gateway runs:
+  sbx kube manifest --id ID --gateway-ip 10.244.1.7 --image node:22 --allow registry.npmjs.org -- npm install | kubectl apply -f -
   sbx kube manifest --server-dry-run --image busybox -- true`
 		cmd.RunE = func(cmd *cobra.Command, args []string) error { return kubeManifest(cmd, kf, &o, args) }
 	}
@@ -170,6 +175,7 @@ each one (admission included) without keeping it.`
 	if manifest {
 		fs.Lookup("gateway-ip").Usage = "print the agent pod too, for a gateway pod at `IP`"
 		fs.Lookup("server-dry-run").Usage = "have the API server check the objects without keeping them"
+		fs.StringVar(&o.id, "id", "", "the sandbox's `ID` (8 hex digits; default a new one): with --gateway-ip, the id the other objects were printed with")
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
 		fs.MarkHidden("gateway-ip")
@@ -205,6 +211,15 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 			return usageErrorf(cmd, "-e %q: want KEY=VAL, e.g. -e DEBUG=1", e)
 		}
 	}
+	if o.id != "" && !kubeIDPattern.MatchString(o.id) {
+		return usageErrorf(cmd, "--id %q: want the sandbox's id, 8 lower-case hex digits, as in its objects' label sbx.dev/sandbox", o.id)
+	}
+	if o.gatewayIP != "" && o.id == "" {
+		return usageErrorf(cmd, "--gateway-ip needs --id: the agent pod belongs to the sandbox whose other objects were printed first (their label sbx.dev/sandbox has the id)")
+	}
+	if o.id != "" && o.gatewayIP == "" {
+		return usageErrorf(cmd, "--id goes with --gateway-ip: it prints the agent pod of the sandbox whose other objects were printed before")
+	}
 	return nil
 }
 
@@ -233,9 +248,11 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if _, err := netpolicy.Parse("the policy for the gateway pod", policyJSON); err != nil {
 		return kube.Spec{}, nil, fmt.Errorf("the policy cannot go to the gateway pod: %w", err)
 	}
-	id, err := sandbox.NewID()
-	if err != nil {
-		return kube.Spec{}, nil, err
+	id := o.id
+	if id == "" {
+		if id, err = sandbox.NewID(); err != nil {
+			return kube.Spec{}, nil, err
+		}
 	}
 	ca, err := gateway.NewCA(id, caLifetime)
 	if err != nil {
@@ -353,6 +370,7 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 	objs.AllowPrivate(p.AllowPrivate())
 	docs := []any{objs.ConfigMap, objs.Secret, objs.AgentPolicy, objs.GatewayPolicy, objs.Gateway}
 	if o.gatewayIP != "" {
+		docs = nil // the others were printed (and applied) before, with their own CA and token
 		ip, err := netip.ParseAddr(o.gatewayIP)
 		if err != nil || !ip.Is4() {
 			return usageErrorf(cmd, "--gateway-ip %q: want the gateway pod's IPv4 address", o.gatewayIP)
@@ -375,7 +393,7 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 		out.Write(b)
 	}
 	if o.gatewayIP == "" {
-		fmt.Fprintf(out, "# the agent pod comes once the gateway pod %s runs: sbx kube manifest --gateway-ip ITS-IP prints it\n", kube.GatewayPodName(s.ID))
+		fmt.Fprintf(out, "# the agent pod comes once the gateway pod %s runs: the same command with --id %s --gateway-ip ITS-IP prints it\n", kube.GatewayPodName(s.ID), s.ID)
 	}
 	return nil
 }
@@ -529,3 +547,6 @@ func kubeExample(ex string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// kubeIDPattern is a sandbox id: what sandbox.NewID makes.
+var kubeIDPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)

@@ -16,7 +16,7 @@ import (
 // by default: the two packages must agree.
 func TestKubePortsAgreeWithPodRules(t *testing.T) {
 	for _, c := range []struct {
-		name       string
+		name      string
 		kube, pod int
 	}{
 		{"proxy", kube.ProxyPort, podnet.DefaultProxyPort},
@@ -42,7 +42,7 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--pull", "sometimes", "--", "true"}, "--pull"},
 		{[]string{"kube", "run", "--image", "busybox", "-e", "NOVALUE", "--", "true"}, "KEY=VAL"},
 		{[]string{"kube", "run", "--image", "busybox", "--default", "ask", "--", "true"}, "ask is not supported"},
-		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-ip", "fd00::1", "--", "true"}, "--gateway-ip"},
+		{[]string{"kube", "manifest", "--image", "busybox", "--id", "1a2b3c4d", "--gateway-ip", "fd00::1", "--", "true"}, "--gateway-ip"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {
@@ -53,42 +53,31 @@ func TestKubeRunUsageErrors(t *testing.T) {
 	}
 }
 
-// sbx kube manifest prints every object, and the agent pod once it has
-// the gateway's address; the policy goes to the gateway pod as the flags
-// built it.
+// sbx kube manifest prints every object but the agent pod, then, given
+// the sandbox's id and its gateway pod's address, the agent pod alone; the
+// policy goes to the gateway pod as the flags built it.
 func TestKubeManifest(t *testing.T) {
-	out, errOut, code := runCLI(t, "kube", "manifest", "-n", "agents", "--image", "node:22", "--gateway-image", "reg.example/sbx:1",
-		"--allow", "registry.npmjs.org", "--allow-private", "10.1.2.3/32", "--gateway-ip", "10.244.0.9", "--", "npm", "install")
+	flags := []string{"kube", "manifest", "-n", "agents", "--image", "node:22", "--gateway-image", "reg.example/sbx:1",
+		"--allow", "registry.npmjs.org", "--allow-private", "10.1.2.3/32"}
+	out, errOut, code := runCLI(t, append(flags, "--", "npm", "install")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	docs := strings.Split(out, "\n---\n")
+	if !strings.Contains(out, "--gateway-ip") {
+		t.Errorf("no hint on how to print the agent pod:\n%s", out)
+	}
 	var kinds []string
 	var cm corev1.ConfigMap
-	var agent corev1.Pod
-	for _, d := range docs {
-		var meta struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Namespace string            `json:"namespace"`
-				Labels    map[string]string `json:"labels"`
-			} `json:"metadata"`
-		}
-		if err := yaml.Unmarshal([]byte(d), &meta); err != nil {
-			t.Fatalf("document %q: %v", d, err)
-		}
-		if meta.Metadata.Namespace != "agents" || meta.Metadata.Labels[kube.LabelSandbox] == "" {
-			t.Errorf("%s: namespace %q, labels %v", meta.Kind, meta.Metadata.Namespace, meta.Metadata.Labels)
-		}
+	var id string
+	for _, d := range strings.Split(out, "\n---\n") {
+		meta := manifestMeta(t, d)
 		kinds = append(kinds, meta.Kind)
-		switch meta.Kind {
-		case "ConfigMap":
+		id = meta.Metadata.Labels[kube.LabelSandbox]
+		if meta.Kind == "ConfigMap" {
 			yaml.Unmarshal([]byte(d), &cm)
-		case "Pod":
-			yaml.Unmarshal([]byte(d), &agent)
 		}
 	}
-	if got, want := strings.Join(kinds, ","), "ConfigMap,Secret,NetworkPolicy,NetworkPolicy,Pod,Pod"; got != want {
+	if got, want := strings.Join(kinds, ","), "ConfigMap,Secret,NetworkPolicy,NetworkPolicy,Pod"; got != want {
 		t.Errorf("kinds %s, want %s", got, want)
 	}
 	p, err := netpolicy.Parse("policy.yaml", []byte(cm.Data[kube.KeyPolicy]))
@@ -101,14 +90,46 @@ func TestKubeManifest(t *testing.T) {
 	if len(p.AllowPrivate()) != 1 || p.AllowPrivate()[0].String() != "10.1.2.3/32" {
 		t.Errorf("allow_private = %v", p.AllowPrivate())
 	}
-	if agent.Spec.Containers[0].Image != "node:22" || strings.Join(agent.Spec.Containers[0].Command, " ") != "npm install" {
-		t.Errorf("agent container = %+v", agent.Spec.Containers[0])
-	}
 
-	// Without the gateway's address there is no agent pod yet, and the
-	// output says how to get it.
-	out, _, code = runCLI(t, "kube", "manifest", "--image", "node:22", "--", "true")
-	if code != 0 || strings.Count(out, "kind: Pod") != 1 || !strings.Contains(out, "--gateway-ip") {
-		t.Errorf("without --gateway-ip: exit %d, %d pods, want 1 and the hint\n%s", code, strings.Count(out, "kind: Pod"), out)
+	// The second step: the agent pod of that sandbox, alone.
+	out, errOut, code = runCLI(t, append(flags, "--id", id, "--gateway-ip", "10.244.0.9", "--", "npm", "install")...)
+	if code != 0 {
+		t.Fatalf("with --gateway-ip: exit %d: %s", code, errOut)
 	}
+	meta := manifestMeta(t, out)
+	var agent corev1.Pod
+	yaml.Unmarshal([]byte(out), &agent)
+	if meta.Kind != "Pod" || agent.Name != kube.ObjectName(id) || meta.Metadata.Labels[kube.LabelSandbox] != id {
+		t.Fatalf("with --gateway-ip: %s %s labels %v, want the agent pod %s alone", meta.Kind, agent.Name, meta.Metadata.Labels, kube.ObjectName(id))
+	}
+	if c := agent.Spec.Containers[0]; c.Image != "node:22" || strings.Join(c.Command, " ") != "npm install" {
+		t.Errorf("agent container = %+v", c)
+	}
+	for _, bad := range [][]string{{"--gateway-ip", "10.244.0.9"}, {"--id", id}, {"--id", "XYZ", "--gateway-ip", "10.244.0.9"}} {
+		if _, errOut, code := runCLI(t, append(append(flags, bad...), "--", "true")...); code != exitUsage {
+			t.Errorf("sbx kube manifest %v: exit %d, want %d (%s)", bad, code, exitUsage, errOut)
+		}
+	}
+}
+
+type manifestDoc struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+// manifestMeta reads a YAML document's kind and metadata, and checks
+// that it is in the namespace asked for and labelled with its sandbox.
+func manifestMeta(t *testing.T, doc string) manifestDoc {
+	t.Helper()
+	var m manifestDoc
+	if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatalf("document %q: %v", doc, err)
+	}
+	if m.Metadata.Namespace != "agents" || m.Metadata.Labels[kube.LabelSandbox] == "" {
+		t.Errorf("%s: namespace %q, labels %v", m.Kind, m.Metadata.Namespace, m.Metadata.Labels)
+	}
+	return m
 }
