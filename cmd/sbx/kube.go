@@ -172,6 +172,10 @@ each one (admission included) without keeping it.`
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", false, "")
 	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
 	fs.MarkHidden("test-no-pod-rules")
+	// Approvals are not on a cluster yet (ask is refused): their flags
+	// are not shown.
+	fs.MarkHidden("approvals")
+	fs.MarkHidden("ask-timeout")
 	if manifest {
 		fs.Lookup("gateway-ip").Usage = "print the agent pod too, for a gateway pod at `IP`"
 		fs.Lookup("server-dry-run").Usage = "have the API server check the objects without keeping them"
@@ -200,6 +204,9 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 		return usageErrorf(cmd, "--user %d is sbx's own (the capture shim's or the gateway's, which the pod's rules treat apart); give another uid", o.user)
 	case o.name != "" && !validName(o.name):
 		return usageErrorf(cmd, "--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
+	}
+	if cmd.Flags().Changed("approvals") || cmd.Flags().Changed("ask-timeout") {
+		return usageErrorf(cmd, "--approvals and --ask-timeout are for ask, which sbx kube does not support yet")
 	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -236,6 +243,9 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	asks := p.Default() == netpolicy.Ask
 	for _, r := range p.Rules() {
 		asks = asks || r.Action == netpolicy.Ask
+		if r.Response != nil && r.Response.LLM != "" {
+			return kube.Spec{}, nil, usageErrorf(cmd, "rule %s answers with the LLM script %s, which sbx kube cannot take to the gateway pod yet; leave it out of the policy", r.ID, r.Response.LLM)
+		}
 	}
 	if asks {
 		return kube.Spec{}, nil, usageErrorf(cmd, "ask is not supported by sbx kube yet: nobody could answer a cluster sandbox's questions; use allow or block (sbx kube policy allow while it runs)")
