@@ -16,6 +16,12 @@
 // reset or an ICMP administratively-prohibited error, so an attempt fails
 // instead of hanging.
 //
+// Nothing comes in but loopback (where the shim, the rules' rejections and
+// the kubelet's port-forwards arrive) and the replies to the pod's own
+// connections: a connection opened from outside the pod is dropped, so
+// nothing that can route to the pod's address gets a channel to the
+// agent, even where the cluster does not enforce NetworkPolicy.
+//
 // The rules are the pod's inner layer; its NetworkPolicy, which lets the
 // agent pod reach its gateway pod alone, is the outer one and holds
 // without them (docs/kubernetes.md).

@@ -43,13 +43,16 @@ const ctDirReply = 1
 // port. A filter chain on the same hook at priority filter, after it, sees
 // the packet as the nat chain left it; it accepts loopback, the
 // redirected connections, the shim's uid to the capture port (and rejects
-// its uid anything else), everyone to the proxy and DNS ports, and the
-// replies to connections the pod accepted (its packets in the reply
-// direction of a tracked connection); the rest is rejected with a TCP
-// reset or an ICMP administratively-prohibited error. The IPv6 table's
-// filter accepts loopback alone and rejects the rest the same way. Both
-// tables drop whatever would be forwarded. Base chains' policies drop, so
-// a rule missing fails closed.
+// its uid anything else), and everyone to the proxy and DNS ports; the
+// rest is rejected with a TCP reset or an ICMP administratively-prohibited
+// error. A filter chain on the input hook takes loopback and the replies
+// to the pod's own connections (packets in the reply direction of a
+// tracked connection, and the ICMP errors related to one), and drops the
+// rest: nothing outside the pod can open a connection to it, whatever
+// the cluster's NetworkPolicy enforcement. The IPv6 table's filters take
+// loopback alone, rejecting what would leave and dropping what comes in.
+// Both tables drop whatever would be forwarded. Base chains' policies
+// drop, so a rule missing fails closed.
 func Install(r Rules) error {
 	if err := r.check(); err != nil {
 		return err
@@ -85,12 +88,16 @@ func addRuleset(c *nftables.Conn, r Rules) {
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
 	out4 := c.AddChain(&nftables.Chain{Name: "output", Table: t4, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	in4 := c.AddChain(&nftables.Chain{Name: "input", Table: t4, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 	fwd4 := c.AddChain(&nftables.Chain{Name: "forward", Table: t4, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 
 	t6 := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv6, Name: TableName})
 	out6 := c.AddChain(&nftables.Chain{Name: "output", Table: t6, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	in6 := c.AddChain(&nftables.Chain{Name: "input", Table: t6, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 	fwd6 := c.AddChain(&nftables.Chain{Name: "forward", Table: t6, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 
@@ -126,14 +133,26 @@ func addRuleset(c *nftables.Conn, r Rules) {
 	add(out4, "the gateway's proxy", daddr(gw), proto(tcp), dport(r.ProxyPort), verdict(expr.VerdictAccept))
 	add(out4, "the gateway's DNS", daddr(gw), proto(tcp), dport(r.DNSPort), verdict(expr.VerdictAccept))
 	add(out4, "the gateway's DNS", daddr(gw), proto(udp), dport(r.DNSPort), verdict(expr.VerdictAccept))
-	add(out4, "replies to connections the pod accepted", ctReply(), verdict(expr.VerdictAccept))
 	add(out4, "the rest fails at once", proto(tcp), rejectTCP())
 	add(out4, "the rest fails at once", rejectICMP(icmpAdminProhibited))
+	// The pod's own packets leave in their connections' original
+	// direction, accepted above; none leaves in the reply direction of a
+	// connection opened from outside, since input lets none be opened.
+
+	// input: what may come in. Redirected connections, port-forwards
+	// (the kubelet's reach the pod on its loopback) and the rejections
+	// above (sent to the pod itself) come in on lo.
+	add(in4, "loopback", iifname("lo"), verdict(expr.VerdictAccept))
+	add(in4, "replies to the pod's own connections", ctReply(), verdict(expr.VerdictAccept))
+	add(in4, "nothing else comes in", verdict(expr.VerdictDrop))
 	add(fwd4, "the pod forwards nothing", verdict(expr.VerdictDrop))
 
 	add(out6, "loopback", oifname("lo"), verdict(expr.VerdictAccept))
 	add(out6, "the rest fails at once", proto(tcp), rejectTCP())
 	add(out6, "the rest fails at once", rejectICMP(icmpv6AdminProhibited))
+	// Nothing but loopback leaves over IPv6: there are no replies to take.
+	add(in6, "loopback", iifname("lo"), verdict(expr.VerdictAccept))
+	add(in6, "nothing else comes in", verdict(expr.VerdictDrop))
 	add(fwd6, "the pod forwards nothing", verdict(expr.VerdictDrop))
 }
 
@@ -146,6 +165,16 @@ func oifname(name string) []expr.Any {
 	copy(b, name)
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
+	}
+}
+
+// iifname matches the input interface's name.
+func iifname(name string) []expr.Any {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b},
 	}
 }
@@ -192,8 +221,10 @@ func ctStatus(bits uint32) []expr.Any {
 	}
 }
 
-// ctReply matches a tracked connection's packets in its reply direction
-// (ct state established,related ct direction reply).
+// ctReply matches a tracked connection's packets in its reply direction,
+// and the ICMP errors about it coming that way (ct state
+// established,related ct direction reply): on input, the replies to the
+// pod's own connections.
 func ctReply() []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Key: expr.CtKeySTATE, Register: 1},

@@ -86,6 +86,7 @@ func (r Rules) check() error {
 func (r Rules) String() string {
 	gw := r.Gateway.Unmap()
 	return fmt.Sprintf("TCP to %v:%d (proxy) and %v:%d (DNS, where port 53 goes too), other TCP to the shim on 127.0.0.1:%d "+
-		"(uid %d, which may reach only %v:%d); everything else rejected, IPv6 but loopback too",
+		"(uid %d, which may reach only %v:%d); everything else rejected, IPv6 but loopback too; "+
+		"nothing in but loopback and the replies to the pod's own connections",
 		gw, r.ProxyPort, gw, r.DNSPort, r.ShimPort, r.ShimUID, gw, r.CapturePort)
 }

@@ -297,9 +297,19 @@ type rig struct {
 	web           netip.AddrPort // an outside web server
 	dns           netip.AddrPort // an outside DNS server
 	loop          netip.AddrPort // a listener on the agent namespace's loopback
-	inbound       netip.AddrPort // a listener on the agent's own address
+	inbound       []inboundCase  // attempts from outside to the agent's own addresses
 	exe           string         // the test binary, where uids other than root can run it
 	sinks         map[string]*sink
+}
+
+// inboundCase is an attempt from the gateway's side of the veth to the
+// agent namespace: to a listener there (sink, which answers with its
+// name) or, for a ping, to the kernel (which answers "echo").
+type inboundCase struct {
+	name    string
+	network string // tcp, udp, ping4
+	addr    netip.AddrPort
+	sink    string
 }
 
 // newRig makes the two namespaces and the listeners, all removed when t
@@ -374,11 +384,13 @@ func newRig(t *testing.T) *rig {
 		t.Fatalf("adding the agent's default route: %v", err)
 	}
 	// ICMP datagram sockets for every gid, so a probe without
-	// capabilities can ping.
-	if err := inNetns(r.agentNs, func() error {
-		return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
-	}); err != nil {
-		t.Fatal(err)
+	// capabilities can ping (and the test, from the other side).
+	for _, ns := range []netns.NsHandle{r.agentNs, r.gwNs} {
+		if err := inNetns(ns, func() error {
+			return os.WriteFile("/proc/sys/net/ipv4/ping_group_range", []byte("0 2147483647"), 0o644)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	sinkFor := func(name string) *sink {
@@ -395,10 +407,10 @@ func newRig(t *testing.T) *rig {
 		t.Cleanup(func() { ln.Close() })
 		return ln
 	}
-	udp := func(a netip.AddrPort) net.PacketConn {
+	udp := func(ns netns.NsHandle, a netip.AddrPort) net.PacketConn {
 		t.Helper()
 		var pc net.PacketConn
-		if err := inNetns(r.gwNs, func() (err error) { pc, err = net.ListenPacket("udp", a.String()); return err }); err != nil {
+		if err := inNetns(ns, func() (err error) { pc, err = net.ListenPacket("udp", a.String()); return err }); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pc.Close() })
@@ -409,20 +421,34 @@ func newRig(t *testing.T) *rig {
 	sinkFor("proxy").serveStream(tcp(r.gwNs, at(r.gw, DefaultProxyPort)))
 	sinkFor("capture").serveStream(tcp(r.gwNs, at(r.gw, DefaultCapturePort)))
 	sinkFor("dns-tcp").serveStream(tcp(r.gwNs, at(r.gw, DefaultDNSPort)))
-	sinkFor("dns-udp").servePackets(udp(at(r.gw, DefaultDNSPort)))
+	sinkFor("dns-udp").servePackets(udp(r.gwNs, at(r.gw, DefaultDNSPort)))
 	// The controls: what the agent reaches without the rules.
 	sinkFor("gw-api").serveStream(tcp(r.gwNs, at(r.gw, 8484)))
 	sinkFor("web").serveStream(tcp(r.gwNs, r.web))
-	sinkFor("web-udp").servePackets(udp(at(r.web.Addr(), 9999)))
+	sinkFor("web-udp").servePackets(udp(r.gwNs, at(r.web.Addr(), 9999)))
 	sinkFor("outside-dns-tcp").serveStream(tcp(r.gwNs, r.dns))
-	sinkFor("outside-dns-udp").servePackets(udp(r.dns))
+	sinkFor("outside-dns-udp").servePackets(udp(r.gwNs, r.dns))
 	sinkFor("v6-tcp").serveStream(tcp(r.gwNs, at(r.gw6, 80)))
-	sinkFor("v6-udp").servePackets(udp(at(r.gw6, 80)))
+	sinkFor("v6-udp").servePackets(udp(r.gwNs, at(r.gw6, 80)))
 	ln := tcp(r.agentNs, netip.MustParseAddrPort("127.0.0.1:0"))
 	r.loop = netip.MustParseAddrPort(ln.Addr().String())
 	sinkFor("loopback").serveStream(ln)
-	r.inbound = netip.AddrPortFrom(agent, 7000)
-	sinkFor("agent-inbound").serveStream(tcp(r.agentNs, r.inbound))
+	// Listeners on the agent's own addresses, for the attempts from
+	// outside.
+	r.inbound = []inboundCase{
+		{name: "TCP to the agent's address", network: "tcp", addr: at(agent, 7000), sink: "agent-inbound-tcp"},
+		{name: "UDP to the agent's address", network: "udp", addr: at(agent, 7001), sink: "agent-inbound-udp"},
+		{name: "UDP to the agent's IPv6 address", network: "udp", addr: at(agent6, 7001), sink: "agent-inbound-udp6"},
+		{name: "ICMP echo to the agent's address", network: "ping4", addr: at(agent, 0), sink: "echo"},
+	}
+	for _, in := range r.inbound {
+		switch in.network {
+		case "tcp":
+			sinkFor(in.sink).serveStream(tcp(r.agentNs, in.addr))
+		case "udp":
+			sinkFor(in.sink).servePackets(udp(r.agentNs, in.addr))
+		}
+	}
 
 	r.exe = shareExecutable(t)
 	r.warmUp(t)
@@ -697,8 +723,11 @@ func (r *rig) cases() []podCase {
 // where want says: the answering sink's reply (with "eof" for TCP, so
 // half-closes went through), that sink having seen the case's bytes (and,
 // for the capture stand-in, the case's destination), and no sink having
-// seen anything else; or, for "", an error within fastFailure.
-func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
+// seen anything else; or, for "", an error within fastFailure. It also
+// makes the inbound attempts, from the gateway's side: with inboundOpen,
+// each must be answered by its sink; without, each must fail and its sink
+// see nothing.
+func (r *rig) check(t *testing.T, phase string, want func(podCase) string, inboundOpen bool) {
 	t.Helper()
 	for _, s := range r.sinks {
 		s.take()
@@ -717,13 +746,32 @@ func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
 			results[id] = res
 		}
 	}
-	// A connection to the agent from its side of the veth: the agent's
-	// replies must get out (what the gateway's side may open is the
-	// NetworkPolicy's to say).
-	inboundReply, inboundErr := dialFrom(r.gwNs, r.inbound, phase+"-inbound")
-	if want := "agent-inbound eof"; inboundErr != nil || inboundReply != want {
-		t.Errorf("%s: a connection to the agent's %v from outside: got reply %q, error %v; want reply %q", phase, r.inbound, inboundReply, inboundErr, want)
+	// Attempts into the agent from its gateway's side of the veth: the
+	// pod takes none, whether or not the cluster enforces NetworkPolicy.
+	// A dropped attempt takes probeWait: they are made together.
+	inboundIDs := map[string]inboundCase{}
+	var wg sync.WaitGroup
+	for i, in := range r.inbound {
+		id := fmt.Sprintf("%s-inbound-%d", phase, i)
+		inboundIDs[id] = in
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reply, err := dialFrom(r.gwNs, in.network, in.addr, id)
+			t.Logf("%s: %s (%s %s from outside): reply %q, error %v", phase, in.name, in.network, in.addr, reply, err)
+			wantReply := in.sink
+			if in.network == "tcp" {
+				wantReply += " eof"
+			}
+			switch {
+			case inboundOpen && (err != nil || reply != wantReply):
+				t.Errorf("%s: %s (%s %s from outside): got reply %q, error %v; want reply %q", phase, in.name, in.network, in.addr, reply, err, wantReply)
+			case !inboundOpen && err == nil:
+				t.Errorf("%s: %s (%s %s from outside): got reply %q; want it to fail: nothing outside may open a connection to the agent", phase, in.name, in.network, in.addr, reply)
+			}
+		}()
 	}
+	wg.Wait()
 	time.Sleep(50 * time.Millisecond) // sinks record before they answer; this is for strays
 	seen := map[string][]hit{}
 	for name, s := range r.sinks {
@@ -758,7 +806,10 @@ func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
 		for _, h := range hits {
 			c, ok := ids[h.marker]
 			switch {
-			case name == "agent-inbound" && h.marker == phase+"-inbound":
+			case inboundIDs[h.marker].sink == name:
+				if !inboundOpen {
+					t.Errorf("%s: %s (from outside) reached the agent's sink %s; want nothing to come in", phase, inboundIDs[h.marker].name, name)
+				}
 			case !ok:
 				t.Errorf("%s: sink %s got %q, no case's bytes", phase, name, h.marker)
 			case want(c) != name:
@@ -775,11 +826,11 @@ func (r *rig) check(t *testing.T, phase string, want func(podCase) string) {
 	}
 }
 
-// dialFrom makes a TCP attempt, as a probe does, from namespace ns.
-func dialFrom(ns netns.NsHandle, a netip.AddrPort, id string) (string, error) {
+// dialFrom makes an attempt, as a probe does, from namespace ns.
+func dialFrom(ns netns.NsHandle, network string, a netip.AddrPort, id string) (string, error) {
 	var reply string
 	err := inNetns(ns, func() (err error) {
-		reply, err = attempt(probe{ID: id, Network: "tcp", Addr: a.String()})
+		reply, err = attempt(probe{ID: id, Network: network, Addr: a.String()})
 		return err
 	})
 	return reply, err
@@ -797,24 +848,26 @@ func hasMarker(hits []hit, m string) bool {
 // TestPrivilegedPodRules shows the in-pod rules and the shim together:
 // with them, direct TCP reaches the gateway's capture port with a handoff
 // header naming its destination, DNS to anywhere reaches the gateway's
-// DNS port, and everything else fails at once; without them (the
-// control), every one of the same attempts reaches its target, so a
-// refusal is the rules' doing, not a missing route or a silent listener.
+// DNS port, everything else fails at once, and nothing from outside
+// (TCP, UDP, ping, from the gateway's side) gets into the agent; without
+// them (the control), every one of the same attempts reaches its target,
+// so a refusal is the rules' doing, not a missing route or a silent
+// listener.
 func TestPrivilegedPodRules(t *testing.T) {
 	r := newRig(t)
-	r.check(t, "control", func(c podCase) string { return c.control })
+	r.check(t, "control", func(c podCase) string { return c.control }, true)
 
 	if err := inNetns(r.agentNs, func() error { return Install(DefaultRules(r.gw)) }); err != nil {
 		t.Fatal(err)
 	}
 	r.startShim(t)
-	r.check(t, "ruled", func(c podCase) string { return c.ruled })
+	r.check(t, "ruled", func(c podCase) string { return c.ruled }, false)
 
 	// Installed again, the rules still hold (replaced, not doubled).
 	if err := inNetns(r.agentNs, func() error { return Install(DefaultRules(r.gw)) }); err != nil {
 		t.Fatal(err)
 	}
-	r.check(t, "reinstalled", func(c podCase) string { return c.ruled })
+	r.check(t, "reinstalled", func(c podCase) string { return c.ruled }, false)
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/ruleset.nft with what nft lists")
@@ -905,15 +958,23 @@ func TestPrivilegedPodRulesRuleset(t *testing.T) {
 			"sbx: the gateway's proxy",
 			"sbx: the gateway's DNS",
 			"sbx: the gateway's DNS",
-			"sbx: replies to connections the pod accepted",
 			"sbx: the rest fails at once",
 			"sbx: the rest fails at once",
+		},
+		fmt.Sprintf("%d %s input", v4, TableName): {
+			"sbx: loopback",
+			"sbx: replies to the pod's own connections",
+			"sbx: nothing else comes in",
 		},
 		fmt.Sprintf("%d %s forward", v4, TableName): {"sbx: the pod forwards nothing"},
 		fmt.Sprintf("%d %s output", v6, TableName): {
 			"sbx: loopback",
 			"sbx: the rest fails at once",
 			"sbx: the rest fails at once",
+		},
+		fmt.Sprintf("%d %s input", v6, TableName): {
+			"sbx: loopback",
+			"sbx: nothing else comes in",
 		},
 		fmt.Sprintf("%d %s forward", v6, TableName): {"sbx: the pod forwards nothing"},
 	}

@@ -57,7 +57,7 @@ func TestRulesCheck(t *testing.T) {
 
 func TestRulesString(t *testing.T) {
 	got := DefaultRules(netip.MustParseAddr("10.244.0.7")).String()
-	for _, want := range []string{"10.244.0.7:3128 (proxy)", "10.244.0.7:5353 (DNS", "127.0.0.1:15001", "uid 15001", "10.244.0.7:15002", "IPv6"} {
+	for _, want := range []string{"10.244.0.7:3128 (proxy)", "10.244.0.7:5353 (DNS", "127.0.0.1:15001", "uid 15001", "10.244.0.7:15002", "IPv6", "nothing in but"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("got %q, want it to name %q", got, want)
 		}
