@@ -1,15 +1,19 @@
 package podnet
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/handoff"
 )
 
 func TestRulesCheck(t *testing.T) {
@@ -64,58 +68,152 @@ func TestRulesString(t *testing.T) {
 	}
 }
 
-// TestShimClosesUnredirected: a connection made to the shim directly,
-// with no rule redirecting it, is closed, and the gateway never hears of
-// it.
+// lockedBuffer is a strings.Builder safe for the shim's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestShimClosesUnredirected: a connection whose original destination is
+// the shim's own address (it was not redirected), or whose original
+// destination cannot be read, is closed with a line on standard error
+// saying which, and the gateway never hears of it; one whose original
+// destination is elsewhere (the control) is handed to the gateway with
+// that destination and no line.
 func TestShimClosesUnredirected(t *testing.T) {
-	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	errNoEntry := errors.New("original destination: no such conntrack entry")
+	elsewhere := netip.MustParseAddrPort("203.0.113.7:80")
+	tests := []struct {
+		name string
+		// dst returns the original destination the shim reads for a
+		// connection to self.
+		dst func(self netip.AddrPort) (netip.AddrPort, error)
+		// wantStderr is what the one line on standard error holds
+		// (given the shim's address and the client's), or "" for no
+		// line.
+		wantStderr func(self, client netip.AddrPort) string
+		wantHanded netip.AddrPort
+	}{
+		{
+			name: "not redirected",
+			dst:  func(self netip.AddrPort) (netip.AddrPort, error) { return self, nil },
+			wantStderr: func(self, client netip.AddrPort) string {
+				return fmt.Sprintf("a connection from %v to the shim itself (%v) was not redirected; closed", client, self)
+			},
+		},
+		{
+			name: "not redirected, IPv4-mapped",
+			dst: func(self netip.AddrPort) (netip.AddrPort, error) {
+				return netip.AddrPortFrom(netip.AddrFrom16(self.Addr().As16()), self.Port()), nil
+			},
+			wantStderr: func(self, client netip.AddrPort) string {
+				return fmt.Sprintf("a connection from %v to the shim itself (%v) was not redirected; closed", client, netip.AddrPortFrom(netip.AddrFrom16(self.Addr().As16()), self.Port()))
+			},
+		},
+		{
+			name: "original destination unreadable",
+			dst:  func(netip.AddrPort) (netip.AddrPort, error) { return netip.AddrPort{}, errNoEntry },
+			wantStderr: func(_, client netip.AddrPort) string {
+				return fmt.Sprintf("reading the original destination of a connection from %v: %v", client, errNoEntry)
+			},
+		},
+		{
+			name:       "redirected (control)",
+			dst:        func(netip.AddrPort) (netip.AddrPort, error) { return elsewhere, nil },
+			wantHanded: elsewhere,
+		},
 	}
-	defer gwLn.Close()
-	var handed atomic.Int32
-	go func() {
-		for {
-			c, err := gwLn.Accept()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gwLn, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return
+				t.Fatal(err)
 			}
-			handed.Add(1)
-			c.Close()
-		}
-	}()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Shim(ctx, ln, netip.MustParseAddrPort(gwLn.Addr().String())) }()
+			defer gwLn.Close()
+			handed := make(chan netip.AddrPort, 4)
+			go func() {
+				for {
+					c, err := gwLn.Accept()
+					if err != nil {
+						return
+					}
+					c.SetDeadline(time.Now().Add(5 * time.Second))
+					dst, _ := handoff.Read(bufio.NewReader(c))
+					handed <- dst
+					c.Close()
+				}
+			}()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			self := netip.MustParseAddrPort(ln.Addr().String())
+			var stderr lockedBuffer
+			s := &shim{gw: netip.MustParseAddrPort(gwLn.Addr().String()), stderr: &stderr,
+				originalDst: func(net.Conn) (netip.AddrPort, error) { return tt.dst(self) }}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.serve(ctx, ln) }()
 
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(c, "GET / HTTP/1.0\r\n\r\n")
-	b, err := io.ReadAll(c)
-	var ne net.Error
-	if len(b) != 0 || errors.As(err, &ne) && ne.Timeout() {
-		t.Errorf("got %q, error %v; want the connection closed at once", b, err)
-	}
-	if n := handed.Load(); n != 0 {
-		t.Errorf("the gateway got %d connections, want 0", n)
-	}
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, "GET / HTTP/1.0\r\n\r\n")
+			b, err := io.ReadAll(c)
+			var ne net.Error
+			if len(b) != 0 || errors.As(err, &ne) && ne.Timeout() {
+				t.Errorf("got %q, error %v; want the connection closed at once", b, err)
+			}
+			if tt.wantHanded.IsValid() {
+				select {
+				case dst := <-handed:
+					if dst != tt.wantHanded {
+						t.Errorf("the gateway was handed %v, want %v", dst, tt.wantHanded)
+					}
+				case <-time.After(5 * time.Second):
+					t.Errorf("the gateway was handed nothing within 5s, want %v", tt.wantHanded)
+				}
+			} else {
+				select {
+				case dst := <-handed:
+					t.Errorf("the gateway was handed a connection (destination %v), want none", dst)
+				default:
+				}
+			}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Shim after its context ended: got %v, want nil", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shim did not return within 5s of its context ending")
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Shim after its context ended: got %v, want nil", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Shim did not return within 5s of its context ending")
+			}
+			// The line is written before the connection is closed.
+			got, want := stderr.String(), ""
+			if tt.wantStderr != nil {
+				want = "sbx kube shim: " + tt.wantStderr(self, netip.MustParseAddrPort(c.LocalAddr().String())) + "\n"
+			}
+			if got != want {
+				t.Errorf("stderr: got %q, want %q", got, want)
+			}
+		})
 	}
 }
 

@@ -36,6 +36,20 @@ const DialTimeout = 10 * time.Second
 // error); it closes ln, and connections still open are closed as ctx
 // ends.
 func Shim(ctx context.Context, ln net.Listener, gw netip.AddrPort) error {
+	s := &shim{gw: gw, originalDst: gateway.OriginalDst, stderr: os.Stderr}
+	return s.serve(ctx, ln)
+}
+
+// shim is Shim's state: where it reads a connection's original
+// destination from, and where its errors go (tests replace both).
+type shim struct {
+	gw          netip.AddrPort
+	originalDst func(net.Conn) (netip.AddrPort, error)
+	stderr      io.Writer
+}
+
+// serve is Shim.
+func (s *shim) serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
@@ -48,35 +62,35 @@ func Shim(ctx context.Context, ln net.Listener, gw netip.AddrPort) error {
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
 				// Out of descriptors, or a connection gone before it
 				// was taken: the next may do.
-				shimError("accepting on %v: %v", ln.Addr(), err)
+				s.error("accepting on %v: %v", ln.Addr(), err)
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 			return fmt.Errorf("capture shim: accepting on %v: %w", ln.Addr(), err)
 		}
-		go shimConn(ctx, c, gw)
+		go s.conn(ctx, c)
 	}
 }
 
-// shimConn hands c over to the gateway at gw and relays it; it returns
-// when the relay ends, with both connections closed.
-func shimConn(ctx context.Context, c net.Conn, gw netip.AddrPort) {
+// conn hands c over to the gateway and relays it; it returns when the
+// relay ends, with both connections closed.
+func (s *shim) conn(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	dst, err := gateway.OriginalDst(c)
+	dst, err := s.originalDst(c)
 	if err != nil {
-		shimError("reading the original destination of a connection from %v: %v", c.RemoteAddr(), err)
+		s.error("reading the original destination of a connection from %v: %v", c.RemoteAddr(), err)
 		return
 	}
 	if la, ok := c.LocalAddr().(*net.TCPAddr); ok && unmap(la.AddrPort()) == unmap(dst) {
-		shimError("a connection from %v to the shim itself (%v) was not redirected; closed", c.RemoteAddr(), dst)
+		s.error("a connection from %v to the shim itself (%v) was not redirected; closed", c.RemoteAddr(), dst)
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	var d net.Dialer
-	up, err := d.DialContext(dctx, "tcp", gw.String())
+	up, err := d.DialContext(dctx, "tcp", s.gw.String())
 	cancel()
 	if err != nil {
-		shimError("handing %v over to the gateway: %v", dst, err)
+		s.error("handing %v over to the gateway: %v", dst, err)
 		return
 	}
 	defer up.Close()
@@ -89,7 +103,7 @@ func shimConn(ctx context.Context, c net.Conn, gw netip.AddrPort) {
 	}
 	up.SetWriteDeadline(time.Now().Add(handoff.Timeout))
 	if err := handoff.Write(up, src, dst); err != nil {
-		shimError("handing %v over to the gateway: %v", dst, err)
+		s.error("handing %v over to the gateway: %v", dst, err)
 		return
 	}
 	up.SetWriteDeadline(time.Time{})
@@ -134,7 +148,7 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// shimError writes one line to standard error.
-func shimError(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "sbx kube shim: "+format+"\n", args...)
+// error writes one line to the shim's standard error.
+func (s *shim) error(format string, args ...any) {
+	fmt.Fprintf(s.stderr, "sbx kube shim: "+format+"\n", args...)
 }
