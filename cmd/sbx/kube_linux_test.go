@@ -330,6 +330,21 @@ func TestKubeClusterSandbox(t *testing.T) {
 		}
 		w.waitDecision(id, map[string]any{"action": "allow", "host": w.web, "port": 8080})
 	}
+	// decisions --follow streams what comes next
+	follow := &syncBuffer{}
+	followCtx, stopFollow := context.WithCancel(t.Context())
+	followDone := make(chan int, 1)
+	go func() {
+		root := newRootCmd()
+		root.SetArgs([]string{"kube", "--kubeconfig", w.kubeconfig, "-n", w.ns, "decisions", "--sandbox", id, "--follow"})
+		root.SetOut(follow)
+		root.SetErr(follow)
+		followDone <- execute(followCtx, root)
+	}()
+	defer func() {
+		stopFollow()
+		<-followDone
+	}()
 	// blocked with the fix
 	{
 		out, errOut, err := w.exec(agent, "agent", "", "wget", "-S", "-O-", "http://"+w.web+":8081/")
@@ -337,6 +352,24 @@ func TestKubeClusterSandbox(t *testing.T) {
 			t.Fatalf("wget of a blocked target: err %v, want a 403\n%s%s", err, out, errOut)
 		}
 		w.waitDecision(id, map[string]any{"action": "block", "host": w.web, "port": 8081})
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(follow.String(), w.web+":8081"); {
+			if time.Now().After(deadline) {
+				t.Fatalf("sbx kube decisions --follow did not show the blocked request within 15 s:\n%s", follow.String())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// a cloud metadata address, dialled directly: captured, and refused
+	// by the gateway's address guard
+	{
+		res, _ := w.probe(agent, "agent", []map[string]any{{"id": "metadata", "kind": "tcp", "addr": "169.254.169.254:80", "send": "GET /latest/meta-data/ HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n"}})
+		if r := res["metadata"]; !strings.Contains(r.Data, "X-Sbx-Decision: block") || r.TimedOut {
+			t.Errorf("metadata address: %+v, want the gateway's refusal", r)
+		}
+		rec := w.waitDecision(id, map[string]any{"action": "block", "kind": "transparent", "host": "169.254.169.254"})
+		if !strings.Contains(fmt.Sprint(rec["reason"]), "169.254") {
+			t.Errorf("metadata record %v: want the guard's reason naming the address", rec)
+		}
 	}
 	// direct TCP captured, decided and logged
 	{
