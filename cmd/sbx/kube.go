@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -114,6 +115,7 @@ type kubeRunOptions struct {
 	id           string
 	serverDryRun bool
 	noPodRules   bool
+	logFile      string
 }
 
 func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
@@ -163,7 +165,7 @@ each one (admission included) without keeping it.`
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
 	fs.StringVar(&o.image, "image", "", "the agent container's `IMAGE` (required)")
-	fs.StringVar(&o.gatewayImage, "gateway-image", kube.ImageDefaultRef(version), "sbx's own image `REF`, for the gateway pod and the agent pod's rules and capture shim (sbx kube image writes one)")
+	fs.StringVar(&o.gatewayImage, "gateway-image", "", "sbx's own image `REF` as the cluster pulls it (required; sbx kube image writes one to push; a digest pins it), for the gateway pod and the agent pod's rules and capture shim")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
 	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
@@ -182,6 +184,7 @@ each one (admission included) without keeping it.`
 		fs.StringVar(&o.id, "id", "", "the sandbox's `ID` (8 hex digits; default a new one): with --gateway-ip, the id the other objects were printed with")
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
+		fs.StringVar(&o.logFile, "log", "", "keep the decision log (JSON Lines, read from the gateway pod while it runs) in `FILE`, new or empty, for sbx audit after the sandbox is gone")
 		fs.MarkHidden("gateway-ip")
 		fs.MarkHidden("server-dry-run")
 	}
@@ -196,8 +199,6 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	switch {
 	case o.image == "":
 		return usageErrorf(cmd, "--image is required: the agent container's image, e.g. --image node:22")
-	case o.gatewayImage == "":
-		return usageErrorf(cmd, "--gateway-image is empty: give the image sbx kube image wrote, as pushed")
 	case o.user <= 0:
 		return usageErrorf(cmd, "--user %d: the agent never runs as root; give a uid above 0", o.user)
 	case o.user == kube.ShimUID || o.user == kube.GatewayUID:
@@ -217,6 +218,12 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return usageErrorf(cmd, "-e %q: want KEY=VAL, e.g. -e DEBUG=1", e)
 		}
+	}
+	if o.gatewayImage == "" {
+		return usageErrorf(cmd, "--gateway-image is required: sbx's own image, as your cluster pulls it (sbx kube image -o sbx.tar writes it; push it and name it here, by digest to pin it)")
+	}
+	if o.logFile != "" && o.detach {
+		return usageErrorf(cmd, "--log keeps the decisions while sbx kube run runs, and -d returns at once: give one (sbx kube decisions --sandbox ID --json > FILE reads a detached sandbox's)")
 	}
 	if o.id != "" && !kubeIDPattern.MatchString(o.id) {
 		return usageErrorf(cmd, "--id %q: want the sandbox's id, 8 lower-case hex digits, as in its objects' label sbx.dev/sandbox", o.id)
@@ -272,9 +279,10 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
-	roots, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return kube.Spec{}, nil, fmt.Errorf("reading this machine's trusted roots for the agent's bundle: %w", err)
+	// The agent's bundle.pem is these roots and the CA, as sbx run's.
+	roots, err := kube.HostRoots()
+	if err != nil {
+		return kube.Spec{}, nil, fmt.Errorf("the agent's bundle of trusted roots: %w; install ca-certificates", err)
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
@@ -309,6 +317,14 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	stderr := cmd.ErrOrStderr()
+	var logDone <-chan error
+	var logFile *os.File
+	if o.logFile != "" {
+		if logFile, err = createLogFile(o.logFile); err != nil {
+			return err
+		}
+		defer logFile.Close()
+	}
 	// Ctrl-C while the sandbox is made or runs removes it.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -319,6 +335,12 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 	fmt.Fprintf(stderr, "sbx kube: sandbox %s in namespace %s: gateway pod %s (%s), agent pod %s\n", s.ID, c.Namespace, kube.GatewayPodName(s.ID), created.GatewayIP, kube.ObjectName(s.ID))
 	if s.SkipPodRulesForTest {
 		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
+	}
+	if others, err := c.OtherPolicies(ctx, s.ID); err == nil && len(others) > 0 {
+		fmt.Fprintf(stderr, "sbx kube: WARNING: NetworkPolicies of namespace %s select sandbox %s's pods too (%s): policies add up, so what they allow its pods may do as well\n", c.Namespace, s.ID, strings.Join(others, ", "))
+	}
+	if logFile != nil {
+		logDone = saveDecisions(ctx, c, s.ID, logFile)
 	}
 	remove := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -343,10 +365,48 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 	if err := remove(); err != nil {
 		return err
 	}
+	if logDone != nil {
+		// The gateway's log ends with its pod, removed above.
+		if err := <-logDone; err != nil {
+			return fmt.Errorf("--log %s: %w", o.logFile, err)
+		}
+		fmt.Fprintf(stderr, "sbx kube: decision log of sandbox %s: %s\n", s.ID, o.logFile)
+	}
 	if code != 0 {
 		return &exitError{code: code, err: errSilent}
 	}
 	return nil
+}
+
+// createLogFile creates --log's file, new or empty, mode 0600.
+func createLogFile(path string) (*os.File, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+		return nil, fmt.Errorf("--log %s: the file is not empty; give a new file, so that two runs are never mixed in one log", path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--log: %w", err)
+	}
+	return f, nil
+}
+
+// saveDecisions copies the sandbox's decision log to f as the gateway
+// writes it, until the gateway pod's log ends (the pod removed) or ctx
+// is done; the channel gets the copy's error.
+func saveDecisions(ctx context.Context, c *kube.Cluster, id string, f *os.File) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		rc, err := c.DecisionLog(ctx, id, true)
+		if err == nil {
+			_, err = io.Copy(f, rc)
+			rc.Close()
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		done <- err
+	}()
+	return done
 }
 
 // kubeManifest prints the objects, or has the API server check them.
@@ -369,10 +429,9 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 		fmt.Fprintf(cmd.OutOrStdout(), "the API server accepts sandbox %s's objects in namespace %s (server-side dry run: nothing was kept)\n", s.ID, c.Namespace)
 		return nil
 	}
+	// Without -n the objects name no namespace: kubectl apply puts them
+	// in its context's, as sbx kube run would.
 	s.Namespace = kf.namespace
-	if s.Namespace == "" {
-		s.Namespace = "default"
-	}
 	objs, err := kube.MakeObjects(s)
 	if err != nil {
 		return err
@@ -390,6 +449,9 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 			return err
 		}
 		docs = append(docs, agent)
+	}
+	if o.gatewayIP == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube manifest: the Secret %s holds the sandbox CA's private key and the API token: keep this output where only those who may change the sandbox's policy can read it\n", kube.ObjectName(s.ID))
 	}
 	out := cmd.OutOrStdout()
 	for i, d := range docs {

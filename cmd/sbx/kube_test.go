@@ -41,9 +41,11 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--user", "15001", "--", "true"}, "sbx's own"},
 		{[]string{"kube", "run", "--image", "busybox", "--pull", "sometimes", "--", "true"}, "--pull"},
 		{[]string{"kube", "run", "--image", "busybox", "-e", "NOVALUE", "--", "true"}, "KEY=VAL"},
-		{[]string{"kube", "run", "--image", "busybox", "--default", "ask", "--", "true"}, "ask is not supported"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--default", "ask", "--", "true"}, "ask is not supported"},
+		{[]string{"kube", "run", "--image", "busybox", "--", "true"}, "--gateway-image is required"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--log", "x.jsonl", "--", "true"}, "--log"},
 		{[]string{"kube", "run", "--image", "busybox", "--approvals", "a.yaml", "--", "true"}, "--approvals"},
-		{[]string{"kube", "manifest", "--image", "busybox", "--id", "1a2b3c4d", "--gateway-ip", "fd00::1", "--", "true"}, "--gateway-ip"},
+		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--id", "1a2b3c4d", "--gateway-ip", "fd00::1", "--", "true"}, "--gateway-ip"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {

@@ -8,20 +8,17 @@ import (
 
 func TestOpenToOthers(t *testing.T) {
 	dir := t.TempDir()
-	other := os.Getegid() + 4242
 	for _, tc := range []struct {
-		mode     os.FileMode
-		otherGrp bool
-		want     bool
+		mode os.FileMode
+		want bool
 	}{
-		{0o600, false, false},
-		{0o400, true, false},
-		{0o440, false, false}, // Kubernetes' Secret for an fsGroup: the process's own group
-		{0o640, false, false},
-		{0o440, true, true}, // another group may read it
-		{0o604, false, true},
-		{0o620, false, true},
-		{0o602, false, true},
+		{0o600, false},
+		{0o400, false},
+		{0o640, true}, // a host's file readable by its group: refused
+		{0o440, true},
+		{0o604, true},
+		{0o620, true},
+		{0o602, true},
 	} {
 		p := filepath.Join(dir, "f")
 		os.Remove(p)
@@ -29,20 +26,57 @@ func TestOpenToOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.Chmod(p, tc.mode)
-		if tc.otherGrp {
-			if os.Getuid() != 0 {
-				continue // only root gives a file away
-			}
-			if err := os.Chown(p, -1, other); err != nil {
-				t.Fatal(err)
-			}
-		}
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := OpenToOthers(fi); got != tc.want {
-			t.Errorf("mode %#o, another group %v: OpenToOthers = %v, want %v", tc.mode, tc.otherGrp, got, tc.want)
+			t.Errorf("mode %#o: OpenToOthers = %v, want %v", tc.mode, got, tc.want)
 		}
+	}
+}
+
+// The Kubernetes shape, as the gateway pod sees its Secret: root's file,
+// mode 0440, group the pod's fsGroup, read by a process of that group that
+// is not root.
+func TestOpenToOthersSecretMount(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give the file to another group")
+	}
+	const fsGroup = 65532
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte("x"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 0, fsGroup); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		euid, egid int
+		want       bool
+	}{
+		{"the pod's process", 65532, fsGroup, false},
+		{"a process of another group", 65532, 1000, true},
+		{"root", 0, fsGroup, true},
+	} {
+		if got := openToOthers(fi, tc.euid, tc.egid); got != tc.want {
+			t.Errorf("%s: openToOthers = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	os.Chmod(p, 0o460) // group-writable: never
+	fi, _ = os.Stat(p)
+	if !openToOthers(fi, 65532, fsGroup) {
+		t.Error("a group-writable file was taken")
+	}
+	os.Chown(p, 1000, fsGroup) // not root's: never
+	os.Chmod(p, 0o440)
+	fi, _ = os.Stat(p)
+	if !openToOthers(fi, 65532, fsGroup) {
+		t.Error("a file of another user's was taken")
 	}
 }

@@ -248,14 +248,15 @@ func TestLoadOrCreateToken(t *testing.T) {
 	if again, err := LoadOrCreateToken(path); err != nil || again != tok {
 		t.Errorf("reading it back: %q, %v", again, err)
 	}
-	for _, mode := range []os.FileMode{0o644, 0o604, 0o660, 0o602} {
+	// A host's file readable by its group is refused too (the Secret
+	// mount's shape is TestOpenToOthersSecretMount's).
+	for _, mode := range []os.FileMode{0o644, 0o604, 0o660, 0o602, 0o640, 0o440} {
 		os.Chmod(path, mode)
 		if _, err := LoadOrCreateToken(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 			t.Errorf("a token file of mode %#o: %v, want an error saying chmod 600", mode, err)
 		}
 	}
-	// As the kubelet mounts a Secret for a pod's fsGroup.
-	for _, mode := range []os.FileMode{0o440, 0o640, 0o400} {
+	for _, mode := range []os.FileMode{0o400, 0o600} {
 		os.Chmod(path, mode)
 		if again, err := LoadOrCreateToken(path); err != nil || again != tok {
 			t.Errorf("a token file of mode %#o: %q, %v; want the token", mode, again, err)

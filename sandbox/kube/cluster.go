@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -72,8 +73,12 @@ type APIError struct {
 func (e *APIError) Error() string {
 	msg := fmt.Sprintf("%s %s %s in namespace %s: %v", e.Op, e.Kind, e.Name, e.Namespace, e.Err)
 	switch {
+	case apierrors.IsForbidden(e.Err) && strings.Contains(e.Err.Error(), "violates PodSecurity"):
+		msg += fmt.Sprintf("; the agent pod's rules container needs NET_ADMIN, which only the privileged Pod Security level allows: label the namespace pod-security.kubernetes.io/enforce=privileged (kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged), or use a namespace that has it", e.Namespace)
+	case apierrors.IsForbidden(e.Err) && strings.Contains(e.Err.Error(), "exceeded quota"):
+		msg += fmt.Sprintf("; namespace %s's ResourceQuota is used up: stop other sandboxes (sbx kube ps) or raise the quota", e.Namespace)
 	case apierrors.IsForbidden(e.Err):
-		msg += fmt.Sprintf("; your kubeconfig's user needs the right to %s %ss in %s (see docs/kubernetes.md for the role sbx kube needs)", e.Op, strings.ToLower(e.Kind), e.Namespace)
+		msg += fmt.Sprintf("; your kubeconfig's user needs the right to %s %ss in %s (docs/kubernetes.md lists the rights sbx kube needs)", e.Op, strings.ToLower(e.Kind), e.Namespace)
 	case apierrors.IsNotFound(e.Err) && e.Op == "create":
 		msg += fmt.Sprintf("; does namespace %s exist? kubectl create namespace %s, or use another namespace", e.Namespace, e.Namespace)
 	case apierrors.IsAlreadyExists(e.Err):
@@ -105,11 +110,32 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 		return Created{}, err
 	}
 	objs.AllowPrivate(allowPrivate)
+	ns := c.Namespace
+	if s.Name != "" {
+		if sb, err := c.Find(ctx, s.Name); err == nil {
+			return Created{}, fmt.Errorf("a sandbox named %s is in namespace %s already (%s): %w", s.Name, ns, sb.ID, ErrNameInUse)
+		}
+	}
+	// The agent pod first, checked by the server without keeping it: a
+	// namespace whose admission refuses it (Pod Security, quotas) fails
+	// here, before anything is made.
+	probe, err := AgentPod(s, netip.MustParseAddr("192.0.2.1"))
+	if err != nil {
+		return Created{}, err
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{FieldManager: "sbx", DryRun: []string{metav1.DryRunAll}}); err != nil {
+		return Created{}, &APIError{"create", "Pod", probe.Name, ns, err}
+	}
 	opts := metav1.CreateOptions{FieldManager: "sbx"}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	ns := c.Namespace
+	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, opts)
+	if err != nil {
+		return Created{}, &APIError{"create", "ConfigMap", objs.ConfigMap.Name, ns, err}
+	}
+	// From here the sandbox's objects are ours to remove on failure (not
+	// before: a ConfigMap that was there already is another sandbox's).
 	defer func() {
 		if retErr != nil && !dryRun {
 			if err := c.Delete(context.WithoutCancel(ctx), s.ID); err != nil {
@@ -117,10 +143,6 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 			}
 		}
 	}()
-	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, opts)
-	if err != nil {
-		return Created{}, &APIError{"create", "ConfigMap", objs.ConfigMap.Name, ns, err}
-	}
 	owner := []metav1.OwnerReference{*metav1.NewControllerRef(cm, corev1.SchemeGroupVersion.WithKind("ConfigMap"))}
 	if dryRun {
 		owner[0].UID = "00000000-0000-0000-0000-000000000000"
@@ -136,8 +158,12 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 			return Created{}, &APIError{"create", "NetworkPolicy", np.Name, ns, err}
 		}
 	}
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, objs.Gateway, opts); err != nil {
+	gw, err := c.Client.CoreV1().Pods(ns).Create(ctx, objs.Gateway, opts)
+	if err != nil {
 		return Created{}, &APIError{"create", "Pod", objs.Gateway.Name, ns, err}
+	}
+	if err := checkAdmitted(objs.Gateway, gw); err != nil {
+		return Created{}, err
 	}
 	var gwIP netip.Addr
 	if dryRun {
@@ -150,10 +176,106 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 		return Created{}, err
 	}
 	agent.OwnerReferences = owner
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, agent, opts); err != nil {
+	made, err := c.Client.CoreV1().Pods(ns).Create(ctx, agent, opts)
+	if err != nil {
 		return Created{}, &APIError{"create", "Pod", agent.Name, ns, err}
 	}
+	if err := checkAdmitted(agent, made); err != nil {
+		return Created{}, err
+	}
 	return Created{GatewayIP: gwIP}, nil
+}
+
+// OtherPolicies lists the namespace's NetworkPolicies, not the
+// sandbox's own, that select its agent or gateway pod. NetworkPolicies add
+// up: what such a policy allows, the sandbox's pods may do too.
+func (c *Cluster) OtherPolicies(ctx context.Context, id string) ([]string, error) {
+	nps, err := c.Client.NetworkingV1().NetworkPolicies(c.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, &APIError{"list", "NetworkPolicy", "", c.Namespace, err}
+	}
+	var names []string
+	for _, np := range nps.Items {
+		if np.Labels[LabelSandbox] == id {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			names = append(names, np.Name) // one sbx cannot read may select them
+			continue
+		}
+		for _, role := range []string{RoleAgent, RoleGateway} {
+			if sel.Matches(labels.Set{LabelSandbox: id, LabelRole: role}) {
+				names = append(names, np.Name)
+				break
+			}
+		}
+	}
+	return names, nil
+}
+
+// ErrNameInUse is Create's error when another sandbox of the namespace
+// has the name asked for.
+var ErrNameInUse = errors.New("sandbox name in use")
+
+// ErrPodChanged is Create's error when the cluster admitted a pod other
+// than the one sbx sent: a mutating admission webhook added a container
+// (a service mesh's sidecar and its NET_ADMIN init container, say),
+// changed a security context, or gave it the node's namespaces.
+var ErrPodChanged = errors.New("the cluster changed the pod sbx made")
+
+// checkAdmitted compares the pod the API server kept with the one sent:
+// the containers, their images and security contexts, and the pod's
+// namespaces must be as sbx made them.
+func checkAdmitted(sent, kept *corev1.Pod) error {
+	names := func(cs []corev1.Container) []string {
+		var n []string
+		for _, c := range cs {
+			n = append(n, c.Name)
+		}
+		return n
+	}
+	diff := ""
+	switch {
+	case !slices.Equal(names(sent.Spec.InitContainers), names(kept.Spec.InitContainers)):
+		diff = fmt.Sprintf("init containers %v, not %v", names(kept.Spec.InitContainers), names(sent.Spec.InitContainers))
+	case !slices.Equal(names(sent.Spec.Containers), names(kept.Spec.Containers)):
+		diff = fmt.Sprintf("containers %v, not %v", names(kept.Spec.Containers), names(sent.Spec.Containers))
+	case kept.Spec.HostNetwork || kept.Spec.HostPID || kept.Spec.HostIPC:
+		diff = "the node's namespaces"
+	case kept.Spec.ShareProcessNamespace != nil && *kept.Spec.ShareProcessNamespace:
+		diff = "a shared process namespace"
+	}
+	all := func(p *corev1.Pod) []corev1.Container {
+		return append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...)
+	}
+	for i, k := range all(kept) {
+		if diff != "" {
+			break
+		}
+		s := all(sent)[i]
+		if k.Image != s.Image || !sameCaps(s.SecurityContext, k.SecurityContext) || privileged(k.SecurityContext) {
+			diff = "container " + k.Name + "'s image or security context"
+		}
+	}
+	if diff == "" {
+		return nil
+	}
+	return fmt.Errorf("pod %s came back with %s: %w; exclude the namespace from the webhook that changes pods (a service mesh's injection, say) or use another namespace", kept.Name, diff, ErrPodChanged)
+}
+
+func sameCaps(a, b *corev1.SecurityContext) bool {
+	capsOf := func(sc *corev1.SecurityContext) []corev1.Capability {
+		if sc == nil || sc.Capabilities == nil {
+			return nil
+		}
+		return sc.Capabilities.Add
+	}
+	return slices.Equal(capsOf(a), capsOf(b))
+}
+
+func privileged(sc *corev1.SecurityContext) bool {
+	return sc != nil && sc.Privileged != nil && *sc.Privileged
 }
 
 // GatewayWait bounds how long Create waits for the gateway pod to be ready.
@@ -177,11 +299,10 @@ func (c *Cluster) waitGateway(ctx context.Context, id string) (netip.Addr, error
 			return netip.Addr{}, fmt.Errorf("the gateway pod %s: %w", name, err)
 		}
 		if pod.Status.Phase == corev1.PodRunning && podReady(pod) {
-			ip, err := netip.ParseAddr(pod.Status.PodIP)
-			if err != nil {
-				return netip.Addr{}, fmt.Errorf("the gateway pod %s has no usable address (%q)", name, pod.Status.PodIP)
+			if ip, ok := podIPv4(pod); ok {
+				return ip, nil
 			}
-			return ip, nil
+			return netip.Addr{}, fmt.Errorf("the gateway pod %s has no IPv4 address (%v); sbx kube needs a cluster with IPv4 pod addresses", name, pod.Status.PodIPs)
 		}
 		select {
 		case <-ctx.Done():
@@ -189,6 +310,20 @@ func (c *Cluster) waitGateway(ctx context.Context, id string) (netip.Addr, error
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// podIPv4 returns the pod's IPv4 address, of a dual-stack pod too.
+func podIPv4(pod *corev1.Pod) (netip.Addr, bool) {
+	ips := []string{pod.Status.PodIP}
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	for _, s := range ips {
+		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 func podReady(pod *corev1.Pod) bool {
@@ -236,30 +371,51 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
-	zero := int64(0)
-	del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
 	ns := c.Namespace
+	// The pods first, and gone (their containers stopped, which a
+	// graceful deletion waits for) before the NetworkPolicies go: a
+	// container never runs without its policy.
+	grace := int64(1)
+	err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
+	}
+	if err := c.waitGone(ctx, id, true); err != nil {
+		return err
+	}
 	var errs *multierror.Error
 	for _, d := range []struct {
 		kind string
 		fn   func() error
 	}{
-		{"Pod", func() error { return c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, del, sel) }},
-		{"NetworkPolicy", func() error { return c.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(ctx, del, sel) }},
-		{"Secret", func() error { return c.Client.CoreV1().Secrets(ns).DeleteCollection(ctx, del, sel) }},
-		{"ConfigMap", func() error { return c.Client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, del, sel) }},
+		{"NetworkPolicy", func() error {
+			return c.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
+		}},
+		{"Secret", func() error { return c.Client.CoreV1().Secrets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel) }},
+		{"ConfigMap", func() error {
+			return c.Client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
+		}},
 	} {
 		if err := d.fn(); err != nil && !apierrors.IsNotFound(err) {
-			errs = multierror.Append(errs, &APIError{"delete", d.kind, LabelSandbox + "=" + id, ns, err})
+			errs = multierror.Append(errs, &APIError{"delete", d.kind, sel.LabelSelector, ns, err})
 		}
 	}
 	if err := errs.ErrorOrNil(); err != nil {
 		return err
 	}
+	return c.waitGone(ctx, id, false)
+}
+
+// waitGone waits until the sandbox's pods (podsOnly), or all its objects,
+// are gone.
+func (c *Cluster) waitGone(ctx context.Context, id string, podsOnly bool) error {
 	for {
 		left, err := c.objectsLeft(ctx, id)
 		if err != nil {
 			return err
+		}
+		if podsOnly {
+			left = slices.DeleteFunc(left, func(s string) bool { return !strings.HasPrefix(s, "pod/") })
 		}
 		if len(left) == 0 {
 			return nil
@@ -366,14 +522,24 @@ func (c *Cluster) Find(ctx context.Context, ref string) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
-	var found []Sandbox
+	var found, named []Sandbox
 	for _, sb := range all {
-		if sb.ID == ref || sb.Name == ref {
+		if sb.ID == ref {
 			return sb, nil
+		}
+		if sb.Name == ref {
+			named = append(named, sb)
 		}
 		if strings.HasPrefix(sb.ID, ref) {
 			found = append(found, sb)
 		}
+	}
+	switch len(named) {
+	case 1:
+		return named[0], nil
+	case 0:
+	default:
+		return Sandbox{}, fmt.Errorf("%d sandboxes in namespace %s are named %q; give the id (sbx kube ps lists them)", len(named), c.Namespace, ref)
 	}
 	switch len(found) {
 	case 1:
@@ -407,21 +573,25 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 			}
 			return 0, &APIError{"get", "Pod", name, c.Namespace, err}
 		}
+		// The agent's status first: once it ended with a status other
+		// than 0 the pod's phase turns Failed too.
+		if code, ok := agentExit(pod); ok {
+			if !once && started != nil {
+				started()
+			}
+			return code, nil
+		}
 		if err := podFailure(pod); err != nil {
 			return 0, fmt.Errorf("the agent pod %s: %w", name, err)
 		}
-		running := false
+		if err := c.gatewayRunning(ctx, id); err != nil {
+			return 0, err
+		}
 		for _, st := range pod.Status.ContainerStatuses {
-			if st.Name == "agent" && (st.State.Running != nil || st.State.Terminated != nil) {
-				running = true
+			if st.Name == "agent" && st.State.Running != nil && !once && started != nil {
+				once = true
+				started()
 			}
-		}
-		if running && !once && started != nil {
-			once = true
-			started()
-		}
-		if code, ok := agentExit(pod); ok {
-			return code, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -429,6 +599,30 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// ErrGatewayEnded is WaitAgent's error when the sandbox's gateway pod
+// stopped running while its agent ran: the agent is cut off, and its
+// rules name an address the cluster may give another pod.
+var ErrGatewayEnded = errors.New("the gateway pod ended")
+
+// gatewayRunning says why the sandbox's gateway pod is not running, or
+// nil.
+func (c *Cluster) gatewayRunning(ctx context.Context, id string) error {
+	name := GatewayPodName(id)
+	pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: pod %s is gone", ErrGatewayEnded, name)
+	case err != nil:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &APIError{"get", "Pod", name, c.Namespace, err}
+	case pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning:
+		return fmt.Errorf("%w: pod %s is %s%s", ErrGatewayEnded, name, pod.Status.Phase, messageSuffix(pod.Status.Reason+" "+pod.Status.Message))
+	}
+	return nil
 }
 
 // WaitStarted waits until the agent container runs (or has run).

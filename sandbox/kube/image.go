@@ -282,6 +282,22 @@ func imageExeArch(exe string) (string, error) {
 	return "", fmt.Errorf("%s is linked dynamically (it has %s), and sbx's image has no loader or libraries: %s: %w", exe, needs, imageStaticFix, ErrImageNotStatic)
 }
 
+// HostRoots returns the host's bundle of trusted roots (PEM): the first
+// of the usual bundles that exists, as the image's are found. An error
+// wraps ErrImageNoCACerts when there is none.
+func HostRoots() ([]byte, error) {
+	for _, c := range imageCACertsCandidates {
+		data, err := os.ReadFile(c)
+		if err == nil {
+			return data, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("reading the host's trusted roots: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("no bundle of trusted roots on this host (looked for %s): %w", strings.Join(imageCACertsCandidates, ", "), ErrImageNoCACerts)
+}
+
 // openImageCACerts opens the bundle of CA certificates for the image:
 // path, or when it is empty the first of the host's usual bundles. It
 // must hold at least one PEM certificate.

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -78,7 +79,8 @@ const (
 type Spec struct {
 	// ID is the sandbox's id (8 lower-case hex digits; NewID makes one).
 	ID string
-	// Namespace is the Kubernetes namespace of every object.
+	// Namespace is the Kubernetes namespace of every object; "" leaves it
+	// out of them (Cluster.Create sets its own).
 	Namespace string
 	// Name is the user's name for the sandbox (--name), or "".
 	Name string
@@ -112,6 +114,9 @@ type Spec struct {
 	SkipPodRulesForTest bool
 }
 
+// ErrReservedUID is the error for an agent uid that is sbx's own.
+var ErrReservedUID = errors.New("reserved uid")
+
 var idPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
 
 // check checks the fields Objects and AgentPod need.
@@ -119,14 +124,14 @@ func (s *Spec) check() error {
 	switch {
 	case !idPattern.MatchString(s.ID):
 		return fmt.Errorf("sandbox id %q: want 8 lower-case hex digits", s.ID)
-	case s.Namespace == "":
-		return fmt.Errorf("sandbox %s: no namespace", s.ID)
 	case s.Image == "":
 		return fmt.Errorf("sandbox %s: no agent image", s.ID)
 	case s.GatewayImage == "":
 		return fmt.Errorf("sandbox %s: no gateway image (sbx's own, which sbx kube image writes)", s.ID)
 	case s.User < 0:
 		return fmt.Errorf("sandbox %s: user %d: want a uid above 0", s.ID, s.User)
+	case s.User == ShimUID || s.User == GatewayUID:
+		return fmt.Errorf("sandbox %s: user %d is sbx's own (the capture shim's or the gateway's, which the pod's rules treat apart): %w", s.ID, s.User, ErrReservedUID)
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
 		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
 	}
@@ -148,9 +153,19 @@ func (s *Spec) labels(role string) map[string]string {
 }
 
 func (s *Spec) meta(name, role string) metav1.ObjectMeta {
-	m := metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: s.labels(role)}
+	m := metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: s.labels(role), Annotations: map[string]string{}}
 	if s.Name != "" {
-		m.Annotations = map[string]string{AnnotationName: s.Name}
+		m.Annotations[AnnotationName] = s.Name
+	}
+	if role != "" {
+		// A service mesh's injector would add a sidecar and an init
+		// container with NET_ADMIN of its own (Create refuses a pod that
+		// comes back changed); Istio's and Linkerd's are asked not to.
+		m.Annotations["sidecar.istio.io/inject"] = "false"
+		m.Annotations["linkerd.io/inject"] = "disabled"
+	}
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
 	}
 	return m
 }
@@ -229,11 +244,14 @@ func (s *Spec) agentPolicy() *networkingv1.NetworkPolicy {
 	}
 }
 
-// privateNets are the addresses the gateway pod's egress leaves out:
-// cluster, node and metadata addresses are in them on every cluster sbx
-// knows of. The gateway's address guard refuses them too, unless the
-// policy's allow_private lets them through, and then the NetworkPolicy
-// has them as well (AllowPrivate).
+// privateNets are the IPv4 addresses the gateway pod's egress leaves
+// out: the private, shared, link-local (cloud metadata), loopback and
+// multicast ranges, where clusters put their pods, services and nodes on
+// the usual set-ups. A cluster whose addresses are public (some IPv6
+// clusters, pod ranges outside RFC 1918) is left to the gateway's address
+// guard, which refuses only special addresses. The guard refuses these
+// too unless the policy's allow_private lets them through, and then the
+// NetworkPolicy has them as well (AllowPrivate).
 var privateNets = []string{
 	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
 	"169.254.0.0/16", "127.0.0.0/8", "0.0.0.0/8", "224.0.0.0/3",
@@ -262,7 +280,7 @@ func (s *Spec) gatewayPolicy() *networkingv1.NetworkPolicy {
 					}},
 					Ports: []networkingv1.NetworkPolicyPort{udpPort(53), tcpPort(53)},
 				},
-				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "ff00::/8"}}}}},
+				{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fc00::/7", "fe80::/10", "::1/128", "ff00::/8", "64:ff9b::/96"}}}}},
 			},
 		},
 	}
@@ -460,10 +478,7 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		},
 	}
 	if s.SkipPodRulesForTest {
-		pod.Annotations = map[string]string{AnnotationNoPodRules: "true"}
-		if s.Name != "" {
-			pod.Annotations[AnnotationName] = s.Name
-		}
+		pod.Annotations[AnnotationNoPodRules] = "true"
 	}
 	return pod, nil
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -179,5 +180,57 @@ func TestNetworkPolicies(t *testing.T) {
 	last := o.GatewayPolicy.Spec.Egress[len(o.GatewayPolicy.Spec.Egress)-1]
 	if last.To[0].IPBlock.CIDR != "10.244.0.7/32" {
 		t.Errorf("allow_private egress = %+v", last)
+	}
+}
+
+func TestCheckAdmitted(t *testing.T) {
+	s := testSpec()
+	sent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAdmitted(sent, sent.DeepCopy()); err != nil {
+		t.Errorf("the same pod: %v", err)
+	}
+	t2 := true
+	for name, change := range map[string]func(p *corev1.Pod){
+		"a mesh's init container": func(p *corev1.Pod) {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: "istio-init", SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}})
+		},
+		"a sidecar":          func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "proxy"}) },
+		"the node's network": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"a shared pid space": func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = &t2 },
+		"another image":      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil" },
+		"a capability added": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		},
+		"privileged": func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Privileged = &t2 },
+	} {
+		kept := sent.DeepCopy()
+		change(kept)
+		if err := checkAdmitted(sent, kept); !errors.Is(err, ErrPodChanged) {
+			t.Errorf("%s: got %v, want ErrPodChanged", name, err)
+		}
+	}
+}
+
+func TestReservedUIDs(t *testing.T) {
+	for _, uid := range []int64{ShimUID, GatewayUID} {
+		s := testSpec()
+		s.User = uid
+		if _, err := AgentPod(s, netip.MustParseAddr("10.244.0.9")); !errors.Is(err, ErrReservedUID) {
+			t.Errorf("uid %d: got %v, want ErrReservedUID", uid, err)
+		}
+	}
+}
+
+func TestPodIPv4(t *testing.T) {
+	p := &corev1.Pod{Status: corev1.PodStatus{PodIP: "fd00::5", PodIPs: []corev1.PodIP{{IP: "fd00::5"}, {IP: "10.244.0.5"}}}}
+	if ip, ok := podIPv4(p); !ok || ip.String() != "10.244.0.5" {
+		t.Errorf("dual stack, IPv6 first: got %v %v, want 10.244.0.5", ip, ok)
+	}
+	p.Status.PodIPs = p.Status.PodIPs[:1]
+	if _, ok := podIPv4(p); ok {
+		t.Error("an IPv6-only pod gave an IPv4 address")
 	}
 }
