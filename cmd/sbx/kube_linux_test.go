@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ type kubeTest struct {
 // everything in it.
 func newKubeTest(t *testing.T) *kubeTest {
 	t.Helper()
-	if os.Getuid() != 0 {
+	if os.Getuid() != 0 && os.Getenv(envRequireKube) == "" {
 		t.Skip("needs root, as the test cluster does: scripts/kube-test.sh runs it")
 	}
 	k := &kubeTest{t: t, kubeconfig: os.Getenv(envKubeconfig), kubectl: os.Getenv(envKubectl),
@@ -152,10 +153,11 @@ func (k *kubeTest) waitRunning(name string) string {
 
 // probeResult is what the probe saw of one attempt (sbx selftest's probe).
 type probeResult struct {
-	Err      string `json:"err"`
-	Data     string `json:"data"`
-	Answered bool   `json:"answered"`
-	TimedOut bool   `json:"timed_out"`
+	Err      string   `json:"err"`
+	Data     string   `json:"data"`
+	Answered bool     `json:"answered"`
+	Addrs    []string `json:"addrs"`
+	TimedOut bool     `json:"timed_out"`
 }
 
 // probe runs sbx selftest's probe in a pod's container with attempts
@@ -253,8 +255,9 @@ func (k *kubeTest) objectsLeft(id string) []string {
 	return left
 }
 
-// kubeWorld is a namespace with a web pod (HTTP on 8080 and 8081, a DNS
-// server on UDP 9053, which sbx gateway's stub serves) that stands in for the network and the cluster, and a
+// kubeWorld is a namespace with a web pod (HTTP on 8080 and 8081, DNS
+// servers on UDP 53 and 9053, which sbx gateway's stub serves, answering
+// probe.test with 192.0.2.7) that stands in for the network and the cluster, and a
 // control pod, confined by nothing, whose attempts show that each target
 // answers.
 type kubeWorld struct {
@@ -264,6 +267,7 @@ type kubeWorld struct {
 
 const webScript = `mkdir -p /tmp/www && echo hello-from-web > /tmp/www/index.html &&
 httpd -p 8080 -h /tmp/www && httpd -p 8081 -h /tmp/www &&
+(sbx gateway --listen 127.0.0.1:3129 --dns 0.0.0.0:53 --allow probe.test --resolve probe.test=192.0.2.7 >/dev/null 2>&1 &) &&
 exec sbx gateway --listen 127.0.0.1:3128 --dns 0.0.0.0:9053 --allow probe.test --resolve probe.test=192.0.2.7`
 
 func newKubeWorld(t *testing.T) *kubeWorld {
@@ -305,6 +309,7 @@ func (w *kubeWorld) escapes() []map[string]any {
 		{"id": "api-server", "kind": "tcp", "addr": "10.250.0.1:16443", "send": "GET /version HTTP/1.0\r\nHost: 10.250.0.1:16443\r\n\r\n"},
 		{"id": "node-kubelet", "kind": "tcp", "addr": "10.250.0.1:10250", "send": "GET /healthz HTTP/1.0\r\nHost: 10.250.0.1:10250\r\n\r\n"},
 		{"id": "ping-other-pod", "kind": "ping-raw", "addr": w.web, "token": "sbx"},
+		{"id": "dns-other-pod", "kind": "dns-udp", "addr": w.web + ":53", "name": "probe.test"},
 	}
 }
 
@@ -314,6 +319,9 @@ func TestKubeClusterSandbox(t *testing.T) {
 	// sandbox's doing.
 	ctl, _ := w.probe("control", "main", w.escapes())
 	for id, r := range ctl {
+		if strings.HasPrefix(id, "dns") && !slices.Contains(r.Addrs, "192.0.2.7") {
+			t.Fatalf("control pod: %s: %+v; the web pod's DNS server must answer probe.test for the test to mean anything", id, r)
+		}
 		if r.Err != "" && !strings.Contains(r.Err, "EOF") && !r.Answered || r.TimedOut {
 			t.Fatalf("control pod: %s: %+v; the target must answer for the test to mean anything", id, r)
 		}
@@ -386,7 +394,14 @@ func TestKubeClusterSandbox(t *testing.T) {
 			r := res[a["id"].(string)]
 			// What came back is the gateway's refusal or nothing: never
 			// the target's own answer, which the control pod got.
-			if r.Data != "" && !strings.Contains(r.Data, "X-Sbx-Decision: block") || r.Answered {
+			switch {
+			case a["id"] == "dns-other-pod":
+				// Port 53 of any address is the sandbox gateway's stub:
+				// an answer, but never the web pod's.
+				if slices.Contains(r.Addrs, "192.0.2.7") {
+					t.Errorf("%s: the web pod's DNS server answered the agent: %+v", a["id"], r)
+				}
+			case r.Data != "" && !strings.Contains(r.Data, "X-Sbx-Decision: block") || r.Answered:
 				t.Errorf("%s: the agent got through: %+v", a["id"], r)
 			}
 			if r.TimedOut {
@@ -443,11 +458,14 @@ func TestKubeClusterNetworkPolicyAlone(t *testing.T) {
 	w := newKubeWorld(t)
 	id := w.runSandbox("--test-no-pod-rules", "--allow", w.web+":8080", "--allow-private", w.web+"/32")
 	agent := kube.ObjectName(id)
-	escapes := append(w.escapes(), map[string]any{"id": "direct-allowed-host", "kind": "tcp", "addr": w.web + ":8080", "send": "GET / HTTP/1.0\r\n\r\n"})
+	// Raw ICMP is left out: without NET_RAW it fails whatever the
+	// policy, so it would pass for the wrong reason here.
+	escapes := slices.DeleteFunc(w.escapes(), func(a map[string]any) bool { return a["kind"] == "ping-raw" })
+	escapes = append(escapes, map[string]any{"id": "direct-allowed-host", "kind": "tcp", "addr": w.web + ":8080", "send": "GET / HTTP/1.0\r\n\r\n"})
 	res, _ := w.probe(agent, "agent", escapes)
 	for _, a := range escapes {
 		r := res[a["id"].(string)]
-		if r.Err == "" || strings.Contains(r.Data, "hello-from-web") || strings.Contains(r.Data, "pong") {
+		if r.Err == "" || strings.Contains(r.Data, "hello-from-web") || slices.Contains(r.Addrs, "192.0.2.7") {
 			t.Errorf("%s: with the NetworkPolicy alone the agent got through: %+v", a["id"], r)
 		}
 	}
