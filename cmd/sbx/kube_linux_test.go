@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -515,10 +516,16 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 // start ends the run with why, and nothing is left either.
 func TestKubeClusterRunForeground(t *testing.T) {
 	k := newKubeTest(t)
-	out, errOut, code := k.sbx("run", "--name", "fg", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
-		"--", "sh", "-c", "echo hello from the agent; id -u; exit 3")
+	logFile := filepath.Join(t.TempDir(), "decisions.jsonl")
+	out, errOut, code := k.sbx("run", "--name", "fg", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--log", logFile,
+		"--", "sh", "-c", "echo hello from the agent; id -u; wget -q -O- http://blocked.test/; exit 3")
 	if code != 3 || !strings.Contains(out, "hello from the agent\n1000\n") {
 		t.Errorf("sbx kube run: exit %d, want 3; stdout %q, want the agent's output (uid 1000)\n%s", code, out, errOut)
+	}
+	// --log kept the decisions after the gateway pod went.
+	rep, errOut, code := runCLI(t, "audit", "--format", "json", logFile)
+	if code != 0 || !strings.Contains(rep, "blocked.test") {
+		t.Errorf("sbx audit of --log's file: exit %d, want blocked.test in the report\n%s%s", code, rep, errOut)
 	}
 	if left := k.objectsLeft(""); len(left) > 0 {
 		t.Errorf("left after the run: %v", left)
