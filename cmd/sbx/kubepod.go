@@ -29,8 +29,9 @@ gateway pod's DNS port and every other TCP connection to the capture shim on
 127.0.0.1:15001, which hands it to the gateway with its destination; they
 let the agent reach the gateway's proxy and DNS ports directly, let only the
 shim's uid (15001) reach the gateway's capture port, and reject everything
-else at once (a TCP reset, an ICMP error), IPv6 but loopback too. Installing
-again replaces them.
+else at once (a TCP reset, an ICMP error), IPv6 but loopback too. Nothing
+comes in but loopback and the replies to the pod's own connections.
+Installing again replaces them.
 
 --skip-for-test installs nothing: it is for sbx's own tests, which show that
 the pod's NetworkPolicy alone confines it.`,
