@@ -542,6 +542,25 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 	if err != nil || len(left.Items) > 0 {
 		t.Errorf("a dry run kept objects: %v %v", err, left)
 	}
+	// A namespace whose Pod Security level refuses the rules container's
+	// NET_ADMIN: sbx kube run fails before it makes anything, naming the
+	// fix.
+	ns, err := k.c.Client.CoreV1().Namespaces().Get(t.Context(), k.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["pod-security.kubernetes.io/enforce"] = "baseline"
+	if _, err := k.c.Client.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = k.sbx("run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "pod-security.kubernetes.io/enforce=privileged") {
+		t.Errorf("a baseline namespace: exit %d, want the refusal with the Pod Security fix\n%s%s", code, out, errOut)
+	}
+	if left := k.objectsLeft(""); len(left) > 0 {
+		t.Errorf("left after a refused run: %v", left)
+	}
+
 	// What the server refuses comes back naming the object and the fix.
 	out, errOut, code = k.sbx("manifest", "-n", "sbx-no-such-namespace", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--", "true")
 	if code == 0 || !strings.Contains(errOut, "sbx-no-such-namespace") || !strings.Contains(errOut, "kubectl create namespace") {
