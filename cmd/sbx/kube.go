@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"regexp"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -225,7 +224,7 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if o.logFile != "" && o.detach {
 		return usageErrorf(cmd, "--log keeps the decisions while sbx kube run runs, and -d returns at once: give one (sbx kube decisions --sandbox ID --json > FILE reads a detached sandbox's)")
 	}
-	if o.id != "" && !kubeIDPattern.MatchString(o.id) {
+	if o.id != "" && !kube.ValidID(o.id) {
 		return usageErrorf(cmd, "--id %q: want the sandbox's id, 8 lower-case hex digits, as in its objects' label sbx.dev/sandbox", o.id)
 	}
 	if o.gatewayIP != "" && o.id == "" {
@@ -619,6 +618,3 @@ func kubeExample(ex string) string {
 	}
 	return strings.Join(keep, "\n")
 }
-
-// kubeIDPattern is a sandbox id: what sandbox.NewID makes.
-var kubeIDPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)

@@ -119,6 +119,9 @@ var ErrReservedUID = errors.New("reserved uid")
 
 var idPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
 
+// ValidID says whether id is a sandbox id: 8 lower-case hex digits.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
 // check checks the fields Objects and AgentPod need.
 func (s *Spec) check() error {
 	switch {
