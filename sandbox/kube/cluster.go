@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -562,42 +563,114 @@ func agentExit(p *corev1.Pod) (int, bool) {
 
 // WaitAgent waits until the agent container ends and returns its exit
 // status. started is called once the container runs (or ended at once).
+// It watches the sandbox's pods (a list, then a watch from there, again
+// when the watch ends) rather than polling them: a pod that cannot run,
+// or a gateway pod that stopped, ends the wait with why.
 func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int, error) {
-	name := ObjectName(id)
-	once := false
+	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	w := agentWait{id: id, started: started}
 	for {
-		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		list, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, sel)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			return 0, &APIError{"get", "Pod", name, c.Namespace, err}
+			return 0, &APIError{"list", "Pod", sel.LabelSelector, c.Namespace, err}
 		}
-		// The agent's status first: once it ended with a status other
-		// than 0 the pod's phase turns Failed too.
-		if code, ok := agentExit(pod); ok {
-			if !once && started != nil {
-				started()
+		pods := map[string]*corev1.Pod{}
+		for i := range list.Items {
+			pods[list.Items[i].Name] = &list.Items[i]
+		}
+		if code, done, err := w.judge(pods); done || err != nil {
+			return code, err
+		}
+		opts := sel
+		opts.ResourceVersion = list.ResourceVersion
+		watcher, err := c.Client.CoreV1().Pods(c.Namespace).Watch(ctx, opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
 			}
-			return code, nil
+			return 0, &APIError{"watch", "Pod", sel.LabelSelector, c.Namespace, err}
 		}
-		if err := podFailure(pod); err != nil {
-			return 0, fmt.Errorf("the agent pod %s: %w", name, err)
+		code, done, err := w.follow(ctx, watcher, pods)
+		watcher.Stop()
+		if done || err != nil {
+			return code, err
 		}
-		if err := c.gatewayRunning(ctx, id); err != nil {
-			return 0, err
-		}
-		for _, st := range pod.Status.ContainerStatuses {
-			if st.Name == "agent" && st.State.Running != nil && !once && started != nil {
-				once = true
-				started()
-			}
-		}
+		// The watch ended (the server's timeout, an expired version): list
+		// again.
+	}
+}
+
+// agentWait is WaitAgent's judgement of the sandbox's pods.
+type agentWait struct {
+	id      string
+	started func()
+	once    bool
+}
+
+// follow applies the watch's events to pods until the wait is decided or
+// the watch ends.
+func (w *agentWait) follow(ctx context.Context, watcher watch.Interface, pods map[string]*corev1.Pod) (int, bool, error) {
+	for {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+			return 0, false, ctx.Err()
+		case ev, ok := <-watcher.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return 0, false, nil
+			}
+			pod, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(pods, pod.Name)
+			} else {
+				pods[pod.Name] = pod
+			}
+			if code, done, err := w.judge(pods); done || err != nil {
+				return code, done, err
+			}
 		}
+	}
+}
+
+// judge says whether the agent ended (with its status), or why the
+// sandbox cannot go on; it calls started once the agent runs.
+func (w *agentWait) judge(pods map[string]*corev1.Pod) (int, bool, error) {
+	agent, gw := pods[ObjectName(w.id)], pods[GatewayPodName(w.id)]
+	if agent == nil {
+		return 0, false, fmt.Errorf("the agent pod %s is gone", ObjectName(w.id))
+	}
+	// The agent's status first: once it ended with a status other than 0
+	// the pod's phase turns Failed too.
+	if code, ok := agentExit(agent); ok {
+		w.start()
+		return code, true, nil
+	}
+	if err := podFailure(agent); err != nil {
+		return 0, false, fmt.Errorf("the agent pod %s: %w", agent.Name, err)
+	}
+	switch {
+	case gw == nil:
+		return 0, false, fmt.Errorf("%w: pod %s is gone", ErrGatewayEnded, GatewayPodName(w.id))
+	case gw.DeletionTimestamp != nil || gw.Status.Phase != corev1.PodRunning:
+		return 0, false, fmt.Errorf("%w: pod %s is %s%s", ErrGatewayEnded, gw.Name, gw.Status.Phase, messageSuffix(gw.Status.Reason+" "+gw.Status.Message))
+	}
+	for _, st := range agent.Status.ContainerStatuses {
+		if st.Name == "agent" && st.State.Running != nil {
+			w.start()
+		}
+	}
+	return 0, false, nil
+}
+
+func (w *agentWait) start() {
+	if !w.once && w.started != nil {
+		w.once = true
+		w.started()
 	}
 }
 
@@ -605,25 +678,6 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 // stopped running while its agent ran: the agent is cut off, and its
 // rules name an address the cluster may give another pod.
 var ErrGatewayEnded = errors.New("the gateway pod ended")
-
-// gatewayRunning says why the sandbox's gateway pod is not running, or
-// nil.
-func (c *Cluster) gatewayRunning(ctx context.Context, id string) error {
-	name := GatewayPodName(id)
-	pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: pod %s is gone", ErrGatewayEnded, name)
-	case err != nil:
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &APIError{"get", "Pod", name, c.Namespace, err}
-	case pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning:
-		return fmt.Errorf("%w: pod %s is %s%s", ErrGatewayEnded, name, pod.Status.Phase, messageSuffix(pod.Status.Reason+" "+pod.Status.Message))
-	}
-	return nil
-}
 
 // WaitStarted waits until the agent container runs (or has run).
 func (c *Cluster) WaitStarted(ctx context.Context, id string) error {
