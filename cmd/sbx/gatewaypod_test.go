@@ -77,7 +77,7 @@ func TestGatewayPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, caPEM, 0o440); err != nil { // as the kubelet mounts the Secret
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil { // the Secret mount's 0440 shape is api.TestOpenToOthersSecretMount's
 		t.Fatal(err)
 	}
 	upstreamCA := filepath.Join(dir, "upstream.pem")
