@@ -348,6 +348,14 @@ func TestKubeClusterSandbox(t *testing.T) {
 		}
 		w.waitDecision(id, map[string]any{"action": "allow", "host": w.web, "port": 8080})
 	}
+	// the agent container: no capability, no privilege escalation, the
+	// runtime's seccomp profile, as read from inside
+	{
+		res, _ := w.probe(agent, "agent", []map[string]any{{"id": "caps", "kind": "caps"}})
+		if got, want := res["caps"].Data, "CapEff=0000000000000000 NoNewPrivs=1 Seccomp=2"; got != want {
+			t.Errorf("the agent's security status: %q, want %q", got, want)
+		}
+	}
 	// decisions --follow streams what comes next
 	follow := &syncBuffer{}
 	followCtx, stopFollow := context.WithCancel(t.Context())
@@ -596,5 +604,30 @@ func TestKubeClusterRunForeground(t *testing.T) {
 	}
 	if left := k.objectsLeft(""); len(left) > 0 {
 		t.Errorf("left after a failed run: %v", left)
+	}
+}
+
+// TestKubeClusterOwnerDeletes: the sandbox's ConfigMap owns its other
+// objects, so deleting it alone has the cluster delete them all.
+func TestKubeClusterOwnerDeletes(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	id := w.runSandbox("--allow", "example.com")
+	if left := k.objectsLeft(id); len(left) != 6 {
+		t.Fatalf("objects of the sandbox: %v, want 6 (configmap, secret, 2 networkpolicies, 2 pods)", left)
+	}
+	bg := metav1.DeletePropagationBackground
+	if err := k.c.Client.CoreV1().ConfigMaps(k.ns).Delete(t.Context(), kube.ObjectName(id), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		left := k.objectsLeft(id)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after its ConfigMap was deleted, the sandbox still has %v", left)
+		}
+		time.Sleep(time.Second)
 	}
 }
