@@ -227,31 +227,9 @@ func (k *kubeTest) waitDecision(id string, want map[string]any) map[string]any {
 // sandbox when id is "".
 func (k *kubeTest) objectsLeft(id string) []string {
 	k.t.Helper()
-	var left []string
-	sel := metav1.ListOptions{LabelSelector: kube.LabelSandbox + "=" + id}
-	if id == "" {
-		sel.LabelSelector = kube.LabelSandbox
-	}
-	ctx := k.t.Context()
-	if l, err := k.c.Client.CoreV1().Pods(k.ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "pod/"+o.Name)
-		}
-	}
-	if l, err := k.c.Client.CoreV1().ConfigMaps(k.ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "configmap/"+o.Name)
-		}
-	}
-	if l, err := k.c.Client.CoreV1().Secrets(k.ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "secret/"+o.Name)
-		}
-	}
-	if l, err := k.c.Client.NetworkingV1().NetworkPolicies(k.ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			left = append(left, "networkpolicy/"+o.Name)
-		}
+	left, err := k.c.Objects(context.Background(), id)
+	if err != nil {
+		k.t.Fatal(err)
 	}
 	return left
 }

@@ -113,8 +113,14 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 	objs.AllowPrivate(allowPrivate)
 	ns := c.Namespace
 	if s.Name != "" {
-		if sb, err := c.Find(ctx, s.Name); err == nil {
-			return Created{}, fmt.Errorf("a sandbox named %s is in namespace %s already (%s): %w", s.Name, ns, sb.ID, ErrNameInUse)
+		all, err := c.List(ctx)
+		if err != nil {
+			return Created{}, err
+		}
+		for _, sb := range all {
+			if sb.Name == s.Name {
+				return Created{}, fmt.Errorf("a sandbox named %s is in namespace %s already (%s): %w", s.Name, ns, sb.ID, ErrNameInUse)
+			}
 		}
 	}
 	// The agent pod first, checked by the server without keeping it: a
@@ -411,7 +417,7 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 // are gone.
 func (c *Cluster) waitGone(ctx context.Context, id string, podsOnly bool) error {
 	for {
-		left, err := c.objectsLeft(ctx, id)
+		left, err := c.Objects(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -429,9 +435,13 @@ func (c *Cluster) waitGone(ctx context.Context, id string, podsOnly bool) error 
 	}
 }
 
-// objectsLeft lists the sandbox's objects as kind/name.
-func (c *Cluster) objectsLeft(ctx context.Context, id string) ([]string, error) {
+// Objects lists the sandbox's objects as kind/name, or those of every
+// sandbox in the namespace when id is "".
+func (c *Cluster) Objects(ctx context.Context, id string) ([]string, error) {
 	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	if id == "" {
+		sel.LabelSelector = LabelSandbox
+	}
 	ns := c.Namespace
 	var left []string
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, sel)
