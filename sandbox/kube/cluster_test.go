@@ -1,0 +1,130 @@
+package kube
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// fakeSandbox returns a sandbox's six objects, for a fake cluster.
+func fakeSandbox(t *testing.T, id, name string) []runtime.Object {
+	t.Helper()
+	s := testSpec()
+	s.ID, s.Name, s.Namespace = id, name, "ns"
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []runtime.Object{o.ConfigMap, o.Secret, o.AgentPolicy, o.GatewayPolicy, o.Gateway, agent}
+}
+
+// fakeClient is a fake cluster whose DeleteCollection deletes what its
+// label selector picks (client-go's fake deletes nothing).
+func fakeClient(objs ...runtime.Object) *fake.Clientset {
+	client := fake.NewClientset(objs...)
+	client.PrependReactor("delete-collection", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		dc := a.(k8stesting.DeleteCollectionAction)
+		sel := dc.GetListRestrictions().Labels
+		gvr := dc.GetResource()
+		list, err := client.Tracker().List(gvr, gvr.GroupVersion().WithKind(kindOf[gvr.Resource]), dc.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return true, nil, err
+		}
+		for _, it := range items {
+			m, _ := meta.Accessor(it)
+			if sel.Matches(labels.Set(m.GetLabels())) {
+				client.Tracker().Delete(gvr, dc.GetNamespace(), m.GetName())
+			}
+		}
+		return true, nil, nil
+	})
+	return client
+}
+
+var kindOf = map[string]string{"pods": "Pod", "configmaps": "ConfigMap", "secrets": "Secret", "networkpolicies": "NetworkPolicy"}
+
+// Delete removes the pods, and sees them gone, before it deletes their
+// NetworkPolicies: a container never runs without its policy.
+func TestDeletePodsBeforePolicies(t *testing.T) {
+	client := fakeClient(fakeSandbox(t, "1a2b3c4d", "")...)
+	c := &Cluster{Client: client, Namespace: "ns"}
+	if err := c.Delete(t.Context(), "1a2b3c4d"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := c.Objects(t.Context(), "1a2b3c4d"); err != nil || len(left) > 0 {
+		t.Fatalf("left: %v %v", left, err)
+	}
+	var order []string
+	for _, a := range client.Actions() {
+		order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	podsGone := slices.Index(order, "list pods")
+	policies := slices.Index(order, "delete-collection networkpolicies")
+	if first := slices.Index(order, "delete-collection pods"); first < 0 || podsGone < first || policies < podsGone {
+		t.Errorf("actions %v: want the pods deleted, then listed (gone), then the NetworkPolicies deleted", order)
+	}
+}
+
+// OtherPolicies names the namespace's policies that select a sandbox's
+// pods (NetworkPolicies add up), and not its own or those for others.
+func TestOtherPolicies(t *testing.T) {
+	objs := fakeSandbox(t, "1a2b3c4d", "")
+	np := func(name string, sel metav1.LabelSelector) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: networkingv1.NetworkPolicySpec{PodSelector: sel}}
+	}
+	objs = append(objs,
+		np("allow-all-egress", metav1.LabelSelector{}),
+		np("web-only", metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}),
+		np("agents", metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleAgent}}),
+	)
+	c := &Cluster{Client: fake.NewClientset(objs...), Namespace: "ns"}
+	got, err := c.OtherPolicies(t.Context(), "1a2b3c4d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{"agents", "allow-all-egress"}; !slices.Equal(got, want) {
+		t.Errorf("OtherPolicies = %v, want %v", got, want)
+	}
+}
+
+// A name given to two sandboxes (made elsewhere) names neither; Create
+// refuses a name in use.
+func TestNamesUnique(t *testing.T) {
+	objs := append(fakeSandbox(t, "1a2b3c4d", "agent1"), fakeSandbox(t, "5e6f7a8b", "agent1")...)
+	c := &Cluster{Client: fake.NewClientset(objs...), Namespace: "ns"}
+	if _, err := c.Find(t.Context(), "agent1"); err == nil || !strings.Contains(err.Error(), "2 sandboxes") {
+		t.Errorf("Find of a name two sandboxes have: %v, want an error saying so", err)
+	}
+	if sb, err := c.Find(t.Context(), "5e6f"); err != nil || sb.ID != "5e6f7a8b" {
+		t.Errorf("Find by id prefix: %v %v", sb, err)
+	}
+	s := testSpec()
+	s.ID, s.Name = "9c0d1e2f", "agent1"
+	if _, err := c.Create(t.Context(), s, nil, false); !errors.Is(err, ErrNameInUse) {
+		t.Errorf("Create with a name in use: %v, want ErrNameInUse", err)
+	}
+	// One sandbox of that name is enough.
+	c = &Cluster{Client: fake.NewClientset(fakeSandbox(t, "1a2b3c4d", "agent1")...), Namespace: "ns"}
+	if _, err := c.Create(t.Context(), s, nil, false); !errors.Is(err, ErrNameInUse) {
+		t.Errorf("Create with the name of one sandbox: %v, want ErrNameInUse", err)
+	}
+}
