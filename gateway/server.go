@@ -568,6 +568,7 @@ func (c *conn) releaseReader() {
 // serveConn reads requests from one client until it closes or a request
 // ends the connection.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	accepted := time.Now()
 	var local netip.AddrPort
 	if s.cfg.Owner != nil {
 		if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
@@ -580,23 +581,24 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 	defer c.releaseReader()
 	defer s.endForward(c)
+	// The first request's whole head must come within HeaderReadTimeout
+	// of the accept, whatever the client's pace: the deadline is set once
+	// and never moved while the head is read.
+	c.SetReadDeadline(accepted.Add(s.limits.HeaderReadTimeout))
 	for first := true; ; first = false {
-		// Between requests the client may idle; once its first byte is
-		// here, the whole head must come within HeaderReadTimeout. The
-		// idle deadline is set again only when it went stale, and the
-		// head's only when reading the head may wait for the client.
-		idle := s.limits.IdleConnTimeout
-		if first {
-			idle = s.limits.HeaderReadTimeout
-		}
-		if now := time.Now(); staleDeadline(c.readDL, now, idle) {
-			c.SetReadDeadline(now.Add(idle))
+		// Between requests the client may idle; once the next request's
+		// first byte is here, its whole head must come within
+		// HeaderReadTimeout of that byte. The idle deadline is set again
+		// only when it went stale, and the head's only when reading the
+		// head may wait for the client.
+		if now := time.Now(); !first && staleDeadline(c.readDL, now, s.limits.IdleConnTimeout) {
+			c.SetReadDeadline(now.Add(s.limits.IdleConnTimeout))
 		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
 		waits := !headBuffered(c.br)
-		if waits {
+		if waits && !first {
 			c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
 		}
 		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
