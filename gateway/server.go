@@ -124,6 +124,10 @@ type Server struct {
 	hostAddrs  hostAddrs
 	notClients refusalLimiter
 	overCap    refusalLimiter
+
+	// overTunnels bounds the records of tunnels refused by the tunnels
+	// cap (capcount.go).
+	overTunnels refusalLimiter
 }
 
 // newServer returns a Server for cfg. It listens on nothing until Serve.
@@ -153,6 +157,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
+	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
 	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
@@ -459,6 +464,7 @@ func (s *Server) Close() error {
 	s.flushBypass(true)
 	s.flushRefusals(&s.notClients, true)
 	s.flushRefusals(&s.overCap, true)
+	s.flushRefusals(&s.overTunnels, true)
 	return nil
 }
 

@@ -148,9 +148,7 @@ func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.S
 		return false
 	}
 	if !s.acquireTunnel(c.client.Addr()) {
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
-			http.StatusTooManyRequests, start)
+		s.refuseOverTunnels(c, rec, start)
 		if proxied {
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 		}
