@@ -105,6 +105,7 @@ func checkCutOff(t *testing.T, served []time.Duration, from time.Duration) {
 	}
 	sorted := append([]time.Duration(nil), served...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	t.Logf("%d slow clients served from %v to %v", len(served), sorted[0], sorted[len(sorted)-1])
 	if late > 0 {
 		t.Errorf("%d of %d slow clients were still served %v after their head began (fastest cut %v, slowest %v), want every one cut off %v after it",
 			late, len(served), from+slowHeadTimeout+slowHeadSlack, sorted[0], sorted[len(sorted)-1], from+slowHeadTimeout)
