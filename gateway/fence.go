@@ -350,8 +350,8 @@ type refusal struct {
 
 // refusalLimiter bounds the records of one cause of refused connections
 // or requests (a client outside Clients, the connections cap, the tunnels
-// cap): a token bucket of
-// refusalBurst tokens, one added per refusalEvery. It keeps no state per
+// cap): a token bucket of refusalBurst tokens, one added per
+// refusalEvery. It keeps no state per
 // client, so no number of client addresses can grow it, and it counts
 // what it folds, with the first one's time and the latest refusal, so
 // that the next record counts them. The zero value is ready (full); it is
