@@ -30,7 +30,12 @@ import (
 // deadlines are set again only when they went that stale. A tunnel (or
 // an upgraded connection) silent both ways ends one to two
 // IdleTunnelTimeouts after its last byte; one side silent while the other
-// sends keeps it open.
+// sends keeps it open. HeaderReadTimeout is one deadline on a whole head,
+// whatever the client's pace: from the accept for a connection's first
+// request (a captured connection's wait for its first bytes included),
+// from the first byte of the next one on a kept connection, and, in a
+// CONNECT tunnel, from the first byte of the ClientHello the gateway
+// reads for its name.
 type Limits struct {
 	HeaderReadTimeout   time.Duration // reading a request's head: 10 s
 	DialTimeout         time.Duration // connecting upstream: 10 s
