@@ -247,8 +247,15 @@ func (s *Server) logRefusal(lim *refusalLimiter, client netip.Addr, remote strin
 	// Counted after it is logged (or folded), so that a count seen means
 	// the refusal is in a record or will be.
 	defer s.metrics.request(decisionlog.KindConn, netpolicy.Block)
+	s.foldRefusal(lim, refusal{client: client, remote: remote, status: status, reason: reason})
+}
+
+// foldRefusal logs r, a refusal for the cause lim bounds, in a record of
+// its own when lim lets it, else folded into a later one, as logRefusal
+// says.
+func (s *Server) foldRefusal(lim *refusalLimiter, r refusal) {
 	now := time.Now()
-	r := refusal{client: client, remote: remote, status: status, reason: reason}
+	r.cap = lim.cap
 	lim.mu.Lock()
 	ok, folded := lim.allowLocked(now)
 	if !ok {
@@ -287,25 +294,29 @@ func (s *Server) flushRefusals(lim *refusalLimiter, final bool) {
 }
 
 // emitRefusal writes the record of n refusals for the same cause, r the
-// latest of them and since when the first was made when n > 1.
+// latest of them and since when the first was made when n > 1: r's own
+// decision record when it has one, else a KindConn record.
 func (s *Server) emitRefusal(r refusal, n uint64, since time.Time) {
-	text := r.reason(r.client)
+	rec := r.rec
+	if rec == nil {
+		rec = &decisionlog.Record{
+			ID:       strconv.FormatUint(s.connID.Add(1), 36),
+			Event:    decisionlog.EventDecision,
+			Client:   r.remote,
+			Kind:     decisionlog.KindConn,
+			Action:   string(netpolicy.Block),
+			Enforced: true,
+			Rule:     netpolicy.RuleGuard,
+			Reason:   r.reason(r.client),
+			Status:   r.status,
+		}
+	}
 	if n > 1 {
-		text += fmt.Sprintf(" (this record counts %d refusals for the same reason since %s, the last of them this one)",
+		rec.Reason += fmt.Sprintf(" (this record counts %d refusals for the same reason since %s, the last of them this one)",
 			n, since.UTC().Format(time.RFC3339Nano))
 	}
-	s.emit(&decisionlog.Record{
-		ID:       strconv.FormatUint(s.connID.Add(1), 36),
-		Event:    decisionlog.EventDecision,
-		Client:   r.remote,
-		Kind:     decisionlog.KindConn,
-		Action:   string(netpolicy.Block),
-		Enforced: true,
-		Rule:     netpolicy.RuleGuard,
-		Reason:   text,
-		Status:   r.status,
-		Count:    n,
-	})
+	rec.Count, rec.Cap = n, r.cap
+	s.emit(rec)
 }
 
 // notClientReason is the reason of a refusal of a client outside
@@ -326,22 +337,27 @@ const (
 
 // refusal is one refused connection or packet: its client, the client's
 // address (ip:port), the status it was answered with (0 for a reset) and
-// what builds the record's reason.
+// what builds the record's reason; or a refused request whose decision
+// record, complete but for its count, is rec. cap is its limiter's.
 type refusal struct {
 	client netip.Addr
 	remote string
 	status int
 	reason func(client netip.Addr) string
+	rec    *decisionlog.Record
+	cap    string
 }
 
 // refusalLimiter bounds the records of one cause of refused connections
-// (a client outside Clients, the connections cap): a token bucket of
-// refusalBurst tokens, one added per refusalEvery. It keeps no state per
+// or requests (a client outside Clients, the connections cap, the tunnels
+// cap): a token bucket of refusalBurst tokens, one added per
+// refusalEvery. It keeps no state per
 // client, so no number of client addresses can grow it, and it counts
 // what it folds, with the first one's time and the latest refusal, so
 // that the next record counts them. The zero value is ready (full); it is
 // safe for concurrent use.
 type refusalLimiter struct {
+	cap     string // the per-client cap it counts for (decisionlog.CapConns, ...), "" for none; set before use
 	mu      sync.Mutex
 	started bool
 	tokens  int

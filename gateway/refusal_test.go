@@ -86,9 +86,9 @@ func TestEveryConnectionOverTheCapIsCounted(t *testing.T) {
 		t.Errorf("%d refusals in %v made %d records, want at most %d", flood, time.Since(start), records, max)
 	}
 	for _, r := range recordsOfKind(t, ring, decisionlog.KindConn) {
-		if reason, _ := r["reason"].(string); r["action"] != "block" || r["rule"] != "guard" || r["status"] != 429.0 ||
+		if reason, _ := r["reason"].(string); r["action"] != "block" || r["rule"] != "guard" || r["status"] != 429.0 || r[decisionlog.FieldCap] != decisionlog.CapConns ||
 			!strings.HasPrefix(reason, "client 127.0.0.1 has 1 connections open, the limit per client") {
-			t.Errorf("record %v, want block by guard, 429, the connections cap", r)
+			t.Errorf("record %v, want block by guard, 429, cap %s", r, decisionlog.CapConns)
 		}
 	}
 

@@ -30,7 +30,12 @@ import (
 // deadlines are set again only when they went that stale. A tunnel (or
 // an upgraded connection) silent both ways ends one to two
 // IdleTunnelTimeouts after its last byte; one side silent while the other
-// sends keeps it open.
+// sends keeps it open. HeaderReadTimeout is one deadline on a whole head,
+// whatever the client's pace: from the accept for a connection's first
+// request (a captured connection's wait for its first bytes included),
+// from the first byte of the next one on a kept connection, and, in a
+// CONNECT tunnel, from the first byte of the ClientHello the gateway
+// reads for its name.
 type Limits struct {
 	HeaderReadTimeout   time.Duration // reading a request's head: 10 s
 	DialTimeout         time.Duration // connecting upstream: 10 s
@@ -124,6 +129,10 @@ type Server struct {
 	hostAddrs  hostAddrs
 	notClients refusalLimiter
 	overCap    refusalLimiter
+
+	// overTunnels bounds the records of tunnels refused by the tunnels
+	// cap (capcount.go).
+	overTunnels refusalLimiter
 }
 
 // newServer returns a Server for cfg. It listens on nothing until Serve.
@@ -153,6 +162,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 		metrics:     newMetrics(),
 	}
 	s.clientNets, s.fence = clientNets, fence
+	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
 	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
@@ -459,6 +469,7 @@ func (s *Server) Close() error {
 	s.flushBypass(true)
 	s.flushRefusals(&s.notClients, true)
 	s.flushRefusals(&s.overCap, true)
+	s.flushRefusals(&s.overTunnels, true)
 	return nil
 }
 
@@ -568,6 +579,7 @@ func (c *conn) releaseReader() {
 // serveConn reads requests from one client until it closes or a request
 // ends the connection.
 func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	accepted := time.Now()
 	var local netip.AddrPort
 	if s.cfg.Owner != nil {
 		if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
@@ -580,23 +592,24 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}
 	defer c.releaseReader()
 	defer s.endForward(c)
+	// The first request's whole head must come within HeaderReadTimeout
+	// of the accept, whatever the client's pace: the deadline is set once
+	// and never moved while the head is read.
+	c.SetReadDeadline(accepted.Add(s.limits.HeaderReadTimeout))
 	for first := true; ; first = false {
-		// Between requests the client may idle; once its first byte is
-		// here, the whole head must come within HeaderReadTimeout. The
-		// idle deadline is set again only when it went stale, and the
-		// head's only when reading the head may wait for the client.
-		idle := s.limits.IdleConnTimeout
-		if first {
-			idle = s.limits.HeaderReadTimeout
-		}
-		if now := time.Now(); staleDeadline(c.readDL, now, idle) {
-			c.SetReadDeadline(now.Add(idle))
+		// Between requests the client may idle; once the next request's
+		// first byte is here, its whole head must come within
+		// HeaderReadTimeout of that byte. The idle deadline is set again
+		// only when it went stale, and the head's only when reading the
+		// head may wait for the client.
+		if now := time.Now(); !first && staleDeadline(c.readDL, now, s.limits.IdleConnTimeout) {
+			c.SetReadDeadline(now.Add(s.limits.IdleConnTimeout))
 		}
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
 		waits := !headBuffered(c.br)
-		if waits {
+		if waits && !first {
 			c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
 		}
 		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)

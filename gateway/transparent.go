@@ -90,13 +90,15 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	case peekErr != nil:
 		// Nothing yet: the server speaks first, or the client left.
 	case peekTLS(c.br):
-		nc.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		// The whole ClientHello within HeaderReadTimeout of the accept,
+		// as a request's head.
+		nc.SetReadDeadline(start.Add(s.limits.HeaderReadTimeout))
 		hello, sni, err := readClientHello(c.br)
 		nc.SetReadDeadline(time.Time{})
 		s.transparentTLS(ctx, c, dst, host, named, hello, sni, err, start)
 		return
 	case s.peekHTTP(c):
-		s.transparentHTTP(ctx, c, dst, host, named)
+		s.transparentHTTP(ctx, c, dst, host, named, start)
 		return
 	}
 	s.transparentTunnel(ctx, c, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil, start)
@@ -220,17 +222,21 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 // HTTP/1.x, request by request, as the forward proxy serves its clients:
 // each request is decided for the target with its method and path. The
 // request's host (its Host header, or an absolute URL's) must name the
-// target; the port is the connection's.
-func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool) {
+// target; the port is the connection's. The first request's whole head
+// must come within Limits.HeaderReadTimeout of accepted, a later one's
+// within that of its first byte.
+func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, accepted time.Time) {
 	for first := true; ; first = false {
+		headBy := accepted.Add(s.limits.HeaderReadTimeout)
 		if !first {
 			c.SetReadDeadline(time.Now().Add(s.limits.IdleConnTimeout))
 			if _, err := c.br.Peek(1); err != nil {
 				return
 			}
+			headBy = time.Now().Add(s.limits.HeaderReadTimeout)
 		}
 		start := time.Now()
-		c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+		c.SetReadDeadline(headBy)
 		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {

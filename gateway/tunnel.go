@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -147,9 +148,7 @@ func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.S
 		return false
 	}
 	if !s.acquireTunnel(c.client.Addr()) {
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard,
-			Reason: fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)},
-			http.StatusTooManyRequests, start)
+		s.refuseOverTunnels(c, rec, start)
 		if proxied {
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 		}
@@ -344,8 +343,9 @@ var errSNIMismatch = errors.New(reasonSNIMismatch)
 // client's buffered reader, or the connection itself). When they start a
 // TLS handshake, it reads the whole ClientHello (however it is fragmented)
 // and compares its server name, normalized, with host: a different name is
-// errSNIMismatch; a ClientHello that cannot be parsed is refused too, so
-// that no name slips by unseen. It returns the bytes it consumed, which
+// errSNIMismatch; a ClientHello that cannot be parsed, or that does not
+// come whole within Limits.HeaderReadTimeout of its first byte, is refused
+// too, so that no name slips by unseen and no trickle holds the tunnel. It returns the bytes it consumed, which
 // the caller sends on. A client that closes or idles out before sending
 // anything returns no bytes and no error.
 func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
@@ -358,6 +358,10 @@ func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
 	if b[0] != 0x16 { // 0x16: a TLS handshake record
 		return b[:], nil
 	}
+	// The tunnel may idle before its first byte, but once a ClientHello
+	// has begun it is a head like a request's: the whole of it must come
+	// within HeaderReadTimeout of its first byte, whatever the pace.
+	c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
 	consumed, sni, err := readClientHello(io.MultiReader(bytes.NewReader(b[:]), src))
 	if err != nil || sni == "" {
 		return consumed, err // no name to compare, as for IP targets
@@ -383,6 +387,9 @@ func readClientHello(src io.Reader) (consumed []byte, sni string, err error) {
 	})
 	srv.Handshake()
 	if !sawHello {
+		if errors.Is(rc.err, os.ErrDeadlineExceeded) {
+			return rc.buf.Bytes(), "", errors.New("the TLS ClientHello did not come whole in time")
+		}
 		return rc.buf.Bytes(), "", errors.New("malformed TLS ClientHello")
 	}
 	return rc.buf.Bytes(), sni, nil
@@ -393,11 +400,13 @@ func readClientHello(src io.Reader) (consumed []byte, sni string, err error) {
 type recordingConn struct {
 	r   io.Reader
 	buf bytes.Buffer
+	err error // the last read's error
 }
 
 func (rc *recordingConn) Read(p []byte) (int, error) {
 	n, err := rc.r.Read(p)
 	rc.buf.Write(p[:n])
+	rc.err = err
 	return n, err
 }
 func (rc *recordingConn) Write(p []byte) (int, error)        { return len(p), nil }

@@ -204,6 +204,8 @@ func (p *parser) field(key []byte, r *Record) error {
 		r.Change, err = p.str(key, false)
 	case FieldCount:
 		r.Count, err = p.uint(key)
+	case FieldCap:
+		r.Cap, err = p.str(key, true)
 	case FieldSince:
 		r.Since, err = p.time(key)
 	case FieldProto:

@@ -253,6 +253,10 @@ type Record struct {
 	// blocked it; its name only, never its value or placeholder. It is
 	// left out when empty.
 	Secret string
+	// Cap names the per-client cap that refused a decision (CapConns,
+	// CapTunnels; see FieldCap): when set, the record also has count.
+	// Left out when empty.
+	Cap string
 }
 
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
@@ -268,7 +272,7 @@ type Record struct {
 //   - anything else (EventDecision): v, seq, id, event, time, sandbox,
 //     client, kind, method, host, port, path, action, enforced, rule,
 //     reason, policy_version, status; for KindBypass proto and count; for
-//     KindConn count; pid, comm and exe (exe only when known) when r.PID
+//     KindConn, and when r.Cap is set, count; cap when r.Cap is set; pid, comm and exe (exe only when known) when r.PID
 //     is not 0; addrs when r.Addrs is not empty; secret when r.Secret is
 //     not empty; and error when r.Error is not empty.
 //
@@ -347,9 +351,13 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = appendLogKey(b, FieldCount)
 		b = strconv.AppendUint(b, r.Count, 10)
 	}
-	if r.Kind == KindConn {
+	if r.Kind == KindConn || r.Cap != "" && r.Kind != KindBypass {
 		b = appendLogKey(b, FieldCount)
 		b = strconv.AppendUint(b, r.Count, 10)
+	}
+	if r.Cap != "" {
+		b = appendLogKey(b, FieldCap)
+		b = appendJSONString(b, r.Cap)
 	}
 	if r.PID != 0 {
 		b = appendLogKey(b, FieldPID)

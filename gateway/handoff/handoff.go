@@ -31,8 +31,12 @@ import (
 // maxHeader is the longest version 1 header, "\r\n" included.
 const maxHeader = 107
 
-// Timeout bounds how long Dst waits for a connection's header.
+// Timeout bounds how long Dst waits for a connection's header: the whole
+// header, however it is paced.
 const Timeout = 5 * time.Second
+
+// readTimeout is Timeout; tests shorten it.
+var readTimeout = Timeout
 
 // Write writes the header for a connection from src to dst.
 func Write(w io.Writer, src, dst netip.AddrPort) error {
@@ -57,7 +61,12 @@ func Write(w io.Writer, src, dst netip.AddrPort) error {
 }
 
 // Read reads a header from br and returns the destination it names. It
-// reads no further than the header's end.
+// reads no further than the header's end, and never more than the longest
+// header (107 bytes) whether or not a line ends there. It refuses a header
+// that is not exactly "PROXY TCP4|TCP6 SRC DST SPORT DPORT\r\n" with both
+// addresses of the family named, without zones or IPv4-mapped forms, and
+// ports in decimal without leading zeros (the destination's not 0): the
+// source, though ignored, must be well formed too.
 func Read(br *bufio.Reader) (netip.AddrPort, error) {
 	var line []byte
 	for len(line) < maxHeader {
@@ -81,15 +90,41 @@ func Read(br *bufio.Reader) (netip.AddrPort, error) {
 	if len(f) != 6 || f[0] != "PROXY" || f[1] != "TCP4" && f[1] != "TCP6" {
 		return netip.AddrPort{}, fmt.Errorf("handoff header %q: want PROXY TCP4|TCP6 SRC DST SPORT DPORT", s)
 	}
-	dst, err := netip.ParseAddr(f[3])
-	if err != nil || dst.Zone() != "" || dst.Is4() != (f[1] == "TCP4") || dst.Is4In6() {
+	if _, ok := parseAddr(f[2], f[1]); !ok {
+		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad source address", s)
+	}
+	if _, ok := parsePort(f[4]); !ok {
+		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad source port", s)
+	}
+	dst, ok := parseAddr(f[3], f[1])
+	if !ok {
 		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad destination address", s)
 	}
-	port, err := strconv.ParseUint(f[5], 10, 16)
-	if err != nil || f[5] != strconv.FormatUint(port, 10) || port == 0 {
+	port, ok := parsePort(f[5])
+	if !ok || port == 0 {
 		return netip.AddrPort{}, fmt.Errorf("handoff header %q: bad destination port", s)
 	}
-	return netip.AddrPortFrom(dst, uint16(port)), nil
+	return netip.AddrPortFrom(dst, port), nil
+}
+
+// parseAddr parses an address of a header whose protocol is proto (TCP4
+// or TCP6): of that family, without a zone, not IPv4-mapped.
+func parseAddr(s, proto string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" || a.Is4() != (proto == "TCP4") || a.Is4In6() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// parsePort parses a port of a header: decimal, 0 to 65535, without a sign
+// or leading zeros.
+func parsePort(s string) (uint16, bool) {
+	p, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || s != strconv.FormatUint(p, 10) {
+		return 0, false
+	}
+	return uint16(p), true
 }
 
 // Conn is a connection accepted by Listener. Its header is read by Dst,
@@ -169,7 +204,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // returns the destination it names.
 func (c *Conn) Dst() (netip.AddrPort, error) {
 	c.once.Do(func() {
-		c.Conn.SetReadDeadline(time.Now().Add(Timeout))
+		c.Conn.SetReadDeadline(time.Now().Add(readTimeout))
 		c.dst, c.err = Read(c.br)
 		c.Conn.SetReadDeadline(time.Time{})
 	})
