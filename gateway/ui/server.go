@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/api"
@@ -67,7 +68,23 @@ type Config struct {
 	Port int
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
+
+	// now is the clock of sessions and answers; nil is time.Now. Tests
+	// set it.
+	now func() time.Time
 }
+
+// SessionIdle is how long a session lasts without a request: past it,
+// its cookie is refused and the view must be started again (its token
+// was used).
+const SessionIdle = 12 * time.Hour
+
+// AnswerDelay is how long a question must have been asked before the
+// view takes an answer to it, and how long the page keeps a question's
+// buttons disabled after the questions shown change, as browsers do
+// with their permission prompts: a click meant for a question that just
+// went lands on nothing rather than on the one that took its place.
+const AnswerDelay = time.Second
 
 // Server is a running view made by Start. Close stops it.
 type Server struct {
@@ -78,9 +95,14 @@ type Server struct {
 	token  string // the printed URL's
 	key    []byte // signs session cookies and derives their CSRF tokens
 	cookie string // the session cookie's name, which holds the port
-	origin *http.CrossOriginProtection
+	origin string // http://127.0.0.1:PORT, the only origin of its pages
 	pages  *pages
 	done   chan error
+
+	mu        sync.Mutex
+	tokenUsed bool                 // the token was exchanged for a session
+	sessions  map[string]time.Time // each session's nonce and its last request
+	loggedIn  chan struct{}        // closed when the token is used
 }
 
 // Start listens on 127.0.0.1:cfg.Port and serves the view until ctx is
@@ -96,7 +118,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1)}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1),
+		sessions: map[string]time.Time{}, loggedIn: make(chan struct{})}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", cfg.Port, err)
@@ -104,11 +130,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.ln = ln
 	s.port = ln.Addr().(*net.TCPAddr).Port
 	s.cookie = "sbx_ui_" + strconv.Itoa(s.port)
-	s.origin = http.NewCrossOriginProtection()
-	s.origin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only")
-	}))
-	s.pages = newPages(cfg.Sandboxes, cfg.Logger, s.csrfToken)
+	s.origin = "http://127.0.0.1:" + strconv.Itoa(s.port)
+	s.pages = newPages(cfg.Sandboxes, cfg.Logger, s.csrfToken, cfg.now)
 	ctx, cancel := context.WithCancel(ctx)
 	s.srv = &http.Server{
 		Handler:           s.Handler(),
@@ -137,10 +160,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // URL is the address to open: the view's first page with the token that
-// gets a browser its session cookie. It is a secret.
+// gets a browser its session cookie, once. It is a secret until used.
 func (s *Server) URL() string {
-	return fmt.Sprintf("http://127.0.0.1:%d/?token=%s", s.port, s.token)
+	return fmt.Sprintf("%s/?token=%s", s.origin, s.token)
 }
+
+// LoggedIn is closed when the URL's token has been exchanged for a
+// session; the URL is of no use after that.
+func (s *Server) LoggedIn() <-chan struct{} { return s.loggedIn }
 
 // Port is the port the view listens on.
 func (s *Server) Port() int { return s.port }
@@ -187,7 +214,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(k, v)
 	}
 	if !s.ownHost(r.Host) {
-		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this server's: open http://127.0.0.1:%d/ (a page of another site cannot use sbx ui)", r.Host, s.port))
+		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this server's: open %s/ (not localhost, which may reach another program on [::1]; a page of another site cannot use sbx ui)", r.Host, s.origin))
 		return
 	}
 	switch r.Method {
@@ -201,14 +228,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.login(w, r)
 		return
 	}
-	session, ok := s.session(r)
-	if !ok {
-		refuse(w, http.StatusUnauthorized, "no session: open the URL that sbx ui printed (it holds the token)")
+	session, err := s.session(r)
+	if err != nil {
+		refuse(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	if r.Method == http.MethodPost {
-		if err := s.origin.Check(r); err != nil {
-			refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only")
+		if !s.sameOrigin(r) {
+			refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only, in a browser")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
@@ -223,24 +250,54 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ownHost reports whether host, a request's Host header, names this
-// server: 127.0.0.1:PORT or localhost:PORT, nothing else.
+// server: 127.0.0.1:PORT, nothing else. Not localhost: a browser may try
+// [::1]:PORT for it first, where another user's program may listen.
 func (s *Server) ownHost(host string) bool {
-	h, p, err := net.SplitHostPort(host)
-	if err != nil || p != strconv.Itoa(s.port) {
-		return false
-	}
-	return h == "127.0.0.1" || strings.EqualFold(h, "localhost")
+	return host == "127.0.0.1:"+strconv.Itoa(s.port)
 }
 
-// login checks the token of the printed URL; when it is right it sets a
-// new session cookie and redirects to the same page without the token.
+// sameOrigin reports whether the browser says r comes from one of the
+// view's own pages: Sec-Fetch-Site same-origin, or an Origin that is
+// exactly the view's, and neither saying otherwise. A request with
+// neither header (a replay by a program other than a browser) is
+// refused: a browser sends at least one of them with every POST.
+func (s *Server) sameOrigin(r *http.Request) bool {
+	site, origin := r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")
+	if site == "" && origin == "" {
+		return false
+	}
+	return (site == "" || site == "same-origin") && (origin == "" || origin == s.origin)
+}
+
+// login exchanges the token of the printed URL, once, for a new session
+// cookie and redirects to the same page without the token. A second use
+// is refused, unless it comes with the session the first use made.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if subtle.ConstantTimeCompare([]byte(q.Get("token")), []byte(s.token)) != 1 || r.Method == http.MethodPost {
+	if subtle.ConstantTimeCompare([]byte(q.Get("token")), []byte(s.token)) != 1 || r.Method != http.MethodGet {
 		refuse(w, http.StatusUnauthorized, "wrong token: open the URL that sbx ui printed")
 		return
 	}
+	q.Del("token")
+	back := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	s.mu.Lock()
+	used := s.tokenUsed
+	s.tokenUsed = true
+	s.mu.Unlock()
+	if used {
+		if _, err := s.session(r); err == nil {
+			http.Redirect(w, r, back.String(), http.StatusSeeOther)
+			return
+		}
+		refuse(w, http.StatusGone, "this link was used already: its token opens the view once, in one browser. "+
+			"Run sbx ui again for a new link (if you did not open it, someone else did: stop that sbx ui)")
+		return
+	}
 	nonce := randomHex(16)
+	s.mu.Lock()
+	s.sessions[nonce] = s.cfg.now()
+	s.mu.Unlock()
+	close(s.loggedIn)
 	http.SetCookie(w, &http.Cookie{
 		Name:     s.cookie,
 		Value:    nonce + "." + s.mac("session:"+nonce),
@@ -248,23 +305,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
 	})
-	q.Del("token")
-	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	http.Redirect(w, r, back.String(), http.StatusSeeOther)
 }
 
 // session returns the session of r's cookie when the cookie is one this
-// server set.
-func (s *Server) session(r *http.Request) (string, bool) {
+// server set and its session has not been idle for SessionIdle; the
+// request counts as the session's last. The error says what to do.
+func (s *Server) session(r *http.Request) (string, error) {
 	c, err := r.Cookie(s.cookie)
 	if err != nil {
-		return "", false
+		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
 	}
 	nonce, mac, ok := strings.Cut(c.Value, ".")
 	if !ok || !hmac.Equal([]byte(mac), []byte(s.mac("session:"+nonce))) {
-		return "", false
+		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
 	}
-	return nonce, true
+	now := s.cfg.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, ok := s.sessions[nonce]
+	if !ok {
+		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
+	}
+	if now.Sub(last) >= SessionIdle {
+		delete(s.sessions, nonce)
+		return "", fmt.Errorf("the session expired after %s without a request: run sbx ui again for a new link", SessionIdle)
+	}
+	s.sessions[nonce] = now
+	return nonce, nil
 }
 
 // csrfField is the name of the forms' CSRF token field.
