@@ -68,7 +68,7 @@ type uiTest struct {
 	srv      *Server
 	clock    *testClock // the view's
 	base     string     // http://127.0.0.1:PORT
-	upstream string // host:port of a loopback upstream, as api.test
+	upstream string     // host:port of a loopback upstream, as api.test
 }
 
 // startUI starts a gateway with spec (loopback allowed) whose names
