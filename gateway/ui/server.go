@@ -257,16 +257,18 @@ func (s *Server) ownHost(host string) bool {
 }
 
 // sameOrigin reports whether the browser says r comes from one of the
-// view's own pages: Sec-Fetch-Site same-origin, or an Origin that is
-// exactly the view's, and neither saying otherwise. A request with
-// neither header (a replay by a program other than a browser) is
+// view's own pages: Sec-Fetch-Site same-origin (with an Origin that is
+// the view's, or none, or "null", which is what a browser sends under
+// the pages' Referrer-Policy no-referrer), or, from a browser that sends
+// no Sec-Fetch-Site, an Origin that is exactly the view's. A request
+// with neither header (a replay by a program other than a browser) is
 // refused: a browser sends at least one of them with every POST.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	site, origin := r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")
-	if site == "" && origin == "" {
-		return false
+	if site == "" {
+		return origin == s.origin
 	}
-	return (site == "" || site == "same-origin") && (origin == "" || origin == s.origin)
+	return site == "same-origin" && (origin == "" || origin == "null" || origin == s.origin)
 }
 
 // login exchanges the token of the printed URL, once, for a new session

@@ -380,6 +380,7 @@ func TestUIRefusesCrossSitePOST(t *testing.T) {
 		{"origin localhost", "", "http://localhost:" + fmt.Sprint(u.srv.Port()), csrf, http.StatusForbidden, false},
 		{"same-origin, origin of another port", "same-origin", "http://127.0.0.1:1", csrf, http.StatusForbidden, false},
 		{"same-origin, no origin", "same-origin", "", csrf, http.StatusSeeOther, true},
+		{"same-origin, origin null (no-referrer)", "same-origin", "null", csrf, http.StatusSeeOther, true},
 		{"own origin, no Sec-Fetch-Site", "", own, csrf, http.StatusSeeOther, true},
 		{"no csrf", "same-origin", own, "", http.StatusForbidden, false},
 		{"wrong csrf", "same-origin", own, strings.Repeat("0", 64), http.StatusForbidden, false},
