@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,19 +100,18 @@ func asNobody(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-var csrfValue = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
-
 // TestPrivilegedUIStolenCookie plays another local user (nobody) against
 // sbx ui open in the owner's Chromium. The other user's server on another
 // port of 127.0.0.1, which the owner's browser visits, is sent the view's
 // session cookie (browsers keep cookies apart by host, not by port): that
 // much is the browser's and is not promised. With it, curl run as nobody
-// reads a page and its CSRF token, but its POSTs (add a rule, remove one,
-// answer the pending question "allow for this session") carry no
-// browser's Sec-Fetch-Site or Origin and change nothing. Then the other
-// user's page, open in the owner's browser, posts the same forms with the
-// token: the browser says same-site, from another origin, and nothing
-// changes either.
+// cannot read a page (the session is bound to the owner's uid), and its
+// POSTs (add a rule, remove one, answer the pending question "allow for
+// this session") with the page's CSRF token change nothing, whether they
+// carry no browser's Sec-Fetch-Site and Origin or forged ones. Then the
+// other user's page, open in the owner's browser, posts the same forms
+// with the token: the browser says same-site, from another origin, and
+// nothing changes either.
 func TestPrivilegedUIStolenCookie(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to run curl as the user nobody")
@@ -190,22 +188,27 @@ func TestPrivilegedUIStolenCookie(t *testing.T) {
 	time.Sleep(ui.AnswerDelay) // the question has been on screen long enough
 	before := policy()
 
-	// curl as nobody, with the cookie: it reads, but changes nothing.
+	// curl as nobody, with the cookie: it cannot read a page (the session
+	// is the owner's browser's), and with the page's CSRF token (read
+	// from the owner's browser here) and with or without the headers a
+	// browser would send, it changes nothing.
 	sandboxPage := view.Scheme + "://" + view.Host + "/s/" + id
-	m := csrfValue.FindStringSubmatch(asNobody(t, "--cookie", cookie, sandboxPage))
-	if m == nil {
-		t.Fatalf("curl as nobody with the stolen cookie: no CSRF token in %s", sandboxPage)
+	if got := asNobody(t, "--cookie", cookie, "--output", "/dev/null", "--write-out", "%{http_code}", sandboxPage); got != "403" {
+		t.Errorf("GET %s by curl as nobody with the stolen cookie: got %s, want 403", sandboxPage, got)
 	}
-	csrf := m[1]
+	b.do("the sandbox's page", chromedp.Navigate(sandboxPage), chromedp.WaitVisible(chromedp.CSS("#add-rule")))
+	csrf := evalIn[string](b, `document.querySelector('#add-rule input[name="csrf"]').value`)
 	for _, tc := range []struct{ path, form string }{
 		{"/rules", "action=allow&pattern=" + url.QueryEscape(upstream)},
 		{"/rules/default/remove", ""},
 		{"/approvals/" + q, "answer=allow&scope=session"},
 	} {
-		got := asNobody(t, "--cookie", cookie, "--output", "/dev/null", "--write-out", "%{http_code}",
-			"--data", tc.form+"&csrf="+csrf, sandboxPage+tc.path)
-		if got != "403" {
-			t.Errorf("POST %s by curl as nobody with the stolen cookie and CSRF token: got %s, want 403", tc.path, got)
+		for _, headers := range [][]string{nil, {"--header", "Sec-Fetch-Site: same-origin", "--header", "Origin: " + view.Scheme + "://" + view.Host}} {
+			got := asNobody(t, append(headers, "--cookie", cookie, "--output", "/dev/null", "--write-out", "%{http_code}",
+				"--data", tc.form+"&csrf="+csrf, sandboxPage+tc.path)...)
+			if got != "403" {
+				t.Errorf("POST %s by curl as nobody with the stolen cookie, the CSRF token and headers %q: got %s, want 403", tc.path, headers, got)
+			}
 		}
 	}
 	if after := policy(); after != before {

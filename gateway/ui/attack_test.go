@@ -2,9 +2,11 @@ package ui
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -178,4 +180,51 @@ func TestUIAnswerNamesItsQuestion(t *testing.T) {
 
 func apiAnswer(answer, scope string) api.ApprovalAnswer {
 	return api.ApprovalAnswer{Answer: answer, Scope: scope}
+}
+
+// TestUISessionBoundToUser: the session is the user's whose program
+// exchanged the token; the cookie sent by another user's program (as the
+// system tells the view) is refused, pages and POSTs alike, even with the
+// CSRF token and the headers a browser sends.
+func TestUISessionBoundToUser(t *testing.T) {
+	var uid atomic.Uint32
+	uid.Store(1000)
+	u := startUIWith(t, askSpec, func(cfg *Config) {
+		cfg.peerUID = func(net.Addr, net.Addr) (uint32, error) { return uid.Load(), nil }
+	})
+	c := browser(t)
+	u.login(t, c)
+	csrf := u.csrfOf(t, c)
+	held := u.hold(t, "/")
+	q := u.waitPending(t, 1)[0]
+	before := u.policy(t).Version
+
+	uid.Store(65534)
+	thief := u.stolen(t, c)
+	thief.Transport = &http.Transport{} // its own connections, nobody's
+	defer thief.CloseIdleConnections()
+	if status, body, _ := u.get(t, thief, "/s/"+liveID); status != http.StatusForbidden || !strings.Contains(body, "uid 65534") {
+		t.Errorf("GET with the cookie from uid 65534: got %d %q, want 403 naming the uid", status, body)
+	}
+	for _, tc := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/s/" + liveID + "/rules", url.Values{"action": {"allow"}, "pattern": {"other.test"}}},
+		{"/s/" + liveID + "/approvals/" + q.ID, url.Values{"answer": {"allow"}, "scope": {"session"}}},
+	} {
+		tc.form.Set("csrf", csrf)
+		if status, body := u.post(t, thief, tc.path, tc.form, map[string]string{"Origin": u.base}); status != http.StatusForbidden {
+			t.Errorf("POST %s with the cookie, CSRF token and browser headers from uid 65534: got %d %q, want 403", tc.path, status, body)
+		}
+	}
+	if after := u.policy(t).Version; after != before {
+		t.Errorf("policy version: got %d, want %d (unchanged)", after, before)
+	}
+	stillHeld(t, held)
+
+	uid.Store(1000)
+	if status, _, _ := u.get(t, c, "/"); status != http.StatusOK {
+		t.Errorf("GET / from the owner's uid: got %d, want 200", status)
+	}
 }

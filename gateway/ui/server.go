@@ -72,6 +72,9 @@ type Config struct {
 	// now is the clock of sessions and answers; nil is time.Now. Tests
 	// set it.
 	now func() time.Time
+	// peerUID returns the uid of the program at the other end of a
+	// connection; nil is the kernel's answer (peerUID). Tests set it.
+	peerUID func(local, remote net.Addr) (uint32, error)
 }
 
 // SessionIdle is how long a session lasts without a request: past it,
@@ -100,10 +103,29 @@ type Server struct {
 	done   chan error
 
 	mu        sync.Mutex
-	tokenUsed bool                 // the token was exchanged for a session
-	sessions  map[string]time.Time // each session's nonce and its last request
-	loggedIn  chan struct{}        // closed when the token is used
+	tokenUsed bool                // the token was exchanged for a session
+	sessions  map[string]*session // by nonce
+	loggedIn  chan struct{}       // closed when the token is used
 }
+
+// session is what the view knows of a browser's session.
+type session struct {
+	last time.Time // its last request
+	// uid is the user whose program (the browser) exchanged the token;
+	// bound says the system told it (Linux), and then only that user's
+	// programs may use the session.
+	uid   uint32
+	bound bool
+}
+
+// peer is the user at the other end of a connection, as found when the
+// connection was accepted: uid, or err when it could not be told.
+type peer struct {
+	uid uint32
+	err error
+}
+
+type peerKey struct{}
 
 // Start listens on 127.0.0.1:cfg.Port and serves the view until ctx is
 // done or Close is called; URL is the address to open. Close must always
@@ -121,8 +143,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
+	if cfg.peerUID == nil {
+		cfg.peerUID = peerUID
+	}
 	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1),
-		sessions: map[string]time.Time{}, loggedIn: make(chan struct{})}
+		sessions: map[string]*session{}, loggedIn: make(chan struct{})}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", cfg.Port, err)
@@ -139,6 +164,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// Handlers' contexts end when the view stops, so that live
 		// streams end with it.
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		// Which user's program connected, for the session's check.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			uid, err := cfg.peerUID(c.LocalAddr(), c.RemoteAddr())
+			return context.WithValue(ctx, peerKey{}, peer{uid, err})
+		},
 		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	// This goroutine ends when the server is closed (Close, or ctx done
@@ -228,9 +258,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.login(w, r)
 		return
 	}
-	session, err := s.session(r)
+	session, status, err := s.session(r)
 	if err != nil {
-		refuse(w, http.StatusUnauthorized, err.Error())
+		refuse(w, status, err.Error())
 		return
 	}
 	if r.Method == http.MethodPost {
@@ -287,7 +317,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	s.tokenUsed = true
 	s.mu.Unlock()
 	if used {
-		if _, err := s.session(r); err == nil {
+		if _, _, err := s.session(r); err == nil {
 			http.Redirect(w, r, back.String(), http.StatusSeeOther)
 			return
 		}
@@ -295,9 +325,16 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 			"Run sbx ui again for a new link (if you did not open it, someone else did: stop that sbx ui)")
 		return
 	}
+	sess := &session{last: s.cfg.now()}
+	switch p, _ := r.Context().Value(peerKey{}).(peer); {
+	case p.err == nil:
+		sess.uid, sess.bound = p.uid, true
+	case !errors.Is(p.err, errors.ErrUnsupported):
+		s.cfg.Logger.Warn("sbx ui: cannot tell whose browser opened the URL; its session is not bound to its user", "err", p.err)
+	}
 	nonce := randomHex(16)
 	s.mu.Lock()
-	s.sessions[nonce] = s.cfg.now()
+	s.sessions[nonce] = sess
 	s.mu.Unlock()
 	close(s.loggedIn)
 	http.SetCookie(w, &http.Cookie{
@@ -311,30 +348,40 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // session returns the session of r's cookie when the cookie is one this
-// server set and its session has not been idle for SessionIdle; the
-// request counts as the session's last. The error says what to do.
-func (s *Server) session(r *http.Request) (string, error) {
+// server set, its session has not been idle for SessionIdle, and r comes
+// from a program of the user whose browser the session is (where the
+// system tells); the request counts as the session's last. The error
+// says what to do, with the status to answer.
+func (s *Server) session(r *http.Request) (string, int, error) {
+	noSession := errors.New("no session: open the URL that sbx ui printed (it holds the token)")
 	c, err := r.Cookie(s.cookie)
 	if err != nil {
-		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
+		return "", http.StatusUnauthorized, noSession
 	}
 	nonce, mac, ok := strings.Cut(c.Value, ".")
 	if !ok || !hmac.Equal([]byte(mac), []byte(s.mac("session:"+nonce))) {
-		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
+		return "", http.StatusUnauthorized, noSession
 	}
 	now := s.cfg.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	last, ok := s.sessions[nonce]
+	sess, ok := s.sessions[nonce]
 	if !ok {
-		return "", errors.New("no session: open the URL that sbx ui printed (it holds the token)")
+		return "", http.StatusUnauthorized, noSession
 	}
-	if now.Sub(last) >= SessionIdle {
+	if now.Sub(sess.last) >= SessionIdle {
 		delete(s.sessions, nonce)
-		return "", fmt.Errorf("the session expired after %s without a request: run sbx ui again for a new link", SessionIdle)
+		return "", http.StatusUnauthorized, fmt.Errorf("the session expired after %s without a request: run sbx ui again for a new link", SessionIdle)
 	}
-	s.sessions[nonce] = now
-	return nonce, nil
+	if p, _ := r.Context().Value(peerKey{}).(peer); sess.bound && (p.err != nil || p.uid != sess.uid) {
+		who := "a program whose user cannot be told"
+		if p.err == nil {
+			who = "a program of uid " + strconv.FormatUint(uint64(p.uid), 10)
+		}
+		return "", http.StatusForbidden, fmt.Errorf("this session is the browser's of uid %d; its cookie came from %s: refused", sess.uid, who)
+	}
+	sess.last = now
+	return nonce, 0, nil
 }
 
 // csrfField is the name of the forms' CSRF token field.

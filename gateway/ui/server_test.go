@@ -76,6 +76,13 @@ type uiTest struct {
 // set, when given, changes the gateway's configuration before it starts.
 func startUI(t *testing.T, spec netpolicy.Spec, set ...func(*gateway.Config)) *uiTest {
 	t.Helper()
+	return startUIWith(t, spec, nil, set...)
+}
+
+// startUIWith is startUI whose view's configuration view, when not nil,
+// changes before the view starts.
+func startUIWith(t *testing.T, spec netpolicy.Spec, view func(*Config), set ...func(*gateway.Config)) *uiTest {
+	t.Helper()
 	dir := t.TempDir()
 	spec.AllowPrivate = append(spec.AllowPrivate, netip.MustParsePrefix("127.0.0.0/8"))
 	p, err := netpolicy.Compile(spec)
@@ -127,7 +134,11 @@ func startUI(t *testing.T, spec netpolicy.Spec, set ...func(*gateway.Config)) *u
 		apiAddr: gw.APIAddrs[0], token: strings.TrimSpace(string(token)), endedLog: ended, endedName: "old",
 	}
 	clock := &testClock{}
-	srv, err := Start(context.Background(), Config{Sandboxes: sb, now: clock.now})
+	viewCfg := Config{Sandboxes: sb, now: clock.now}
+	if view != nil {
+		view(&viewCfg)
+	}
+	srv, err := Start(context.Background(), viewCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
