@@ -169,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			uid, err := cfg.peerUID(c.LocalAddr(), c.RemoteAddr())
 			return context.WithValue(ctx, peerKey{}, peer{uid, err})
 		},
-		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	// This goroutine ends when the server is closed (Close, or ctx done
 	// and the goroutine below closes it).
