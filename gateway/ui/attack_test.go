@@ -2,6 +2,8 @@ package ui
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -226,5 +228,48 @@ func TestUISessionBoundToUser(t *testing.T) {
 	uid.Store(1000)
 	if status, _, _ := u.get(t, c, "/"); status != http.StatusOK {
 		t.Errorf("GET / from the owner's uid: got %d, want 200", status)
+	}
+}
+
+// TestUIHoldsIPv6Loopback: while the view runs, no other program can
+// listen on [::1] at its port (where a browser sent to localhost:PORT may
+// go first), and a request there is refused and told where the view is.
+// A port whose [::1] another program holds already is refused.
+func TestUIHoldsIPv6Loopback(t *testing.T) {
+	probe, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no [::1] here: %v", err)
+	}
+	probe.Close()
+	u := startUI(t, netpolicy.Spec{Default: netpolicy.Block})
+	port := fmt.Sprint(u.srv.Port())
+	if ln, err := net.Listen("tcp6", "[::1]:"+port); err == nil {
+		ln.Close()
+		t.Errorf("listening on [::1]:%s while the view runs: got no error, want it taken", port)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://[::1]:" + port + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), "open http://127.0.0.1:"+port+"/") {
+		t.Errorf("GET http://[::1]:%s/: got %d %q, want 421 naming http://127.0.0.1:%s/", port, resp.StatusCode, body, port)
+	}
+
+	// Another program on [::1] first: that port is refused.
+	other, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	taken := other.Addr().(*net.TCPAddr).Port
+	srv, err := Start(context.Background(), Config{Sandboxes: u.sb, Port: taken})
+	if err == nil {
+		srv.Close()
+		t.Fatalf("Start on port %d, whose [::1] another program holds: got no error", taken)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("[::1]:%d is taken by another program", taken)) {
+		t.Errorf("Start on port %d, whose [::1] another program holds: got %v, want it said", taken, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/api"
@@ -148,9 +149,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1),
 		sessions: map[string]*session{}, loggedIn: make(chan struct{})}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
+	ln, ln6, err := listen(cfg.Port)
 	if err != nil {
-		return nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", cfg.Port, err)
+		return nil, err
 	}
 	s.ln = ln
 	s.port = ln.Addr().(*net.TCPAddr).Port
@@ -173,6 +174,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// This goroutine ends when the server is closed (Close, or ctx done
 	// and the goroutine below closes it).
+	if ln6 != nil {
+		// Every request on [::1] is refused (its Host is not
+		// 127.0.0.1:PORT) and told where the view is. This goroutine
+		// ends when the server is closed.
+		go s.srv.Serve(ln6)
+	}
 	go func() {
 		err := s.srv.Serve(ln)
 		cancel()
@@ -187,6 +194,32 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.srv.Close()
 	}()
 	return s, nil
+}
+
+// listen listens on 127.0.0.1:port, and on [::1] at the same port, so
+// that no other program can take [::1]:PORT while the view runs: a
+// browser sent to localhost:PORT may try [::1] first. A port of 0 is one
+// free at both. When [::1]:port is taken, that is an error for a port
+// given; ln6 is nil where the host has no [::1].
+func listen(port int) (ln, ln6 net.Listener, err error) {
+	for try := 0; ; try++ {
+		ln, err = net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", port, err)
+		}
+		got := ln.Addr().(*net.TCPAddr).Port
+		ln6, err = net.Listen("tcp6", net.JoinHostPort("::1", strconv.Itoa(got)))
+		switch {
+		case err == nil:
+			return ln, ln6, nil
+		case !errors.Is(err, syscall.EADDRINUSE):
+			return ln, nil, nil // no [::1] here
+		}
+		ln.Close()
+		if port != 0 || try == 20 {
+			return nil, nil, fmt.Errorf("[::1]:%d is taken by another program, which a browser sent to localhost:%d may reach: choose another port: %w", got, got, err)
+		}
+	}
 }
 
 // URL is the address to open: the view's first page with the token that
