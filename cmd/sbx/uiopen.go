@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/url"
@@ -49,7 +48,9 @@ func openFile(viewURL string, uid, gid int) (string, error) {
 	path := filepath.Join(dir, "open.html")
 	err = os.WriteFile(path, page.Bytes(), 0o600)
 	if err == nil && (uid != -1 || gid != -1) {
-		err = errors.Join(os.Chown(dir, uid, gid), os.Chown(path, uid, gid))
+		if err = os.Chown(dir, uid, gid); err == nil {
+			err = os.Chown(path, uid, gid)
+		}
 	}
 	if err != nil {
 		os.RemoveAll(dir)

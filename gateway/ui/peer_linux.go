@@ -18,9 +18,12 @@ import (
 // (/proc/net/tcp, /proc/net/tcp6) holds the other end too, with its
 // owner.
 func peerUID(local, remote net.Addr) (uint32, error) {
-	l, err1 := netip.ParseAddrPort(local.String())
-	r, err2 := netip.ParseAddrPort(remote.String())
-	if err := errors.Join(err1, err2); err != nil {
+	l, err := netip.ParseAddrPort(local.String())
+	if err != nil {
+		return 0, fmt.Errorf("finding the user of the connection from %s: %w", remote, err)
+	}
+	r, err := netip.ParseAddrPort(remote.String())
+	if err != nil {
 		return 0, fmt.Errorf("finding the user of the connection from %s: %w", remote, err)
 	}
 	for _, table := range []struct {
