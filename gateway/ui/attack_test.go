@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -271,5 +272,19 @@ func TestUIHoldsIPv6Loopback(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("[::1]:%d is taken by another program", taken)) {
 		t.Errorf("Start on port %d, whose [::1] another program holds: got %v, want it said", taken, err)
+	}
+}
+
+// TestUILoginUserUnknown: where the system should tell whose program
+// opened the URL but does not, the token makes no session (one any
+// local user's program could use) and the page says to run sbx ui again.
+func TestUILoginUserUnknown(t *testing.T) {
+	u := startUIWith(t, netpolicy.Spec{Default: netpolicy.Block}, func(cfg *Config) {
+		cfg.peerUID = func(net.Addr, net.Addr) (uint32, error) { return 0, errors.New("no socket of it on this host") }
+	})
+	c := browser(t)
+	status, body, hdr := u.get(t, c, strings.TrimPrefix(u.srv.URL(), u.base))
+	if status != http.StatusInternalServerError || !strings.Contains(body, "run sbx ui again") || hdr.Get("Set-Cookie") != "" {
+		t.Errorf("GET the URL, its user unknown: got %d %q cookie %q, want 500 saying to run sbx ui again and no cookie", status, body, hdr.Get("Set-Cookie"))
 	}
 }

@@ -172,14 +172,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		},
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	// This goroutine ends when the server is closed (Close, or ctx done
-	// and the goroutine below closes it).
 	if ln6 != nil {
 		// Every request on [::1] is refused (its Host is not
 		// 127.0.0.1:PORT) and told where the view is. This goroutine
 		// ends when the server is closed.
 		go s.srv.Serve(ln6)
 	}
+	// This goroutine ends when the server is closed (Close, or ctx done
+	// and the goroutine below closes it).
 	go func() {
 		err := s.srv.Serve(ln)
 		cancel()
@@ -359,11 +359,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess := &session{last: s.cfg.now()}
-	switch p, _ := r.Context().Value(peerKey{}).(peer); {
-	case p.err == nil:
+	switch p, ok := r.Context().Value(peerKey{}).(peer); {
+	case ok && p.err == nil:
 		sess.uid, sess.bound = p.uid, true
-	case !errors.Is(p.err, errors.ErrUnsupported):
-		s.cfg.Logger.Warn("sbx ui: cannot tell whose browser opened the URL; its session is not bound to its user", "err", p.err)
+	case ok && !errors.Is(p.err, errors.ErrUnsupported):
+		// The token is spent: better a new sbx ui than a session that
+		// any local user's program could use.
+		refuse(w, http.StatusInternalServerError, fmt.Sprintf("cannot tell which user's program opened the URL (%v), so its session could not be kept to that user: run sbx ui again", p.err))
+		return
 	}
 	nonce := randomHex(16)
 	s.mu.Lock()
