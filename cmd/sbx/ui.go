@@ -20,22 +20,29 @@ import (
 
 func newUICmd() *cobra.Command {
 	var port int
+	var open bool
 	var h hostSandboxes
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve a local web view of every sandbox: live decisions, approvals, rules, audit reports",
 		Long: `Ui serves one web view of every sandbox of this host on 127.0.0.1 and prints
-its URL, which holds a random token: open it in a browser on this machine.
+its URL, which holds a random token: open it in a browser on this machine,
+or give --open to have sbx ui open it. The token is good once: the browser
+that opens the URL gets a session (which ends after 12 hours without a
+request), and the URL is refused after that.
 The view lists the running and the ended sandboxes, shows a sandbox's
 decisions as they happen and its rules, answers its pending approvals (as
 sbx approve and deny do), adds and removes rules (as sbx policy allow,
 block and remove do), and shows the audit report of an ended sandbox's
 log (as sbx audit --sandbox does). It runs until interrupted.
 
-Whoever has the URL can change the sandboxes' policies and answer their
-questions: keep it to yourself. The view answers only requests that name it as 127.0.0.1:PORT or
-localhost:PORT, and changes only what its own pages ask (docs/ui.md).`,
-		Example: `  sudo sbx ui
+Until it is used, whoever has the URL can change the sandboxes' policies
+and answer their questions: keep it to yourself. --open keeps it out of
+every command line (which other users can read): the browser opens a file
+only you can read that redirects to it. The view answers only requests
+that name it as 127.0.0.1:PORT (not localhost), and changes only what its
+own pages ask (docs/ui.md).`,
+		Example: `  sudo sbx ui --open
   sudo sbx ui --port 8765`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -50,12 +57,30 @@ localhost:PORT, and changes only what its own pages ask (docs/ui.md).`,
 				return fmt.Errorf("--port %d: %w", port, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: open %s\n", s.URL())
-			fmt.Fprintln(cmd.OutOrStdout(), "(the URL's token lets whoever has it change your sandboxes' policies; Ctrl-C stops the view)")
+			fmt.Fprintln(cmd.OutOrStdout(), "(the URL's token opens the view once, and until then lets whoever has it change your sandboxes' policies; Ctrl-C stops the view)")
+			if open {
+				path, remove, err := openInBrowser(s.URL())
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "sbx ui: --open: %v; open the URL above yourself\n", err)
+				} else {
+					defer remove()
+					fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: opening it in your browser through %s (removed once used)\n", path)
+					// Ends when the token is used or the view stops.
+					go func() {
+						select {
+						case <-s.LoggedIn():
+							remove()
+						case <-cmd.Context().Done():
+						}
+					}()
+				}
+			}
 			<-cmd.Context().Done()
 			return s.Close()
 		},
 	}
 	cmd.Flags().IntVar(&port, "port", 0, "listen on 127.0.0.1:`N` (default: any free port)")
+	cmd.Flags().BoolVar(&open, "open", false, "open the view in your browser ($BROWSER, else xdg-open) through a file only you can read, never with the token in a command line")
 	cmd.Flags().StringVar(&h.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	cmd.Flags().MarkHidden("state-dir")
 	cmd.Flags().StringVar(&h.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")

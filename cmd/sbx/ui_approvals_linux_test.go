@@ -17,6 +17,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/ui"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
@@ -118,7 +119,7 @@ func TestUIApprovalsInChromium(t *testing.T) {
 
 	// Allow always: this sandbox has no file to write it to. The page
 	// says why, and the question waits still.
-	step("clicking allow always", chromedp.Click(chromedp.CSS(row+` button.allow[value="always"]`)),
+	step("clicking allow always", answerClick(row+` button.allow[value="always"]`),
 		chromedp.WaitVisible(chromedp.CSS("#error")))
 	if got := text("#error"); !strings.Contains(got, "no file to write an always answer to") {
 		t.Errorf("allow always without a file: got %q, want the API's reason", got)
@@ -131,7 +132,7 @@ func TestUIApprovalsInChromium(t *testing.T) {
 	step("going back", chromedp.Click(chromedp.CSS(`a[href="/s/`+id+`"]`)), chromedp.WaitVisible(chromedp.CSS(row)))
 
 	// Allow once: the request goes through, and the log says by ui.
-	step("clicking allow once", chromedp.Click(chromedp.CSS(row+` button.allow[value="once"]`)),
+	step("clicking allow once", answerClick(row+` button.allow[value="once"]`),
 		chromedp.WaitVisible(chromedp.CSS("#no-approvals")), chromedp.WaitNotPresent(chromedp.CSS(row)))
 	if got := status(held1); got != http.StatusOK {
 		t.Errorf("request allowed once in the view: got %d, want 200", got)
@@ -147,7 +148,7 @@ func TestUIApprovalsInChromium(t *testing.T) {
 		t.Errorf("first page's pending count: got %q, want \"1 pending\"", got)
 	}
 	step("following the count", chromedp.Click(chromedp.CSS(`#running a.pending`)), chromedp.WaitVisible(chromedp.CSS(row)))
-	step("clicking deny once", chromedp.Click(chromedp.CSS(row+` button.deny[value="once"]`)),
+	step("clicking deny once", answerClick(row+` button.deny[value="once"]`),
 		chromedp.WaitVisible(chromedp.CSS("#no-approvals")), chromedp.WaitNotPresent(chromedp.CSS(row)))
 	if got := status(held2); got != http.StatusForbidden {
 		t.Errorf("request denied once in the view: got %d, want 403", got)
@@ -176,6 +177,15 @@ func TestUIApprovalsInChromium(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Errorf("sbx ui did not stop within 10 s of its context's end")
 	}
+}
+
+// answerClick clicks the answer button sel once the page takes clicks on
+// it: the page holds a question's buttons disabled for ui.AnswerDelay
+// after the questions shown change, and the view refuses an answer to a
+// question asked less than that ago.
+func answerClick(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(chromedp.Sleep(ui.AnswerDelay+200*time.Millisecond),
+		chromedp.WaitEnabled(chromedp.CSS(sel)), chromedp.Click(chromedp.CSS(sel)))
 }
 
 // heldGet sends GET target through the gateway's proxy, where it may be

@@ -107,14 +107,14 @@ r=$(wget -q -O- http://other.test:8080/ 2>&1); echo "second exit $? $r"`)
 	q1, row := question("later.test")
 	step("the first question", chromedp.WaitVisible(chromedp.CSS(row)))
 	waitText(t, bctx, row, "later.test")
-	step("clicking allow once", chromedp.Click(chromedp.CSS(row+` button.allow[value="once"]`)),
+	step("clicking allow once", answerClick(row+` button.allow[value="once"]`),
 		chromedp.WaitNotPresent(chromedp.CSS(row)))
 
 	// The second: deny once.
 	q2, row := question("other.test")
 	step("the second question", chromedp.WaitVisible(chromedp.CSS(row)))
 	waitText(t, bctx, row, "other.test")
-	step("clicking deny once", chromedp.Click(chromedp.CSS(row+` button.deny[value="once"]`)),
+	step("clicking deny once", answerClick(row+` button.deny[value="once"]`),
 		chromedp.WaitNotPresent(chromedp.CSS(row)))
 
 	select {

@@ -60,9 +60,11 @@ func (u *uiTest) apiClient(t *testing.T) *api.Client {
 }
 
 // waitPending waits up to 10 s until the gateway has n pending questions
-// and returns them.
+// and returns them; it moves the view's clock on by AnswerDelay, as if
+// they had been on screen that long.
 func (u *uiTest) waitPending(t *testing.T, n int) []api.Approval {
 	t.Helper()
+	u.clock.advance(AnswerDelay)
 	c := u.apiClient(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -236,7 +238,7 @@ func TestUIApprovalAnswer(t *testing.T) {
 		{name: "always without a file", answer: "allow", scope: "always", want: http.StatusConflict, wantBody: "this gateway has no file to write an always answer to"},
 		{name: "unknown scope", answer: "allow", scope: "forever", want: http.StatusBadRequest, wantBody: "scope &#34;forever&#34;: want once, session or always"},
 		{name: "unknown answer", answer: "maybe", scope: "once", want: http.StatusBadRequest, wantBody: "answer &#34;maybe&#34;: want allow or deny"},
-		{name: "no such question", answer: "allow", scope: "once", id: "a99", want: http.StatusNotFound, wantBody: "no such pending approval"},
+		{name: "no such question", answer: "allow", scope: "once", id: "a99", want: http.StatusConflict, wantBody: "question a99 is no longer pending"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "approvals.yaml")

@@ -46,6 +46,7 @@ type pages struct {
 	sandboxes Sandboxes
 	log       *slog.Logger
 	csrf      func(session string) string
+	now       func() time.Time
 	mux       *http.ServeMux
 }
 
@@ -56,8 +57,8 @@ const apiWait = 10 * time.Second
 // shows.
 const shownDecisions = 200
 
-func newPages(sb Sandboxes, log *slog.Logger, csrf func(string) string) *pages {
-	p := &pages{sandboxes: sb, log: log, csrf: csrf, mux: http.NewServeMux()}
+func newPages(sb Sandboxes, log *slog.Logger, csrf func(string) string, now func() time.Time) *pages {
+	p := &pages{sandboxes: sb, log: log, csrf: csrf, now: now, mux: http.NewServeMux()}
 	p.mux.HandleFunc("GET /{$}", p.index)
 	p.mux.HandleFunc("GET /s/{id}", p.sandbox)
 	p.mux.HandleFunc("GET /s/{id}/events", p.events)
@@ -604,11 +605,18 @@ func answerOf(r *http.Request) (api.ApprovalAnswer, error) {
 	return a, nil
 }
 
+// ErrGone is the error of an answer to a question that is no longer
+// pending.
+var ErrGone = errors.New("no longer pending")
+
 // answer answers a pending question through the API (POST
 // /v1/approvals/{id}, by ui), as sbx approve and deny do, and goes back
-// to the sandbox's page. The API's refusals are shown with their status:
-// 404 for a question answered or timed out already, 409 for an always
-// answer when the sandbox has no file to write its rule to.
+// to the sandbox's page. The form's address names the question; an
+// answer to a question that is no longer pending (answered or timed out
+// meanwhile), or that was asked less than AnswerDelay ago, is refused
+// with 409 and given to no other. The API's other refusals are shown
+// with their status: 409 for an always answer when the sandbox has no
+// file to write its rule to.
 func (p *pages) answer(w http.ResponseWriter, r *http.Request) {
 	sb := p.find(w, r)
 	if sb == nil {
@@ -622,15 +630,39 @@ func (p *pages) answer(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("approval")
 	err = p.withClient(r.Context(), sb.ID, func(ctx context.Context, c *api.Client) error {
-		_, err := c.AnswerApproval(ctx, id, ans)
+		list, err := c.Approvals(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(list.Approvals, func(a api.Approval) bool { return a.ID == id })
+		if i < 0 {
+			return fmt.Errorf("question %s is %w: it was answered or timed out, and the answer was given to no other question", id, ErrGone)
+		}
+		if age := p.now().Sub(list.Approvals[i].Asked); age < AnswerDelay {
+			return fmt.Errorf("%w: question %s was asked %s ago; answers are taken once a question has been on screen for %s, so that a click meant for another one does not answer it: look at it and answer again",
+				errTooNew, id, age.Round(time.Millisecond), AnswerDelay)
+		}
+		_, err = c.AnswerApproval(ctx, id, ans)
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			return fmt.Errorf("question %s is %w: it was answered or timed out, and the answer was given to no other question", id, ErrGone)
+		}
 		return err
 	})
+	if errors.Is(err, ErrGone) || errors.Is(err, errTooNew) {
+		p.fail(w, r, http.StatusConflict, back, fmt.Errorf("not answered (%s %s): %w", ans.Answer, ans.Scope, err))
+		return
+	}
 	if err != nil {
 		p.fail(w, r, apiStatus(err), back, fmt.Errorf("answering question %s (%s %s): %w", id, ans.Answer, ans.Scope, err))
 		return
 	}
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
+
+// errTooNew is the error of an answer to a question asked less than
+// AnswerDelay ago.
+var errTooNew = errors.New("too soon")
 
 // withClient calls fn with a client of sandbox id, within apiWait.
 func (p *pages) withClient(ctx context.Context, id string, fn func(context.Context, *api.Client) error) error {

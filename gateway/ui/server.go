@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/api"
@@ -67,7 +69,26 @@ type Config struct {
 	Port int
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
+
+	// now is the clock of sessions and answers; nil is time.Now. Tests
+	// set it.
+	now func() time.Time
+	// peerUID returns the uid of the program at the other end of a
+	// connection; nil is the kernel's answer (peerUID). Tests set it.
+	peerUID func(local, remote net.Addr) (uint32, error)
 }
+
+// SessionIdle is how long a session lasts without a request: past it,
+// its cookie is refused and the view must be started again (its token
+// was used).
+const SessionIdle = 12 * time.Hour
+
+// AnswerDelay is how long a question must have been asked before the
+// view takes an answer to it, and how long the page keeps a question's
+// buttons disabled after the questions shown change, as browsers do
+// with their permission prompts: a click meant for a question that just
+// went lands on nothing rather than on the one that took its place.
+const AnswerDelay = time.Second
 
 // Server is a running view made by Start. Close stops it.
 type Server struct {
@@ -78,10 +99,34 @@ type Server struct {
 	token  string // the printed URL's
 	key    []byte // signs session cookies and derives their CSRF tokens
 	cookie string // the session cookie's name, which holds the port
-	origin *http.CrossOriginProtection
+	origin string // http://127.0.0.1:PORT, the only origin of its pages
 	pages  *pages
 	done   chan error
+
+	mu        sync.Mutex
+	tokenUsed bool                // the token was exchanged for a session
+	sessions  map[string]*session // by nonce
+	loggedIn  chan struct{}       // closed when the token is used
 }
+
+// session is what the view knows of a browser's session.
+type session struct {
+	last time.Time // its last request
+	// uid is the user whose program (the browser) exchanged the token;
+	// bound says the system told it (Linux), and then only that user's
+	// programs may use the session.
+	uid   uint32
+	bound bool
+}
+
+// peer is the user at the other end of a connection, as found when the
+// connection was accepted: uid, or err when it could not be told.
+type peer struct {
+	uid uint32
+	err error
+}
+
+type peerKey struct{}
 
 // Start listens on 127.0.0.1:cfg.Port and serves the view until ctx is
 // done or Close is called; URL is the address to open. Close must always
@@ -96,19 +141,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1)}
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.Port)))
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.peerUID == nil {
+		cfg.peerUID = peerUID
+	}
+	s := &Server{cfg: cfg, token: randomHex(32), key: []byte(randomHex(32)), done: make(chan error, 1),
+		sessions: map[string]*session{}, loggedIn: make(chan struct{})}
+	ln, ln6, err := listen(cfg.Port)
 	if err != nil {
-		return nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", cfg.Port, err)
+		return nil, err
 	}
 	s.ln = ln
 	s.port = ln.Addr().(*net.TCPAddr).Port
 	s.cookie = "sbx_ui_" + strconv.Itoa(s.port)
-	s.origin = http.NewCrossOriginProtection()
-	s.origin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only")
-	}))
-	s.pages = newPages(cfg.Sandboxes, cfg.Logger, s.csrfToken)
+	s.origin = "http://127.0.0.1:" + strconv.Itoa(s.port)
+	s.pages = newPages(cfg.Sandboxes, cfg.Logger, s.csrfToken, cfg.now)
 	ctx, cancel := context.WithCancel(ctx)
 	s.srv = &http.Server{
 		Handler:           s.Handler(),
@@ -116,7 +165,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// Handlers' contexts end when the view stops, so that live
 		// streams end with it.
 		BaseContext: func(net.Listener) context.Context { return ctx },
-		ErrorLog:    slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		// Which user's program connected, for the session's check.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			uid, err := cfg.peerUID(c.LocalAddr(), c.RemoteAddr())
+			return context.WithValue(ctx, peerKey{}, peer{uid, err})
+		},
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	if ln6 != nil {
+		// Every request on [::1] is refused (its Host is not
+		// 127.0.0.1:PORT) and told where the view is. This goroutine
+		// ends when the server is closed.
+		go s.srv.Serve(ln6)
 	}
 	// This goroutine ends when the server is closed (Close, or ctx done
 	// and the goroutine below closes it).
@@ -136,11 +196,41 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// URL is the address to open: the view's first page with the token that
-// gets a browser its session cookie. It is a secret.
-func (s *Server) URL() string {
-	return fmt.Sprintf("http://127.0.0.1:%d/?token=%s", s.port, s.token)
+// listen listens on 127.0.0.1:port, and on [::1] at the same port, so
+// that no other program can take [::1]:PORT while the view runs: a
+// browser sent to localhost:PORT may try [::1] first. A port of 0 is one
+// free at both. When [::1]:port is taken, that is an error for a port
+// given; ln6 is nil where the host has no [::1].
+func listen(port int) (ln, ln6 net.Listener, err error) {
+	for try := 0; ; try++ {
+		ln, err = net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("listening on 127.0.0.1:%d: %w", port, err)
+		}
+		got := ln.Addr().(*net.TCPAddr).Port
+		ln6, err = net.Listen("tcp6", net.JoinHostPort("::1", strconv.Itoa(got)))
+		switch {
+		case err == nil:
+			return ln, ln6, nil
+		case !errors.Is(err, syscall.EADDRINUSE):
+			return ln, nil, nil // no [::1] here
+		}
+		ln.Close()
+		if port != 0 || try == 20 {
+			return nil, nil, fmt.Errorf("[::1]:%d is taken by another program, which a browser sent to localhost:%d may reach: choose another port: %w", got, got, err)
+		}
+	}
 }
+
+// URL is the address to open: the view's first page with the token that
+// gets a browser its session cookie, once. It is a secret until used.
+func (s *Server) URL() string {
+	return fmt.Sprintf("%s/?token=%s", s.origin, s.token)
+}
+
+// LoggedIn is closed when the URL's token has been exchanged for a
+// session; the URL is of no use after that.
+func (s *Server) LoggedIn() <-chan struct{} { return s.loggedIn }
 
 // Port is the port the view listens on.
 func (s *Server) Port() int { return s.port }
@@ -187,7 +277,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(k, v)
 	}
 	if !s.ownHost(r.Host) {
-		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this server's: open http://127.0.0.1:%d/ (a page of another site cannot use sbx ui)", r.Host, s.port))
+		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this server's: open %s/ (not localhost, which may reach another program on [::1]; a page of another site cannot use sbx ui)", r.Host, s.origin))
 		return
 	}
 	switch r.Method {
@@ -201,14 +291,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.login(w, r)
 		return
 	}
-	session, ok := s.session(r)
-	if !ok {
-		refuse(w, http.StatusUnauthorized, "no session: open the URL that sbx ui printed (it holds the token)")
+	session, status, err := s.session(r)
+	if err != nil {
+		refuse(w, status, err.Error())
 		return
 	}
 	if r.Method == http.MethodPost {
-		if err := s.origin.Check(r); err != nil {
-			refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only")
+		if !s.sameOrigin(r) {
+			refuse(w, http.StatusForbidden, "cross-origin request refused: changes are made from the view's own pages only, in a browser")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
@@ -223,24 +313,66 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ownHost reports whether host, a request's Host header, names this
-// server: 127.0.0.1:PORT or localhost:PORT, nothing else.
+// server: 127.0.0.1:PORT, nothing else. Not localhost: a browser may try
+// [::1]:PORT for it first, where another user's program may listen.
 func (s *Server) ownHost(host string) bool {
-	h, p, err := net.SplitHostPort(host)
-	if err != nil || p != strconv.Itoa(s.port) {
-		return false
-	}
-	return h == "127.0.0.1" || strings.EqualFold(h, "localhost")
+	return host == "127.0.0.1:"+strconv.Itoa(s.port)
 }
 
-// login checks the token of the printed URL; when it is right it sets a
-// new session cookie and redirects to the same page without the token.
+// sameOrigin reports whether the browser says r comes from one of the
+// view's own pages: Sec-Fetch-Site same-origin (with an Origin that is
+// the view's, or none, or "null", which is what a browser sends under
+// the pages' Referrer-Policy no-referrer), or, from a browser that sends
+// no Sec-Fetch-Site, an Origin that is exactly the view's. A request
+// with neither header (a replay by a program other than a browser) is
+// refused: a browser sends at least one of them with every POST.
+func (s *Server) sameOrigin(r *http.Request) bool {
+	site, origin := r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin")
+	if site == "" {
+		return origin == s.origin
+	}
+	return site == "same-origin" && (origin == "" || origin == "null" || origin == s.origin)
+}
+
+// login exchanges the token of the printed URL, once, for a new session
+// cookie and redirects to the same page without the token. A second use
+// is refused, unless it comes with the session the first use made.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if subtle.ConstantTimeCompare([]byte(q.Get("token")), []byte(s.token)) != 1 || r.Method == http.MethodPost {
+	if subtle.ConstantTimeCompare([]byte(q.Get("token")), []byte(s.token)) != 1 || r.Method != http.MethodGet {
 		refuse(w, http.StatusUnauthorized, "wrong token: open the URL that sbx ui printed")
 		return
 	}
+	q.Del("token")
+	back := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	s.mu.Lock()
+	used := s.tokenUsed
+	s.tokenUsed = true
+	s.mu.Unlock()
+	if used {
+		if _, _, err := s.session(r); err == nil {
+			http.Redirect(w, r, back.String(), http.StatusSeeOther)
+			return
+		}
+		refuse(w, http.StatusGone, "this link was used already: its token opens the view once, in one browser. "+
+			"Run sbx ui again for a new link (if you did not open it, someone else did: stop that sbx ui)")
+		return
+	}
+	sess := &session{last: s.cfg.now()}
+	switch p, ok := r.Context().Value(peerKey{}).(peer); {
+	case ok && p.err == nil:
+		sess.uid, sess.bound = p.uid, true
+	case ok && !errors.Is(p.err, errors.ErrUnsupported):
+		// The token is spent: better a new sbx ui than a session that
+		// any local user's program could use.
+		refuse(w, http.StatusInternalServerError, fmt.Sprintf("cannot tell which user's program opened the URL (%v), so its session could not be kept to that user: run sbx ui again", p.err))
+		return
+	}
 	nonce := randomHex(16)
+	s.mu.Lock()
+	s.sessions[nonce] = sess
+	s.mu.Unlock()
+	close(s.loggedIn)
 	http.SetCookie(w, &http.Cookie{
 		Name:     s.cookie,
 		Value:    nonce + "." + s.mac("session:"+nonce),
@@ -248,23 +380,44 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
 	})
-	q.Del("token")
-	u := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	http.Redirect(w, r, back.String(), http.StatusSeeOther)
 }
 
 // session returns the session of r's cookie when the cookie is one this
-// server set.
-func (s *Server) session(r *http.Request) (string, bool) {
+// server set, its session has not been idle for SessionIdle, and r comes
+// from a program of the user whose browser the session is (where the
+// system tells); the request counts as the session's last. The error
+// says what to do, with the status to answer.
+func (s *Server) session(r *http.Request) (string, int, error) {
+	noSession := errors.New("no session: open the URL that sbx ui printed (it holds the token)")
 	c, err := r.Cookie(s.cookie)
 	if err != nil {
-		return "", false
+		return "", http.StatusUnauthorized, noSession
 	}
 	nonce, mac, ok := strings.Cut(c.Value, ".")
 	if !ok || !hmac.Equal([]byte(mac), []byte(s.mac("session:"+nonce))) {
-		return "", false
+		return "", http.StatusUnauthorized, noSession
 	}
-	return nonce, true
+	now := s.cfg.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess, ok := s.sessions[nonce]
+	if !ok {
+		return "", http.StatusUnauthorized, noSession
+	}
+	if now.Sub(sess.last) >= SessionIdle {
+		delete(s.sessions, nonce)
+		return "", http.StatusUnauthorized, fmt.Errorf("the session expired after %s without a request: run sbx ui again for a new link", SessionIdle)
+	}
+	if p, _ := r.Context().Value(peerKey{}).(peer); sess.bound && (p.err != nil || p.uid != sess.uid) {
+		who := "a program whose user cannot be told"
+		if p.err == nil {
+			who = "a program of uid " + strconv.FormatUint(uint64(p.uid), 10)
+		}
+		return "", http.StatusForbidden, fmt.Errorf("this session is the browser's of uid %d; its cookie came from %s: refused", sess.uid, who)
+	}
+	sess.last = now
+	return nonce, 0, nil
 }
 
 // csrfField is the name of the forms' CSRF token field.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,14 +66,22 @@ type uiTest struct {
 	gw       *gateway.Gateway
 	sb       *fakeSandboxes
 	srv      *Server
-	base     string // http://127.0.0.1:PORT
-	upstream string // host:port of a loopback upstream, as api.test
+	clock    *testClock // the view's
+	base     string     // http://127.0.0.1:PORT
+	upstream string     // host:port of a loopback upstream, as api.test
 }
 
 // startUI starts a gateway with spec (loopback allowed) whose names
 // *.test resolve to 127.0.0.1, an upstream on loopback, and a view of it;
 // set, when given, changes the gateway's configuration before it starts.
 func startUI(t *testing.T, spec netpolicy.Spec, set ...func(*gateway.Config)) *uiTest {
+	t.Helper()
+	return startUIWith(t, spec, nil, set...)
+}
+
+// startUIWith is startUI whose view's configuration view, when not nil,
+// changes before the view starts.
+func startUIWith(t *testing.T, spec netpolicy.Spec, view func(*Config), set ...func(*gateway.Config)) *uiTest {
 	t.Helper()
 	dir := t.TempDir()
 	spec.AllowPrivate = append(spec.AllowPrivate, netip.MustParsePrefix("127.0.0.0/8"))
@@ -124,13 +133,44 @@ func startUI(t *testing.T, spec netpolicy.Spec, set ...func(*gateway.Config)) *u
 		running: Sandbox{ID: liveID, Name: "agent", Status: "running", Command: []string{"agent", "--go"}, Time: time.Now()},
 		apiAddr: gw.APIAddrs[0], token: strings.TrimSpace(string(token)), endedLog: ended, endedName: "old",
 	}
-	srv, err := Start(context.Background(), Config{Sandboxes: sb})
+	clock := &testClock{}
+	viewCfg := Config{Sandboxes: sb, now: clock.now}
+	if view != nil {
+		view(&viewCfg)
+	}
+	srv, err := Start(context.Background(), viewCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	return &uiTest{gw: gw, sb: sb, srv: srv, base: fmt.Sprintf("http://127.0.0.1:%d", srv.Port()),
+	return &uiTest{gw: gw, sb: sb, srv: srv, clock: clock, base: fmt.Sprintf("http://127.0.0.1:%d", srv.Port()),
 		upstream: fmt.Sprintf("api.test:%d", upLn.Addr().(*net.TCPAddr).Port)}
+}
+
+// testClock is the wall clock moved on by what a test says.
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// reset sets the clock back to the wall clock.
+func (c *testClock) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset = 0
+}
+
+// advance moves the clock on by d.
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
 }
 
 // hostile are strings with HTML in them, as a log may hold.
@@ -232,8 +272,9 @@ func (u *uiTest) policy(t *testing.T) *api.Policy {
 }
 
 // TestUIRefusesForeignHost: a request whose Host header is not
-// 127.0.0.1:PORT or localhost:PORT is refused, session or not (a page of
-// another site whose name was rebound to 127.0.0.1 sends its own name).
+// 127.0.0.1:PORT is refused, session or not (a page of another site whose
+// name was rebound to 127.0.0.1 sends its own name; localhost may reach
+// another user's program on [::1]).
 func TestUIRefusesForeignHost(t *testing.T) {
 	u := startUI(t, netpolicy.Spec{Default: netpolicy.Block})
 	c := browser(t)
@@ -244,8 +285,9 @@ func TestUIRefusesForeignHost(t *testing.T) {
 		want int
 	}{
 		{"127.0.0.1:" + port, http.StatusOK},
-		{"localhost:" + port, http.StatusOK},
-		{"LocalHost:" + port, http.StatusOK},
+		{"localhost:" + port, http.StatusMisdirectedRequest},
+		{"LocalHost:" + port, http.StatusMisdirectedRequest},
+		{"[::ffff:127.0.0.1]:" + port, http.StatusMisdirectedRequest},
 		{"evil.test:" + port, http.StatusMisdirectedRequest},
 		{"localhost.evil.test:" + port, http.StatusMisdirectedRequest},
 		{"127.0.0.2:" + port, http.StatusMisdirectedRequest},
@@ -329,9 +371,7 @@ func TestUIRefusesCrossSitePOST(t *testing.T) {
 	c := browser(t)
 	u.login(t, c)
 	csrf := u.csrfOf(t, c)
-	other := browser(t)
-	u.login(t, other)
-	otherCSRF := u.csrfOf(t, other)
+	otherCSRF := u.srv.csrfToken(randomHex(16)) // another session's: the token makes one only
 	if otherCSRF == csrf {
 		t.Fatalf("two sessions have the same CSRF token %q", csrf)
 	}
@@ -347,6 +387,12 @@ func TestUIRefusesCrossSitePOST(t *testing.T) {
 		{"same-site other port", "same-site", "http://127.0.0.1:1", csrf, http.StatusForbidden, false},
 		{"origin only, foreign", "", "http://evil.test", csrf, http.StatusForbidden, false},
 		{"origin null", "", "null", csrf, http.StatusForbidden, false},
+		{"no browser headers", "", "", csrf, http.StatusForbidden, false},
+		{"origin localhost", "", "http://localhost:" + fmt.Sprint(u.srv.Port()), csrf, http.StatusForbidden, false},
+		{"same-origin, origin of another port", "same-origin", "http://127.0.0.1:1", csrf, http.StatusForbidden, false},
+		{"same-origin, no origin", "same-origin", "", csrf, http.StatusSeeOther, true},
+		{"same-origin, origin null (no-referrer)", "same-origin", "null", csrf, http.StatusSeeOther, true},
+		{"own origin, no Sec-Fetch-Site", "", own, csrf, http.StatusSeeOther, true},
 		{"no csrf", "same-origin", own, "", http.StatusForbidden, false},
 		{"wrong csrf", "same-origin", own, strings.Repeat("0", 64), http.StatusForbidden, false},
 		{"another session's csrf", "same-origin", own, otherCSRF, http.StatusForbidden, false},

@@ -3,7 +3,11 @@
 // text (textContent), newest first, and keeps the pending approvals as
 // they come and go: a new question gets a copy of the page's own row
 // template (its answer forms and their CSRF token are the server's), an
-// answered one goes, and each one's time left counts down.
+// answered one goes, and each one's time left counts down. Whenever the
+// questions shown change (the page loads, one comes, one goes), their
+// buttons are disabled for a moment (the server's AnswerDelay), so that
+// a click meant for a question that just went does not land on the one
+// that took its place.
 "use strict";
 (function () {
   // timeLeft writes ms as the server does: "42s", "1m30s", "0s".
@@ -29,10 +33,27 @@
       }
       return null;
     }
+    var delay = 1000; // ms, the server's AnswerDelay
+    var armed = null;
+    // hold disables every answer button for delay ms from now.
+    function hold() {
+      var buttons = table.querySelectorAll("form.answer button");
+      for (var i = 0; i < buttons.length; i++) {
+        buttons[i].disabled = true;
+      }
+      clearTimeout(armed);
+      armed = setTimeout(function () {
+        var buttons = table.querySelectorAll("form.answer button");
+        for (var i = 0; i < buttons.length; i++) {
+          buttons[i].disabled = false;
+        }
+      }, delay);
+    }
     function changed() {
       var n = body.rows.length;
       none.hidden = n > 0;
       count.textContent = n > 0 ? "(" + n + ")" : "";
+      hold();
     }
     function tick() {
       for (var i = 0; i < body.rows.length; i++) {
@@ -71,6 +92,7 @@
         changed();
       }
     });
+    hold();
     tick();
     setInterval(tick, 1000);
   }
