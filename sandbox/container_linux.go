@@ -644,11 +644,20 @@ func startFailure(err error) (int, bool) {
 // garbage collection.
 func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	ctx = namespaces.WithNamespace(ctx, ContainerdNamespace)
+	// containerd's default cgroup for a container, for a record already
+	// gone; the record's own when it is there.
+	cgroupsPath := "/" + ContainerdNamespace + "/" + id
 	ctr, err := c.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return nil // gone
+		// A run killed while containerd started the task can leave the
+		// task's shim running with no record (containerd gave the task
+		// up and removed its bundle, the shim stayed), and its cgroups.
+		return c.reapOrphan(id, cgroupsPath)
 	} else if err != nil {
 		return fmt.Errorf("loading container %s: %w", id, err)
+	}
+	if spec, err := ctr.Spec(ctx); err == nil && spec.Linux != nil && spec.Linux.CgroupsPath != "" {
+		cgroupsPath = spec.Linux.CgroupsPath
 	}
 	var errs *multierror.Error
 	task, err := ctr.Task(ctx, nil)
@@ -663,7 +672,21 @@ func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		errs = multierror.Append(errs, fmt.Errorf("deleting container %s: %w", id, err))
 	}
+	if errs.ErrorOrNil() == nil {
+		errs = multierror.Append(errs, c.reapOrphan(id, cgroupsPath))
+	}
 	return errs.ErrorOrNil()
+}
+
+// reapOrphan kills a shim of container id that containerd no longer knows
+// of, with what it started, and removes the container's cgroups: for gc,
+// once containerd's record and task are gone. A cgroup path that is a
+// systemd slice is left to systemd.
+func (c *Containerd) reapOrphan(id, cgroupsPath string) error {
+	if err := killWithoutRuntime(id, cgroupsPath, c.socket); err != nil {
+		return fmt.Errorf("removing what is left of container %s: %w", id, err)
+	}
+	return nil
 }
 
 // ContainerIDs lists the ids of sbx's containers.

@@ -110,6 +110,18 @@ func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]str
 			add(c, "", "")
 		}
 	}
+	// A shim and cgroups containerd no longer knows of.
+	for _, id := range orphanCandidates(ContainerdNamespace) {
+		found[id] = true
+	}
+	// A start killed before it made anything leaves its lease alone.
+	leased, err := leasedIDs()
+	if err != nil {
+		return nil, fmt.Errorf("listing leases: %w", err)
+	}
+	for _, id := range leased {
+		found[id] = true
+	}
 	states, err := recordedStates(stateDir)
 	if err != nil {
 		return nil, err
@@ -140,9 +152,13 @@ type ContainerRuntime interface {
 }
 
 // GC removes every leftover of sandboxes whose sbx run process is gone
-// (see Leftovers): container (when rt is not nil), network, then state. It
-// returns the ids it cleaned and every failure; one sandbox's failure does
-// not stop the others.
+// (see Leftovers): container (when rt is not nil), network, state, then
+// the sandbox's lease. It works on a sandbox only while it holds its lease
+// (see TakeLease), which a live run never lets go, so it cannot take a
+// sandbox that runs or starts, however the two interleave; and since the
+// state goes after the network, a subnet is given out again only once
+// nothing uses it. It returns the ids it cleaned and every failure; one
+// sandbox's failure does not stop the others.
 func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, error) {
 	ids, err := Leftovers(ctx, stateDir, rt)
 	if err != nil {
@@ -151,31 +167,67 @@ func GC(ctx context.Context, stateDir string, rt ContainerRuntime) ([]string, er
 	var errs *multierror.Error
 	var cleaned []string
 	for _, id := range ids {
-		if rt != nil {
-			if err := rt.RemoveContainer(ctx, id); err != nil {
-				errs = multierror.Append(errs, fmt.Errorf("sandbox %s: removing its container: %w", id, err))
-				continue
-			}
-		}
-		n, _ := NamesFor(id)
-		if err := TeardownNetwork(ctx, n); err != nil {
-			errs = multierror.Append(errs, fmt.Errorf("sandbox %s: %w", id, err))
-			continue
-		}
-		// Its state: where the registry says it was kept, and here.
-		if dir, ok := registeredDir(id); ok {
-			if err := Release(dir, id); err != nil {
-				errs = multierror.Append(errs, err)
-				continue
-			}
-		}
-		if err := Release(stateDir, id); err != nil {
+		ok, err := collect(ctx, stateDir, rt, id)
+		if err != nil {
 			errs = multierror.Append(errs, err)
-			continue
 		}
-		cleaned = append(cleaned, id)
+		if ok {
+			cleaned = append(cleaned, id)
+		}
 	}
 	return cleaned, errs.ErrorOrNil()
+}
+
+// collect removes what sandbox id left, holding its lease; ok is false
+// when its run lives (nothing is touched) or something could not be
+// removed.
+func collect(ctx context.Context, stateDir string, rt ContainerRuntime, id string) (ok bool, _ error) {
+	lease, held, err := takeLeftLease(id)
+	if err != nil || held {
+		return false, err
+	}
+	// A run of an sbx from before leases holds none: its recorded owner
+	// still tells.
+	if st, err := recordedState(stateDir, id); err == nil && OwnerAlive(st) {
+		lease.Release()
+		return false, nil
+	}
+	fail := func(err error) (bool, error) {
+		lease.Drop()
+		return false, err
+	}
+	if rt != nil {
+		if err := rt.RemoveContainer(ctx, id); err != nil {
+			return fail(fmt.Errorf("sandbox %s: removing its container: %w", id, err))
+		}
+	}
+	n, _ := NamesFor(id)
+	if err := TeardownNetwork(ctx, n); err != nil {
+		return fail(fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	// Its state: where the registry says it was kept, and here.
+	if dir, ok := registeredDir(id); ok {
+		if err := Release(dir, id); err != nil {
+			return fail(err)
+		}
+	}
+	if err := Release(stateDir, id); err != nil {
+		return fail(err)
+	}
+	return true, lease.Release()
+}
+
+// recordedState returns the state of sandbox id, from stateDir or the
+// registry.
+func recordedState(stateDir, id string) (State, error) {
+	st, err := Load(stateDir, id)
+	if err == nil {
+		return st, nil
+	}
+	if dir, ok := registeredDir(id); ok {
+		return Load(dir, id)
+	}
+	return State{}, err
 }
 
 // linkList lists the host's links. A dump that links made or removed

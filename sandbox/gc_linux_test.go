@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestOwnerAlive(t *testing.T) {
@@ -131,5 +132,118 @@ func TestPrivilegedGC(t *testing.T) {
 	}
 	if _, err := Load(elsewhere, idOtherDead); err == nil {
 		t.Errorf("GC left the state of a dead sandbox of another state directory")
+	}
+}
+
+// TestPrivilegedGCLeavesALeasedSandbox: a sandbox whose lease is held is
+// never collected, whatever its recorded owner looks like (here a process
+// that is gone, as a start can look to a gc that reads its state at the
+// wrong moment); once nobody holds the lease, it is.
+func TestPrivilegedGCLeavesALeasedSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create namespaces (CI runs as root)")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	id, lease, err := newLeasedID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := NamesFor(id)
+	t.Cleanup(func() { TeardownNetwork(ctx, names); Release(dir, id); lease.Release() })
+	if err := writeState(dir, State{ID: id, PID: dead.Process.Pid, Subnet: testSubnet(t).Prefix}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreateNamespace(names); err != nil {
+		t.Fatal(err)
+	}
+	cleaned, err := GC(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(cleaned, id) {
+		t.Fatalf("GC cleaned %s, whose lease is held", id)
+	}
+	if _, err := Load(dir, id); err != nil {
+		t.Errorf("the state of the leased sandbox: %v", err)
+	}
+	if _, err := os.Stat("/var/run/netns/" + names.Netns); err != nil {
+		t.Errorf("the namespace of the leased sandbox: %v", err)
+	}
+	lease.Drop() // as its holder's death lets it go
+	cleaned, err = GC(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cleaned, id) {
+		t.Errorf("GC cleaned %v, want %s once its lease is free", cleaned, id)
+	}
+	assertNetworkGone(t, names)
+	if ids, _ := leasedIDs(); slices.Contains(ids, id) {
+		t.Errorf("the lease file of %s is left", id)
+	}
+}
+
+// TestPrivilegedGCReapsAnOrphanShim leaves what a run killed while
+// containerd started its task can leave: a shim of the sandbox's id in
+// sbx's containerd namespace (here a stand-in with a shim's command line,
+// and a child, as a shim has runc's) in a cgroup sbx/<id>, with no record
+// in containerd, no state, no network. GC finds it by the shim alone and
+// kills it, its child and its cgroup.
+func TestPrivilegedGCReapsAnOrphanShim(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for containerd and cgroups (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	id, _ := NewID()
+	// bash's exec -a names the process as containerd names a shim; the
+	// "; :" keeps sh from exec'ing sleep, which stays its child.
+	shim := exec.Command("bash", "-c", `exec -a /usr/bin/containerd-shim-runc-v2 sh -c 'sleep 300; :' -namespace `+ContainerdNamespace+` -id `+id+` -address `+DefaultContainerdSocket)
+	if err := shim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { shim.Wait(); close(exited) }() // ends when the stand-in is killed
+	t.Cleanup(func() { shim.Process.Kill(); <-exited })
+	cg := "/" + ContainerdNamespace + "/" + id
+	for _, root := range cgroupDirs("/") {
+		d := filepath.Join(root, cg)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(d) })
+	}
+	if len(cgroupDirs(cg)) == 0 {
+		t.Fatal("no cgroup hierarchy to make the orphan's cgroup in")
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(findShims(id, ContainerdNamespace, "")) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in shim does not show")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cleaned, err := GC(ctx, t.TempDir(), cd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cleaned, id) {
+		t.Errorf("GC cleaned %v, want %s (its orphan shim)", cleaned, id)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the orphan shim of %s still runs after GC", id)
+	}
+	if left := cgroupDirs(cg); len(left) > 0 {
+		t.Errorf("cgroups of %s left: %v", id, left)
 	}
 }

@@ -444,3 +444,28 @@ func removeCgroup(d string, deadline time.Time) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// orphanCandidates returns the sandbox ids named by what containerd's
+// runtime leaves outside its own records: shims of containerd namespace
+// ns (-namespace NS -id ID), and cgroups ns/ID in any hierarchy. A run
+// killed while the task started can leave both with nothing else.
+func orphanCandidates(ns string) []string {
+	var ids []string
+	for _, p := range allPids() {
+		args := procArgs(p)
+		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && flagValue(args, "-namespace") == ns {
+			if id := flagValue(args, "-id"); CheckID(id) == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	for _, d := range cgroupDirs("/" + ns) {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if e.IsDir() && CheckID(e.Name()) == nil {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids
+}

@@ -200,16 +200,19 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	if spec.GatewayPort == 0 {
 		spec.GatewayPort = DefaultGatewayPort
 	}
-	id, err := NewID()
-	if err != nil {
-		return nil, err
-	}
-	names, _ := NamesFor(id)
 	pid, pidStart, err := ThisProcess()
 	if err != nil {
 		return nil, err
 	}
+	// The lease first, before anything of the sandbox exists, and let go
+	// last: while it is held, gc leaves the sandbox alone.
+	id, lease, err := newLeasedID()
+	if err != nil {
+		return nil, err
+	}
+	names, _ := NamesFor(id)
 	s := &Sandbox{ID: id, Names: names, spec: spec, done: make(chan struct{})}
+	s.undo = append(s.undo, lease.Release)
 	defer func() {
 		if retErr != nil {
 			if err := s.teardown(); err != nil {

@@ -328,6 +328,14 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// endedMeanwhile reports whether sandbox id, listed as running, has
+// begun to stop or is gone since: its state says stopping, is gone, or
+// its owner is.
+func endedMeanwhile(stateDir, id string) bool {
+	st, err := sandbox.Load(stateDir, id)
+	return errors.Is(err, sandbox.ErrNotFound) || err == nil && (st.Status == sandbox.StatusStopping || !sandbox.OwnerAlive(st))
+}
+
 func newPSCmd() *cobra.Command {
 	var stateDir string
 	cmd := &cobra.Command{
@@ -355,7 +363,11 @@ func newPSCmd() *cobra.Command {
 				}
 				if status == sandbox.StatusStarting {
 					// Its API may not answer yet; sbx policy waits for it.
-				} else if s, err := psStatus(cmd.Context(), t); err != nil {
+				} else if s, err := psStatus(cmd.Context(), t); err != nil && endedMeanwhile(stateDir, st.ID) {
+					// Its command ended since the list was read, and its
+					// gateway with it: not a failure to say.
+					status = sandbox.StatusStopping
+				} else if err != nil {
 					// Not a silent "-": "?" here, and why on stderr.
 					version, allowed, blocked = "?", "?", "?"
 					who := st.ID
