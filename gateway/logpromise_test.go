@@ -48,14 +48,14 @@ func allowedPaths(recs []decisionlog.Record) []string {
 	return out
 }
 
-// TestLogFullBlocksExfiltration fills the log to --log-max-size with junk
+// TestFaultLogFullBlocksExfiltration fills the log to --log-max-size with junk
 // requests, then sends the one that matters: the gateway blocks it (and a
 // tunnel) with a reason naming the full log and the flag, the upstream
 // never sees it, the logger says so once, and every request the upstream
 // saw has its decision in the file. Moving the full log away gives room:
 // a new log at the path, whose first record counts what was blocked
 // meanwhile, and requests go through again.
-func TestLogFullBlocksExfiltration(t *testing.T) {
+func TestFaultLogFullBlocksExfiltration(t *testing.T) {
 	fg := startLimitedGateway(t, t.TempDir(), decisionlog.FileSinkOptions{
 		RatePerSecond: decisionlog.NoLimit, MaxBytes: 16 << 10, MaxBytesFlag: "--log-max-size"})
 	for n := 0; ; n++ {
@@ -208,11 +208,11 @@ func (fg *faultGateway) waitSeen(t *testing.T, n int) {
 	}
 }
 
-// TestLogRemovedWhileRequestsGo removes the log file while a client sends
+// TestFaultLogRemovedWhileRequestsGo removes the log file while a client sends
 // requests: every request sent after the removal that the upstream
 // answered has its decision in the new log at the path, which says that
 // the old one vanished; and the removal is said.
-func TestLogRemovedWhileRequestsGo(t *testing.T) {
+func TestFaultLogRemovedWhileRequestsGo(t *testing.T) {
 	fg := startFaultGateway(t, t.TempDir())
 	var removed atomic.Bool
 	stop := make(chan struct{})
@@ -253,11 +253,11 @@ func TestLogRemovedWhileRequestsGo(t *testing.T) {
 	}
 }
 
-// TestLogReplacedWhileRequestsGo renames another file over the log while
+// TestFaultLogReplacedWhileRequestsGo renames another file over the log while
 // a client sends requests: no request sent after that reaches the
 // upstream, each is blocked naming the log, the other file is not written
 // into, and once it is removed a new log is made and requests go on.
-func TestLogReplacedWhileRequestsGo(t *testing.T) {
+func TestFaultLogReplacedWhileRequestsGo(t *testing.T) {
 	fg := startFaultGateway(t, t.TempDir())
 	other := filepath.Join(filepath.Dir(fg.path), "other")
 	if err := os.WriteFile(other, []byte("not sbx's\n"), 0o600); err != nil {

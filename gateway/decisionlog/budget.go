@@ -41,7 +41,11 @@ func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
 				return true // the flood's first record of r's target, or one it has no room to remember
 			}
 			if t.Count == 0 {
+				if len(s.repeats) >= maxFloodTargets || s.repeatBytes+t.names > maxFloodBytes {
+					return true // the next dropped record names as many targets as it can
+				}
 				s.repeats = append(s.repeats, t)
+				s.repeatBytes += t.names
 			}
 			t.Count++
 			s.leaveOut(now, &s.overRate)
@@ -55,18 +59,21 @@ func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
 	return true
 }
 
-// Bounds of the targets a FileSink remembers during a flood: past either,
-// records of a target it does not remember are written in full (the size
-// limit still bounds the file).
+// Bounds of the targets a FileSink remembers during a flood, and of those
+// a dropped record names: past either, a record of a target it does not
+// remember, or cannot name, is written in full (the size limit still
+// bounds the file). They keep a dropped record under 1 MiB, the longest
+// line a Reader takes, even with every byte of the names escaped.
 const (
-	maxFloodTargets = 4096    // targets written during a flood
-	maxFloodBytes   = 1 << 20 // bytes of their names
+	maxFloodTargets = 1024      // targets
+	maxFloodBytes   = 128 << 10 // bytes of their names
 )
 
 // A floodTarget is a target written in full during a flood; its Count is
 // how many of its repeats were left out since the last dropped record.
 type floodTarget struct {
 	DroppedTarget
+	names int // bytes of its strings
 }
 
 // is reports whether r is a record of t's target.
@@ -97,13 +104,13 @@ func (s *FileSink) remember(r *Record) (t *floodTarget, first bool) {
 		return nil, true
 	}
 	n := len(r.Event) + len(r.Kind) + len(r.Method) + len(r.Host) + len(r.Path) + len(r.Action)
-	if len(s.flood) >= maxFloodTargets || s.floodBytes+n > maxFloodBytes || len(s.repeats) >= 2*maxFloodTargets {
+	if len(s.flood) >= maxFloodTargets || s.floodBytes+n > maxFloodBytes {
 		return nil, true
 	}
 	if s.flood == nil {
 		s.flood = map[uint64]*floodTarget{}
 	}
-	t = &floodTarget{DroppedTarget{Event: r.Event, Kind: r.Kind, Method: r.Method, Host: r.Host, Port: r.Port, Path: r.Path, Action: r.Action}}
+	t = &floodTarget{DroppedTarget: DroppedTarget{Event: r.Event, Kind: r.Kind, Method: r.Method, Host: r.Host, Port: r.Port, Path: r.Path, Action: r.Action}, names: n}
 	s.flood[key] = t
 	s.floodBytes += n
 	return t, true
@@ -149,7 +156,13 @@ func (s *FileSink) countedTargets() {
 		t.Count -= s.stagedCounts[i]
 	}
 	s.stagedRepeats, s.stagedCounts = s.stagedRepeats[:0], s.stagedCounts[:0]
-	s.repeats = slices.DeleteFunc(s.repeats, func(t *floodTarget) bool { return t.Count == 0 })
+	s.repeats = slices.DeleteFunc(s.repeats, func(t *floodTarget) bool {
+		if t.Count == 0 {
+			s.repeatBytes -= t.names
+			return true
+		}
+		return false
+	})
 }
 
 // leaveOut counts a record left out at now, because of the budget whose

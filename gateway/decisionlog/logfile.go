@@ -175,6 +175,7 @@ type FileSink struct {
 	flood         map[uint64]*floodTarget
 	floodBytes    int
 	repeats       []*floodTarget
+	repeatBytes   int
 	stagedRepeats []*floodTarget
 	stagedCounts  []uint64
 }
