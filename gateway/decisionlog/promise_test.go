@@ -251,11 +251,17 @@ func TestFileSinkRemovedAtCommit(t *testing.T) {
 	}
 }
 
-// TestFileSinkReplacedAtCommit renames another file over the log between
-// two commits, an empty one of sbx's own uid included: no commit writes
-// into it, each fails, until it is removed.
+// TestFileSinkReplacedAtCommit puts another file at the log's path
+// between two commits (renamed over it, or put there once the log was
+// moved away, so that the log still has its one link), an empty one of
+// sbx's own uid included: no commit writes into it or into the moved
+// log, each fails, until the other file is removed.
 func TestFileSinkReplacedAtCommit(t *testing.T) {
-	for _, content := range []string{"not sbx's\n", ""} {
+	for _, tt := range []struct {
+		content string
+		moved   bool
+	}{{"not sbx's\n", false}, {"", false}, {"not sbx's\n", true}} {
+		content := tt.content
 		fs, path := openTempSink(t, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
 		l := NewLog("sb", fs)
 		if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
@@ -264,6 +270,11 @@ func TestFileSinkReplacedAtCommit(t *testing.T) {
 		other := filepath.Join(filepath.Dir(path), "other")
 		if err := os.WriteFile(other, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if tt.moved {
+			if err := os.Rename(path, path+".1"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.Rename(other, path); err != nil {
 			t.Fatal(err)
