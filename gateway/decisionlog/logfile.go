@@ -37,9 +37,11 @@ const fileSinkDroppedInterval = time.Second
 
 // FileSinkOptions bound what a FileSink writes, so that a sandbox that
 // makes requests as fast as it can does not fill the host's disk through
-// the decision log. Records over either bound are left out and counted;
-// policy records are never left out. They also say whether the sink may
-// add to a file that holds something already. The zero value means the
+// the decision log: over the rate, repeats of a target written in full
+// are left out and counted by target; at the size limit the sink is full
+// and Log.Commit fails, so that nothing goes upstream unrecorded. Policy
+// records are never left out. They also say whether the sink may add to
+// a file that holds something already. The zero value means the
 // defaults, and a new or empty file.
 type FileSinkOptions struct {
 	// Append lets OpenFileSink open a file that is not empty, and add to
@@ -59,7 +61,11 @@ type FileSinkOptions struct {
 	// MaxBytes is the size the file may reach, counting what it held when
 	// opened. 0 means DefaultLogMaxBytes (512 MiB); a negative value
 	// (NoLimit) means no limit. Policy records and the last dropped
-	// record, written at Close, may go past it; nothing else does.
+	// record, written at Close, may go past it; nothing else does. Once
+	// a record does not fit, the sink is full: records emitted are left
+	// out and counted, and Log.Commit fails with a *LogFullError, until
+	// the file is moved away (a new one is made at the path) or the sink
+	// is closed.
 	MaxBytes int64
 	// MaxBytesFlag is how messages name the setting of MaxBytes, such as
 	// "--log-max-size"; "" names none.
@@ -75,10 +81,13 @@ type FileSinkOptions struct {
 // order of their records. Make one with OpenFileSink; it is safe for
 // concurrent use.
 //
-// A FileSink keeps to the budget of its FileSinkOptions: a record over it
-// is left out and counted, and a record with event "dropped" saying how
-// many were left out since when is written before the next record that is
-// written (at most one a second) and at Close. A Log numbers these dropped
+// A FileSink keeps to the budget of its FileSinkOptions (budget.go): a
+// record over it is left out and counted, and a record with event
+// "dropped" saying how many were left out since when (and, for repeats
+// over the rate, of which targets) is written before the next record
+// that is written (at most one a second) and at Close. A record that
+// lets a request go on is never left out but as a counted repeat of a
+// target written in full: when the file is full, Log.Commit fails. A Log numbers these dropped
 // records (see Log.Emit); a FileSink written to directly with WriteRecord
 // writes them only at Close, numbered one above the last seq it saw, and
 // treats every record as one the budget applies to.
@@ -87,12 +96,17 @@ type FileSinkOptions struct {
 // it reaches the file, with what the sink buffered before it, by a write
 // that succeeded before Commit returns.
 //
-// When the file cannot be written (its filesystem is full, an I/O error,
+// After every commit's write, and twice a second besides (watch.go), the
+// sink looks whether its file is still the one at its path: a commit
+// whose records went into a file removed or replaced fails. When the
+// file cannot be written (its filesystem is full, an I/O error,
 // or it was removed or replaced: see LogFileError), the sink is at fault:
 // what it buffered stays buffered, every record written meanwhile is left
 // out and counted, Log.Commit fails (the gateway blocks the request), and
-// each Commit and Flush tries the file again (a removed file is created
-// anew; a replaced one is not written into). When a write succeeds again,
+// each Commit and Flush tries the file again (a removed file is made
+// anew with O_EXCL, and the next dropped record, written before the next
+// commit's records, says the old one vanished; a replaced one is not
+// written into, nor is any file found at the path). When a write succeeds again,
 // the records left out are told by a dropped record naming the error. A
 // function given by reportFaults is told of each fault and of the
 // recovery, from the sink's goroutine, at once.
