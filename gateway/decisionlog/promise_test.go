@@ -294,3 +294,35 @@ func TestFileSinkReplacedAtCommit(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestFileSinkNoticesRemovalWhenIdle removes, then replaces, the file of
+// a sink that writes nothing: each is reported within about a second
+// (the watch looks twice a second; the bound leaves room for a loaded
+// machine), and Commit fails meanwhile.
+func TestFileSinkNoticesRemovalWhenIdle(t *testing.T) {
+	fs, path := openTempSink(t, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	l := NewLog("sb", fs)
+	defer l.Close()
+	reports := newFaultReports(l)
+	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	other := path + ".other"
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := reports.next(t)
+	if took := time.Since(start); !errors.Is(err, ErrLogFileReplaced) || took > 1500*time.Millisecond {
+		t.Errorf("reported %v after %v, want ErrLogFileReplaced within about a second", err, took)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/2")); !errors.Is(err, ErrLogFileReplaced) {
+		t.Errorf("Commit: got %v, want ErrLogFileReplaced", err)
+	}
+}
