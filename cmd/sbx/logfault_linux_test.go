@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 )
@@ -138,4 +140,78 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestPrivilegedRunLogRemovedWhileRequestsGo removes a running sandbox's
+// decision log while its command sends requests, and tells the command so
+// through a file in a mount: every request the command sent after the
+// removal that was answered has its decision in the log at the path (a
+// new file, made by sbx), and stderr says the log was removed. sbx run
+// used to answer the requests of the next second with their records only
+// in the removed file.
+func TestPrivilegedRunLogRemovedWhileRequestsGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	up := upstreamNamespace(t)
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "log", "decisions.jsonl")
+	shared := filepath.Join(dir, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := `GW=${HTTP_PROXY#http://}
+i=0 after=0
+while [ $after -lt 100 ] && [ $i -lt 5000 ]; do
+	tag=before
+	if [ -e /t/removed ]; then tag=after; after=$((after+1)); fi
+	printf 'GET http://allowed.test:8080/%s/%d HTTP/1.1\r\nHost: allowed.test:8080\r\nConnection: close\r\n\r\n' $tag $i | nc ${GW%:*} ${GW##*:} | grep '^HTTP/' | sed "s|^|$tag/$i |"
+	i=$((i+1))
+done
+exit 0`
+	removed := make(chan error, 1)
+	go func() { // ends once the log was removed, or after 60 s
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if data, err := os.ReadFile(logFile); err == nil && bytes.Count(data, []byte("/before/")) >= 20 {
+				err := os.Remove(logFile)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(shared, "removed"), nil, 0o644)
+				}
+				removed <- err
+				return
+			}
+		}
+		removed <- errors.New("the log never held 20 requests")
+	}()
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", busyboxRoot(t), "--state-dir", filepath.Join(dir, "state"),
+		"--subnet-pool", "10.213.253.0/24", "--log", logFile, "-v", shared+":/t:ro",
+		"--allow", "allowed.test:8080", "--resolve", "allowed.test="+up.Addr, "--allow-private", up.Net,
+		"--", "sh", "-c", script)
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("exit %d; stderr:\n%s", code, stderr)
+	inLog := map[string]bool{}
+	for _, r := range decisionlogtest.ReadLines(t, logFile) {
+		if r.Event == "decision" && r.Action == "allow" {
+			inLog[r.Path] = true
+		}
+	}
+	var answered, unlogged []string
+	for _, line := range strings.Split(stdout, "\n") {
+		path, status, _ := strings.Cut(line, " ")
+		if strings.HasPrefix(path, "after/") && strings.HasPrefix(status, "HTTP/1.1 200") {
+			answered = append(answered, path)
+			if !inLog["/"+path] {
+				unlogged = append(unlogged, path)
+			}
+		}
+	}
+	if len(answered) == 0 || len(unlogged) > 0 {
+		t.Errorf("%d requests sent after the removal were answered, %d with no decision in the log at its path: %q; want some answered, none unlogged",
+			len(answered), len(unlogged), unlogged)
+	}
+	if !strings.Contains(stderr, "was removed while sbx wrote it") {
+		t.Errorf("stderr does not say the log was removed:\n%s", stderr)
+	}
 }
