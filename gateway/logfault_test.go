@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -31,6 +33,16 @@ type faultGateway struct {
 	hits   atomic.Int64
 	logs   *syncBuffer
 	client *http.Client
+
+	seenMu sync.Mutex
+	seen   []string // the paths the upstream got, in order
+}
+
+// saw returns the paths the upstream got, in order.
+func (fg *faultGateway) saw() []string {
+	fg.seenMu.Lock()
+	defer fg.seenMu.Unlock()
+	return slices.Clone(fg.seen)
 }
 
 // waitFor waits up to 10 s for the logs to hold want n times.
@@ -45,14 +57,23 @@ func (b *syncBuffer) waitFor(t *testing.T, want string, n int) {
 
 func startFaultGateway(t *testing.T, dir string) *faultGateway {
 	t.Helper()
+	return startLimitedGateway(t, dir, decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit})
+}
+
+// startLimitedGateway is startFaultGateway with the log's limits.
+func startLimitedGateway(t *testing.T, dir string, limits decisionlog.FileSinkOptions) *faultGateway {
+	t.Helper()
 	fg := &faultGateway{path: filepath.Join(dir, "decisions.jsonl"), logs: &syncBuffer{}}
-	fg.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	fg.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fg.hits.Add(1)
+		fg.seenMu.Lock()
+		fg.seen = append(fg.seen, r.URL.Path)
+		fg.seenMu.Unlock()
 		io.WriteString(w, "hello\n")
 	}))
 	t.Cleanup(fg.up.Close)
 	g, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Policy: mustCompile(t, loopbackPolicy(netpolicy.Allow)),
-		LogFile: fg.path, LogLimits: decisionlog.FileSinkOptions{RatePerSecond: decisionlog.NoLimit, MaxBytes: decisionlog.NoLimit},
+		LogFile: fg.path, LogLimits: limits,
 		Logger: slog.New(slog.NewTextHandler(fg.logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -87,6 +88,11 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 	case netpolicy.RuleInvalid:
 		b.WriteString("The request's target cannot be used; no rule can allow it.\n")
 	case netpolicy.RuleGuard:
+		if strings.HasPrefix(d.Reason, decisionlog.ReasonLogFault) {
+			b.WriteString("The decision log cannot record it, and sbx carries out nothing it has not\n" +
+				"recorded; the reason says how to fix the log.\n")
+			break
+		}
 		if isFenced(d.Reason) {
 			b.WriteString("No policy reaches this address: the gateway never connects to this host\n" +
 				"itself or to a sandbox, whatever allow_private or an IP rule says.\n")

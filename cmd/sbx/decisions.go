@@ -71,7 +71,7 @@ func formatDecision(r *decisionlog.Record, color bool) string {
 		return r.Time.Local().Format("15:04:05.000") + "  " + approvalLine(r)
 	case "dropped":
 		// The file's budget left records out (a flood); say how many.
-		return fmt.Sprintf("%s  dropped   %d records left out of the log: %s", r.Time.Local().Format("15:04:05.000"), r.Count, printable(r.Reason))
+		return fmt.Sprintf("%s  dropped   %d records left out of the log: %s%s", r.Time.Local().Format("15:04:05.000"), r.Count, printable(r.Reason), droppedTargets(r.Targets))
 	}
 	action := fmt.Sprintf("%-9s", r.Action)
 	if color {
@@ -84,6 +84,25 @@ func formatDecision(r *decisionlog.Record, color bool) string {
 	// (--follow). A longer field pushes the rest of its line only.
 	return fmt.Sprintf("%s  %s %-11s %-*s  %-*s  %s%s", r.Time.Local().Format("15:04:05.000"), action, r.Kind,
 		targetWidth, printable(recordTarget(r)), ruleWidth, printable(r.Rule), printable(recordReason(r)), printable(recordProcess(r)))
+}
+
+// droppedTargets lists the first targets whose repeats a dropped record
+// counts, as "; GET a.test:80/x ×12, ...", or "" for none.
+func droppedTargets(ts []decisionlog.DroppedTarget) string {
+	const show = 5
+	var b strings.Builder
+	for i, t := range ts {
+		if i == show {
+			fmt.Fprintf(&b, ", and %d more targets", len(ts)-show)
+			break
+		}
+		sep := ", "
+		if i == 0 {
+			sep = "; repeats of "
+		}
+		fmt.Fprintf(&b, "%s%s %s %s:%d%s ×%d", sep, printable(t.Event), printable(t.Method), printable(t.Host), t.Port, printable(t.Path), t.Count)
+	}
+	return b.String()
 }
 
 // Column widths of formatDecision.

@@ -22,13 +22,13 @@ type logLimitFlags struct {
 
 func (l *logLimitFlags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&l.append, "log-append", false, "add to the --log file when it is not empty (without it, such a file is refused, so that two runs are never mixed in one log unless asked)")
-	fs.Float64Var(&l.rate, "log-rate", decisionlog.DefaultLogRate, fmt.Sprintf("write at most `N` records a second to the log file (bursts of %d); the rest are counted in a dropped record; 0 for no limit", decisionlog.DefaultLogBurst))
-	fs.StringVar(&l.maxSize, "log-max-size", formatBytes(decisionlog.DefaultLogMaxBytes), "stop writing records to the log file at `BYTES` (a dropped record counts the rest); 0 for no limit")
+	fs.Float64Var(&l.rate, "log-rate", decisionlog.DefaultLogRate, fmt.Sprintf("write at most `N` records a second to the log file (bursts of %d); past it, a repeat of a target already written is counted in a dropped record, and a new target is still written; 0 for no limit", decisionlog.DefaultLogBurst))
+	fs.StringVar(&l.maxSize, "log-max-size", formatBytes(decisionlog.DefaultLogMaxBytes), "let the log file grow to `BYTES`; then every request is blocked until the file is moved away (a dropped record counts them); 0 for no limit")
 }
 
 // Options turns the flags into the gateway's file sink options.
 func (l *logLimitFlags) Options() (decisionlog.FileSinkOptions, error) {
-	o := decisionlog.FileSinkOptions{Append: l.append}
+	o := decisionlog.FileSinkOptions{Append: l.append, MaxBytesFlag: "--log-max-size"}
 	switch {
 	case l.rate < 0 || l.rate != l.rate:
 		return o, fmt.Errorf("--log-rate %v: want a number of records a second, or 0 for no limit", l.rate)

@@ -230,6 +230,94 @@ func (p *parser) field(key []byte, r *Record) error {
 		r.By, err = p.str(key, true)
 	case FieldSecret:
 		r.Secret, err = p.str(key, true)
+	case FieldTargets:
+		r.Targets, err = p.targets(key)
+	default:
+		return p.skip(0)
+	}
+	return err
+}
+
+// targets decodes a dropped record's array of targets.
+func (p *parser) targets(key []byte) ([]DroppedTarget, error) {
+	if !p.eat('[') {
+		return nil, p.errorf("%s: want an array", key)
+	}
+	var ts []DroppedTarget
+	p.space()
+	if p.eat(']') {
+		return ts, nil
+	}
+	for {
+		p.space()
+		if !p.eat('{') {
+			return nil, p.errorf("%s: want an array of objects", key)
+		}
+		var t DroppedTarget
+		p.space()
+		if !p.eat('}') {
+			for {
+				p.space()
+				k, ok := p.rawString()
+				if !ok {
+					return nil, p.errorf("expected a quoted key")
+				}
+				p.space()
+				if !p.eat(':') {
+					return nil, p.errorf("expected ':' after key %q", k)
+				}
+				p.space()
+				if err := p.target(k, &t); err != nil {
+					return nil, err
+				}
+				p.space()
+				if p.eat(',') {
+					continue
+				}
+				if p.eat('}') {
+					break
+				}
+				return nil, p.errorf("expected ',' or '}'")
+			}
+		}
+		ts = append(ts, t)
+		p.space()
+		if p.eat(',') {
+			continue
+		}
+		if p.eat(']') {
+			return ts, nil
+		}
+		return nil, p.errorf("expected ',' or ']'")
+	}
+}
+
+// target decodes the value of key into t, one of a dropped record's
+// targets; a null leaves the field as it is, and unknown keys are skipped.
+func (p *parser) target(key []byte, t *DroppedTarget) error {
+	if p.null() {
+		return nil
+	}
+	var err error
+	switch string(key) {
+	case FieldEvent:
+		t.Event, err = p.str(key, true)
+	case FieldKind:
+		t.Kind, err = p.str(key, true)
+	case FieldMethod:
+		t.Method, err = p.str(key, true)
+	case FieldHost:
+		t.Host, err = p.str(key, true)
+	case FieldPort:
+		var n int64
+		n, err = p.int(key, math.MinInt32, math.MaxInt32)
+		t.Port = int(n)
+	case FieldPath:
+		t.Path, err = p.str(key, true)
+	case FieldAction:
+		t.Action, err = p.str(key, true)
+	case FieldCount:
+		t.Count, err = p.uint(key)
 	default:
 		return p.skip(0)
 	}

@@ -13,11 +13,16 @@
 // A log file may sit in a directory a sandbox can write, so OpenFileSink
 // appends only to a regular file of its own uid with one link, never
 // following a symbolic link or blocking on a pipe there; and a FileSink
-// keeps to a budget (records a second, bytes in all) so that a flooding
-// sandbox cannot fill the disk: it leaves records over the budget out,
-// never policy records, and writes a dropped record counting them
-// (FileSinkOptions). Log.Commit writes a record that lets a request go
-// on: it returns an error, a *LogFileError, when the file cannot hold it.
+// keeps to a budget (records a second, bytes in all; budget.go) so that
+// a flooding sandbox cannot fill the disk, without hiding a request that
+// goes upstream. Log.Commit writes a record that lets a request go on:
+// it returns an error, a *LogFileError or a *LogFullError, when the file
+// cannot hold it (an I/O error, the size limit reached, or the file
+// removed or replaced, which the sink's watch notices: watch.go), and
+// the gateway then blocks the request. Over the rate, the sink may leave
+// out a repeat of a target it wrote in full, counted on that target in a
+// dropped record; a new target is always written. It never leaves out a
+// policy record.
 //
 // The package imports no other sbx package: every reader and writer of a
 // log can use it.

@@ -179,11 +179,12 @@ func (l *Log) Emit(r *Record) uint64 {
 // returns when its batch has been written, or has failed.
 //
 // When the file cannot be written (full, an I/O error, removed or
-// replaced), Commit writes r to no sink, gives its seq back, and returns
-// the error, a *LogFileError; the caller refuses the request and logs
-// that with Emit. A failed batch fails every Commit in it, and each
-// Commit tries the file again. A record that the file sink leaves out
-// over its budget is not an error: it is counted, as Emit's are. Without
+// replaced) or has reached its size limit, Commit writes r to no sink,
+// gives its seq back, and returns the error, a *LogFileError or a
+// *LogFullError; the caller refuses the request and logs that with Emit.
+// A failed batch fails every Commit in it, and each Commit tries the
+// file again. A repeat of a target that the file sink leaves out over its
+// rate is not an error: it is counted on its target (see FileSink). Without
 // a file sink, Commit is Emit. After Close it returns an error wrapping
 // ErrSinkClosed.
 func (l *Log) Commit(r *Record) (uint64, error) {
@@ -335,8 +336,9 @@ func (l *Log) firstBudget() int {
 }
 
 // ReportFileFaults makes fn be told, at once, when a file sink of the Log
-// cannot write its file (with the *LogFileError; while it cannot, Commit
-// fails), and when it writes it again (with nil). fn is called from the
+// cannot write its file (with the *LogFileError) or has reached its size
+// limit (with the *LogFullError; while either lasts, Commit fails), and
+// when it writes it again (with nil). fn is called from the
 // sink's own goroutine, one call at a time.
 func (l *Log) ReportFileFaults(fn func(error)) {
 	for _, b := range l.budgets {

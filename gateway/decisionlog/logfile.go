@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +37,11 @@ const fileSinkDroppedInterval = time.Second
 
 // FileSinkOptions bound what a FileSink writes, so that a sandbox that
 // makes requests as fast as it can does not fill the host's disk through
-// the decision log. Records over either bound are left out and counted;
-// policy records are never left out. They also say whether the sink may
-// add to a file that holds something already. The zero value means the
+// the decision log: over the rate, repeats of a target written in full
+// are left out and counted by target; at the size limit the sink is full
+// and Log.Commit fails, so that nothing goes upstream unrecorded. Policy
+// records are never left out. They also say whether the sink may add to
+// a file that holds something already. The zero value means the
 // defaults, and a new or empty file.
 type FileSinkOptions struct {
 	// Append lets OpenFileSink open a file that is not empty, and add to
@@ -61,8 +61,15 @@ type FileSinkOptions struct {
 	// MaxBytes is the size the file may reach, counting what it held when
 	// opened. 0 means DefaultLogMaxBytes (512 MiB); a negative value
 	// (NoLimit) means no limit. Policy records and the last dropped
-	// record, written at Close, may go past it; nothing else does.
+	// record, written at Close, may go past it; nothing else does. Once
+	// a record does not fit, the sink is full: records emitted are left
+	// out and counted, and Log.Commit fails with a *LogFullError, until
+	// the file is moved away (a new one is made at the path) or the sink
+	// is closed.
 	MaxBytes int64
+	// MaxBytesFlag is how messages name the setting of MaxBytes, such as
+	// "--log-max-size"; "" names none.
+	MaxBytesFlag string
 }
 
 // FileSink is a Sink that appends records to a file. It gathers records in
@@ -74,10 +81,13 @@ type FileSinkOptions struct {
 // order of their records. Make one with OpenFileSink; it is safe for
 // concurrent use.
 //
-// A FileSink keeps to the budget of its FileSinkOptions: a record over it
-// is left out and counted, and a record with event "dropped" saying how
-// many were left out since when is written before the next record that is
-// written (at most one a second) and at Close. A Log numbers these dropped
+// A FileSink keeps to the budget of its FileSinkOptions (budget.go): a
+// record over it is left out and counted, and a record with event
+// "dropped" saying how many were left out since when (and, for repeats
+// over the rate, of which targets) is written before the next record
+// that is written (at most one a second) and at Close. A record that
+// lets a request go on is never left out but as a counted repeat of a
+// target written in full: when the file is full, Log.Commit fails. A Log numbers these dropped
 // records (see Log.Emit); a FileSink written to directly with WriteRecord
 // writes them only at Close, numbered one above the last seq it saw, and
 // treats every record as one the budget applies to.
@@ -86,12 +96,17 @@ type FileSinkOptions struct {
 // it reaches the file, with what the sink buffered before it, by a write
 // that succeeded before Commit returns.
 //
-// When the file cannot be written (its filesystem is full, an I/O error,
+// After every commit's write, and twice a second besides (watch.go), the
+// sink looks whether its file is still the one at its path: a commit
+// whose records went into a file removed or replaced fails. When the
+// file cannot be written (its filesystem is full, an I/O error,
 // or it was removed or replaced: see LogFileError), the sink is at fault:
 // what it buffered stays buffered, every record written meanwhile is left
 // out and counted, Log.Commit fails (the gateway blocks the request), and
-// each Commit and Flush tries the file again (a removed file is created
-// anew; a replaced one is not written into). When a write succeeds again,
+// each Commit and Flush tries the file again (a removed file is made
+// anew with O_EXCL, and the next dropped record, written before the next
+// commit's records, says the old one vanished; a replaced one is not
+// written into, nor is any file found at the path). When a write succeeds again,
 // the records left out are told by a dropped record naming the error. A
 // function given by reportFaults is told of each fault and of the
 // recovery, from the sink's goroutine, at once.
@@ -110,6 +125,7 @@ type FileSink struct {
 	rate     float64
 	burst    float64
 	maxBytes int64
+	sizeFlag string // FileSinkOptions.MaxBytesFlag
 
 	// uncounted is the number of records left out since the last dropped
 	// record. It changes with mu held, and is read without it to skip
@@ -134,30 +150,48 @@ type FileSink struct {
 	// fault is why the file cannot be written (a *LogFileError), nil when
 	// it can. It changes with fileMu held, and is read without it.
 	fault atomic.Pointer[LogFileError]
+	// fullErr is set when the file reached its size limit (fill), nil
+	// until then and after a new file was made at the path. It changes
+	// with mu held (and in reopen, with fileMu too), and is read without.
+	fullErr atomic.Pointer[LogFullError]
+	// vanished is the fault of a file that was removed or replaced while
+	// the sink wrote it, until a dropped record says so in the new file.
+	vanished atomic.Pointer[LogFileError]
 
 	reportMu sync.Mutex
 	report   func(error) // told of faults and recoveries; nil: nobody
 	reported string      // the last fault told, "" after a recovery
 
-	mu        sync.Mutex
-	buf       []byte // the batch being gathered
-	full      []byte // a full batch the flusher is to write; nil when none
-	spare     []byte // an empty batch's memory, for the next swap
-	pending   bool   // written since the last flush, and the flusher was kicked
-	closed    bool
-	size      int64               // bytes in the file: at open, plus written since
-	tokens    float64             // of the rate limit's bucket
-	refilled  time.Time           // when tokens was brought up to date
-	since     time.Time           // when the first uncounted record was left out
-	overRate  bool                // an uncounted record was left out for the rate
-	overSize  bool                // an uncounted record was left out for the size
-	overFault *LogFileError       // an uncounted record was left out for this fault (the first)
-	lastDrop  time.Time           // when the last dropped record was made
-	lastSeq   uint64              // the highest seq written, left out or reserved
-	staged    []byte              // a dropped record reserved by the Log, with its newline; nil when none
-	stagedFor uint64              // how many left-out records staged counts
-	dropBuf   []byte              // staged's memory, reused
-	flood     map[uint64]struct{} // targets written over the rate since the bucket was full (novel)
+	mu             sync.Mutex
+	buf            []byte // the batch being gathered
+	full           []byte // a full batch the flusher is to write; nil when none
+	spare          []byte // an empty batch's memory, for the next swap
+	pending        bool   // written since the last flush, and the flusher was kicked
+	closed         bool
+	size           int64         // bytes in the file: at open, plus written since
+	tokens         float64       // of the rate limit's bucket
+	refilled       time.Time     // when tokens was brought up to date
+	since          time.Time     // when the first uncounted record was left out
+	overRate       bool          // an uncounted record was left out for the rate
+	overSize       bool          // an uncounted record was left out for the size
+	overFault      *LogFileError // an uncounted record was left out for this fault (the first)
+	lastDrop       time.Time     // when the last dropped record was made
+	lastSeq        uint64        // the highest seq written, left out or reserved
+	staged         []byte        // a dropped record reserved by the Log, with its newline; nil when none
+	stagedFor      uint64        // how many left-out records staged counts
+	stagedVanished *LogFileError // the vanished file staged tells of, nil when none
+	dropBuf        []byte        // staged's memory, reused
+
+	// The flood (budget.go): the targets written while over the rate since
+	// the bucket was last full, the bytes of their names, those whose
+	// repeats were left out since the last dropped record, and those the
+	// staged dropped record counts, with their counts then.
+	flood         map[uint64]*floodTarget
+	floodBytes    int
+	repeats       []*floodTarget
+	repeatBytes   int
+	stagedRepeats []*floodTarget
+	stagedCounts  []uint64
 }
 
 // OpenFileSink opens the file at path for appending, creating its missing
@@ -245,6 +279,7 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 		stopped:  make(chan struct{}),
 		now:      now,
 		maxBytes: o.MaxBytes,
+		sizeFlag: o.MaxBytesFlag,
 		size:     size,
 		buf:      make([]byte, 0, fileSinkBatch),
 	}
@@ -392,6 +427,9 @@ func (s *FileSink) Fault() error {
 	if e := s.fault.Load(); e != nil {
 		return e
 	}
+	if e := s.fullErr.Load(); e != nil {
+		return e
+	}
 	return nil
 }
 
@@ -403,10 +441,6 @@ func (s *FileSink) reportFaults(fn func(error)) {
 	defer s.reportMu.Unlock()
 	s.report = fn
 }
-
-// fileSinkCheckInterval is how often a FileSink looks whether its file is
-// still the one at its path, and tries a file at fault again.
-const fileSinkCheckInterval = time.Second
 
 // flushLoop writes each full batch as soon as write hands it over, and
 // everything written at most fileSinkFlushInterval after a record arrives
@@ -444,39 +478,10 @@ func (s *FileSink) flushLoop() {
 	}
 }
 
-// checkFile marks the sink at fault when its file was removed or another
-// file took its place at the path: what is written to it goes where
-// nobody reads the log. A sink at fault with records waiting is tried
-// again.
-func (s *FileSink) checkFile() {
-	s.fileMu.Lock()
-	if !s.lost {
-		if err := fileGone(s.f, s.path, s.dev, s.ino); err != nil {
-			s.lost = true
-			s.setFault(err)
-		}
-	}
-	s.fileMu.Unlock()
-	if s.fault.Load() != nil {
-		s.mu.Lock()
-		if !s.closed && (len(s.buf) > 0 || s.full != nil || s.hasUnwritten()) {
-			s.flushLocked(0)
-		}
-		s.mu.Unlock()
-	}
-}
-
-// hasUnwritten reports whether failed writes left bytes to write.
-func (s *FileSink) hasUnwritten() bool {
-	s.fileMu.Lock()
-	defer s.fileMu.Unlock()
-	return len(s.unwritten) > 0
-}
-
 // tell calls the reporter when the fault changed since it was last told.
 func (s *FileSink) tell() {
 	var text string
-	e := s.fault.Load()
+	e := s.Fault()
 	if e != nil {
 		text = e.Error()
 	}
@@ -489,11 +494,7 @@ func (s *FileSink) tell() {
 	if s.report == nil {
 		return
 	}
-	if e != nil {
-		s.report(e)
-	} else {
-		s.report(nil)
-	}
+	s.report(e)
 }
 
 // setFault marks the sink at fault for err and returns the fault. fileMu
@@ -550,32 +551,6 @@ func (s *FileSink) prepare() error {
 		}
 		s.torn = false
 	}
-	return nil
-}
-
-// reopen opens a new log file at the path in place of the one that was
-// removed or moved away, as OpenFileSink does; a file that holds
-// something already is another's, and is not written into. fileMu and mu
-// are held.
-func (s *FileSink) reopen() error {
-	f, size, err := openLogFile(s.path, logFileName)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w, and a new one cannot be made there: %w", ErrLogFileRemoved, err)
-		}
-		return fmt.Errorf("%w: %w", ErrLogFileReplaced, err)
-	}
-	dev, ino, err := fileID(f)
-	if err == nil && size > 0 {
-		err = ErrLogFileReplaced
-	}
-	if err != nil {
-		f.Close()
-		return err
-	}
-	s.f.Close()
-	s.size -= s.written // what is buffered stays counted
-	s.f, s.dev, s.ino, s.written, s.lost, s.torn = f, dev, ino, 0, false, false
 	return nil
 }
 
@@ -656,6 +631,13 @@ func (s *FileSink) flushLocked(cut int) error {
 		}
 		s.buf, wrote = s.buf[:0], true
 	}
+	if cut > 0 {
+		// A commit's records are in the log only if the file written is
+		// still the one at the path.
+		if err := s.verify(); err != nil {
+			return err
+		}
+	}
 	if e := s.fault.Load(); e != nil {
 		if !wrote {
 			return e // nothing proved the file can be written again
@@ -729,9 +711,16 @@ func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now t
 	if s.closed {
 		return fmt.Errorf("writing %s: %w", s.path, ErrSinkClosed)
 	}
+	s.fileMu.Lock()
+	lost := s.lost
+	s.fileMu.Unlock()
+	if err := s.commitFits(len(lines)+len(s.staged), lost); err != nil {
+		return err // the Log gives the staged dropped record back
+	}
 	mark := len(s.buf)
 	var stagedFor uint64
-	if s.staged != nil {
+	staged := s.staged != nil
+	if staged {
 		s.buf = append(s.buf, s.staged...)
 		stagedFor, s.staged = s.stagedFor, nil
 	}
@@ -751,7 +740,7 @@ func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now t
 	if err := s.flushLocked(cut); err != nil {
 		return err
 	}
-	if stagedFor > 0 {
+	if staged {
 		s.counted(stagedFor)
 	}
 	return nil
@@ -765,101 +754,6 @@ func (s *FileSink) unreserve() {
 	s.staged = nil
 }
 
-// admit reports whether a record r of n bytes is within the budget, and
-// takes it from the budget if so; if not, it counts the record as left
-// out. Over the rate, a record for a target the flood has not shown yet
-// is still written (see novel): a flood of requests to one place cannot
-// hide one to another. now is the current time, or zero. s.mu is held.
-func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
-	if int64(n) > s.maxBytes-s.size {
-		s.leaveOut(s.clock(now), &s.overSize)
-		return false
-	}
-	if s.rate > 0 {
-		now = s.clock(now)
-		s.refill(now)
-		if s.tokens < 1 {
-			if !s.novel(r) {
-				s.leaveOut(now, &s.overRate)
-				return false
-			}
-			return true
-		}
-		s.tokens--
-		if s.flood != nil {
-			s.novel(r) // during a flood, what is written is seen
-		}
-	}
-	return true
-}
-
-// maxNovel bounds the targets a flood can have written over the rate
-// limit, each once, between two times the rate's bucket is full.
-const maxNovel = 4096
-
-// novel reports whether r names a target (event, kind, host, port,
-// action) not seen since the rate's bucket was last full, and remembers
-// it: once a flood has had maxNovel targets written this way, none is.
-// The targets are forgotten when the bucket fills again. s.mu is held.
-func (s *FileSink) novel(r *Record) bool {
-	if r == nil || r.Host == "" || len(s.flood) >= maxNovel {
-		return false // no target (a dropped or conn record), or too many
-	}
-	var h maphash.Hash
-	h.SetSeed(floodSeed)
-	h.WriteString(r.Event)
-	h.WriteByte(0)
-	h.WriteString(r.Kind)
-	h.WriteByte(0)
-	h.WriteString(r.Host)
-	h.WriteByte(0)
-	h.WriteString(r.Action)
-	key := h.Sum64() ^ uint64(r.Port)<<48
-	if s.flood == nil {
-		s.flood = map[uint64]struct{}{}
-	}
-	if _, seen := s.flood[key]; seen {
-		return false
-	}
-	s.flood[key] = struct{}{}
-	return true
-}
-
-// floodSeed seeds the hash of novel's targets.
-var floodSeed = maphash.MakeSeed()
-
-// refill adds the tokens earned since the last refill, up to the burst.
-func (s *FileSink) refill(now time.Time) {
-	if d := now.Sub(s.refilled); d > 0 {
-		s.tokens = min(s.burst, s.tokens+d.Seconds()*s.rate)
-		s.refilled = now
-		if s.tokens == s.burst && s.flood != nil {
-			clear(s.flood) // the flood is over
-		}
-	}
-}
-
-// leaveOut counts a record left out at now, because of the budget whose
-// flag over points to. s.mu is held.
-func (s *FileSink) leaveOut(now time.Time, over *bool) {
-	if s.uncounted.Load() == 0 {
-		s.since = now
-	}
-	*over = true
-	s.uncounted.Add(1)
-	s.total.Add(1)
-}
-
-// leaveOutFault counts a record left out at now because the file cannot
-// be written (e). s.mu is held.
-func (s *FileSink) leaveOutFault(now time.Time, e *LogFileError) {
-	if s.overFault == nil {
-		s.overFault = e
-	}
-	var dummy bool
-	s.leaveOut(now, &dummy)
-}
-
 // reserveDropped implements budgetedSink: it makes a dropped record
 // numbered seq when records were left out and the next record will be
 // written (or the Log closes), unless the last dropped record is less
@@ -869,7 +763,8 @@ func (s *FileSink) leaveOutFault(now time.Time, e *LogFileError) {
 // gets one, which is written with it if the file can be written again.
 // It does nothing after Close.
 func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool {
-	if s.uncounted.Load() == 0 {
+	vanished := s.vanished.Load() != nil
+	if s.uncounted.Load() == 0 && !vanished {
 		return false
 	}
 	s.mu.Lock()
@@ -879,7 +774,7 @@ func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool 
 	}
 	now = s.clock(now)
 	if at != dropAtClose {
-		if s.overFault == nil && !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
+		if s.overFault == nil && !vanished && !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
 			return false
 		}
 		if (at == dropBeforeRecord || at == dropBeforeCommit) && s.rate > 0 {
@@ -890,7 +785,7 @@ func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool 
 		}
 	}
 	s.stage(seq, now)
-	if at != dropAtClose && int64(len(s.staged)) > s.maxBytes-s.size {
+	if at != dropAtClose && !vanished && int64(len(s.staged)) > s.maxBytes-s.size {
 		s.staged = nil
 		return false
 	}
@@ -905,28 +800,15 @@ func (s *FileSink) stage(seq uint64, now time.Time) {
 		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: s.since,
 		Count: s.uncounted.Load(), Reason: s.dropReason(),
 	}
+	if r.Count == 0 {
+		r.Since = now // only the vanished file to tell
+	}
+	s.stageTargets(&r)
+	s.stagedVanished = s.vanished.Load()
 	s.dropBuf = append(r.AppendJSON(s.dropBuf[:0]), '\n')
 	s.staged = s.dropBuf
 	s.stagedFor = r.Count
 	s.lastDrop = now
-}
-
-// dropReason says which budgets the uncounted records exceeded, and the
-// fault that kept them out of the file.
-func (s *FileSink) dropReason() string {
-	var why []string
-	if s.overRate {
-		why = append(why, "over the decision log's rate limit of "+strconv.FormatFloat(s.rate, 'g', -1, 64)+
-			" records a second (burst "+strconv.FormatFloat(s.burst, 'g', -1, 64)+")")
-	}
-	if s.overSize {
-		why = append(why, "the decision log file reached its size limit of "+strconv.FormatInt(s.maxBytes, 10)+" bytes")
-	}
-	if s.overFault != nil {
-		why = append(why, "the decision log file could not be written ("+s.overFault.cause()+
-			"), and every request was blocked meanwhile")
-	}
-	return strings.Join(why, ", and ")
 }
 
 // writeStaged writes the staged dropped record and starts counting anew.
@@ -944,6 +826,11 @@ func (s *FileSink) writeStaged() error {
 // counted takes n records that a dropped record written now counts off
 // the uncounted ones. s.mu is held.
 func (s *FileSink) counted(n uint64) {
+	s.countedTargets()
+	if s.stagedVanished != nil {
+		s.vanished.CompareAndSwap(s.stagedVanished, nil)
+		s.stagedVanished = nil
+	}
 	s.uncounted.Store(s.uncounted.Load() - n)
 	if s.uncounted.Load() == 0 {
 		s.overRate, s.overSize, s.overFault = false, false, nil
@@ -1010,7 +897,7 @@ func (s *FileSink) Close() error {
 	s.fileMu.Lock()
 	lost := s.uncounted.Load() + uint64(bytes.Count(s.unwritten, []byte{'\n'})+bytes.Count(s.full, []byte{'\n'})+bytes.Count(s.buf, []byte{'\n'}))
 	s.fileMu.Unlock()
-	if s.staged == nil && s.uncounted.Load() > 0 {
+	if s.staged == nil && (s.uncounted.Load() > 0 || s.vanished.Load() != nil) {
 		s.stage(s.lastSeq+1, s.clock(time.Time{}))
 	}
 	var err error
@@ -1070,7 +957,7 @@ func (e *LogFileError) Error() string {
 	case errors.Is(e.Err, ErrLogFileRemoved):
 		fix = "sbx starts a new log at " + e.Path + " at the next request, when it can make one there"
 	}
-	return "decision log " + e.Path + " cannot be written (" + e.cause() + "), so every request is blocked until it can be: " + fix
+	return ReasonLogFault + e.Path + " cannot be written (" + e.cause() + "), so every request is blocked until it can be: " + fix
 }
 
 func (e *LogFileError) Unwrap() error { return e.Err }

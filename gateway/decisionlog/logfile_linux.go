@@ -120,3 +120,19 @@ func fileGone(f *os.File, path string, dev, ino uint64) error {
 	}
 	return nil
 }
+
+// createLogFile makes a new, empty log file at path with mode 0600, for
+// a FileSink whose file vanished (see reopen). It never opens what is
+// there (O_EXCL: an error wrapping os.ErrExist), and does not follow a
+// symbolic link.
+func createLogFile(path string) (*os.File, error) {
+	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_NOCTTY | unix.O_CLOEXEC
+	fd, err := unix.Open(path, flags, 0o600)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, flags, 0o600)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}

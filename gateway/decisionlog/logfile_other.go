@@ -20,3 +20,9 @@ func fileID(f *os.File) (dev, ino uint64, err error) { return 0, 0, errors.ErrUn
 
 // fileGone is not implemented outside Linux, where no FileSink is opened.
 func fileGone(f *os.File, path string, dev, ino uint64) error { return nil }
+
+// createLogFile is not implemented outside Linux, where no FileSink is
+// opened.
+func createLogFile(path string) (*os.File, error) {
+	return nil, fmt.Errorf("decision log %s: %w", path, errors.ErrUnsupported)
+}

@@ -497,7 +497,8 @@ func TestUnsafeLogFileErrorMessage(t *testing.T) {
 // blocked requests to one host, then contacts another once: the file
 // holds that request's decision and close, so an audit sees it, while
 // the flood itself stays within the budget (one record per target over
-// the rate until the bucket is full again, at most maxNovel targets).
+// the rate until the bucket is full again); and every one of many new
+// targets is written, however many there are.
 func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	fs, path, clock := lfOpen(t, FileSinkOptions{RatePerSecond: 10, Burst: 100})
 	l := NewLog("sb", fs)
@@ -512,8 +513,8 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	l.Emit(&Record{Event: EventClose, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"})
 	l.Emit(&Record{Event: EventDecision, Kind: KindConnect, Host: "exfil.test", Port: 443, Action: "allow"}) // again: counted
 	flood(10_000)
-	// Many targets: at most maxNovel of them are written over the rate.
-	for i := range 2 * maxNovel {
+	// Many targets: each is written, past what the flood remembers.
+	for i := range 2 * maxFloodTargets {
 		l.Emit(&Record{Event: EventDecision, Kind: KindHTTP, Host: fmt.Sprintf("h%d.test", i), Port: 80, Action: "block"})
 	}
 	if err := l.Close(); err != nil {
@@ -524,7 +525,23 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 		lines = append(lines, string(line))
 	}
 	var exfil, noise, many int
+	var noiseCounted, exfilCounted uint64
 	for _, line := range lines {
+		if strings.Contains(line, `"event":"dropped"`) {
+			var r Record
+			if err := Decode([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, tg := range r.Targets {
+				switch tg.Host {
+				case "noise.test":
+					noiseCounted += tg.Count
+				case "exfil.test":
+					exfilCounted += tg.Count
+				}
+			}
+			continue
+		}
 		switch {
 		case strings.Contains(line, `"host":"exfil.test"`):
 			exfil++
@@ -534,6 +551,10 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 			many++
 		}
 	}
+	if uint64(noise)+noiseCounted != 20_000 || exfilCounted != 1 {
+		t.Errorf("noise.test: %d written and %d counted by the dropped records' targets, exfil.test %d counted; want 20000 in all, and 1",
+			noise, noiseCounted, exfilCounted)
+	}
 	if exfil != 2 {
 		t.Errorf("got %d records of exfil.test, want its decision and close (the repeat counted)", exfil)
 	}
@@ -541,8 +562,8 @@ func TestFileSinkFloodCannotHideANewTarget(t *testing.T) {
 	if noise > 100+10*20+2 {
 		t.Errorf("got %d records of the flooded host, want the budget's", noise)
 	}
-	if many > maxNovel {
-		t.Errorf("got %d records of distinct hosts over the rate, want at most %d", many, maxNovel)
+	if many != 2*maxFloodTargets {
+		t.Errorf("got %d records of distinct hosts over the rate, want each of the %d", many, 2*maxFloodTargets)
 	}
 }
 

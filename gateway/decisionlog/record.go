@@ -49,6 +49,7 @@ const (
 	FieldScope         = "scope"
 	FieldBy            = "by"
 	FieldSecret        = "secret"
+	FieldTargets       = "targets"
 )
 
 // ReasonMockLLM starts the reason of every record of a request a scripted
@@ -74,6 +75,12 @@ const ReasonMockDefault = ReasonMockLLM + "default: "
 // refusals by rule guard (packets around the gateway, a client over its
 // tunnel limit) have other reasons.
 const ReasonGuard = "address guard: "
+
+// ReasonLogFault starts the reason of every decision the gateway refused
+// because the decision log could not record it (docs/faults.md): the
+// message of a *LogFileError or a *LogFullError, which names the file,
+// the cause and the fix.
+const ReasonLogFault = "decision log "
 
 // ErrorCARejected starts the error of the close record of an inspected
 // tunnel whose client refused the sandbox's CA in the TLS handshake
@@ -213,6 +220,10 @@ type Record struct {
 	// Since is when the first of those Count records was left out
 	// (dropped records only).
 	Since time.Time
+	// Targets names, in a dropped record, each target whose repeats over
+	// the rate limit were left out, with how many (a part of Count); it
+	// is left out when empty.
+	Targets []DroppedTarget
 
 	// Proto is the packet's protocol: "udp", "icmp", "icmpv6" or
 	// "proto-<n>" (KindBypass only, where Count is how many packets the
@@ -259,12 +270,29 @@ type Record struct {
 	Cap string
 }
 
+// A DroppedTarget is a target whose records a FileSink left out over its
+// rate limit, all of them repeats of one it wrote in full
+// (docs/decision-log.md), and how many it left out: in a dropped
+// record's "targets", an object with these fields, named as a
+// decision's are, and "count".
+type DroppedTarget struct {
+	Event  string
+	Kind   string
+	Method string
+	Host   string
+	Port   int
+	Path   string
+	Action string
+	Count  uint64
+}
+
 // AppendJSON appends r to b as one JSON object, without a trailing newline,
 // and returns the extended buffer. It allocates nothing when b has room.
 //
 // The fields follow docs/decision-log.md and depend on r.Event:
 //   - EventPolicy: v, seq, event, time, policy_version, change.
-//   - EventDropped: v, seq, event, time, since, count, reason.
+//   - EventDropped: v, seq, event, time, since, count, reason, and
+//     targets when r.Targets is not empty.
 //   - EventClose: the decision fields and, before error, upstream,
 //     bytes_out, bytes_in and duration_ms.
 //   - EventApproval: the decision fields and approval_id, then answer,
@@ -311,6 +339,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = strconv.AppendUint(b, r.Count, 10)
 		b = appendLogKey(b, FieldReason)
 		b = appendJSONString(b, r.Reason)
+		if len(r.Targets) > 0 {
+			b = appendLogKey(b, FieldTargets)
+			b = appendDroppedTargets(b, r.Targets)
+		}
 		return append(b, '}')
 	}
 	b = appendLogKey(b, FieldID)
@@ -503,4 +535,32 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendDroppedTargets appends ts as a JSON array of objects.
+func appendDroppedTargets(b []byte, ts []DroppedTarget) []byte {
+	b = append(b, '[')
+	for i, t := range ts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"`+FieldEvent+`":`...)
+		b = appendJSONString(b, t.Event)
+		b = appendLogKey(b, FieldKind)
+		b = appendJSONString(b, t.Kind)
+		b = appendLogKey(b, FieldMethod)
+		b = appendJSONString(b, t.Method)
+		b = appendLogKey(b, FieldHost)
+		b = appendJSONString(b, t.Host)
+		b = appendLogKey(b, FieldPort)
+		b = strconv.AppendInt(b, int64(t.Port), 10)
+		b = appendLogKey(b, FieldPath)
+		b = appendJSONString(b, t.Path)
+		b = appendLogKey(b, FieldAction)
+		b = appendJSONString(b, t.Action)
+		b = appendLogKey(b, FieldCount)
+		b = strconv.AppendUint(b, t.Count, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
