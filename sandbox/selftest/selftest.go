@@ -184,7 +184,7 @@ func (o observation) short() string {
 		parts = append(parts, "DNS answer "+rcodeName(o.Rcode))
 	}
 	if o.Data != "" {
-		parts = append(parts, fmt.Sprintf("got %q", clip(o.Data, 80)))
+		parts = append(parts, `got "`+clip(o.Data, 80)+`"`) // clip escapes it
 	}
 	if len(o.Addrs) > 0 {
 		parts = append(parts, "addresses "+strings.Join(o.Addrs, ","))
