@@ -56,7 +56,16 @@ const maxHeld = 1 << 20
 // restores what the command's output changed on the terminal (term,
 // terminal.go). It is safe for concurrent use.
 type ttyGate struct {
-	mu sync.Mutex
+	mu      sync.Mutex
+	changed *sync.Cond // broadcast when holding ends
+	holding bool
+	held    []heldWrite
+	size    int
+	// midLine: the last byte written to the terminal was not a newline.
+	midLine bool
+	// dropped counts sbx's lines left out while holding, said on dropW.
+	dropped int
+	dropW   io.Writer
 	// term: sbx's own lines reach a terminal, so the terminal's state is
 	// restored before each, when the command's output may have changed
 	// it (state); blind: the command's output may reach the terminal
@@ -64,15 +73,6 @@ type ttyGate struct {
 	// be a pipe to one), so it is restored before each line.
 	term, blind bool
 	state       termState
-	changed     *sync.Cond // broadcast when holding ends
-	holding     bool
-	held        []heldWrite
-	size        int
-	// midLine: the last byte written to the terminal was not a newline.
-	midLine bool
-	// dropped counts sbx's lines left out while holding, said on dropW.
-	dropped int
-	dropW   io.Writer
 }
 
 type heldWrite struct {
@@ -272,14 +272,14 @@ type answerFunc func(ctx context.Context, id string, allow bool, scope string) e
 // (sbx is not in its foreground, or it fails), a question gets the live
 // line naming sbx approve instead, on lines (when not nil).
 type prompter struct {
-	tty  promptTerminal
-	gate *ttyGate
-	// reset: tty is a terminal whose state is restored before each
-	// question (ttyGate.restore); a test's fake terminal is not.
-	reset  bool
+	tty    promptTerminal
+	gate   *ttyGate
 	lines  io.Writer // the live lines, when the live sink leaves questions to the prompt; else nil
 	always bool      // the run has a file to write always answers' rules to
 	answer answerFunc
+	// reset: tty is a terminal whose state is restored before each
+	// question (ttyGate.restore); a test's fake terminal is not.
+	reset bool
 
 	mu      sync.Mutex
 	queue   []*decisionlog.Record // questions not answered, oldest first
