@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +12,8 @@ import (
 )
 
 // tmuxTerminal is a terminal emulator the test reads as a user sees it:
-// a tmux server of the test's own (its own socket), one pane.
+// a tmux server of the test's own (its own socket, in the test's
+// directory), one pane.
 type tmuxTerminal struct {
 	sock          string
 	width, height int
@@ -27,10 +26,8 @@ func startTmux(t *testing.T, width, height int, argv ...string) *tmuxTerminal {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed")
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	tt := &tmuxTerminal{sock: "sbxtest-" + hex.EncodeToString(rnd[:]), width: width, height: height}
-	t.Cleanup(func() { exec.Command("tmux", "-L", tt.sock, "kill-server").Run() })
+	tt := &tmuxTerminal{sock: filepath.Join(t.TempDir(), "tmux"), width: width, height: height}
+	t.Cleanup(func() { exec.Command("tmux", "-S", tt.sock, "kill-server").Run() })
 	args := append([]string{"-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", strconv.Itoa(width), "-y", strconv.Itoa(height), "--"}, argv...)
 	tt.cmd(t, args...)
 	return tt
@@ -38,7 +35,7 @@ func startTmux(t *testing.T, width, height int, argv ...string) *tmuxTerminal {
 
 func (tt *tmuxTerminal) cmd(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-L", tt.sock}, args...)...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-S", tt.sock}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
