@@ -476,7 +476,7 @@ func (s *Server) Close() error {
 // Process is a sandboxed process, as Config.Owner finds it.
 type Process struct {
 	PID  int
-	Comm string // its command name, /proc/PID/comm
+	Comm string // the name of what it executes (sandbox.Process.Comm): never a title it gave itself
 	Exe  string // its executable's path as the sandbox sees it; "" when unknown
 }
 

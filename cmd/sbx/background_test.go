@@ -12,7 +12,7 @@ func TestLineLogger(t *testing.T) {
 	l := newLineLogger(&b, "gateway: ")
 	l.Info("chatty")
 	l.With("what", "proxy").Warn("accepting clients", "err", "too many open files\x1b[2J", "retry_in", time.Second)
-	if want := "sbx: gateway: accepting clients: what=proxy err=too many open files?[2J retry_in=1s\n"; b.String() != want {
+	if want := "sbx: gateway: accepting clients: what=proxy err=too many open files\\x1b[2J retry_in=1s\n"; b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

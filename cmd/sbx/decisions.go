@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sbx-dev/sbx/escape"
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -44,13 +48,28 @@ func recordTarget(r *decisionlog.Record) string {
 	return t
 }
 
-// recordProcess names the process the record is about, " by comm[pid]", or "".
+// recordProcess names the process the record is about, " by NAME[PID]",
+// or "" when none is known. NAME is what the process executes (its
+// Comm: the base name of its executable, or of the link to it that
+// started it), which the sandbox can choose by naming a file so; so the
+// executable's path, as the kernel gives it (/proc/PID/exe in the
+// sandbox's root), follows in parentheses, " by npm[42] (/tmp/x/npm)",
+// unless it is NAME in a directory of system programs (systemBin). The
+// result is not escaped: the caller prints it with printable.
 func recordProcess(r *decisionlog.Record) string {
 	if r.PID == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" by %s[%d]", r.Comm, r.PID)
+	name := cmp.Or(r.Comm, "?")
+	if r.Exe == "" || r.Comm != "" && slices.Contains(systemBin, path.Dir(r.Exe)) && path.Base(r.Exe) == r.Comm {
+		return fmt.Sprintf(" by %s[%d]", name, r.PID)
+	}
+	return fmt.Sprintf(" by %s[%d] (%s)", name, r.PID, r.Exe)
 }
+
+// systemBin are the directories of system programs: a process that
+// executes one of their files is named by the file's name alone.
+var systemBin = []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin"}
 
 // recordReason is the record's reason, saying so when audit mode let a block
 // verdict through.
@@ -108,16 +127,12 @@ func droppedTargets(ts []decisionlog.DroppedTarget) string {
 // Column widths of formatDecision.
 const targetWidth, ruleWidth = 40, 8
 
-// printable replaces control characters, so that a logged path cannot
-// drive the terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) {
-			return '?'
-		}
-		return c
-	}, s)
-}
+// printable is how every printer of cmd/sbx shows text a sandbox
+// controls, on a terminal or not: escape.Text, sbx's one escaping
+// function for text, so that a logged host, path or process name cannot
+// drive the terminal, reorder or hide what is printed around it, or
+// pose as another line.
+func printable(s string) string { return escape.Text(s) }
 
 // decisionsOptions are sbx decisions' flags.
 type decisionsOptions struct {
@@ -398,7 +413,7 @@ func newPSCmd() *cobra.Command {
 					version, allowed, blocked = strconv.FormatUint(s.PolicyVersion, 10), strconv.FormatUint(s.Counts.Allowed, 10), strconv.FormatUint(s.Counts.Blocked, 10)
 				}
 				gw := st.Subnet.Addr().Next().String() + ":" + strconv.Itoa(int(st.GatewayPort))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, st.Name, status, truncateCommand(st.Command), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, printable(st.Name), status, printable(truncateCommand(st.Command)), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

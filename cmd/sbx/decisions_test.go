@@ -34,20 +34,6 @@ func TestFormatDecisionAligned(t *testing.T) {
 	}
 }
 
-// TestFormatDecisionReplacesControlCharacters: hosts, paths and reasons
-// come from the sandbox; none of their control characters reach the
-// terminal.
-func TestFormatDecisionReplacesControlCharacters(t *testing.T) {
-	line := formatDecision(&decisionlog.Record{Event: "decision", Kind: "http", Method: "GET", Host: "x.test\x1b[2J", Port: 80,
-		Path: "/\x1b]0;pwned\x07\u009b", Action: "block", Enforced: true, Rule: "default", Reason: "no rule\r\n"}, false)
-	if strings.ContainsAny(line, "\x1b\x07\r\n\u009b") {
-		t.Errorf("a control character reached the line: %q", line)
-	}
-	if !strings.Contains(line, "GET x.test?[2J:80/?]0;pwned??") {
-		t.Errorf("line %q", line)
-	}
-}
-
 // TestFormatDroppedAndConn: a dropped record says how many records the
 // log left out, and of which targets (escaped), and a connection refused before any request shows who
 // it came from.

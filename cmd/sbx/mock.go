@@ -184,13 +184,15 @@ func printMockRequests(out io.Writer, ans *api.MockRequests, asJSON bool) error 
 		return enc.Encode(ans)
 	}
 	if len(ans.Requests) == 0 {
-		fmt.Fprintf(out, "no requests to %s yet\n", ans.Mock)
+		fmt.Fprintf(out, "no requests to %s yet\n", printable(ans.Mock))
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTIME\tPATH\tMODEL\tSTREAM\tSTATUS\tOUTCOME")
 	for _, j := range ans.Requests {
-		fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%t\t%d\t%s\n", j.Seq, j.Time.Local().Format("15:04:05.000"), j.Method, j.Path, j.Model, j.Stream, j.Status, j.Outcome)
+		// Method, path and model are the sandbox's; the outcome
+		// may quote them.
+		fmt.Fprintf(tw, "%d\t%s\t%s %s\t%s\t%t\t%d\t%s\n", j.Seq, j.Time.Local().Format("15:04:05.000"), printable(j.Method), printable(j.Path), printable(j.Model), j.Stream, j.Status, printable(j.Outcome))
 	}
 	return tw.Flush()
 }
@@ -282,7 +284,7 @@ func newMockResetCmd() *cobra.Command {
 				return err
 			}
 			for _, h := range ans.Reset {
-				fmt.Fprintf(cmd.OutOrStdout(), "reset the mock of %s\n", h)
+				fmt.Fprintf(cmd.OutOrStdout(), "reset the mock of %s\n", printable(h))
 			}
 			return nil
 		},

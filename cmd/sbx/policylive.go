@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -47,32 +48,7 @@ func newPolicyShowCmd(kube *kubeFlags) *cobra.Command {
 				}
 				fmt.Fprintf(out, "allow_private: %s\n", strings.Join(nets, ", "))
 			}
-			if len(p.Policy.Rules) == 0 {
-				return nil
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tACTION\tHOST\tPORTS\tMETHODS\tPATH")
-			for _, r := range p.Policy.Rules {
-				var ports []string
-				for _, p := range r.Ports {
-					ports = append(ports, p.String())
-				}
-				action := string(r.Action)
-				switch {
-				case action == "": // a mark only (--inspect)
-					action = "inspect"
-				case r.Inspect:
-					action += "+inspect"
-				}
-				// What an intercept answers: a status, or a scripted LLM.
-				if r.Response != nil && r.Response.LLM != "" {
-					action += " (llm: " + r.Response.LLM + ")"
-				} else if r.Response != nil {
-					action += " (" + strconv.Itoa(r.Response.Status) + ")"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, action, r.Host, strings.Join(ports, ","), strings.Join(r.Methods, ","), r.Path)
-			}
-			return tw.Flush()
+			return writeRules(out, p.Policy.Rules)
 		},
 	}
 	t.AddFlags(cmd.Flags())
@@ -141,7 +117,7 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 					json.NewEncoder(cmd.OutOrStdout()).Encode(added)
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "rule %s added: %s %s (policy version %d)\n", added.Rule.ID, added.Rule.Action, added.Rule.Host, added.Version)
+				fmt.Fprintf(cmd.OutOrStdout(), "rule %s added: %s %s (policy version %d)\n", printable(added.Rule.ID), added.Rule.Action, printable(added.Rule.Host), added.Version)
 			}
 			return nil
 		},
@@ -219,4 +195,36 @@ only if the running policy is still version N.`,
 	t.AddFlags(cmd.Flags())
 	cmd.Flags().Uint64Var(&ifVersion, "if-version", 0, "replace only if the running policy is version `N`")
 	return cmd
+}
+
+// writeRules prints rules as a table, one a line, for sbx policy show.
+func writeRules(out io.Writer, rules []netpolicy.Rule) error {
+	if len(rules) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tACTION\tHOST\tPORTS\tMETHODS\tPATH")
+	for _, r := range rules {
+		var ports []string
+		for _, p := range r.Ports {
+			ports = append(ports, p.String())
+		}
+		action := string(r.Action)
+		switch {
+		case action == "": // a mark only (--inspect)
+			action = "inspect"
+		case r.Inspect:
+			action += "+inspect"
+		}
+		// What an intercept answers: a status, or a scripted LLM.
+		if r.Response != nil && r.Response.LLM != "" {
+			action += " (llm: " + r.Response.LLM + ")"
+		} else if r.Response != nil {
+			action += " (" + strconv.Itoa(r.Response.Status) + ")"
+		}
+		// A rule an answer added holds the host and path the
+		// sandbox asked for.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(r.ID), printable(action), printable(r.Host), strings.Join(ports, ","), printable(strings.Join(r.Methods, ",")), printable(r.Path))
+	}
+	return tw.Flush()
 }

@@ -52,7 +52,9 @@ const maxHeld = 1 << 20
 // them when the question ends, so that the prompt is never cut by
 // output. It holds at most maxHeld bytes: past that, the command's
 // writes wait (its pipe fills, and the command waits on it) and sbx's own
-// lines are left out, counted. It is safe for concurrent use.
+// lines are left out, counted. Before each of sbx's own lines it
+// restores what the command's output changed on the terminal (term,
+// terminal.go). It is safe for concurrent use.
 type ttyGate struct {
 	mu      sync.Mutex
 	changed *sync.Cond // broadcast when holding ends
@@ -64,6 +66,13 @@ type ttyGate struct {
 	// dropped counts sbx's lines left out while holding, said on dropW.
 	dropped int
 	dropW   io.Writer
+	// term: sbx's own lines reach a terminal, so the terminal's state is
+	// restored before each, when the command's output may have changed
+	// it (state); blind: the command's output may reach the terminal
+	// without passing the gate (its stdout is not the terminal, but may
+	// be a pipe to one), so it is restored before each line.
+	term, blind bool
+	state       termState
 }
 
 type heldWrite struct {
@@ -111,24 +120,55 @@ func (gw *gateWriter) Write(p []byte) (int, error) {
 		}
 		g.changed.Wait()
 	}
-	if gw.drop && g.midLine {
-		// sbx's own line starts a line of its own, as the prompt does:
-		// the command's unfinished line is ended first.
-		if _, err := io.WriteString(gw.w, "\n"); err != nil {
+	if gw.drop {
+		if err := g.own(gw.w); err != nil {
 			return 0, err
 		}
-		g.midLine = false
 	}
 	n, err := gw.w.Write(p)
-	g.wrote(p[:n])
+	g.wrote(p[:n], !gw.drop)
 	return n, err
 }
 
-// wrote notes the end of what was written to the terminal. g.mu is held.
-func (g *ttyGate) wrote(p []byte) {
+// own readies the terminal for one of sbx's own lines, written next to
+// w: it restores the terminal's state (termState.reset), and ends the
+// command's unfinished line, so that sbx's line starts a line of its
+// own, as the prompt does. g.mu is held.
+func (g *ttyGate) own(w io.Writer) error {
+	if g.term {
+		if s := g.state.reset(g.blind); s != "" {
+			if _, err := io.WriteString(w, s); err != nil {
+				return err
+			}
+		}
+	}
+	if g.midLine {
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return err
+		}
+		g.midLine = false
+	}
+	return nil
+}
+
+// wrote notes the end of what was written to the terminal, and follows
+// the terminal's state through what the command wrote. g.mu is held.
+func (g *ttyGate) wrote(p []byte, command bool) {
 	if len(p) > 0 {
 		g.midLine = p[len(p)-1] != '\n'
 	}
+	if command {
+		g.state.feed(p)
+	}
+}
+
+// restore returns what restores the terminal's state before a question
+// (termState.reset, in full), which the caller writes while the gate
+// holds, and takes the terminal as restored.
+func (g *ttyGate) restore() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state.reset(true)
 }
 
 // hold starts holding the output, and reports whether the terminal's
@@ -151,20 +191,17 @@ func (g *ttyGate) release() {
 	for _, h := range g.held {
 		// The writer was told it was written; a terminal that fails now
 		// fails the next write too.
-		if h.own && g.midLine {
-			io.WriteString(h.w, "\n")
-			g.midLine = false
+		if h.own {
+			g.own(h.w)
 		}
 		n, _ := h.w.Write(h.p)
-		g.wrote(h.p[:n])
+		g.wrote(h.p[:n], !h.own)
 	}
 	if g.dropped > 0 && g.dropW != nil {
+		g.own(g.dropW)
 		line := fmt.Sprintf("sbx: %d of sbx's lines were left out while a question was on the screen (sbx decisions has every decision)\n", g.dropped)
-		if g.midLine {
-			line = "\n" + line
-		}
 		n, _ := io.WriteString(g.dropW, line)
-		g.wrote([]byte(line[:n]))
+		g.wrote([]byte(line[:n]), false)
 	}
 	g.held, g.size, g.dropped, g.holding = nil, 0, 0, false
 	g.changed.Broadcast()
@@ -240,6 +277,9 @@ type prompter struct {
 	lines  io.Writer // the live lines, when the live sink leaves questions to the prompt; else nil
 	always bool      // the run has a file to write always answers' rules to
 	answer answerFunc
+	// reset: tty is a terminal whose state is restored before each
+	// question (ttyGate.restore); a test's fake terminal is not.
+	reset bool
 
 	mu      sync.Mutex
 	queue   []*decisionlog.Record // questions not answered, oldest first
@@ -404,6 +444,11 @@ func (p *prompter) ask(ctx context.Context, q *decisionlog.Record, arm chan<- st
 	if midLine {
 		text = "\n" + text
 	}
+	if p.reset {
+		// The command's output, or any that reached the terminal, may
+		// hide the question or draw it garbled.
+		text = p.gate.restore() + text
+	}
 	end := func(line string) { io.WriteString(p.tty, printable(line)+"\n") }
 	if _, err := io.WriteString(p.tty, text); err != nil {
 		p.fail(q, err, nil)
@@ -526,7 +571,9 @@ func (o runOptions) newRunPrompt(stdin io.Reader) *runPrompt {
 	if err != nil {
 		return nil
 	}
-	return &runPrompt{p: newPrompter(tty, newTTYGate(), nil)}
+	p := newPrompter(tty, newTTYGate(), nil)
+	p.reset = true
+	return &runPrompt{p: p}
 }
 
 // attach routes spec's streams that reach the terminal through the
@@ -536,12 +583,7 @@ func (o runOptions) newRunPrompt(stdin io.Reader) *runPrompt {
 func (rp *runPrompt) attach(spec *run.Spec, stdout, errOut io.Writer, stderr *lockedWriter) {
 	p := rp.p
 	p.always = spec.Gateway.ApprovalsFile != ""
-	if isTTY(stdout) {
-		spec.Stdout = p.gate.writer(stdout, false)
-	}
-	if isTTY(errOut) {
-		spec.Stderr = p.gate.writer(errOut, false)
-		stderr.w = p.gate.writer(errOut, true)
+	if guardTerminal(p.gate, spec, stdout, errOut, stderr) {
 		p.lines = stderr
 		for _, s := range spec.Gateway.Sinks {
 			if ls, ok := s.(*liveSink); ok {
@@ -602,4 +644,26 @@ func (rp *runPrompt) stop() {
 		rp.closeClient()
 	}
 	rp.p.tty.Close()
+}
+
+// guardTerminal routes spec's streams that reach a terminal through g
+// (stderr is sbx's own lines' writer, whose stream it replaces), so that
+// sbx's lines start on a line of their own and the terminal's state is
+// restored before each. It reports whether sbx's lines reach the
+// terminal (errOut is one). sbx run calls it, or attach, unless the
+// command owns the terminal (-t).
+func guardTerminal(g *ttyGate, spec *run.Spec, stdout, errOut io.Writer, stderr *lockedWriter) bool {
+	outTTY := isTTY(stdout)
+	if outTTY {
+		spec.Stdout = g.writer(stdout, false)
+	}
+	if !isTTY(errOut) {
+		return false
+	}
+	g.mu.Lock()
+	g.term, g.blind = true, !outTTY
+	g.mu.Unlock()
+	spec.Stderr = g.writer(errOut, false)
+	stderr.w = g.writer(errOut, true)
+	return true
 }

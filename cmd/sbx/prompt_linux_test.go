@@ -83,13 +83,15 @@ func startOnPTY(t *testing.T, ctx context.Context, bin string, args ...string) *
 }
 
 // wait waits for sbx's end and returns what the terminal showed, its
-// lines ended by \n alone, starting with one.
+// lines ended by \n alone, starting with one, without the resets sbx
+// wrote (termReset).
 func (r *ptyRun) wait(t *testing.T) string {
 	t.Helper()
 	err := r.cmd.Wait()
 	<-r.copied
 	// The terminal ends lines with \r\n; the status line has its own \r.
-	out := "\n" + strings.ReplaceAll(r.screen.String(), "\r", "")
+	// The resets sbx writes before its lines show nothing.
+	out := "\n" + strings.ReplaceAll(strings.ReplaceAll(r.screen.String(), termReset, ""), "\r", "")
 	t.Logf("the terminal:\n%s", out)
 	if err != nil {
 		t.Fatalf("sbx run: %v", err)

@@ -211,6 +211,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	prompt := o.newRunPrompt(cmd.InOrStdin())
 	if prompt != nil {
 		prompt.attach(&spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
+	} else if !o.tty {
+		// No question on the terminal, but sbx's lines are there.
+		guardTerminal(newTTYGate(), &spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
 	}
 	r, err := run.Start(ctx, spec)
 	if err != nil {

@@ -924,20 +924,3 @@ func TestOperateErrors(t *testing.T) {
 		}
 	}
 }
-
-func TestLiveSinkReplacesControlCharacters(t *testing.T) {
-	var out strings.Builder
-	s := &liveSink{w: &out}
-	s.WriteRecord(1, []byte(`{"event":"decision","action":"block","enforced":true,"method":"GET","host":"x.test","port":80,"path":"/\u001b[2J\u001b]0;pwned\u0007","rule":"default","reason":"no rule matched"}`))
-	if strings.ContainsAny(out.String(), "\x1b\x07") {
-		t.Errorf("a control character from the sandbox reached the terminal: %q", out.String())
-	}
-	if !strings.Contains(out.String(), "sbx: block     GET x.test:80/?[2J?]0;pwned?  (default: no rule matched)") {
-		t.Errorf("live line %q", out.String())
-	}
-	out.Reset()
-	s.WriteRecord(2, []byte(`{"event":"decision","action":"allow","method":"CONNECT","host":"x.test","port":443,"rule":"r1","reason":"rule r1: allow x.test"}`))
-	if want := "sbx: allow     CONNECT x.test:443  (rule r1: allow x.test)\n"; out.String() != want {
-		t.Errorf("live line %q, want %q (the rule named once)", out.String(), want)
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/sbx-dev/sbx/escape"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -22,7 +23,7 @@ func checkVisible(t *testing.T, what string, out []byte) {
 	t.Helper()
 	for i := 0; i < len(out); {
 		c, size := utf8.DecodeRune(out[i:])
-		if c == utf8.RuneError || c != '\n' && hidden(c) {
+		if c == utf8.RuneError || c != '\n' && escape.Hidden(c) {
 			t.Errorf("%s holds %U at byte %d: %q", what, c, i, out[max(0, i-40):min(len(out), i+40)])
 			return
 		}

@@ -1,11 +1,11 @@
 package audit
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/sbx-dev/sbx/escape"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
@@ -78,57 +78,7 @@ func clipString(s string, n int) string {
 
 // visible shows a string from the log as what it holds, in every output
 // of sbx audit (text, markdown, HTML, and a suggested policy's comments):
-// control characters, invalid UTF-8 and the characters that end a line or
-// reorder or hide text (see hidden) become escapes (\x1b, \u202e), so that
-// a string cannot drive a terminal, pose as another, break a table or a
+// it is escape.Text, sbx's one escaping function for text, so that a
+// string cannot drive a terminal, pose as another, break a table or a
 // page's layout, or end a YAML comment.
-func visible(s string) string {
-	clean := true
-	for _, c := range s {
-		if hidden(c) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		c, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case c == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case c < 0x80 && hidden(c):
-			fmt.Fprintf(&b, `\x%02x`, c)
-		case hidden(c):
-			fmt.Fprintf(&b, `\u%04x`, c)
-		default:
-			b.WriteRune(c)
-		}
-		i += size
-	}
-	return b.String()
-}
-
-// hidden reports whether c is not shown as itself: a C0 or C1 control
-// character or DEL (U+0085, NEL, among them), a line or paragraph
-// separator (U+2028, U+2029), a bidirectional-formatting character
-// (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069), a
-// zero-width or invisible one (U+00AD, U+180E, U+200B to U+200D, U+2060 to
-// U+206F, U+FEFF), an interlinear annotation (U+FFF9 to U+FFFB), a
-// noncharacter YAML refuses (U+FFFE, U+FFFF), or the replacement for
-// invalid UTF-8.
-func hidden(c rune) bool {
-	switch {
-	case c < 0x20, c >= 0x7f && c < 0xa0:
-		return true
-	case c == 0xad, c == 0x061c, c == 0x180e, c == 0xfeff, c == utf8.RuneError:
-		return true
-	case c >= 0x200b && c <= 0x200f, c >= 0x2028 && c <= 0x202e, c >= 0x2060 && c <= 0x206f:
-		return true
-	case c >= 0xfff9 && c <= 0xfffb, c == 0xfffe, c == 0xffff:
-		return true
-	}
-	return false
-}
+func visible(s string) string { return escape.Text(s) }

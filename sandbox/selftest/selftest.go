@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbx-dev/sbx/escape"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
@@ -183,7 +184,7 @@ func (o observation) short() string {
 		parts = append(parts, "DNS answer "+rcodeName(o.Rcode))
 	}
 	if o.Data != "" {
-		parts = append(parts, fmt.Sprintf("got %q", clip(o.Data, 80)))
+		parts = append(parts, `got "`+clip(o.Data, 80)+`"`) // clip escapes it
 	}
 	if len(o.Addrs) > 0 {
 		parts = append(parts, "addresses "+strings.Join(o.Addrs, ","))
@@ -395,16 +396,9 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// printable replaces control characters, so that what came from a
-// sandbox cannot drive the terminal.
-func printable(s string) string {
-	return strings.Map(func(c rune) rune {
-		if c < ' ' || c == 0x7f || (c >= 0x80 && c < 0xa0) {
-			return '?'
-		}
-		return c
-	}, s)
-}
+// printable shows what came from a sandbox as what it holds
+// (escape.Text), so that it cannot drive the terminal.
+func printable(s string) string { return escape.Text(s) }
 
 // errNoProbeReport is what a probe that reported nothing gets.
 var errNoProbeReport = errors.New("the probe in the sandbox reported nothing")

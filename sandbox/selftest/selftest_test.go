@@ -151,9 +151,9 @@ func TestSelftestOutput(t *testing.T) {
 	if want := "PASS tcp out\n    TCP to x: probe: no answer\nselftest: 1 passed, 0 failed of 1 case\n"; out.String() != want {
 		t.Errorf("--verbose: got\n%s\nwant\n%s", out.String(), want)
 	}
-	// What came from the sandbox is printed without its control
-	// characters.
-	if s := (observation{Data: "a\x1b[2Jb\r\nc\n"}).short(); s != `got "a?[2Jb | c"` {
-		t.Errorf("short() = %q, want the control character replaced and the line break shown", s)
+	// What came from the sandbox is printed with its control
+	// characters escaped, once.
+	if s := (observation{Data: "a\x1b[2Jb\r\nc\n"}).short(); s != `got "a\x1b[2Jb | c"` {
+		t.Errorf("short() = %q, want the control character escaped and the line break shown", s)
 	}
 }
