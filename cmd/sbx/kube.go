@@ -682,15 +682,22 @@ func serveOnlyAgent(ctx context.Context, c *kube.Cluster, s kube.Spec) (netip.Ad
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	cl, err := api.NewClient(addr, s.Token)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer cl.Close()
-	if _, err := cl.SetClients(fctx, []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}); err != nil {
+	if err := tellAgent(fctx, addr, s.Token, ip); err != nil {
 		return netip.Addr{}, fmt.Errorf("telling the gateway pod %s to serve the agent pod's address %s alone: %w", kube.GatewayPodName(s.ID), ip, err)
 	}
 	return ip, nil
+}
+
+// tellAgent tells the gateway whose management API is at addr to serve
+// the address agent alone (PUT /v1/clients).
+func tellAgent(ctx context.Context, addr, token string, agent netip.Addr) error {
+	cl, err := api.NewClient(addr, token)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, err = cl.SetClients(ctx, []netip.Prefix{netip.PrefixFrom(agent, agent.BitLen())})
+	return err
 }
 
 // kubeClient is targetFlags.client for a sandbox on a cluster: its
