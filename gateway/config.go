@@ -116,6 +116,12 @@ type Config struct {
 	// Sandbox is the sandbox id, written in every record and named in the
 	// help of 403 answers and in /v1/status; "" standalone.
 	Sandbox string
+	// AllowCommand, when set, is the command the help of a 403 answer
+	// gives to allow what was blocked, the target following it: "sbx
+	// kube policy allow --sandbox ID" in sbx kube's gateway pod. "" gives
+	// sbx policy allow, with --sandbox Sandbox (or --api ADDR --token-file
+	// FILE for a standalone gateway).
+	AllowCommand string
 	// Owner, when set, names the sandboxed process that owns the client's
 	// socket of a connection or packet: network is "tcp" or "udp", client
 	// the socket's own address and remote its peer's as the client sees it

@@ -23,7 +23,8 @@
 //
 // A sandbox's gateway serves that sandbox alone: its listener is bound to
 // the sandbox's veth (Config.ListenInterface) and a connection from any
-// other address is closed unanswered (Config.Clients). Whatever the policy
+// other address is closed unanswered (Config.Clients; sbx kube's gateway
+// pod is told its agent pod's address later, Server.SetClients). Whatever the policy
 // says, it never dials its own addresses, this host's interface addresses
 // (loopback aside, which the guard handles) or the Fence networks (sbx run
 // gives its subnet pool and the default one).

@@ -197,12 +197,14 @@ func normalizePrefixes(field string, ps []netip.Prefix) ([]netip.Prefix, error) 
 	return out, nil
 }
 
-// isClient reports whether Config.Clients lets ip use the proxy.
+// isClient reports whether Config.Clients, or what SetClients set since,
+// lets ip use the proxy.
 func (s *Server) isClient(ip netip.Addr) bool {
-	if len(s.clientNets) == 0 {
+	nets := *s.clientNets.Load()
+	if len(nets) == 0 {
 		return true
 	}
-	for _, p := range s.clientNets {
+	for _, p := range nets {
 		if p.Contains(ip) {
 			return true
 		}

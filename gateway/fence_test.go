@@ -405,7 +405,7 @@ func TestInvalidPrefixesAreErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !srv.isClient(netip.MustParseAddr("10.213.0.7")) || srv.isClient(netip.MustParseAddr("10.213.0.5")) {
-		t.Errorf("a mapped Clients prefix is not read as the IPv4 one: %v", srv.clientNets)
+		t.Errorf("a mapped Clients prefix is not read as the IPv4 one: %v", *srv.clientNets.Load())
 	}
 }
 

@@ -102,12 +102,15 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 			"address guard in the policy (allow_private: [CIDR], or --allow-private CIDR),\n" +
 			"or allow it by an IP or CIDR rule.\n")
 	default:
-		target := "--sandbox " + s.cfg.Sandbox
-		if s.cfg.Sandbox == "" {
-			target = "--api ADDR --token-file FILE"
+		command := "sbx policy allow --sandbox " + s.cfg.Sandbox
+		switch {
+		case s.cfg.AllowCommand != "":
+			command = s.cfg.AllowCommand
+		case s.cfg.Sandbox == "":
+			command = "sbx policy allow --api ADDR --token-file FILE"
 		}
-		fmt.Fprintf(&b, "To allow it while this runs:\n  sbx policy allow %s %s\n"+
-			"or add an allow rule for it to the policy.\n", target, hostport)
+		fmt.Fprintf(&b, "To allow it while this runs:\n  %s %s\n"+
+			"or add an allow rule for it to the policy.\n", command, hostport)
 	}
 	return b.String()
 }

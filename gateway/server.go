@@ -124,7 +124,7 @@ type Server struct {
 	// The fence (fence.go): Config.Clients and Config.Fence normalized,
 	// the host's addresses, and the rate bounds of the records of refused
 	// connections, one per cause.
-	clientNets []netip.Prefix
+	clientNets atomic.Pointer[[]netip.Prefix] // replaced by SetClients
 	fence      []netip.Prefix
 	hostAddrs  hostAddrs
 	notClients refusalLimiter
@@ -161,7 +161,8 @@ func newServer(cfg serverConfig) (*Server, error) {
 		clients:     map[netip.Addr]int{},
 		metrics:     newMetrics(),
 	}
-	s.clientNets, s.fence = clientNets, fence
+	s.clientNets.Store(&clientNets)
+	s.fence = fence
 	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
 	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -31,6 +32,9 @@ type gatewayOptions struct {
 	// pod takes the connections its capture shim hands over, and the
 	// DNS queries of the agent pod.
 	capture, dns string
+	// allowCommand is --allow-command: what a 403's help says to run to
+	// allow what was blocked (sbx kube's gateway pod names sbx kube's).
+	allowCommand string
 }
 
 // stdoutLog is the --log value that writes the decision log to standard
@@ -112,6 +116,7 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ca, "ca", "", "inspect TLS where the policy asks, with the CA in `FILE` (PEM: its certificate and private key, readable by owner and group only) instead of one made now; with --ca-cert, that file gets its certificate")
 	fs.StringVar(&o.capture, "capture", "", "serve the connections a capture shim hands over on `ADDR` (host:port), each starting with a PROXY protocol v1 line naming where it was going (sbx kube's gateway pod)")
 	fs.StringVar(&o.dns, "dns", "", "answer DNS queries on `ADDR` (host:port), UDP and TCP, as sbx run's DNS stub does")
+	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
 }
 
 // runGateway runs sbx gateway until the command's context is done, then
@@ -226,6 +231,7 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	}
 	recs := run.NewRecorders(recordings)
 	cfg.Listen, cfg.TokenFile, cfg.RecordLLM, cfg.DNS = o.listen, o.tokenFile, recs.Gateway(), o.dns
+	cfg.AllowCommand = o.allowCommand
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
 	// inspected host's CONNECT is refused with a 403 that says why,
@@ -272,6 +278,9 @@ func (o *gatewayOptions) check() error {
 		if err := checkHostPort("--api", a); err != nil {
 			return fmt.Errorf("%w, or unix:PATH", err)
 		}
+	}
+	if strings.ContainsFunc(o.allowCommand, unicode.IsControl) {
+		return fmt.Errorf("--allow-command %q: want one line of printable text", o.allowCommand)
 	}
 	if len(o.api) > 0 && o.tokenFile == "" {
 		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")

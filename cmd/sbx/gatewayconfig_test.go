@@ -51,6 +51,7 @@ var oneSided = map[string]struct {
 	"OriginalDst":     {sandboxSets, "capture's (the default); with sbx gateway's --capture, handoff.Dst, set with the listener"},
 	"Owner":           {sandboxSets, "capture's socket owners"},
 	"Sandbox":         {sandboxSets, "the sandbox's id"},
+	"AllowCommand":    {gatewayOnly, "--allow-command (sbx kube's gateway pod names sbx kube policy allow); sbx run's 403s name sbx policy allow --sandbox ID"},
 	"Limits":          {neither, "no flag yet: the defaults"},
 	"RingSize":        {neither, "no flag yet: the default"},
 	"Sinks":           {runOnly, "sbx run prints decisions live on stderr (--show); sbx gateway, a service, has no live lines (sbx decisions follows its API), and with --log - (not given here) writes the log to standard output"},
@@ -88,7 +89,7 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 	var g gatewayOptions
 	gcmd := &cobra.Command{}
 	g.addFlags(gcmd.Flags())
-	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"), "--dns", "127.0.0.1:0")); err != nil {
+	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"), "--dns", "127.0.0.1:0", "--allow-command", "sbx kube policy allow --sandbox 1a2b3c4d")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.check(); err != nil {

@@ -115,6 +115,12 @@ type kubeRunOptions struct {
 	serverDryRun bool
 	noPodRules   bool
 	logFile      string
+	// The agent's limits, as sbx run's flags of the same names.
+	memory    string
+	cpus      float64
+	cpusSet   bool // --cpus given
+	pidsLimit int64
+	tmpSize   string
 }
 
 func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
@@ -171,6 +177,10 @@ each one (admission included) without keeping it.`
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the agent's environment; repeatable")
 	fs.StringVar(&o.gatewayIP, "gateway-ip", "", "")
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", false, "")
+	fs.StringVar(&o.memory, "memory", "", "limit the agent's memory to `BYTES`, e.g. 2g or 512m (the pod's memory limit; /tmp and HOME count against it); 0 for no limit (default: half the smallest node's, as sbx run's half of the machine's)")
+	fs.Float64Var(&o.cpus, "cpus", 0, "limit the agent's CPU time to `N` CPUs, e.g. 1.5 (the pod's CPU limit); 0 for no limit (default: all the smallest node's but one, at least one)")
+	fs.Int64Var(&o.pidsLimit, "pids-limit", sandbox.DefaultPidsLimit, "Kubernetes has no process limit for a pod (the node's kubelet sets podPidsLimit): only 0 is taken; docs/kubernetes.md")
+	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(kube.DefaultTmpSize), "the size of the agent's /tmp and of HOME, each (`BYTES`; in memory, counted in --memory)")
 	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
 	fs.MarkHidden("test-no-pod-rules")
 	// Approvals are not on a cluster yet (ask is refused): their flags
@@ -218,6 +228,13 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 			return usageErrorf(cmd, "-e %q: want KEY=VAL, e.g. -e DEBUG=1", e)
 		}
 	}
+	o.cpusSet = cmd.Flags().Changed("cpus")
+	if cmd.Flags().Changed("pids-limit") && o.pidsLimit != 0 {
+		return usageErrorf(cmd, "--pids-limit %d: Kubernetes has no process limit for a pod, so sbx kube cannot set one; the node's kubelet bounds every pod's processes (podPidsLimit in its configuration): ask your cluster's administrators to set it, and leave --pids-limit out (or give 0)", o.pidsLimit)
+	}
+	if _, _, _, err := o.limits(nil); err != nil {
+		return usageError(cmd, err)
+	}
 	if o.gatewayImage == "" {
 		return usageErrorf(cmd, "--gateway-image is required: sbx's own image, as your cluster pulls it (sbx kube image -o sbx.tar writes it; push it and name it here, by digest to pin it)")
 	}
@@ -234,6 +251,55 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 		return usageErrorf(cmd, "--id goes with --gateway-ip: it prints the agent pod of the sandbox whose other objects were printed before")
 	}
 	return nil
+}
+
+// limits returns the agent's memory and CPU limits and the size of its
+// /tmp and HOME: the flags' when given, else defaults, sbx run's for the
+// cluster's smallest node (def, from kube.Cluster.NodeDefaults) or, when
+// def is nil, for this machine.
+func (o *kubeRunOptions) limits(def *sandbox.Limits) (memory int64, cpus float64, tmp int64, err error) {
+	d := sandbox.DefaultLimits()
+	if def != nil {
+		d = *def
+	}
+	memory, cpus = d.Memory, d.CPUs
+	if o.memory != "" {
+		if memory, err = parseBytes(o.memory); err != nil {
+			return 0, 0, 0, fmt.Errorf("--memory %q: %w", o.memory, err)
+		}
+	}
+	if o.cpus < 0 {
+		return 0, 0, 0, fmt.Errorf("--cpus %v: want a number of CPUs such as 1 or 0.5, or 0 for no limit", o.cpus)
+	}
+	if o.cpusSet {
+		cpus = o.cpus
+	}
+	tmp, err = parseBytes(o.tmpSize)
+	if err != nil || tmp == 0 {
+		return 0, 0, 0, fmt.Errorf("--tmp-size %q: want a size such as 1g or 256m", o.tmpSize)
+	}
+	return memory, cpus, tmp, nil
+}
+
+// setLimits puts the agent's limits in s: the flags', else sbx run's
+// defaults for the cluster's smallest node (c's), or for this machine when
+// c is nil or cannot list the nodes, which it says on w.
+func (o *kubeRunOptions) setLimits(ctx context.Context, c *kube.Cluster, s *kube.Spec, w io.Writer) error {
+	var def *sandbox.Limits
+	if c != nil && (o.memory == "" || !o.cpusSet) {
+		l, err := c.NodeDefaults(ctx)
+		switch {
+		case err == nil:
+			def = &l
+		case errors.Is(err, kube.ErrNodesUnknown):
+			fmt.Fprintf(w, "sbx kube: the cluster's nodes cannot be listed (%v): --memory and --cpus default to this machine's figures; give them to choose\n", err)
+		default:
+			return err
+		}
+	}
+	var err error
+	s.Memory, s.CPUs, s.TmpSize, err = o.limits(def)
+	return err
 }
 
 // spec builds the sandbox's Spec: a new id, CA and token, and the policy
@@ -316,6 +382,9 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	stderr := cmd.ErrOrStderr()
+	if err := o.setLimits(cmd.Context(), c, &s, stderr); err != nil {
+		return err
+	}
 	var logDone <-chan error
 	var logFile *os.File
 	if o.logFile != "" {
@@ -332,6 +401,16 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	fmt.Fprintf(stderr, "sbx kube: sandbox %s in namespace %s: gateway pod %s (%s), agent pod %s\n", s.ID, c.Namespace, kube.GatewayPodName(s.ID), created.GatewayIP, kube.ObjectName(s.ID))
+	agentIP, err := serveOnlyAgent(ctx, c, s)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return combine(err, c.Delete(rctx, s.ID))
+	}
+	fmt.Fprintf(stderr, "sbx kube: the gateway serves the agent pod's address %s alone\n", agentIP)
+	if !cmd.Flags().Changed("pids-limit") {
+		fmt.Fprintf(stderr, "sbx kube: the agent's processes are bounded by the node's kubelet (podPidsLimit), not by sbx: Kubernetes has no process limit for a pod\n")
+	}
 	if s.SkipPodRulesForTest {
 		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
 	}
@@ -422,6 +501,9 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 		if err != nil {
 			return err
 		}
+		if err := o.setLimits(cmd.Context(), c, &s, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
 		if _, err := c.Create(cmd.Context(), s, p.AllowPrivate(), true); err != nil {
 			return err
 		}
@@ -431,6 +513,9 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 	// Without -n the objects name no namespace: kubectl apply puts them
 	// in its context's, as sbx kube run would.
 	s.Namespace = kf.namespace
+	if err := o.setLimits(cmd.Context(), nil, &s, cmd.ErrOrStderr()); err != nil {
+		return err
+	}
 	objs, err := kube.MakeObjects(s)
 	if err != nil {
 		return err
@@ -579,6 +664,40 @@ func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing decisions as they are made")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the records as JSON Lines")
 	return cmd
+}
+
+// serveOnlyAgent waits until the sandbox's agent pod has its address and
+// tells its gateway pod, through the management API (a port-forward, with
+// the sandbox's token), to serve that address alone: from then on a pod
+// that reaches the gateway where the NetworkPolicy is not enforced is
+// refused by the gateway itself.
+func serveOnlyAgent(ctx context.Context, c *kube.Cluster, s kube.Spec) (netip.Addr, error) {
+	ip, err := c.WaitAgentIP(ctx, s.ID)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	addr, err := c.ForwardAPI(fctx, s.ID)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := tellAgent(fctx, addr, s.Token, ip); err != nil {
+		return netip.Addr{}, fmt.Errorf("telling the gateway pod %s to serve the agent pod's address %s alone: %w", kube.GatewayPodName(s.ID), ip, err)
+	}
+	return ip, nil
+}
+
+// tellAgent tells the gateway whose management API is at addr to serve
+// the address agent alone (PUT /v1/clients).
+func tellAgent(ctx context.Context, addr, token string, agent netip.Addr) error {
+	cl, err := api.NewClient(addr, token)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, err = cl.SetClients(ctx, []netip.Prefix{netip.PrefixFrom(agent, agent.BitLen())})
+	return err
 }
 
 // kubeClient is targetFlags.client for a sandbox on a cluster: its

@@ -46,6 +46,10 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--log", "x.jsonl", "--", "true"}, "--log"},
 		{[]string{"kube", "run", "--image", "busybox", "--approvals", "a.yaml", "--", "true"}, "--approvals"},
 		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--id", "1a2b3c4d", "--gateway-ip", "fd00::1", "--", "true"}, "--gateway-ip"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--pids-limit", "100", "--", "true"}, "podPidsLimit"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--memory", "lots", "--", "true"}, "--memory"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--cpus", "-1", "--", "true"}, "--cpus"},
+		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--tmp-size", "0", "--", "true"}, "--tmp-size"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {
@@ -95,7 +99,7 @@ func TestKubeManifest(t *testing.T) {
 	}
 
 	// The second step: the agent pod of that sandbox, alone.
-	out, errOut, code = runCLI(t, append(flags, "--id", id, "--gateway-ip", "10.244.0.9", "--", "npm", "install")...)
+	out, errOut, code = runCLI(t, append(flags, "--id", id, "--gateway-ip", "10.244.0.9", "--memory", "1g", "--cpus", "2", "--tmp-size", "64m", "--", "npm", "install")...)
 	if code != 0 {
 		t.Fatalf("with --gateway-ip: exit %d: %s", code, errOut)
 	}
@@ -107,6 +111,15 @@ func TestKubeManifest(t *testing.T) {
 	}
 	if c := agent.Spec.Containers[0]; c.Image != "node:22" || strings.Join(c.Command, " ") != "npm install" {
 		t.Errorf("agent container = %+v", c)
+	}
+	// sbx run's limit flags, as the pod's limits and /tmp's size.
+	if l := agent.Spec.Containers[0].Resources.Limits; l.Memory().String() != "1Gi" || l.Cpu().String() != "2" {
+		t.Errorf("agent limits = %v, want memory 1Gi, cpu 2", l)
+	}
+	for _, v := range agent.Spec.Volumes {
+		if v.Name == "tmp" && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory || v.EmptyDir.SizeLimit.String() != "64Mi") {
+			t.Errorf("/tmp volume = %+v, want a 64Mi memory emptyDir", v.EmptyDir)
+		}
 	}
 	for _, bad := range [][]string{{"--gateway-ip", "10.244.0.9"}, {"--id", id}, {"--id", "XYZ", "--gateway-ip", "10.244.0.9"}} {
 		if _, errOut, code := runCLI(t, append(append(flags, bad...), "--", "true")...); code != exitUsage {

@@ -139,6 +139,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	a.mux.HandleFunc("POST /v1/mock/expect", a.auth(a.mockExpect))
 	a.mux.HandleFunc("GET /v1/mock/requests", a.auth(a.mockRequests))
 	a.mux.HandleFunc("DELETE /v1/mock", a.auth(a.mockReset))
+	a.mux.HandleFunc("GET /v1/clients", a.auth(a.getClients))
+	a.mux.HandleFunc("PUT /v1/clients", a.auth(a.putClients))
 	metrics := cfg.Gateway.Metrics()
 	a.mux.HandleFunc("GET /metrics", a.auth(metrics.ServeHTTP))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -11,7 +11,12 @@
 // policy (a ConfigMap) and CA and API token (a Secret) and writes the
 // decision log to its standard output. The ConfigMap owns every other
 // object, so deleting it deletes the sandbox; all carry the label
-// sbx.dev/sandbox=<id>.
+// sbx.dev/sandbox=<id>. The agent container has sbx run's limits
+// (Spec.Memory, CPUs, TmpSize; NodeDefaults are their defaults for the
+// cluster), and the gateway pod requests and limits of its own. Once the
+// agent pod has its address (WaitAgentIP), sbx kube run tells the gateway,
+// through its management API (PUT /v1/clients), to serve that address
+// alone.
 //
 // MakeObjects and AgentPod only build objects (tested without a cluster);
 // Cluster makes them on one.

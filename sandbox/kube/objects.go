@@ -108,6 +108,16 @@ type Spec struct {
 	CACert, CA, Roots []byte
 	// Token is the management API's bearer token.
 	Token string
+	// Memory and CPUs bound the agent container as sbx run's --memory
+	// and --cpus bound a sandbox: its resources' limits (bytes; CPUs, e.g.
+	// 1.5). 0 sets no limit. Its requests, what the scheduler keeps for it,
+	// are AgentMemoryRequest and AgentCPURequest, or the limit when less.
+	Memory int64
+	CPUs   float64
+	// TmpSize bounds the agent's /tmp and HOME, each: emptyDirs in memory
+	// (they count against Memory) with that sizeLimit. 0 means
+	// DefaultTmpSize.
+	TmpSize int64
 	// SkipPodRulesForTest leaves the in-pod rules out, so that only the
 	// NetworkPolicy confines the agent pod. Tests only: it takes away one
 	// of the two layers.
@@ -135,6 +145,8 @@ func (s *Spec) check() error {
 		return fmt.Errorf("sandbox %s: user %d: want a uid above 0", s.ID, s.User)
 	case s.User == ShimUID || s.User == GatewayUID:
 		return fmt.Errorf("sandbox %s: user %d is sbx's own (the capture shim's or the gateway's, which the pod's rules treat apart): %w", s.ID, s.User, ErrReservedUID)
+	case s.Memory < 0 || s.CPUs < 0 || s.TmpSize < 0:
+		return fmt.Errorf("sandbox %s: memory %d, CPUs %v, tmp size %d: want 0 (no limit; for the tmp size, the default) or more", s.ID, s.Memory, s.CPUs, s.TmpSize)
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
 		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
 	}
@@ -319,6 +331,76 @@ func hardened(uid int64, readOnlyRoot bool) *corev1.SecurityContext {
 	}
 }
 
+// The agent container's requests, or its limits when they are less:
+// what the scheduler keeps for it on a node. Its limits are what it may
+// use (Spec.Memory, Spec.CPUs); a node short of memory evicts pods that
+// use more than they requested first.
+var (
+	AgentMemoryRequest = resource.MustParse("128Mi")
+	AgentCPURequest    = resource.MustParse("100m")
+)
+
+// DefaultTmpSize is Spec.TmpSize's default: sbx run's --tmp-size.
+const DefaultTmpSize = 1 << 30
+
+// The gateway pod's requests and limits. Measured (docs/kubernetes.md):
+// sbx gateway run as the pod runs it has a resident set of about 54 MiB
+// idle (10 MiB of it its own memory, the rest its executable's pages),
+// 58 MiB with 300 tunnels open, and 75 MiB after 2000 TLS-inspected
+// requests 50 at a time; the limit leaves room for Limits' caps on
+// connections and buffers.
+var (
+	GatewayMemoryRequest = resource.MustParse("64Mi")
+	GatewayMemoryLimit   = resource.MustParse("256Mi")
+	GatewayCPURequest    = resource.MustParse("50m")
+	GatewayCPULimit      = resource.MustParse("1")
+)
+
+// agentResources are the agent container's requests and limits.
+func (s *Spec) agentResources() corev1.ResourceRequirements {
+	r := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: AgentCPURequest.DeepCopy(), corev1.ResourceMemory: AgentMemoryRequest.DeepCopy()},
+	}
+	if s.Memory > 0 || s.CPUs > 0 {
+		r.Limits = corev1.ResourceList{}
+	}
+	if s.Memory > 0 {
+		limit := resource.NewQuantity(s.Memory, resource.BinarySI)
+		r.Limits[corev1.ResourceMemory] = *limit
+		if limit.Cmp(AgentMemoryRequest) < 0 {
+			r.Requests[corev1.ResourceMemory] = *limit
+		}
+	}
+	if s.CPUs > 0 {
+		limit := resource.NewMilliQuantity(max(1, int64(s.CPUs*1000)), resource.DecimalSI)
+		r.Limits[corev1.ResourceCPU] = *limit
+		if limit.Cmp(AgentCPURequest) < 0 {
+			r.Requests[corev1.ResourceCPU] = *limit
+		}
+	}
+	return r
+}
+
+// tmpSize is Spec.TmpSize, or its default.
+func (s *Spec) tmpSize() *resource.Quantity {
+	n := s.TmpSize
+	if n == 0 {
+		n = DefaultTmpSize
+	}
+	return resource.NewQuantity(n, resource.BinarySI)
+}
+
+// AllowCommand is what the help of the gateway's 403 answers names to
+// allow a blocked target: sbx kube policy allow, with the namespace when
+// the sandbox has one.
+func (s *Spec) AllowCommand() string {
+	cmd := "sbx kube policy allow"
+	if s.Namespace != "" {
+		cmd += " -n " + s.Namespace
+	}
+	return cmd + " --sandbox " + s.ID
+}
+
 func smallResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
@@ -344,6 +426,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			"--ca", secretDir + "/" + KeyCA,
 			"--policy", configDir + "/" + KeyPolicy,
 			"--log", "-",
+			"--allow-command", s.AllowCommand(),
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "proxy", ContainerPort: ProxyPort, Protocol: corev1.ProtocolTCP},
@@ -352,12 +435,19 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			{Name: "dns-tcp", ContainerPort: DNSPort, Protocol: corev1.ProtocolTCP},
 		},
 		SecurityContext: hardened(GatewayUID, true),
-		// Ready once the proxy listens: the agent pod is made then.
-		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ProxyPort)}},
-			PeriodSeconds: 1,
+		// Ready once the proxy listens: the agent pod is made then. A
+		// startup probe, not a readiness probe: it stops once it passed,
+		// so that the kubelet's connections, which the gateway refuses
+		// once it serves its agent pod alone, do not fill the log.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ProxyPort)}},
+			PeriodSeconds:    1,
+			FailureThreshold: 120,
 		},
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: GatewayCPURequest.DeepCopy(), corev1.ResourceMemory: GatewayMemoryRequest.DeepCopy()},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: GatewayCPULimit.DeepCopy(), corev1.ResourceMemory: GatewayMemoryLimit.DeepCopy()},
+		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "config", MountPath: configDir, ReadOnly: true},
 			{Name: "secret", MountPath: secretDir, ReadOnly: true},
@@ -451,6 +541,7 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		Command:         s.Command,
 		Env:             dedupEnv(envVars),
 		SecurityContext: hardened(uid, false),
+		Resources:       s.agentResources(),
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "trust", MountPath: sandbox.TrustDir, ReadOnly: true},
 			{Name: "tmp", MountPath: "/tmp"},
@@ -475,8 +566,8 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 					Items:                []corev1.KeyToPath{{Key: KeyCACert, Path: "ca.pem"}, {Key: KeyBundle, Path: "bundle.pem"}},
 					DefaultMode:          &configMode,
 				}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: s.tmpSize()}}},
+				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: s.tmpSize()}}},
 			},
 		},
 	}
