@@ -315,7 +315,8 @@ func nodeField(n *yaml.Node, key string) string {
 	return ""
 }
 
-// ruleNode is r as a YAML mapping: host, ports (a flow list), action.
+// ruleNode is r as a YAML mapping: host, ports and methods (flow lists),
+// path, action.
 func ruleNode(r Rule) *yaml.Node {
 	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
 	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -330,6 +331,16 @@ func ruleNode(r Rule) *yaml.Node {
 			}
 		}
 		n.Content = append(n.Content, str("ports"), ports)
+	}
+	if len(r.Methods) > 0 {
+		methods := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+		for _, m := range r.Methods {
+			methods.Content = append(methods.Content, str(m))
+		}
+		n.Content = append(n.Content, str("methods"), methods)
+	}
+	if r.Path != "" {
+		n.Content = append(n.Content, str("path"), str(r.Path))
 	}
 	n.Content = append(n.Content, str("action"), str(string(r.Action)))
 	return n
