@@ -18,8 +18,9 @@ type Scope string
 const (
 	// ScopeOnce answers the requests held now, and nothing later.
 	ScopeOnce Scope = api.ScopeOnce
-	// ScopeSession also adds a rule for the host and port to the running
-	// policy, for the rest of the sandbox's life.
+	// ScopeSession also adds a rule for the question's host and port, and
+	// its method and path when it has them, to the running policy, for
+	// the rest of the sandbox's life.
 	ScopeSession Scope = api.ScopeSession
 	// ScopeAlways also writes that rule to the run's approvals file
 	// (Config.ApprovalsFile), so that later runs are not asked.
@@ -47,9 +48,9 @@ type Answer struct {
 }
 
 // Approval is a pending question, as the management API lists it: the
-// first held request's target, the rule that asked (a rule id, or
-// netpolicy.RuleDefault) and why, when it was asked and times out, and how
-// many requests wait on it.
+// target, method and path every request held on it shows, the rule that
+// asked (a rule id, or netpolicy.RuleDefault) and why, when it was asked
+// and times out, and how many requests wait on it.
 type Approval = api.Approval
 
 // Errors of answering a question, for errors.Is.
