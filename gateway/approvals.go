@@ -18,8 +18,9 @@ type Scope string
 const (
 	// ScopeOnce answers the requests held now, and nothing later.
 	ScopeOnce Scope = api.ScopeOnce
-	// ScopeSession also adds a rule for the host and port to the running
-	// policy, for the rest of the sandbox's life.
+	// ScopeSession also adds a rule for the question's host and port, and
+	// its method and path when it has them, to the running policy, for
+	// the rest of the sandbox's life.
 	ScopeSession Scope = api.ScopeSession
 	// ScopeAlways also writes that rule to the run's approvals file
 	// (Config.ApprovalsFile), so that later runs are not asked.
@@ -47,9 +48,9 @@ type Answer struct {
 }
 
 // Approval is a pending question, as the management API lists it: the
-// first held request's target, the rule that asked (a rule id, or
-// netpolicy.RuleDefault) and why, when it was asked and times out, and how
-// many requests wait on it.
+// target, method and path every request held on it shows, the rule that
+// asked (a rule id, or netpolicy.RuleDefault) and why, when it was asked
+// and times out, and how many requests wait on it.
 type Approval = api.Approval
 
 // Errors of answering a question, for errors.Is.
@@ -70,16 +71,23 @@ var (
 	ErrApprovalAnswered = api.ErrApprovalAnswered
 )
 
-// MaxPendingApprovals bounds the questions a gateway holds at once, and so
-// the memory they take: each is a few hundred bytes and a timer, and the
-// requests waiting on it are connections the gateway's limits bound.
+// MaxPendingApprovals bounds the requests a gateway holds at once for an
+// answer, and so the questions (each is a few hundred bytes and a timer)
+// and the memory they take: every held request counts, a proxied
+// request, a tunnel, a captured connection and each HTTP/2 stream of an
+// inspected connection alike (one connection carries many streams, which
+// the per-client connection limit does not bound).
 const MaxPendingApprovals = 4096
 
 // approvalKey is what a question is about: requests to one host and port
-// wait on one question.
+// with one method and path (as sent, the query left out; both empty for a
+// tunnel or captured connection) wait on one question, so that an answer
+// releases only requests that show what the question shows.
 type approvalKey struct {
-	host string
-	port uint16
+	host   string
+	port   uint16
+	method string
+	path   string
 }
 
 // question is one pending question. Its Approval, by and expired are
@@ -87,6 +95,7 @@ type approvalKey struct {
 // closed, and read only after done is closed.
 type question struct {
 	Approval
+	key    approvalKey
 	done   chan struct{}
 	answer Answer
 	timer  *time.Timer
@@ -109,11 +118,13 @@ var errApprovalsClosed = errors.New("the gateway is closing")
 // wake. It is safe for concurrent use; the zero value is not: make one
 // with newApprovals.
 type approvals struct {
-	mu     sync.Mutex
-	byKey  map[approvalKey]*question
-	byID   map[string]*question
-	seq    uint64
+	mu    sync.Mutex
+	byKey map[approvalKey]*question
+	byID  map[string]*question
+	seq   uint64
+	// max bounds held, the requests waiting on the questions.
 	max    int
+	held   int
 	closed bool
 	// ending counts the questions taken out of the maps whose answer is
 	// not yet logged, so that close returns only once every answer is.
@@ -123,7 +134,7 @@ type approvals struct {
 	logged func(Approval, Answer)
 }
 
-// newApprovals returns an empty registry of at most max questions, whose
+// newApprovals returns an empty registry holding at most max requests, whose
 // answers (timeouts included) are passed to logged.
 func newApprovals(max int, logged func(Approval, Answer)) *approvals {
 	return &approvals{byKey: map[approvalKey]*question{}, byID: map[string]*question{}, max: max, logged: logged}
@@ -132,27 +143,31 @@ func newApprovals(max int, logged func(Approval, Answer)) *approvals {
 // timeoutAnswer is the answer of a question whose deadline passed.
 var timeoutAnswer = Answer{Scope: ScopeOnce, By: ByTimeout}
 
-// join returns the pending question about info's host and port, counting
-// one more waiter on it, or asks a new one (created true) that times out
-// after timeout. Over the registry's bound it returns ErrTooManyApprovals,
-// and once it is closed errApprovalsClosed. Every join must be followed
-// by leave, unless the question's done channel was closed first.
-func (r *approvals) join(info Approval, timeout time.Duration) (q *question, created bool, err error) {
-	key := approvalKey{info.Host, info.Port}
+// join returns the pending question about info's host and port and
+// path's method and path (path is the request's whole path; info's may be
+// cut for the log), counting one more waiter on it, or asks a new one
+// (created true) that times out after timeout. When the registry holds its
+// bound of requests it returns ErrTooManyApprovals, and once it is closed
+// errApprovalsClosed. Every join must be followed by leave, unless the
+// question's done channel was closed first.
+func (r *approvals) join(info Approval, path string, timeout time.Duration) (q *question, created bool, err error) {
+	key := approvalKey{info.Host, info.Port, info.Method, path}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, false, errApprovalsClosed
 	}
-	if q := r.byKey[key]; q != nil {
-		q.Waiting++
-		return q, false, nil
-	}
-	if len(r.byID) >= r.max {
+	if r.held >= r.max {
 		return nil, false, ErrTooManyApprovals
 	}
+	if q := r.byKey[key]; q != nil {
+		q.Waiting++
+		r.held++
+		return q, false, nil
+	}
 	r.seq++
-	q = &question{Approval: info, done: make(chan struct{})}
+	r.held++
+	q = &question{Approval: info, key: key, done: make(chan struct{})}
 	q.ID = "a" + strconv.FormatUint(r.seq, 10)
 	q.Deadline = info.Asked.Add(timeout)
 	q.Waiting = 1
@@ -168,20 +183,27 @@ func (r *approvals) join(info Approval, timeout time.Duration) (q *question, cre
 func (r *approvals) leave(q *question) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if q.Waiting > 0 {
+	if r.byID[q.ID] == q && q.Waiting > 0 { // once it ended, take counted it
 		q.Waiting--
+		r.held--
 	}
 }
 
 // get returns the pending question id, or false.
 func (r *approvals) get(id string) (Approval, bool) {
+	a, _, ok := r.getKey(id)
+	return a, ok
+}
+
+// getKey returns the pending question id and what it is about, or false.
+func (r *approvals) getKey(id string) (Approval, approvalKey, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.byID[id]
 	if q == nil {
-		return Approval{}, false
+		return Approval{}, approvalKey{}, false
 	}
-	return q.Approval, true
+	return q.Approval, q.key, true
 }
 
 // claim makes by the one answering the pending question id, before the
@@ -292,7 +314,8 @@ func (r *approvals) close(a Answer) {
 // taker must call finish. r.mu is held.
 func (r *approvals) takeLocked(q *question) Approval {
 	delete(r.byID, q.ID)
-	delete(r.byKey, approvalKey{q.Host, q.Port})
+	delete(r.byKey, q.key)
+	r.held -= q.Waiting // they wake, and wait no more
 	r.ending.Add(1)
 	return q.Approval
 }

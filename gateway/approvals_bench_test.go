@@ -23,7 +23,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 		ids := make([]string, n)
 		for i := range n {
 			q, _, err := r.join(Approval{Host: "host" + strconv.Itoa(i) + ".example", Port: 443, Kind: "connect", Method: "CONNECT",
-				Client: "10.213.0.2:40000", Rule: "default", Reason: "no rule matched; the default is ask", Asked: time.Now()}, time.Hour)
+				Client: "10.213.0.2:40000", Rule: "default", Reason: "no rule matched; the default is ask", Asked: time.Now()}, "", time.Hour)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func BenchmarkApprovalWake(b *testing.B) {
 	r := newApprovals(MaxPendingApprovals, nil)
 	lat := make([]time.Duration, 0, b.N)
 	for i := range b.N {
-		q, _, err := r.join(Approval{Host: "h.example", Port: uint16(1 + i%60000), Asked: time.Now()}, time.Hour)
+		q, _, err := r.join(Approval{Host: "h.example", Port: uint16(1 + i%60000), Asked: time.Now()}, "", time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}

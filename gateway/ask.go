@@ -18,9 +18,12 @@ import (
 const ReasonNoAnswer = "no answer came within "
 
 // hold settles d, the verdict on t of the request that rec records, under
-// snap: a verdict other than ask is returned as it is. An ask holds the
-// request on the question about t's host and port (asking it, and logging
-// the question, when it is the first) until the question is answered or
+// snap: a verdict other than ask is returned as it is. An ask first
+// resolves t's host and applies the address guard: a refusal is returned
+// (and so logged) as the guard's block, never asked about. Then it holds
+// the request on the question about t's host and port, method and path
+// (asking it, and logging the question, when it is the first; a tunnel's
+// question has no method or path of a request) until the question is answered or
 // times out (the policy's ask_timeout, else netpolicy.DefaultAskTimeout),
 // and returns the answer as an allow or a block by the same rule, its
 // reason saying who answered, or that no answer came. A request whose
@@ -50,15 +53,24 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 	if p.Mode() == netpolicy.Audit {
 		return blocked("audit mode asks nothing")
 	}
+	// A name is resolved and guarded before it is asked about: what the
+	// guard refuses is refused, not asked (docs/gateway.md).
+	if _, guard, _ := s.resolveChecked(ctx, p, t, rec); guard != nil {
+		return *guard
+	}
 	info := Approval{
 		Host: t.Host, Port: t.Port, Kind: rec.Kind, Method: rec.Method, Path: rec.Path, Client: rec.Client,
 		Rule: d.Rule, Reason: d.Reason, Asked: time.Now(),
 	}
-	q, created, err := s.approvals.join(info, timeout)
+	path := t.Path
+	if rec.Method == "" || rec.Method == "CONNECT" {
+		info.Path, path = "", "" // a tunnel: no request path
+	}
+	q, created, err := s.approvals.join(info, path, timeout)
 	if errors.Is(err, errApprovalsClosed) {
 		return blocked(reasonClosed)
 	} else if err != nil {
-		return blocked(fmt.Sprintf("not asked: %d questions are pending, the most a gateway holds; answer them (sbx approve) or add rules", MaxPendingApprovals))
+		return blocked(fmt.Sprintf("not asked: %d requests are held for answers, the most a gateway holds; answer them (sbx approve) or add rules", MaxPendingApprovals))
 	}
 	if created {
 		qr := *rec
@@ -200,7 +212,7 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 		// (timeout is the gateway's own word, never an answer's).
 		return Approval{}, fmt.Errorf("%w: by %q; say who answers (%s)", ErrInvalidAnswer, a.By, strings.Join(api.Answerers(), ", "))
 	}
-	q, ok := s.approvals.get(id)
+	_, key, ok := s.approvals.getKey(id)
 	if !ok {
 		return Approval{}, fmt.Errorf("%w %q: it was answered, timed out, or never asked; GET /v1/approvals lists the pending ones", ErrApprovalNotFound, id)
 	}
@@ -215,7 +227,7 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 		return Approval{}, err
 	}
 	if a.Scope != ScopeOnce {
-		if err := s.answerRule(id, q, a); err != nil {
+		if err := s.answerRule(id, key, a); err != nil {
 			s.approvals.unclaim(id)
 			return Approval{}, err
 		}
@@ -228,14 +240,14 @@ func (s *Server) AnswerApproval(id string, a Answer) (Approval, error) {
 }
 
 // answerRule adds the rule of the session or always answer a to question
-// q (id) to the running policy, after writing it to Config.ApprovalsFile
-// for an always answer.
-func (s *Server) answerRule(id string, q Approval, a Answer) error {
+// id, about key, to the running policy, after writing it to
+// Config.ApprovalsFile for an always answer.
+func (s *Server) answerRule(id string, key approvalKey, a Answer) error {
 	action := netpolicy.Block
 	if a.Allow {
 		action = netpolicy.Allow
 	}
-	rule := netpolicy.Rule{Host: q.Host, Ports: []netpolicy.Port{netpolicy.Port(q.Port)}, Action: action}
+	rule := answerRuleOf(key, action)
 	if a.Scope == ScopeAlways {
 		comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
 		if err := s.writeApprovedRule(rule, comment); err != nil {
@@ -243,6 +255,21 @@ func (s *Server) answerRule(id string, q Approval, a Answer) error {
 		}
 	}
 	return s.addAnswerRule(rule)
+}
+
+// answerRuleOf is the rule of a session or always answer to the question
+// about q, with
+// action: no wider than the question, as rules can say it. A question
+// about a request (plain HTTP, or inside an inspected tunnel) gives a
+// rule for its host, port, method and path (a path rule matches the
+// paths below it too); a tunnel's, its host and port.
+func answerRuleOf(q approvalKey, action netpolicy.Action) netpolicy.Rule {
+	r := netpolicy.Rule{Host: q.host, Ports: []netpolicy.Port{netpolicy.Port(q.port)}, Action: action}
+	if q.method != "" && q.method != "CONNECT" {
+		r.Methods = []string{strings.ToUpper(q.method)}
+		r.Path = netpolicy.CanonicalPath(q.path)
+	}
+	return r
 }
 
 func verbOf(a Answer) string {

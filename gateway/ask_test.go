@@ -196,13 +196,15 @@ func TestAskTimeoutBlocksWithTheReason(t *testing.T) {
 	}
 }
 
+// Requests to one host and port with one method and path wait on one
+// question (TestAskAnswerReleasesOnlyItsMethodAndPath: not another's).
 func TestAskOneQuestionPerHostAndPort(t *testing.T) {
 	otherUp := echoUpstream(t)
 	otherPort := uint16(portOf(t, otherUp))
 	g, c, base, port := askGateway(t, time.Minute, nil)
 	a := getAsync(c, base+"/a")
-	b := getAsync(c, base+"/b")
-	other := getAsync(c, fmt.Sprintf("http://api.test:%d/", otherPort))
+	b := getAsync(c, base+"/a")
+	other := getAsync(c, fmt.Sprintf("http://api.test:%d/a", otherPort))
 	q := waitQuestion(t, g.srv, "api.test", port, 2)
 	qo := waitQuestion(t, g.srv, "api.test", otherPort, 1)
 	if qo.ID == q.ID {
@@ -389,8 +391,8 @@ func TestAskAlwaysWritesTheFile(t *testing.T) {
 	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o640 {
 		t.Errorf("file mode: got %v (%v), want 0640 kept", fi.Mode().Perm(), err)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("the directory holds %d files, want the policy alone (no temporary file left)", len(entries))
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 || entries[0].Name() != ".policy.yaml.lock" {
+		t.Errorf("the directory holds %v, want the policy and its lock file (no temporary file left)", entries)
 	}
 	// A second run with the same file is not asked.
 	next, err := netpolicy.ParseFile(file)

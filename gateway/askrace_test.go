@@ -174,7 +174,7 @@ func TestApprovalsTimeoutWhileClaimed(t *testing.T) {
 		mu.Unlock()
 	})
 	for _, fail := range []bool{false, true} {
-		q, _, err := r.join(Approval{Host: "h.example", Port: 443, Asked: time.Now()}, 20*time.Millisecond)
+		q, _, err := r.join(Approval{Host: "h.example", Port: 443, Asked: time.Now()}, "", 20*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -28,6 +30,67 @@ var ErrNotYAML = errors.New("not a YAML policy file")
 // written, through the link or elsewhere.
 var ErrApprovalsPathChanged = errors.New("the approvals file's path changed since the start")
 
+// ErrApprovalsFileUntrusted is wrapped by the errors of an approvals file
+// sbx does not read or write: one on a path through a symbolic link, not
+// a regular file, owned by another user than root or the one running sbx
+// (TrustedOwner), writable by its group or others, or larger than
+// MaxApprovalsFileSize. The error says which, and the fix.
+var ErrApprovalsFileUntrusted = errors.New("approvals file refused")
+
+// MaxApprovalsFileSize is the most an approvals file may hold: sbx reads
+// no more of it, so that a file grown (or made sparse) by someone else
+// cannot make an always answer take the gateway's memory.
+const MaxApprovalsFileSize = 1 << 20
+
+// ApprovalsLockWait is how long AddApprovedRule waits for the approvals
+// file's lock, which another sbx process answering always holds only
+// while it writes; past it the answer fails and nothing is written.
+const ApprovalsLockWait = 10 * time.Second
+
+// TrustedOwner reports whether uid may own an approvals or policy file
+// sbx reads rules from: root, the user sbx runs as, and the user who ran
+// sudo (SUDO_UID) when it runs as root.
+func TrustedOwner(uid uint32) bool {
+	if uid == 0 || int64(uid) == int64(os.Geteuid()) || int64(uid) == int64(os.Getuid()) {
+		return true
+	}
+	if os.Geteuid() == 0 {
+		if s := os.Getenv("SUDO_UID"); s != "" {
+			if n, err := strconv.ParseUint(s, 10, 32); err == nil && uint32(n) == uid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// untrustedFileError is the refusal of the approvals file at path for
+// why, with the fix.
+func untrustedFileError(path, why, fix string) error {
+	return fmt.Errorf("%s: %w: %s, so nothing was written; %s", path, ErrApprovalsFileUntrusted, why, fix)
+}
+
+// tooLargeError refuses the approvals file at path, of size bytes.
+func tooLargeError(path string, size int64) error {
+	return untrustedFileError(path, fmt.Sprintf("it holds %d bytes, more than the %d (1 MiB) sbx reads from an approvals file", size, MaxApprovalsFileSize),
+		"move its rules into a policy file, or give --approvals a new file")
+}
+
+// checkApprovalsFileMode refuses the approvals file at path, of owner
+// uid and mode perm, when sbx must not trust its rules: another user
+// owns it, or its group or others may write it.
+func checkApprovalsFileMode(path string, uid uint32, perm os.FileMode) error {
+	switch {
+	case !TrustedOwner(uid):
+		return untrustedFileError(path, fmt.Sprintf("it is owned by uid %d, neither root nor the user running sbx, who could change the rules later runs read from it", uid),
+			"give --approvals a file of your own (chown it, or copy its rules into a new file)")
+	case perm&0o022 != 0:
+		return untrustedFileError(path, fmt.Sprintf("its mode %04o lets its group or others write it, and so change the rules later runs read from it", perm),
+			"chmod go-w "+path)
+	}
+	return nil
+}
+
 // pins are the files PinApprovalsFile resolved, by absolute path.
 var pins = map[string]*pin{}
 
@@ -39,17 +102,19 @@ type pin struct {
 	err  error
 }
 
-// PinApprovalsFile resolves path, a file AddApprovedRule is to write, now:
-// its symbolic links (the file's own included) are followed once, and the
-// directory the file lies in is kept open until release is called (a
-// descriptor on Linux). Until then every AddApprovedRule(path, ...) reads
-// and writes the file through that directory, not through path: a link
-// planted later at the file's name is refused, and one planted in place of
-// a directory on the way is not followed (ErrApprovalsPathChanged either
-// way). A caller pins the file before anything untrusted can write near
-// it, as sbx run does before it starts the sandbox. When path cannot be
-// resolved now (its directory does not exist), the pin keeps that error,
-// which AddApprovedRule returns: a directory made later is not trusted.
+// PinApprovalsFile opens the directory of path, a file AddApprovedRule is
+// to write, now, and keeps it open until release is called (a descriptor
+// on Linux). On Linux no symbolic link on the way is followed: a path
+// through one is refused (ErrApprovalsFileUntrusted, naming the link and
+// the real path to give instead). Until release every
+// AddApprovedRule(path, ...) reads and writes the file through that
+// directory, not through path: a link planted later at the file's name is
+// refused, and one planted in place of a directory on the way is not
+// followed (ErrApprovalsPathChanged either way). A caller pins the file
+// before anything untrusted can write near it, as sbx run does before it
+// starts the sandbox. When path cannot be opened now (its directory does
+// not exist, a link is on the way), the pin keeps that error, which
+// AddApprovedRule returns: a directory made later is not trusted.
 // Pinning a pinned path shares the pin; each release undoes one
 // PinApprovalsFile, and only the first call of a release does anything.
 func PinApprovalsFile(path string) (release func()) {
@@ -129,10 +194,18 @@ func movedDirError(path, dir, why string) error {
 // the old file's mode), and only when the result decodes as a policy: a
 // reader sees the old file or the new one, never a part.
 //
+// The read, the change and the write happen under an advisory lock
+// (flock) on a lock file beside the file (".NAME.lock"), which every sbx
+// process takes to write the file: two processes answering always at
+// once both keep their rules. It waits for the lock for at most
+// ApprovalsLockWait. The file is read with a bound: one larger than
+// MaxApprovalsFileSize, owned by someone else than TrustedOwner, or
+// writable by its group or others, is refused (ErrApprovalsFileUntrusted).
+//
 // A path pinned by PinApprovalsFile is read and written through the
-// directory resolved then, and a symbolic link at its name is refused:
-// see ErrApprovalsPathChanged. Another path is resolved now (a link at
-// path is followed, and the file it names replaced).
+// directory opened then, and a symbolic link at its name is refused:
+// see ErrApprovalsPathChanged. Another path's directory is opened now.
+// On Linux, no link on the way is ever followed.
 //
 // A JSON file gives ErrNotYAML; a file that is not a policy (a list, a
 // scalar, rules that are not a list) gives an error wrapping
@@ -146,6 +219,11 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 	}
 	defer done()
 	path = d.path
+	unlock, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	data, mode, err := d.read()
 	if err != nil {
 		return err
@@ -237,7 +315,8 @@ func nodeField(n *yaml.Node, key string) string {
 	return ""
 }
 
-// ruleNode is r as a YAML mapping: host, ports (a flow list), action.
+// ruleNode is r as a YAML mapping: host, ports and methods (flow lists),
+// path, action.
 func ruleNode(r Rule) *yaml.Node {
 	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
 	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
@@ -252,6 +331,16 @@ func ruleNode(r Rule) *yaml.Node {
 			}
 		}
 		n.Content = append(n.Content, str("ports"), ports)
+	}
+	if len(r.Methods) > 0 {
+		methods := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+		for _, m := range r.Methods {
+			methods.Content = append(methods.Content, str(m))
+		}
+		n.Content = append(n.Content, str("methods"), methods)
+	}
+	if r.Path != "" {
+		n.Content = append(n.Content, str("path"), str(r.Path))
 	}
 	n.Content = append(n.Content, str("action"), str(string(r.Action)))
 	return n

@@ -5,6 +5,7 @@ package netpolicy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,6 +39,12 @@ func openApprovalsDir(path string) (*approvalsDir, error) {
 
 func (d *approvalsDir) close() {}
 
+// lock takes the advisory lock on the file (lockFile), waiting at most
+// ApprovalsLockWait.
+func (d *approvalsDir) lock() (unlock func(), err error) {
+	return lockFile(d.path, filepath.Join(d.dir, "."+d.name+".lock"))
+}
+
 // read returns the file's contents and mode; none and 0644 when it does
 // not exist. A symbolic link at its name, a directory that is no longer
 // the one resolved, and a file that is not a regular file are refused.
@@ -60,9 +67,25 @@ func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 	case !fi.Mode().IsRegular():
 		return nil, 0, fmt.Errorf("%s is not a regular file (%s), so no approved rule is written to it; give approvals a file of their own", d.path, fi.Mode().Type())
 	}
-	data, err := os.ReadFile(d.path)
+	if uid, ok := fileOwner(fi); ok {
+		if err := checkApprovalsFileMode(d.path, uid, fi.Mode().Perm()); err != nil {
+			return nil, 0, err
+		}
+	}
+	if fi.Size() > MaxApprovalsFileSize {
+		return nil, 0, tooLargeError(d.path, fi.Size())
+	}
+	f, err := os.Open(d.path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s to add an approved rule: %w", d.path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxApprovalsFileSize+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading %s to add an approved rule: %w", d.path, err)
+	}
+	if len(data) > MaxApprovalsFileSize {
+		return nil, 0, tooLargeError(d.path, int64(len(data)))
 	}
 	return data, fi.Mode().Perm(), nil
 }

@@ -81,7 +81,7 @@ func newAnswerCmd(allow bool) *cobra.Command {
 		},
 	}
 	o.target.AddFlags(cmd.Flags())
-	cmd.Flags().BoolVar(&o.session, "session", false, "also add a rule for the host and port to the sandbox's running policy")
+	cmd.Flags().BoolVar(&o.session, "session", false, "also add a rule for the question's host and port, and its method and path, to the sandbox's running policy")
 	cmd.Flags().BoolVar(&o.always, "always", false, "also write that rule to the run's --approvals file (else its YAML --policy file)")
 	return cmd
 }
@@ -191,8 +191,8 @@ var liveApproval = []byte(`"` + decisionlog.FieldEvent + `":"` + decisionlog.Eve
 
 // approvalLine is the line sbx run's stderr and sbx decisions show for an
 // approval record: a question with the commands that answer it, or its
-// answer, which says "first of N" when it reached N held requests (the
-// record's method and path are the first's).
+// answer, which says "N requests" when it reached N held requests (each
+// with the record's method and path).
 func approvalLine(r *decisionlog.Record) string {
 	target := printable(liveTarget(r))
 	if r.Answer == "" {
@@ -203,8 +203,8 @@ func approvalLine(r *decisionlog.Record) string {
 		return fmt.Sprintf("%-9s %s%s  (question %s, %s; answer with: sbx approve --sandbox %s %s, or sbx deny; --session or --always to keep the answer)",
 			"ask", target, printable(recordProcess(r)), printable(r.ApprovalID), printable(r.Reason), printable(sb), printable(r.ApprovalID))
 	}
-	if r.Count > 1 { // the target is the first request's; the answer reached them all
-		target += fmt.Sprintf(" (first of %d)", r.Count)
+	if r.Count > 1 { // every request it reached has the question's method and path
+		target += fmt.Sprintf(" (%d requests)", r.Count)
 	}
 	return fmt.Sprintf("%-9s %s  (question %s: %s)", "answer", target, printable(r.ApprovalID), printable(r.Reason))
 }

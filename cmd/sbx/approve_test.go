@@ -160,7 +160,7 @@ func TestApprovalLines(t *testing.T) {
 	}{
 		{0, "sbx: answer    GET api.test:80/a  (question a2: allowed once by api)\n"},
 		{1, "sbx: answer    GET api.test:80/a  (question a2: allowed once by api)\n"},
-		{3, "sbx: answer    GET api.test:80/a (first of 3)  (question a2: allowed once by api)\n"},
+		{3, "sbx: answer    GET api.test:80/a (3 requests)  (question a2: allowed once by api)\n"},
 	} {
 		m := decisionlog.Record{Event: decisionlog.EventApproval, Kind: "http", Method: "GET", Host: "api.test", Port: 80, Path: "/a",
 			Action: "allow", Rule: "default", ApprovalID: "a2", Answer: "allow", Scope: "once", By: "api", Reason: "allowed once by api", Count: tt.count}

@@ -316,7 +316,8 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if o.image == "" && o.rootfs != "host" {
 		spec.RootFS.Dir = o.rootfs
 	}
-	// Noted when the sandbox could write it (policyFileNote).
+	// Refused when the sandbox or another user could change it
+	// (policyFileProblem).
 	spec.PolicyFile = o.policy.Policy
 	if !o.silent() && isTerminal(cmd.ErrOrStderr()) {
 		spec.RootFS.PullProgress = cmd.ErrOrStderr()
@@ -362,10 +363,6 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 			if !quiet {
 				line = userNote(n.User, hostLayout, cwd, capAdd)
 			}
-		case run.WritablePolicyFile:
-			if !quiet {
-				line = policyFileNote(n)
-			}
 		case run.NoInit:
 			if !quiet {
 				line = "no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it"
@@ -384,23 +381,6 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 	}
 }
 
-// policyFileNote words n, a policy file the sandbox can write, with the
-// flag that named it: a warning, as the run goes on.
-func policyFileNote(n run.WritablePolicyFile) string {
-	what := "--approvals " + n.Path
-	switch {
-	case n.Policy && n.Approvals:
-		what = "--policy " + n.Path + " (which always answers write to)"
-	case n.Policy:
-		what = "--policy " + n.Path
-	}
-	var we *run.WritableError
-	if !errors.As(n.Reason, &we) {
-		return fmt.Sprintf("warning: %s: cannot tell whether the sandbox could change it for later runs (%v)", what, n.Reason)
-	}
-	return fmt.Sprintf("warning: %s: %v, so the command could change the rules later runs read from it; keep the file out of the working directory and of read-write -v volumes to prevent that", what, we)
-}
-
 // startFailed words err, run.Start's, with the flags: a command that
 // cannot start is said in one line and exits with its code; the rest are
 // sbx's failures.
@@ -409,6 +389,7 @@ func (o runOptions) startFailed(err error, argv0, rtName string, stderr io.Write
 		ae *rootfs.AccessError
 		se *run.StartError
 		le *run.LogPathError
+		pe *run.PolicyFileError
 		ie *run.ImageError
 	)
 	switch {
@@ -420,6 +401,8 @@ func (o runOptions) startFailed(err error, argv0, rtName string, stderr io.Write
 		return se.Err.Code, nil
 	case errors.As(err, &le):
 		return 0, logPathProblem(le)
+	case errors.As(err, &pe):
+		return 0, policyFileProblem(pe)
 	case errors.As(err, &ie):
 		return 0, imageProblem(ie.Err, rtName)
 	case errors.Is(err, sandbox.ErrDockerCapAdd):

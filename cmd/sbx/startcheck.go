@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // Why a command cannot start, said in one line with the fix: sbx run's
@@ -63,4 +65,28 @@ func startProblem(se *sandbox.StartError, argv0 string, uid uint32, image bool) 
 		return fmt.Sprintf("%s could not be started: %s; check that %s has it, on the PATH or at the path given", argv0, msg, where)
 	}
 	return fmt.Sprintf("%s could not be started: %s; check that uid %d may enter every directory on its way in %s and execute it (or give --user)", argv0, msg, uid, where)
+}
+
+// policyFileProblem words e, a policy or approvals file sbx run refuses,
+// naming the flag that gave it, what is wrong and the fix: a file the
+// sandbox could write is kept outside the project and its volumes.
+func policyFileProblem(e *run.PolicyFileError) error {
+	flag, fix := "--approvals", "keep approvals outside the project and read-write -v volumes: --approvals ~/.config/sbx/approvals.yaml"
+	switch {
+	case e.Policy && e.Approvals:
+		flag, fix = "--policy", "keep the policy outside the project and read-write -v volumes: --policy ~/.config/sbx/policy.yaml (always answers then write there too, or give --approvals beside it)"
+	case e.Policy:
+		flag, fix = "--policy", "keep the policy outside the project and read-write -v volumes: --policy ~/.config/sbx/policy.yaml"
+	}
+	var (
+		we *run.WritableError
+		ue *run.UntrustedFileError
+	)
+	switch {
+	case errors.As(e.Reason, &we):
+		return fmt.Errorf("%s %s: %v, so the command could change the rules later runs read from it (and an always answer would keep them); %s", flag, e.Path, we, fix)
+	case errors.As(e.Reason, &ue):
+		return fmt.Errorf("%s %s: %v", flag, e.Path, ue)
+	}
+	return fmt.Errorf("%s %s: sbx cannot tell whether the sandbox could change it (%v), so it does not read rules from it; %s", flag, e.Path, e.Reason, fix)
 }

@@ -21,8 +21,9 @@ const (
 const (
 	// ScopeOnce answers the requests held now, and nothing later.
 	ScopeOnce = "once"
-	// ScopeSession also adds a rule for the host and port to the running
-	// policy, for the rest of the sandbox's life.
+	// ScopeSession also adds a rule for the question's host and port, and
+	// its method and path when it has them, to the running policy, for the
+	// rest of the sandbox's life.
 	ScopeSession = "session"
 	// ScopeAlways also writes that rule to the run's approvals file, so
 	// that later runs are not asked.
@@ -99,9 +100,11 @@ var (
 )
 
 // Approval is a pending question of the gateway, about a request whose
-// verdict is ask (docs/gateway.md): every request to Host and Port waits
-// on it. Kind, Method, Path and Client are the first held request's; Rule
-// and Reason the ask verdict's.
+// verdict is ask (docs/gateway.md): every request to Host and Port with
+// its Method and Path (the query left out; a tunnel's has none) waits on
+// it, Waiting of them, and an answer releases those and no other. Kind
+// and Client are the first held request's; Rule and Reason the ask
+// verdict's. Path is cut at 1 KiB, as the decision log cuts it.
 type Approval struct {
 	Asked    time.Time `json:"asked"`
 	Client   string    `json:"client"`
@@ -114,7 +117,8 @@ type Approval struct {
 	Port     uint16    `json:"port"`
 	Reason   string    `json:"reason"`
 	Rule     string    `json:"rule"`
-	// Waiting counts the requests held on it now.
+	// Waiting counts the requests held on it now, each with Method and
+	// Path.
 	Waiting int `json:"waiting"`
 }
 

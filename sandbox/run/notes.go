@@ -8,19 +8,6 @@ type Note interface{ isNote() }
 // UserChosen says who the command will run as, before anything is made.
 type UserChosen struct{ User User }
 
-// WritablePolicyFile says that the policy's file (Policy: Spec.PolicyFile),
-// or the file always answers write to (Approvals:
-// Spec.Gateway.ApprovalsFile), or both, lies where the sandbox can write:
-// Reason is a *WritableError that says through what, or why it cannot be
-// told. The sandbox could change the file for later runs that read it;
-// it is noted, not refused, as a policy file in the working directory is
-// the usual case. It is noted after UserChosen, before anything is made.
-type WritablePolicyFile struct {
-	Path              string
-	Policy, Approvals bool
-	Reason            error
-}
-
 // NoInit says that no init (tini) was found: the command runs as PID 1,
 // which ignores SIGTERM unless it handles it.
 type NoInit struct{}
@@ -37,8 +24,7 @@ type Recorded struct {
 	Exchanges  int
 }
 
-func (UserChosen) isNote()         {}
-func (WritablePolicyFile) isNote() {}
-func (NoInit) isNote()             {}
-func (Closed) isNote()             {}
-func (Recorded) isNote()           {}
+func (UserChosen) isNote() {}
+func (NoInit) isNote()     {}
+func (Closed) isNote()     {}
+func (Recorded) isNote()   {}

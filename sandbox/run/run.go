@@ -87,8 +87,8 @@ type Spec struct {
 	Gateway gateway.Config
 	LogDir  string
 	// PolicyFile is the file Gateway.Policy was read from, "" for none.
-	// Start notes a WritablePolicyFile when it, or Gateway.ApprovalsFile,
-	// lies where the sandbox can write. Gateway.ApprovalsFile is pinned
+	// Start refuses it, or Gateway.ApprovalsFile, with a *PolicyFileError
+	// when the sandbox or another user could change it. Gateway.ApprovalsFile is pinned
 	// (netpolicy.PinApprovalsFile) before the sandbox starts, until Close:
 	// always answers write the file resolved then, through no link the
 	// sandbox plants later.
@@ -244,8 +244,6 @@ type prepared struct {
 	layout     rootfs.Layout
 	user       User
 	env        []string
-	// writable are the policy's files that the sandbox could write.
-	writable []WritablePolicyFile
 }
 
 // prepare chooses the user and lays out the root filesystem, and checks
@@ -336,25 +334,12 @@ func prepare(spec *Spec) (prepared, error) {
 			return p, err
 		}
 	}
-	p.writable = writablePolicyFiles(spec.PolicyFile, spec.Gateway.ApprovalsFile, p.layout.Writable())
-	return p, nil
-}
-
-// writablePolicyFiles returns the notes of the policy file and the
-// approvals file (once, when they are one) that lie where the sandbox can
-// write through writable, or whose place cannot be told.
-func writablePolicyFiles(policy, approvals string, writable []string) []WritablePolicyFile {
-	same := policy != "" && approvals != "" && sameFilePath(policy, approvals)
-	var notes []WritablePolicyFile
-	for _, f := range []WritablePolicyFile{{Path: policy, Policy: true, Approvals: same}, {Path: approvals, Approvals: true}} {
-		if f.Path == "" || same && !f.Policy {
-			continue
-		}
-		if f.Reason = outsideOf(f.Path, writable); f.Reason != nil {
-			notes = append(notes, f)
-		}
+	// Rules later runs read must be the user's: a policy or approvals file
+	// the sandbox, or another user, could change is refused.
+	if err := checkPolicyFiles(spec.PolicyFile, spec.Gateway.ApprovalsFile, p.layout.Writable()); err != nil {
+		return p, err
 	}
-	return notes
+	return p, nil
 }
 
 // sameFilePath reports whether the paths a and b name one file: the same
@@ -419,7 +404,8 @@ func overridesPermissions(uid uint32, caps []string) bool {
 // Start makes the sandbox and starts its command. Before it makes
 // anything it returns a *rootfs.AccessError for a command that cannot
 // start (the code to exit with in its Code), a *LogPathError or
-// *decisionlog.NonEmptyLogFileError for a log path it refuses, and an
+// *decisionlog.NonEmptyLogFileError for a log path it refuses, a
+// *PolicyFileError for a policy or approvals file it refuses, and an
 // *ImageError for an image it cannot make ready; the runtime's refusal
 // to start the command is a *StartError; sandbox.ErrDockerCapAdd is
 // Docker's refusal of CapAdd for a user that is not root. On error
@@ -433,9 +419,6 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	spec.Notes(UserChosen{User: p.user})
-	for _, n := range p.writable {
-		spec.Notes(n)
-	}
 	// The approvals file is resolved now, before the sandbox can plant a
 	// link near it, and written through what was resolved.
 	unpin := func() {}

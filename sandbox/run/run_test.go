@@ -234,46 +234,80 @@ func TestSecretsHoldPlaceholders(t *testing.T) {
 	}
 }
 
-// TestWritablePolicyFilesNoted: the policy's file and the approvals file
-// are noted when they lie where the sandbox can write (in a read-write
-// volume, or reached through a link there), once when they are one file,
-// and not when they lie out of its reach; the run is not refused.
-func TestWritablePolicyFilesNoted(t *testing.T) {
+// TestPolicyFilesRefused: the policy's file and the approvals file are
+// refused before anything is made when the sandbox could write them (in
+// a read-write volume, or reached through a link there), once when they
+// are one file, and when another user or a symbolic link could change
+// them (a link on the path, another owner, group- or other-writable
+// file or directory, a file past the approvals bound); not when they lie
+// out of reach, in a sticky directory, or do not exist yet.
+func TestPolicyFilesRefused(t *testing.T) {
 	policy, err := netpolicy.Parse("test", []byte("version: 1\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	root, vol, outside := t.TempDir(), t.TempDir(), t.TempDir()
-	mustWrite := func(path string) string {
-		if err := os.WriteFile(path, []byte("version: 1\n"), 0o644); err != nil {
+	mustWrite := func(path string, mode os.FileMode) string {
+		if err := os.WriteFile(path, []byte("version: 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
 			t.Fatal(err)
 		}
 		return path
 	}
-	mustWrite(filepath.Join(root, "tool"))
-	os.Chmod(filepath.Join(root, "tool"), 0o755)
-	inVol, out := mustWrite(filepath.Join(vol, "policy.yaml")), mustWrite(filepath.Join(outside, "policy.yaml"))
-	linkInVol := filepath.Join(vol, "link.yaml")
-	if err := os.Symlink(out, linkInVol); err != nil {
+	mustWrite(filepath.Join(root, "tool"), 0o755)
+	inVol, out := mustWrite(filepath.Join(vol, "policy.yaml"), 0o644), mustWrite(filepath.Join(outside, "policy.yaml"), 0o644)
+	linkInVol, linkOut := filepath.Join(vol, "link.yaml"), filepath.Join(outside, "link.yaml")
+	groupWritable := mustWrite(filepath.Join(outside, "group.yaml"), 0o664)
+	openDir := filepath.Join(outside, "open")
+	sticky := filepath.Join(outside, "sticky")
+	for _, err := range []error{os.Symlink(out, linkInVol), os.Symlink(out, linkOut), os.Mkdir(openDir, 0o777), os.Chmod(openDir, 0o777),
+		os.Mkdir(sticky, 0o777), os.Chmod(sticky, 0o777|os.ModeSticky)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	inOpenDir, inSticky := mustWrite(filepath.Join(openDir, "policy.yaml"), 0o644), mustWrite(filepath.Join(sticky, "policy.yaml"), 0o644)
+	big := filepath.Join(outside, "big.yaml")
+	if err := os.WriteFile(big, []byte("version: 1\n"+strings.Repeat("#\n", netpolicy.MaxApprovalsFileSize)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	type note struct {
+	other := ""
+	if os.Geteuid() == 0 {
+		other = mustWrite(filepath.Join(outside, "other.yaml"), 0o644)
+		if err := os.Chown(other, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type refusal struct {
 		path              string
 		policy, approvals bool
+		want              string // in the reason
 	}
 	for _, tt := range []struct {
 		name, policyFile, approvals string
-		want                        []note
+		want                        *refusal
 	}{
-		{"policy file in a volume, approvals in it", inVol, inVol, []note{{inVol, true, true}}},
-		{"policy file in a volume, no approvals file", inVol, "", []note{{inVol, true, false}}},
-		{"policy file outside, approvals in a volume", out, inVol, []note{{inVol, false, true}}},
-		{"policy file in a volume, approvals outside", inVol, out, []note{{inVol, true, false}}},
+		{"policy file in a volume, approvals in it", inVol, inVol, &refusal{inVol, true, true, "which the sandbox can write"}},
+		{"policy file in a volume, no approvals file", inVol, "", &refusal{inVol, true, false, "which the sandbox can write"}},
+		{"policy file outside, approvals in a volume", out, inVol, &refusal{inVol, false, true, "which the sandbox can write"}},
+		{"policy file in a volume, approvals outside", inVol, out, &refusal{inVol, true, false, "which the sandbox can write"}},
+		{"a link in a volume to a file outside", linkInVol, linkInVol, &refusal{linkInVol, true, true, "which the sandbox can write"}},
+		{"a link outside to the policy file", out, linkOut, &refusal{linkOut, true, true, "symbolic link " + linkOut}},
+		{"group-writable", out, groupWritable, &refusal{groupWritable, false, true, "chmod go-w"}},
+		{"in a directory others can write", inOpenDir, "", &refusal{inOpenDir, true, false, "its directory " + openDir + " has mode 0777"}},
+		{"approvals past 1 MiB", out, big, &refusal{big, false, true, "more than the 1048576"}},
+		{"another user's", out, other, &refusal{other, false, true, "owned by uid 4242"}},
+		{"in a sticky directory", inSticky, inSticky, nil},
+		{"approvals not made yet", out, filepath.Join(outside, "new.yaml"), nil},
 		{"both outside", out, out, nil},
-		{"a link in a volume to a file outside", linkInVol, linkInVol, []note{{linkInVol, true, true}}},
 		{"none", "", "", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.want != nil && tt.want.path == "" {
+				t.Skip("needs root to give a file to another user")
+			}
 			s := Spec{
 				Command:    []string{"/tool"},
 				Gateway:    gateway.Config{Policy: policy, ApprovalsFile: tt.approvals},
@@ -284,20 +318,19 @@ func TestWritablePolicyFilesNoted(t *testing.T) {
 				User:       &User{UID: 1000, GID: 1000, Why: UserAsked},
 				LogDir:     t.TempDir(),
 			}
-			p, err := prepare(&s)
-			if err != nil {
+			_, err := prepare(&s)
+			var pe *PolicyFileError
+			switch {
+			case tt.want == nil && err != nil:
 				t.Fatalf("prepare: got %v, want no refusal", err)
-			}
-			var got []note
-			for _, n := range p.writable {
-				var we *WritableError
-				if !errors.As(n.Reason, &we) {
-					t.Errorf("%s: got the reason %v, want a *WritableError", n.Path, n.Reason)
+			case tt.want == nil:
+			case !errors.As(err, &pe):
+				t.Fatalf("prepare: got %v, want a *PolicyFileError", err)
+			default:
+				got := refusal{pe.Path, pe.Policy, pe.Approvals, tt.want.want}
+				if got != *tt.want || !strings.Contains(pe.Reason.Error(), tt.want.want) {
+					t.Errorf("got %+v (%v), want %+v", got, pe.Reason, *tt.want)
 				}
-				got = append(got, note{n.Path, n.Policy, n.Approvals})
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("got the notes %+v, want %+v", got, tt.want)
 			}
 		})
 	}
