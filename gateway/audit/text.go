@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sbx-dev/sbx/escape"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sbx-dev/sbx/escape"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 

@@ -2,7 +2,7 @@
 // process's name, a model, a reason, a journal's text) as what it holds,
 // in every text output of sbx: the terminal's lines and questions of sbx
 // run, sbx decisions, sbx audit's text and markdown, sbx mock requests,
-// sbx ps, sbx policy list. Text is the one escaping function for them;
+// sbx ps, sbx policy show. Text is the one escaping function for them;
 // HTML has html/template, after Text.
 //
 // A string escaped by Text cannot drive a terminal (no control character
