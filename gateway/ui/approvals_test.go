@@ -550,15 +550,16 @@ func TestUIAnswerFormsUseTheAPIWords(t *testing.T) {
 	}
 }
 
-// A question's row shows the first held request's method and path, and
-// says "first of N" when more wait on it: the answer reaches them all.
-func TestUIApprovalRowFirstOfN(t *testing.T) {
+// A question's row shows its method and path, which every request held
+// on it has, and says "N requests" when more wait on it: the answer
+// reaches them all.
+func TestUIApprovalRowCountsRequests(t *testing.T) {
 	for _, tt := range []struct {
 		waiting int
 		want    string
 	}{
 		{1, "GET /a"},
-		{3, "GET /a (first of 3)"},
+		{3, "GET /a (3 requests)"},
 		{0, "GET /a"}, // every request left: the question stays till its answer
 	} {
 		row := approvalRowOf(api.Approval{ID: "a1", Host: "api.test", Port: 80, Kind: "http", Method: "GET", Path: "/a", Waiting: tt.waiting}, liveID, "token")
@@ -572,5 +573,22 @@ func TestUIApprovalRowFirstOfN(t *testing.T) {
 		if !strings.Contains(b.String(), `<td class="request">http `+tt.want+`</td>`) {
 			t.Errorf("%d waiting: the row lacks %q:\n%s", tt.waiting, tt.want, b.String())
 		}
+	}
+}
+
+// TestUIRowsShowHiddenCharacters: a host, path, method or reason the
+// sandbox chose with a bidi override or a control character shows them
+// escaped in the page's rows and the live stream's, so they cannot
+// reorder or hide what the user reads before answering.
+func TestUIRowsShowHiddenCharacters(t *testing.T) {
+	hostile := "/a\u202egpj.exe\x1b[8m"
+	want := `/a\u202egpj.exe\x1b[8m`
+	row := approvalRowOf(api.Approval{ID: "a1", Host: "x\u2066.test", Port: 80, Kind: "http", Method: "GET", Path: hostile, Waiting: 1, Reason: "r\u200b"}, liveID, "token")
+	if row.Request != "GET "+want || row.Target != `x\u2066.test:80` || !strings.HasSuffix(row.Why, `r\u200b`) {
+		t.Errorf("approval row: got request %q, target %q, why %q; want the hidden characters escaped", row.Request, row.Target, row.Why)
+	}
+	d := decisionRowOf(&decisionlog.Record{Event: decisionlog.EventDecision, Method: "GET", Host: "x\u202e.test", Port: 80, Path: hostile, Action: "block", Enforced: true, Reason: "no\x07"})
+	if d.Path != want || d.Target != `x\u202e.test:80` || d.Reason != `no\x07` {
+		t.Errorf("decision row: got path %q, target %q, reason %q; want the hidden characters escaped", d.Path, d.Target, d.Reason)
 	}
 }

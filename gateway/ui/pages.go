@@ -21,6 +21,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/audit"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -289,8 +290,9 @@ type approvalRow struct {
 	ID string `json:"id"`
 	// Target is host:port, what every held request waits on.
 	Target string `json:"target"`
-	// Kind, Request (method and path) and Client are the first held
-	// request's; Request ends with "(first of N)" when N > 1 are held.
+	// Kind, Request (method and path) and Client are the question's:
+	// every request held on it has that method and path, and Request
+	// ends with "(N requests)" when N > 1 are held.
 	Kind    string `json:"kind"`
 	Request string `json:"request"`
 	Client  string `json:"client"`
@@ -320,14 +322,16 @@ func approvalRowOf(a api.Approval, id, csrf string) approvalRow {
 	if a.ID == "" {
 		return row
 	}
-	if a.Waiting > 1 { // the method and path are the first request's; an answer reaches them all
-		row.Request += fmt.Sprintf(" (first of %d)", a.Waiting)
+	if a.Waiting > 1 { // each with the question's method and path; an answer reaches them all
+		row.Request += fmt.Sprintf(" (%d requests)", a.Waiting)
 	}
 	row.Target = net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
 	row.Why = a.Rule
 	if a.Reason != "" {
 		row.Why += ": " + a.Reason
 	}
+	// As decisionRowOf: the sandbox's text shows as it is.
+	row.Target, row.Request, row.Client, row.Why = escape.Text(row.Target), escape.Text(row.Request), escape.Text(row.Client), escape.Text(row.Why)
 	row.Asked = a.Asked.Local().Format("15:04:05")
 	row.Left = timeLeft(time.Until(a.Deadline))
 	row.Deadline = a.Deadline.UnixMilli()
@@ -381,9 +385,12 @@ func decisionRowOf(rec *decisionlog.Record) decisionRow {
 	if slices.Contains([]string{"allow", "block", "intercept"}, rec.Action) {
 		class = rec.Action
 	}
+	// What the sandbox controls shows as it is: html/template escapes
+	// markup, escape.Text the controls and bidi overrides that would
+	// reorder or hide it on the page.
 	return decisionRow{
-		Seq: rec.Seq, Time: rec.Time.Local().Format("15:04:05"), Action: action, Class: class, Kind: rec.Kind,
-		Method: rec.Method, Target: target, Path: rec.Path, Rule: rec.Rule, Reason: rec.Reason,
+		Seq: rec.Seq, Time: rec.Time.Local().Format("15:04:05"), Action: action, Class: class, Kind: escape.Text(rec.Kind),
+		Method: escape.Text(rec.Method), Target: escape.Text(target), Path: escape.Text(rec.Path), Rule: escape.Text(rec.Rule), Reason: escape.Text(rec.Reason),
 	}
 }
 
