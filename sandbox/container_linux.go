@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -656,7 +657,9 @@ func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	} else if err != nil {
 		return fmt.Errorf("loading container %s: %w", id, err)
 	}
-	if spec, err := ctr.Spec(ctx); err == nil && spec.Linux != nil && spec.Linux.CgroupsPath != "" {
+	// The record's own path only when it is the container's own cgroup:
+	// gc kills what is in it.
+	if spec, err := ctr.Spec(ctx); err == nil && spec.Linux != nil && path.Base(spec.Linux.CgroupsPath) == id {
 		cgroupsPath = spec.Linux.CgroupsPath
 	}
 	var errs *multierror.Error
@@ -678,12 +681,18 @@ func (c *Containerd) RemoveContainer(ctx context.Context, id string) error {
 	return errs.ErrorOrNil()
 }
 
-// reapOrphan kills a shim of container id that containerd no longer knows
-// of, with what it started, and removes the container's cgroups: for gc,
-// once containerd's record and task are gone. A cgroup path that is a
-// systemd slice is left to systemd.
+// reapOrphan kills a shim of container id that this containerd (its
+// socket) no longer knows of, with what it started, and removes the
+// container's cgroups once empty: for gc, once containerd's record and
+// task are gone. What else is in those cgroups is not gc's to know (a
+// container of another containerd using sbx's namespace): it is left, and
+// said. A cgroup path that is a systemd slice is left to systemd.
 func (c *Containerd) reapOrphan(id, cgroupsPath string) error {
-	if err := killWithoutRuntime(id, cgroupsPath, c.socket); err != nil {
+	var paths []string
+	if cgroupsPath != "" && !strings.Contains(cgroupsPath, ":") {
+		paths = []string{cgroupsPath}
+	}
+	if err := reapContainer(id, ContainerdNamespace, c.socket, paths, false); err != nil {
 		return fmt.Errorf("removing what is left of container %s: %w", id, err)
 	}
 	return nil

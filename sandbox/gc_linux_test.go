@@ -1,11 +1,16 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -205,9 +210,16 @@ func TestPrivilegedGCReapsAnOrphanShim(t *testing.T) {
 	}
 	defer cd.Close()
 	id, _ := NewID()
-	// bash's exec -a names the process as containerd names a shim; the
-	// "; :" keeps sh from exec'ing sleep, which stays its child.
-	shim := exec.Command("bash", "-c", `exec -a /usr/bin/containerd-shim-runc-v2 sh -c 'sleep 300; :' -namespace `+ContainerdNamespace+` -id `+id+` -address `+DefaultContainerdSocket)
+	// The stand-in runs as root an executable of root's named as a shim
+	// is (busybox, told by its argv[0] to be sh); the "; :" keeps sh from
+	// exec'ing sleep, which stays its child.
+	bin := filepath.Join(t.TempDir(), "containerd-shim-runc-v2")
+	if data, err := os.ReadFile("/usr/bin/busybox"); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shim := &exec.Cmd{Path: bin, Args: []string{"sh", "-c", "sleep 300; :", "-namespace", ContainerdNamespace, "-id", id, "-address", DefaultContainerdSocket}}
 	if err := shim.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +257,165 @@ func TestPrivilegedGCReapsAnOrphanShim(t *testing.T) {
 	}
 	if left := cgroupDirs(cg); len(left) > 0 {
 		t.Errorf("cgroups of %s left: %v", id, left)
+	}
+}
+
+// A process that names itself a shim, as any local user can: the fake
+// shim, run as nobody, with a unix socket bound in its own directory that
+// it then swaps for a link to a directory of root's.
+func init() {
+	sock := os.Getenv("SBX_TEST_FAKE_SHIM_SOCKET")
+	if sock == "" {
+		return
+	}
+	if _, err := net.Listen("unix", sock); err != nil {
+		os.Stdout.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	d := filepath.Dir(sock)
+	if err := os.Rename(d, d+".moved"); err != nil {
+		os.Stdout.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	if err := os.Symlink(os.Getenv("SBX_TEST_FAKE_SHIM_TARGET"), d); err != nil {
+		os.Stdout.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Stdout.WriteString("ok\n")
+	select {}
+}
+
+// TestPrivilegedGCLeavesAFakeShimAlone plays a second local user: a
+// process of nobody's whose command line names it a shim of sbx's
+// namespace (and the host's containerd), listening on a socket whose
+// directory it has since swapped for a link to a directory of root's. gc
+// must neither take it for a shim (kill it) nor remove, as root, the
+// file of root's that the socket's old path now leads to; nor must the
+// teardown's kill of a container with that id. Both did, before shims were
+// told by their owner and executable, and sockets removed only where root
+// alone writes.
+func TestPrivilegedGCLeavesAFakeShimAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a process as nobody and to run gc (CI runs as root)")
+	}
+	ctx := context.Background()
+	base, err := os.MkdirTemp("", "sbx-fakeshim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	os.Chmod(base, 0o755)
+	protected := filepath.Join(base, "protected")
+	victim := filepath.Join(protected, "victim")
+	if err := os.Mkdir(protected, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(base, "a", "d")
+	os.MkdirAll(own, 0o755)
+	os.Chown(filepath.Dir(own), 65534, 65534)
+	os.Chown(own, 65534, 65534)
+	bin := filepath.Join(filepath.Dir(own), "containerd-shim-runc-v2")
+	data, _ := os.ReadFile(os.Args[0])
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(bin, 65534, 65534)
+	id, _ := NewID()
+	fake := &exec.Cmd{Path: bin, Args: []string{"/usr/bin/containerd-shim-runc-v2", "-namespace", ContainerdNamespace, "-id", id, "-address", DefaultContainerdSocket},
+		Env:         []string{"SBX_TEST_FAKE_SHIM_SOCKET=" + filepath.Join(own, "victim"), "SBX_TEST_FAKE_SHIM_TARGET=" + protected},
+		SysProcAttr: &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}}
+	out, err := fake.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	t.Cleanup(func() { fake.Process.Kill(); <-exited })
+	if l, _ := bufio.NewReader(out).ReadString('\n'); l != "ok\n" {
+		t.Fatalf("the fake shim said %q", l)
+	}
+	go func() { fake.Wait(); close(exited) }() // ends when the fake is killed
+
+	if slices.Contains(orphanCandidates(ContainerdNamespace), id) {
+		t.Errorf("orphanCandidates takes nobody's process named a shim for one")
+	}
+	cd, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	if _, err := GC(ctx, t.TempDir(), cd); err != nil {
+		t.Fatal(err)
+	}
+	// The teardown's kill of a container with that id.
+	killWithoutRuntime(id, "/"+ContainerdNamespace+"/"+id, DefaultContainerdSocket)
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("root's file behind the fake shim's socket path: %v (removed as root through the link)", err)
+	}
+	select {
+	case <-exited:
+		t.Errorf("the fake shim was killed")
+	default:
+	}
+}
+
+// TestPrivilegedRemoveShimSocket: a killed shim's socket is removed where
+// root alone writes, and nothing is removed through a link on the path
+// it was bound at, in a directory another user can write, or that is not
+// a socket.
+func TestPrivilegedRemoveShimSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sockets are removed only from root's directories (CI runs as root)")
+	}
+	base := t.TempDir()
+	bind := func(p string) {
+		t.Helper()
+		l, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close()
+	}
+	// Root's directory: removed.
+	ok := filepath.Join(base, "s")
+	os.Mkdir(ok, 0o700)
+	bind(filepath.Join(ok, "shim.sock"))
+	if err := removeShimSocket(filepath.Join(ok, "shim.sock")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(ok, "shim.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket in root's directory is left: %v", err)
+	}
+	// A link where a directory was: the file of root's behind it stays.
+	protected := filepath.Join(base, "protected")
+	os.Mkdir(protected, 0o755)
+	victim := filepath.Join(protected, "victim")
+	os.WriteFile(victim, nil, 0o600)
+	os.Symlink(protected, filepath.Join(base, "link"))
+	removeShimSocket(filepath.Join(base, "link", "victim"))
+	// Another user's directory, and a directory others may write.
+	for _, mode := range []os.FileMode{0o755, 0o777} {
+		d := filepath.Join(base, fmt.Sprintf("d%o", mode))
+		os.Mkdir(d, mode)
+		os.Chmod(d, mode)
+		if mode == 0o755 {
+			os.Chown(d, 65534, 65534)
+		}
+		bind(filepath.Join(d, "shim.sock"))
+		removeShimSocket(filepath.Join(d, "shim.sock"))
+		if _, err := os.Lstat(filepath.Join(d, "shim.sock")); err != nil {
+			t.Errorf("the socket in %s (mode %o) was removed: %v", d, mode, err)
+		}
+	}
+	// Not a socket.
+	removeShimSocket(victim)
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("root's file %s was removed: %v", victim, err)
 	}
 }

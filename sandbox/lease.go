@@ -60,13 +60,21 @@ func TakeLease(id string) (_ *Lease, retErr error) {
 		return nil, fmt.Errorf("taking the lease of sandbox %s: %w", id, err)
 	}
 	path := filepath.Join(dir, id+".lock")
-	if err := os.Link(f.Name(), path); errors.Is(err, os.ErrExist) {
+	err = os.Link(f.Name(), path)
+	if leaseLinked != nil && err == nil {
+		leaseLinked(id)
+	}
+	if errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("sandbox %s: %w", id, ErrIDTaken)
 	} else if err != nil {
 		return nil, fmt.Errorf("taking the lease of sandbox %s: %w", id, err)
 	}
 	return &Lease{f: f, path: path}, nil
 }
+
+// leaseLinked, when a test sets it, is called with the id of a lease just
+// linked into place, before TakeLease returns.
+var leaseLinked func(id string)
 
 // takeLeftLease takes the lease of sandbox id when no live process holds
 // it, for gc: held is true when one does. Where there is no lease file (a

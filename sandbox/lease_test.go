@@ -86,6 +86,13 @@ func TestLeaseHeldUntilItsHolderDies(t *testing.T) {
 // start takes its lease; and taking a new lease never waits.
 func TestLeaseIsLockedBeforeItIsThere(t *testing.T) {
 	useTempRegistry(t)
+	// The moment a lease file is there, gc finds it held.
+	leaseLinked = func(id string) {
+		if _, held, err := takeLeftLease(id); err != nil || !held {
+			t.Errorf("a lease just linked into place: held %v, %v; want held", held, err)
+		}
+	}
+	t.Cleanup(func() { leaseLinked = nil })
 	for range 200 {
 		id, l, err := newLeasedID()
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"golang.org/x/sys/unix"
 )
 
 // reapTimeout bounds how long killWithoutRuntime waits for what it killed
@@ -43,7 +44,7 @@ func killWithoutRuntime(id, cgroupsPath, socket string) error {
 	if cgroupsPath != "" && !strings.Contains(cgroupsPath, ":") { // not a systemd slice
 		paths = []string{cgroupsPath}
 	}
-	return reapContainer(id, ContainerdNamespace, socket, paths)
+	return reapContainer(id, ContainerdNamespace, socket, paths, true)
 }
 
 // killDockerContainer kills what runs of Docker container id (its full
@@ -65,7 +66,7 @@ func killDockerContainer(id string, cgroups []string) error {
 		paths = append(paths, procCgroupsNaming(p, id)...)
 	}
 	slices.Sort(paths)
-	return reapContainer(id, "", "", slices.Compact(paths))
+	return reapContainer(id, "", "", slices.Compact(paths), true)
 }
 
 // isDockerID reports whether id is a full container id: 64 hexadecimal
@@ -111,8 +112,10 @@ func procCgroupsNaming(pid int, id string) []string {
 // reapContainer kills container id's shim (of namespace, "" for any, and
 // of the containerd at socket, "" for any) with everything it started,
 // then every process in cgroup paths (in each mounted hierarchy), and
-// removes those cgroups and the shim's sockets.
-func reapContainer(id, namespace, socket string, paths []string) error {
+// removes those cgroups and the shim's sockets. With killInCgroups false,
+// a process in those cgroups that the shim did not start is not killed:
+// the cgroup is left, and said.
+func reapContainer(id, namespace, socket string, paths []string, killInCgroups bool) error {
 	var errs *multierror.Error
 	var killed []int
 	var sockets []string
@@ -130,7 +133,15 @@ func reapContainer(id, namespace, socket string, paths []string) error {
 	for _, p := range paths {
 		dirs = append(dirs, cgroupDirs(p)...)
 	}
-	if len(dirs) > 0 {
+	if len(dirs) > 0 && !killInCgroups {
+		for _, d := range dirs {
+			if len(cgroupProcs(d)) > 0 {
+				errs = multierror.Append(errs, fmt.Errorf("cgroup %s of container %s holds processes its shim did not start: left as it is", d, id))
+			} else if err := removeCgroup(d, deadline); err != nil {
+				errs = multierror.Append(errs, fmt.Errorf("removing the cgroup of container %s: %w", id, err))
+			}
+		}
+	} else if len(dirs) > 0 {
 		if err := killCgroups(dirs, deadline); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("killing container %s without its runtime: %w", id, err))
 		} else {
@@ -142,11 +153,41 @@ func reapContainer(id, namespace, socket string, paths []string) error {
 		}
 	}
 	for _, s := range sockets {
-		if err := os.Remove(s); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeShimSocket(s); err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("removing the shim socket of container %s: %w", id, err))
 		}
 	}
 	return errs.ErrorOrNil()
+}
+
+// removeShimSocket removes the unix socket at path, as a killed shim left
+// it, only where nobody but root could have put something else: in a
+// directory reached without a symbolic link, owned by root and writable by
+// nobody else, and only when the name there is a socket. The path is the
+// one the socket was bound at, as /proc/net/unix says, not where it is now:
+// a directory renamed and linked elsewhere since must not make root remove
+// a file there. A socket that is gone, or not where root alone writes, is
+// left and is no error.
+func removeShimSocket(path string) error {
+	dir, name := filepath.Split(path)
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+	if err != nil {
+		return nil // gone, or reached through a link
+	}
+	defer unix.Close(fd)
+	var d, f unix.Stat_t
+	if unix.Fstat(fd, &d) != nil || d.Uid != 0 || d.Mode&0o022 != 0 {
+		return nil
+	}
+	if unix.Fstatat(fd, name, &f, unix.AT_SYMLINK_NOFOLLOW) != nil || f.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil
+	}
+	if err := unix.Unlinkat(fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
 }
 
 // shimPoll is how often settleShims looks for shims.
@@ -214,24 +255,44 @@ func allPids() []int {
 }
 
 // findShims returns the shims of container id: containerd-shim* processes
-// for that id, of namespace (any when "") and of that socket's containerd
-// (any when "").
+// (isShim) for that id, of namespace (any when "") and of that socket's
+// containerd (any when "").
 func findShims(id, namespace, socket string) []int {
 	var shims []int
 	for _, p := range allPids() {
-		args := procArgs(p)
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+		args, ok := isShim(p)
+		if !ok {
 			continue
 		}
 		if flagValue(args, "-id") != id || namespace != "" && flagValue(args, "-namespace") != namespace {
 			continue
 		}
-		if a := flagValue(args, "-address"); socket != "" && a != "" && a != socket {
+		if socket != "" && flagValue(args, "-address") != socket {
 			continue
 		}
 		shims = append(shims, p)
 	}
 	return shims
+}
+
+// isShim reports whether process pid is a containerd shim, and returns its
+// arguments: root's process running a root-owned executable, not writable
+// by others, whose name (as the kernel has it, not as the process says)
+// starts with containerd-shim. A command line alone proves nothing: any
+// user can start a process that names itself a shim of any id, and what
+// sbx does to a shim (kill it, remove its socket) is done as root.
+func isShim(pid int) ([]string, bool) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	var st, exe syscall.Stat_t
+	if syscall.Stat(dir, &st) != nil || st.Uid != 0 || syscall.Stat(dir+"/exe", &exe) != nil || exe.Uid != 0 || exe.Mode&0o022 != 0 {
+		return nil, false
+	}
+	path, err := os.Readlink(dir + "/exe")
+	if err != nil || !strings.HasPrefix(filepath.Base(path), "containerd-shim") {
+		return nil, false
+	}
+	args := procArgs(pid)
+	return args, len(args) > 0
 }
 
 // procStat returns the state and parent of process pid; ok is false when
@@ -445,25 +506,18 @@ func removeCgroup(d string, deadline time.Time) error {
 	}
 }
 
-// orphanCandidates returns the sandbox ids named by what containerd's
-// runtime leaves outside its own records: shims of containerd namespace
-// ns (-namespace NS -id ID), and cgroups ns/ID in any hierarchy. A run
-// killed while the task started can leave both with nothing else.
+// orphanCandidates returns the sandbox ids named by shims of containerd
+// namespace ns (-namespace NS -id ID) that containerd's records may no
+// longer hold: a run killed while the task started can leave the shim
+// with nothing else. Only real shims (isShim) count; whether one is gc's
+// to kill is decided by its containerd (RemoveContainer asks its own, and
+// kills only shims of its own socket).
 func orphanCandidates(ns string) []string {
 	var ids []string
 	for _, p := range allPids() {
-		args := procArgs(p)
-		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && flagValue(args, "-namespace") == ns {
+		if args, ok := isShim(p); ok && flagValue(args, "-namespace") == ns && flagValue(args, "-address") != "" {
 			if id := flagValue(args, "-id"); CheckID(id) == nil {
 				ids = append(ids, id)
-			}
-		}
-	}
-	for _, d := range cgroupDirs("/" + ns) {
-		entries, _ := os.ReadDir(d)
-		for _, e := range entries {
-			if e.IsDir() && CheckID(e.Name()) == nil {
-				ids = append(ids, e.Name())
 			}
 		}
 	}
