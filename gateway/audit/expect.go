@@ -282,7 +282,8 @@ type Unexpected struct {
 	Port   int    `json:"port"`
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
-	// Attempts counts the records (for bypass, the packets).
+	// Attempts counts the attempts: one a record, but the packets of a
+	// bypass record and the refusals a per-client cap's record counts.
 	Attempts uint64 `json:"attempts"`
 	// Logged is what the log says was done at the time.
 	Logged string `json:"logged"`
@@ -408,7 +409,9 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		if !ok {
 			return nil
 		}
-		n := uint64(1)
+		// A bypass record stands for its packets, a refusal by a
+		// per-client cap for the refusals it folds (its count).
+		n := refusals(r)
 		if r.Kind == decisionlog.KindBypass {
 			n = max(r.Count, 1)
 		}
@@ -487,6 +490,15 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 
 // loggedAs says what the gateway did with r: its action and rule.
 func loggedAs(r *decisionlog.Record) string {
+	switch r.Cap {
+	case "":
+	case decisionlog.CapTunnels:
+		return r.Action + " by the per-client tunnel cap (" + r.Cap + ")"
+	case decisionlog.CapConns:
+		return r.Action + " by the per-client connection cap (" + r.Cap + ")"
+	default:
+		return r.Action + " by a per-client cap (" + r.Cap + ")"
+	}
 	s := r.Action + " by " + r.Rule
 	if r.Action == "block" && !r.Enforced && r.Kind != decisionlog.KindDNS && r.Kind != decisionlog.KindBypass {
 		s += " (audit mode let it through)"
