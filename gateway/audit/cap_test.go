@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/net/html"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -105,6 +106,17 @@ func TestCapRefusalsAreCountedAndNotSuggested(t *testing.T) {
 				t.Errorf("%s report lacks %q:\n%s", format, want, got)
 			}
 		}
+	}
+
+	// The HTML report's stats count them by cap.
+	stats := map[string]string{}
+	walk(parseHTML(t, renderHTML(t, rep)), func(n *html.Node) {
+		if k, ok := attr(n, "data-stat"); ok && strings.HasPrefix(k, "capped.") {
+			stats[k], _ = attr(n, "data-value")
+		}
+	})
+	if diff := cmp.Diff(map[string]string{"capped." + decisionlog.CapConns: "60", "capped." + decisionlog.CapTunnels: "304"}, stats); diff != "" {
+		t.Errorf("the HTML report's cap stats (-want +got):\n%s", diff)
 	}
 
 	out, err := Suggest(rep, SuggestOptions{})
