@@ -357,8 +357,11 @@ func isKnownEvent(ev string) bool {
 // Expect replays every attempt of sources against p (see Replay) and
 // returns the targets p would not allow: a block verdict (an invalid
 // target, and a record of a kind or event it does not know, among them).
-// An intercept is expected (the gateway answers it, nothing leaves). name
-// names the policy in the result. A log without a single record is an
+// An intercept is expected (the gateway answers it, nothing leaves). A
+// record of refusals by a per-client cap is replayed as the attempts its
+// count says, against p like any other: the cap refused it, not the
+// policy, so p allowing its target is what counts. name names the policy
+// in the result. A log without a single record is an
 // error that wraps ErrNoRecords.
 //
 // The answers in the logs' approval records are weighed, by a person
