@@ -6,7 +6,11 @@
 // Summary reads records into a Report, streaming and in bounded memory
 // (Limits): one row per target (host, port), per DNS name, per bypass
 // destination and per process, a timeline and the totals. Whatever goes
-// over a limit is counted, and the report says so; a log the gateway left
+// over a limit is counted, and the report says so. A record that stands
+// for many (a bypass record's packets, the refusals by a per-client cap
+// the gateway folds into one record, with count and cap) counts as all of
+// them, and a refusal by a cap is reported as the gateway's limit, not a
+// policy block: Suggest writes no rule for it. A log the gateway left
 // records out of (dropped records), whose seqs skip records no dropped
 // record counts, or whose last line was cut short, is reported as
 // incomplete. The counts do not depend on the order of the

@@ -282,7 +282,8 @@ type Unexpected struct {
 	Port   int    `json:"port"`
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
-	// Attempts counts the records (for bypass, the packets).
+	// Attempts counts the attempts: one a record, but the packets of a
+	// bypass record and the refusals a per-client cap's record counts.
 	Attempts uint64 `json:"attempts"`
 	// Logged is what the log says was done at the time.
 	Logged string `json:"logged"`
@@ -356,8 +357,11 @@ func isKnownEvent(ev string) bool {
 // Expect replays every attempt of sources against p (see Replay) and
 // returns the targets p would not allow: a block verdict (an invalid
 // target, and a record of a kind or event it does not know, among them).
-// An intercept is expected (the gateway answers it, nothing leaves). name
-// names the policy in the result. A log without a single record is an
+// An intercept is expected (the gateway answers it, nothing leaves). A
+// record of refusals by a per-client cap is replayed as the attempts its
+// count says, against p like any other: the cap refused it, not the
+// policy, so p allowing its target is what counts. name names the policy
+// in the result. A log without a single record is an
 // error that wraps ErrNoRecords.
 //
 // The answers in the logs' approval records are weighed, by a person
@@ -408,7 +412,9 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		if !ok {
 			return nil
 		}
-		n := uint64(1)
+		// A bypass record stands for its packets, a refusal by a
+		// per-client cap for the refusals it folds (its count).
+		n := refusals(r)
 		if r.Kind == decisionlog.KindBypass {
 			n = max(r.Count, 1)
 		}
@@ -487,6 +493,15 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 
 // loggedAs says what the gateway did with r: its action and rule.
 func loggedAs(r *decisionlog.Record) string {
+	switch r.Cap {
+	case "":
+	case decisionlog.CapTunnels:
+		return r.Action + " by the per-client tunnel cap (" + r.Cap + ")"
+	case decisionlog.CapConns:
+		return r.Action + " by the per-client connection cap (" + r.Cap + ")"
+	default:
+		return r.Action + " by a per-client cap (" + r.Cap + ")"
+	}
 	s := r.Action + " by " + r.Rule
 	if r.Action == "block" && !r.Enforced && r.Kind != decisionlog.KindDNS && r.Kind != decisionlog.KindBypass {
 		s += " (audit mode let it through)"

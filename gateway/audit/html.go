@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // Geometry of the charts, in SVG user units.
@@ -226,6 +228,21 @@ func newHTMLView(r *Report) *htmlView {
 			byteStat("out", "bytes_out", r.BytesOut),
 			byteStat("in", "bytes_in", r.BytesIn),
 		}},
+	}
+	if len(r.Capped) > 0 {
+		// Refusals by the gateway's per-client caps, not by the policy.
+		g := htmlStatGroup{"Per-client caps", nil}
+		for _, c := range []struct{ name, label string }{
+			{decisionlog.CapConns, "connections refused (" + decisionlog.CapConns + ")"},
+			{decisionlog.CapTunnels, "tunnels refused (" + decisionlog.CapTunnels + ")"},
+		} {
+			if n := r.Capped[c.name]; n > 0 {
+				g.Stats = append(g.Stats, numStat(c.label, "capped."+c.name, n, "b"))
+			}
+		}
+		if len(g.Stats) > 0 {
+			v.Stats = append(v.Stats, g)
+		}
 	}
 	o := r.Overflow
 	for _, f := range []struct {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 )
 
 // Formats of a report, for WriteReport.
@@ -92,6 +94,7 @@ func (r *Report) notices() []string {
 	if len(r.GuardAddrs) > 0 {
 		ws = append(ws, r.guardText())
 	}
+	ws = append(ws, r.capTexts()...)
 	if len(r.Unknown) > 0 {
 		ws = append(ws, r.unknownText()+": they are not in the tables below; upgrade sbx to read them")
 	}
@@ -117,6 +120,24 @@ func (r *Report) guardText() string {
 	}
 	b.WriteString("; if they are meant (a mirror, a lab network), allow_private (--allow-private ADDR/32) exempts them, and sbx audit --suggest writes it")
 	return b.String()
+}
+
+// capTexts say how many refusals each per-client cap of the gateway made,
+// and that they are not the policy's.
+func (r *Report) capTexts() []string {
+	var ws []string
+	for _, name := range slices.Sorted(maps.Keys(r.Capped)) {
+		n := r.Capped[name]
+		switch name {
+		case decisionlog.CapConns:
+			ws = append(ws, fmt.Sprintf("the per-client connection cap (%s) refused %s before any request: the sandbox had as many open as it may; a limit of the gateway, not a policy block, so no rule lifts it", name, plural(n, "connection", "connections")))
+		case decisionlog.CapTunnels:
+			ws = append(ws, fmt.Sprintf("the per-client tunnel cap (%s) refused %s (CONNECT or captured connections): the sandbox had as many tunnels open as it may; a limit of the gateway, not a policy block, so no rule lifts it (in the targets as rule \"cap %s\")", name, plural(n, "tunnel", "tunnels"), name))
+		default:
+			ws = append(ws, fmt.Sprintf("a per-client cap this sbx audit does not know (%s) refused %d times: a limit of the gateway, not a policy block", clip(visible(name), maxWideCell), n))
+		}
+	}
+	return ws
 }
 
 // unknownText says how many records of which kinds and events this sbx
@@ -190,7 +211,7 @@ func writeText(w io.Writer, r *Report) error {
 		}
 	}
 	if r.RefusedClients > 0 {
-		fmt.Fprintf(ew, "\n%s refused before any request (not the sandbox's, or over its limit)\n", plural(r.RefusedClients, "connection", "connections"))
+		fmt.Fprintf(ew, "\n%s refused before any request (not the sandbox's, or over its connection cap)\n", plural(r.RefusedClients, "connection", "connections"))
 	}
 	fmt.Fprintf(ew, "\nSummary: %s\n", r.SummaryLine())
 	return ew.err

@@ -179,6 +179,11 @@ type Target struct {
 	// of an sbx that did not name them).
 	Guarded uint64 `json:"guarded,omitempty"`
 	Fenced  uint64 `json:"fenced,omitempty"`
+	// Capped counts the attempts a per-client cap of the gateway refused
+	// (the tunnel cap, tunnels_per_client: the sandbox had as many
+	// tunnels open as it may), whatever the policy; they are in Blocked
+	// too, and in Rules as "cap tunnels_per_client". No rule lifts them.
+	Capped uint64 `json:"capped,omitempty"`
 	// InterceptStatus is the highest status of the intercepted answers
 	// (the same whatever the order of the records).
 	InterceptStatus int `json:"intercept_status,omitempty"`
@@ -279,8 +284,15 @@ type Report struct {
 	// twice, allowed and blocked.
 	ClosedByTLSCheck uint64 `json:"closed_by_tls_check,omitempty"`
 	// RefusedClients counts connections refused before any request (kind
-	// conn: a client not of the sandbox, or over its connection limit).
+	// conn: a client not of the sandbox, or over its connection cap), by
+	// the records' counts: a record can stand for many refusals.
 	RefusedClients uint64 `json:"refused_clients"`
+	// Capped counts the refusals by each per-client cap of the gateway,
+	// by its name (decisionlog.CapConns: connections over the connection
+	// cap, in RefusedClients too; decisionlog.CapTunnels: tunnels over
+	// the tunnel cap, in Requests and the targets too), by the records'
+	// counts. A refusal by a cap is not a policy block: no rule lifts it.
+	Capped map[string]uint64 `json:"capped,omitempty"`
 	// PolicyChanges are the policy records' changes, in order.
 	PolicyChanges []PolicyChange `json:"policy_changes"`
 	// Approvals are the answers to the gateway's questions (approval
@@ -467,7 +479,9 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 	}
 	switch r.Kind {
 	case decisionlog.KindConn:
-		s.r.RefusedClients++
+		n := refusals(r)
+		s.r.RefusedClients = satAdd(s.r.RefusedClients, n)
+		s.addCapped(r, n)
 		return
 	case decisionlog.KindDNS:
 		s.r.DNS.add(r, 1)
@@ -486,41 +500,50 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		s.addUnknown("kind", r.Kind) // of a later version
 		return
 	}
-	s.r.Requests.add(r, 1)
-	s.tick(r, 1)
-	t := s.target(r)
+	// A refusal by a per-client cap stands for count refusals (the
+	// gateway folds a flood of them); any other decision for one.
+	n := refusals(r)
+	s.r.Requests.add(r, n)
+	s.tick(r, n)
+	s.addCapped(r, n)
+	t := s.target(r, n)
 	if t == nil {
 		return
 	}
-	t.Counts.add(r, 1)
+	t.Counts.add(r, n)
 	t.Seen.add(r.Time)
 	if t.Rules == nil {
 		t.Rules = map[string]uint64{}
 	}
-	if _, ok := t.Rules[r.Rule]; ok || len(t.Rules) < 64 {
-		t.Rules[r.Rule]++
+	rule := r.Rule
+	if r.Cap != "" {
+		rule = "cap " + clipString(r.Cap, maxShortString)
+		t.Capped = satAdd(t.Capped, n)
+	}
+	if _, ok := t.Rules[rule]; ok || len(t.Rules) < 64 {
+		t.Rules[rule] = satAdd(t.Rules[rule], n)
 	}
 	t.kinds.add(r.Kind)
 	if r.Rule == netpolicy.RuleInvalid || r.Secret != "" { // refused whatever the policy
-		t.Invalid++
+		t.Invalid = satAdd(t.Invalid, n)
 	}
 	if guardRefused(r) {
-		t.Guarded++
+		t.Guarded = satAdd(t.Guarded, n)
 		if s.addGuardAddrs(rec.Addrs, t.Host) == 0 {
-			t.Fenced++
+			t.Fenced = satAdd(t.Fenced, n)
 		}
 	}
 	if r.Action == "intercept" {
 		t.InterceptStatus = max(t.InterceptStatus, r.Status)
 		if strings.HasPrefix(r.Reason, decisionlog.ReasonMockLLM) {
-			t.MockLLM++
+			t.MockLLM = satAdd(t.MockLLM, n)
 		}
 	}
 	switch {
 	case isTunnel(r.Method) && r.Action == "allow" && r.Reason == netpolicy.InspectedReason:
-		t.InspectedTunnels++ // its requests are records of their own (kind https)
+		t.InspectedTunnels = satAdd(t.InspectedTunnels, n) // its requests are records of their own (kind https)
 	case isTunnel(r.Method):
-		t.Tunnels++
+		t.Tunnels = satAdd(t.Tunnels, n)
 	}
 	if r.Method != "" && !t.methods.has(r.Method) {
 		if len(t.methods) < maxMethods && len(rec.Method) <= maxShortString {
@@ -533,12 +556,42 @@ func (s *Summary) Add(rec *decisionlog.Record) {
 		if pathCut(r.Path) {
 			t.PathsCut = true
 		}
-		s.addPath(t, r.Path)
+		s.addPath(t, r.Path, n)
 	}
 	if r.PID != 0 && len(t.procs) < 16 {
 		t.procs.add(r.Comm)
 	}
-	s.addProcess(r, 1, "", t.Host, t.Port)
+	s.addProcess(r, n, "", t.Host, t.Port)
+}
+
+// refusals is how many attempts or refused connections a decision record
+// stands for: its count (at least 1) for a record that folds a flood of
+// refusals (kind conn, or a refusal by a per-client cap, which has cap),
+// else 1.
+func refusals(r *decisionlog.Record) uint64 {
+	if r.Kind == decisionlog.KindConn || r.Cap != "" {
+		return max(r.Count, 1)
+	}
+	return 1
+}
+
+// maxCaps is how many caps Report.Capped tells apart; the others (a log
+// can name any) are counted under "others".
+const maxCaps = 8
+
+// addCapped counts n refusals by r's per-client cap, if it has one.
+func (s *Summary) addCapped(r *decisionlog.Record, n uint64) {
+	if r.Cap == "" {
+		return
+	}
+	if s.r.Capped == nil {
+		s.r.Capped = map[string]uint64{}
+	}
+	k := clipString(r.Cap, maxShortString)
+	if _, ok := s.r.Capped[k]; !ok && len(s.r.Capped) >= maxCaps {
+		k = "others"
+	}
+	s.r.Capped[k] = satAdd(s.r.Capped[k], n)
 }
 
 // addGuardAddrs counts the addresses of a guard refusal's addrs (see
@@ -593,14 +646,14 @@ func (s *Summary) addUnknown(what, name string) {
 	s.r.Unknown[k]++
 }
 
-// target returns r's row, nil when the table is full (the attempt is
-// then counted in Overflow.Targets).
-func (s *Summary) target(r *decisionlog.Record) *Target {
+// target returns r's row, nil when the table is full (its n attempts
+// are then counted in Overflow.Targets).
+func (s *Summary) target(r *decisionlog.Record, n uint64) *Target {
 	k := targetKey{r.Host, r.Port}
 	t := s.targets[k]
 	if t == nil {
 		if len(s.targets) >= s.lim.Targets {
-			s.r.Overflow.Targets++
+			s.r.Overflow.Targets = satAdd(s.r.Overflow.Targets, n)
 			return nil
 		}
 		t = &Target{Host: r.Host, Port: r.Port}
@@ -609,20 +662,20 @@ func (s *Summary) target(r *decisionlog.Record) *Target {
 	return t
 }
 
-func (s *Summary) addPath(t *Target, path string) {
-	if n, ok := t.paths[path]; ok {
-		t.paths[path] = n + 1
+func (s *Summary) addPath(t *Target, path string, n uint64) {
+	if c, ok := t.paths[path]; ok {
+		t.paths[path] = satAdd(c, n)
 		return
 	}
 	if s.paths >= s.lim.Paths {
-		s.r.Overflow.Paths++
+		s.r.Overflow.Paths = satAdd(s.r.Overflow.Paths, n)
 		t.PathsIncomplete = true
 		return
 	}
 	if t.paths == nil {
 		t.paths = map[string]uint64{}
 	}
-	t.paths[path] = 1
+	t.paths[path] = n
 	s.paths++
 }
 
@@ -639,7 +692,7 @@ func (s *Summary) addClose(r *decisionlog.Record) {
 	}
 	// The row is made here when the close comes first, which merged logs
 	// or a log read out of order allow.
-	t := s.target(r)
+	t := s.target(r, 1)
 	if t != nil {
 		t.BytesOut = addBytes(t.BytesOut, r.BytesOut)
 		t.BytesIn = addBytes(t.BytesIn, r.BytesIn)
@@ -820,6 +873,7 @@ func (s *Summary) Report() *Report {
 		return netip.MustParseAddr(a.Addr).Compare(netip.MustParseAddr(b.Addr))
 	})
 	r.Unknown = maps.Clone(s.r.Unknown)
+	r.Capped = maps.Clone(s.r.Capped)
 	r.PolicyChanges = slices.Clone(s.r.PolicyChanges)
 	r.Approvals = slices.Clone(s.r.Approvals)
 	if extra := s.changes - uint64(len(r.PolicyChanges)); extra > 0 {

@@ -120,6 +120,9 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 			if t.Fenced > 0 {
 				skipped = append(skipped, fmt.Sprintf("%s at %s that the address guard refused for addresses no policy reaches (the gateway's own, this host's or the sandbox pool's), or that the log does not name", plural(t.Fenced, "attempt", "attempts"), hostPort(h, t.Port)))
 			}
+			if t.Capped > 0 {
+				skipped = append(skipped, fmt.Sprintf("%s at %s that the per-client tunnel cap (%s) refused: the sandbox had as many tunnels open as it may, a limit of the gateway that no rule lifts", plural(t.Capped, "attempt", "attempts"), hostPort(h, t.Port), decisionlog.CapTunnels))
+			}
 			if onlyInvalid(t) {
 				continue // a rule would allow what the log does not show
 			}
@@ -255,9 +258,9 @@ func suggestRules(rep *Report, opt SuggestOptions, free map[string]bool) ([]*sug
 }
 
 // onlyInvalid reports whether the gateway refused every attempt at t
-// whatever the policy: invalid, or refused by the address guard for no
-// address a policy can exempt.
-func onlyInvalid(t *Target) bool { return satAdd(t.Invalid, t.Fenced) >= t.Total() }
+// whatever the policy: invalid, refused by the address guard for no
+// address a policy can exempt, or by a per-client cap.
+func onlyInvalid(t *Target) bool { return satAdd(satAdd(t.Invalid, t.Fenced), t.Capped) >= t.Total() }
 
 // targetNote is a rule's comment for t: counts, bytes and process names.
 func targetNote(t *Target) string {
@@ -268,8 +271,13 @@ func targetNote(t *Target) string {
 	}
 	if t.Blocked > 0 {
 		fmt.Fprintf(&b, ", %d blocked when logged", t.Blocked)
-		if t.Guarded > 0 {
+		switch {
+		case t.Guarded > 0 && t.Capped > 0:
+			fmt.Fprintf(&b, " (%d by the address guard, %d by the tunnel cap)", t.Guarded, t.Capped)
+		case t.Guarded > 0:
 			fmt.Fprintf(&b, " (%d by the address guard)", t.Guarded)
+		case t.Capped > 0:
+			fmt.Fprintf(&b, " (%d by the tunnel cap)", t.Capped)
 		}
 	}
 	if t.BytesOut+t.BytesIn > 0 {
