@@ -45,8 +45,14 @@ func peerUID(local, remote net.Addr) (uint32, error) {
 		near, far := procAddr(r, table.v6), procAddr(l, table.v6)
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)
-			if len(f) < 8 || f[1] != near || f[2] != far {
+			if len(f) < 10 || f[1] != near || f[2] != far {
 				continue
+			}
+			if f[9] == "0" {
+				// No process holds that end (closed: TIME_WAIT, or
+				// orphaned), and the kernel shows its uid as 0: whose
+				// it was cannot be told.
+				return 0, fmt.Errorf("finding the user of the connection from %s: its end is closed already", remote)
 			}
 			uid, err := strconv.ParseUint(f[7], 10, 32)
 			if err != nil {

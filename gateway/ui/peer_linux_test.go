@@ -74,3 +74,28 @@ func TestPrivilegedPeerUIDOtherUser(t *testing.T) {
 		t.Errorf("peerUID of curl as nobody: got %d, %v; want 65534", uid, err)
 	}
 }
+
+// TestPeerUIDOfAClosedEnd: a client that sent its request and closed
+// before the view looked leaves an end no process holds, which the
+// kernel shows as uid 0: whose it was cannot be told, and peerUID says
+// so rather than answer root.
+func TestPeerUIDOfAClosedEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if uid, err := peerUID(s.LocalAddr(), s.RemoteAddr()); err == nil {
+		t.Errorf("peerUID of a closed end: got uid %d, want an error", uid)
+	}
+}

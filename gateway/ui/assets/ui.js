@@ -34,26 +34,25 @@
       return null;
     }
     var delay = 1000; // ms, the server's AnswerDelay
-    var armed = null;
-    // hold disables every answer button for delay ms from now.
-    function hold() {
-      var buttons = table.querySelectorAll("form.answer button");
-      for (var i = 0; i < buttons.length; i++) {
-        buttons[i].disabled = true;
-      }
-      clearTimeout(armed);
-      armed = setTimeout(function () {
-        var buttons = table.querySelectorAll("form.answer button");
-        for (var i = 0; i < buttons.length; i++) {
-          buttons[i].disabled = false;
-        }
+    // hold disables the answer buttons of row tr for delay ms from now: a
+    // row new on the page, or one that moved under the pointer, takes no
+    // click meant for what was there before. Rows that stay where they
+    // are stay clickable.
+    function hold(tr) {
+      tr.querySelectorAll("form.answer button").forEach(function (b) {
+        b.disabled = true;
+      });
+      clearTimeout(tr.armed);
+      tr.armed = setTimeout(function () {
+        tr.querySelectorAll("form.answer button").forEach(function (b) {
+          b.disabled = false;
+        });
       }, delay);
     }
     function changed() {
       var n = body.rows.length;
       none.hidden = n > 0;
       count.textContent = n > 0 ? "(" + n + ")" : "";
-      hold();
     }
     function tick() {
       for (var i = 0; i < body.rows.length; i++) {
@@ -83,16 +82,21 @@
         f.setAttribute("action", table.dataset.answer + encodeURIComponent(a.id));
       });
       body.appendChild(tr);
+      hold(tr);
       changed();
     });
     events.addEventListener("answered", function (e) {
       var tr = rowOf(JSON.parse(e.data).id);
       if (tr) {
+        // The rows below it move up into its place.
+        for (var next = tr.nextElementSibling; next; next = next.nextElementSibling) {
+          hold(next);
+        }
         tr.remove();
         changed();
       }
     });
-    hold();
+    Array.prototype.forEach.call(body.rows, hold);
     tick();
     setInterval(tick, 1000);
   }
