@@ -110,9 +110,12 @@ func Leftovers(ctx context.Context, stateDir string, rt ContainerRuntime) ([]str
 			add(c, "", "")
 		}
 	}
-	// A shim and cgroups containerd no longer knows of.
-	for _, id := range orphanCandidates(ContainerdNamespace) {
-		found[id] = true
+	// A shim containerd no longer knows of, for a runtime that can tell
+	// (and kills only its own).
+	if rt != nil {
+		for _, id := range orphanCandidates(ContainerdNamespace) {
+			found[id] = true
+		}
 	}
 	// A start killed before it made anything leaves its lease alone.
 	leased, err := leasedIDs()

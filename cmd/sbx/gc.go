@@ -16,9 +16,12 @@ func newGCCmd() *cobra.Command {
 		Short: "Remove what crashed sandboxes left behind",
 		Long: `Gc finds sandboxes whose sbx run process is gone (killed, crashed, or the
 machine's power cut) and removes what they left: their containers (in
-containerd and in Docker, each when it answers), network namespace, veth pair, iptables rules and chains, and state in /run/sbx.
-Running sandboxes and anything not named as sbx names its objects are left
-alone. Decision logs and mock journals in /var/lib/sbx are kept. Needs root.`,
+containerd and in Docker, each when it answers; a containerd shim of sbx's
+namespace that containerd forgot, with what it started), network namespace,
+veth pair, iptables rules and chains, and state in /run/sbx. A sandbox whose
+sbx run lives holds a lease gc cannot take, so it is left alone, and so is
+anything not named as sbx names its objects (a shim is known by the kernel's
+word: root's process running root's containerd-shim executable). Decision logs and mock journals in /var/lib/sbx are kept. Needs root.`,
 		Example: `  sudo sbx gc`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
