@@ -528,10 +528,17 @@ func TestSecretDNSNameIsBlocked(t *testing.T) {
 func TestSecretsCannotChange(t *testing.T) {
 	spec := netpolicy.Spec{Secrets: []netpolicy.Secret{{Name: "K", FromEnv: "K", Hosts: []string{"a.test"}}}}
 	g := startGatewayWith(t, spec, nil, nil)
-	changed := spec
-	changed.Secrets = []netpolicy.Secret{{Name: "K", FromEnv: "K", Hosts: []string{"evil.test"}}}
-	if _, err := g.store.Replace(changed, 0); !errors.Is(err, ErrSecretsFixed) {
-		t.Errorf("changing the secrets: got %v, want ErrSecretsFixed", err)
+	for _, sec := range []netpolicy.Secret{
+		{Name: "K", FromEnv: "K", Hosts: []string{"evil.test"}},
+		{Name: "K", FromEnv: "K", Hosts: []string{"a.test"}, Headers: []string{"X-Other"}},
+		{Name: "K", FromEnv: "K", Hosts: []string{"a.test"}, Methods: []string{"GET"}},
+		{Name: "K", FromEnv: "K", Hosts: []string{"a.test"}, Paths: []string{"/v1"}},
+	} {
+		changed := spec
+		changed.Secrets = []netpolicy.Secret{sec}
+		if _, err := g.store.Replace(changed, 0); !errors.Is(err, ErrSecretsFixed) {
+			t.Errorf("changing the secrets to %+v: got %v, want ErrSecretsFixed", sec, err)
+		}
 	}
 	kept := spec
 	kept.Default = netpolicy.Allow
