@@ -653,7 +653,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
-	body := &countingReader{r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	tg := &trailerGuard{s: s, req: r, r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	body := &countingReader{r: tg}
 	if r.Body == nil || r.Body == http.NoBody {
 		body.r = http.NoBody
 	}
@@ -693,6 +694,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
+	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
+		d := blockTrailer(closeRec, sec, t.Host)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
 		closeRec.Error = s.redactValues(closeRec.Error) // an upstream may echo the credential in a broken answer

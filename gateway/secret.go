@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -592,6 +593,54 @@ type secretInjector struct {
 
 func (si secretInjector) RoundTrip(r *http.Request) (*http.Response, error) {
 	return si.next.RoundTrip(si.s.withSecrets(r, si.host, si.port))
+}
+
+// errSecretTrailer ends the body of an inspected request whose trailers
+// carry a secret's placeholder.
+var errSecretTrailer = errors.New("a secret's placeholder in the request's trailers")
+
+// trailerGuard reads an inspected request's body and, at its end, looks
+// for a secret's placeholder in the request's trailers, which the client
+// sends after the body: one found ends the body with errSecretTrailer
+// instead of its end, so that the request upstream is cut off, and found
+// names its secret. (Trailers never get a value, and the gateway sends
+// the upstream none of their values; the guard makes the attempt a block
+// that is logged.) It is safe to read found while the body is read.
+type trailerGuard struct {
+	s     *Server
+	req   *http.Request
+	r     io.Reader
+	found atomic.Pointer[Secret]
+}
+
+func (g *trailerGuard) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if err == io.EOF && len(g.s.cfg.Secrets) > 0 {
+		for k, vs := range g.req.Trailer {
+			sec := g.s.placeholderIn(k)
+			for _, v := range vs {
+				if sec == nil {
+					sec = g.s.placeholderIn(v)
+				}
+			}
+			if sec != nil {
+				g.found.Store(sec)
+				return n, errSecretTrailer
+			}
+		}
+	}
+	return n, err
+}
+
+// blockTrailer turns closeRec, the close record of an inspected request
+// to host whose trailers carried sec's placeholder (trailerGuard), into
+// the record of its block by rule RuleSecret, and returns the decision.
+func blockTrailer(closeRec *decisionlog.Record, sec *Secret, host string) netpolicy.Decision {
+	d := netpolicy.Decision{Action: netpolicy.Block, Rule: RuleSecret,
+		Reason: fmt.Sprintf("secret %s's placeholder in a trailer of a request to %s: a trailer never carries a value; the request was cut off at its trailers", sec.name, host)}
+	closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(d.Action), d.Rule, d.Reason, true
+	closeRec.Secret, closeRec.Status, closeRec.Error = sec.name, http.StatusForbidden, errSecretTrailer.Error()
+	return d
 }
 
 // redactValues returns text, the text of an error that came from an

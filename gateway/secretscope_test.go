@@ -623,3 +623,49 @@ func logText(ring *decisionlog.Ring) string {
 	}
 	return b.String()
 }
+
+// TestSecretTrailerIsBlocked: a placeholder in a trailer of a request to
+// the bound host (sent after the body, so after the request was decided)
+// cuts the request off: the client gets a 403, the close record names the
+// secret with rule secret, and the upstream gets no trailer value. Red on
+// main: the request went through, 200.
+func TestSecretTrailerIsBlocked(t *testing.T) {
+	s := newScopeSetup(t, netpolicy.Secret{}, nil)
+	ph := s.sec.Placeholder()
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("h2 %v", h2), func(t *testing.T) {
+			mark := ringMark(s.g.ring)
+			req, _ := http.NewRequest("POST", "https://example.com:"+s.port.String()+"/v1/messages", io.NopCloser(strings.NewReader(`{"model":"m"}`)))
+			req.ContentLength = -1 // chunked, with trailers
+			req.Header.Set("X-Api-Key", ph)
+			req.Trailer = http.Header{"X-Checksum": {"a " + ph}}
+			resp, err := s.client(t, h2).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := sandboxSees(resp)
+			noValues(t, "the answer", answer)
+			if !strings.HasPrefix(answer, "403 ") {
+				t.Errorf("got %q, want 403", answer)
+			}
+			var closeRec map[string]any
+			deadline := time.Now().Add(5 * time.Second)
+			for closeRec == nil && time.Now().Before(deadline) {
+				for _, r := range ringRecords(t, s.g.ring) {
+					if seq, _ := r["seq"].(float64); uint64(seq) > mark && r["event"] == decisionlog.EventClose && r["kind"] == decisionlog.KindHTTPS {
+						closeRec = r
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if r, _ := closeRec["reason"].(string); closeRec["rule"] != RuleSecret || closeRec["secret"] != "ANTHROPIC_API_KEY" || closeRec["action"] != "block" || !strings.Contains(r, "in a trailer") {
+				t.Errorf("got close record %v, want a block by rule secret naming ANTHROPIC_API_KEY, in a trailer", closeRec)
+			}
+			for _, got := range s.got.all() {
+				if strings.Contains(got, ph) {
+					t.Errorf("the upstream got the placeholder: %q", got)
+				}
+			}
+		})
+	}
+}
