@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -49,6 +50,18 @@ secrets:
 	}
 	if !SameSecrets(p.Secrets(), q.Secrets()) {
 		t.Errorf("secrets after a round trip: got %v, want %v", q.Secrets(), p.Secrets())
+	}
+	// And as JSON, as the API serves it and takes it back.
+	js, err := json.Marshal(p.Spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := Decode("policy.json", js)
+	if err != nil {
+		t.Fatalf("decoding %s: %v", js, err)
+	}
+	if !SameSecrets(p.Secrets(), spec.Secrets) {
+		t.Errorf("secrets after a JSON round trip: got %+v, want %+v", spec.Secrets, p.Secrets())
 	}
 }
 
