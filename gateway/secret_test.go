@@ -651,7 +651,7 @@ func TestReadSecret(t *testing.T) {
 
 // FuzzSecretHeaderRewrite: whatever the header fields and the target,
 // the value of a secret is never in what goes to a host the secret is
-// not bound to: either the request is blocked (its host by decide, the
+// not bound to, nor anywhere but one field line of a credential header: either the request is blocked (its host by decide, the
 // rest by leakedSecret), or after injectSecrets only the bound secrets'
 // values are in it.
 func FuzzSecretHeaderRewrite(f *testing.F) {
@@ -688,6 +688,15 @@ func FuzzSecretHeaderRewrite(f *testing.F) {
 		s.injectSecrets(h, norm, port, "GET", "/")
 		var sent bytes.Buffer
 		h.Write(&sent)
+		for k, vs := range h {
+			for _, v := range vs {
+				for _, sec := range []*Secret{a, b} {
+					if strings.Contains(v, sec.value) && (!sec.scope.Header(k) || len(vs) != 1) {
+						t.Fatalf("%s's value went in %s, not one field line of a credential header: %q", sec.name, k, v)
+					}
+				}
+			}
+		}
 		for _, sec := range []*Secret{a, b} {
 			if strings.Contains(sent.String(), sec.value) && !sec.bound(norm, port) {
 				t.Fatalf("%s's value went to %s:%d, which it is not bound to: %q", sec.name, norm, port, sent.String())
