@@ -422,22 +422,25 @@ func (sec *Secret) misuse(r secretRequest) string {
 		return ""
 	}
 	slices.Sort(lines)
-	headers := sec.headerList()
-	only := fmt.Sprintf("its value goes only in %s of HTTPS requests to %s", headers, r.host)
+	// Words for a refusal, made only for one.
+	headers := sec.headerList
+	only := func() string {
+		return fmt.Sprintf("its value goes only in %s of HTTPS requests to %s", headers(), r.host)
+	}
 	switch {
 	case !r.tls:
 		return fmt.Sprintf("secret %s's placeholder in a plain HTTP request to %s: its value is sent only over HTTPS, to a host whose certificate the gateway verified; send the request with https://", sec.name, r.host)
 	case inMethod:
-		return fmt.Sprintf("secret %s's placeholder in the method of a request to %s: %s", sec.name, r.host, only)
+		return fmt.Sprintf("secret %s's placeholder in the method of a request to %s: %s", sec.name, r.host, only())
 	case inTarget:
-		return fmt.Sprintf("secret %s's placeholder in the path or query of a request to %s: %s; send it there", sec.name, r.host, only)
+		return fmt.Sprintf("secret %s's placeholder in the path or query of a request to %s: %s; send it there", sec.name, r.host, only())
 	case inName:
-		return fmt.Sprintf("secret %s's placeholder in a header field's name in a request to %s: %s; send it there", sec.name, r.host, only)
+		return fmt.Sprintf("secret %s's placeholder in a header field's name in a request to %s: %s; send it there", sec.name, r.host, only())
 	}
 	for _, k := range lines {
 		if !sec.scope.Header(k) {
 			return fmt.Sprintf("secret %s's placeholder in the header %s of a request to %s: %s; send it there, or name the header for the secret (--secret-header %s=HEADER, or header: in the policy)",
-				sec.name, truncate(k, 80), r.host, only, sec.name)
+				sec.name, truncate(k, 80), r.host, only(), sec.name)
 		}
 	}
 	if n := len(r.header[lines[0]]); len(lines) > 1 || n > 1 {
@@ -445,7 +448,7 @@ func (sec *Secret) misuse(r secretRequest) string {
 			lines = slices.Repeat(lines, n)
 		}
 		return fmt.Sprintf("secret %s's placeholder in %d header field lines (%s) of a request to %s: its value is sent once, in one field line of %s; send it once",
-			sec.name, len(lines), strings.Join(lines, ", "), r.host, headers)
+			sec.name, len(lines), strings.Join(lines, ", "), r.host, headers())
 	}
 	var v string
 	for _, x := range r.header[lines[0]] {
