@@ -105,7 +105,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	fs := c.forward()
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
 	rec.Path = truncate(t.Path, maxLoggedPath)
-	if s.blockLeak(rec, &d, t.Host, port, head.Target, head.Header) {
+	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: port, method: head.Method, target: head.Target, path: t.Path, header: head.Header}) {
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
 		return keepAlive
@@ -149,10 +149,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 
 	ws := isWebSocket(head.Header)
 	out := &fs.out
-	out.init(head, u, ws)
-	if d.Action == netpolicy.Allow {
-		s.injectSecrets(out.Header, t.Host, port)
-	}
+	out.init(head, u, ws) // plain HTTP: no secret's value goes in it (docs/secrets.md)
 	// Reading the body and writing the answer renew an idle deadline on
 	// every call, so a client that stalls cannot hold the request forever
 	// while a slow, steady one is never cut off.

@@ -595,7 +595,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
 	d := snap.Policy().Verdict(tgt)
-	if s.blockLeak(rec, &d, t.Host, t.Port, r.RequestURI, r.Header) {
+	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: t.Port, method: r.Method, target: r.RequestURI, path: path, header: r.Header, tls: h.tls}) {
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
 		return
@@ -653,7 +653,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
-	body := &countingReader{r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	tg := &trailerGuard{s: s, req: r, r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	body := &countingReader{r: tg}
 	if r.Body == nil || r.Body == http.NoBody {
 		body.r = http.NoBody
 	}
@@ -670,7 +671,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := func() {}
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
-	inject := d.Action == netpolicy.Allow && s.secretBound(t.Host, t.Port)
+	inject := d.Action == netpolicy.Allow && h.tls && s.secretBound(t.Host, t.Port)
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
@@ -693,8 +694,14 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
+	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
+		d := blockTrailer(closeRec, sec, t.Host)
+		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		return
+	}
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
+		closeRec.Error = s.redactValues(closeRec.Error) // an upstream may echo the credential in a broken answer
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -725,7 +732,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end the response as failed: HTTP/1.1 closes the connection
 		// without the last chunk, HTTP/2 resets the stream. The deferred
 		// close record and releases run as the panic unwinds.
-		closeRec.Error = "relaying the response: " + upstreamBodyError(rerr)
+		closeRec.Error = "relaying the response: " + s.redactValues(upstreamBodyError(rerr))
 		panic(http.ErrAbortHandler)
 	}
 	for k, vs := range resp.Trailer {

@@ -311,17 +311,9 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	cr.methods = r.Methods
 
 	if r.Path != "" {
-		switch {
-		case r.Path[0] != '/':
-			bad("path", "%q must start with '/'", r.Path)
-		case strings.ContainsAny(r.Path, "?#"):
-			bad("path", "%q: a path prefix cannot hold a query or fragment", r.Path)
-		case strings.ContainsFunc(r.Path, func(c rune) bool { return c <= ' ' || c == 0x7f }):
-			bad("path", "%q holds a space or control character; write it percent-encoded (%%20)", r.Path)
-		}
-		r.Path = CanonicalPath(r.Path)
-		if strings.IndexByte(r.Path, ';') >= 0 {
-			bad("path", "%q: ';' starts path parameters, which servers read differently; leave them out of a path rule", r.Path)
+		var problem string
+		if r.Path, problem = checkPathPrefix(r.Path); problem != "" {
+			bad("path", "%s", problem)
 		}
 		cr.path = r.Path
 	}

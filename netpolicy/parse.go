@@ -165,7 +165,7 @@ func newDecoder(name string) decoder {
 
 var (
 	specFields     = []string{"version", "default", "mode", "allow_private", "rules", "ask_timeout", "secrets"}
-	secretFields   = []string{"name", "from_env", "from_file", "hosts"}
+	secretFields   = []string{"name", "from_env", "from_file", "hosts", "header", "methods", "paths"}
 	ruleFields     = []string{"id", "host", "ports", "methods", "path", "action", "inspect", "response"}
 	responseFields = []string{"status", "headers", "body", "llm"}
 )
@@ -261,6 +261,18 @@ func (d *decoder) secret(n *yaml.Node, what string) Secret {
 					s.Hosts = append(s.Hosts, h)
 				}
 			}
+		case "header": // one name, or a list
+			if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+				if h, ok := d.Str(v, what+": header"); ok {
+					s.Headers = []string{h}
+				}
+			} else {
+				s.Headers = d.Strs(v, what+": header", what+": header")
+			}
+		case "methods":
+			s.Methods = d.Strs(v, what+": methods", what+": method")
+		case "paths":
+			s.Paths = d.Strs(v, what+": paths", what+": path")
 		}
 	})
 	return s

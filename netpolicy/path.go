@@ -1,6 +1,9 @@
 package netpolicy
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // CanonicalPath returns the form of a request path that path rules are
 // compared in, chosen so that spellings a server would read as the same
@@ -135,4 +138,25 @@ func unhex(c byte) byte {
 		return c - 'a' + 10
 	}
 	return c - 'A' + 10
+}
+
+// checkPathPrefix checks a path prefix of a rule or a secret and returns
+// it in the form CanonicalPath gives, and what is wrong with it ("" for
+// nothing): it starts with '/', holds no query, fragment, space or
+// control character, and no ';' (path parameters, which servers read
+// differently).
+func checkPathPrefix(p string) (canonical, problem string) {
+	switch {
+	case p == "" || p[0] != '/':
+		return p, fmt.Sprintf("%q must start with '/'", p)
+	case strings.ContainsAny(p, "?#"):
+		return p, fmt.Sprintf("%q: a path prefix cannot hold a query or fragment", p)
+	case strings.ContainsFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f }):
+		return p, fmt.Sprintf("%q holds a space or control character; write it percent-encoded (%%20)", p)
+	}
+	c := CanonicalPath(p)
+	if strings.IndexByte(c, ';') >= 0 {
+		return c, fmt.Sprintf("%q: ';' starts path parameters, which servers read differently; leave them out of a path prefix", c)
+	}
+	return c, ""
 }

@@ -3,13 +3,16 @@ package netpolicy
 import (
 	"fmt"
 	"net/netip"
+	"net/textproto"
+	"slices"
 	"strings"
 )
 
 // Secret is one entry of a policy's secrets (docs/secrets.md): a value
 // that the sandbox sees only as a placeholder, and that the gateway puts
-// in place of the placeholder in the request headers of requests to the
-// secret's hosts. The policy names where the value comes from, never the
+// in place of the placeholder in the credential header fields (Headers)
+// of HTTPS requests to the secret's hosts, for the Methods and Paths
+// given. The policy names where the value comes from, never the
 // value: FromEnv, a variable of the environment of the process that
 // starts the gateway, or FromFile, a file (a path relative to the policy
 // file's directory), exactly one of them. netpolicy reads neither: the
@@ -26,12 +29,123 @@ type Secret struct {
 	// Hosts are the hosts the value is sent to, each HOST[:PORT] (see
 	// ParseSecretHost).
 	Hosts []string `json:"hosts"`
+	// Headers are the request header fields the value goes in, the
+	// policy's header: one name or a list; none means
+	// DefaultSecretHeaders.
+	Headers []string `json:"header,omitempty"`
+	// Methods, when set, are the only methods of the requests the value
+	// is sent with; none means every method.
+	Methods []string `json:"methods,omitempty"`
+	// Paths, when set, are the only paths the value is sent with: a
+	// request's path must start with one of them, compared as a rule's
+	// path is (CanonicalPath); none means every path.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // clone returns a deep copy of the secret.
 func (s Secret) clone() Secret {
 	s.Hosts = append([]string(nil), s.Hosts...)
+	s.Headers = slices.Clone(s.Headers)
+	s.Methods = slices.Clone(s.Methods)
+	s.Paths = slices.Clone(s.Paths)
 	return s
+}
+
+// DefaultSecretHeaders are the header fields a secret's value goes in when
+// its binding names none: where API clients send a key.
+var DefaultSecretHeaders = []string{"Authorization", "X-Api-Key"}
+
+// SecretScope is where a secret's value may go in a request to one of its
+// hosts: the header fields that carry it, and the methods and paths of the
+// requests it is sent with. Make one with ParseSecretScope.
+type SecretScope struct {
+	// Headers are the credential header fields, in canonical form
+	// (textproto.CanonicalMIMEHeaderKey).
+	Headers []string
+	// Methods are the methods the value is sent with, in upper case;
+	// empty for every method.
+	Methods []string
+	// Paths are the path prefixes the value is sent with, in the form
+	// CanonicalPath gives; empty for every path.
+	Paths []string
+}
+
+// notCredentialHeaders are the header fields no secret's value may go in:
+// they frame the message or concern one connection, and the gateway sets
+// or drops them itself.
+var notCredentialHeaders = []string{"Host", "Connection", "Content-Length", "Content-Type", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Expect", "Proxy-Authorization", "Proxy-Connection"}
+
+// ParseSecretScope checks a secret's header, methods and paths and returns
+// its scope. Errors wrap ErrInvalidPolicy.
+func ParseSecretScope(s Secret) (SecretScope, error) {
+	var sc SecretScope
+	for _, h := range s.Headers {
+		if !IsToken(h) {
+			return SecretScope{}, errorf(ErrInvalidPolicy, "header %q is not a header field name", h)
+		}
+		c := textproto.CanonicalMIMEHeaderKey(h)
+		if slices.Contains(notCredentialHeaders, c) {
+			return SecretScope{}, errorf(ErrInvalidPolicy, "header %s frames the request or concerns one connection; a secret's value cannot go in it", c)
+		}
+		if !slices.Contains(sc.Headers, c) {
+			sc.Headers = append(sc.Headers, c)
+		}
+	}
+	if len(sc.Headers) == 0 {
+		sc.Headers = slices.Clone(DefaultSecretHeaders)
+	}
+	for _, m := range s.Methods {
+		up := strings.ToUpper(m)
+		switch {
+		case !IsToken(m):
+			return SecretScope{}, errorf(ErrInvalidPolicy, "methods: %q is not an HTTP method", m)
+		case up == "CONNECT":
+			return SecretScope{}, errorf(ErrInvalidPolicy, "methods: CONNECT opens a tunnel, which carries no secret; list the methods of the requests the secret is for")
+		}
+		if !slices.Contains(sc.Methods, up) {
+			sc.Methods = append(sc.Methods, up)
+		}
+	}
+	for _, p := range s.Paths {
+		c, problem := checkPathPrefix(p)
+		if problem != "" {
+			return SecretScope{}, errorf(ErrInvalidPolicy, "paths: %s", problem)
+		}
+		sc.Paths = append(sc.Paths, c)
+	}
+	return sc, nil
+}
+
+// Header reports whether the value goes in the header field name (any
+// case).
+func (sc SecretScope) Header(name string) bool {
+	for _, h := range sc.Headers {
+		if asciiEqualFold(h, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Allows reports whether the value is sent with a request of method for
+// path (as sent, percent-encoded): method one of Methods, path under one
+// of Paths in both the forms an allow rule's path must match (with and
+// without path parameters), when they are set.
+func (sc SecretScope) Allows(method, path string) bool {
+	if len(sc.Methods) > 0 && !slices.ContainsFunc(sc.Methods, func(m string) bool { return asciiEqualFold(m, method) }) {
+		return false
+	}
+	if len(sc.Paths) == 0 {
+		return true
+	}
+	plain := CanonicalPath(path)
+	stripped := plain
+	if strings.IndexByte(plain, ';') >= 0 {
+		stripped = canonicalPath(path, true)
+	}
+	return slices.ContainsFunc(sc.Paths, func(p string) bool {
+		return strings.HasPrefix(plain, p) && strings.HasPrefix(stripped, p)
+	})
 }
 
 // DefaultSecretPort is the port of a secret's host that names none: a
@@ -149,6 +263,9 @@ func checkSecrets(secrets []Secret) []fieldError {
 				bad(i, "%v", err)
 			}
 		}
+		if _, err := ParseSecretScope(s); err != nil {
+			bad(i, "%v", err)
+		}
 	}
 	return errs
 }
@@ -166,13 +283,9 @@ func SameSecrets(a, b []Secret) bool {
 	}
 	for i := range a {
 		x, y := a[i], b[i]
-		if x.Name != y.Name || x.FromEnv != y.FromEnv || x.FromFile != y.FromFile || len(x.Hosts) != len(y.Hosts) {
+		if x.Name != y.Name || x.FromEnv != y.FromEnv || x.FromFile != y.FromFile || !slices.Equal(x.Hosts, y.Hosts) ||
+			!slices.Equal(x.Headers, y.Headers) || !slices.Equal(x.Methods, y.Methods) || !slices.Equal(x.Paths, y.Paths) {
 			return false
-		}
-		for j := range x.Hosts {
-			if x.Hosts[j] != y.Hosts[j] {
-				return false
-			}
 		}
 	}
 	return true

@@ -30,6 +30,8 @@ type gatewayFlags struct {
 	mockJournal string
 	// secrets are --secret's values.
 	secrets []string
+	// secretHeaders are --secret-header's values.
+	secretHeaders []string
 }
 
 // gatewayFlagUsage is the help of the gateway flags whose words differ
@@ -51,6 +53,7 @@ func (f *gatewayFlags) addFlags(fs *pflag.FlagSet, u gatewayFlagUsage) {
 	fs.StringArrayVar(&f.recordLLM, "record-llm", nil, u.recordLLM)
 	fs.StringVar(&f.mockJournal, "mock-journal", "", u.mockJournal)
 	fs.StringArrayVar(&f.secrets, "secret", nil, secretUsage)
+	fs.StringArrayVar(&f.secretHeaders, "secret-header", nil, secretHeaderUsage)
 }
 
 // checkValues checks the gateway flags' values but the policy flags' and
@@ -80,7 +83,7 @@ func (f *gatewayFlags) checkValues() error {
 	if _, err := parseRecordLLM(f.recordLLM, nil); err != nil {
 		return err
 	}
-	if _, err := parseSecretFlags(f.secrets); err != nil {
+	if _, err := parseSecretFlags(f.secrets, f.secretHeaders); err != nil {
 		return err
 	}
 	return nil
@@ -110,7 +113,7 @@ func (f *gatewayFlags) read(cmd *cobra.Command, cfg *gateway.Config) ([]run.Reco
 	if cfg.LLMScripts, err = policyScripts(f.policy.Policy, p); err != nil {
 		return nil, err
 	}
-	secrets, err := parseSecretFlags(f.secrets)
+	secrets, err := parseSecretFlags(f.secrets, f.secretHeaders)
 	if err != nil {
 		return nil, usageError(cmd, err)
 	}

