@@ -651,6 +651,10 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = nil // Go would add its own, as forwardHTTP keeps it out
 	}
+	sc := s.scrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
+	if sc != nil {
+		askIdentity(out.Header)
+	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
 	body := &countingReader{r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
@@ -695,6 +699,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
+		closeRec.Error = sc.String(closeRec.Error, nil)
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -702,6 +707,18 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release() // before the body is closed: an unread body then closes the connection instead of draining it
 	closeRec.Status = resp.StatusCode
 	removeHopByHop(resp.Header, false)
+	var respBody io.Reader = resp.Body
+	found := noteSecret(closeRec)
+	if sc != nil {
+		b, closeBody, refusal := scrubbedResponse(resp, sc, found)
+		if refusal != "" {
+			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
+			respond(w, http.StatusBadGateway, "", "sbx: "+refusal+"\n", nil)
+			return
+		}
+		defer closeBody()
+		respBody = b
+	}
 	dst := w.Header()
 	for k, vs := range resp.Header {
 		dst[k] = vs
@@ -714,7 +731,15 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
 	}
 	cw := &countingWriter{w: w}
-	rerr, werr := relayBody(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
+	var bodyW io.Writer = flushWriter{w: cw, rc: rc, idle: idle}
+	sw := sc.NewWriter(bodyW, found)
+	if sc != nil {
+		bodyW = sw
+	}
+	rerr, werr := relayBody(bodyW, respBody)
+	if werr == nil && rerr == nil {
+		werr = sw.Flush()
+	}
 	closeRec.BytesIn = cw.n
 	switch {
 	case werr != nil:
@@ -728,6 +753,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		closeRec.Error = "relaying the response: " + upstreamBodyError(rerr)
 		panic(http.ErrAbortHandler)
 	}
+	scrubHeader(resp.Trailer, sc, found)
 	for k, vs := range resp.Trailer {
 		dst[k] = vs
 	}
