@@ -108,6 +108,15 @@ func (e *echoingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		fmt.Fprintf(w, `{"stored":"%s"}`, e.stored)
+	case "/malformed": // a header line a parser quotes in its error
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, "no hijacking here", http.StatusInternalServerError)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nBad Line " + key + "\r\n\r\n")
+		brw.Flush()
 	case "/ws", "/ws-ext":
 		serveEchoWebSocket(w, r, key)
 	default:
@@ -404,6 +413,7 @@ func TestSecretEchoedIsScrubbed(t *testing.T) {
 				{"GET", "/gzip", http.StatusOK},
 				{"GET", "/deflate", http.StatusOK},
 				{"GET", "/zstd", http.StatusOK},
+				{"GET", "/malformed", 0},
 				{"POST", "/store", http.StatusCreated},
 				{"GET", "/later", http.StatusOK},
 			} {
@@ -422,6 +432,13 @@ func TestSecretEchoedIsScrubbed(t *testing.T) {
 					t.Fatalf("%s %s: %v", tc.method, tc.path, err)
 				}
 				got := seen(t, resp)
+				if tc.status == 0 { // an error of the gateway's
+					noValues(t, tc.path+": what the client got", got)
+					if rec := s.closeRecordFor(t, tc.path, mark); rec["status"] != float64(http.StatusBadGateway) {
+						t.Errorf("%s: got close record %v, want status 502", tc.path, rec)
+					}
+					continue
+				}
 				if resp.StatusCode != tc.status {
 					t.Errorf("%s %s: got %d, want %d: %q", tc.method, tc.path, resp.StatusCode, tc.status, got)
 				}
