@@ -691,6 +691,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rt = secretInjector{s: s, host: t.Host, port: t.Port, next: rt}
 		}
 		if recorder != nil {
+			if sc != nil { // the recording gets the answer as the client does
+				rt = scrubTransport{sc: sc, found: noteSecret(closeRec), next: rt}
+			}
 			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}
 		resp, err = rt.RoundTrip(out)

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -370,4 +372,63 @@ func (h *responseHead) values(name string) []string {
 		}
 	}
 	return vs
+}
+
+// scrubTransport has what a bound host answers scrubbed before anything
+// above it sees it: the recorder of --record-llm, which would otherwise
+// write an echoed value into a recording (and a mock replaying it would
+// hand it to a sandbox). A content coding it cannot decode is an error.
+type scrubTransport struct {
+	sc    *secretscrub.Scrubber
+	found func(string)
+	next  http.RoundTripper
+}
+
+func (t scrubTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, closeBody, refusal := scrubbedResponse(resp, t.sc, t.found)
+	if refusal != "" {
+		resp.Body.Close()
+		return nil, errors.New(refusal)
+	}
+	sr := &scrubReader{src: resp.Body, body: body, closeBody: closeBody, buf: make([]byte, 16<<10)}
+	sr.w = t.sc.NewWriter(&sr.out, t.found)
+	resp.Body = sr
+	return resp, nil
+}
+
+// scrubReader reads body (src decoded) with every value replaced; each
+// read gives what a read of body brought, but for the bytes held back
+// as the possible start of a value.
+type scrubReader struct {
+	src       io.Closer
+	body      io.Reader
+	closeBody func()
+	w         *secretscrub.Writer
+	out       bytes.Buffer
+	buf       []byte
+	err       error
+}
+
+func (r *scrubReader) Read(p []byte) (int, error) {
+	for r.out.Len() == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		n, err := r.body.Read(r.buf)
+		r.w.Write(r.buf[:n]) // into out: cannot fail
+		if err != nil {
+			r.w.Flush()
+			r.err = err
+		}
+	}
+	return r.out.Read(p)
+}
+
+func (r *scrubReader) Close() error {
+	r.closeBody()
+	return r.src.Close()
 }

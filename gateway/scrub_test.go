@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -598,4 +600,48 @@ func TestSecretEchoWebSocket(t *testing.T) {
 	}
 	lines, _ := s.g.ring.Since(0, 10000)
 	noValues(t, "the decision log", string(bytes.Join(lines, []byte("\n"))))
+}
+
+// TestSecretEchoIsNotRecorded: a recorded host (--record-llm) that echoes
+// the key in the model's answer is recorded with the placeholder, as its
+// answer reaches the client: a recording replayed to a sandbox later must
+// not hand it the value.
+func TestSecretEchoIsNotRecorded(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Echo-Key", r.Header.Get("X-Api-Key"))
+		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"your key is `+r.Header.Get("X-Api-Key")+`"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
+	}))
+	rec := mockllm.NewRecorder(nil)
+	var a *Secret
+	g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow}, func(c *serverConfig) {
+		var err error
+		if a, err = NewSecret("API_KEY", valueA, []string{"example.com:" + strconv.Itoa(int(portOf(t, up)))}); err != nil {
+			t.Fatal(err)
+		}
+		c.Secrets = []*Secret{a}
+		c.RecordLLM = map[string]*mockllm.Recorder{"example.com": rec}
+	})
+	proxy, _ := url.Parse("http://" + g.addr)
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}, Timeout: 10 * time.Second}
+	req, _ := http.NewRequest("POST", "https://example.com:"+strconv.Itoa(int(port))+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`))
+	req.Header.Set("X-Api-Key", a.Placeholder())
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := seen(t, resp)
+	noValues(t, "the answer", got)
+	if !strings.Contains(got, "your key is "+a.Placeholder()) {
+		t.Errorf("got %q, want the placeholder in the answer", got)
+	}
+	script, err := json.Marshal(rec.Script())
+	if err != nil {
+		t.Fatal(err)
+	}
+	noValues(t, "the recording", string(script))
+	if !strings.Contains(string(script), a.Placeholder()) {
+		t.Errorf("got recording %s, want the answer with the placeholder", script)
+	}
 }
