@@ -95,6 +95,9 @@ func (s *Scrubber) String(v string, found func(name string)) string {
 	if s == nil {
 		return v
 	}
+	if !s.hasFirst(v) {
+		return v // no byte a value starts with: nothing to convert, nothing to look for
+	}
 	var b strings.Builder
 	rest := v
 	for {
@@ -119,13 +122,14 @@ func (s *Scrubber) String(v string, found func(name string)) string {
 	return b.String()
 }
 
-// Has reports whether v holds a value.
-func (s *Scrubber) Has(v []byte) bool {
-	if s == nil {
-		return false
+// hasFirst reports whether v holds a byte some value starts with.
+func (s *Scrubber) hasFirst(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if s.first[v[i]] {
+			return true
+		}
 	}
-	at, _ := s.next(v)
-	return at >= 0
+	return false
 }
 
 // partial returns where the bytes at the end of b that could be the
