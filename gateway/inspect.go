@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -711,8 +712,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeRec.Status = resp.StatusCode
 	removeHopByHop(resp.Header, false)
 	var respBody io.Reader = resp.Body
-	found := noteSecret(closeRec)
+	var found func(string)
 	if sc != nil {
+		found = noteSecret(closeRec)
 		b, closeBody, refusal := scrubbedResponse(resp, sc, found)
 		if refusal != "" {
 			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
@@ -735,13 +737,14 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cw := &countingWriter{w: w}
 	var bodyW io.Writer = flushWriter{w: cw, rc: rc, idle: idle}
-	sw := sc.NewWriter(bodyW, found)
+	var sw *secretscrub.Writer
 	if sc != nil {
+		sw = sc.NewWriter(bodyW, found)
 		bodyW = sw
 	}
 	rerr, werr := relayBody(bodyW, respBody)
-	if werr == nil && rerr == nil {
-		werr = sw.Flush()
+	if werr == nil && rerr == nil && sw != nil {
+		werr = sw.Flush() // the bytes held as a value's possible start: the body ended, they are none
 	}
 	closeRec.BytesIn = cw.n
 	switch {
@@ -756,7 +759,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		closeRec.Error = "relaying the response: " + upstreamBodyError(rerr)
 		panic(http.ErrAbortHandler)
 	}
-	scrubHeader(resp.Trailer, sc, found)
+	if sc != nil {
+		scrubHeader(resp.Trailer, sc, found)
+	}
 	for k, vs := range resp.Trailer {
 		dst[k] = vs
 	}
