@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -150,6 +151,11 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	ws := isWebSocket(head.Header)
 	out := &fs.out
 	out.init(head, u, ws) // plain HTTP: no secret's value goes in it (docs/secrets.md)
+	sc := s.scrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
+	if sc != nil {
+		askIdentity(out.Header)
+		delete(out.Header, "Sec-Websocket-Extensions")
+	}
 	// Reading the body and writing the answer renew an idle deadline on
 	// every call, so a client that stalls cannot hold the request forever
 	// while a slow, steady one is never cut off.
@@ -180,9 +186,9 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	rh, uc, err := s.roundTrip(ctx, &fs.watch, &fs.up, out, upstream)
 	closeRec.BytesOut = body.n.Load()
 	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), sc.String(err.Error(), nil)
 		c.extendWriteDeadline(idle) // the wait may have outlasted the last answer's deadline
-		writeSimple(c, closeRec.Status, "", "sbx: upstream "+upstream.String()+" failed: "+err.Error()+"\n", true, nil)
+		writeSimple(c, closeRec.Status, "", "sbx: upstream "+upstream.String()+" failed: "+closeRec.Error+"\n", true, nil)
 		return false
 	}
 	closeRec.Status = rh.Status
@@ -191,6 +197,12 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			uc.Close()
 			closeRec.Error = "upstream switched protocols unasked"
 			writeSimple(c, http.StatusBadGateway, "", "sbx: the upstream switched protocols unasked\n", true, nil)
+			return false
+		}
+		if sc != nil && webSocketExtensions(rh) {
+			uc.Close()
+			closeRec.Status, closeRec.Error = http.StatusBadGateway, "the upstream agreed to a WebSocket extension the gateway did not offer"
+			writeSimple(c, http.StatusBadGateway, "", "sbx: "+closeRec.Error+"\n", true, nil)
 			return false
 		}
 		defer uc.Close()
@@ -202,12 +214,22 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer s.releaseTunnel(c.client.Addr())
-		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc})
+		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		if uerr != "" {
 			closeRec.Error = uerr
 		}
 		return false
+	}
+	var codings []string
+	if sc != nil {
+		var refusal string
+		if codings, refusal = contentCodings(rh.values("Content-Encoding")); refusal != "" {
+			uc.Close()
+			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
+			writeSimple(c, http.StatusBadGateway, "", "sbx: "+refusal+"\n", true, nil)
+			return false
+		}
 	}
 	// Keep-alive needs the whole request body read, and a framing the
 	// client understands.
@@ -228,7 +250,13 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	// the upstream's next bytes: a stream (server-sent events) is not held
 	// back, and a response that came whole is still written at once.
 	uc.rd.flush = bw
-	reusable, werr := writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
+	var reusable bool
+	var werr error
+	if sc != nil {
+		reusable, keepAlive, werr = writeScrubbedResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, keepAlive, codings, sc, noteSecret(closeRec))
+	} else {
+		reusable, werr = writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
+	}
 	uc.rd.flush = nil
 	if werr == nil {
 		werr = bw.Flush()
@@ -555,14 +583,21 @@ func interceptStatus(d netpolicy.Decision) int {
 // until both sides have ended, either fails, or the relay idles out,
 // passing a side's end on as a tunnel does (tunnelEnd): a half-close as a
 // half-close, a reset as a reset. It returns the bytes sent to the client
-// and to the upstream, and the close record's error ("" for none).
-func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream) (in, out int64, errText string) {
+// and to the upstream, and the close record's error ("" for none). With
+// sc, the answer of a host a secret is bound to, the head's fields and
+// the frames to the client have every value replaced (found is called
+// with each name), and a frame sc cannot look into ends the relay.
+func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *secretscrub.Scrubber, found func(string)) (in, out int64, errText string) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
 	bw := bufio.NewWriter(cw)
 	bw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
 	for _, f := range rh.Fields {
 		if !asciiEqualFold(f.Name, "Transfer-Encoding") && !asciiEqualFold(f.Name, "Content-Length") {
+			if sc != nil {
+				writeField(bw, []byte(sc.String(string(f.Name), found)), []byte(sc.String(string(f.Value), found)))
+				continue
+			}
 			writeField(bw, f.Name, f.Value)
 		}
 	}
@@ -605,8 +640,18 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream) (in, 
 	// that never reads cannot hold the relay; the upstream's reads idle
 	// out as the tunnel's (uc.rd), and a silent upstream waits while the
 	// client sends.
-	buf := make([]byte, 32<<10)
 	var err error
+	if sc != nil {
+		_, err = sc.CopyFrames(&clientFrameWriter{c: c, w: cw, act: act, idle: idle}, &idleReader{r: up, act: act, idle: idle}, found)
+		end.direction(toClient, err, act)
+		out = <-done
+		end.closeBoth()
+		if err != nil && end.err == "" {
+			return cw.n, out, "relaying a WebSocket: " + err.Error()
+		}
+		return cw.n, out, end.err
+	}
+	buf := make([]byte, 32<<10)
 	for {
 		m, rerr := up.Read(buf)
 		if m > 0 {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -651,6 +652,10 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = nil // Go would add its own, as forwardHTTP keeps it out
 	}
+	sc := s.scrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
+	if sc != nil {
+		askIdentity(out.Header)
+	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
 	tg := &trailerGuard{s: s, req: r, r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
@@ -688,6 +693,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rt = secretInjector{s: s, host: t.Host, port: t.Port, next: rt}
 		}
 		if recorder != nil {
+			if sc != nil { // the recording gets the answer as the client does
+				rt = scrubTransport{sc: sc, found: noteSecret(closeRec), next: rt}
+			}
 			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}
 		resp, err = rt.RoundTrip(out)
@@ -701,7 +709,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
-		closeRec.Error = s.redactValues(closeRec.Error) // an upstream may echo the credential in a broken answer
+		// An upstream may echo the credential in a broken answer.
+		closeRec.Error = s.redactValues(sc.String(closeRec.Error, nil))
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -709,6 +718,19 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release() // before the body is closed: an unread body then closes the connection instead of draining it
 	closeRec.Status = resp.StatusCode
 	removeHopByHop(resp.Header, false)
+	var respBody io.Reader = resp.Body
+	var found func(string)
+	if sc != nil {
+		found = noteSecret(closeRec)
+		b, closeBody, refusal := scrubbedResponse(resp, sc, found)
+		if refusal != "" {
+			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
+			respond(w, http.StatusBadGateway, "", "sbx: "+refusal+"\n", nil)
+			return
+		}
+		defer closeBody()
+		respBody = b
+	}
 	dst := w.Header()
 	for k, vs := range resp.Header {
 		dst[k] = vs
@@ -721,7 +743,16 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.Flush() // the head now: a stream (server-sent events, a watch) may wait for its first event
 	}
 	cw := &countingWriter{w: w}
-	rerr, werr := relayBody(flushWriter{w: cw, rc: rc, idle: idle}, resp.Body)
+	var bodyW io.Writer = flushWriter{w: cw, rc: rc, idle: idle}
+	var sw *secretscrub.Writer
+	if sc != nil {
+		sw = sc.NewWriter(bodyW, found)
+		bodyW = sw
+	}
+	rerr, werr := relayBody(bodyW, respBody)
+	if werr == nil && rerr == nil && sw != nil {
+		werr = sw.Flush() // the bytes held as a value's possible start: the body ended, they are none
+	}
 	closeRec.BytesIn = cw.n
 	switch {
 	case werr != nil:
@@ -734,6 +765,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// close record and releases run as the panic unwinds.
 		closeRec.Error = "relaying the response: " + s.redactValues(upstreamBodyError(rerr))
 		panic(http.ErrAbortHandler)
+	}
+	if sc != nil {
+		scrubHeader(resp.Trailer, sc, found)
 	}
 	for k, vs := range resp.Trailer {
 		dst[k] = vs

@@ -87,6 +87,7 @@ func (l Limits) withDefaults() Limits {
 type Server struct {
 	cfg      serverConfig
 	inspect  inspectTransports // inspected requests go upstream through these
+	scrub    scrubState        // what bound hosts answer is scrubbed with (scrub.go)
 	limits   Limits
 	logger   *slog.Logger
 	resolver *Resolver

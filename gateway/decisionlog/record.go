@@ -261,8 +261,9 @@ type Record struct {
 	By         string
 	// Secret names the secret whose placeholder a request carried where
 	// the secret is not sent (docs/secrets.md), in the decision that
-	// blocked it; its name only, never its value or placeholder. It is
-	// left out when empty.
+	// blocked it; in a close record, the secrets (names joined with ",")
+	// whose values the answer held and the gateway replaced. Names only,
+	// never a value or placeholder. It is left out when empty.
 	Secret string
 	// Cap names the per-client cap that refused a decision (CapConns,
 	// CapTunnels; see FieldCap): when set, the record also has count.
