@@ -36,7 +36,10 @@ import (
 // gives back what it is sent, as real services do: an error quoting a
 // header, a debugging endpoint, a reflected request id, a key stored
 // and shown on a later request, a stream. Each shape echoes the key the
-// request carried (x-api-key, or Authorization's bearer token).
+// request carried (x-api-key, or Authorization's bearer token), or, for a
+// request that carried none (plain HTTP, which never gets the value), the
+// key it stored last: a host can show a key it was given over HTTPS on
+// any request.
 type echoingAPI struct {
 	mu      sync.Mutex
 	stored  string
@@ -51,22 +54,28 @@ func requestKey(r *http.Request) string {
 }
 
 func (e *echoingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := requestKey(r)
+	given := requestKey(r)
+	key := given
+	if key == "" {
+		e.mu.Lock()
+		key = e.stored
+		e.mu.Unlock()
+	}
 	h := w.Header()
 	switch r.URL.Path {
-	case "/v1/messages": // Anthropic's 400 for an unknown anthropic-beta value quotes it
+	case "/v1/messages": // Anthropic's 400 quoting a header value, here the key's (the gateway refuses a placeholder in anthropic-beta itself)
 		h.Set("Content-Type", "application/json")
-		h.Set("Request-Id", r.Header.Get("X-Request-Id"))
+		h.Set("Request-Id", key)
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"Unexpected value(s) `+"`%s`"+` for the `+"`anthropic-beta`"+` header. Please consult our documentation at docs.anthropic.com or try again without the header."}}`, r.Header.Get("Anthropic-Beta"))
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"Unexpected value(s) `+"`%s`"+` for the `+"`anthropic-beta`"+` header. Please consult our documentation at docs.anthropic.com or try again without the header."}}`, key)
 	case "/v1/models": // an OpenAI-style 401 quoting the key whole
 		h.Set("Content-Type", "application/json")
 		h.Set("Www-Authenticate", `Bearer realm="api", error="invalid_token", error_description="`+key+`"`)
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"error":{"message":"Incorrect API key provided: %s.","type":"invalid_request_error","code":"invalid_api_key"}}`, key)
 	case "/headers": // a debugging endpoint: every request header back, and Origin and the request id reflected
-		h.Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
-		h.Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		h.Set("Access-Control-Allow-Origin", key)
+		h.Set("X-Request-Id", key)
 		h.Set("X-Echo-Key", key)
 		json.NewEncoder(w).Encode(map[string]any{"headers": r.Header})
 	case "/trailer":
@@ -102,9 +111,11 @@ func (e *echoingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		io.WriteString(w, key[9:]+"\"}\n\n")
 	case "/store":
-		e.mu.Lock()
-		e.stored = key
-		e.mu.Unlock()
+		if given != "" {
+			e.mu.Lock()
+			e.stored = given
+			e.mu.Unlock()
+		}
 		w.WriteHeader(http.StatusCreated)
 	case "/later": // asked with no key at all
 		e.mu.Lock()
@@ -280,7 +291,32 @@ func newScrubSetup(t *testing.T) *scrubSetup {
 		c.CA, c.UpstreamRoots = s.ca, pool
 		c.Secrets = []*Secret{s.a}
 	})
+	// The host is given the key once over HTTPS, as a sandbox's agent
+	// gives it; it shows it again on any request, plain HTTP too.
+	proxy, _ := url.Parse("http://" + s.g.testGateway.addr)
+	roots := x509.NewCertPool()
+	roots.AddCert(s.ca.Certificate())
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "https://example.com:"+s.tlsPort.String()+"/store", nil)
+	req.Header.Set("X-Api-Key", s.a.Placeholder())
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("storing the key over HTTPS: %s", resp.Status)
+	}
 	return s
+}
+
+// withKey puts the placeholder in the credential header of a request to
+// base when base is HTTPS: only there does the gateway send the value.
+func withKey(req *http.Request, ph string) {
+	if req.URL.Scheme == "https" {
+		req.Header.Set("X-Api-Key", ph)
+	}
 }
 
 // rawConn keeps every byte a client reads from its connection.
@@ -422,11 +458,7 @@ func TestSecretEchoedIsScrubbed(t *testing.T) {
 				mark := ringMark(s.g.ring)
 				req, _ := http.NewRequest(tc.method, d.base+tc.path, strings.NewReader(`{"model":"claude"}`))
 				if tc.path != "/later" {
-					req.Header.Set("X-Api-Key", ph)
-					req.Header.Set("Authorization", "Bearer "+ph)
-					req.Header.Set("Anthropic-Beta", ph)
-					req.Header.Set("X-Request-Id", ph)
-					req.Header.Set("Origin", ph)
+					withKey(req, ph)
 				}
 				req.Header.Set("Accept-Encoding", "gzip, deflate, br, zstd")
 				resp, err := d.client.Do(req)
@@ -476,7 +508,7 @@ func TestSecretEchoUndecodableIsRefused(t *testing.T) {
 			for _, path := range []string{"/br", "/compress"} {
 				mark := ringMark(s.g.ring)
 				req, _ := http.NewRequest("GET", d.base+path, nil)
-				req.Header.Set("X-Api-Key", s.a.Placeholder())
+				withKey(req, s.a.Placeholder())
 				req.Header.Set("Accept-Encoding", "br")
 				resp, err := d.client.Do(req)
 				if err != nil {
@@ -505,7 +537,7 @@ func TestSecretEchoStreams(t *testing.T) {
 	for _, d := range s.doors(t) {
 		t.Run(d.name, func(t *testing.T) {
 			req, _ := http.NewRequest("GET", d.base+"/sse", nil)
-			req.Header.Set("X-Api-Key", s.a.Placeholder())
+			withKey(req, s.a.Placeholder())
 			resp, err := d.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -548,7 +580,7 @@ func TestSecretEchoWebSocket(t *testing.T) {
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
 		host := "example.com:" + s.plainPort.String()
-		fmt.Fprintf(c, "GET http://%s%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\nX-Api-Key: %s\r\n\r\n", host, path, host, ph)
+		fmt.Fprintf(c, "GET http://%s%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n", host, path, host)
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -660,7 +692,7 @@ func TestSecretEchoHTTP10(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "%s http://example.com:%s/v1/models HTTP/1.0\r\nX-Api-Key: %s\r\n\r\n", method, s.plainPort, s.a.Placeholder())
+		fmt.Fprintf(c, "%s http://example.com:%s/v1/models HTTP/1.0\r\n\r\n", method, s.plainPort)
 		got, err := io.ReadAll(c)
 		c.Close()
 		if err != nil {
