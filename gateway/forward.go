@@ -150,7 +150,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 
 	ws := isWebSocket(head.Header)
 	out := &fs.out
-	out.init(head, u, ws) // plain HTTP: no secret's value goes in it (docs/secrets.md)
+	out.init(head, u, ws)             // plain HTTP: no secret's value goes in it (docs/secrets.md)
 	sc := s.scrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
 	if sc != nil {
 		askIdentity(out.Header)

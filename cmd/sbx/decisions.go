@@ -19,9 +19,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/sandbox"
 )
 

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

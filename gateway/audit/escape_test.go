@@ -6,8 +6,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 

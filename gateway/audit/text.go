@@ -5,8 +5,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sbx-dev/sbx/gateway/escape"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/escape"
 )
 
 // Bounds of the strings a Summary keeps from a log, so that a log of huge
