@@ -11,15 +11,19 @@ import (
 
 // refuseOverTunnels logs the refusal of the tunnel rec decided, by its
 // client's tunnel cap (Limits.MaxTunnelsPerClient): a block by rule guard,
-// status 429, with cap decisionlog.CapTunnels. A flood of them is folded
+// status 429 for a CONNECT (proxied) and 0 for a captured connection,
+// closed unanswered, with cap decisionlog.CapTunnels. A flood of them is folded
 // as the refused connections are (logRefusal): the first refusalBurst
 // have records of their own, count 1; then at most one a refusalEvery,
 // whose count says how many it stands for, and what is still folded is
 // written refusalEvery after it began, or by Close. So every refusal is
 // counted in the log, and no number of them writes more than a few
 // records a second. The caller answers the client.
-func (s *Server) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.Time) {
+func (s *Server) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.Time, proxied bool) {
 	rec.Action, rec.Rule, rec.Enforced, rec.Status = string(netpolicy.Block), netpolicy.RuleGuard, true, http.StatusTooManyRequests
+	if !proxied {
+		rec.Status = 0 // closed unanswered, as refuseTunnel's
+	}
 	rec.Reason = fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)
 	s.metrics.decided(start)
 	// Counted after it is logged (or folded), as logRefusal's.

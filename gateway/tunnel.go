@@ -148,7 +148,7 @@ func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.S
 		return false
 	}
 	if !s.acquireTunnel(c.client.Addr()) {
-		s.refuseOverTunnels(c, rec, start)
+		s.refuseOverTunnels(c, rec, start, proxied)
 		if proxied {
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 		}

@@ -16,12 +16,20 @@ import (
 
 // tunnelCapCount sums the count fields of the decisions in ring that the
 // tunnels cap refused, and fails on such a record that does not name the
-// cap, the client, status 429 and a count.
+// cap, the client, its status (429 for a CONNECT, 0 for a captured
+// connection, closed unanswered) and a count.
 func tunnelCapCount(t *testing.T, ring *decisionlog.Ring, kind string) (sum uint64, records int) {
 	t.Helper()
+	status := 429.0
+	if kind == decisionlog.KindTransparent {
+		status = 0
+	}
 	for _, r := range ringRecords(t, ring) {
-		if r["event"] != decisionlog.EventDecision || r["status"] != 429.0 {
+		if r["event"] != decisionlog.EventDecision || r[decisionlog.FieldCap] != decisionlog.CapTunnels {
 			continue
+		}
+		if got, _ := r["status"].(float64); got != status {
+			t.Fatalf("record of a refusal by the tunnels cap: %v; want status %v", r, status)
 		}
 		n, ok := r[decisionlog.FieldCount].(float64)
 		reason, _ := r["reason"].(string)
