@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestPrivilegedFaultGCNeverTakesALiveSandbox(t *testing.T) {
 	state := filepath.Join(dir, "state")
 
 	stop := make(chan struct{})
-	var gcRuns int
+	var gcRuns atomic.Int64
 	gcDone := make(chan struct{})
 	go func() { // ends when stop is closed
 		defer close(gcDone)
@@ -50,7 +51,7 @@ func TestPrivilegedFaultGCNeverTakesALiveSandbox(t *testing.T) {
 			if out, err := exec.Command(bin, "gc", "--state-dir", state).CombinedOutput(); err != nil {
 				t.Errorf("sbx gc: %v\n%s", err, out)
 			}
-			gcRuns++
+			gcRuns.Add(1)
 		}
 	}()
 	defer func() {
@@ -165,9 +166,9 @@ func TestPrivilegedFaultGCNeverTakesALiveSandbox(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	t.Logf("%d sandboxes started, %d gc runs beside them", n, gcRuns)
-	if gcRuns < 3 {
-		t.Errorf("gc ran %d times; the test needs it to run throughout", gcRuns)
+	t.Logf("%d sandboxes started, %d gc runs beside them", n, gcRuns.Load())
+	if gcRuns.Load() < 3 {
+		t.Errorf("gc ran %d times; the test needs it to run throughout", gcRuns.Load())
 	}
 }
 
