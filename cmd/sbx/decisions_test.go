@@ -47,7 +47,7 @@ func TestFormatDroppedAndConn(t *testing.T) {
 			"12:00:00.000  dropped   3804 records left out of the log: over the decision log's rate limit of 1000 records a second (burst 20000)"},
 		{decisionlog.Record{Event: "dropped", Time: at, Count: 12, Reason: "over the rate", Targets: []decisionlog.DroppedTarget{
 			{Event: "decision", Method: "GET", Host: "a.test", Port: 80, Path: "/x\x1b[2J", Count: 7}, {Event: "close", Method: "GET", Host: "a.test", Port: 80, Path: "/x\x1b[2J", Count: 5}}},
-			"12:00:00.000  dropped   12 records left out of the log: over the rate; repeats of decision GET a.test:80/x?[2J ×7, close GET a.test:80/x?[2J ×5"},
+			"12:00:00.000  dropped   12 records left out of the log: over the rate; repeats of decision GET a.test:80/x\\x1b[2J ×7, close GET a.test:80/x\\x1b[2J ×5"},
 		{decisionlog.Record{Event: "decision", Time: at, Kind: "conn", Client: "10.213.0.6:4242", Action: "block", Enforced: true, Rule: "guard", Reason: "client 10.213.0.6 is not this gateway's sandbox"},
 			"12:00:00.000  block     conn        from 10.213.0.6:4242                      guard     client 10.213.0.6 is not this gateway's sandbox"},
 	} {

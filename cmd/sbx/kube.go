@@ -401,29 +401,19 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	fmt.Fprintf(stderr, "sbx kube: sandbox %s in namespace %s: gateway pod %s (%s), agent pod %s\n", s.ID, c.Namespace, kube.GatewayPodName(s.ID), created.GatewayIP, kube.ObjectName(s.ID))
-	agentIP, err := serveOnlyAgent(ctx, c, s)
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		return combine(err, c.Delete(rctx, s.ID))
-	}
-	fmt.Fprintf(stderr, "sbx kube: the gateway serves the agent pod's address %s alone\n", agentIP)
-	if !cmd.Flags().Changed("pids-limit") {
-		fmt.Fprintf(stderr, "sbx kube: the agent's processes are bounded by the node's kubelet (podPidsLimit), not by sbx: Kubernetes has no process limit for a pod\n")
-	}
-	if s.SkipPodRulesForTest {
-		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
-	}
-	if others, err := c.OtherPolicies(ctx, s.ID); err == nil && len(others) > 0 {
-		fmt.Fprintf(stderr, "sbx kube: WARNING: NetworkPolicies of namespace %s select sandbox %s's pods too (%s): policies add up, so what they allow its pods may do as well\n", c.Namespace, s.ID, strings.Join(others, ", "))
-	}
-	if logFile != nil {
-		logDone = saveDecisions(ctx, c, s.ID, logFile)
-	}
 	remove := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		return c.Delete(rctx, s.ID)
+	}
+	agentIP, err := serveOnlyAgent(ctx, c, s)
+	if err != nil {
+		return combine(err, remove())
+	}
+	fmt.Fprintf(stderr, "sbx kube: the gateway serves the agent pod's address %s alone\n", agentIP)
+	kubeRunNotes(ctx, stderr, c, s, !cmd.Flags().Changed("pids-limit"))
+	if logFile != nil {
+		logDone = saveDecisions(ctx, c, s.ID, logFile)
 	}
 	if o.detach {
 		// Until the agent runs; a pod that cannot start is removed.
@@ -454,6 +444,22 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return &exitError{code: code, err: errSilent}
 	}
 	return nil
+}
+
+// kubeRunNotes says on stderr what the user of a sandbox just made should
+// know: that the node bounds its processes (when they gave no
+// --pids-limit, noPidsLimit), that it runs without in-pod rules (a test
+// flag), and which other NetworkPolicies select its pods.
+func kubeRunNotes(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube.Spec, noPidsLimit bool) {
+	if noPidsLimit {
+		fmt.Fprintf(stderr, "sbx kube: the agent's processes are bounded by the node's kubelet (podPidsLimit), not by sbx: Kubernetes has no process limit for a pod\n")
+	}
+	if s.SkipPodRulesForTest {
+		fmt.Fprintf(stderr, "sbx kube: WARNING: sandbox %s has no in-pod rules (--test-no-pod-rules): only its NetworkPolicy confines it\n", s.ID)
+	}
+	if others, err := c.OtherPolicies(ctx, s.ID); err == nil && len(others) > 0 {
+		fmt.Fprintf(stderr, "sbx kube: WARNING: NetworkPolicies of namespace %s select sandbox %s's pods too (%s): policies add up, so what they allow its pods may do as well\n", c.Namespace, s.ID, strings.Join(others, ", "))
+	}
 }
 
 // createLogFile creates --log's file, new or empty, mode 0600.

@@ -103,13 +103,23 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 	policy := "rules:\n" +
 		"  - {id: claude, host: api.anthropic.com, action: intercept, response: {llm: script.yaml}}\n" +
 		"  - {id: gpt, host: api.openai.com, action: intercept, response: {llm: script.yaml}}\n"
-	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o644); err != nil {
+	// Outside the -v volume the sandbox writes: sbx refuses a policy file
+	// there.
+	pdir := t.TempDir()
+	script, err := os.ReadFile(filepath.Join(dir, "script.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "script.yaml"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(policy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logFile = filepath.Join(state, "policy-decisions.jsonl")
 	runAgent(t, "policy form", []string{"run", "--runtime", "containerd", "--quiet", "--state-dir", filepath.Join(state, "state"),
 		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir + ":/agent", "-w", "/agent",
-		"--policy", filepath.Join(dir, "policy.yaml"), "--", "node", "agent.js"})
+		"--policy", filepath.Join(pdir, "policy.yaml"), "--", "node", "agent.js"})
 	recs = readRecords(t, logFile)
 	for host, rule := range map[string]string{"api.anthropic.com": "claude", "api.openai.com": "gpt"} {
 		for _, kind := range []string{"https", "transparent"} {
