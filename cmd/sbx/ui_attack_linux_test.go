@@ -19,6 +19,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/ui"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -254,25 +255,9 @@ func TestPrivilegedUIStolenCookie(t *testing.T) {
 // answered, and the new question stays pending. After the delay, the
 // same click answers it.
 func TestUIAnswerRaceInChromium(t *testing.T) {
-	needChromium(t)
-	stateDir, logDir := t.TempDir(), t.TempDir()
 	const id = "0dec1de5"
-	gw, upstream := startRecordedGatewaySpec(t, stateDir, logDir, id,
-		netpolicy.Spec{Default: netpolicy.Ask, AskTimeout: netpolicy.Duration(3 * time.Second)})
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	uiURL, _ := startUICommand(t, ctx, stateDir, logDir)
-	client, err := hostSandboxes{stateDir: stateDir, logDir: logDir}.Client(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-
-	b := uiBrowser{t, startChromium(t)}
-	b.do("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
-	b.do("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
-	waitText(t, b.ctx, "#live", "live")
+	page := openAskSandbox(t, id, 3*time.Second)
+	gw, upstream, client, b, logDir := page.gw, page.upstream, page.client, page.b, page.logDir
 
 	// The first question, looked at: where its button is.
 	heldGet(gw, "http://"+upstream+"/first")
@@ -321,25 +306,9 @@ func TestUIAnswerRaceInChromium(t *testing.T) {
 // and after a reload; the page does not scroll sideways; allow once,
 // clicked, lets the requests through.
 func TestUILongTargetInChromium(t *testing.T) {
-	needChromium(t)
-	stateDir, logDir := t.TempDir(), t.TempDir()
 	const id = "0b16a7c5"
-	gw, upstream := startRecordedGatewaySpec(t, stateDir, logDir, id,
-		netpolicy.Spec{Default: netpolicy.Ask, AskTimeout: netpolicy.Duration(2 * time.Minute)})
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	uiURL, _ := startUICommand(t, ctx, stateDir, logDir)
-	client, err := hostSandboxes{stateDir: stateDir, logDir: logDir}.Client(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-
-	b := uiBrowser{t, startChromium(t)}
-	b.do("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
-	b.do("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
-	waitText(t, b.ctx, "#live", "live")
+	page := openAskSandbox(t, id, 2*time.Minute)
+	gw, upstream, client, b := page.gw, page.upstream, page.client, page.b
 
 	path := "/" + strings.Repeat("a", 2000)
 	var held []<-chan int
@@ -393,4 +362,40 @@ func TestUILongTargetInChromium(t *testing.T) {
 			t.Errorf("held request %d: not completed 10 s after allow once", i)
 		}
 	}
+}
+
+// askSandboxPage is a sandbox whose default is ask, with its gateway, the
+// upstream it may reach, an API client of it, and its page in `sbx ui`
+// open in Chromium, showing no question yet.
+type askSandboxPage struct {
+	gw       *gateway.Gateway
+	upstream string
+	client   *api.Client
+	b        uiBrowser
+	logDir   string
+}
+
+// openAskSandbox starts sandbox id's gateway (questions time out after
+// askTimeout) and `sbx ui`, and opens the sandbox's page as a user would:
+// the printed URL, then the sandbox's link. All of it ends with the test.
+func openAskSandbox(t *testing.T, id string, askTimeout time.Duration) askSandboxPage {
+	t.Helper()
+	needChromium(t)
+	stateDir, logDir := t.TempDir(), t.TempDir()
+	gw, upstream := startRecordedGatewaySpec(t, stateDir, logDir, id,
+		netpolicy.Spec{Default: netpolicy.Ask, AskTimeout: netpolicy.Duration(askTimeout)})
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	uiURL, _ := startUICommand(t, ctx, stateDir, logDir)
+	client, err := hostSandboxes{stateDir: stateDir, logDir: logDir}.Client(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	b := uiBrowser{t, startChromium(t)}
+	b.do("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
+	b.do("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
+	waitText(t, b.ctx, "#live", "live")
+	return askSandboxPage{gw: gw, upstream: upstream, client: client, b: b, logDir: logDir}
 }
