@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -31,26 +30,8 @@ func TestPrivilegedFaultGCDuringStarts(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 
-	stop := make(chan struct{})
-	var gcRuns, gcCleaned atomic.Int64
-	var gcWG sync.WaitGroup
-	gcWG.Add(1)
-	go func() { // ends when stop is closed
-		defer gcWG.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			out, err := exec.Command(bin, "gc", "--state-dir", state).CombinedOutput()
-			gcRuns.Add(1)
-			if err != nil {
-				t.Errorf("sbx gc: %v\n%s", err, out)
-			}
-			gcCleaned.Add(int64(strings.Count(string(out), "removed")))
-		}
-	}()
+	gcRuns, stopGC := gcLoop(t, bin, state)
+	defer stopGC()
 
 	const n = 20
 	var wg sync.WaitGroup
@@ -74,8 +55,7 @@ func TestPrivilegedFaultGCDuringStarts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	gcWG.Wait()
+	stopGC()
 	for _, r := range results {
 		if r != "" {
 			t.Error(r)

@@ -37,27 +37,8 @@ func TestPrivilegedFaultGCNeverTakesALiveSandbox(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
 
-	stop := make(chan struct{})
-	var gcRuns atomic.Int64
-	gcDone := make(chan struct{})
-	go func() { // ends when stop is closed
-		defer close(gcDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if out, err := exec.Command(bin, "gc", "--state-dir", state).CombinedOutput(); err != nil {
-				t.Errorf("sbx gc: %v\n%s", err, out)
-			}
-			gcRuns.Add(1)
-		}
-	}()
-	defer func() {
-		close(stop)
-		<-gcDone
-	}()
+	gcRuns, stopGC := gcLoop(t, bin, state)
+	defer stopGC()
 
 	// running holds the sandboxes whose command said it runs, with when
 	// the test read that; the command then runs 4 s, and is checked only
@@ -305,4 +286,29 @@ func unheldLeases() []string {
 		f.Close()
 	}
 	return left
+}
+
+// gcLoop runs `sbx gc --state-dir state` in a loop, each run's failure an
+// error of t's, until stop is called; stop returns once the last run has
+// ended. runs counts the runs so far.
+func gcLoop(t *testing.T, bin, state string) (runs *atomic.Int64, stop func()) {
+	t.Helper()
+	runs = new(atomic.Int64)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() { // ends when quit is closed
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if out, err := exec.Command(bin, "gc", "--state-dir", state).CombinedOutput(); err != nil {
+				t.Errorf("sbx gc: %v\n%s", err, out)
+			}
+			runs.Add(1)
+		}
+	}()
+	var once sync.Once
+	return runs, func() { once.Do(func() { close(quit); <-done }) }
 }
