@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // update rewrites the generated parts of the docs (the import rules of
@@ -116,7 +118,7 @@ func TestArchitectureDocIsTrue(t *testing.T) {
 		t.Logf("rewrote the import rules of docs/architecture.md")
 		text = updated
 	} else if got != want {
-		t.Errorf("docs/architecture.md's import rules differ from cmd/sbx/layering_test.go's layers (go test ./cmd/sbx -run TestArchitectureDocIsTrue -update rewrites them):\n--- doc\n%s--- layers\n%s", got, want)
+		t.Errorf("docs/architecture.md's import rules differ from cmd/sbx/layering_test.go's layers (-doc +layers; go test ./cmd/sbx -run TestArchitectureDocIsTrue -update rewrites them):\n%s", cmp.Diff(strings.Split(got, "\n"), strings.Split(want, "\n")))
 	}
 
 	pkgs := modulePackages(t)
@@ -147,12 +149,17 @@ func checkEveryPackageLayered(t *testing.T, pkgs []string) {
 }
 
 // checkPackageTable reports every package of pkgs without a row in the
-// package table of text (a scripts' program: without its name in the
+// package table of text (its section "## Packages") (a scripts' program: without its name in the
 // "scripts/" row), and every row for a package pkgs lacks.
 func checkPackageTable(t *testing.T, text string, pkgs []string) {
 	t.Helper()
+	_, section, ok := strings.Cut(text, "\n## Packages\n")
+	if !ok {
+		t.Fatal("docs/architecture.md has no section \"## Packages\"")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\| (.*) \\|$").FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\| (.*) \\|$").FindAllStringSubmatch(section, -1) {
 		rows[m[1]] = m[2]
 	}
 	for _, pkg := range pkgs {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -172,7 +173,7 @@ func TestCLIDocFlags(t *testing.T) {
 		t.Fatalf("docs/cli.md: %v", err)
 	}
 	if want := renderCommands(root); got != want {
-		drift = append(drift, fmt.Sprintf("the summary of commands differs from the command tree:\n--- doc\n%s--- sbx\n%s", got, want))
+		drift = append(drift, fmt.Sprintf("the summary of commands differs from the command tree (-doc +sbx):\n%s", lineDiff(got, want)))
 	}
 	doc = updated
 
@@ -196,7 +197,7 @@ func TestCLIDocFlags(t *testing.T) {
 			problems = append(problems, problem)
 			want = body
 		} else if body != want {
-			drift = append(drift, fmt.Sprintf("the flags of %s differ from the command's:\n--- doc\n%s--- sbx\n%s", strings.Join(names, ", "), body, want))
+			drift = append(drift, fmt.Sprintf("the flags of %s differ from the command's (-doc +sbx):\n%s", strings.Join(names, ", "), lineDiff(body, want)))
 		}
 		for _, n := range names {
 			if documented[n] {
@@ -240,4 +241,9 @@ func renderSection(root *cobra.Command, names []string) (table, problem string) 
 		table = r
 	}
 	return table, ""
+}
+
+// lineDiff returns the difference of two texts, line by line.
+func lineDiff(doc, code string) string {
+	return cmp.Diff(strings.Split(doc, "\n"), strings.Split(code, "\n"))
 }
