@@ -280,6 +280,26 @@ func subcommand(c *cobra.Command, name string) *cobra.Command {
 	return nil
 }
 
+// checkSynopsisFlags reports a synopsis line that says [flags] of a
+// command that takes none of its own, or is none.
+func checkSynopsisFlags(root *cobra.Command, line string) string {
+	if !strings.Contains(line, "[flags]") {
+		return ""
+	}
+	c := root
+	for _, w := range strings.Fields(line)[1:] {
+		sub := subcommand(c, w)
+		if sub == nil {
+			break
+		}
+		c = sub
+	}
+	if len(docFlags(c)) == 0 {
+		return fmt.Sprintf("%q: %s takes no flags but --help", line, c.CommandPath())
+	}
+	return ""
+}
+
 // isGroup reports whether c only groups subcommands (it runs showHelp).
 func isGroup(c *cobra.Command) bool {
 	return c.HasSubCommands() && c.Runnable() && fmt.Sprintf("%p", c.RunE) == fmt.Sprintf("%p", showHelp)
@@ -305,6 +325,11 @@ func TestDocExamplesNameRealCommands(t *testing.T) {
 				checked++
 				if p := checkCommandLine(root, line); p != "" {
 					t.Errorf("%s:%d: %s", ex.page, ex.line, p)
+				}
+				if ex.kind == "synopsis" {
+					if p := checkSynopsisFlags(root, line); p != "" {
+						t.Errorf("%s:%d: %s", ex.page, ex.line, p)
+					}
 				}
 			}
 		}
