@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -211,4 +212,43 @@ func trimLines(lines []string) []string {
 		out = out[:len(out)-1]
 	}
 	return out
+}
+
+// TestReadmeBuildMakesAStaticSbx: the build README.md gives (the code
+// span with "go build ... ./cmd/sbx") makes an sbx that sbx kube image
+// can put in an image, which wants a static executable; and its go
+// install sets the same environment. The build's -o is a temporary file.
+func TestReadmeBuildMakesAStaticSbx(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(data)), " ") // spans broken across lines
+	var build, install string
+	for _, m := range regexp.MustCompile("`([^`]*go (?:build|install) [^`]*)`").FindAllStringSubmatch(text, -1) {
+		switch {
+		case strings.Contains(m[1], "go build") && strings.HasSuffix(m[1], "./cmd/sbx"):
+			build = m[1]
+		case strings.Contains(m[1], "go install"):
+			install = m[1]
+		}
+	}
+	if build == "" || install == "" {
+		t.Fatalf("README.md has no `... go build ... ./cmd/sbx` (%q) or `... go install ...` (%q)", build, install)
+	}
+	env, _, _ := strings.Cut(build, "go build")
+	if !strings.HasPrefix(install, env+"go install") {
+		t.Errorf("README.md's go install (%q) does not build as its go build does (%q)", install, build)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sbx")
+	command := regexp.MustCompile(`-o \S+`).ReplaceAllString(build, "-o "+bin)
+	cmd := exec.Command("/bin/sh", "-c", command)
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("README.md's build, %s: %v\n%s", command, err, out)
+	}
+	if out, err := exec.Command(bin, "kube", "image", "-o", filepath.Join(dir, "sbx.tar")).CombinedOutput(); err != nil {
+		t.Errorf("sbx kube image of the sbx README.md's build makes: %v\n%s", err, out)
+	}
 }
