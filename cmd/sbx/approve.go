@@ -33,7 +33,7 @@ sbx decisions --follow show it) or by HOST[:PORT].
 
 Without --session or --always the answer is for the requests held now:
 the next request asks again. --session also adds a rule for the host and
-port to the sandbox's running policy (sbx policy list shows it);
+port to the sandbox's running policy (sbx policy show shows it);
 --always also writes that rule to the run's --approvals file (else its
 YAML --policy file), so that later runs are not asked.
 

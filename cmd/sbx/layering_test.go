@@ -315,38 +315,3 @@ func TestCLIFunctionsAreShort(t *testing.T) {
 		t.Fatal("no Go files of cmd/sbx found to check")
 	}
 }
-
-// TestArchitectureDocIsTrue keeps docs/architecture.md true to the code:
-// every package of the module (but the scripts' programs) has a row in
-// its package table, every package the layering rules cover has a rule
-// line there ("- `pkg` ..."), and the table names no package that does
-// not exist.
-func TestArchitectureDocIsTrue(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "architecture.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(doc)
-	var pkgs []string
-	for line := range strings.Lines(goCmd(t, nil, "list", "./...")) {
-		pkg := strings.TrimPrefix(strings.TrimSpace(line), modulePath+"/")
-		if pkg != "" && !strings.HasPrefix(pkg, "scripts/") {
-			pkgs = append(pkgs, pkg)
-		}
-	}
-	for _, pkg := range pkgs {
-		if !strings.Contains(text, "| `"+pkg+"` |") {
-			t.Errorf("docs/architecture.md's package table has no row for %s", pkg)
-		}
-	}
-	for _, l := range layers {
-		if l.pkg != "sandbox/sandboxtest" && !strings.Contains(text, "\n- `"+l.pkg+"`") {
-			t.Errorf("docs/architecture.md states no rule for %s (a line \"- `%s` ...\"); the layering test's is %q", l.pkg, l.pkg, l.rule)
-		}
-	}
-	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z/]+)` \\|").FindAllStringSubmatch(text, -1) {
-		if !slices.Contains(pkgs, m[1]) && m[1] != "scripts/" && m[1] != "docs/examples/" {
-			t.Errorf("docs/architecture.md's package table names %s, which is not a package of the module", m[1])
-		}
-	}
-}
