@@ -227,7 +227,9 @@ func TestWaitGetsTheAnswer(t *testing.T) {
 		want  netpolicy.Decision
 		ended bool
 	}{
-		{"allow once", func(r *testRegistry, id string, _ func()) { r.Answer(id, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}) },
+		{"allow once", func(r *testRegistry, id string, _ func()) {
+			r.Answer(id, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI})
+		},
 			netpolicy.Decision{Action: netpolicy.Allow, Rule: netpolicy.RuleDefault, Reason: reason("allowed once by cli")}, true},
 		{"deny for the session", func(r *testRegistry, id string, _ func()) { r.Answer(id, Answer{Scope: ScopeSession, By: ByAPI}) },
 			netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleDefault, Reason: reason("denied for this session by api")}, true},
