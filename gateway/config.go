@@ -89,11 +89,11 @@ type Config struct {
 	// takes the default Limits names.
 	Limits Limits
 	// ApprovalsFile is the YAML policy file that an answer of scope
-	// always writes its rule to (netpolicy.AddApprovedRule): in sbx run,
+	// always writes its rule to (approval.AddApprovedRule): in sbx run,
 	// --approvals FILE, else a YAML --policy file. "" refuses always
 	// answers with approval.ErrNoFile. How long a request whose verdict is
 	// ask is held is the policy's (ask_timeout, --ask-timeout). A caller
-	// that pins the file (netpolicy.PinApprovalsFile) before anything
+	// that pins the file (approval.PinFile) before anything
 	// untrusted runs, as sbx run does, has it written through what was
 	// resolved then.
 	ApprovalsFile string

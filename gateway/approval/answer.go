@@ -85,7 +85,7 @@ func (r *Registry) answerRule(id string, key questionKey, a Answer) error {
 	rule := answerRuleOf(key, action)
 	if a.Scope == ScopeAlways {
 		comment := fmt.Sprintf("%s %s by %s at %s (sbx, question %s)", verbOf(a), scopeWord(a.Scope), a.By, time.Now().UTC().Format(time.RFC3339), id)
-		if err := netpolicy.AddApprovedRule(r.cfg.File, rule, comment); err != nil {
+		if err := AddApprovedRule(r.cfg.File, rule, comment); err != nil {
 			return fmt.Errorf("writing the always answer's rule: %w", err)
 		}
 	}

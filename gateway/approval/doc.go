@@ -1,6 +1,7 @@
 // Package approval holds the requests whose verdict is ask until a person
 // answers (docs/gateway.md, "Ask: held requests and their answers"): the
-// questions, the answers, and the rules answers add.
+// questions, the answers, the rules answers add, and the approvals file
+// always answers write.
 //
 // A Registry keeps one question per host, port, method and path (a
 // tunnel's question has no method or path): requests that show the same
@@ -15,11 +16,17 @@
 // asked. Answer carries out an answer once: a second answer meanwhile is
 // refused (ErrAnswered); once answers the held requests only, session
 // also adds a rule no wider than the question to the running policy,
-// always also writes that rule to the approvals file
-// (netpolicy.AddApprovedRule, which bounds its read to 1 MiB and locks
-// the file). Every question and every answer, timeouts and Close's
-// included, is logged as an approval record through Gateway.Emit before
-// the requests it reaches wake.
+// always also writes that rule to the approvals file. Every question and
+// every answer, timeouts and Close's included, is logged as an approval
+// record through Gateway.Emit before the requests it reaches wake.
+//
+// AddApprovedRule writes a rule to an approvals file (a YAML policy
+// file), keeping its rules and comments: it reads at most MaxFileSize,
+// refuses a file another user owns or others may write, takes flock on
+// ".NAME.lock" beside it (which every sbx process takes), and replaces it
+// atomically. PinFile opens the file's directory once, before anything
+// untrusted runs; AddApprovedRule then reads and writes through it, and
+// never through a symbolic link.
 //
 // The package defines the types of a question and an answer (Approval,
 // Answer, Scope, the answerers, the errors), which the management API
@@ -27,5 +34,5 @@
 // a held request's client (its hanging up ends the ctx given to Wait)
 // and renews its deadlines. It does not decide verdicts (netpolicy), nor
 // resolve or guard addresses (the gateway, through Gateway), nor refuse
-// an approvals file the sandbox can write (sandbox/run, at the start).
+// at the start an approvals file the sandbox can write (sandbox/run).
 package approval

@@ -30,7 +30,7 @@ type Config struct {
 	// Gateway guards and logs for the registry. Required.
 	Gateway Gateway
 	// File is the approvals file an always answer writes its rule to
-	// (netpolicy.AddApprovedRule); "" refuses always answers with
+	// (AddApprovedRule); "" refuses always answers with
 	// ErrNoFile.
 	File string
 	// Max bounds the requests held at once; 0 is MaxPending.
