@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -31,8 +32,8 @@ func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return g.s.cfg.MockLLM, g.s.cfg.LLMScripts
 }
 
-func (g apiGateway) Approvals() []api.Approval { return g.s.Approvals() }
+func (g apiGateway) Approvals() []api.Approval { return g.s.approvals.List() }
 
 func (g apiGateway) AnswerApproval(id string, a api.ApprovalAnswer) (api.Approval, error) {
-	return g.s.AnswerApproval(id, Answer{Allow: a.Answer == api.AnswerAllow, Scope: Scope(a.Scope), By: a.By})
+	return g.s.approvals.Answer(id, approval.Answer{Allow: a.Answer == api.AnswerAllow, Scope: approval.Scope(a.Scope), By: a.By})
 }

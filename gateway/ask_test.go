@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -42,20 +43,30 @@ func getAsync(c *http.Client, url string) <-chan askResult {
 
 // waitQuestion waits for a pending question about host:port with at least
 // waiting requests on it and returns it.
-func waitQuestion(t *testing.T, s *Server, host string, port uint16, waiting int) Approval {
+func waitQuestion(t *testing.T, s *Server, host string, port uint16, waiting int) approval.Approval {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		for _, a := range s.Approvals() {
+		for _, a := range s.approvals.List() {
 			if a.Host == host && a.Port == port && a.Waiting >= waiting {
 				return a
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no question about %s:%d with %d waiting; pending: %+v", host, port, waiting, s.Approvals())
+			t.Fatalf("no question about %s:%d with %d waiting; pending: %+v", host, port, waiting, s.approvals.List())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// pendingQuestion returns the pending question id of s, or false.
+func pendingQuestion(s *Server, id string) (approval.Approval, bool) {
+	for _, a := range s.approvals.List() {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return approval.Approval{}, false
 }
 
 // result waits for a held request's result.
@@ -116,7 +127,7 @@ func TestAskHeldThenAllowedOnce(t *testing.T) {
 	if q.Rule != netpolicy.RuleDefault || q.Kind != decisionlog.KindHTTP || q.Method != "GET" || q.Path != "/v1/x" {
 		t.Errorf("question: got %+v, want rule default, kind http, GET /v1/x", q)
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatalf("AnswerApproval: %v", err)
 	}
 	if r := result(t, ch); r.status != 200 {
@@ -141,14 +152,14 @@ func TestAskHeldThenAllowedOnce(t *testing.T) {
 	if q2.ID == q.ID {
 		t.Errorf("second question: got the first's id %s", q.ID)
 	}
-	if _, err := g.srv.AnswerApproval(q2.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByAPI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q2.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, ch); r.status != 403 || !strings.Contains(r.header.Get(HeaderReason), "denied once by api") {
 		t.Errorf("denied request: got %d %q, want 403 denied once by api", r.status, r.header.Get(HeaderReason))
 	}
 	// An answered question cannot be answered again.
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); !errors.Is(err, ErrApprovalNotFound) {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); !errors.Is(err, approval.ErrNotFound) {
 		t.Errorf("answering twice: got %v, want ErrApprovalNotFound", err)
 	}
 }
@@ -165,7 +176,7 @@ func TestAskHeldThenDeniedConnect(t *testing.T) {
 	if q.Kind != decisionlog.KindConnect {
 		t.Errorf("question kind: got %s, want connect", q.Kind)
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByAPI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 		t.Fatal(err)
 	}
 	r := result(t, done)
@@ -184,14 +195,14 @@ func TestAskTimeoutBlocksWithTheReason(t *testing.T) {
 	if el := time.Since(start); el < time.Second {
 		t.Errorf("blocked after %v, before the 1s timeout", el)
 	}
-	if rec := g.lastDecision(t); rec["action"] != "block" || rec["enforced"] != true || !strings.Contains(rec["reason"].(string), ReasonNoAnswer) {
+	if rec := g.lastDecision(t); rec["action"] != "block" || rec["enforced"] != true || !strings.Contains(rec["reason"].(string), approval.ReasonNoAnswer) {
 		t.Errorf("decision record: got %v", rec)
 	}
 	recs := g.approvalRecords(t)
-	if len(recs) != 2 || recs[1]["by"] != ByTimeout || recs[1]["answer"] != "deny" || recs[1]["port"] != float64(port) {
+	if len(recs) != 2 || recs[1]["by"] != approval.ByTimeout || recs[1]["answer"] != "deny" || recs[1]["port"] != float64(port) {
 		t.Errorf("approval records: got %v, want a question and a deny by timeout", recs)
 	}
-	if p := g.srv.Approvals(); len(p) != 0 {
+	if p := g.srv.approvals.List(); len(p) != 0 {
 		t.Errorf("pending after the timeout: %+v", p)
 	}
 }
@@ -210,10 +221,10 @@ func TestAskOneQuestionPerHostAndPort(t *testing.T) {
 	if qo.ID == q.ID {
 		t.Fatalf("another port got the same question %s", q.ID)
 	}
-	if n := len(g.srv.Approvals()); n != 2 {
+	if n := len(g.srv.approvals.List()); n != 2 {
 		t.Errorf("pending: got %d questions, want 2 (one per host and port)", n)
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	for name, ch := range map[string]<-chan askResult{"a": a, "b": b} {
@@ -222,7 +233,7 @@ func TestAskOneQuestionPerHostAndPort(t *testing.T) {
 		}
 	}
 	stillHeld(t, other)
-	if _, err := g.srv.AnswerApproval(qo.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(qo.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, other); r.status != 403 {
@@ -268,7 +279,7 @@ func TestAskNeverForGuardOrInvalid(t *testing.T) {
 	if recs := g.approvalRecords(t); len(recs) != 0 {
 		t.Errorf("approval records: got %v, want none", recs)
 	}
-	if p := g.srv.Approvals(); len(p) != 0 {
+	if p := g.srv.approvals.List(); len(p) != 0 {
 		t.Errorf("pending questions: got %+v, want none", p)
 	}
 }
@@ -298,7 +309,7 @@ func TestAskSessionAddsARule(t *testing.T) {
 	if q.Rule != "q" {
 		t.Errorf("question's rule: got %q, want q", q.Rule)
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeSession, By: ByUI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeSession, By: approval.ByUI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, ch); r.status != 200 {
@@ -316,13 +327,13 @@ func TestAskSessionAddsARule(t *testing.T) {
 	if rec := g.lastDecision(t); rec["rule"] != rules[1].ID {
 		t.Errorf("decided by %v, want the new rule %s", rec["rule"], rules[1].ID)
 	}
-	if p := g.srv.Approvals(); len(p) != 0 {
+	if p := g.srv.approvals.List(); len(p) != 0 {
 		t.Errorf("asked again: %+v", p)
 	}
 	// A session deny adds a block rule.
 	ch = getAsync(c, fmt.Sprintf("http://other.test:%d/", port))
 	q = waitQuestion(t, g.srv, "other.test", port, 1)
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: false, Scope: ScopeSession, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: false, Scope: approval.ScopeSession, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, ch); r.status != 403 {
@@ -367,7 +378,7 @@ func TestAskAlwaysWritesTheFile(t *testing.T) {
 	url := fmt.Sprintf("http://api.test:%d/", port)
 	ch := getAsync(c, url)
 	q := waitQuestion(t, g.srv, "api.test", port, 1)
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeAlways, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeAlways, By: approval.ByCLI}); err != nil {
 		t.Fatalf("AnswerApproval: %v", err)
 	}
 	if r := result(t, ch); r.status != 200 {
@@ -412,23 +423,23 @@ func TestAskAlwaysWithoutAFileIsRefused(t *testing.T) {
 	g, c, base, port := askGateway(t, time.Minute, nil)
 	ch := getAsync(c, base+"/")
 	q := waitQuestion(t, g.srv, "api.test", port, 1)
-	_, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeAlways, By: ByCLI})
-	if !errors.Is(err, ErrNoApprovalsFile) || !strings.Contains(err.Error(), "answer with scope session") {
+	_, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeAlways, By: approval.ByCLI})
+	if !errors.Is(err, approval.ErrNoFile) || !strings.Contains(err.Error(), "answer with scope session") {
 		t.Fatalf("always without a file: got %v, want ErrNoApprovalsFile saying what to do", err)
 	}
 	// The question is still pending, and the policy as it was.
-	if _, ok := g.srv.approvals.get(q.ID); !ok {
+	if _, ok := pendingQuestion(g.srv, q.ID); !ok {
 		t.Errorf("the question is no longer pending")
 	}
 	if n := len(g.store.Load().Policy().Rules()); n != 0 {
 		t.Errorf("rules: got %d, want 0", n)
 	}
-	for _, bad := range []Answer{{Allow: true, Scope: "forever", By: ByCLI}, {Allow: true, Scope: ScopeOnce}} {
-		if _, err := g.srv.AnswerApproval(q.ID, bad); !errors.Is(err, ErrInvalidAnswer) {
+	for _, bad := range []approval.Answer{{Allow: true, Scope: "forever", By: approval.ByCLI}, {Allow: true, Scope: approval.ScopeOnce}} {
+		if _, err := g.srv.approvals.Answer(q.ID, bad); !errors.Is(err, approval.ErrInvalidAnswer) {
 			t.Errorf("answer %+v: got %v, want ErrInvalidAnswer", bad, err)
 		}
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, ch); r.status != 200 {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -98,7 +99,7 @@ func TestAskClientGoneEndsTheHold(t *testing.T) {
 			c.Close()
 			for waiting := 1; waiting != 0; {
 				waiting = -1
-				for _, a := range g.srv.Approvals() {
+				for _, a := range g.srv.approvals.List() {
 					if a.ID == q.ID {
 						waiting = a.Waiting
 					}
@@ -109,7 +110,7 @@ func TestAskClientGoneEndsTheHold(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+			if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 				t.Fatal(err)
 			}
 			dec := g.waitRecord(t, "the held request's decision", func(r map[string]any) bool {
@@ -157,11 +158,11 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 	raw := tcpServer(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
 	rawPort := uint16(raw.Addr().(*net.TCPAddr).Port)
 	g := startGatewayWith(t, askSpec(time.Minute), map[string]string{"api.test": "127.0.0.1", "other.test": "127.0.0.1"}, nil)
-	answer := func(port uint16, scope Scope) {
+	answer := func(port uint16, scope approval.Scope) {
 		t.Helper()
 		q := waitQuestion(t, g.srv, "api.test", port, 1)
 		time.Sleep(50 * time.Millisecond) // the watch is reading by now
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: scope, By: ByCLI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: scope, By: approval.ByCLI}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,7 +184,7 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 	t.Run("pipelined", func(t *testing.T) {
 		c := dialProxy(t, g.addr)
 		fmt.Fprintf(c, "GET http://api.test:%[1]d/a HTTP/1.1\r\nHost: api.test:%[1]d\r\n\r\nGET http://api.test:%[1]d/a/b HTTP/1.1\r\nHost: api.test:%[1]d\r\n\r\n", port)
-		answer(port, ScopeSession) // the second request is then allowed by the session's rule (GET, path /a)
+		answer(port, approval.ScopeSession) // the second request is then allowed by the session's rule (GET, path /a)
 		br := bufio.NewReader(c)
 		for _, want := range []string{"/a", "/a/b"} {
 			if e := readEcho(t, br); e.Path != want {
@@ -202,7 +203,7 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		io.WriteString(c, " world") // the rest of the body comes during the hold
 		time.Sleep(50 * time.Millisecond)
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 			t.Fatal(err)
 		}
 		if e := readEcho(t, bufio.NewReader(c)); e.Method != "POST" || e.Body != "hello world" {
@@ -217,10 +218,10 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 		fmt.Fprintf(c, "POST http://other.test:%[1]d/big HTTP/1.1\r\nHost: other.test:%[1]d\r\nContent-Length: %[2]d\r\n\r\n%[3]s", port, len(body), body)
 		q := waitQuestion(t, g.srv, "other.test", port, 1)
 		time.Sleep(100 * time.Millisecond)
-		if p := g.srv.Approvals(); len(p) != 1 || p[0].Waiting != 1 {
+		if p := g.srv.approvals.List(); len(p) != 1 || p[0].Waiting != 1 {
 			t.Fatalf("pending: got %+v, want %s still with its request", p, q.ID)
 		}
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 			t.Fatal(err)
 		}
 		if e := readEcho(t, bufio.NewReader(c)); e.Body != body {
@@ -235,10 +236,10 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 		c.CloseWrite()
 		q := waitQuestion(t, g.srv, "other.test", port, 1)
 		time.Sleep(halfCloseGrace + 100*time.Millisecond)
-		if p := g.srv.Approvals(); len(p) != 1 || p[0].Waiting != 1 {
+		if p := g.srv.approvals.List(); len(p) != 1 || p[0].Waiting != 1 {
 			t.Fatalf("pending: got %+v, want %s still with its request", p, q.ID)
 		}
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 			t.Fatal(err)
 		}
 		if e := readEcho(t, bufio.NewReader(c)); e.Path != "/half" {
@@ -248,7 +249,7 @@ func TestAskHoldKeepsTheClientsBytes(t *testing.T) {
 	t.Run("connect", func(t *testing.T) {
 		c := dialProxy(t, g.addr)
 		fmt.Fprintf(c, "CONNECT api.test:%[1]d HTTP/1.1\r\nHost: api.test:%[1]d\r\n\r\nping", rawPort)
-		answer(rawPort, ScopeOnce)
+		answer(rawPort, approval.ScopeOnce)
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 		if err != nil || resp.StatusCode != 200 {
@@ -276,13 +277,13 @@ func TestAskAnswerRecordCountsItsRequests(t *testing.T) {
 	time.Sleep(halfCloseGrace + 100*time.Millisecond) // it leaves while it waits
 	gone.Close()
 	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if p := g.srv.Approvals(); len(p) == 1 && p[0].Waiting == 3 {
+		if p := g.srv.approvals.List(); len(p) == 1 && p[0].Waiting == 3 {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("pending: got %+v, want %s with 3 waiting once a client left", p, q.ID)
 		}
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByAPI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 		t.Fatal(err)
 	}
 	for name, ch := range map[string]<-chan askResult{"first": first, "second": second, "third": third} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -43,9 +44,9 @@ func BenchmarkHeldRequestsIdle(b *testing.B) {
 			}
 		}
 		deadline := time.Now().Add(30 * time.Second)
-		for len(g.srv.Approvals()) < n {
+		for len(g.srv.approvals.List()) < n {
 			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d requests held after 30s", len(g.srv.Approvals()), n)
+				b.Fatalf("%d of %d requests held after 30s", len(g.srv.approvals.List()), n)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -58,13 +59,13 @@ func BenchmarkHeldRequestsIdle(b *testing.B) {
 		cpu1, t1 := cpuTime(b), time.Now()
 		cpuWorst = max(cpuWorst, float64(cpu1-cpu0)/float64(time.Millisecond)/t1.Sub(t0).Seconds())
 
-		for _, q := range g.srv.Approvals() {
-			g.srv.AnswerApproval(q.ID, Answer{Scope: ScopeOnce, By: ByCLI})
+		for _, q := range g.srv.approvals.List() {
+			g.srv.approvals.Answer(q.ID, approval.Answer{Scope: approval.ScopeOnce, By: approval.ByCLI})
 		}
 		for _, c := range conns {
 			c.Close()
 		}
-		for len(g.srv.Approvals()) > 0 {
+		for len(g.srv.approvals.List()) > 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -22,7 +23,8 @@ import (
 // askInspected is a gateway whose default is ask, with the policy's
 // ask_timeout, that inspects example.com on the port of an HTTP/2-capable
 // TLS upstream saying what it was asked; limits, when not zero, are the
-// gateway's Limits.
+// gateway's Limits, and maxApprovals, when not zero, the most requests
+// it holds for answers.
 type askInspected struct {
 	g    *testGateway
 	ca   *CA
@@ -30,7 +32,7 @@ type askInspected struct {
 	port uint16
 }
 
-func newAskInspected(t *testing.T, timeout time.Duration, limits Limits) *askInspected {
+func newAskInspected(t *testing.T, timeout time.Duration, limits Limits, maxApprovals int) *askInspected {
 	t.Helper()
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -53,6 +55,7 @@ func newAskInspected(t *testing.T, timeout time.Duration, limits Limits) *askIns
 		if limits != (Limits{}) {
 			c.Limits = limits
 		}
+		c.MaxApprovals = maxApprovals
 	})
 	return &askInspected{g: g, ca: ca, up: up, port: uint16(port)}
 }
@@ -99,20 +102,20 @@ func doAsync(c *http.Client, req *http.Request) <-chan askResult {
 // deny is a 403 saying who denied it, and no answer a 403 saying none
 // came.
 func TestAskHeldInsideInspectedTunnel(t *testing.T) {
-	s := newAskInspected(t, time.Minute, Limits{})
+	s := newAskInspected(t, time.Minute, Limits{}, 0)
 	for _, h2 := range []bool{false, true} {
 		proto := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[h2]
 		for _, tt := range []struct {
 			name    string
-			answer  *Answer // nil: no answer, the question times out
+			answer  *approval.Answer // nil: no answer, the question times out
 			status  int
 			body    string // the body's start
 			reason  string // in the 403's HeaderReason
 			timeout time.Duration
 		}{
-			{name: "allow", answer: &Answer{Allow: true, Scope: ScopeOnce, By: ByAPI}, status: 200, body: "upstream POST /v1/x?q=1 body=payload"},
-			{name: "deny", answer: &Answer{Allow: false, Scope: ScopeOnce, By: ByCLI}, status: 403, body: "sbx blocked POST https://example.com:", reason: "denied once by cli"},
-			{name: "timeout", status: 403, body: "sbx blocked POST https://example.com:", reason: ReasonNoAnswer + "1s", timeout: time.Second},
+			{name: "allow", answer: &approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByAPI}, status: 200, body: "upstream POST /v1/x?q=1 body=payload"},
+			{name: "deny", answer: &approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}, status: 403, body: "sbx blocked POST https://example.com:", reason: "denied once by cli"},
+			{name: "timeout", status: 403, body: "sbx blocked POST https://example.com:", reason: approval.ReasonNoAnswer + "1s", timeout: time.Second},
 		} {
 			t.Run(proto+"/"+tt.name, func(t *testing.T) {
 				spec := s.g.store.Load().Policy().Spec()
@@ -132,7 +135,7 @@ func TestAskHeldInsideInspectedTunnel(t *testing.T) {
 				}
 				if tt.answer != nil {
 					stillHeld(t, ch)
-					if _, err := s.g.srv.AnswerApproval(q.ID, *tt.answer); err != nil {
+					if _, err := s.g.srv.approvals.Answer(q.ID, *tt.answer); err != nil {
 						t.Fatalf("AnswerApproval: %v", err)
 					}
 				}
@@ -148,7 +151,7 @@ func TestAskHeldInsideInspectedTunnel(t *testing.T) {
 				if rec["kind"] != decisionlog.KindHTTPS || rec["action"] != want || rec["method"] != "POST" {
 					t.Errorf("decision record: got %v, want kind https, action %s", rec, want)
 				}
-				if p := s.g.srv.Approvals(); len(p) != 0 {
+				if p := s.g.srv.approvals.List(); len(p) != 0 {
 					t.Errorf("pending after the answer: %+v", p)
 				}
 			})
@@ -166,7 +169,7 @@ func TestAskHoldOutlastsTheGatewaysTimeouts(t *testing.T) {
 	limits := Limits{HeaderReadTimeout: limit, IdleConnTimeout: limit, IdleTunnelTimeout: 10 * limit, DialTimeout: 2 * time.Second}
 	// Inspected, HTTP/1.1 and HTTP/2: a first request (so that the
 	// tunnel's writes have left a deadline), then one held past it.
-	s := newAskInspected(t, time.Minute, limits)
+	s := newAskInspected(t, time.Minute, limits, 0)
 	for _, h2 := range []bool{false, true} {
 		proto := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[h2]
 		for _, allow := range []bool{true, false} {
@@ -174,7 +177,7 @@ func TestAskHoldOutlastsTheGatewaysTimeouts(t *testing.T) {
 			c := s.client(t, h2)
 			first := doAsync(c, mustRequest(t, "POST", s.url("/first"), "one"))
 			q := waitQuestion(t, s.g.srv, "example.com", s.port, 1)
-			if _, err := s.g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByAPI}); err != nil {
+			if _, err := s.g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 				t.Fatal(err)
 			}
 			if r := result(t, first); r.status != 200 {
@@ -183,7 +186,7 @@ func TestAskHoldOutlastsTheGatewaysTimeouts(t *testing.T) {
 			ch := doAsync(c, mustRequest(t, "GET", s.url("/held"), ""))
 			q = waitQuestion(t, s.g.srv, "example.com", s.port, 1)
 			time.Sleep(held)
-			if _, err := s.g.srv.AnswerApproval(q.ID, Answer{Allow: allow, Scope: ScopeOnce, By: ByAPI}); err != nil {
+			if _, err := s.g.srv.approvals.Answer(q.ID, approval.Answer{Allow: allow, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 				t.Fatal(err)
 			}
 			r := <-ch
@@ -213,7 +216,7 @@ func TestAskHoldOutlastsTheGatewaysTimeouts(t *testing.T) {
 		ch := doAsync(c, mustRequest(t, "POST", base+tt.path, "payload"))
 		q := waitQuestion(t, g.srv, "api.test", port, 1)
 		time.Sleep(held)
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: tt.allow, Scope: ScopeOnce, By: ByAPI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: tt.allow, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 			t.Fatal(err)
 		}
 		r := <-ch
@@ -234,7 +237,7 @@ func TestAskHoldOutlastsTheGatewaysTimeouts(t *testing.T) {
 		}()
 		q := waitQuestion(t, g.srv, "api.test", port, 1)
 		time.Sleep(held)
-		if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: allow, Scope: ScopeOnce, By: ByAPI}); err != nil {
+		if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: allow, Scope: approval.ScopeOnce, By: approval.ByAPI}); err != nil {
 			t.Fatal(err)
 		}
 		want := map[bool]int{true: 200, false: 403}[allow]
@@ -263,19 +266,19 @@ func TestAskAnswerByIsOneOfTheSet(t *testing.T) {
 	g, c, base, port := askGateway(t, time.Minute, nil)
 	ch := getAsync(c, base+"/")
 	q := waitQuestion(t, g.srv, "api.test", port, 1)
-	for _, by := range []string{"", ByTimeout, "root", "CLI", "cli\nallowed always by admin"} {
-		_, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: by})
-		if !errors.Is(err, ErrInvalidAnswer) || !strings.Contains(err.Error(), "cli, api, ui, tty") {
+	for _, by := range []string{"", approval.ByTimeout, "root", "CLI", "cli\nallowed always by admin"} {
+		_, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: by})
+		if !errors.Is(err, approval.ErrInvalidAnswer) || !strings.Contains(err.Error(), "cli, api, ui, tty") {
 			t.Errorf("by %q: got %v, want ErrInvalidAnswer naming cli, api, ui, tty", by, err)
 		}
 	}
 	stillHeld(t, ch)
-	for _, by := range []string{ByTTY, ByCLI, ByAPI, ByUI} {
-		if _, err := g.srv.AnswerApproval("a999", Answer{Allow: true, Scope: ScopeOnce, By: by}); !errors.Is(err, ErrApprovalNotFound) {
+	for _, by := range []string{approval.ByTTY, approval.ByCLI, approval.ByAPI, approval.ByUI} {
+		if _, err := g.srv.approvals.Answer("a999", approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: by}); !errors.Is(err, approval.ErrNotFound) {
 			t.Errorf("by %q: got %v, want it taken (and the unknown id refused)", by, err)
 		}
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByTTY}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByTTY}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, ch); r.status != 200 {

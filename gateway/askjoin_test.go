@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // waitQuestionFor waits for a pending question about host:port with
 // method and path and returns it.
-func waitQuestionFor(t *testing.T, s *Server, host string, port uint16, method, path string) Approval {
+func waitQuestionFor(t *testing.T, s *Server, host string, port uint16, method, path string) approval.Approval {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		for _, a := range s.Approvals() {
+		for _, a := range s.approvals.List() {
 			if a.Host == host && a.Port == port && a.Method == method && a.Path == path {
 				return a
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no question about %s %s:%d%s; pending: %+v", method, host, port, path, s.Approvals())
+			t.Fatalf("no question about %s %s:%d%s; pending: %+v", method, host, port, path, s.approvals.List())
 		}
 	}
 }
@@ -50,17 +51,17 @@ func TestAskAnswerReleasesOnlyItsMethodAndPath(t *testing.T) {
 	if qp.ID == q.ID {
 		t.Fatalf("POST /exfil joined GET /'s question %s", q.ID)
 	}
-	if got, _ := g.srv.approvals.get(q.ID); got.Waiting != 1 || got.Method != "GET" || got.Path != "/" {
+	if got, _ := pendingQuestion(g.srv, q.ID); got.Waiting != 1 || got.Method != "GET" || got.Path != "/" {
 		t.Errorf("GET /'s question: got %+v, want GET / with 1 waiting", got)
 	}
-	if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, get); r.status != 200 {
 		t.Errorf("GET /: got %d, want 200", r.status)
 	}
 	stillHeld(t, post)
-	if _, err := g.srv.AnswerApproval(qp.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := g.srv.approvals.Answer(qp.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	if r := result(t, post); r.status != 403 {
@@ -76,12 +77,12 @@ func TestAskAnswerRuleNoWiderThanTheQuestion(t *testing.T) {
 	if err := os.WriteFile(file, []byte("version: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, scope := range []Scope{ScopeSession, ScopeAlways} {
+	for _, scope := range []approval.Scope{approval.ScopeSession, approval.ScopeAlways} {
 		t.Run(string(scope), func(t *testing.T) {
 			g, c, base, port := askGateway(t, time.Minute, func(cfg *serverConfig) { cfg.ApprovalsFile = file })
 			ch := getAsync(c, base+"/v1/x")
 			q := waitQuestion(t, g.srv, "api.test", port, 1)
-			if _, err := g.srv.AnswerApproval(q.ID, Answer{Allow: true, Scope: scope, By: ByCLI}); err != nil {
+			if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: scope, By: approval.ByCLI}); err != nil {
 				t.Fatal(err)
 			}
 			if r := result(t, ch); r.status != 200 {
@@ -106,7 +107,7 @@ func TestAskAnswerRuleNoWiderThanTheQuestion(t *testing.T) {
 			if added == nil || fmt.Sprint(added.Methods) != "[GET]" || added.Path != "/v1/x" || fmt.Sprint(added.Ports) != fmt.Sprint([]netpolicy.Port{netpolicy.Port(port)}) {
 				t.Errorf("the answer's rule: got %+v, want api.test:%d GET /v1/x", added, port)
 			}
-			if scope == ScopeAlways {
+			if scope == approval.ScopeAlways {
 				data, _ := os.ReadFile(file)
 				if !strings.Contains(string(data), "methods: [GET]") || !strings.Contains(string(data), "path: /v1/x") {
 					t.Errorf("the approvals file: got %q, want the rule's method and path", data)
@@ -144,11 +145,8 @@ func TestAskGuardRefusesBeforeAsking(t *testing.T) {
 // each counts toward the bound of held requests, and those past it are
 // blocked at once, not held.
 func TestAskHeldBoundCountsHTTP2Streams(t *testing.T) {
-	s := newAskInspected(t, time.Minute, Limits{})
 	const bound, streams = 4, 12
-	s.g.srv.approvals.mu.Lock()
-	s.g.srv.approvals.max = bound
-	s.g.srv.approvals.mu.Unlock()
+	s := newAskInspected(t, time.Minute, Limits{}, bound)
 	c := s.client(t, true)
 	// One stream first, so that the others share its connection.
 	first := doAsync(c, mustRequest(t, "GET", s.url("/a"), ""))
@@ -172,17 +170,17 @@ func TestAskHeldBoundCountsHTTP2Streams(t *testing.T) {
 		}
 	}
 	time.Sleep(50 * time.Millisecond) // none more
-	if got, _ := s.g.srv.approvals.get(q.ID); refused != streams-bound || got.Waiting != bound {
+	if got, _ := pendingQuestion(s.g.srv, q.ID); refused != streams-bound || got.Waiting != bound {
 		t.Errorf("got %d streams refused and %d held, want %d and %d", refused, got.Waiting, streams-bound, bound)
 	}
-	if _, err := s.g.srv.AnswerApproval(q.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := s.g.srv.approvals.Answer(q.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	result(t, first)
 	// The answer released them all: the bound is free again.
 	next := doAsync(c, mustRequest(t, "GET", s.url("/b"), ""))
 	qb := waitQuestionFor(t, s.g.srv, "example.com", s.port, "GET", "/b")
-	if _, err := s.g.srv.AnswerApproval(qb.ID, Answer{Allow: false, Scope: ScopeOnce, By: ByCLI}); err != nil {
+	if _, err := s.g.srv.approvals.Answer(qb.ID, approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
 		t.Fatal(err)
 	}
 	result(t, next)

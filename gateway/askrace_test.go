@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -23,7 +25,7 @@ import (
 // written (to the file, for always) and added; every other gets
 // ErrApprovalAnswered naming the winner, and writes nothing.
 func TestAskConcurrentAnswersOneWins(t *testing.T) {
-	for _, scope := range []Scope{ScopeAlways, ScopeSession, ScopeOnce} {
+	for _, scope := range []approval.Scope{approval.ScopeAlways, approval.ScopeSession, approval.ScopeOnce} {
 		t.Run(string(scope), func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "approvals.yaml")
 			if err := os.WriteFile(file, []byte("rules: []\n"), 0o600); err != nil {
@@ -42,7 +44,7 @@ func TestAskConcurrentAnswersOneWins(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					_, errs[i] = g.srv.AnswerApproval(q.ID, Answer{Allow: i%2 == 0, Scope: scope, By: answerers[i%len(answerers)]})
+					_, errs[i] = g.srv.approvals.Answer(q.ID, approval.Answer{Allow: i%2 == 0, Scope: scope, By: answerers[i%len(answerers)]})
 				}()
 			}
 			close(start)
@@ -67,10 +69,10 @@ func TestAskConcurrentAnswersOneWins(t *testing.T) {
 				// An answer that came after the winner was done finds no
 				// question (404); one that came while it was being
 				// carried out is told who answered (409).
-				if errors.Is(err, ErrApprovalNotFound) {
+				if errors.Is(err, approval.ErrNotFound) {
 					continue
 				}
-				if !errors.Is(err, ErrApprovalAnswered) || !strings.Contains(err.Error(), "already answered (by "+wantBy+")") {
+				if !errors.Is(err, approval.ErrAnswered) || !strings.Contains(err.Error(), "already answered (by "+wantBy+")") {
 					t.Errorf("answer %d: got %v, want ErrApprovalAnswered saying already answered (by %s)", i, err, wantBy)
 				}
 				if strings.Contains(err.Error(), "timed out") {
@@ -85,7 +87,7 @@ func TestAskConcurrentAnswersOneWins(t *testing.T) {
 				t.Errorf("held request: got %d, want %d (the winner's answer)", r.status, wantStatus)
 			}
 			wantRules := 1
-			if scope == ScopeOnce {
+			if scope == approval.ScopeOnce {
 				wantRules = 0
 			}
 			if got := len(g.store.Load().Policy().Rules()); got != wantRules {
@@ -96,7 +98,7 @@ func TestAskConcurrentAnswersOneWins(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantFile := 0
-			if scope == ScopeAlways {
+			if scope == approval.ScopeAlways {
 				wantFile = 1
 			}
 			if got := strings.Count(string(data), "host: api.test"); got != wantFile {
@@ -131,10 +133,28 @@ func TestAskAnswerWhileAnsweredIsAConflict(t *testing.T) {
 	c := apiClientOf(t, a, a.token)
 	held := getAsync(a.proxy, fmt.Sprintf("http://api.test:%d/", port))
 	q := waitQuestion(t, a.g.Server, "api.test", port, 1)
-	if _, err := a.g.Server.approvals.claim(q.ID, ByUI); err != nil {
+	// An answer by ui is being carried out: the rule it adds waits in a
+	// check of the policy store until the test lets the change fail.
+	var checks atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	err := a.g.Server.Store().AddCheck(func(*netpolicy.Policy) error {
+		if checks.Add(1) != 2 { // the first is AddCheck's own
+			return nil
+		}
+		close(entered)
+		<-release
+		return errors.New("the test refuses the change")
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.AnswerApproval(context.Background(), q.ID, api.ApprovalAnswer{Answer: api.AnswerDeny, Scope: api.ScopeSession})
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.g.Server.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeSession, By: approval.ByUI})
+		first <- err
+	}()
+	<-entered
+	_, err = c.AnswerApproval(context.Background(), q.ID, api.ApprovalAnswer{Answer: api.AnswerDeny, Scope: api.ScopeSession})
 	wantAPIError(t, "an answer while another is carried out", err, http.StatusConflict, `question "`+q.ID+`" is already answered (by ui)`)
 	if !errors.Is(err, api.ErrApprovalAnswered) || errors.Is(err, api.ErrNoApprovalsFile) {
 		t.Errorf("errors.Is(%v): want ErrApprovalAnswered only", err)
@@ -143,7 +163,10 @@ func TestAskAnswerWhileAnsweredIsAConflict(t *testing.T) {
 		t.Errorf("rules: got %d, want 0 (the refused answer added none)", n)
 	}
 	stillHeld(t, held)
-	a.g.Server.approvals.unclaim(q.ID)
+	close(release)
+	if err := <-first; err == nil || !strings.Contains(err.Error(), "the test refuses the change") {
+		t.Fatalf("the answer whose rule was refused: got %v, want the store's refusal", err)
+	}
 	if _, err := c.AnswerApproval(context.Background(), q.ID, api.ApprovalAnswer{Answer: api.AnswerAllow}); err != nil {
 		t.Fatalf("answering after the claim was given up: %v", err)
 	}
@@ -163,53 +186,6 @@ func TestAskAnswerWhileAnsweredIsAConflict(t *testing.T) {
 	result(t, held)
 }
 
-// A question whose deadline passes while an answer is carried out is
-// left to that answer; when the answer fails, it times out at once.
-func TestApprovalsTimeoutWhileClaimed(t *testing.T) {
-	var mu sync.Mutex
-	var logged []Answer
-	r := newApprovals(10, func(_ Approval, a Answer) {
-		mu.Lock()
-		logged = append(logged, a)
-		mu.Unlock()
-	})
-	for _, fail := range []bool{false, true} {
-		q, _, err := r.join(Approval{Host: "h.example", Port: 443, Asked: time.Now()}, "", 20*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.claim(q.ID, ByCLI); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond) // past the deadline
-		select {
-		case <-q.done:
-			t.Fatalf("fail %v: the question timed out while it was being answered", fail)
-		default:
-		}
-		want := Answer{Allow: true, Scope: ScopeOnce, By: ByCLI}
-		if fail {
-			r.unclaim(q.ID)
-			want = timeoutAnswer
-		} else if _, err := r.answer(q.ID, want); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-q.done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("fail %v: the question never ended", fail)
-		}
-		if q.answer != want {
-			t.Errorf("fail %v: got answer %+v, want %+v", fail, q.answer, want)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(logged) != 2 {
-		t.Errorf("logged answers: got %+v, want 2", logged)
-	}
-}
-
 // Closing the gateway ends its pending questions with an answer record
 // by closed, before the log closes; their requests are blocked, their
 // timers log nothing after, and no question is asked after.
@@ -224,15 +200,15 @@ func TestAskCloseAnswersPendingQuestions(t *testing.T) {
 	if len(recs) != 2 {
 		t.Fatalf("approval records after Close: got %v, want the question and its answer", recs)
 	}
-	if r := recs[1]; r["approval_id"] != q.ID || r["answer"] != api.AnswerDeny || r["by"] != ByClosed || r["action"] != "block" || r["reason"] != reasonClosed {
-		t.Errorf("the answer record: got %v, want a deny by %s: %s", r, ByClosed, reasonClosed)
+	if r := recs[1]; r["approval_id"] != q.ID || r["answer"] != api.AnswerDeny || r["by"] != approval.ByClosed || r["action"] != "block" || r["reason"] != approval.ReasonClosed {
+		t.Errorf("the answer record: got %v, want a deny by %s: %s", r, approval.ByClosed, approval.ReasonClosed)
 	}
-	if p := g.srv.Approvals(); len(p) != 0 {
+	if p := g.srv.approvals.List(); len(p) != 0 {
 		t.Errorf("pending after Close: %+v", p)
 	}
 	<-held // blocked, or its connection closed: either way it ends
-	if dec := g.lastDecision(t); dec["action"] != "block" || !strings.HasSuffix(dec["reason"].(string), reasonClosed) {
-		t.Errorf("the held request's decision: got %v, want a block: %s", dec, reasonClosed)
+	if dec := g.lastDecision(t); dec["action"] != "block" || !strings.HasSuffix(dec["reason"].(string), approval.ReasonClosed) {
+		t.Errorf("the held request's decision: got %v, want a block: %s", dec, approval.ReasonClosed)
 	}
 	n := len(g.records(t))
 	time.Sleep(1200 * time.Millisecond) // past the question's deadline
@@ -243,8 +219,8 @@ func TestAskCloseAnswersPendingQuestions(t *testing.T) {
 	rec := &decisionlog.Record{Kind: decisionlog.KindHTTP, Method: "GET"}
 	d := g.srv.hold(context.Background(), nil, rec, g.store.Load(), netpolicy.Target{Host: "late.test", Port: 80},
 		netpolicy.Decision{Action: netpolicy.Ask, Rule: netpolicy.RuleDefault, Reason: "no rule matched"})
-	if d.Action != netpolicy.Block || !strings.HasSuffix(d.Reason, reasonClosed) || len(g.srv.Approvals()) != 0 {
-		t.Errorf("hold after Close: got %+v, pending %+v; want a block: %s, and no question", d, g.srv.Approvals(), reasonClosed)
+	if d.Action != netpolicy.Block || !strings.HasSuffix(d.Reason, approval.ReasonClosed) || len(g.srv.approvals.List()) != 0 {
+		t.Errorf("hold after Close: got %+v, pending %+v; want a block: %s, and no question", d, g.srv.approvals.List(), approval.ReasonClosed)
 	}
 }
 
@@ -291,7 +267,7 @@ func TestAskCloseLogEndsWithTheAnswer(t *testing.T) {
 		}
 		if r.Answer == "" {
 			asked++
-		} else if r.By == ByClosed && r.Answer == api.AnswerDeny {
+		} else if r.By == approval.ByClosed && r.Answer == api.AnswerDeny {
 			answered++
 		}
 	}

@@ -89,11 +89,11 @@ type Config struct {
 	// takes the default Limits names.
 	Limits Limits
 	// ApprovalsFile is the YAML policy file that an answer of scope
-	// always writes its rule to (netpolicy.AddApprovedRule): in sbx run,
+	// always writes its rule to (approval.AddApprovedRule): in sbx run,
 	// --approvals FILE, else a YAML --policy file. "" refuses always
-	// answers with ErrNoApprovalsFile. How long a request whose verdict is
+	// answers with approval.ErrNoFile. How long a request whose verdict is
 	// ask is held is the policy's (ask_timeout, --ask-timeout). A caller
-	// that pins the file (netpolicy.PinApprovalsFile) before anything
+	// that pins the file (approval.PinFile) before anything
 	// untrusted runs, as sbx run does, has it written through what was
 	// resolved then.
 	ApprovalsFile string
@@ -209,4 +209,7 @@ type serverConfig struct {
 	// Dial connects to an upstream address that has passed the guard;
 	// nil uses a net.Dialer with Limits.DialTimeout. Tests replace it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// MaxApprovals bounds the requests held for answers at once; 0 is
+	// approval.MaxPending. Tests lower it.
+	MaxApprovals int
 }

@@ -736,7 +736,7 @@ func TestSecretBlockIsNeverAsked(t *testing.T) {
 			t.Errorf("a question was asked: %v", r)
 		}
 	}
-	if n := len(g.srv.approvals.list()); n != 0 {
+	if n := len(g.srv.approvals.List()); n != 0 {
 		t.Errorf("got %d pending questions, want none", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -96,9 +97,9 @@ type Server struct {
 
 	// fakeIPs are the DNS stub's names and their fake addresses.
 	fakeIPs *FakeIPs
-	// approvals are the pending questions of requests whose verdict is
-	// ask (ask.go).
-	approvals *approvals
+	// approvals hold the requests whose verdict is ask on their
+	// questions, and carry out the answers (ask.go).
+	approvals *approval.Registry
 	// bypass folds the reported packets into bypass records.
 	bypass bypassLog
 
@@ -165,7 +166,9 @@ func newServer(cfg serverConfig) (*Server, error) {
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
 	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
-	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
+	if s.approvals, err = approval.New(approval.Config{Store: cfg.Store, Gateway: approvalGateway{s}, File: cfg.ApprovalsFile, Max: cfg.MaxApprovals}); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
 	}
@@ -441,7 +444,7 @@ func (s *Server) untrackUpstream(c net.Conn) {
 	s.mu.Unlock()
 }
 
-// Close ends every pending question with a deny by ByClosed, logged as
+// Close ends every pending question with a deny by approval.ByClosed, logged as
 // its answer (so the requests held on it are blocked, and a question's
 // timer logs nothing after), stops every listener and DNS socket, closes
 // every client connection and tunnel, waits for their goroutines (whose close records
@@ -451,7 +454,7 @@ func (s *Server) untrackUpstream(c net.Conn) {
 func (s *Server) Close() error {
 	// Every pending question ends first, its answer (by closed) logged
 	// while the decision log is open, and no timer left to log later.
-	s.approvals.close(Answer{Scope: ScopeOnce, By: ByClosed})
+	s.approvals.Close()
 	s.mu.Lock()
 	s.closed = true
 	s.cancelBase()

@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/handoff"
-	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
@@ -134,7 +134,7 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	}
 	// Always answers write the approvals file resolved now.
 	if cfg.ApprovalsFile != "" {
-		defer netpolicy.PinApprovalsFile(cfg.ApprovalsFile)()
+		defer approval.PinFile(cfg.ApprovalsFile)()
 	}
 	if o.capture != "" {
 		ln, err := net.Listen("tcp", o.capture)

@@ -7,27 +7,28 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/sbx-dev/sbx/gateway/approval"
 )
 
 // The words of an answer (ApprovalAnswer.Answer).
 const (
-	AnswerAllow = "allow"
-	AnswerDeny  = "deny"
+	AnswerAllow = approval.AnswerAllow
+	AnswerDeny  = approval.AnswerDeny
 )
 
 // The scopes of an answer (ApprovalAnswer.Scope): how far it reaches
-// (docs/gateway.md).
+// (approval.Scope, docs/gateway.md).
 const (
 	// ScopeOnce answers the requests held now, and nothing later.
-	ScopeOnce = "once"
+	ScopeOnce = string(approval.ScopeOnce)
 	// ScopeSession also adds a rule for the question's host and port, and
 	// its method and path when it has them, to the running policy, for the
 	// rest of the sandbox's life.
-	ScopeSession = "session"
+	ScopeSession = string(approval.ScopeSession)
 	// ScopeAlways also writes that rule to the run's approvals file, so
 	// that later runs are not asked.
-	ScopeAlways = "always"
+	ScopeAlways = string(approval.ScopeAlways)
 )
 
 // Who answers a question (ApprovalAnswer.By): the by field of the
@@ -35,36 +36,33 @@ const (
 // words for a question that no one answered (timeout, closed) are not
 // answers.
 const (
-	ByTTY = "tty" // the prompt on sbx run's terminal
-	ByCLI = "cli" // sbx approve, sbx deny
-	ByAPI = "api" // POST /v1/approvals/{id}, the default
-	ByUI  = "ui"  // sbx ui
+	ByTTY = approval.ByTTY // the prompt on sbx run's terminal
+	ByCLI = approval.ByCLI // sbx approve, sbx deny
+	ByAPI = approval.ByAPI // POST /v1/approvals/{id}, the default
+	ByUI  = approval.ByUI  // sbx ui
 )
 
-// The sets of answer words, each in the order messages list them.
-var (
-	answerWords = []string{AnswerAllow, AnswerDeny}
-	scopeWords  = []string{ScopeOnce, ScopeSession, ScopeAlways}
-	answerers   = []string{ByCLI, ByAPI, ByUI, ByTTY}
-)
+// answerWords are the words of an answer, in the order messages list
+// them.
+var answerWords = []string{AnswerAllow, AnswerDeny}
 
 // Answers returns the words of an answer: allow, deny.
 func Answers() []string { return slices.Clone(answerWords) }
 
 // Scopes returns the scopes of an answer: once, session, always.
-func Scopes() []string { return slices.Clone(scopeWords) }
+func Scopes() []string { return approval.Scopes() }
 
 // Answerers returns who may answer: cli, api, ui, tty.
-func Answerers() []string { return slices.Clone(answerers) }
+func Answerers() []string { return approval.Answerers() }
 
 // IsAnswer reports whether s is one of Answers.
 func IsAnswer(s string) bool { return slices.Contains(answerWords, s) }
 
 // IsScope reports whether s is one of Scopes.
-func IsScope(s string) bool { return slices.Contains(scopeWords, s) }
+func IsScope(s string) bool { return approval.IsScope(s) }
 
 // IsAnswerer reports whether s is one of Answerers.
-func IsAnswerer(s string) bool { return slices.Contains(answerers, s) }
+func IsAnswerer(s string) bool { return approval.IsAnswerer(s) }
 
 // OrList writes words for a message, each quoted when quote is set:
 // "a, b or c".
@@ -82,45 +80,26 @@ func OrList(words []string, quote bool) string {
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-// Errors of answering a question, shared with the gateway that implements
-// Gateway.AnswerApproval, for errors.Is.
+// Errors of answering a question, the approval package's, which the
+// gateway's Gateway.AnswerApproval returns, for errors.Is.
 var (
 	// ErrApprovalNotFound: no pending question has the id (answered
 	// already, timed out, or never asked). The API answers 404.
-	ErrApprovalNotFound = errors.New("no such pending approval")
+	ErrApprovalNotFound = approval.ErrNotFound
 	// ErrNoApprovalsFile: an always answer, but the gateway has no file
 	// to write rules to. The API answers 409.
-	ErrNoApprovalsFile = errors.New("no approvals file")
+	ErrNoApprovalsFile = approval.ErrNoFile
 	// ErrInvalidAnswer: an answer or scope that is not one of the known
 	// words. The API answers 400.
-	ErrInvalidAnswer = errors.New("invalid answer")
+	ErrInvalidAnswer = approval.ErrInvalidAnswer
 	// ErrApprovalAnswered: another answer to the question came first
 	// (the error says by whom). The API answers 409.
-	ErrApprovalAnswered = errors.New("already answered")
+	ErrApprovalAnswered = approval.ErrAnswered
 )
 
-// Approval is a pending question of the gateway, about a request whose
-// verdict is ask (docs/gateway.md): every request to Host and Port with
-// its Method and Path (the query left out; a tunnel's has none) waits on
-// it, Waiting of them, and an answer releases those and no other. Kind
-// and Client are the first held request's; Rule and Reason the ask
-// verdict's. Path is cut at 1 KiB, as the decision log cuts it.
-type Approval struct {
-	Asked    time.Time `json:"asked"`
-	Client   string    `json:"client"`
-	Deadline time.Time `json:"deadline"`
-	Host     string    `json:"host"`
-	ID       string    `json:"id"`
-	Kind     string    `json:"kind"`
-	Method   string    `json:"method"`
-	Path     string    `json:"path"`
-	Port     uint16    `json:"port"`
-	Reason   string    `json:"reason"`
-	Rule     string    `json:"rule"`
-	// Waiting counts the requests held on it now, each with Method and
-	// Path.
-	Waiting int `json:"waiting"`
-}
+// Approval is a pending question of the gateway (approval.Approval):
+// GET /v1/approvals lists them.
+type Approval = approval.Approval
 
 // Approvals is the answer of GET /v1/approvals: the pending questions,
 // oldest first.
@@ -158,13 +137,13 @@ func (a *ApprovalAnswer) check() error {
 		a.Scope = ScopeOnce
 	}
 	if !IsScope(a.Scope) {
-		return fmt.Errorf("%w: scope %q; write %s", ErrInvalidAnswer, a.Scope, OrList(scopeWords, true))
+		return fmt.Errorf("%w: scope %q; write %s", ErrInvalidAnswer, a.Scope, OrList(Scopes(), true))
 	}
 	if a.By == "" {
 		a.By = ByAPI
 	}
 	if !IsAnswerer(a.By) {
-		return fmt.Errorf("%w: by %q; write %s, or leave it out", ErrInvalidAnswer, a.By, OrList(answerers, true))
+		return fmt.Errorf("%w: by %q; write %s, or leave it out", ErrInvalidAnswer, a.By, OrList(Answerers(), true))
 	}
 	return nil
 }

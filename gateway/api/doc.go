@@ -9,9 +9,11 @@
 //
 // The server acts on a Gateway, an interface this package declares and
 // package gateway implements over its proxy: the policy store, the
-// counters, the metrics and the mock LLMs. So the package imports
-// netpolicy (a policy is a netpolicy.Spec, a rule a netpolicy.Rule), the
-// decision log (whose ring /v1/decisions serves) and the mock LLM (whose
-// scripts /v1/mock/expect decodes), and never the gateway: any program
-// can talk to a gateway without linking one.
+// counters, the metrics and the mock LLMs, the questions and their
+// answers. So the package imports netpolicy (a policy is a
+// netpolicy.Spec, a rule a netpolicy.Rule), the approvals (a question is
+// an approval.Approval, which Approval names), the decision log (whose
+// ring /v1/decisions serves) and the mock LLM (whose scripts
+// /v1/mock/expect decodes), and never the gateway: any program can talk
+// to a gateway without linking one.
 package api

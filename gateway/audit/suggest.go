@@ -665,8 +665,8 @@ func answerVerb(answer string) string {
 }
 
 // The by of an approval record when no person answered: no answer came
-// in time (gateway.ByTimeout), or the gateway closed first
-// (gateway.ByClosed).
+// in time (approval.ByTimeout), or the gateway closed first
+// (approval.ByClosed).
 const (
 	byTimeout = "timeout"
 	byClosed  = "closed"

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -67,7 +68,7 @@ func checkPolicyFiles(policy, approvals string, writable []string) error {
 		}
 		max := int64(netpolicy.MaxPolicySize)
 		if f.Approvals {
-			max = netpolicy.MaxApprovalsFileSize
+			max = approval.MaxFileSize
 		}
 		if f.Reason = checkTrustedFile(f.Path, max); f.Reason != nil {
 			return &f

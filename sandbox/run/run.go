@@ -18,8 +18,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
-	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -89,7 +89,7 @@ type Spec struct {
 	// PolicyFile is the file Gateway.Policy was read from, "" for none.
 	// Start refuses it, or Gateway.ApprovalsFile, with a *PolicyFileError
 	// when the sandbox or another user could change it. Gateway.ApprovalsFile is pinned
-	// (netpolicy.PinApprovalsFile) before the sandbox starts, until Close:
+	// (approval.PinFile) before the sandbox starts, until Close:
 	// always answers write the file resolved then, through no link the
 	// sandbox plants later.
 	PolicyFile string
@@ -423,7 +423,7 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	// link near it, and written through what was resolved.
 	unpin := func() {}
 	if spec.Gateway.ApprovalsFile != "" {
-		unpin = netpolicy.PinApprovalsFile(spec.Gateway.ApprovalsFile)
+		unpin = approval.PinFile(spec.Gateway.ApprovalsFile)
 	}
 	r, err := start(ctx, &spec, p, unpin)
 	if err != nil {

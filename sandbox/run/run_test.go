@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -270,7 +271,7 @@ func TestPolicyFilesRefused(t *testing.T) {
 	}
 	inOpenDir, inSticky := mustWrite(filepath.Join(openDir, "policy.yaml"), 0o644), mustWrite(filepath.Join(sticky, "policy.yaml"), 0o644)
 	big := filepath.Join(outside, "big.yaml")
-	if err := os.WriteFile(big, []byte("version: 1\n"+strings.Repeat("#\n", netpolicy.MaxApprovalsFileSize)), 0o644); err != nil {
+	if err := os.WriteFile(big, []byte("version: 1\n"+strings.Repeat("#\n", approval.MaxFileSize)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	other := ""

@@ -1,6 +1,6 @@
 //go:build linux
 
-package netpolicy
+package approval
 
 import (
 	"errors"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // approvalsDir is the directory an approvals file lies in, open as an
@@ -34,7 +36,7 @@ type approvalsDir struct {
 // openApprovalsDir opens the directory of path, following no symbolic
 // link on the way (openat2's RESOLVE_NO_SYMLINKS where the kernel has it;
 // else one component at a time with O_NOFOLLOW). A path through a link is
-// refused with ErrApprovalsFileUntrusted, which names the link and the
+// refused with ErrFileUntrusted, which names the link and the
 // real path to give instead: a link there could be repointed.
 func openApprovalsDir(path string) (*approvalsDir, error) {
 	abs, err := filepath.Abs(path)
@@ -136,8 +138,8 @@ func (d *approvalsDir) check() error {
 
 // read returns the file's contents and mode; none and 0644 when it does
 // not exist. A symbolic link at its name, a file that is not a regular
-// file, and one checkApprovalsFileMode or MaxApprovalsFileSize refuses,
-// are refused; no more than MaxApprovalsFileSize bytes are read.
+// file, and one checkApprovalsFileMode or MaxFileSize refuses,
+// are refused; no more than MaxFileSize bytes are read.
 func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 	if err := d.check(); err != nil {
 		return nil, 0, err
@@ -168,14 +170,14 @@ func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 	if err := checkApprovalsFileMode(d.path, fi.Sys().(*syscall.Stat_t).Uid, fi.Mode().Perm()); err != nil {
 		return nil, 0, err
 	}
-	if fi.Size() > MaxApprovalsFileSize {
+	if fi.Size() > MaxFileSize {
 		return nil, 0, tooLargeError(d.path, fi.Size())
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxApprovalsFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s to add an approved rule: %w", d.path, err)
 	}
-	if len(data) > MaxApprovalsFileSize { // it grew meanwhile
+	if len(data) > MaxFileSize { // it grew meanwhile
 		return nil, 0, tooLargeError(d.path, int64(len(data)))
 	}
 	return data, fi.Mode().Perm(), nil
@@ -184,7 +186,7 @@ func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 // lock takes the advisory lock on the file: flock on ".NAME.lock" in its
 // directory (made, mode 0600, when missing; never through a link), which
 // every sbx process writing the file takes. It waits at most
-// ApprovalsLockWait. unlock releases it.
+// LockWait. unlock releases it.
 func (d *approvalsDir) lock() (unlock func(), err error) {
 	if err := d.check(); err != nil {
 		return nil, err
@@ -195,11 +197,11 @@ func (d *approvalsDir) lock() (unlock func(), err error) {
 		return nil, fmt.Errorf("%s: opening its lock file: %w", d.path, &fs.PathError{Op: "open", Path: filepath.Join(d.dir, name), Err: err})
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || !TrustedOwner(st.Uid) {
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || !netpolicy.TrustedOwner(st.Uid) {
 		unix.Close(fd)
 		return nil, untrustedFileError(d.path, "its lock file "+filepath.Join(d.dir, name)+" is not a regular file of root or the user running sbx", "remove the lock file")
 	}
-	for deadline := time.Now().Add(ApprovalsLockWait); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(LockWait); ; time.Sleep(20 * time.Millisecond) {
 		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return func() { unix.Close(fd) }, nil // closing releases the lock
@@ -266,7 +268,7 @@ func (d *approvalsDir) replace(data []byte, mode fs.FileMode) (retErr error) {
 	// The file's path still leads to the file written.
 	var now unix.Stat_t
 	if err := unix.Fstatat(unix.AT_FDCWD, d.path, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != written.Dev || now.Ino != written.Ino {
-		return fmt.Errorf("%s: %w: the rule was written, but the path no longer leads to the file written (something replaced it, or a directory on the way, meanwhile); check the file", d.path, ErrApprovalsPathChanged)
+		return fmt.Errorf("%s: %w: the rule was written, but the path no longer leads to the file written (something replaced it, or a directory on the way, meanwhile); check the file", d.path, ErrPathChanged)
 	}
 	return nil
 }

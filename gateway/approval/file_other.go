@@ -1,6 +1,6 @@
 //go:build !linux
 
-package netpolicy
+package approval
 
 import (
 	"errors"
@@ -40,7 +40,7 @@ func openApprovalsDir(path string) (*approvalsDir, error) {
 func (d *approvalsDir) close() {}
 
 // lock takes the advisory lock on the file (lockFile), waiting at most
-// ApprovalsLockWait.
+// LockWait.
 func (d *approvalsDir) lock() (unlock func(), err error) {
 	return lockFile(d.path, filepath.Join(d.dir, "."+d.name+".lock"))
 }
@@ -72,7 +72,7 @@ func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 			return nil, 0, err
 		}
 	}
-	if fi.Size() > MaxApprovalsFileSize {
+	if fi.Size() > MaxFileSize {
 		return nil, 0, tooLargeError(d.path, fi.Size())
 	}
 	f, err := os.Open(d.path)
@@ -80,11 +80,11 @@ func (d *approvalsDir) read() ([]byte, fs.FileMode, error) {
 		return nil, 0, fmt.Errorf("reading %s to add an approved rule: %w", d.path, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxApprovalsFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading %s to add an approved rule: %w", d.path, err)
 	}
-	if len(data) > MaxApprovalsFileSize {
+	if len(data) > MaxFileSize {
 		return nil, 0, tooLargeError(d.path, int64(len(data)))
 	}
 	return data, fi.Mode().Perm(), nil

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package netpolicy
+package approval
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 
 // lockFile takes flock on lockPath, the lock file of the approvals file
 // at path (made, mode 0600, when missing; never through a link), waiting
-// at most ApprovalsLockWait. unlock releases it.
+// at most LockWait. unlock releases it.
 func lockFile(path, lockPath string) (unlock func(), err error) {
 	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -25,7 +25,7 @@ func lockFile(path, lockPath string) (unlock func(), err error) {
 		f.Close()
 		return nil, untrustedFileError(path, "its lock file "+lockPath+" is not a regular file", "remove the lock file")
 	}
-	for deadline := time.Now().Add(ApprovalsLockWait); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(LockWait); ; time.Sleep(20 * time.Millisecond) {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil

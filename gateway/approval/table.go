@@ -1,4 +1,4 @@
-package gateway
+package approval
 
 import (
 	"errors"
@@ -7,83 +7,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/sbx-dev/sbx/gateway/api"
 )
 
-// Scope says how far an answer to a question reaches (docs/gateway.md).
-type Scope string
-
-// The scopes of an answer (api.Scopes).
-const (
-	// ScopeOnce answers the requests held now, and nothing later.
-	ScopeOnce Scope = api.ScopeOnce
-	// ScopeSession also adds a rule for the question's host and port, and
-	// its method and path when it has them, to the running policy, for
-	// the rest of the sandbox's life.
-	ScopeSession Scope = api.ScopeSession
-	// ScopeAlways also writes that rule to the run's approvals file
-	// (Config.ApprovalsFile), so that later runs are not asked.
-	ScopeAlways Scope = api.ScopeAlways
-)
-
-// Who answered a question: the by field of the decision log's approval
-// records. The answerers are api.Answerers; the gateway's own words, for
-// a question no one answered, are ByTimeout and ByClosed.
-const (
-	ByTTY     = api.ByTTY // the prompt on sbx run's terminal
-	ByCLI     = api.ByCLI // sbx approve, sbx deny
-	ByAPI     = api.ByAPI // POST /v1/approvals/{id}
-	ByUI      = api.ByUI  // sbx ui
-	ByTimeout = "timeout" // no answer came in time: a deny
-	ByClosed  = "closed"  // the gateway closed before an answer came: a deny
-)
-
-// Answer is a person's answer to a question: allow or deny, how far it
-// reaches, and who gave it (ByCLI, ...).
-type Answer struct {
-	Allow bool
-	Scope Scope
-	By    string
-}
-
-// Approval is a pending question, as the management API lists it: the
-// target, method and path every request held on it shows, the rule that
-// asked (a rule id, or netpolicy.RuleDefault) and why, when it was asked
-// and times out, and how many requests wait on it.
-type Approval = api.Approval
-
-// Errors of answering a question, for errors.Is.
-var (
-	// ErrApprovalNotFound: no pending question has the id (answered
-	// already, timed out, or never asked).
-	ErrApprovalNotFound = api.ErrApprovalNotFound
-	// ErrTooManyApprovals: the gateway holds MaxPendingApprovals questions
-	// already; a new one is not asked, and its request is blocked.
-	ErrTooManyApprovals = errors.New("too many pending approvals")
-	// ErrNoApprovalsFile: an always answer, but the gateway has no file
-	// to write rules to (Config.ApprovalsFile).
-	ErrNoApprovalsFile = api.ErrNoApprovalsFile
-	// ErrInvalidAnswer: an answer with an unknown scope or no answerer.
-	ErrInvalidAnswer = api.ErrInvalidAnswer
-	// ErrApprovalAnswered: another answer to the question came first,
-	// and is being carried out or was; the error says by whom.
-	ErrApprovalAnswered = api.ErrApprovalAnswered
-)
-
-// MaxPendingApprovals bounds the requests a gateway holds at once for an
-// answer, and so the questions (each is a few hundred bytes and a timer)
-// and the memory they take: every held request counts, a proxied
-// request, a tunnel, a captured connection and each HTTP/2 stream of an
-// inspected connection alike (one connection carries many streams, which
-// the per-client connection limit does not bound).
-const MaxPendingApprovals = 4096
-
-// approvalKey is what a question is about: requests to one host and port
+// questionKey is what a question is about: requests to one host and port
 // with one method and path (as sent, the query left out; both empty for a
 // tunnel or captured connection) wait on one question, so that an answer
 // releases only requests that show what the question shows.
-type approvalKey struct {
+type questionKey struct {
 	host   string
 	port   uint16
 	method string
@@ -91,11 +21,11 @@ type approvalKey struct {
 }
 
 // question is one pending question. Its Approval, by and expired are
-// guarded by the registry's lock; answer is written once, before done is
+// guarded by the table's lock; answer is written once, before done is
 // closed, and read only after done is closed.
 type question struct {
 	Approval
-	key    approvalKey
+	key    questionKey
 	done   chan struct{}
 	answer Answer
 	timer  *time.Timer
@@ -106,20 +36,20 @@ type question struct {
 	expired bool
 }
 
-// errApprovalsClosed is join's error once the registry is closed: the
+// errClosed is join's error once the table is closed: the
 // gateway is closing, and asks nothing more.
-var errApprovalsClosed = errors.New("the gateway is closing")
+var errClosed = errors.New("the gateway is closing")
 
-// approvals is the registry of pending questions: one per host and port,
+// table is the table of pending questions: one per host and port,
 // found by key or by id. A held request waits on its question's done
 // channel, which costs no CPU. A question ends once: answered (claim,
 // then answer), timed out when its timer fires, or ended by close; its
 // answer is logged (the logged func) before the requests waiting on it
 // wake. It is safe for concurrent use; the zero value is not: make one
-// with newApprovals.
-type approvals struct {
+// with newTable.
+type table struct {
 	mu    sync.Mutex
-	byKey map[approvalKey]*question
+	byKey map[questionKey]*question
 	byID  map[string]*question
 	seq   uint64
 	// max bounds held, the requests waiting on the questions.
@@ -134,10 +64,10 @@ type approvals struct {
 	logged func(Approval, Answer)
 }
 
-// newApprovals returns an empty registry holding at most max requests, whose
+// newTable returns an empty table holding at most max requests, whose
 // answers (timeouts included) are passed to logged.
-func newApprovals(max int, logged func(Approval, Answer)) *approvals {
-	return &approvals{byKey: map[approvalKey]*question{}, byID: map[string]*question{}, max: max, logged: logged}
+func newTable(max int, logged func(Approval, Answer)) *table {
+	return &table{byKey: map[questionKey]*question{}, byID: map[string]*question{}, max: max, logged: logged}
 }
 
 // timeoutAnswer is the answer of a question whose deadline passed.
@@ -146,19 +76,19 @@ var timeoutAnswer = Answer{Scope: ScopeOnce, By: ByTimeout}
 // join returns the pending question about info's host and port and
 // path's method and path (path is the request's whole path; info's may be
 // cut for the log), counting one more waiter on it, or asks a new one
-// (created true) that times out after timeout. When the registry holds its
-// bound of requests it returns ErrTooManyApprovals, and once it is closed
-// errApprovalsClosed. Every join must be followed by leave, unless the
+// (created true) that times out after timeout. When the table holds its
+// bound of requests it returns ErrTooMany, and once it is closed
+// errClosed. Every join must be followed by leave, unless the
 // question's done channel was closed first.
-func (r *approvals) join(info Approval, path string, timeout time.Duration) (q *question, created bool, err error) {
-	key := approvalKey{info.Host, info.Port, info.Method, path}
+func (r *table) join(info Approval, path string, timeout time.Duration) (q *question, created bool, err error) {
+	key := questionKey{info.Host, info.Port, info.Method, path}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, false, errApprovalsClosed
+		return nil, false, errClosed
 	}
 	if r.held >= r.max {
-		return nil, false, ErrTooManyApprovals
+		return nil, false, ErrTooMany
 	}
 	if q := r.byKey[key]; q != nil {
 		q.Waiting++
@@ -180,7 +110,7 @@ func (r *approvals) join(info Approval, path string, timeout time.Duration) (q *
 // leave counts a waiter that gave up on q before its answer (its client
 // went away). The question stays until answered or timed out: other
 // requests may join it.
-func (r *approvals) leave(q *question) {
+func (r *table) leave(q *question) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID[q.ID] == q && q.Waiting > 0 { // once it ended, take counted it
@@ -190,18 +120,18 @@ func (r *approvals) leave(q *question) {
 }
 
 // get returns the pending question id, or false.
-func (r *approvals) get(id string) (Approval, bool) {
+func (r *table) get(id string) (Approval, bool) {
 	a, _, ok := r.getKey(id)
 	return a, ok
 }
 
 // getKey returns the pending question id and what it is about, or false.
-func (r *approvals) getKey(id string) (Approval, approvalKey, bool) {
+func (r *table) getKey(id string) (Approval, questionKey, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.byID[id]
 	if q == nil {
-		return Approval{}, approvalKey{}, false
+		return Approval{}, questionKey{}, false
 	}
 	return q.Approval, q.key, true
 }
@@ -209,18 +139,18 @@ func (r *approvals) getKey(id string) (Approval, approvalKey, bool) {
 // claim makes by the one answering the pending question id, before the
 // answer has any effect, and returns the question: only one answer gets
 // past claim. Its claimer must then call answer, or unclaim when the
-// answer failed. Errors: ErrApprovalNotFound when id is not pending,
-// ErrApprovalAnswered when another answer claimed it first (the error
+// answer failed. Errors: ErrNotFound when id is not pending,
+// ErrAnswered when another answer claimed it first (the error
 // says by whom).
-func (r *approvals) claim(id, by string) (Approval, error) {
+func (r *table) claim(id, by string) (Approval, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.byID[id]
 	switch {
 	case q == nil:
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	case q.by != "":
-		return Approval{}, fmt.Errorf("question %q is %w (by %s); that answer stands: GET /v1/approvals lists the pending questions", id, ErrApprovalAnswered, q.by)
+		return Approval{}, fmt.Errorf("question %q is %w (by %s); that answer stands: GET /v1/approvals lists the pending questions", id, ErrAnswered, q.by)
 	}
 	q.by = by
 	return q.Approval, nil
@@ -228,7 +158,7 @@ func (r *approvals) claim(id, by string) (Approval, error) {
 
 // unclaim gives up the claim on question id, whose answer failed: it is
 // pending again, or, when its deadline passed meanwhile, times out now.
-func (r *approvals) unclaim(id string) {
+func (r *table) unclaim(id string) {
 	r.mu.Lock()
 	q := r.byID[id]
 	if q == nil {
@@ -247,14 +177,14 @@ func (r *approvals) unclaim(id string) {
 
 // answer ends the claimed question id with a: it is removed, its timer
 // stopped, its answer logged and every request waiting on it woken. It
-// returns the question as it stood, or ErrApprovalNotFound when it ended
-// meanwhile (the registry was closed).
-func (r *approvals) answer(id string, a Answer) (Approval, error) {
+// returns the question as it stood, or ErrNotFound when it ended
+// meanwhile (the table was closed).
+func (r *table) answer(id string, a Answer) (Approval, error) {
 	r.mu.Lock()
 	q := r.byID[id]
 	if q == nil {
 		r.mu.Unlock()
-		return Approval{}, ErrApprovalNotFound
+		return Approval{}, ErrNotFound
 	}
 	info := r.takeLocked(q)
 	r.mu.Unlock()
@@ -263,7 +193,7 @@ func (r *approvals) answer(id string, a Answer) (Approval, error) {
 }
 
 // resolve claims question id for a.By and answers it with a.
-func (r *approvals) resolve(id string, a Answer) (Approval, error) {
+func (r *table) resolve(id string, a Answer) (Approval, error) {
 	if _, err := r.claim(id, a.By); err != nil {
 		return Approval{}, err
 	}
@@ -272,7 +202,7 @@ func (r *approvals) resolve(id string, a Answer) (Approval, error) {
 
 // timeout ends question id, whose deadline passed, with a deny by
 // timeout; one being answered is left to its answer (see unclaim).
-func (r *approvals) timeout(id string) {
+func (r *table) timeout(id string) {
 	r.mu.Lock()
 	q := r.byID[id]
 	if q == nil {
@@ -293,7 +223,7 @@ func (r *approvals) timeout(id string) {
 // first, and refuses new ones (join). It returns once every question
 // that ended, here or elsewhere, has had its answer logged, and stops
 // their timers: nothing is logged after it.
-func (r *approvals) close(a Answer) {
+func (r *table) close(a Answer) {
 	r.mu.Lock()
 	r.closed = true
 	qs := make([]*question, 0, len(r.byID))
@@ -312,7 +242,7 @@ func (r *approvals) close(a Answer) {
 
 // takeLocked removes q from the maps and returns it as it stood; its
 // taker must call finish. r.mu is held.
-func (r *approvals) takeLocked(q *question) Approval {
+func (r *table) takeLocked(q *question) Approval {
 	delete(r.byID, q.ID)
 	delete(r.byKey, q.key)
 	r.held -= q.Waiting // they wake, and wait no more
@@ -322,7 +252,7 @@ func (r *approvals) takeLocked(q *question) Approval {
 
 // finish ends q, taken out as info, with a: its timer stopped, a logged,
 // and its requests woken.
-func (r *approvals) finish(q *question, info Approval, a Answer) {
+func (r *table) finish(q *question, info Approval, a Answer) {
 	defer r.ending.Done()
 	q.timer.Stop()
 	if r.logged != nil {
@@ -333,7 +263,7 @@ func (r *approvals) finish(q *question, info Approval, a Answer) {
 }
 
 // list returns the pending questions, oldest first.
-func (r *approvals) list() []Approval {
+func (r *table) list() []Approval {
 	r.mu.Lock()
 	out := make([]Approval, 0, len(r.byID))
 	for _, q := range r.byID {

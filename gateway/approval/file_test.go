@@ -1,4 +1,4 @@
-package netpolicy
+package approval
 
 import (
 	"errors"
@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 func TestAddApprovedRule(t *testing.T) {
-	allow := Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}
+	allow := netpolicy.Rule{Host: "pypi.org", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 	tests := []struct {
 		name, before string
 		wantOrder    []string // substrings of the file after, in order
@@ -44,11 +46,11 @@ func TestAddApprovedRule(t *testing.T) {
 				}
 				at += i + len(s)
 			}
-			p, err := ParseFile(path)
+			p, err := netpolicy.ParseFile(path)
 			if err != nil {
 				t.Fatalf("the file does not parse: %v\n%s", err, text)
 			}
-			if d := p.Verdict(Target{Host: "pypi.org", Port: 443, Method: "CONNECT"}); d.Action != Allow {
+			if d := p.Verdict(netpolicy.Target{Host: "pypi.org", Port: 443, Method: "CONNECT"}); d.Action != netpolicy.Allow {
 				t.Errorf("Verdict: got %s, want allow\n%s", d.Action, text)
 			}
 		})
@@ -63,11 +65,11 @@ func TestAddApprovedRuleRefuses(t *testing.T) {
 	os.WriteFile(list, []byte("- a\n- b\n"), 0o600)
 	badRules := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(badRules, []byte("version: 1\nrules: nope\n"), 0o600)
-	r := Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}
+	r := netpolicy.Rule{Host: "pypi.org", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 	for _, tt := range []struct {
 		path string
 		want error
-	}{{jsonFile, ErrNotYAML}, {list, ErrInvalidPolicy}, {badRules, ErrInvalidPolicy}} {
+	}{{jsonFile, ErrNotYAML}, {list, netpolicy.ErrInvalidPolicy}, {badRules, netpolicy.ErrInvalidPolicy}} {
 		before, _ := os.ReadFile(tt.path)
 		if err := AddApprovedRule(tt.path, r, "x"); !errors.Is(err, tt.want) {
 			t.Errorf("%s: got %v, want %v", filepath.Base(tt.path), err, tt.want)
@@ -101,10 +103,10 @@ func countTemps(t *testing.T, dir string) int {
 // is pinned, a symbolic link planted at its name or in place of a
 // directory on its path (as a sandbox that can write the working
 // directory could) makes the always answer fail with
-// ErrApprovalsPathChanged, and nothing is written outside, nor through
+// ErrPathChanged, and nothing is written outside, nor through
 // the link.
 func TestAddApprovedRulePinnedRefusesPlantedLinks(t *testing.T) {
-	r := Rule{Host: "evil.example", Ports: []Port{443}, Action: Allow}
+	r := netpolicy.Rule{Host: "evil.example", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 	const victimText = "version: 1\n# the host's own file\n"
 	tests := []struct {
 		name   string
@@ -148,14 +150,14 @@ func TestAddApprovedRulePinnedRefusesPlantedLinks(t *testing.T) {
 			}
 			victim := filepath.Join(outside, "victim.yaml")
 			mustDo(t, os.WriteFile(victim, []byte(victimText), 0o644))
-			release := PinApprovalsFile(file)
+			release := PinFile(file)
 			defer release()
 			tt.plant(t, work, file, outside)
 			before := treeOf(t, outside)
 			err := AddApprovedRule(file, r, "allowed always by cli")
 			t.Logf("AddApprovedRule: %v", err)
-			if !errors.Is(err, ErrApprovalsPathChanged) {
-				t.Errorf("AddApprovedRule: got %v, want ErrApprovalsPathChanged", err)
+			if !errors.Is(err, ErrPathChanged) {
+				t.Errorf("AddApprovedRule: got %v, want ErrPathChanged", err)
 			} else if !strings.Contains(err.Error(), "nothing was written") {
 				t.Errorf("the error does not say that nothing was written: %v", err)
 			}
@@ -178,7 +180,7 @@ func TestAddApprovedRulePinnedRefusesPlantedLinks(t *testing.T) {
 // pinned stays refused after the directory is made; a release undoes one
 // pin.
 func TestPinApprovalsFile(t *testing.T) {
-	r := Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}
+	r := netpolicy.Rule{Host: "pypi.org", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 	work, home := t.TempDir(), t.TempDir()
 	real := filepath.Join(home, "policy.yaml")
 	mustDo(t, os.WriteFile(real, []byte("version: 1\n"), 0o640))
@@ -186,23 +188,23 @@ func TestPinApprovalsFile(t *testing.T) {
 	dirLink := filepath.Join(work, "home")
 	mustDo(t, os.Symlink(real, link), os.Symlink(home, dirLink))
 	for _, p := range []string{link, filepath.Join(dirLink, "policy.yaml")} {
-		release := PinApprovalsFile(p)
+		release := PinFile(p)
 		err := AddApprovedRule(p, r, "allowed always by cli")
 		release()
-		if !errors.Is(err, ErrApprovalsFileUntrusted) || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), real) {
-			t.Errorf("%s: got %v, want ErrApprovalsFileUntrusted naming the link and %s", p, err, real)
+		if !errors.Is(err, ErrFileUntrusted) || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), real) {
+			t.Errorf("%s: got %v, want ErrFileUntrusted naming the link and %s", p, err, real)
 		}
 		// Unpinned, the same.
-		if err := AddApprovedRule(p, r, "allowed always by cli"); !errors.Is(err, ErrApprovalsFileUntrusted) {
-			t.Errorf("%s, not pinned: got %v, want ErrApprovalsFileUntrusted", p, err)
+		if err := AddApprovedRule(p, r, "allowed always by cli"); !errors.Is(err, ErrFileUntrusted) {
+			t.Errorf("%s, not pinned: got %v, want ErrFileUntrusted", p, err)
 		}
 	}
 	if data, _ := os.ReadFile(real); strings.Contains(string(data), "pypi.org") {
 		t.Errorf("the file got the rule through a link: %q", data)
 	}
 
-	release := PinApprovalsFile(real)
-	again := PinApprovalsFile(real)
+	release := PinFile(real)
+	again := PinFile(real)
 	if err := AddApprovedRule(real, r, "allowed always by cli"); err != nil {
 		t.Fatalf("AddApprovedRule: %v", err)
 	}
@@ -226,7 +228,7 @@ func TestPinApprovalsFile(t *testing.T) {
 	}
 
 	missing := filepath.Join(work, "later", "approvals.yaml")
-	release = PinApprovalsFile(missing)
+	release = PinFile(missing)
 	defer release()
 	mustDo(t, os.Mkdir(filepath.Dir(missing), 0o755))
 	if err := AddApprovedRule(missing, r, "x"); !errors.Is(err, fs.ErrNotExist) {

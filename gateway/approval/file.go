@@ -1,4 +1,4 @@
-package netpolicy
+package approval
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // approvalFileMu serializes AddApprovedRule, so that two answers never
@@ -22,57 +24,40 @@ var approvalFileMu sync.Mutex
 // cannot keep the comment an approved rule carries.
 var ErrNotYAML = errors.New("not a YAML policy file")
 
-// ErrApprovalsPathChanged is returned by AddApprovedRule for a file pinned
-// by PinApprovalsFile when its path no longer leads where it led then: a
+// ErrPathChanged is returned by AddApprovedRule for a file pinned
+// by PinFile when its path no longer leads where it led then: a
 // symbolic link stands at the file's name, or the file's directory is gone
 // or another (a link to elsewhere, say) stands at its path. Whatever did
 // it (a sandbox can write where the file usually lies), nothing is
 // written, through the link or elsewhere.
-var ErrApprovalsPathChanged = errors.New("the approvals file's path changed since the start")
+var ErrPathChanged = errors.New("the approvals file's path changed since the start")
 
-// ErrApprovalsFileUntrusted is wrapped by the errors of an approvals file
+// ErrFileUntrusted is wrapped by the errors of an approvals file
 // sbx does not read or write: one on a path through a symbolic link, not
 // a regular file, owned by another user than root or the one running sbx
-// (TrustedOwner), writable by its group or others, or larger than
-// MaxApprovalsFileSize. The error says which, and the fix.
-var ErrApprovalsFileUntrusted = errors.New("approvals file refused")
+// (netpolicy.TrustedOwner), writable by its group or others, or larger than
+// MaxFileSize. The error says which, and the fix.
+var ErrFileUntrusted = errors.New("approvals file refused")
 
-// MaxApprovalsFileSize is the most an approvals file may hold: sbx reads
+// MaxFileSize is the most an approvals file may hold: sbx reads
 // no more of it, so that a file grown (or made sparse) by someone else
 // cannot make an always answer take the gateway's memory.
-const MaxApprovalsFileSize = 1 << 20
+const MaxFileSize = 1 << 20
 
-// ApprovalsLockWait is how long AddApprovedRule waits for the approvals
+// LockWait is how long AddApprovedRule waits for the approvals
 // file's lock, which another sbx process answering always holds only
 // while it writes; past it the answer fails and nothing is written.
-const ApprovalsLockWait = 10 * time.Second
-
-// TrustedOwner reports whether uid may own an approvals or policy file
-// sbx reads rules from: root, the user sbx runs as, and the user who ran
-// sudo (SUDO_UID) when it runs as root.
-func TrustedOwner(uid uint32) bool {
-	if uid == 0 || int64(uid) == int64(os.Geteuid()) || int64(uid) == int64(os.Getuid()) {
-		return true
-	}
-	if os.Geteuid() == 0 {
-		if s := os.Getenv("SUDO_UID"); s != "" {
-			if n, err := strconv.ParseUint(s, 10, 32); err == nil && uint32(n) == uid {
-				return true
-			}
-		}
-	}
-	return false
-}
+const LockWait = 10 * time.Second
 
 // untrustedFileError is the refusal of the approvals file at path for
 // why, with the fix.
 func untrustedFileError(path, why, fix string) error {
-	return fmt.Errorf("%s: %w: %s, so nothing was written; %s", path, ErrApprovalsFileUntrusted, why, fix)
+	return fmt.Errorf("%s: %w: %s, so nothing was written; %s", path, ErrFileUntrusted, why, fix)
 }
 
 // tooLargeError refuses the approvals file at path, of size bytes.
 func tooLargeError(path string, size int64) error {
-	return untrustedFileError(path, fmt.Sprintf("it holds %d bytes, more than the %d (1 MiB) sbx reads from an approvals file", size, MaxApprovalsFileSize),
+	return untrustedFileError(path, fmt.Sprintf("it holds %d bytes, more than the %d (1 MiB) sbx reads from an approvals file", size, MaxFileSize),
 		"move its rules into a policy file, or give --approvals a new file")
 }
 
@@ -81,7 +66,7 @@ func tooLargeError(path string, size int64) error {
 // owns it, or its group or others may write it.
 func checkApprovalsFileMode(path string, uid uint32, perm os.FileMode) error {
 	switch {
-	case !TrustedOwner(uid):
+	case !netpolicy.TrustedOwner(uid):
 		return untrustedFileError(path, fmt.Sprintf("it is owned by uid %d, neither root nor the user running sbx, who could change the rules later runs read from it", uid),
 			"give --approvals a file of your own (chown it, or copy its rules into a new file)")
 	case perm&0o022 != 0:
@@ -91,7 +76,7 @@ func checkApprovalsFileMode(path string, uid uint32, perm os.FileMode) error {
 	return nil
 }
 
-// pins are the files PinApprovalsFile resolved, by absolute path.
+// pins are the files PinFile resolved, by absolute path.
 var pins = map[string]*pin{}
 
 // A pin is one pinned file: its directory kept open (or why it could not
@@ -102,22 +87,22 @@ type pin struct {
 	err  error
 }
 
-// PinApprovalsFile opens the directory of path, a file AddApprovedRule is
+// PinFile opens the directory of path, a file AddApprovedRule is
 // to write, now, and keeps it open until release is called (a descriptor
 // on Linux). On Linux no symbolic link on the way is followed: a path
-// through one is refused (ErrApprovalsFileUntrusted, naming the link and
+// through one is refused (ErrFileUntrusted, naming the link and
 // the real path to give instead). Until release every
 // AddApprovedRule(path, ...) reads and writes the file through that
 // directory, not through path: a link planted later at the file's name is
 // refused, and one planted in place of a directory on the way is not
-// followed (ErrApprovalsPathChanged either way). A caller pins the file
+// followed (ErrPathChanged either way). A caller pins the file
 // before anything untrusted can write near it, as sbx run does before it
 // starts the sandbox. When path cannot be opened now (its directory does
 // not exist, a link is on the way), the pin keeps that error, which
 // AddApprovedRule returns: a directory made later is not trusted.
 // Pinning a pinned path shares the pin; each release undoes one
-// PinApprovalsFile, and only the first call of a release does anything.
-func PinApprovalsFile(path string) (release func()) {
+// PinFile, and only the first call of a release does anything.
+func PinFile(path string) (release func()) {
 	key := pinKey(path)
 	approvalFileMu.Lock()
 	defer approvalFileMu.Unlock()
@@ -174,14 +159,14 @@ func resolveApprovalsPath(path string) (dir, name string, err error) {
 // file's name, to target.
 func linkAtNameError(path, target string) error {
 	return fmt.Errorf("%s: %w: it is now a symbolic link (to %s), which may have been planted to make sbx write elsewhere, so nothing was written; "+
-		"remove the link (put the file there if it was yours) and answer again, or answer for the session", path, ErrApprovalsPathChanged, target)
+		"remove the link (put the file there if it was yours) and answer again, or answer for the session", path, ErrPathChanged, target)
 }
 
 // movedDirError is the refusal of a directory that is no longer at its
 // path (why says what is there now).
 func movedDirError(path, dir, why string) error {
 	return fmt.Errorf("%s: %w: its directory %s %s, so nothing was written; "+
-		"answer for the session, and add the rule to the file yourself", path, ErrApprovalsPathChanged, dir, why)
+		"answer for the session, and add the rule to the file yourself", path, ErrPathChanged, dir, why)
 }
 
 // AddApprovedRule adds r, the rule of an answer that reaches later runs
@@ -198,19 +183,19 @@ func movedDirError(path, dir, why string) error {
 // (flock) on a lock file beside the file (".NAME.lock"), which every sbx
 // process takes to write the file: two processes answering always at
 // once both keep their rules. It waits for the lock for at most
-// ApprovalsLockWait. The file is read with a bound: one larger than
-// MaxApprovalsFileSize, owned by someone else than TrustedOwner, or
-// writable by its group or others, is refused (ErrApprovalsFileUntrusted).
+// LockWait. The file is read with a bound: one larger than
+// MaxFileSize, owned by someone else than netpolicy.TrustedOwner, or
+// writable by its group or others, is refused (ErrFileUntrusted).
 //
-// A path pinned by PinApprovalsFile is read and written through the
+// A path pinned by PinFile is read and written through the
 // directory opened then, and a symbolic link at its name is refused:
-// see ErrApprovalsPathChanged. Another path's directory is opened now.
+// see ErrPathChanged. Another path's directory is opened now.
 // On Linux, no link on the way is ever followed.
 //
 // A JSON file gives ErrNotYAML; a file that is not a policy (a list, a
 // scalar, rules that are not a list) gives an error wrapping
-// ErrInvalidPolicy. It is safe for concurrent use.
-func AddApprovedRule(path string, r Rule, comment string) error {
+// netpolicy.ErrInvalidPolicy. It is safe for concurrent use.
+func AddApprovedRule(path string, r netpolicy.Rule, comment string) error {
 	approvalFileMu.Lock()
 	defer approvalFileMu.Unlock()
 	d, done, err := approvalsDirOf(path)
@@ -235,18 +220,18 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 	var doc yaml.Node
 	if len(trimmed) > 0 {
 		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return fmt.Errorf("%s: %w: %v", path, ErrInvalidPolicy, err)
+			return fmt.Errorf("%s: %w: %v", path, netpolicy.ErrInvalidPolicy, err)
 		}
 	}
 	if doc.Kind == 0 || doc.Kind == yaml.DocumentNode && len(doc.Content) == 0 {
 		doc.Kind = yaml.DocumentNode
 		doc.Content = []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{
-			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "version"}, {Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(FormatVersion)},
+			{Kind: yaml.ScalarNode, Tag: "!!str", Value: "version"}, {Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.Itoa(netpolicy.FormatVersion)},
 		}}}
 	}
 	root := doc.Content[0]
 	if doc.Kind != yaml.DocumentNode || root.Kind != yaml.MappingNode {
-		return fmt.Errorf("%s: %w: the file is not a policy (a mapping with version and rules); give approvals a file of their own", path, ErrInvalidPolicy)
+		return fmt.Errorf("%s: %w: the file is not a policy (a mapping with version and rules); give approvals a file of their own", path, netpolicy.ErrInvalidPolicy)
 	}
 	var rules *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
@@ -262,12 +247,12 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 		*rules = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
 	}
 	if rules.Kind != yaml.SequenceNode {
-		return fmt.Errorf("%s: %w: rules is not a list", path, ErrInvalidPolicy)
+		return fmt.Errorf("%s: %w: rules is not a list", path, netpolicy.ErrInvalidPolicy)
 	}
 	rules.Style = 0 // a flow list ([...]) cannot hold the comment
 	pos := len(rules.Content)
 	for i, item := range rules.Content {
-		if nodeField(item, "action") == string(Ask) {
+		if nodeField(item, "action") == string(netpolicy.Ask) {
 			pos = i
 			break
 		}
@@ -283,7 +268,7 @@ func AddApprovedRule(path string, r Rule, comment string) error {
 		return fmt.Errorf("%s: writing the approved rule: %w", path, err)
 	}
 	enc.Close()
-	if _, err := Decode(path, buf.Bytes()); err != nil {
+	if _, err := netpolicy.Decode(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("%s with the approved rule would not be a valid policy, so it is left as it was: %w", path, err)
 	}
 	return d.replace(buf.Bytes(), mode)
@@ -317,14 +302,14 @@ func nodeField(n *yaml.Node, key string) string {
 
 // ruleNode is r as a YAML mapping: host, ports and methods (flow lists),
 // path, action.
-func ruleNode(r Rule) *yaml.Node {
+func ruleNode(r netpolicy.Rule) *yaml.Node {
 	str := func(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
 	n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	n.Content = append(n.Content, str("host"), str(r.Host))
 	if r.Ports != nil {
 		ports := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
 		for _, p := range r.Ports {
-			if p == AnyPort {
+			if p == netpolicy.AnyPort {
 				ports.Content = append(ports.Content, str("*"))
 			} else {
 				ports.Content = append(ports.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: p.String()})

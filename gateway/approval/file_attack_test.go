@@ -1,4 +1,4 @@
-package netpolicy
+package approval
 
 import (
 	"errors"
@@ -11,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // TestAddApprovedRuleSparseFile: an approvals file grown to 256 MiB (a
 // sparse file, which costs its maker no disk) is refused by the always
-// answer with ErrApprovalsFileUntrusted, saying 1 MiB, after reading no
+// answer with ErrFileUntrusted, saying 1 MiB, after reading no
 // more than that: the answer allocates a few MiB, not the file.
 func TestAddApprovedRuleSparseFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "approvals.yaml")
@@ -26,10 +28,10 @@ func TestAddApprovedRuleSparseFile(t *testing.T) {
 	mustDo(t, f.Truncate(256<<20), f.Close())
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err = AddApprovedRule(path, Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}, "allowed always by cli")
+	err = AddApprovedRule(path, netpolicy.Rule{Host: "pypi.org", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}, "allowed always by cli")
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrApprovalsFileUntrusted) || !strings.Contains(err.Error(), "1 MiB") {
-		t.Errorf("got %v, want ErrApprovalsFileUntrusted saying 1 MiB", err)
+	if !errors.Is(err, ErrFileUntrusted) || !strings.Contains(err.Error(), "1 MiB") {
+		t.Errorf("got %v, want ErrFileUntrusted saying 1 MiB", err)
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
 		t.Errorf("the answer allocated %d MiB, want at most 8", got>>20)
@@ -43,7 +45,7 @@ func TestAddApprovedRuleSparseFile(t *testing.T) {
 // or others may write, or that another user owns, is refused with the
 // fix, and left as it was.
 func TestAddApprovedRuleRefusesUntrusted(t *testing.T) {
-	r := Rule{Host: "pypi.org", Ports: []Port{443}, Action: Allow}
+	r := netpolicy.Rule{Host: "pypi.org", Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 	for _, tt := range []struct {
 		name  string
 		mode  os.FileMode
@@ -64,8 +66,8 @@ func TestAddApprovedRuleRefusesUntrusted(t *testing.T) {
 				mustDo(t, os.Chown(path, tt.owner, tt.owner))
 			}
 			err := AddApprovedRule(path, r, "x")
-			if !errors.Is(err, ErrApprovalsFileUntrusted) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("got %v, want ErrApprovalsFileUntrusted with %q", err, tt.want)
+			if !errors.Is(err, ErrFileUntrusted) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want ErrFileUntrusted with %q", err, tt.want)
 			}
 			if data, _ := os.ReadFile(path); string(data) != "version: 1\n" {
 				t.Errorf("the file: got %q, want it as it was", data)
@@ -103,7 +105,7 @@ func TestAddApprovedRuleConcurrentProcesses(t *testing.T) {
 			t.Fatalf("writer %d: %v\n%s", i, err, outs[i])
 		}
 	}
-	p, err := ParseFile(path)
+	p, err := netpolicy.ParseFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,7 @@ func TestAddApprovedRuleConcurrentProcesses(t *testing.T) {
 	for i := range procs {
 		for j := range each {
 			host := fmt.Sprintf("p%d-r%d.example", i, j)
-			if d := p.Verdict(Target{Host: host, Port: 443, Method: "CONNECT"}); d.Action != Allow {
+			if d := p.Verdict(netpolicy.Target{Host: host, Port: 443, Method: "CONNECT"}); d.Action != netpolicy.Allow {
 				missing = append(missing, host)
 			}
 		}
@@ -131,7 +133,7 @@ func TestApprovalsWriterProcess(t *testing.T) {
 	id := os.Getenv("SBX_TEST_APPROVALS_WRITER_ID")
 	n, _ := strconv.Atoi(os.Getenv("SBX_TEST_APPROVALS_WRITER_N"))
 	for j := range n {
-		r := Rule{Host: fmt.Sprintf("p%s-r%d.example", id, j), Ports: []Port{443}, Action: Allow}
+		r := netpolicy.Rule{Host: fmt.Sprintf("p%s-r%d.example", id, j), Ports: []netpolicy.Port{443}, Action: netpolicy.Allow}
 		if err := AddApprovedRule(path, r, "allowed always by cli"); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package gateway
+package approval
 
 import (
 	"runtime"
@@ -15,7 +15,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 	const n = 1000
 	var worst float64
 	for range b.N {
-		r := newApprovals(MaxPendingApprovals, nil)
+		r := newTable(MaxPending, nil)
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
@@ -48,7 +48,7 @@ func BenchmarkPendingApprovals(b *testing.B) {
 // request held on its question: from resolve to the waiter running
 // (p99-ms; the target is at most 50).
 func BenchmarkApprovalWake(b *testing.B) {
-	r := newApprovals(MaxPendingApprovals, nil)
+	r := newTable(MaxPending, nil)
 	lat := make([]time.Duration, 0, b.N)
 	for i := range b.N {
 		q, _, err := r.join(Approval{Host: "h.example", Port: uint16(1 + i%60000), Asked: time.Now()}, "", time.Hour)

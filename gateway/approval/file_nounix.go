@@ -1,6 +1,6 @@
 //go:build !unix
 
-package netpolicy
+package approval
 
 import "io/fs"
 
