@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -94,21 +95,22 @@ type Server struct {
 	pool     upstreamPool
 	metrics  *Metrics
 
-	// fakeIPs are the DNS stub's names and their fake addresses.
-	fakeIPs *FakeIPs
+	// dns is the DNS stub (dns.go); fakeIPs are its names and their fake
+	// addresses, which the transparent path reads.
+	dns     *dnsstub.Stub
+	fakeIPs *dnsstub.FakeIPs
 	// approvals are the pending questions of requests whose verdict is
 	// ask (ask.go).
 	approvals *approvals
 	// bypass folds the reported packets into bypass records.
 	bypass bypassLog
 
-	mu          sync.Mutex
-	listeners   map[net.Listener]struct{}
-	packetConns map[net.PacketConn]struct{} // the DNS stub's UDP sockets
-	conns       map[net.Conn]struct{}
-	tunnels     map[netip.Addr]int
-	clients     map[netip.Addr]int // open connections per client IP
-	closed      bool
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	tunnels   map[netip.Addr]int
+	clients   map[netip.Addr]int // open connections per client IP
+	closed    bool
 
 	// base is cancelled by Close, ending every request still waiting on
 	// an upstream.
@@ -150,17 +152,16 @@ func newServer(cfg serverConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:         cfg,
-		limits:      cfg.Limits.withDefaults(),
-		logger:      cfg.Logger,
-		resolver:    cfg.Resolver,
-		fakeIPs:     newFakeIPs(MaxFakeIPs),
-		listeners:   map[net.Listener]struct{}{},
-		packetConns: map[net.PacketConn]struct{}{},
-		conns:       map[net.Conn]struct{}{},
-		tunnels:     map[netip.Addr]int{},
-		clients:     map[netip.Addr]int{},
-		metrics:     newMetrics(),
+		cfg:       cfg,
+		limits:    cfg.Limits.withDefaults(),
+		logger:    cfg.Logger,
+		resolver:  cfg.Resolver,
+		fakeIPs:   dnsstub.NewFakeIPs(dnsstub.MaxFakeIPs),
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+		tunnels:   map[netip.Addr]int{},
+		clients:   map[netip.Addr]int{},
+		metrics:   newMetrics(),
 	}
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
@@ -193,6 +194,9 @@ func newServer(cfg serverConfig) (*Server, error) {
 		d := &net.Dialer{Timeout: s.limits.DialTimeout}
 		s.cfg.Dial = d.DialContext
 	}
+	if s.dns, err = newDNSStub(s); err != nil {
+		return nil, err
+	}
 	s.hostAddrs.list = interfaceAddrs
 	s.hostAddrs.logger = func(err error) { s.logger.Warn("address guard", "err", err) }
 	if cfg.Log != nil {
@@ -211,7 +215,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // FakeIPs returns the DNS stub's table of names and fake addresses, which
 // lives as long as the server.
-func (s *Server) FakeIPs() *FakeIPs { return s.fakeIPs }
+func (s *Server) FakeIPs() *dnsstub.FakeIPs { return s.fakeIPs }
 
 // Store returns the policy store the server decides with.
 func (s *Server) Store() *netpolicy.Store { return s.cfg.Store }
@@ -458,13 +462,11 @@ func (s *Server) Close() error {
 	for ln := range s.listeners {
 		ln.Close()
 	}
-	for pc := range s.packetConns {
-		pc.Close()
-	}
 	for c := range s.conns {
 		c.Close()
 	}
 	s.mu.Unlock()
+	s.dns.Close()
 	s.wg.Wait()
 	s.pool.close()
 	s.inspect.closeIdle()

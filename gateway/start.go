@@ -162,8 +162,8 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		g.serve(func() error { return srv.ServeTransparent(ctx, o.Transparent, origDst) })
 	}
 	if dnsPC != nil {
-		g.serve(func() error { return srv.ServeDNSUDP(ctx, dnsPC) })
-		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })
+		g.serve(func() error { return srv.dns.ServeUDP(ctx, dnsPC) })
+		g.serve(func() error { return srv.serveListener(ctx, dnsLn, "DNS", 0, "", serveDNSConn(srv)) })
 	}
 	if len(apiLns) > 0 {
 		as, err := api.NewServer(api.ServerConfig{Gateway: apiGateway{srv}, Sandbox: o.Sandbox, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})

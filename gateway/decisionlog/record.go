@@ -108,7 +108,7 @@ const (
 const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
-	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
+	KindDNS     = "dns"     // a query to the DNS stub (see gateway/dnsstub)
 	// KindHTTPS is a request inside a tunnel the gateway inspects
 	// (docs/inspection.md): TLS terminated with the sandbox's CA, each request
 	// decided with its method and path.
