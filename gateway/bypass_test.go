@@ -31,10 +31,10 @@ func TestBypassRecordsFoldAFlood(t *testing.T) {
 	start := time.Now()
 	const n = 100_000
 	for range n {
-		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: dst})
+		g.srv.bypass.ReportPacket(Packet{Proto: "udp", Src: src, Dst: dst})
 	}
 	// One more target meanwhile: it gets a record of its own at once.
-	g.srv.ReportPacket(Packet{Proto: "icmp", Src: netip.AddrPortFrom(src.Addr(), 0), Dst: netip.MustParseAddrPort("192.0.2.7:0")})
+	g.srv.bypass.ReportPacket(Packet{Proto: "icmp", Src: netip.AddrPortFrom(src.Addr(), 0), Dst: netip.MustParseAddrPort("192.0.2.7:0")})
 	elapsed := time.Since(start)
 	recs, _ := bypassRecords(t, g)
 	if len(recs) != 2 || recs[0]["count"] != 1.0 || recs[0]["proto"] != "udp" || recs[0]["host"] != "192.0.2.1" || recs[0]["port"] != 9999.0 ||
@@ -62,13 +62,13 @@ func TestBypassRecordsAreBoundedAcrossTargets(t *testing.T) {
 	src := netip.MustParseAddrPort("10.213.0.2:40000")
 	const n = 3 * maxBypassTargets
 	for i := range n {
-		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: netip.MustParseAddrPort(fmt.Sprintf("192.0.2.1:%d", 1000+i))})
+		g.srv.bypass.ReportPacket(Packet{Proto: "udp", Src: src, Dst: netip.MustParseAddrPort(fmt.Sprintf("192.0.2.1:%d", 1000+i))})
 	}
 	recs, packets := bypassRecords(t, g)
 	if len(recs) != maxBypassTargets {
 		t.Errorf("%d records at once for %d targets, want %d", len(recs), n, maxBypassTargets)
 	}
-	g.srv.flushBypass(false)
+	g.srv.bypass.flush(false)
 	recs, packets = bypassRecords(t, g)
 	if packets != n || len(recs) != maxBypassTargets+1 {
 		t.Errorf("%d records counting %d packets, want %d counting %d", len(recs), packets, maxBypassTargets+1, n)
@@ -82,10 +82,10 @@ func TestBypassRecordsAreBoundedAcrossTargets(t *testing.T) {
 func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
 	p := Packet{Proto: "udp", Src: netip.MustParseAddrPort("10.213.0.2:1"), Dst: netip.MustParseAddrPort("192.0.2.1:53")}
-	g.srv.ReportPacket(p)
-	g.srv.ReportPacket(p)   // folded
-	g.srv.flushBypass(true) // what Close does: writes the folded one
-	g.srv.ReportPacket(p)
+	g.srv.bypass.ReportPacket(p)
+	g.srv.bypass.ReportPacket(p) // folded
+	g.srv.bypass.flush(true)     // what Close does: writes the folded one
+	g.srv.bypass.ReportPacket(p)
 	recs, packets := bypassRecords(t, g)
 	if len(recs) != 2 || packets != 2 {
 		t.Errorf("%d records counting %d packets, want 2 counting 2", len(recs), packets)
@@ -98,8 +98,8 @@ func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 func TestFaultPacketsLostAreRecorded(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
 	since := time.Now().Add(-time.Second)
-	g.srv.ReportPacketsLost(7, since, nil)
-	g.srv.ReportPacketsLost(0, since, fmt.Errorf("reading NFLOG group 7: bad file descriptor"))
+	g.srv.bypass.ReportPacketsLost(7, since, nil)
+	g.srv.bypass.ReportPacketsLost(0, since, fmt.Errorf("reading NFLOG group 7: bad file descriptor"))
 	var dropped []map[string]any
 	for _, r := range g.records(t) {
 		if r["event"] == decisionlog.EventDropped {

@@ -43,7 +43,7 @@ func (g dnsGateway) IsClient(ip netip.Addr) bool { return g.s.isClient(ip) }
 // RefuseQuery logs a query from outside Config.Clients, rate-bounded,
 // with kind decisionlog.KindConn.
 func (g dnsGateway) RefuseQuery(client netip.AddrPort) {
-	g.s.logRefusal(&g.s.notClients, client.Addr(), client.String(), 0, notClientReason)
+	g.s.refusals.notClients.log(client.Addr(), client.String(), 0, notClientReason)
 }
 
 // ServesOn makes the stub's address one of the gateway's own.

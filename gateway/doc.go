@@ -35,7 +35,7 @@
 // going, the name behind a fake address (or the IP dialed) is decided
 // after the client's first bytes are peeked, and an allowed connection is
 // dialed and relayed as a CONNECT tunnel or, for plain HTTP, served
-// request by request as the proxy serves. Server.ReportPacket turns the
+// request by request as the proxy serves. BypassLog.ReportPacket turns the
 // packets the rules refused into bypass records, folded per target and
 // second (docs/capture.md); Config.Owner names the process behind each record.
 //

@@ -102,8 +102,10 @@ type Server struct {
 	// approvals are the pending questions of requests whose verdict is
 	// ask (ask.go).
 	approvals *approvals
-	// bypass folds the reported packets into bypass records.
-	bypass bypassLog
+	// bypass folds the reported packets into bypass records (bypass.go).
+	bypass *BypassLog
+	// out is where the records of refusals and bypasses go (refusal.go).
+	out recordOut
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -125,17 +127,14 @@ type Server struct {
 	wg     sync.WaitGroup // one per connection goroutine
 
 	// The fence (fence.go): Config.Clients and Config.Fence normalized,
-	// the host's addresses, and the rate bounds of the records of refused
-	// connections, one per cause.
+	// and the host's addresses.
 	clientNets atomic.Pointer[[]netip.Prefix] // replaced by SetClients
 	fence      []netip.Prefix
 	hostAddrs  hostAddrs
-	notClients refusalLimiter
-	overCap    refusalLimiter
 
-	// overTunnels bounds the records of tunnels refused by the tunnels
-	// cap (capcount.go).
-	overTunnels refusalLimiter
+	// refusals bound the records of refused connections and tunnels, one
+	// per cause (refusal.go).
+	refusals refusals
 }
 
 // newServer returns a Server for cfg. It listens on nothing until Serve.
@@ -165,7 +164,9 @@ func newServer(cfg serverConfig) (*Server, error) {
 	}
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
-	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
+	s.out = recordOut{ids: &s.connID, log: cfg.Log, metrics: s.metrics}
+	s.refusals.init(&s.out)
+	s.bypass = newBypassLog(cfg.Store, &s.out, s.owner)
 	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
 	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
 		return nil, err
@@ -292,7 +293,7 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 		}
 		backoff = 0
 		if !s.isClient(clientAddr(c)) {
-			s.refuseConn(c, &s.notClients, 0, "", notClientReason)
+			s.refusals.notClients.refuseConn(c, 0, "", notClientReason)
 			continue
 		}
 		switch s.track(c) {
@@ -300,7 +301,7 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 			c.Close()
 			return nil
 		case trackTooMany:
-			s.refuseConn(c, &s.overCap, overCap, body, func(ip netip.Addr) string {
+			s.refusals.overCap.refuseConn(c, overCap, body, func(ip netip.Addr) string {
 				return fmt.Sprintf("client %s has %d connections open, the limit per client", ip, s.limits.MaxConnsPerClient)
 			})
 			continue
@@ -470,10 +471,8 @@ func (s *Server) Close() error {
 	s.wg.Wait()
 	s.pool.close()
 	s.inspect.closeIdle()
-	s.flushBypass(true)
-	s.flushRefusals(&s.notClients, true)
-	s.flushRefusals(&s.overCap, true)
-	s.flushRefusals(&s.overTunnels, true)
+	s.bypass.flush(true)
+	s.refusals.flush()
 	return nil
 }
 

@@ -29,6 +29,9 @@ type Gateway struct {
 	DNSAddr net.Addr
 	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
 	APIAddrs []string
+	// Bypass is where the packets the sandbox's rules refused are
+	// reported, to be logged as bypass records.
+	Bypass *BypassLog
 
 	fileSink *decisionlog.FileSink // the log's file (Config.LogFile), or nil
 	journal  *mockllm.JournalFile  // the mocks' journal file (Config.MockJournal), or nil
@@ -87,7 +90,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	g.Server = srv
+	g.Server, g.Bypass = srv, srv.bypass
 	closers = append(closers, srv.Close)
 	if o.MockJournal != "" {
 		if g.journal, err = srv.openMockJournal(o.MockJournal, o.LogLimits.Append); err != nil {

@@ -127,7 +127,7 @@ const (
 	KindTransparent = "transparent"
 	// KindBypass is a packet the sandbox sent that is neither TCP nor DNS
 	// (UDP, ICMP, another protocol), which its rules refused and reported
-	// (see Server.ReportPacket): at most one record per protocol,
+	// (see gateway.BypassLog): at most one record per protocol,
 	// destination and port a second, with a count.
 	KindBypass = "bypass"
 )
