@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,5 +114,39 @@ func TestFaultPacketsLostAreRecorded(t *testing.T) {
 		if r, _ := dropped[i]["reason"].(string); !strings.Contains(r, want) {
 			t.Errorf("reason %q, want it to hold %q", r, want)
 		}
+	}
+}
+
+// TestBypassLogNamesTheProcessOfUDPPackets: a BypassLog alone, as the
+// server makes it: its records take their ids from the server's counter
+// and the version of the policy in its store, and name the process that
+// owns a UDP packet's socket; a packet of another protocol has no socket
+// to ask about.
+func TestBypassLogNamesTheProcessOfUDPPackets(t *testing.T) {
+	ring := decisionlog.NewRing(0)
+	log := decisionlog.NewLog("", ring)
+	defer log.Close()
+	var ids atomic.Uint64
+	ids.Store(35)
+	store := netpolicy.NewStore(mustCompile(t, netpolicy.Spec{}))
+	var asked []string
+	b := newBypassLog(store, &recordOut{ids: &ids, log: log, metrics: newMetrics()}, func(network string, client, remote netip.AddrPort) Process {
+		asked = append(asked, network+" "+client.String()+" "+remote.String())
+		return Process{PID: 7, Comm: "dig", Exe: "/usr/bin/dig"}
+	})
+	b.ReportPacket(Packet{Proto: "udp", Src: netip.MustParseAddrPort("10.213.0.2:5000"), Dst: netip.MustParseAddrPort("192.0.2.1:53")})
+	b.ReportPacket(Packet{Proto: "icmp", Src: netip.MustParseAddrPort("10.213.0.2:0"), Dst: netip.MustParseAddrPort("192.0.2.1:0")})
+	recs := recordsOfKind(t, ring, decisionlog.KindBypass)
+	if len(recs) != 2 {
+		t.Fatalf("got %d bypass records, want 2", len(recs))
+	}
+	if r := recs[0]; r["id"] != "10" || r["policy_version"] != 1.0 || r["pid"] != 7.0 || r["comm"] != "dig" || r["exe"] != "/usr/bin/dig" || r["client"] != "10.213.0.2:5000" {
+		t.Errorf("UDP record %v: want id 10 (36 in base 36), policy version 1, the process pid 7 dig, client 10.213.0.2:5000", r)
+	}
+	if r := recs[1]; r["id"] != "11" || r["pid"] != nil || r["comm"] != nil {
+		t.Errorf("ICMP record %v: want id 11 and no process", r)
+	}
+	if got, want := strings.Join(asked, ","), "udp 10.213.0.2:5000 invalid AddrPort"; got != want {
+		t.Errorf("owner asked %q, want %q", got, want)
 	}
 }

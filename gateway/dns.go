@@ -62,7 +62,7 @@ func (g dnsGateway) Override(raw, host string) (netpolicy.Decision, string, bool
 		}
 		return secretDecision(sec, name), sec.name, true
 	}
-	if host != "" && g.s.mock(host) != nil {
+	if host != "" && g.s.mocks.forHost(host) != nil {
 		// A mocked LLM host is answered by the gateway itself
 		// (docs/mock-llm.md): an agent that resolves it must reach the
 		// mock, whatever the policy says of the real host.

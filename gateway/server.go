@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -102,6 +101,8 @@ type Server struct {
 	// approvals are the pending questions of requests whose verdict is
 	// ask (ask.go).
 	approvals *approvals
+	// mocks are the scripted LLMs that answer for the gateway (mock.go).
+	mocks *mocks
 	// bypass folds the reported packets into bypass records (bypass.go).
 	bypass *BypassLog
 	// out is where the records of refusals and bypasses go (refusal.go).
@@ -168,17 +169,11 @@ func newServer(cfg serverConfig) (*Server, error) {
 	s.refusals.init(&s.out)
 	s.bypass = newBypassLog(cfg.Store, &s.out, s.owner)
 	s.approvals = newApprovals(MaxPendingApprovals, s.logAnswer)
-	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
+	if s.mocks, err = newMocks(cfg.Config, &s.limits, &s.out, s.finishRefusal); err != nil {
 		return nil, err
 	}
-	for name, r := range cfg.LLMScripts {
-		if r == nil {
-			return nil, fmt.Errorf("gateway: Config.LLMScripts %q has no Responder", name)
-		}
-	}
-	s.cfg.LLMScripts = maps.Clone(cfg.LLMScripts)
 	// The current policy, and every later one, may name only these.
-	if err := cfg.Store.AddCheck(s.checkLLMScripts); err != nil {
+	if err := cfg.Store.AddCheck(s.mocks.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if err := s.checkSecretsConfig(); err != nil {

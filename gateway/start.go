@@ -93,7 +93,7 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	g.Server, g.Bypass = srv, srv.bypass
 	closers = append(closers, srv.Close)
 	if o.MockJournal != "" {
-		if g.journal, err = srv.openMockJournal(o.MockJournal, o.LogLimits.Append); err != nil {
+		if g.journal, err = srv.mocks.openJournal(o.MockJournal, o.LogLimits.Append); err != nil {
 			return nil, err
 		}
 		if g.journal != nil {

@@ -203,10 +203,10 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
 		return
 	}
-	if s.mock(t.Host) != nil {
+	if s.mocks.forHost(t.Host) != nil {
 		// Not TLS that the gateway can inspect: a tunnel would reach the
 		// real API, so it is closed, in audit mode too.
-		d := s.mockTunnelDecision(t.Host)
+		d := s.mocks.tunnelDecision(t.Host)
 		if s.cfg.CA != nil {
 			d = netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
 				Reason: "the mock LLM for " + t.Host + " answers HTTP and TLS; this connection speaks neither"}
