@@ -29,7 +29,7 @@ func (g apiGateway) Metrics() http.Handler {
 }
 
 func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
-	return g.s.cfg.MockLLM, g.s.cfg.LLMScripts
+	return g.s.mocks.hosts, g.s.mocks.scripts
 }
 
 func (g apiGateway) Approvals() []api.Approval { return g.s.approvals.List() }

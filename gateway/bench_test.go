@@ -284,7 +284,7 @@ func benchTransparent(b *testing.B, sink string) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	ip, err := g.Server.fakeIPs.assign("bench.test")
+	ip, err := g.Server.fakeIPs.Assign("bench.test")
 	if err != nil {
 		b.Fatal(err)
 	}

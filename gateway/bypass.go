@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,13 +46,27 @@ type bypassTarget struct {
 	src    netip.AddrPort // the latest packet's source
 }
 
-// bypassLog folds the reported packets into records.
-type bypassLog struct {
+// BypassLog logs the packets a sandbox's rules refused and reported
+// (Packet) as bypass records (kind decisionlog.KindBypass), folding a
+// flood into a bounded number of them. Start makes a gateway's
+// (Gateway.Bypass); it is safe for concurrent use, and the gateway's Close
+// writes what it still folds.
+type BypassLog struct {
+	store *netpolicy.Store
+	out   *recordOut
+	owner func(network string, client, remote netip.AddrPort) Process // the process of a UDP packet's socket
+
 	mu       sync.Mutex
 	targets  map[bypassKey]*bypassTarget
 	overflow bypassTarget // packets to targets beyond maxBypassTargets
 	timer    *time.Timer  // armed while packets wait to be counted
 	closed   bool         // set by the final flush: later packets are not logged
+}
+
+// newBypassLog returns a BypassLog whose records name the version of the
+// policy in store, go to out, and name the process owner finds.
+func newBypassLog(store *netpolicy.Store, out *recordOut, owner func(network string, client, remote netip.AddrPort) Process) *BypassLog {
+	return &BypassLog{store: store, out: out, owner: owner}
 }
 
 // ReportPacket logs p, a packet the sandbox's rules refused, as a bypass
@@ -62,12 +75,11 @@ type bypassLog struct {
 // follow within a second are folded into the count of the next record for
 // it, written when the second is over. A flood therefore writes at most
 // one record a second for each of at most 1024 targets, and one for all
-// the others. It is safe for concurrent use; Close writes what is still
-// folded, and packets reported after are not logged.
-func (s *Server) ReportPacket(p Packet) {
+// the others. The gateway's Close writes what is still folded, and
+// packets reported after are not logged.
+func (b *BypassLog) ReportPacket(p Packet) {
 	now := time.Now()
 	k := bypassKey{p.Proto, unmapAddrPort(p.Dst)}
-	b := &s.bypass
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -84,7 +96,7 @@ func (s *Server) ReportPacket(p Packet) {
 	case t == nil && len(b.targets) >= maxBypassTargets:
 		b.overflow.folded++
 		b.overflow.src, b.overflow.last = p.Src, now
-		b.arm(s)
+		b.arm()
 		b.mu.Unlock()
 		return
 	case t == nil:
@@ -94,26 +106,26 @@ func (s *Server) ReportPacket(p Packet) {
 	t.src, t.last = p.Src, now
 	if now.Before(t.next) {
 		t.folded++
-		b.arm(s)
+		b.arm()
 		b.mu.Unlock()
 		return
 	}
 	count := t.folded + 1
 	t.folded, t.next = 0, now.Add(bypassInterval)
 	b.mu.Unlock()
-	s.emitBypass(k, p.Src, count)
+	b.emit(k, p.Src, count)
 }
 
 // arm makes sure a flush runs after the interval. b.mu is held.
-func (b *bypassLog) arm(s *Server) {
+func (b *BypassLog) arm() {
 	if b.timer == nil {
-		b.timer = time.AfterFunc(bypassInterval, func() { s.flushBypass(false) })
+		b.timer = time.AfterFunc(bypassInterval, func() { b.flush(false) })
 	}
 }
 
 // prune forgets the targets idle for bypassIdle with nothing folded. b.mu
 // is held.
-func (b *bypassLog) prune(now time.Time) {
+func (b *BypassLog) prune(now time.Time) {
 	for k, t := range b.targets {
 		if t.folded == 0 && now.Sub(t.last) > bypassIdle {
 			delete(b.targets, k)
@@ -121,9 +133,10 @@ func (b *bypassLog) prune(now time.Time) {
 	}
 }
 
-// flushBypass writes a record for every target whose folded packets are
-// due (all of them when final), and arms the timer again while some wait.
-func (s *Server) flushBypass(final bool) {
+// flush writes a record for every target whose folded packets are due
+// (all of them when final: the gateway's Close), and arms the timer again
+// while some wait.
+func (b *BypassLog) flush(final bool) {
 	type due struct {
 		k     bypassKey
 		src   netip.AddrPort
@@ -131,7 +144,6 @@ func (s *Server) flushBypass(final bool) {
 	}
 	var out []due
 	now := time.Now()
-	b := &s.bypass
 	b.mu.Lock()
 	if b.timer != nil {
 		b.timer.Stop()
@@ -155,21 +167,21 @@ func (s *Server) flushBypass(final bool) {
 		b.overflow.folded = 0
 	}
 	if waiting && !final {
-		b.arm(s)
+		b.arm()
 	}
 	b.prune(now)
 	b.mu.Unlock()
 	for _, d := range out {
-		s.emitBypass(d.k, d.src, d.count)
+		b.emit(d.k, d.src, d.count)
 	}
 }
 
-// emitBypass writes the bypass record of count packets to k from src; the
-// zero k stands for the targets beyond maxBypassTargets.
-func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
-	snap := s.cfg.Store.Load()
+// emit writes the bypass record of count packets to k from src; the zero
+// k stands for the targets beyond maxBypassTargets.
+func (b *BypassLog) emit(k bypassKey, src netip.AddrPort, count uint64) {
+	snap := b.store.Load()
 	rec := &decisionlog.Record{
-		ID:            strconv.FormatUint(s.connID.Add(1), 36),
+		ID:            b.out.newID(),
 		Event:         decisionlog.EventDecision,
 		Client:        src.String(),
 		Kind:          decisionlog.KindBypass,
@@ -190,11 +202,11 @@ func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
 		}
 		rec.Reason = what + " was refused: only TCP and DNS leave the sandbox"
 		if k.proto == "udp" {
-			setProcess(rec, s.owner("udp", src, netip.AddrPort{}))
+			setProcess(rec, b.owner("udp", src, netip.AddrPort{}))
 		}
 	}
-	s.metrics.request(decisionlog.KindBypass, netpolicy.Block)
-	s.emit(rec)
+	b.out.metrics.request(decisionlog.KindBypass, netpolicy.Block)
+	b.out.emit(rec)
 }
 
 // ReportPacketsLost records that reports of refused packets did not reach
@@ -203,10 +215,10 @@ func (s *Server) emitBypass(k bypassKey, src netip.AddrPort, count uint64) {
 // reading them failed with err. Either way the log is missing bypass
 // records, and says so in a dropped record (count 0 when unknown), whose
 // reason names the cause. since is when the loss began, as far as known.
-func (s *Server) ReportPacketsLost(count uint64, since time.Time, err error) {
+func (b *BypassLog) ReportPacketsLost(count uint64, since time.Time, err error) {
 	reason := fmt.Sprintf("%d reports of refused packets were lost: the kernel's queue for them was full", count)
 	if err != nil {
 		reason = "refused packets are no longer reported, so bypass records stop here: " + err.Error()
 	}
-	s.emit(&decisionlog.Record{Event: decisionlog.EventDropped, Since: since, Count: count, Reason: reason})
+	b.out.emit(&decisionlog.Record{Event: decisionlog.EventDropped, Since: since, Count: count, Reason: reason})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,10 +32,10 @@ func TestBypassRecordsFoldAFlood(t *testing.T) {
 	start := time.Now()
 	const n = 100_000
 	for range n {
-		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: dst})
+		g.srv.bypass.ReportPacket(Packet{Proto: "udp", Src: src, Dst: dst})
 	}
 	// One more target meanwhile: it gets a record of its own at once.
-	g.srv.ReportPacket(Packet{Proto: "icmp", Src: netip.AddrPortFrom(src.Addr(), 0), Dst: netip.MustParseAddrPort("192.0.2.7:0")})
+	g.srv.bypass.ReportPacket(Packet{Proto: "icmp", Src: netip.AddrPortFrom(src.Addr(), 0), Dst: netip.MustParseAddrPort("192.0.2.7:0")})
 	elapsed := time.Since(start)
 	recs, _ := bypassRecords(t, g)
 	if len(recs) != 2 || recs[0]["count"] != 1.0 || recs[0]["proto"] != "udp" || recs[0]["host"] != "192.0.2.1" || recs[0]["port"] != 9999.0 ||
@@ -62,13 +63,13 @@ func TestBypassRecordsAreBoundedAcrossTargets(t *testing.T) {
 	src := netip.MustParseAddrPort("10.213.0.2:40000")
 	const n = 3 * maxBypassTargets
 	for i := range n {
-		g.srv.ReportPacket(Packet{Proto: "udp", Src: src, Dst: netip.MustParseAddrPort(fmt.Sprintf("192.0.2.1:%d", 1000+i))})
+		g.srv.bypass.ReportPacket(Packet{Proto: "udp", Src: src, Dst: netip.MustParseAddrPort(fmt.Sprintf("192.0.2.1:%d", 1000+i))})
 	}
 	recs, packets := bypassRecords(t, g)
 	if len(recs) != maxBypassTargets {
 		t.Errorf("%d records at once for %d targets, want %d", len(recs), n, maxBypassTargets)
 	}
-	g.srv.flushBypass(false)
+	g.srv.bypass.flush(false)
 	recs, packets = bypassRecords(t, g)
 	if packets != n || len(recs) != maxBypassTargets+1 {
 		t.Errorf("%d records counting %d packets, want %d counting %d", len(recs), packets, maxBypassTargets+1, n)
@@ -82,10 +83,10 @@ func TestBypassRecordsAreBoundedAcrossTargets(t *testing.T) {
 func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
 	p := Packet{Proto: "udp", Src: netip.MustParseAddrPort("10.213.0.2:1"), Dst: netip.MustParseAddrPort("192.0.2.1:53")}
-	g.srv.ReportPacket(p)
-	g.srv.ReportPacket(p)   // folded
-	g.srv.flushBypass(true) // what Close does: writes the folded one
-	g.srv.ReportPacket(p)
+	g.srv.bypass.ReportPacket(p)
+	g.srv.bypass.ReportPacket(p) // folded
+	g.srv.bypass.flush(true)     // what Close does: writes the folded one
+	g.srv.bypass.ReportPacket(p)
 	recs, packets := bypassRecords(t, g)
 	if len(recs) != 2 || packets != 2 {
 		t.Errorf("%d records counting %d packets, want 2 counting 2", len(recs), packets)
@@ -98,8 +99,8 @@ func TestBypassAfterCloseIsNotLogged(t *testing.T) {
 func TestFaultPacketsLostAreRecorded(t *testing.T) {
 	g := startGateway(t, netpolicy.Spec{Default: netpolicy.Block}, nil)
 	since := time.Now().Add(-time.Second)
-	g.srv.ReportPacketsLost(7, since, nil)
-	g.srv.ReportPacketsLost(0, since, fmt.Errorf("reading NFLOG group 7: bad file descriptor"))
+	g.srv.bypass.ReportPacketsLost(7, since, nil)
+	g.srv.bypass.ReportPacketsLost(0, since, fmt.Errorf("reading NFLOG group 7: bad file descriptor"))
 	var dropped []map[string]any
 	for _, r := range g.records(t) {
 		if r["event"] == decisionlog.EventDropped {
@@ -113,5 +114,39 @@ func TestFaultPacketsLostAreRecorded(t *testing.T) {
 		if r, _ := dropped[i]["reason"].(string); !strings.Contains(r, want) {
 			t.Errorf("reason %q, want it to hold %q", r, want)
 		}
+	}
+}
+
+// TestBypassLogNamesTheProcessOfUDPPackets: a BypassLog alone, as the
+// server makes it: its records take their ids from the server's counter
+// and the version of the policy in its store, and name the process that
+// owns a UDP packet's socket; a packet of another protocol has no socket
+// to ask about.
+func TestBypassLogNamesTheProcessOfUDPPackets(t *testing.T) {
+	ring := decisionlog.NewRing(0)
+	log := decisionlog.NewLog("", ring)
+	defer log.Close()
+	var ids atomic.Uint64
+	ids.Store(35)
+	store := netpolicy.NewStore(mustCompile(t, netpolicy.Spec{}))
+	var asked []string
+	b := newBypassLog(store, &recordOut{ids: &ids, log: log, metrics: newMetrics()}, func(network string, client, remote netip.AddrPort) Process {
+		asked = append(asked, network+" "+client.String()+" "+remote.String())
+		return Process{PID: 7, Comm: "dig", Exe: "/usr/bin/dig"}
+	})
+	b.ReportPacket(Packet{Proto: "udp", Src: netip.MustParseAddrPort("10.213.0.2:5000"), Dst: netip.MustParseAddrPort("192.0.2.1:53")})
+	b.ReportPacket(Packet{Proto: "icmp", Src: netip.MustParseAddrPort("10.213.0.2:0"), Dst: netip.MustParseAddrPort("192.0.2.1:0")})
+	recs := recordsOfKind(t, ring, decisionlog.KindBypass)
+	if len(recs) != 2 {
+		t.Fatalf("got %d bypass records, want 2", len(recs))
+	}
+	if r := recs[0]; r["id"] != "10" || r["policy_version"] != 1.0 || r["pid"] != 7.0 || r["comm"] != "dig" || r["exe"] != "/usr/bin/dig" || r["client"] != "10.213.0.2:5000" {
+		t.Errorf("UDP record %v: want id 10 (36 in base 36), policy version 1, the process pid 7 dig, client 10.213.0.2:5000", r)
+	}
+	if r := recs[1]; r["id"] != "11" || r["pid"] != nil || r["comm"] != nil {
+		t.Errorf("ICMP record %v: want id 11 and no process", r)
+	}
+	if got, want := strings.Join(asked, ","), "udp 10.213.0.2:5000 invalid AddrPort"; got != want {
+		t.Errorf("owner asked %q, want %q", got, want)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // client's tunnel cap (Limits.MaxTunnelsPerClient): a block by rule guard,
 // status 429 for a CONNECT (proxied) and 0 for a captured connection,
 // closed unanswered, with cap decisionlog.CapTunnels. A flood of them is folded
-// as the refused connections are (logRefusal): the first refusalBurst
+// as the refused connections are (refusalLimiter.log): the first refusalBurst
 // have records of their own, count 1; then at most one a refusalEvery,
 // whose count says how many it stands for, and what is still folded is
 // written refusalEvery after it began, or by Close. So every refusal is
@@ -26,8 +26,8 @@ func (s *Server) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.
 	}
 	rec.Reason = fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)
 	s.metrics.decided(start)
-	// Counted after it is logged (or folded), as logRefusal's.
+	// Counted after it is logged (or folded), as refusalLimiter.log's.
 	defer s.metrics.request(rec.Kind, netpolicy.Block)
 	folded := *rec // rec may be reused once this returns; the fold keeps its own
-	s.foldRefusal(&s.overTunnels, refusal{client: c.client.Addr(), remote: c.clientText, status: rec.Status, rec: &folded})
+	s.refusals.overTunnels.fold(refusal{client: c.client.Addr(), remote: c.clientText, status: rec.Status, rec: &folded})
 }

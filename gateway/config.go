@@ -50,7 +50,7 @@ type Config struct {
 	Clients []netip.Prefix
 	// DNS, when set, is the host:port of the DNS stub (docs/capture.md),
 	// served over UDP and TCP on the same port (port 0: a free one, the
-	// same for both); see Server.ServeDNSUDP. Its sockets are bound to
+	// same for both); see gateway/dnsstub. Its sockets are bound to
 	// ListenInterface and serve Clients only, as the proxy's. "" means no
 	// DNS stub.
 	DNS string

@@ -35,7 +35,7 @@
 // going, the name behind a fake address (or the IP dialed) is decided
 // after the client's first bytes are peeked, and an allowed connection is
 // dialed and relayed as a CONNECT tunnel or, for plain HTTP, served
-// request by request as the proxy serves. Server.ReportPacket turns the
+// request by request as the proxy serves. BypassLog.ReportPacket turns the
 // packets the rules refused into bypass records, folded per target and
 // second (docs/capture.md); Config.Owner names the process behind each record.
 //
@@ -60,13 +60,13 @@
 // the IP and port the guard passed, and a client connection holds the one
 // its last request used; a connection is never reused for another address.
 //
-// The DNS stub (Server.ServeDNSUDP and ServeDNSTCP; Config.DNS for
-// Start) answers from the policy alone and never sends a query anywhere,
+// The DNS stub (package gateway/dnsstub, which the server makes and Start
+// serves on Config.DNS, over UDP and TCP) answers from the policy alone and never sends a query anywhere,
 // so no name reaches a real resolver before a connection to it is decided
 // and DNS cannot carry data out (docs/capture.md). It answers A for a name
 // that netpolicy's DecideHost lets through on some port (every valid name
 // in audit mode) with a fake address from 198.18.0.0/15 that the name
-// keeps for the server's life, allocated in order; FakeIPs maps an
+// keeps for the server's life, allocated in order; Server.FakeIPs maps an
 // address back to its name for the transparent path. Once all
 // 131 070 addresses are taken, a new name gets SERVFAIL and the names
 // already answered keep theirs. A name blocked on every port, and a name
@@ -91,5 +91,6 @@
 // an inspected host answered, as a script.
 //
 // The package imports no other package of sbx but netpolicy and its own
-// gateway/decisionlog and gateway/mockllm.
+// gateway/api, gateway/decisionlog, gateway/dnsstub, gateway/mockllm and
+// gateway/secretscrub.
 package gateway

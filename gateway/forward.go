@@ -112,8 +112,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		return keepAlive
 	}
 
-	if a := s.mockFor(t.Host, &d); a != nil {
-		return s.serveMockHTTP(ctx, c, head, u, a, rec, start)
+	if a := s.mocks.answerFor(t.Host, &d); a != nil {
+		return s.mocks.serveHTTP(ctx, c, head, u, a, rec, start)
 	}
 	d = s.hold(ctx, c, rec, snap, t, d)
 	switch {

@@ -40,14 +40,14 @@ var inspectProtos = []string{"h2", "http/1.1"}
 // t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
 // a CA.
 func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
+	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
 // decided: netpolicy's DecideTunnel, or, for a mocked host, allowed.
 func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
-	if s.mock(t.Host) != nil {
-		return s.mockTunnelDecision(t.Host)
+	if s.mocks.forHost(t.Host) != nil {
+		return s.mocks.tunnelDecision(t.Host)
 	}
 	return p.DecideTunnel(t)
 }
@@ -601,8 +601,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
-	if a := s.mockFor(t.Host, &d); a != nil {
-		s.serveMock(a, w, r, rec, start)
+	if a := s.mocks.answerFor(t.Host, &d); a != nil {
+		s.mocks.serve(a, w, r, rec, start)
 		return
 	}
 	d = s.hold(r.Context(), nil, rec, snap, tgt, d)

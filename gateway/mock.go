@@ -25,6 +25,38 @@ import (
 // (Config.MockLLM) and of the CONNECTs to its hosts.
 const RuleMockLLM = "mock-llm"
 
+// mocks are the scripted LLMs that answer for the gateway
+// (docs/mock-llm.md): the Responders of Config.MockLLM, by normalized host,
+// and of Config.LLMScripts, by name; the journal they write; which of them
+// answers a request; and how a request they answer is served and logged.
+// The server makes them in New and keeps them in its field mocks; they
+// are fixed from then on, and safe for concurrent use.
+type mocks struct {
+	hosts    map[string]*mockllm.Responder // Config.MockLLM, by normalized host
+	scripts  map[string]*mockllm.Responder // Config.LLMScripts, by name
+	inspects bool                          // the gateway has a CA (Config.CA)
+	limits   *Limits                       // the server's
+	out      *recordOut                    // the ids of the records of a WebSocket's messages
+	// finish completes and writes the record of a request a mock answered
+	// (Server.finishRefusal).
+	finish func(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time)
+}
+
+// newMocks returns the mocks of cfg, for a server whose limits, record ids
+// and finish are these.
+func newMocks(cfg Config, limits *Limits, out *recordOut, finish func(*decisionlog.Record, netpolicy.Decision, int, time.Time)) (*mocks, error) {
+	hosts, err := normalizeMocks(cfg.MockLLM)
+	if err != nil {
+		return nil, err
+	}
+	for name, r := range cfg.LLMScripts {
+		if r == nil {
+			return nil, fmt.Errorf("gateway: Config.LLMScripts %q has no Responder", name)
+		}
+	}
+	return &mocks{hosts: hosts, scripts: maps.Clone(cfg.LLMScripts), inspects: cfg.CA != nil, limits: limits, out: out, finish: finish}, nil
+}
+
 // normalizeMocks returns mocks keyed by normalized host.
 func normalizeMocks(mocks map[string]*mockllm.Responder) (map[string]*mockllm.Responder, error) {
 	if len(mocks) == 0 {
@@ -51,15 +83,15 @@ func normalizeMocks(mocks map[string]*mockllm.Responder) (map[string]*mockllm.Re
 // answers with an LLM script that Config.LLMScripts does not hold. It is
 // the Store's check (netpolicy.Store.AddCheck): scripts are read once,
 // when the sandbox starts, never because a policy changed.
-func (s *Server) checkLLMScripts(p *netpolicy.Policy) error {
+func (m *mocks) checkLLMScripts(p *netpolicy.Policy) error {
 	for _, r := range p.Rules() {
-		if r.Response == nil || r.Response.LLM == "" || s.cfg.LLMScripts[r.Response.LLM] != nil {
+		if r.Response == nil || r.Response.LLM == "" || m.scripts[r.Response.LLM] != nil {
 			continue
 		}
-		if len(s.cfg.LLMScripts) == 0 {
+		if len(m.scripts) == 0 {
 			return fmt.Errorf("%w: rule %s: response: llm: %q: this gateway holds no LLM script; scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM)
 		}
-		names := slices.Sorted(maps.Keys(s.cfg.LLMScripts))
+		names := slices.Sorted(maps.Keys(m.scripts))
 		return fmt.Errorf("%w: rule %s: response: llm: %q was not read when this gateway started; it holds %s. Scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change; name one of these, or queue turns on one with sbx mock expect --script NAME", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM, quoteList(names))
 	}
 	return nil
@@ -78,12 +110,12 @@ func quoteList(names []string) string {
 // (Config.MockJournal).
 const MockJournalName = "mock journal"
 
-// openMockJournal opens the mocks' journal file at path as the decision
-// log is opened (appending to what it holds when appendTo), and sets
-// every mock's Responder to write its journal there; nil when there are
-// no mocks. It is called before the gateway serves.
-func (s *Server) openMockJournal(path string, appendTo bool) (*mockllm.JournalFile, error) {
-	if len(s.cfg.MockLLM)+len(s.cfg.LLMScripts) == 0 {
+// openJournal opens the mocks' journal file at path as the decision log
+// is opened (appending to what it holds when appendTo), and sets every
+// mock's Responder to write its journal there; nil when there are no
+// mocks. It is called before the gateway serves.
+func (m *mocks) openJournal(path string, appendTo bool) (*mockllm.JournalFile, error) {
+	if len(m.hosts)+len(m.scripts) == 0 {
 		return nil, nil
 	}
 	f, err := decisionlog.OpenFile(path, MockJournalName, appendTo)
@@ -92,11 +124,11 @@ func (s *Server) openMockJournal(path string, appendTo bool) (*mockllm.JournalFi
 	}
 	jf := mockllm.NewJournalFile(f)
 	// Named as the management API names them: the host, or "script NAME".
-	for _, h := range slices.Sorted(maps.Keys(s.cfg.MockLLM)) {
-		s.cfg.MockLLM[h].Journal = jf.Sink(h, h, "")
+	for _, h := range slices.Sorted(maps.Keys(m.hosts)) {
+		m.hosts[h].Journal = jf.Sink(h, h, "")
 	}
-	for _, n := range slices.Sorted(maps.Keys(s.cfg.LLMScripts)) {
-		s.cfg.LLMScripts[n].Journal = jf.Sink("", "script "+n, n)
+	for _, n := range slices.Sorted(maps.Keys(m.scripts)) {
+		m.scripts[n].Journal = jf.Sink("", "script "+n, n)
 	}
 	return jf, nil
 }
@@ -108,39 +140,39 @@ type mockAnswer struct {
 	rule, journal string
 }
 
-// mockFor returns the mock that answers a request to host decided as *d:
+// answerFor returns the mock that answers a request to host decided as *d:
 // host's --mock-llm (Config.MockLLM), whatever *d says, or the script of
 // *d's llm response (Config.LLMScripts); nil when neither. An llm response
 // naming a script this gateway does not hold, which the Store's check
 // keeps out, turns *d into a refusal whatever the mode, so that it is
 // never answered as an empty canned response.
-func (s *Server) mockFor(host string, d *netpolicy.Decision) *mockAnswer {
-	if m := s.mock(host); m != nil {
-		return &mockAnswer{m: m, rule: RuleMockLLM, journal: "sbx mock requests --host " + host}
+func (m *mocks) answerFor(host string, d *netpolicy.Decision) *mockAnswer {
+	if r := m.forHost(host); r != nil {
+		return &mockAnswer{m: r, rule: RuleMockLLM, journal: "sbx mock requests --host " + host}
 	}
 	if d.Action != netpolicy.Intercept || d.Response == nil || d.Response.LLM == "" {
 		return nil
 	}
 	name := d.Response.LLM
-	if m := s.cfg.LLMScripts[name]; m != nil {
-		return &mockAnswer{m: m, rule: d.Rule, journal: "sbx mock requests --script " + name}
+	if r := m.scripts[name]; r != nil {
+		return &mockAnswer{m: r, rule: d.Rule, journal: "sbx mock requests --script " + name}
 	}
 	*d = netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
 		Reason: fmt.Sprintf("rule %s answers with the LLM script %q, which this gateway did not load", d.Rule, truncate(name, 200))}
 	return nil
 }
 
-// mock returns the Responder for host (normalized), or nil.
-func (s *Server) mock(host string) *mockllm.Responder {
-	return s.cfg.MockLLM[host]
+// forHost returns the Responder for host (normalized), or nil.
+func (m *mocks) forHost(host string) *mockllm.Responder {
+	return m.hosts[host]
 }
 
-// mockTunnelDecision is how a tunnel to a mocked host is decided: let in
+// tunnelDecision is how a tunnel to a mocked host is decided: let in
 // to be inspected, whatever the policy says, since no byte of it goes
 // anywhere but to the mock; or, with no CA to inspect it, refused, since
 // it would reach the real API.
-func (s *Server) mockTunnelDecision(host string) netpolicy.Decision {
-	if s.cfg.CA == nil {
+func (m *mocks) tunnelDecision(host string) netpolicy.Decision {
+	if !m.inspects {
 		return netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
 			Reason: fmt.Sprintf("the mock LLM for %s answers HTTPS only with TLS inspection, and this gateway has no CA (give it one, or use an http:// base URL)", host)}
 	}
@@ -162,7 +194,7 @@ func mockReason(j mockllm.Journaled, journal string) string {
 	return fmt.Sprintf("%s%s; request %d of the mock's journal says more (%s)", decisionlog.ReasonMockLLM, why, j.Seq, journal)
 }
 
-// serveMock answers a request with a's Responder and logs it as an
+// serve answers a request with a's Responder and logs it as an
 // intercept by a's rule, its reason the Responder's outcome, once the
 // Responder has chosen its answer. When the Responder cuts the connection
 // it panics with http.ErrAbortHandler after the record is written; the
@@ -172,7 +204,7 @@ func mockReason(j mockllm.Journaled, journal string) string {
 // Responder accepts) carries many requests: each response.create message
 // is logged as a request of its own, with a record id of its own, the
 // upgrade's method and path, and the status its POST would have had.
-func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
+func (m *mocks) serve(a *mockAnswer, w http.ResponseWriter, r *http.Request, rec *decisionlog.Record, start time.Time) {
 	logged := false
 	next := *rec // the record of a WebSocket's next message, before rec is filled in
 	defer func() {
@@ -181,7 +213,7 @@ func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request
 			if isWebSocket(r.Header) {
 				reason, status = "a WebSocket closed without a response.create", http.StatusSwitchingProtocols
 			}
-			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + reason}, status, start)
+			m.finish(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + reason}, status, start)
 		}
 	}()
 	a.m.Serve(w, r, func(j mockllm.Journaled) {
@@ -189,24 +221,24 @@ func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request
 		if logged {
 			rec = new(decisionlog.Record)
 			*rec = next
-			rec.ID = strconv.FormatUint(s.connID.Add(1), 36)
+			rec.ID = m.out.newID()
 		}
 		if j.WebSocket {
 			start = j.Time // when the message came
 		}
 		logged = true
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
+		m.finish(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
 	})
 }
 
-// serveMockHTTP answers a plain HTTP request (forwardHTTP's, of the
+// serveHTTP answers a plain HTTP request (forwardHTTP's, of the
 // proxy or of a redirected connection) to a mocked host with its
 // Responder, writing the answer to the client's connection through a
 // connResponseWriter. It reports whether the connection may carry
 // another request: not when the Responder cut the answer, the answer's
 // framing needs the connection's end, or the body was not all read.
-func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, a *mockAnswer, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
-	idle := s.limits.IdleConnTimeout
+func (m *mocks) serveHTTP(ctx context.Context, c *conn, head *requestHead, u *url.URL, a *mockAnswer, rec *decisionlog.Record, start time.Time) (keepAlive bool) {
+	idle := m.limits.IdleConnTimeout
 	body := &countingReader{}
 	req := &http.Request{
 		Method: head.Method, URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery},
@@ -216,7 +248,7 @@ func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, 
 	switch {
 	case head.Chunked:
 		body.r = &deadlineReader{r: httputil.NewChunkedReader(c.br), c: c.Conn, idle: idle}
-		body.atEOF = func() error { return skipTrailers(c.br, s.limits.MaxHeaderBytes) }
+		body.atEOF = func() error { return skipTrailers(c.br, m.limits.MaxHeaderBytes) }
 		req.ContentLength, req.Body = -1, io.NopCloser(body)
 	case head.ContentLength > 0:
 		body.r = &deadlineReader{r: io.LimitReader(c.br, head.ContentLength), c: c.Conn, idle: idle}
@@ -273,7 +305,7 @@ func (s *Server) serveMockHTTP(ctx context.Context, c *conn, head *requestHead, 
 			keepAlive = false
 		}
 	}()
-	s.serveMock(a, w, req, rec, start)
+	m.serve(a, w, req, rec, start)
 	err := w.finish()
 	return err == nil && !w.close && body.eof.Load()
 }

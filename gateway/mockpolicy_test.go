@@ -158,12 +158,12 @@ func TestMockForMissingScript(t *testing.T) {
 		c.LLMScripts = map[string]*mockllm.Responder{"held.yaml": mockllm.New(nil)}
 	})
 	d := netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "other.yaml"}}
-	if a := g.srv.mockFor("llm.test", &d); a != nil || d.Action != netpolicy.Block || d.Rule != netpolicy.RuleInvalid || !strings.Contains(d.Reason, `"other.yaml", which this gateway did not load`) {
-		t.Errorf("mockFor a missing script: got %v and %+v, want no mock and a refusal by rule invalid", a, d)
+	if a := g.srv.mocks.answerFor("llm.test", &d); a != nil || d.Action != netpolicy.Block || d.Rule != netpolicy.RuleInvalid || !strings.Contains(d.Reason, `"other.yaml", which this gateway did not load`) {
+		t.Errorf("answerFor a missing script: got %v and %+v, want no mock and a refusal by rule invalid", a, d)
 	}
 	d = netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r1", Response: &netpolicy.Response{LLM: "held.yaml"}}
-	if a := g.srv.mockFor("llm.test", &d); a == nil || a.rule != "r1" || a.journal != "sbx mock requests --script held.yaml" {
-		t.Errorf("mockFor the held script: got %+v, want it answered by rule r1", a)
+	if a := g.srv.mocks.answerFor("llm.test", &d); a == nil || a.rule != "r1" || a.journal != "sbx mock requests --script held.yaml" {
+		t.Errorf("answerFor the held script: got %+v, want it answered by rule r1", a)
 	}
 }
 
@@ -187,5 +187,44 @@ func TestMockHEADHasNoBody(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "Hello from the mock.") {
 		t.Errorf("the answer after HEAD's: got %d %s, want the script's reply", resp.StatusCode, b)
+	}
+}
+
+// TestMocksAlone: the mocks as the server makes them, without a server:
+// a mocked host is found by its normalized name whatever the decision,
+// tunnels to it are let in only when the gateway can inspect them, and a
+// script with no Responder is refused when they are made.
+func TestMocksAlone(t *testing.T) {
+	host, script := mockllm.New(nil), mockllm.New(nil)
+	cfg := Config{MockLLM: map[string]*mockllm.Responder{"API.Test.": host}, LLMScripts: map[string]*mockllm.Responder{"s.yaml": script}}
+	var limits Limits
+	m, err := newMocks(cfg, &limits, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.forHost("api.test") != host || m.forHost("other.test") != nil {
+		t.Errorf("forHost: want the mock of api.test, and none for other.test")
+	}
+	d := netpolicy.Decision{Action: netpolicy.Block, Rule: "r1"}
+	if a := m.answerFor("api.test", &d); a == nil || a.m != host || a.rule != RuleMockLLM || a.journal != "sbx mock requests --host api.test" || d.Action != netpolicy.Block {
+		t.Errorf("answerFor the mocked host under a block: got %+v and %+v, want its mock by rule mock-llm, the decision untouched", a, d)
+	}
+	d = netpolicy.Decision{Action: netpolicy.Intercept, Rule: "r2", Response: &netpolicy.Response{LLM: "s.yaml"}}
+	if a := m.answerFor("llm.test", &d); a == nil || a.m != script || a.rule != "r2" {
+		t.Errorf("answerFor the script: got %+v, want s.yaml's by rule r2", a)
+	}
+	if d := m.tunnelDecision("api.test"); d.Action != netpolicy.Block || d.Rule != RuleMockLLM || !strings.Contains(d.Reason, "no CA") {
+		t.Errorf("tunnelDecision without a CA: got %+v, want a block by rule mock-llm that says there is no CA", d)
+	}
+	cfg.CA = &CA{}
+	if m, err = newMocks(cfg, &limits, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := m.tunnelDecision("api.test"); d.Action != netpolicy.Allow || d.Rule != RuleMockLLM {
+		t.Errorf("tunnelDecision with a CA: got %+v, want an allow by rule mock-llm", d)
+	}
+	cfg.LLMScripts["none.yaml"] = nil
+	if _, err := newMocks(cfg, &limits, nil, nil); err == nil || !strings.Contains(err.Error(), `"none.yaml" has no Responder`) {
+		t.Errorf("newMocks with a nil script: got %v, want it refused", err)
 	}
 }

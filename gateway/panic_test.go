@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/dns/dnsmessage"
-
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -63,38 +61,27 @@ func checkPanicLogged(t *testing.T, logs *syncBuffer, ring *decisionlog.Ring, va
 	}
 }
 
-// TestFaultPanicAnsweringOneDNSQuery: a panic while a worker of the DNS
-// stub answers a UDP query ends that query alone, unanswered: it is
-// logged with its stack, counted and recorded, and the stub answers the
-// next queries (more than it has workers, so that the worker that
-// panicked answers too). Without the recover the panic ends the process.
+// TestFaultPanicAnsweringOneDNSQuery: the DNS stub hands the close
+// record of a UDP query whose answering panicked to the gateway
+// (dnsstub's TestDNSPanicAnsweringOneQuery shows that the stub recovers,
+// logs the stack and answers the next queries), which counts the panic as
+// dns_udp and writes the record to its log.
 func TestFaultPanicAnsweringOneDNSQuery(t *testing.T) {
-	var logs syncBuffer
-	var calls atomic.Int32
-	dnsQueryHook = func([]byte) {
-		if calls.Add(1) == 1 {
-			panic("injected query fault")
-		}
-	}
-	t.Cleanup(func() { dnsQueryHook = nil })
-	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) {
-		c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
-	})
-	msg := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)
-	if resp, err := exchangeUDP(t, st.udp, msg); err == nil {
-		t.Errorf("the query that panicked: got an answer of %d bytes, want none", len(resp))
-	}
-	for i := range 2 * 64 {
-		if resp, err := exchangeUDP(t, st.udp, dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, uint16(i+2))); err != nil {
-			t.Fatalf("query %d after the panic: %v, want an answer", i+1, err)
-		} else if m := unpack(t, resp); m.Header.RCode != dnsmessage.RCodeSuccess {
-			t.Fatalf("query %d after the panic: got rcode %v, want success", i+1, m.Header.RCode)
-		}
-	}
+	st := startDNS(t, stubPolicy(), nil, nil)
+	dnsGateway{st.srv}.Panicked(&decisionlog.Record{Event: decisionlog.EventClose, ID: "7", Kind: decisionlog.KindDNS,
+		Client: "127.0.0.1:5353", Error: "gateway error: panic: injected query fault"})
 	if got := panicsCounted(t, st.srv.Metrics(), "dns_udp"); got != 1 {
 		t.Errorf("sbx_gateway_panics_total{where=dns_udp}: got %v, want 1", got)
 	}
-	checkPanicLogged(t, &logs, st.ring, "injected query fault", 1)
+	var got int
+	for _, r := range ringRecords(t, st.ring) {
+		if r["event"] == decisionlog.EventClose && r["kind"] == decisionlog.KindDNS && r["error"] == "gateway error: panic: injected query fault" && r["client"] == "127.0.0.1:5353" && r["id"] == "7" {
+			got++
+		}
+	}
+	if got != 1 {
+		t.Errorf("got %d close records of the panic in the log, want 1", got)
+	}
 }
 
 // TestFaultPanicRelayingOneTunnel: a panic in the goroutine that copies a

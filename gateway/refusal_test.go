@@ -113,15 +113,15 @@ func TestRefusalRecordsCountWhatTheyStandFor(t *testing.T) {
 	}
 	defer srv.Close()
 	// All within a second, which the flush of the folded ones waits for.
-	var lim refusalLimiter
+	lim := refusalLimiter{out: &srv.out}
 	client := netip.MustParseAddr("192.0.2.7")
 	for i := range refusalBurst + 3 {
-		srv.logRefusal(&lim, client, "192.0.2.7:"+strings.Repeat("1", i%3+1), 0, notClientReason)
+		lim.log(client, "192.0.2.7:"+strings.Repeat("1", i%3+1), 0, notClientReason)
 	}
 	lim.mu.Lock()
 	lim.last = lim.last.Add(-refusalEvery) // a token is due
 	lim.mu.Unlock()
-	srv.logRefusal(&lim, client, "192.0.2.7:9", 0, notClientReason)
+	lim.log(client, "192.0.2.7:9", 0, notClientReason)
 	recs := recordsOfKind(t, ring, decisionlog.KindConn)
 	if len(recs) != refusalBurst+1 {
 		t.Fatalf("%d records, want %d", len(recs), refusalBurst+1)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -95,21 +95,26 @@ type Server struct {
 	pool     upstreamPool
 	metrics  *Metrics
 
-	// fakeIPs are the DNS stub's names and their fake addresses.
-	fakeIPs *FakeIPs
+	// dns is the DNS stub (dns.go); fakeIPs are its names and their fake
+	// addresses, which the transparent path reads.
+	dns     *dnsstub.Stub
+	fakeIPs *dnsstub.FakeIPs
 	// approvals hold the requests whose verdict is ask on their
 	// questions, and carry out the answers (ask.go).
 	approvals *approval.Registry
-	// bypass folds the reported packets into bypass records.
-	bypass bypassLog
+	// mocks are the scripted LLMs that answer for the gateway (mock.go).
+	mocks *mocks
+	// bypass folds the reported packets into bypass records (bypass.go).
+	bypass *BypassLog
+	// out is where the records of refusals and bypasses go (refusal.go).
+	out recordOut
 
-	mu          sync.Mutex
-	listeners   map[net.Listener]struct{}
-	packetConns map[net.PacketConn]struct{} // the DNS stub's UDP sockets
-	conns       map[net.Conn]struct{}
-	tunnels     map[netip.Addr]int
-	clients     map[netip.Addr]int // open connections per client IP
-	closed      bool
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{}
+	tunnels   map[netip.Addr]int
+	clients   map[netip.Addr]int // open connections per client IP
+	closed    bool
 
 	// base is cancelled by Close, ending every request still waiting on
 	// an upstream.
@@ -124,17 +129,14 @@ type Server struct {
 	wg     sync.WaitGroup // one per connection goroutine
 
 	// The fence (fence.go): Config.Clients and Config.Fence normalized,
-	// the host's addresses, and the rate bounds of the records of refused
-	// connections, one per cause.
+	// and the host's addresses.
 	clientNets atomic.Pointer[[]netip.Prefix] // replaced by SetClients
 	fence      []netip.Prefix
 	hostAddrs  hostAddrs
-	notClients refusalLimiter
-	overCap    refusalLimiter
 
-	// overTunnels bounds the records of tunnels refused by the tunnels
-	// cap (capcount.go).
-	overTunnels refusalLimiter
+	// refusals bound the records of refused connections and tunnels, one
+	// per cause (refusal.go).
+	refusals refusals
 }
 
 // newServer returns a Server for cfg. It listens on nothing until Serve.
@@ -151,35 +153,30 @@ func newServer(cfg serverConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:         cfg,
-		limits:      cfg.Limits.withDefaults(),
-		logger:      cfg.Logger,
-		resolver:    cfg.Resolver,
-		fakeIPs:     newFakeIPs(MaxFakeIPs),
-		listeners:   map[net.Listener]struct{}{},
-		packetConns: map[net.PacketConn]struct{}{},
-		conns:       map[net.Conn]struct{}{},
-		tunnels:     map[netip.Addr]int{},
-		clients:     map[netip.Addr]int{},
-		metrics:     newMetrics(),
+		cfg:       cfg,
+		limits:    cfg.Limits.withDefaults(),
+		logger:    cfg.Logger,
+		resolver:  cfg.Resolver,
+		fakeIPs:   dnsstub.NewFakeIPs(dnsstub.MaxFakeIPs),
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+		tunnels:   map[netip.Addr]int{},
+		clients:   map[netip.Addr]int{},
+		metrics:   newMetrics(),
 	}
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
-	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels
+	s.out = recordOut{ids: &s.connID, log: cfg.Log, metrics: s.metrics}
+	s.refusals.init(&s.out)
+	s.bypass = newBypassLog(cfg.Store, &s.out, s.owner)
 	if s.approvals, err = approval.New(approval.Config{Store: cfg.Store, Gateway: approvalGateway{s}, File: cfg.ApprovalsFile, Max: cfg.MaxApprovals}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if s.cfg.MockLLM, err = normalizeMocks(cfg.MockLLM); err != nil {
+	if s.mocks, err = newMocks(cfg.Config, &s.limits, &s.out, s.finishRefusal); err != nil {
 		return nil, err
 	}
-	for name, r := range cfg.LLMScripts {
-		if r == nil {
-			return nil, fmt.Errorf("gateway: Config.LLMScripts %q has no Responder", name)
-		}
-	}
-	s.cfg.LLMScripts = maps.Clone(cfg.LLMScripts)
 	// The current policy, and every later one, may name only these.
-	if err := cfg.Store.AddCheck(s.checkLLMScripts); err != nil {
+	if err := cfg.Store.AddCheck(s.mocks.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	if err := s.checkSecretsConfig(); err != nil {
@@ -195,6 +192,9 @@ func newServer(cfg serverConfig) (*Server, error) {
 	if s.cfg.Dial == nil {
 		d := &net.Dialer{Timeout: s.limits.DialTimeout}
 		s.cfg.Dial = d.DialContext
+	}
+	if s.dns, err = newDNSStub(s); err != nil {
+		return nil, err
 	}
 	s.hostAddrs.list = interfaceAddrs
 	s.hostAddrs.logger = func(err error) { s.logger.Warn("address guard", "err", err) }
@@ -214,7 +214,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // FakeIPs returns the DNS stub's table of names and fake addresses, which
 // lives as long as the server.
-func (s *Server) FakeIPs() *FakeIPs { return s.fakeIPs }
+func (s *Server) FakeIPs() *dnsstub.FakeIPs { return s.fakeIPs }
 
 // Store returns the policy store the server decides with.
 func (s *Server) Store() *netpolicy.Store { return s.cfg.Store }
@@ -291,7 +291,7 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 		}
 		backoff = 0
 		if !s.isClient(clientAddr(c)) {
-			s.refuseConn(c, &s.notClients, 0, "", notClientReason)
+			s.refusals.notClients.refuseConn(c, 0, "", notClientReason)
 			continue
 		}
 		switch s.track(c) {
@@ -299,7 +299,7 @@ func (s *Server) serveListener(ctx context.Context, ln net.Listener, what string
 			c.Close()
 			return nil
 		case trackTooMany:
-			s.refuseConn(c, &s.overCap, overCap, body, func(ip netip.Addr) string {
+			s.refusals.overCap.refuseConn(c, overCap, body, func(ip netip.Addr) string {
 				return fmt.Sprintf("client %s has %d connections open, the limit per client", ip, s.limits.MaxConnsPerClient)
 			})
 			continue
@@ -461,20 +461,16 @@ func (s *Server) Close() error {
 	for ln := range s.listeners {
 		ln.Close()
 	}
-	for pc := range s.packetConns {
-		pc.Close()
-	}
 	for c := range s.conns {
 		c.Close()
 	}
 	s.mu.Unlock()
+	s.dns.Close()
 	s.wg.Wait()
 	s.pool.close()
 	s.inspect.closeIdle()
-	s.flushBypass(true)
-	s.flushRefusals(&s.notClients, true)
-	s.flushRefusals(&s.overCap, true)
-	s.flushRefusals(&s.overTunnels, true)
+	s.bypass.flush(true)
+	s.refusals.flush()
 	return nil
 }
 

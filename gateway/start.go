@@ -29,6 +29,9 @@ type Gateway struct {
 	DNSAddr net.Addr
 	// APIAddrs are the API's addresses, as "unix:PATH" or host:port.
 	APIAddrs []string
+	// Bypass is where the packets the sandbox's rules refused are
+	// reported, to be logged as bypass records.
+	Bypass *BypassLog
 
 	fileSink *decisionlog.FileSink // the log's file (Config.LogFile), or nil
 	journal  *mockllm.JournalFile  // the mocks' journal file (Config.MockJournal), or nil
@@ -87,10 +90,10 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	g.Server = srv
+	g.Server, g.Bypass = srv, srv.bypass
 	closers = append(closers, srv.Close)
 	if o.MockJournal != "" {
-		if g.journal, err = srv.openMockJournal(o.MockJournal, o.LogLimits.Append); err != nil {
+		if g.journal, err = srv.mocks.openJournal(o.MockJournal, o.LogLimits.Append); err != nil {
 			return nil, err
 		}
 		if g.journal != nil {
@@ -162,8 +165,8 @@ func Start(ctx context.Context, o Config) (_ *Gateway, retErr error) {
 		g.serve(func() error { return srv.ServeTransparent(ctx, o.Transparent, origDst) })
 	}
 	if dnsPC != nil {
-		g.serve(func() error { return srv.ServeDNSUDP(ctx, dnsPC) })
-		g.serve(func() error { return srv.ServeDNSTCP(ctx, dnsLn) })
+		g.serve(func() error { return srv.dns.ServeUDP(ctx, dnsPC) })
+		g.serve(func() error { return srv.serveListener(ctx, dnsLn, "DNS", 0, "", serveDNSConn(srv)) })
 	}
 	if len(apiLns) > 0 {
 		as, err := api.NewServer(api.ServerConfig{Gateway: apiGateway{srv}, Sandbox: o.Sandbox, Token: token, Ring: g.Ring, ProxyAddrs: []string{ln.Addr().String()}})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -22,7 +23,7 @@ import (
 // relays a CONNECT tunnel or a proxied request.
 //
 // The target is the name behind a fake address of the DNS stub
-// (FakeIPRange), or the IP that was dialed. Before deciding, the gateway
+// (dnsstub.FakeIPRange), or the IP that was dialed. Before deciding, the gateway
 // waits for the client's first bytes, at most Limits.FirstBytesTimeout:
 //   - a TLS ClientHello must name the target (else "sni mismatch"); one
 //     sent to an IP target names the target instead, which is then decided
@@ -73,7 +74,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		return
 	}
 	host, named := dst.Addr().String(), false
-	if FakeIPRange().Contains(dst.Addr()) {
+	if dnsstub.FakeIPRange().Contains(dst.Addr()) {
 		name, ok := s.fakeIPs.Name(dst.Addr())
 		if !ok {
 			refuse(netpolicy.RuleInvalid, fmt.Sprintf("%s is not an address the DNS stub gave out", dst.Addr()))
@@ -202,10 +203,10 @@ func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Tar
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
 		return
 	}
-	if s.mock(t.Host) != nil {
+	if s.mocks.forHost(t.Host) != nil {
 		// Not TLS that the gateway can inspect: a tunnel would reach the
 		// real API, so it is closed, in audit mode too.
-		d := s.mockTunnelDecision(t.Host)
+		d := s.mocks.tunnelDecision(t.Host)
 		if s.cfg.CA != nil {
 			d = netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
 				Reason: "the mock LLM for " + t.Host + " answers HTTP and TLS; this connection speaks neither"}

@@ -86,7 +86,7 @@ func (g *transparentGateway) dial(t *testing.T, dst netip.AddrPort) net.Conn {
 // fake returns the fake address of name, as the DNS stub would give it.
 func (g *transparentGateway) fake(t *testing.T, name string, port netpolicy.Port) netip.AddrPort {
 	t.Helper()
-	ip, err := g.srv.fakeIPs.assign(name)
+	ip, err := g.srv.fakeIPs.Assign(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,8 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
 		return
 	}
-	if s.mock(t.Host) != nil { // no CA: the tunnel would reach the real API
-		d := s.mockTunnelDecision(t.Host)
+	if s.mocks.forHost(t.Host) != nil { // no CA: the tunnel would reach the real API
+		d := s.mocks.tunnelDecision(t.Host)
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
 		return

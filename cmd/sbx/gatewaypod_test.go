@@ -22,6 +22,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub"
 	"github.com/sbx-dev/sbx/gateway/handoff"
 )
 
@@ -130,8 +131,8 @@ func TestGatewayPod(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			addrs, err := r.LookupNetIP(ctx, "ip4", "api.test")
 			cancel()
-			if err != nil || len(addrs) != 1 || !gateway.FakeIPRange().Contains(addrs[0]) {
-				t.Errorf("api.test over %s: got %v, %v; want one address in %v", network, addrs, err, gateway.FakeIPRange())
+			if err != nil || len(addrs) != 1 || !dnsstub.FakeIPRange().Contains(addrs[0]) {
+				t.Errorf("api.test over %s: got %v, %v; want one address in %v", network, addrs, err, dnsstub.FakeIPRange())
 				continue
 			}
 			fake = addrs[0]

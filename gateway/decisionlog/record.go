@@ -108,7 +108,7 @@ const (
 const (
 	KindHTTP    = "http"    // a plain HTTP request through the forward proxy
 	KindConnect = "connect" // a CONNECT tunnel
-	KindDNS     = "dns"     // a query to the DNS stub (see ServeDNSUDP)
+	KindDNS     = "dns"     // a query to the DNS stub (see gateway/dnsstub)
 	// KindHTTPS is a request inside a tunnel the gateway inspects
 	// (docs/inspection.md): TLS terminated with the sandbox's CA, each request
 	// decided with its method and path.
@@ -127,7 +127,7 @@ const (
 	KindTransparent = "transparent"
 	// KindBypass is a packet the sandbox sent that is neither TCP nor DNS
 	// (UDP, ICMP, another protocol), which its rules refused and reported
-	// (see Server.ReportPacket): at most one record per protocol,
+	// (see gateway.BypassLog): at most one record per protocol,
 	// destination and port a second, with a count.
 	KindBypass = "bypass"
 )

@@ -15,7 +15,7 @@ type packetSource interface {
 	Lost() uint64
 }
 
-// packetSink is where they go: the gateway's *gateway.Server.
+// packetSink is where they go: the gateway's *gateway.BypassLog.
 type packetSink interface {
 	ReportPacket(gateway.Packet)
 	ReportPacketsLost(count uint64, since time.Time, err error)

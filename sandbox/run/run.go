@@ -524,7 +524,7 @@ func (r *Run) gatewayStarter(spec *Spec, insp *inspection) sandbox.StartGateway 
 		}
 		// Ends when the sandbox closes its packet log, or on a read
 		// error, which is said and recorded.
-		go forwardPackets(c.Capture.Packets, g.Server, cfg.Logger)
+		go forwardPackets(c.Capture.Packets, g.Bypass, cfg.Logger)
 		return g, nil
 	}
 }

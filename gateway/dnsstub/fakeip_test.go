@@ -1,4 +1,4 @@
-package gateway
+package dnsstub
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 )
 
 func TestFakeIPsFillTheRangeAndStop(t *testing.T) {
-	f := newFakeIPs(MaxFakeIPs)
+	f := NewFakeIPs(MaxFakeIPs)
 	var last netip.Addr
 	for i := range MaxFakeIPs {
-		ip, err := f.assign(fmt.Sprintf("n%d.test", i))
+		ip, err := f.Assign(fmt.Sprintf("n%d.test", i))
 		if err != nil {
 			t.Fatalf("name %d: %v", i, err)
 		}
@@ -27,10 +27,10 @@ func TestFakeIPsFillTheRangeAndStop(t *testing.T) {
 	if last != netip.MustParseAddr("198.19.255.254") {
 		t.Errorf("last address %s, want 198.19.255.254", last)
 	}
-	if ip, err := f.assign("one-more.test"); !errors.Is(err, ErrFakeIPsExhausted) {
+	if ip, err := f.Assign("one-more.test"); !errors.Is(err, ErrFakeIPsExhausted) {
 		t.Errorf("a name past the range got %s, %v; want ErrFakeIPsExhausted", ip, err)
 	}
-	if ip, err := f.assign("n7.test"); err != nil || ip != netip.MustParseAddr("198.18.0.8") {
+	if ip, err := f.Assign("n7.test"); err != nil || ip != netip.MustParseAddr("198.18.0.8") {
 		t.Errorf("a mapped name once the range is full: %s, %v; want 198.18.0.8", ip, err)
 	}
 	if n := f.Len(); n != MaxFakeIPs {
@@ -63,7 +63,7 @@ func TestFakeIPsFillTheRangeAndStop(t *testing.T) {
 }
 
 func TestFakeIPsConcurrent(t *testing.T) {
-	f := newFakeIPs(MaxFakeIPs)
+	f := NewFakeIPs(MaxFakeIPs)
 	const names, workers = 200, 8
 	got := make([][]netip.Addr, workers)
 	var wg sync.WaitGroup
@@ -73,7 +73,7 @@ func TestFakeIPsConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range names {
 				n := (i + w*31) % names // every worker asks every name, in its own order
-				ip, err := f.assign(fmt.Sprintf("n%d.test", n))
+				ip, err := f.Assign(fmt.Sprintf("n%d.test", n))
 				if err != nil {
 					t.Error(err)
 					return

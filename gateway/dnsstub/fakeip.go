@@ -1,4 +1,4 @@
-package gateway
+package dnsstub
 
 import (
 	"encoding/binary"
@@ -11,15 +11,16 @@ import (
 // fakeIPBase is 198.18.0.0, the first address of FakeIPRange, as a number.
 const fakeIPBase = 198<<24 | 18<<16
 
-// MaxFakeIPs is how many names a gateway's FakeIPs can hold: every address
+// MaxFakeIPs is how many names a FakeIPs can hold: every address
 // of 198.18.0.0/15 but its first and its last, 198.18.0.0 and
 // 198.19.255.255, which some software takes for a network and a broadcast
 // address.
 const MaxFakeIPs = 1<<17 - 2
 
 // FakeIPRange returns 198.18.0.0/15, the range the DNS stub's fake
-// addresses come from (docs/capture.md). The address guard refuses the
-// range (docs/gateway.md, the address guard), benchmarking addresses that no real host should have.
+// addresses come from (docs/capture.md). The gateway's address guard
+// refuses the range (docs/gateway.md, the address guard): benchmarking
+// addresses that no real host should have.
 func FakeIPRange() netip.Prefix { return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, 0}), 15) }
 
 // ErrFakeIPsExhausted is returned when every fake address is taken.
@@ -36,8 +37,9 @@ var ErrFakeIPsExhausted = errors.New("no fake address left")
 // about 40 MiB when every name has the longest length, 253 bytes, and
 // 11 MiB with names of 20 bytes.
 //
-// A FakeIPs is safe for concurrent use. Get a gateway's with
-// Server.FakeIPs.
+// A FakeIPs is safe for concurrent use. The stub writes it (Config.Names);
+// the gateway reads a captured connection's name back from it (Name), and
+// gets its stub's with Server.FakeIPs.
 type FakeIPs struct {
 	mu     sync.RWMutex
 	byName map[string]uint32 // name -> offset from fakeIPBase
@@ -45,9 +47,9 @@ type FakeIPs struct {
 	limit  int
 }
 
-// newFakeIPs returns an empty table of at most limit names (at most
+// NewFakeIPs returns an empty table of at most limit names (at most
 // MaxFakeIPs).
-func newFakeIPs(limit int) *FakeIPs {
+func NewFakeIPs(limit int) *FakeIPs {
 	return &FakeIPs{byName: map[string]uint32{}, limit: min(limit, MaxFakeIPs)}
 }
 
@@ -87,10 +89,10 @@ func (f *FakeIPs) Len() int {
 	return len(f.names)
 }
 
-// assign returns the fake address of a normalized name, giving it the next
+// Assign returns the fake address of a normalized name, giving it the next
 // free one when it has none. It fails with ErrFakeIPsExhausted when none
 // is free.
-func (f *FakeIPs) assign(name string) (netip.Addr, error) {
+func (f *FakeIPs) Assign(name string) (netip.Addr, error) {
 	if ip, ok := f.Addr(name); ok {
 		return ip, nil
 	}
