@@ -22,7 +22,7 @@ import (
 func (s *Server) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.Time, proxied bool) {
 	rec.Action, rec.Rule, rec.Enforced, rec.Status = string(netpolicy.Block), netpolicy.RuleGuard, true, http.StatusTooManyRequests
 	if !proxied {
-		rec.Status = 0 // closed unanswered, as refuseTunnel's
+		rec.Status = 0 // closed unanswered, as a captured connection's refusals are
 	}
 	rec.Reason = fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)
 	s.metrics.decided(start)

@@ -104,48 +104,22 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	c.extendWriteDeadline(s.limits.IdleConnTimeout)
 
 	fs := c.forward()
-	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
-	rec.Path = truncate(t.Path, maxLoggedPath)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: port, method: head.Method, target: head.Target, path: t.Path, header: head.Header}) {
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
+	in := entry{door: doorProxy, kind: kind, c: c, target: netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()},
+		raw: head.Target, header: head.Header, start: start, rec: &fs.rec, close: &fs.closeRec}
+	o := (&pipeline{s: s}).run(ctx, &in)
+	switch o.next {
+	case nextMock:
+		return s.serveMockHTTP(ctx, c, head, u, o.mock, o.rec, start)
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.end(o.closeRec, start)
+		}
+		writeAnswer(c, head.Method, o.answer.status, o.answer.contentType, o.answer.body, !keepAlive, o.answer.extra)
 		return keepAlive
 	}
-
-	if a := s.mockFor(t.Host, &d); a != nil {
-		return s.serveMockHTTP(ctx, c, head, u, a, rec, start)
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	switch {
-	case d.Action == netpolicy.Intercept:
-		s.finishRefusal(rec, d, interceptStatus(d), start)
-		writeIntercept(c, head.Method, d, !keepAlive)
-		return keepAlive
-	case d.Action == netpolicy.Block && enforced(snap, d):
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
-		return keepAlive
-	}
-
-	// Allowed, or blocked in audit mode: resolve and guard, then forward.
-	addrs, guard, err := s.resolveChecked(ctx, snap.Policy(), t, rec)
-	if guard != nil {
-		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
-		return keepAlive
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, &fs.closeRec, http.StatusForbidden)
-	if refused != nil { // the decision log cannot be written
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *refused, !keepAlive)
-		return keepAlive
-	}
+	closeRec, t := o.closeRec, o.t
 	defer s.end(closeRec, start)
-	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
-		writeAnswer(c, head.Method, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
-		return keepAlive
-	}
-	upstream := netip.AddrPortFrom(addrs[0], port)
+	upstream := netip.AddrPortFrom(o.addrs[0], port)
 	closeRec.Upstream = upstream.String()
 
 	ws := isWebSocket(head.Header)
@@ -487,49 +461,11 @@ func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, st
 	s.emit(rec)
 }
 
-// decide starts the record of a request of c to t and decides it with the
-// current policy's Verdict (so an allowed IP literal that the address
-// guard refuses is refused here, before anything is resolved). It returns t with its host normalized, and the snapshot
-// that decided. The record logs the normalized host, or the raw one
-// redacted when it does not normalize (Verdict then blocks it as invalid).
-//
-// The record is made in into when it is not nil, else allocated.
-func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decisionlog.Record) (*decisionlog.Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
-	rec := into
-	if rec == nil {
-		rec = new(decisionlog.Record)
-	}
-	s.initRecord(rec, c, kind, t.Method, t.Port)
-	snap := s.cfg.Store.Load()
-	rec.PolicyVersion = snap.Version()
-	d := snap.Policy().Verdict(t)
-	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
-		rec.Host, t.Host = host, host
-		if d.Rule == netpolicy.RuleGuard { // an IP target the guard refused
-			if ip, err := netip.ParseAddr(host); err == nil {
-				rec.Addrs = ip.Unmap().String()
-			}
-		}
-	} else {
-		rec.Host = redactTarget(t.Host)
-	}
-	// A secret's placeholder in the host goes nowhere (docs/secrets.md).
-	if sec := s.placeholderIn(t.Host); sec != nil {
-		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
-		rec.Addrs = ""
-	}
-	return rec, snap, t, d
-}
-
 // admit logs d, which lets rec's request or tunnel through (allowed, or a
 // block that audit mode does not enforce), and returns its close record,
 // which end logs when the request or tunnel is over.
 func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
-	return s.admitInto(rec, d, start, new(decisionlog.Record))
-}
-
-// admitInto is admit, making the close record in closeRec.
-func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record) *decisionlog.Record {
+	closeRec := new(decisionlog.Record)
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	s.metrics.request(rec.Kind, d.Action)
@@ -540,7 +476,8 @@ func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start 
 	return closeRec
 }
 
-// admitCommitted is admitInto (closeRec nil: admit) for a decision that
+// admitCommitted is admit (making the close record in closeRec, when
+// it is not nil) for a decision that
 // sends something upstream: it returns only once the decision log's file
 // holds rec. When the file cannot take it (full, failing, removed), the
 // request must not go on: rec is logged as a block by rule guard, its

@@ -63,12 +63,7 @@ func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpoli
 // says how it ended (reasonCARejected when the client would not trust the
 // CA). first are client bytes already read (a transparent connection's
 // ClientHello); proxied says a CONNECT client waits for a 200 first.
-func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first []byte) {
-	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
-		return
-	}
-	defer s.releaseTunnel(c.client.Addr())
-	closeRec := s.admit(rec, d, start)
+func (s *Server) inspectTunnel(ctx context.Context, c *conn, closeRec *decisionlog.Record, t netpolicy.Target, start time.Time, proxied bool, first []byte) {
 	// Not s.end: the tunnel's bytes are its requests' bytes, which their
 	// own close records count in the metrics.
 	defer func() {
@@ -557,85 +552,33 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.served.Add(1)
 	s, t := h.s, h.t
 	start := time.Now()
-	snap := s.cfg.Store.Load()
 	kind, scheme := decisionlog.KindHTTPS, "https"
 	if !h.tls {
 		kind, scheme = decisionlog.KindHTTP, "http"
 	}
-	rec := s.newRecord(h.c, kind, r.Method, t.Port)
-	rec.Host, rec.PolicyVersion = t.Host, snap.Version()
 	path := r.URL.EscapedPath()
-	rec.Path = truncate(path, maxLoggedPath)
 	hostport := joinHostPort(t.Host, t.Port)
+	in := entry{door: doorInspected, kind: kind, c: h.c, target: netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path},
+		raw: r.RequestURI, header: r.Header, tls: h.tls, start: start}
+	in.invalid, in.invalidStatus = innerInvalid(r, path, t, h.tls)
+	o := (&pipeline{s: s}).run(r.Context(), &in)
+	switch o.next {
+	case nextMock:
+		s.serveMock(o.mock, w, r, o.rec, start)
+		return
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.end(o.closeRec, start)
+			defer h.recoverRequest(o.closeRec)
+		}
+		respond(w, o.answer.status, o.answer.contentType, o.answer.body, o.answer.extra)
+		return
+	}
+	closeRec, addrs, snap := o.closeRec, o.addrs, o.snap
 	what := r.Method + " " + scheme + "://" + hostport + path
-
-	// What the gateway would decide one way and send another is refused:
-	// a target that is not an absolute path (the decided path would not
-	// be the one sent), and a CONNECT or an extended CONNECT (HTTP/2's
-	// :protocol, WebSocket) inside the tunnel, which would open a stream
-	// with no tunnel's limits.
-	if refusal := innerRefusal(r, path); refusal != "" {
-		rec.Host = t.Host
-		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: refusal}
-		s.finishRefusal(rec, d, http.StatusBadRequest, start)
-		respond(w, http.StatusBadRequest, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	// The request must be for the tunnel's host: another Host would be
-	// decided as one host and sent to another.
-	defaultPort := uint16(443)
-	if !h.tls {
-		defaultPort = 80
-	}
-	if !sameAuthority(r.Host, t, defaultPort) {
-		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
-			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), hostport)}
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
-	d := snap.Policy().Verdict(tgt)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: t.Port, method: r.Method, target: r.RequestURI, path: path, header: r.Header, tls: h.tls}) {
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	if a := s.mockFor(t.Host, &d); a != nil {
-		s.serveMock(a, w, r, rec, start)
-		return
-	}
-	d = s.hold(r.Context(), nil, rec, snap, tgt, d)
-	switch {
-	case d.Action == netpolicy.Intercept:
-		status, contentType, extra := interceptHead(d)
-		s.finishRefusal(rec, d, status, start)
-		respond(w, status, contentType, d.Response.Body, extra)
-		return
-	case d.Action == netpolicy.Block && enforced(snap, d):
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
 	ctx := r.Context()
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), tgt, rec)
-	if guard != nil {
-		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *guard), blockHeaders(*guard))
-		return
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, nil, http.StatusForbidden)
-	if refused != nil { // the decision log cannot be written
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *refused), blockHeaders(*refused))
-		return
-	}
 	defer s.end(closeRec, start)
 	defer h.recoverRequest(closeRec)
-	if rerr != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
-		respond(w, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", nil)
-		return
-	}
 
 	out := r.Clone(context.WithValue(ctx, inspectAddrsKey{}, addrs))
 	out.RequestURI = ""
@@ -676,7 +619,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := func() {}
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
-	inject := d.Action == netpolicy.Allow && h.tls && s.secretBound(t.Host, t.Port)
+	inject := o.inject
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
@@ -808,6 +751,28 @@ func innerRefusal(r *http.Request, path string) string {
 		return fmt.Sprintf("the request target %q is not an absolute path", truncate(r.RequestURI, 80))
 	}
 	return ""
+}
+
+// innerInvalid is the refusal of r, a request inside an inspected tunnel
+// to t, and its status, when the gateway would decide it one way and send
+// it another: a target that is not an absolute path (the decided path
+// would not be the one sent), a CONNECT or an extended CONNECT (HTTP/2's
+// :protocol, WebSocket) inside the tunnel, which would open a stream with
+// no tunnel's limits, or a Host that is not the tunnel's (it would be
+// decided as one host and sent to another). It is nil when there is none.
+func innerInvalid(r *http.Request, path string, t netpolicy.Target, tls bool) (*netpolicy.Decision, int) {
+	if refusal := innerRefusal(r, path); refusal != "" {
+		return &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: refusal}, http.StatusBadRequest
+	}
+	defaultPort := uint16(443)
+	if !tls {
+		defaultPort = 80
+	}
+	if !sameAuthority(r.Host, t, defaultPort) {
+		return &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), joinHostPort(t.Host, t.Port))}, http.StatusForbidden
+	}
+	return nil, 0
 }
 
 // sameAuthority reports whether a request's Host names t: its host (IDN

@@ -115,13 +115,6 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 	return b.String()
 }
 
-// writeIntercept answers a request of method with an intercept rule's
-// response.
-func writeIntercept(w io.Writer, method string, d netpolicy.Decision, close bool) error {
-	status, contentType, extra := interceptHead(d)
-	return writeAnswer(w, method, status, contentType, d.Response.Body, close, extra)
-}
-
 // interceptHead is an intercept rule's status, content type and other
 // headers, the X-Sbx ones first, in a stable order.
 func interceptHead(d netpolicy.Decision) (status int, contentType string, extra [][2]string) {

@@ -192,30 +192,9 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 // relays it; first are bytes already read from the client, which go
 // upstream before the rest.
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
-	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t, nil)
-	rec.Method = ""       // decided as a tunnel; no HTTP method was sent
-	if rec.Secret != "" { // a secret's placeholder in the name
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
-		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
-		return
-	}
-	if s.mock(t.Host) != nil {
-		// Not TLS that the gateway can inspect: a tunnel would reach the
-		// real API, so it is closed, in audit mode too.
-		d := s.mockTunnelDecision(t.Host)
-		if s.cfg.CA != nil {
-			d = netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
-				Reason: "the mock LLM for " + t.Host + " answers HTTP and TLS; this connection speaks neither"}
-		}
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	d = d.Spliced("an intercept answers HTTP requests; this connection does not speak plain HTTP")
-	s.openTunnel(ctx, c, rec, snap, t, d, start, false, func(io.Reader) ([]byte, error) { return first, nil })
+	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
+	o := (&pipeline{s: s}).run(ctx, &in)
+	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
 }
 
 // transparentHTTP serves a redirected connection that speaks plain

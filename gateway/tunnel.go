@@ -46,78 +46,46 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
 	}
-	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, nil)
-	if rec.Secret != "" { // a secret's placeholder in the target
-		s.refuseTunnel(c, rec, t, d, start, true)
-		return
-	}
-	if s.inspects(snap.Policy(), t) {
-		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
-		return
-	}
-	if s.mock(t.Host) != nil { // no CA: the tunnel would reach the real API
-		d := s.mockTunnelDecision(t.Host)
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
-		return
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	if d.Action == netpolicy.Intercept {
-		d = d.Spliced("an HTTPS intercept needs TLS inspection, and this gateway has no CA")
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
-		return
-	}
-	s.openTunnel(ctx, c, rec, snap, t, d, start, true, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, t.Host) })
+	in := entry{door: doorConnect, kind: decisionlog.KindConnect, c: c, target: netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, start: start}
+	o := (&pipeline{s: s}).run(ctx, &in)
+	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, o.t.Host) })
 }
 
-// openTunnel takes a tunnel to t, decided as d under snap, from its verdict
-// to its end: an enforced block, the client's tunnel cap (a decision of its
-// own, action block and status 429, taken before the name is resolved, so
-// that a client at its cap makes the gateway do nothing more), the guard,
-// then the decision record (logged before any byte moves), resolution,
-// dial and relay, first reading the client's first bytes (see relay). A
-// CONNECT client (proxied) is answered in HTTP at each step: 403, 429,
-// 502 or 504, 200. A transparent client, which does not know the gateway
-// is there, gets its connection closed; its refusals are logged with
-// status 0, but the cap's 429.
-func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
-	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
-		return
+// openTunnel writes o, the outcome of a tunnel (a CONNECT, proxied, or a
+// captured connection): the answer to a refusal, the inspected tunnel, or
+// the tunnel to o's guarded addresses: dial, then relay, first reading the
+// client's first bytes (see relay). A CONNECT client (proxied) is answered
+// in HTTP at each step: 403, 429, 502 or 504, 200. A transparent client,
+// which does not know the gateway is there, gets its connection closed.
+// first are client bytes already read (a captured connection's
+// ClientHello), which an inspected tunnel reads first.
+func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error)) {
+	if o.slot {
+		defer s.releaseTunnel(c.client.Addr())
 	}
-	defer s.releaseTunnel(c.client.Addr())
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t, rec)
-	if guard != nil {
-		s.refuseTunnel(c, rec, t, *guard, start, proxied)
+	switch o.next {
+	case nextInspect:
+		s.inspectTunnel(ctx, c, o.closeRec, o.t, start, proxied, first)
+		return
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.end(o.closeRec, start)
+		}
+		if a := o.answer; a.status != 0 {
+			writeAnswer(c, http.MethodConnect, a.status, a.contentType, a.body, true, a.extra)
+		}
 		return
 	}
 	// The close record says how the tunnel ended, including a block by
 	// the SNI check.
-	refusedStatus := 0 // a transparent client's connection is closed unanswered
-	if proxied {
-		refusedStatus = http.StatusForbidden
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, nil, refusedStatus)
-	if refused != nil { // the decision log cannot be written
-		if proxied {
-			s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", *refused, true)
-		}
-		return
-	}
+	closeRec := o.closeRec
 	defer s.end(closeRec, start)
-	fail := func(status int, errText, answer string) {
-		closeRec.Status, closeRec.Error = status, errText
-		if proxied {
-			writeSimple(c, status, "", answer, true, nil)
-		}
-	}
-	if rerr != nil {
-		fail(upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error(), "sbx: cannot resolve "+t.Host+"\n")
-		return
-	}
-	up, err := s.dialFirst(ctx, addrs, t.Port)
+	up, err := s.dialFirst(ctx, o.addrs, o.t.Port)
 	if err != nil {
-		fail(upstreamStatus(err, false), err.Error(), "sbx: cannot connect to "+joinHostPort(rec.Host, t.Port)+"\n")
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
+		if proxied {
+			writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+joinHostPort(o.rec.Host, o.t.Port)+"\n", true, nil)
+		}
 		return
 	}
 	defer up.Close()
@@ -133,41 +101,7 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Recor
 		}
 	}
 	closeRec.Status = http.StatusOK
-	s.relay(c, up, closeRec, first)
-}
-
-// enterTunnel takes the first steps of every tunnel, spliced or inspected:
-// an enforced block is refused (refuseTunnel), and a client at
-// Limits.MaxTunnelsPerClient gets a decision of its own, action block and
-// status 429, before anything else is done for it. It reports whether the
-// tunnel goes on; then the caller holds one of the client's tunnel slots,
-// which it must give back with releaseTunnel.
-func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) bool {
-	if d.Action == netpolicy.Block && enforced(snap, d) {
-		s.refuseTunnel(c, rec, t, d, start, proxied)
-		return false
-	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		s.refuseOverTunnels(c, rec, start, proxied)
-		if proxied {
-			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
-		}
-		return false
-	}
-	return true
-}
-
-// refuseTunnel logs d, a refusal of the tunnel rec decided, and answers a
-// CONNECT client (proxied) with 403; a transparent client, which does not
-// know the gateway is there, has its connection closed unanswered (status
-// 0 in the record).
-func (s *Server) refuseTunnel(c *conn, rec *decisionlog.Record, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) {
-	if !proxied {
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	s.finishRefusal(rec, d, http.StatusForbidden, start)
-	s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
+	s.relay(c, up, closeRec, check)
 }
 
 // relay relays an open tunnel between c and up until both sides have
