@@ -5,11 +5,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -423,4 +428,52 @@ func lastDecisionFor(t *testing.T, g *testGateway, host string) decisionlog.Reco
 		t.Fatalf("no decision record for %s in %d records", host, len(lines))
 	}
 	return last
+}
+
+// TestPipelineStepsDocumented reads the pipeline's steps from the code,
+// the calls run makes on the pipeline in their order, and wants the
+// package doc and docs/gateway.md to list exactly those, in that order.
+func TestPipelineStepsDocumented(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "pipeline.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "run" || fn.Recv == nil {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					if x, ok := sel.X.(*ast.Ident); ok && x.Name == "p" {
+						steps = append(steps, sel.Sel.Name)
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(steps) < 5 {
+		t.Fatalf("found the steps %v in pipeline.run, want its calls of the pipeline's methods", steps)
+	}
+	line := strings.Join(steps, " → ")
+	for _, path := range []string{"doc.go", "../docs/gateway.md"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var listed []string
+		for l := range strings.Lines(string(b)) {
+			l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "//"))
+			if strings.Count(l, " → ") >= len(steps)-1 {
+				listed = append(listed, l)
+			}
+		}
+		if !slices.Equal(listed, []string{line}) {
+			t.Errorf("%s lists the pipeline's steps as %q, want exactly one line %q (pipeline.run's order)", path, listed, line)
+		}
+	}
 }
