@@ -71,7 +71,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	start := time.Now()
 	u, serr := parseProxyTarget(head.Target)
 	if serr != nil {
-		s.refuseTarget(c, decisionlog.KindHTTP, head, serr, start)
+		s.pipe.refuseTarget(c, decisionlog.KindHTTP, head, serr, start)
 		return false
 	}
 	port := uint16(80)
@@ -84,10 +84,11 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 
 // refuseTarget answers and logs a request whose target cannot be used,
 // and closes the connection.
-func (s *Server) refuseTarget(c *conn, kind string, head *requestHead, serr *statusError, start time.Time) {
+func (p *pipeline) refuseTarget(c *conn, kind string, head *requestHead, serr *statusError, start time.Time) {
+	s := p.s
 	rec := s.newRecord(c, kind, head.Method, 0)
 	rec.Host = redactTarget(head.Target)
-	s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
+	s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
 	writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
 }
 
@@ -106,19 +107,19 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	fs := c.forward()
 	in := entry{door: doorProxy, kind: kind, c: c, target: netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()},
 		raw: head.Target, header: head.Header, start: start, rec: &fs.rec, close: &fs.closeRec}
-	o := (&pipeline{s: s}).run(ctx, &in)
+	o := s.pipe.run(ctx, &in)
 	switch o.next {
 	case nextMock:
 		return s.serveMockHTTP(ctx, c, head, u, o.mock, o.rec, start)
 	case nextAnswer:
 		if o.closeRec != nil {
-			defer s.end(o.closeRec, start)
+			defer s.pipe.end(o.closeRec, start)
 		}
 		writeAnswer(c, head.Method, o.answer.status, o.answer.contentType, o.answer.body, !keepAlive, o.answer.extra)
 		return keepAlive
 	}
 	closeRec, t := o.closeRec, o.t
-	defer s.end(closeRec, start)
+	defer s.pipe.end(closeRec, start)
 	upstream := netip.AddrPortFrom(o.addrs[0], port)
 	closeRec.Upstream = upstream.String()
 
@@ -182,13 +183,13 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		defer uc.Close()
 		uc.conn.SetWriteDeadline(time.Time{})   // the relay's writes have none, as the tunnels'
 		uc.rd.idle = s.limits.IdleTunnelTimeout // reads idle out as a tunnel's, not a request's
-		if !s.acquireTunnel(c.client.Addr()) {
+		if !s.tunnels.acquire(c.client.Addr(), s.limits.MaxTunnelsPerClient) {
 			closeRec.Status, closeRec.Error = http.StatusTooManyRequests, "too many open tunnels from this client"
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 			return false
 		}
-		defer s.releaseTunnel(c.client.Addr())
-		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
+		defer s.tunnels.release(c.client.Addr())
+		in, out, uerr := relayerOf(s).relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		if uerr != "" {
 			closeRec.Error = uerr
@@ -452,7 +453,8 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<
 
 // finishRefusal logs a request the gateway answers itself: blocked,
 // refused by the guard, invalid or intercepted.
-func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time) {
+func (p *pipeline) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time) {
+	s := p.s
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = true
 	rec.Status = status
@@ -464,7 +466,8 @@ func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, st
 // admit logs d, which lets rec's request or tunnel through (allowed, or a
 // block that audit mode does not enforce), and returns its close record,
 // which end logs when the request or tunnel is over.
-func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
+func (p *pipeline) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
+	s := p.s
 	closeRec := new(decisionlog.Record)
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
@@ -483,7 +486,8 @@ func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time
 // request must not go on: rec is logged as a block by rule guard, its
 // reason the log's error, with status, and admitCommitted returns nil and
 // that decision, which the caller answers as a block.
-func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record, status int) (*decisionlog.Record, *netpolicy.Decision) {
+func (p *pipeline) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record, status int) (*decisionlog.Record, *netpolicy.Decision) {
+	s := p.s
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	if closeRec == nil {
@@ -492,7 +496,7 @@ func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, s
 	*closeRec = *rec // before commit stamps rec's time: the close gets its own
 	if err := s.commit(rec); err != nil {
 		refusal := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard, Reason: err.Error()}
-		s.finishRefusal(rec, refusal, status, start)
+		s.pipe.finishRefusal(rec, refusal, status, start)
 		return nil, &refusal
 	}
 	closeRec.Event = decisionlog.EventClose
@@ -502,7 +506,8 @@ func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, s
 }
 
 // end logs a close record that admit made.
-func (s *Server) end(closeRec *decisionlog.Record, start time.Time) {
+func (p *pipeline) end(closeRec *decisionlog.Record, start time.Time) {
+	s := p.s
 	closeRec.Duration = time.Since(start)
 	s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
 	s.emit(closeRec)
@@ -524,7 +529,7 @@ func interceptStatus(d netpolicy.Decision) int {
 // sc, the answer of a host a secret is bound to, the head's fields and
 // the frames to the client have every value replaced (found is called
 // with each name), and a frame sc cannot look into ends the relay.
-func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *secretscrub.Scrubber, found func(string)) (in, out int64, errText string) {
+func (r relayer) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *secretscrub.Scrubber, found func(string)) (in, out int64, errText string) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
 	bw := bufio.NewWriter(cw)
@@ -542,11 +547,11 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *s
 	if err := bw.Flush(); err != nil {
 		return cw.n, 0, ""
 	}
-	s.metrics.tunnelOpened()
-	defer s.metrics.tunnelClosed()
+	r.metrics.tunnelOpened()
+	defer r.metrics.tunnelClosed()
 	act := newTunnelActivity()
 	end := &tunnelEnd{client: c.Conn, up: up.uc.conn}
-	idle := s.limits.IdleTunnelTimeout
+	idle := r.idle
 	done := make(chan int64, 1)
 	// Client to upstream ends when the client ends its side, either side
 	// fails, or the relay idles out (read deadlines on the client); a

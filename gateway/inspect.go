@@ -35,31 +35,33 @@ const reasonCARejected = "client rejected the sbx CA"
 // inspectProtos are the protocols an inspected tunnel offers its client.
 var inspectProtos = []string{"h2", "http/1.1"}
 
-// inspects reports whether the gateway terminates TLS for t under p: the
-// policy asks for it (netpolicy's Inspects) or a mock LLM answers for
+// inspects reports whether the gateway terminates TLS for t under pol:
+// the policy asks for it (netpolicy's Inspects) or a mock LLM answers for
 // t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
 // a CA.
-func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
+func (p *pipeline) inspects(pol *netpolicy.Policy, t netpolicy.Target) bool {
+	s := p.s
+	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
 // decided: netpolicy's DecideTunnel, or, for a mocked host, allowed.
-func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
+func (p *pipeline) tunnelDecision(pol *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
+	s := p.s
 	if s.mock(t.Host) != nil {
 		return s.mockTunnelDecision(t.Host)
 	}
-	return p.DecideTunnel(t)
+	return pol.DecideTunnel(t)
 }
 
-// inspectTunnel serves a tunnel to t that the policy inspects, decided as
-// d (netpolicy's DecideTunnel: a block only when no request through it
-// could be allowed): the client's TLS is terminated with a certificate for
-// t.Host from the sandbox's CA, and every HTTP/1.1 or HTTP/2 request in it
-// is decided and logged as kind https with its method and path, then
-// answered by an intercept, a 403, or the upstream over TLS verified
-// against the host's roots. rec is the tunnel's decision record (kind
-// connect or transparent); its close record counts the tunnel's bytes and
+// inspectTunnel serves a tunnel to t that the pipeline opened for
+// inspection (its inspect step): the client's TLS is terminated with a
+// certificate for t.Host from the sandbox's CA, and every HTTP/1.1 or
+// HTTP/2 request in it goes through the pipeline on its own, decided and
+// logged as kind https with its method and path, then answered by an
+// intercept, a 403, or the upstream over TLS verified against the host's
+// roots. closeRec is the tunnel's close record (kind connect or
+// transparent), which inspectTunnel logs: it counts the tunnel's bytes and
 // says how it ended (reasonCARejected when the client would not trust the
 // CA). first are client bytes already read (a transparent connection's
 // ClientHello); proxied says a CONNECT client waits for a 200 first.
@@ -561,14 +563,14 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in := entry{door: doorInspected, kind: kind, c: h.c, target: netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path},
 		raw: r.RequestURI, header: r.Header, tls: h.tls, start: start}
 	in.invalid, in.invalidStatus = innerInvalid(r, path, t, h.tls)
-	o := (&pipeline{s: s}).run(r.Context(), &in)
+	o := s.pipe.run(r.Context(), &in)
 	switch o.next {
 	case nextMock:
 		s.serveMock(o.mock, w, r, o.rec, start)
 		return
 	case nextAnswer:
 		if o.closeRec != nil {
-			defer s.end(o.closeRec, start)
+			defer s.pipe.end(o.closeRec, start)
 			defer h.recoverRequest(o.closeRec)
 		}
 		respond(w, o.answer.status, o.answer.contentType, o.answer.body, o.answer.extra)
@@ -577,7 +579,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeRec, addrs, snap := o.closeRec, o.addrs, o.snap
 	what := r.Method + " " + scheme + "://" + hostport + path
 	ctx := r.Context()
-	defer s.end(closeRec, start)
+	defer s.pipe.end(closeRec, start)
 	defer h.recoverRequest(closeRec)
 
 	out := r.Clone(context.WithValue(ctx, inspectAddrsKey{}, addrs))
@@ -647,7 +649,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeRec.BytesOut = body.n.Load()
 	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
 		d := blockTrailer(closeRec, sec, t.Host)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		respond(w, http.StatusForbidden, "", s.pipe.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
 	if err != nil {
@@ -882,7 +884,7 @@ func (t *inspectTransports) get(s *Server, v uint64) *http.Transport {
 		if t.tr != nil {
 			t.tr.CloseIdleConnections() // requests under way finish on it
 		}
-		t.tr, t.version = s.newInspectTransport(s.cfg.UpstreamRoots), v
+		t.tr, t.version = newInspectTransport(s, s.cfg.UpstreamRoots), v
 	}
 	return t.tr
 }
@@ -909,11 +911,11 @@ func upstreamTLSConfig(host string, roots *x509.CertPool, nextProtos ...string) 
 	return &tls.Config{ServerName: host, RootCAs: roots, NextProtos: nextProtos, MinVersion: tls.VersionTLS12}
 }
 
-// newInspectTransport returns a transport inspected requests go
+// newInspectTransport returns a transport s's inspected requests go
 // upstream through: TLS verified against roots (the host's when nil), the
 // SNI the request's host, HTTP/2 when the upstream offers it, and a dial
 // that connects only to the guarded addresses the request carries.
-func (s *Server) newInspectTransport(roots *x509.CertPool) *http.Transport {
+func newInspectTransport(s *Server, roots *x509.CertPool) *http.Transport {
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {

@@ -181,7 +181,7 @@ func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request
 			if isWebSocket(r.Header) {
 				reason, status = "a WebSocket closed without a response.create", http.StatusSwitchingProtocols
 			}
-			s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + reason}, status, start)
+			s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: decisionlog.ReasonMockLLM + reason}, status, start)
 		}
 	}()
 	a.m.Serve(w, r, func(j mockllm.Journaled) {
@@ -195,7 +195,7 @@ func (s *Server) serveMock(a *mockAnswer, w http.ResponseWriter, r *http.Request
 			start = j.Time // when the message came
 		}
 		logged = true
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Intercept, Rule: a.rule, Reason: mockReason(j, a.journal)}, j.Status, start)
 	})
 }
 

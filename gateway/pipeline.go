@@ -112,7 +112,7 @@ type outcome struct {
 	addrs      []netip.Addr // the guarded addresses to dial, in order
 	unresolved error        // why the target's name did not resolve (guard), answered once the record is committed
 	inject     bool         // the values of the secrets bound to the target go in the request
-	slot       bool         // a tunnel slot of the client is held: the door gives it back (releaseTunnel)
+	slot       bool         // a tunnel slot of the client is held: the door gives it back (tunnelCount.release)
 }
 
 // pipeline runs the steps of a decision for its Server.
@@ -158,7 +158,7 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 	if in.invalid != nil {
 		rec.Host, rec.Path = t.Host, truncate(t.Path, maxLoggedPath)
 		o.t, o.d = t, *in.invalid
-		s.finishRefusal(rec, o.d, in.invalidStatus, in.start)
+		s.pipe.finishRefusal(rec, o.d, in.invalidStatus, in.start)
 		o.answer = p.blockAnswer(in, o, o.d, in.invalidStatus)
 		return true
 	}
@@ -204,14 +204,14 @@ func (p *pipeline) secrets(in *entry, o *outcome) bool {
 // for the tunnel itself. A captured connection is inspected only when it
 // began with a ClientHello.
 func (p *pipeline) inspect(in *entry, o *outcome) bool {
-	if !in.door.tunnel() || in.door == doorCaptured && !in.hello || !p.s.inspects(o.snap.Policy(), o.t) {
+	if !in.door.tunnel() || in.door == doorCaptured && !in.hello || !p.inspects(o.snap.Policy(), o.t) {
 		return false
 	}
-	o.d = p.s.tunnelDecision(o.snap.Policy(), o.t)
+	o.d = p.tunnelDecision(o.snap.Policy(), o.t)
 	if p.blocked(in, o) || p.cap(in, o) {
 		return true
 	}
-	o.closeRec = p.s.admit(o.rec, o.d, in.start)
+	o.closeRec = p.admit(o.rec, o.d, in.start)
 	o.next = nextInspect
 	return true
 }
@@ -266,7 +266,7 @@ func (p *pipeline) refuse(in *entry, o *outcome) bool {
 			o.d = o.d.Spliced("an intercept answers HTTP requests; this connection does not speak plain HTTP")
 		default:
 			status, contentType, extra := interceptHead(o.d)
-			p.s.finishRefusal(o.rec, o.d, status, in.start)
+			p.finishRefusal(o.rec, o.d, status, in.start)
 			o.answer = answer{status: status, contentType: contentType, body: o.d.Response.Body, extra: extra}
 			return true
 		}
@@ -293,12 +293,12 @@ func (p *pipeline) cap(in *entry, o *outcome) bool {
 		return false
 	}
 	s := p.s
-	if s.acquireTunnel(in.c.client.Addr()) {
+	if s.tunnels.acquire(in.c.client.Addr(), s.limits.MaxTunnelsPerClient) {
 		o.slot = true
 		return false
 	}
 	proxied := in.door == doorConnect
-	s.refuseOverTunnels(in.c, o.rec, in.start, proxied)
+	s.pipe.refuseOverTunnels(in.c, o.rec, in.start, proxied)
 	if proxied {
 		o.answer = answer{status: http.StatusTooManyRequests, body: "sbx: too many open tunnels from this client\n"}
 	}
@@ -328,7 +328,7 @@ func (p *pipeline) commit(in *entry, o *outcome) bool {
 	if in.door == doorCaptured {
 		refusedStatus = 0 // closed unanswered
 	}
-	closeRec, refused := p.s.admitCommitted(o.rec, o.d, in.start, in.close, refusedStatus)
+	closeRec, refused := p.admitCommitted(o.rec, o.d, in.start, in.close, refusedStatus)
 	if refused != nil { // the decision log cannot be written
 		o.d = *refused
 		if refusedStatus != 0 {
@@ -364,7 +364,7 @@ func (p *pipeline) block(in *entry, o *outcome, d netpolicy.Decision) {
 		status = 0
 	}
 	o.d = d
-	p.s.finishRefusal(o.rec, d, status, in.start)
+	p.finishRefusal(o.rec, d, status, in.start)
 	if status != 0 {
 		o.answer = p.blockAnswer(in, o, d, status)
 	}
@@ -382,5 +382,5 @@ func (p *pipeline) blockAnswer(in *entry, o *outcome, d netpolicy.Decision, stat
 		}
 		what = o.t.Method + " " + scheme + "://" + hostport + o.t.Path
 	}
-	return answer{status: status, body: p.s.blockText(what, hostport, d), extra: blockHeaders(d)}
+	return answer{status: status, body: p.blockText(what, hostport, d), extra: blockHeaders(d)}
 }

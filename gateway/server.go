@@ -93,6 +93,7 @@ type Server struct {
 	resolver *Resolver
 	pool     upstreamPool
 	metrics  *Metrics
+	pipe     pipeline // decides every request and tunnel (pipeline.go)
 
 	// fakeIPs are the DNS stub's names and their fake addresses.
 	fakeIPs *FakeIPs
@@ -106,7 +107,7 @@ type Server struct {
 	listeners   map[net.Listener]struct{}
 	packetConns map[net.PacketConn]struct{} // the DNS stub's UDP sockets
 	conns       map[net.Conn]struct{}
-	tunnels     map[netip.Addr]int
+	tunnels     tunnelCount
 	clients     map[netip.Addr]int // open connections per client IP
 	closed      bool
 
@@ -158,10 +159,10 @@ func newServer(cfg serverConfig) (*Server, error) {
 		listeners:   map[net.Listener]struct{}{},
 		packetConns: map[net.PacketConn]struct{}{},
 		conns:       map[net.Conn]struct{}{},
-		tunnels:     map[netip.Addr]int{},
 		clients:     map[netip.Addr]int{},
 		metrics:     newMetrics(),
 	}
+	s.pipe.s = s
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
 	s.overCap.cap, s.overTunnels.cap = decisionlog.CapConns, decisionlog.CapTunnels

@@ -62,7 +62,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		if dst.IsValid() {
 			rec.Host = dst.Addr().String()
 		}
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: rule, Reason: reason}, 0, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: rule, Reason: reason}, 0, start)
 	}
 	if dstErr != nil || !dst.IsValid() {
 		refuse(netpolicy.RuleInvalid, fmt.Sprintf("the connection's original destination is unknown: %v", dstErr))
@@ -157,7 +157,7 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 	refuse := func(reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		rec.Host = host
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
 	}
 	if helloErr != nil {
 		refuse(helloErr.Error())
@@ -166,7 +166,7 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 	if sec := s.placeholderIn(sni); sec != nil {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		rec.Host, rec.Secret = host, sec.name
-		s.finishRefusal(rec, secretDecision(sec, host), 0, start)
+		s.pipe.finishRefusal(rec, secretDecision(sec, host), 0, start)
 		return
 	}
 	if sni != "" {
@@ -187,13 +187,14 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 	s.transparentTunnel(ctx, c, t, hello, start)
 }
 
-// transparentTunnel decides t, the target of a redirected connection, as a
-// tunnel is decided, and when it is allowed dials it as CONNECT does and
-// relays it; first are bytes already read from the client, which go
-// upstream before the rest.
+// transparentTunnel takes t, the target of a redirected connection,
+// through the pipeline as a tunnel, and writes the outcome as CONNECT's
+// is written (openTunnel), but that nothing is answered; first are bytes
+// already read from the client, which go upstream before the rest (or,
+// a ClientHello, start the inspected tunnel).
 func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
-	o := (&pipeline{s: s}).run(ctx, &in)
+	o := s.pipe.run(ctx, &in)
 	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
 }
 
@@ -221,7 +222,7 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if err != nil {
 			var se *statusError
 			if errors.As(err, &se) {
-				s.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
+				s.pipe.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
 			}
 			return
 		}
@@ -229,14 +230,14 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if len(target) > 0 && target[0] == '/' {
 			h := head.Header.Values("Host")
 			if len(h) != 1 || h[0] == "" {
-				s.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
+				s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
 				return
 			}
 			target = "http://" + h[0] + target
 		}
 		u, serr := parseProxyTarget(target)
 		if serr != nil {
-			s.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
+			s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
 			return
 		}
 		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
@@ -247,8 +248,9 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 				reason = fmt.Sprintf("%s: the request names %s, but the connection is to the address %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
 			}
 			d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}
-			s.finishRefusal(rec, d, http.StatusForbidden, start)
-			s.writeBlock(c, head.Method, host, dst.Port(), u.EscapedPath(), d, true)
+			s.pipe.finishRefusal(rec, d, http.StatusForbidden, start)
+			hostport := joinHostPort(host, dst.Port())
+			writeAnswer(c, head.Method, http.StatusForbidden, "", s.pipe.blockText(describe(head.Method, hostport, u.EscapedPath()), hostport, d), true, blockHeaders(d))
 			return
 		}
 		if !s.forwardHTTP(ctx, c, head, decisionlog.KindTransparent, u, dst.Port(), start) {
