@@ -82,6 +82,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		host, named = name, true
 	}
 
+	k := &capture{s: s, c: c, dst: dst, host: host, named: named, start: start}
 	// The client's first bytes, if it sends any soon.
 	nc.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
 	_, peekErr := c.br.Peek(1)
@@ -95,13 +96,25 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		nc.SetReadDeadline(start.Add(s.limits.HeaderReadTimeout))
 		hello, sni, err := readClientHello(c.br)
 		nc.SetReadDeadline(time.Time{})
-		s.transparentTLS(ctx, c, dst, host, named, hello, sni, err, start)
+		k.serveTLS(ctx, hello, sni, err)
 		return
-	case s.peekHTTP(c):
-		s.transparentHTTP(ctx, c, dst, host, named, start)
+	case k.peekHTTP():
+		k.serveHTTP(ctx)
 		return
 	}
-	s.transparentTunnel(ctx, c, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil, start)
+	k.tunnel(ctx, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil)
+}
+
+// capture is one captured connection: its client, where it was going
+// (dst), and the target that stands for it, host: the name behind a fake
+// address of the DNS stub (named), or the IP that was dialed.
+type capture struct {
+	s     *Server
+	c     *conn
+	dst   netip.AddrPort
+	host  string
+	named bool
+	start time.Time // when it was accepted
 }
 
 // peekTLS reports whether the buffered bytes start a TLS handshake
@@ -117,10 +130,11 @@ func peekTLS(br *bufio.Reader) bool {
 // token still unfinished there is waited for at most
 // Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
 // look like a token is held up no longer than one that sends nothing.
-func (s *Server) peekHTTP(c *conn) bool {
+func (k *capture) peekHTTP() bool {
+	c := k.c
 	const maxMethod = 20
 	defer c.SetReadDeadline(time.Time{})
-	c.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
+	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
 	for n := 1; n <= maxMethod+1; n++ {
 		b, err := c.br.Peek(n)
 		if err != nil {
@@ -149,10 +163,11 @@ func isTokenChar(c byte) bool {
 	return false
 }
 
-// transparentTLS decides a connection that began with a TLS ClientHello
-// for sni (read as hello; helloErr when it could not be parsed), and
-// relays it when allowed.
-func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, hello []byte, sni string, helloErr error, start time.Time) {
+// serveTLS decides a connection that began with a TLS ClientHello for
+// sni (read as hello; helloErr when it could not be parsed), and relays
+// it when allowed.
+func (k *capture) serveTLS(ctx context.Context, hello []byte, sni string, helloErr error) {
+	s, c, dst, host, named, start := k.s, k.c, k.dst, k.host, k.named, k.start
 	t := netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}
 	refuse := func(reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
@@ -184,28 +199,30 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 			t.Host = name
 		}
 	}
-	s.transparentTunnel(ctx, c, t, hello, start)
+	k.tunnel(ctx, t, hello)
 }
 
-// transparentTunnel takes t, the target of a redirected connection,
+// tunnel takes t, the target of a redirected connection,
 // through the pipeline as a tunnel, and writes the outcome as CONNECT's
 // is written (openTunnel), but that nothing is answered; first are bytes
 // already read from the client, which go upstream before the rest (or,
 // a ClientHello, start the inspected tunnel).
-func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
+func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) {
+	s, c, start := k.s, k.c, k.start
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
 	o := s.pipe.run(ctx, &in)
 	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
 }
 
-// transparentHTTP serves a redirected connection that speaks plain
+// serveHTTP serves a redirected connection that speaks plain
 // HTTP/1.x, request by request, as the forward proxy serves its clients:
 // each request is decided for the target with its method and path. The
 // request's host (its Host header, or an absolute URL's) must name the
 // target; the port is the connection's. The first request's whole head
 // must come within Limits.HeaderReadTimeout of accepted, a later one's
 // within that of its first byte.
-func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, accepted time.Time) {
+func (k *capture) serveHTTP(ctx context.Context) {
+	s, c, dst, host, named, accepted := k.s, k.c, k.dst, k.host, k.named, k.start
 	for first := true; ; first = false {
 		headBy := accepted.Add(s.limits.HeaderReadTimeout)
 		if !first {
