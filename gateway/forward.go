@@ -88,7 +88,7 @@ func (p *pipeline) refuseTarget(c *conn, kind string, head *requestHead, serr *s
 	s := p.s
 	rec := s.newRecord(c, kind, head.Method, 0)
 	rec.Host = redactTarget(head.Target)
-	s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
+	p.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
 	writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
 }
 
@@ -106,7 +106,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 
 	fs := c.forward()
 	in := entry{door: doorProxy, kind: kind, c: c, target: netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()},
-		raw: head.Target, header: head.Header, start: start, rec: &fs.rec, close: &fs.closeRec}
+		raw: head.Target, header: head.Header, start: start, rec: &fs.rec, closeRec: &fs.closeRec}
 	o := s.pipe.run(ctx, &in)
 	switch o.next {
 	case nextMock:
@@ -496,7 +496,7 @@ func (p *pipeline) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision,
 	*closeRec = *rec // before commit stamps rec's time: the close gets its own
 	if err := s.commit(rec); err != nil {
 		refusal := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard, Reason: err.Error()}
-		s.pipe.finishRefusal(rec, refusal, status, start)
+		p.finishRefusal(rec, refusal, status, start)
 		return nil, &refusal
 	}
 	closeRec.Event = decisionlog.EventClose

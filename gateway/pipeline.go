@@ -23,10 +23,12 @@ import (
 //
 // and every rule of the gateway's decisions lives in one of them; a step
 // that does not concern a door (a path for a tunnel, a tunnel cap for a
-// request) passes it by. docs/gateway.md lists the same steps
+// request) passes it by. What a door refuses while it reads (a request it
+// cannot parse, a Host or a TLS server name that is not its target's) it
+// refuses before the pipeline, or hands in as entry.invalid. docs/gateway.md lists the same steps
 // (TestPipelineStepsDocumented).
 
-// door is where a request or a connection came into the gateway.
+// doorKind is where a request or a connection came into the gateway.
 type doorKind uint8
 
 const (
@@ -52,17 +54,17 @@ func (d doorKind) tunnel() bool { return d == doorConnect || d == doorCaptured }
 // entry is what a door read: the target of a request or tunnel and where
 // it came from.
 type entry struct {
-	door   doorKind
-	kind   string              // the record's kind (decisionlog.Kind*)
-	c      *conn               // the client's connection
-	target netpolicy.Target    // as sent: decide normalizes the host; Method CONNECT for a tunnel
-	raw    string              // the request-target as sent; "" for a tunnel
-	header http.Header         // the request's header fields; nil for a tunnel
-	tls    bool                // HTTPS inside an inspected tunnel
-	hello  bool                // a captured connection began with a TLS ClientHello, which the gateway may inspect
-	start  time.Time           // when the door began reading it
-	rec    *decisionlog.Record // where the decision record is made; nil: allocated
-	close  *decisionlog.Record // where the close record is made; nil: allocated
+	door     doorKind
+	kind     string              // the record's kind (decisionlog.Kind*)
+	c        *conn               // the client's connection
+	target   netpolicy.Target    // as sent: decide normalizes the host; Method CONNECT for a tunnel
+	raw      string              // the request-target as sent; "" for a tunnel
+	header   http.Header         // the request's header fields; nil for a tunnel
+	tls      bool                // HTTPS inside an inspected tunnel
+	hello    bool                // a captured connection began with a TLS ClientHello, which the gateway may inspect
+	start    time.Time           // when the door began reading it
+	rec      *decisionlog.Record // where the decision record is made; nil: allocated
+	closeRec *decisionlog.Record // where the close record is made; nil: allocated
 
 	// invalid, when not nil, is a refusal the door found reading the
 	// request (an inspected request not for the tunnel's host, say),
@@ -158,7 +160,7 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 	if in.invalid != nil {
 		rec.Host, rec.Path = t.Host, truncate(t.Path, maxLoggedPath)
 		o.t, o.d = t, *in.invalid
-		s.pipe.finishRefusal(rec, o.d, in.invalidStatus, in.start)
+		p.finishRefusal(rec, o.d, in.invalidStatus, in.start)
 		o.answer = p.blockAnswer(in, o, o.d, in.invalidStatus)
 		return true
 	}
@@ -298,7 +300,7 @@ func (p *pipeline) cap(in *entry, o *outcome) bool {
 		return false
 	}
 	proxied := in.door == doorConnect
-	s.pipe.refuseOverTunnels(in.c, o.rec, in.start, proxied)
+	p.refuseOverTunnels(in.c, o.rec, in.start, proxied)
 	if proxied {
 		o.answer = answer{status: http.StatusTooManyRequests, body: "sbx: too many open tunnels from this client\n"}
 	}
@@ -328,7 +330,7 @@ func (p *pipeline) commit(in *entry, o *outcome) bool {
 	if in.door == doorCaptured {
 		refusedStatus = 0 // closed unanswered
 	}
-	closeRec, refused := p.admitCommitted(o.rec, o.d, in.start, in.close, refusedStatus)
+	closeRec, refused := p.admitCommitted(o.rec, o.d, in.start, in.closeRec, refusedStatus)
 	if refused != nil { // the decision log cannot be written
 		o.d = *refused
 		if refusedStatus != 0 {
