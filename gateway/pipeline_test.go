@@ -242,10 +242,12 @@ type peekedConn struct {
 
 func (c *peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-// pipelineGateway starts the gateway of door for case c: a policy that
-// blocks all but its rules (each inspected for the inspected door, which
-// alone has a CA), the mock LLM answering for llm.test, API_KEY bound to
-// bound.test, and a decision log whose file fails on demand.
+// pipelineGateway starts a gateway for door: a policy that blocks all but
+// its rules (each inspected for the inspected door, whose gateway alone
+// has a CA), the mock LLM answering for llm.test, API_KEY bound to
+// bound.test, and a decision log whose file fails on demand (fault; the
+// file is at logPath). For a captured door it serves the transparent
+// path too (tg).
 func (u *pipelineUpstream) pipelineGateway(t *testing.T, door string) (g *testGateway, tg *transparentGateway, ca *CA, fault *decisionlogtest.FlakyFile, logPath string) {
 	t.Helper()
 	ports := []netpolicy.Port{u.port}
