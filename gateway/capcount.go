@@ -19,10 +19,11 @@ import (
 // written refusalEvery after it began, or by Close. So every refusal is
 // counted in the log, and no number of them writes more than a few
 // records a second. The caller answers the client.
-func (s *Server) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.Time, proxied bool) {
+func (p *pipeline) refuseOverTunnels(c *conn, rec *decisionlog.Record, start time.Time, proxied bool) {
+	s := p.s
 	rec.Action, rec.Rule, rec.Enforced, rec.Status = string(netpolicy.Block), netpolicy.RuleGuard, true, http.StatusTooManyRequests
 	if !proxied {
-		rec.Status = 0 // closed unanswered, as refuseTunnel's
+		rec.Status = 0 // closed unanswered, as a captured connection's refusals are
 	}
 	rec.Reason = fmt.Sprintf("client %s has %d tunnels open, the limit per client", c.client.Addr(), s.limits.MaxTunnelsPerClient)
 	s.metrics.decided(start)

@@ -3,13 +3,28 @@
 // refuses what the address guard refuses, dials exactly the address it
 // checked, and logs every decision (docs/gateway.md and docs/decision-log.md).
 //
-// A request goes through parse (strict framing: ambiguous requests are
-// refused, not guessed at) → normalize the target → decide → resolve
-// (static answers first, then the system resolver, always as a fully
-// qualified name) → guard every resolved address → dial the first address
-// that passed, never a name → relay → log. Intercept rules are answered
-// by the gateway itself; a CONNECT's first bytes are checked for a TLS
-// server name that differs from the CONNECT host.
+// Every request and tunnel, whichever door it comes in by (a request to
+// the proxy or a captured connection's plain HTTP request, a request
+// inside an inspected tunnel, a CONNECT tunnel, a captured connection
+// decided as a tunnel), is parsed by its door (strict framing: ambiguous
+// requests are refused, not guessed at) and decided by one pipeline
+// (pipeline.go), whose steps are, in order:
+//
+//	decide → secrets → inspect → mock → hold → refuse → cap → guard → commit → upstream
+//
+// decide normalizes the target and decides it (a placeholder in the host
+// is a block); secrets refuses a placeholder where its value is not sent;
+// inspect opens a tunnel the gateway inspects, whose requests come back
+// through the pipeline one by one; mock hands a mocked host's request to
+// the mock LLM; hold waits for an ask's answer; refuse answers an
+// intercept and refuses an enforced block; cap counts a tunnel against its
+// client's limit; guard resolves (static answers first, then the system
+// resolver, always as a fully qualified name) and guards every resolved
+// address; commit puts the decision record in the log's file before
+// anything goes upstream; upstream lets the door dial the first address
+// that passed, never a name, and relay, the close record logged at the
+// end. A CONNECT's first bytes are checked for a TLS server name that
+// differs from the CONNECT host.
 //
 // Plain HTTP is relayed without net/http on the request's path, which runs
 // for every request (upstream.go): the request goes upstream on a pooled

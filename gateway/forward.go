@@ -71,7 +71,7 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 	start := time.Now()
 	u, serr := parseProxyTarget(head.Target)
 	if serr != nil {
-		s.refuseTarget(c, decisionlog.KindHTTP, head, serr, start)
+		s.pipe.refuseTarget(c, decisionlog.KindHTTP, head, serr, start)
 		return false
 	}
 	port := uint16(80)
@@ -84,10 +84,11 @@ func (s *Server) serveHTTP(ctx context.Context, c *conn, head *requestHead) bool
 
 // refuseTarget answers and logs a request whose target cannot be used,
 // and closes the connection.
-func (s *Server) refuseTarget(c *conn, kind string, head *requestHead, serr *statusError, start time.Time) {
+func (p *pipeline) refuseTarget(c *conn, kind string, head *requestHead, serr *statusError, start time.Time) {
+	s := p.s
 	rec := s.newRecord(c, kind, head.Method, 0)
 	rec.Host = redactTarget(head.Target)
-	s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
+	p.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
 	writeSimple(c, serr.Status, "", serr.Reason+"\n", true, nil)
 }
 
@@ -104,48 +105,22 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	c.extendWriteDeadline(s.limits.IdleConnTimeout)
 
 	fs := c.forward()
-	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
-	rec.Path = truncate(t.Path, maxLoggedPath)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: port, method: head.Method, target: head.Target, path: t.Path, header: head.Header}) {
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
+	in := entry{door: doorProxy, kind: kind, c: c, target: netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()},
+		raw: head.Target, header: head.Header, start: start, rec: &fs.rec, closeRec: &fs.closeRec}
+	o := s.pipe.run(ctx, &in)
+	switch o.next {
+	case nextMock:
+		return s.mocks.serveHTTP(ctx, c, head, u, o.mock, o.rec, start)
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.pipe.end(o.closeRec, start)
+		}
+		writeAnswer(c, head.Method, o.answer.status, o.answer.contentType, o.answer.body, !keepAlive, o.answer.extra)
 		return keepAlive
 	}
-
-	if a := s.mocks.answerFor(t.Host, &d); a != nil {
-		return s.mocks.serveHTTP(ctx, c, head, u, a, rec, start)
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	switch {
-	case d.Action == netpolicy.Intercept:
-		s.finishRefusal(rec, d, interceptStatus(d), start)
-		writeIntercept(c, head.Method, d, !keepAlive)
-		return keepAlive
-	case d.Action == netpolicy.Block && enforced(snap, d):
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
-		return keepAlive
-	}
-
-	// Allowed, or blocked in audit mode: resolve and guard, then forward.
-	addrs, guard, err := s.resolveChecked(ctx, snap.Policy(), t, rec)
-	if guard != nil {
-		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *guard, !keepAlive)
-		return keepAlive
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, &fs.closeRec, http.StatusForbidden)
-	if refused != nil { // the decision log cannot be written
-		s.writeBlock(c, head.Method, rec.Host, port, t.Path, *refused, !keepAlive)
-		return keepAlive
-	}
-	defer s.end(closeRec, start)
-	if err != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(err, true), "resolving "+t.Host+": "+err.Error()
-		writeAnswer(c, head.Method, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", !keepAlive, nil)
-		return keepAlive
-	}
-	upstream := netip.AddrPortFrom(addrs[0], port)
+	closeRec, t := o.closeRec, o.t
+	defer s.pipe.end(closeRec, start)
+	upstream := netip.AddrPortFrom(o.addrs[0], port)
 	closeRec.Upstream = upstream.String()
 
 	ws := isWebSocket(head.Header)
@@ -208,13 +183,13 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 		defer uc.Close()
 		uc.conn.SetWriteDeadline(time.Time{})   // the relay's writes have none, as the tunnels'
 		uc.rd.idle = s.limits.IdleTunnelTimeout // reads idle out as a tunnel's, not a request's
-		if !s.acquireTunnel(c.client.Addr()) {
+		if !s.tunnels.acquire(c.client.Addr(), s.limits.MaxTunnelsPerClient) {
 			closeRec.Status, closeRec.Error = http.StatusTooManyRequests, "too many open tunnels from this client"
 			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
 			return false
 		}
-		defer s.releaseTunnel(c.client.Addr())
-		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
+		defer s.tunnels.release(c.client.Addr())
+		in, out, uerr := relayerOf(s).relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		if uerr != "" {
 			closeRec.Error = uerr
@@ -478,7 +453,8 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<
 
 // finishRefusal logs a request the gateway answers itself: blocked,
 // refused by the guard, invalid or intercepted.
-func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time) {
+func (p *pipeline) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, status int, start time.Time) {
+	s := p.s
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = true
 	rec.Status = status
@@ -487,49 +463,12 @@ func (s *Server) finishRefusal(rec *decisionlog.Record, d netpolicy.Decision, st
 	s.emit(rec)
 }
 
-// decide starts the record of a request of c to t and decides it with the
-// current policy's Verdict (so an allowed IP literal that the address
-// guard refuses is refused here, before anything is resolved). It returns t with its host normalized, and the snapshot
-// that decided. The record logs the normalized host, or the raw one
-// redacted when it does not normalize (Verdict then blocks it as invalid).
-//
-// The record is made in into when it is not nil, else allocated.
-func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decisionlog.Record) (*decisionlog.Record, *netpolicy.Snapshot, netpolicy.Target, netpolicy.Decision) {
-	rec := into
-	if rec == nil {
-		rec = new(decisionlog.Record)
-	}
-	s.initRecord(rec, c, kind, t.Method, t.Port)
-	snap := s.cfg.Store.Load()
-	rec.PolicyVersion = snap.Version()
-	d := snap.Policy().Verdict(t)
-	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
-		rec.Host, t.Host = host, host
-		if d.Rule == netpolicy.RuleGuard { // an IP target the guard refused
-			if ip, err := netip.ParseAddr(host); err == nil {
-				rec.Addrs = ip.Unmap().String()
-			}
-		}
-	} else {
-		rec.Host = redactTarget(t.Host)
-	}
-	// A secret's placeholder in the host goes nowhere (docs/secrets.md).
-	if sec := s.placeholderIn(t.Host); sec != nil {
-		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
-		rec.Addrs = ""
-	}
-	return rec, snap, t, d
-}
-
 // admit logs d, which lets rec's request or tunnel through (allowed, or a
 // block that audit mode does not enforce), and returns its close record,
 // which end logs when the request or tunnel is over.
-func (s *Server) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
-	return s.admitInto(rec, d, start, new(decisionlog.Record))
-}
-
-// admitInto is admit, making the close record in closeRec.
-func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record) *decisionlog.Record {
+func (p *pipeline) admit(rec *decisionlog.Record, d netpolicy.Decision, start time.Time) *decisionlog.Record {
+	s := p.s
+	closeRec := new(decisionlog.Record)
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	s.metrics.request(rec.Kind, d.Action)
@@ -540,13 +479,15 @@ func (s *Server) admitInto(rec *decisionlog.Record, d netpolicy.Decision, start 
 	return closeRec
 }
 
-// admitCommitted is admitInto (closeRec nil: admit) for a decision that
+// admitCommitted is admit (making the close record in closeRec, when
+// it is not nil) for a decision that
 // sends something upstream: it returns only once the decision log's file
 // holds rec. When the file cannot take it (full, failing, removed), the
 // request must not go on: rec is logged as a block by rule guard, its
 // reason the log's error, with status, and admitCommitted returns nil and
 // that decision, which the caller answers as a block.
-func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record, status int) (*decisionlog.Record, *netpolicy.Decision) {
+func (p *pipeline) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, start time.Time, closeRec *decisionlog.Record, status int) (*decisionlog.Record, *netpolicy.Decision) {
+	s := p.s
 	rec.Action, rec.Rule, rec.Reason = string(d.Action), d.Rule, d.Reason
 	rec.Enforced = d.Action != netpolicy.Block
 	if closeRec == nil {
@@ -555,7 +496,7 @@ func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, s
 	*closeRec = *rec // before commit stamps rec's time: the close gets its own
 	if err := s.commit(rec); err != nil {
 		refusal := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleGuard, Reason: err.Error()}
-		s.finishRefusal(rec, refusal, status, start)
+		p.finishRefusal(rec, refusal, status, start)
 		return nil, &refusal
 	}
 	closeRec.Event = decisionlog.EventClose
@@ -565,7 +506,8 @@ func (s *Server) admitCommitted(rec *decisionlog.Record, d netpolicy.Decision, s
 }
 
 // end logs a close record that admit made.
-func (s *Server) end(closeRec *decisionlog.Record, start time.Time) {
+func (p *pipeline) end(closeRec *decisionlog.Record, start time.Time) {
+	s := p.s
 	closeRec.Duration = time.Since(start)
 	s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
 	s.emit(closeRec)
@@ -587,7 +529,7 @@ func interceptStatus(d netpolicy.Decision) int {
 // sc, the answer of a host a secret is bound to, the head's fields and
 // the frames to the client have every value replaced (found is called
 // with each name), and a frame sc cannot look into ends the relay.
-func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *secretscrub.Scrubber, found func(string)) (in, out int64, errText string) {
+func (r relayer) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *secretscrub.Scrubber, found func(string)) (in, out int64, errText string) {
 	defer up.Close()
 	cw := &countingWriter{w: c}
 	bw := bufio.NewWriter(cw)
@@ -605,11 +547,11 @@ func (s *Server) relayUpgrade(c *conn, rh *responseHead, up upgradeStream, sc *s
 	if err := bw.Flush(); err != nil {
 		return cw.n, 0, ""
 	}
-	s.metrics.tunnelOpened()
-	defer s.metrics.tunnelClosed()
+	r.metrics.tunnelOpened()
+	defer r.metrics.tunnelClosed()
 	act := newTunnelActivity()
 	end := &tunnelEnd{client: c.Conn, up: up.uc.conn}
-	idle := s.limits.IdleTunnelTimeout
+	idle := r.idle
 	done := make(chan int64, 1)
 	// Client to upstream ends when the client ends its side, either side
 	// fails, or the relay idles out (read deadlines on the client); a

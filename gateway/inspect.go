@@ -35,40 +35,37 @@ const reasonCARejected = "client rejected the sbx CA"
 // inspectProtos are the protocols an inspected tunnel offers its client.
 var inspectProtos = []string{"h2", "http/1.1"}
 
-// inspects reports whether the gateway terminates TLS for t under p: the
-// policy asks for it (netpolicy's Inspects) or a mock LLM answers for
+// inspects reports whether the gateway terminates TLS for t under pol:
+// the policy asks for it (netpolicy's Inspects) or a mock LLM answers for
 // t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
 // a CA.
-func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
+func (p *pipeline) inspects(pol *netpolicy.Policy, t netpolicy.Target) bool {
+	s := p.s
+	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
 // decided: netpolicy's DecideTunnel, or, for a mocked host, allowed.
-func (s *Server) tunnelDecision(p *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
+func (p *pipeline) tunnelDecision(pol *netpolicy.Policy, t netpolicy.Target) netpolicy.Decision {
+	s := p.s
 	if s.mocks.forHost(t.Host) != nil {
 		return s.mocks.tunnelDecision(t.Host)
 	}
-	return p.DecideTunnel(t)
+	return pol.DecideTunnel(t)
 }
 
-// inspectTunnel serves a tunnel to t that the policy inspects, decided as
-// d (netpolicy's DecideTunnel: a block only when no request through it
-// could be allowed): the client's TLS is terminated with a certificate for
-// t.Host from the sandbox's CA, and every HTTP/1.1 or HTTP/2 request in it
-// is decided and logged as kind https with its method and path, then
-// answered by an intercept, a 403, or the upstream over TLS verified
-// against the host's roots. rec is the tunnel's decision record (kind
-// connect or transparent); its close record counts the tunnel's bytes and
+// inspectTunnel serves a tunnel to t that the pipeline opened for
+// inspection (its inspect step): the client's TLS is terminated with a
+// certificate for t.Host from the sandbox's CA, and every HTTP/1.1 or
+// HTTP/2 request in it goes through the pipeline on its own, decided and
+// logged as kind https with its method and path, then answered by an
+// intercept, a 403, or the upstream over TLS verified against the host's
+// roots. closeRec is the tunnel's close record (kind connect or
+// transparent), which inspectTunnel logs: it counts the tunnel's bytes and
 // says how it ended (reasonCARejected when the client would not trust the
 // CA). first are client bytes already read (a transparent connection's
 // ClientHello); proxied says a CONNECT client waits for a 200 first.
-func (s *Server) inspectTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first []byte) {
-	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
-		return
-	}
-	defer s.releaseTunnel(c.client.Addr())
-	closeRec := s.admit(rec, d, start)
+func (s *Server) inspectTunnel(ctx context.Context, c *conn, closeRec *decisionlog.Record, t netpolicy.Target, start time.Time, proxied bool, first []byte) {
 	// Not s.end: the tunnel's bytes are its requests' bytes, which their
 	// own close records count in the metrics.
 	defer func() {
@@ -557,85 +554,33 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.served.Add(1)
 	s, t := h.s, h.t
 	start := time.Now()
-	snap := s.cfg.Store.Load()
 	kind, scheme := decisionlog.KindHTTPS, "https"
 	if !h.tls {
 		kind, scheme = decisionlog.KindHTTP, "http"
 	}
-	rec := s.newRecord(h.c, kind, r.Method, t.Port)
-	rec.Host, rec.PolicyVersion = t.Host, snap.Version()
 	path := r.URL.EscapedPath()
-	rec.Path = truncate(path, maxLoggedPath)
 	hostport := joinHostPort(t.Host, t.Port)
+	in := entry{door: doorInspected, kind: kind, c: h.c, target: netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path},
+		raw: r.RequestURI, header: r.Header, tls: h.tls, start: start}
+	in.invalid, in.invalidStatus = innerInvalid(r, path, t, h.tls)
+	o := s.pipe.run(r.Context(), &in)
+	switch o.next {
+	case nextMock:
+		s.mocks.serve(o.mock, w, r, o.rec, start)
+		return
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.pipe.end(o.closeRec, start)
+			defer h.recoverRequest(o.closeRec)
+		}
+		respond(w, o.answer.status, o.answer.contentType, o.answer.body, o.answer.extra)
+		return
+	}
+	closeRec, addrs, snap := o.closeRec, o.addrs, o.snap
 	what := r.Method + " " + scheme + "://" + hostport + path
-
-	// What the gateway would decide one way and send another is refused:
-	// a target that is not an absolute path (the decided path would not
-	// be the one sent), and a CONNECT or an extended CONNECT (HTTP/2's
-	// :protocol, WebSocket) inside the tunnel, which would open a stream
-	// with no tunnel's limits.
-	if refusal := innerRefusal(r, path); refusal != "" {
-		rec.Host = t.Host
-		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: refusal}
-		s.finishRefusal(rec, d, http.StatusBadRequest, start)
-		respond(w, http.StatusBadRequest, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	// The request must be for the tunnel's host: another Host would be
-	// decided as one host and sent to another.
-	defaultPort := uint16(443)
-	if !h.tls {
-		defaultPort = 80
-	}
-	if !sameAuthority(r.Host, t, defaultPort) {
-		d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
-			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), hostport)}
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
-	d := snap.Policy().Verdict(tgt)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: t.Port, method: r.Method, target: r.RequestURI, path: path, header: r.Header, tls: h.tls}) {
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
-	if a := s.mocks.answerFor(t.Host, &d); a != nil {
-		s.mocks.serve(a, w, r, rec, start)
-		return
-	}
-	d = s.hold(r.Context(), nil, rec, snap, tgt, d)
-	switch {
-	case d.Action == netpolicy.Intercept:
-		status, contentType, extra := interceptHead(d)
-		s.finishRefusal(rec, d, status, start)
-		respond(w, status, contentType, d.Response.Body, extra)
-		return
-	case d.Action == netpolicy.Block && enforced(snap, d):
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
-		return
-	}
 	ctx := r.Context()
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), tgt, rec)
-	if guard != nil {
-		s.finishRefusal(rec, *guard, http.StatusForbidden, start)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *guard), blockHeaders(*guard))
-		return
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, nil, http.StatusForbidden)
-	if refused != nil { // the decision log cannot be written
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, *refused), blockHeaders(*refused))
-		return
-	}
-	defer s.end(closeRec, start)
+	defer s.pipe.end(closeRec, start)
 	defer h.recoverRequest(closeRec)
-	if rerr != nil {
-		closeRec.Status, closeRec.Error = upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error()
-		respond(w, closeRec.Status, "", "sbx: cannot resolve "+t.Host+"\n", nil)
-		return
-	}
 
 	out := r.Clone(context.WithValue(ctx, inspectAddrsKey{}, addrs))
 	out.RequestURI = ""
@@ -676,7 +621,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := func() {}
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
-	inject := d.Action == netpolicy.Allow && h.tls && s.secretBound(t.Host, t.Port)
+	inject := o.inject
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
@@ -704,7 +649,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	closeRec.BytesOut = body.n.Load()
 	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
 		d := blockTrailer(closeRec, sec, t.Host)
-		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
+		respond(w, http.StatusForbidden, "", s.pipe.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
 	if err != nil {
@@ -808,6 +753,28 @@ func innerRefusal(r *http.Request, path string) string {
 		return fmt.Sprintf("the request target %q is not an absolute path", truncate(r.RequestURI, 80))
 	}
 	return ""
+}
+
+// innerInvalid is the refusal of r, a request inside an inspected tunnel
+// to t, and its status, when the gateway would decide it one way and send
+// it another: a target that is not an absolute path (the decided path
+// would not be the one sent), a CONNECT or an extended CONNECT (HTTP/2's
+// :protocol, WebSocket) inside the tunnel, which would open a stream with
+// no tunnel's limits, or a Host that is not the tunnel's (it would be
+// decided as one host and sent to another). It is nil when there is none.
+func innerInvalid(r *http.Request, path string, t netpolicy.Target, tls bool) (*netpolicy.Decision, int) {
+	if refusal := innerRefusal(r, path); refusal != "" {
+		return &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: refusal}, http.StatusBadRequest
+	}
+	defaultPort := uint16(443)
+	if !tls {
+		defaultPort = 80
+	}
+	if !sameAuthority(r.Host, t, defaultPort) {
+		return &netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid,
+			Reason: fmt.Sprintf("host mismatch: the request is for %s in a tunnel to %s", truncate(redactTarget(r.Host), 80), joinHostPort(t.Host, t.Port))}, http.StatusForbidden
+	}
+	return nil, 0
 }
 
 // sameAuthority reports whether a request's Host names t: its host (IDN
@@ -917,7 +884,7 @@ func (t *inspectTransports) get(s *Server, v uint64) *http.Transport {
 		if t.tr != nil {
 			t.tr.CloseIdleConnections() // requests under way finish on it
 		}
-		t.tr, t.version = s.newInspectTransport(s.cfg.UpstreamRoots), v
+		t.tr, t.version = newInspectTransport(s, s.cfg.UpstreamRoots), v
 	}
 	return t.tr
 }
@@ -944,11 +911,11 @@ func upstreamTLSConfig(host string, roots *x509.CertPool, nextProtos ...string) 
 	return &tls.Config{ServerName: host, RootCAs: roots, NextProtos: nextProtos, MinVersion: tls.VersionTLS12}
 }
 
-// newInspectTransport returns a transport inspected requests go
+// newInspectTransport returns a transport s's inspected requests go
 // upstream through: TLS verified against roots (the host's when nil), the
 // SNI the request's host, HTTP/2 when the upstream offers it, and a dial
 // that connects only to the guarded addresses the request carries.
-func (s *Server) newInspectTransport(roots *x509.CertPool) *http.Transport {
+func newInspectTransport(s *Server, roots *x509.CertPool) *http.Transport {
 	return &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {

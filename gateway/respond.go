@@ -63,13 +63,6 @@ func headerSafe(v string) string {
 	}, v)
 }
 
-// writeBlock answers a blocked request with 403 and the X-Sbx headers, and
-// a body that says what was blocked and how to allow it.
-func (s *Server) writeBlock(w io.Writer, method, host string, port uint16, path string, d netpolicy.Decision, close bool) error {
-	hostport := joinHostPort(host, port)
-	return writeAnswer(w, method, http.StatusForbidden, "", s.blockText(describe(method, hostport, path), hostport, d), close, blockHeaders(d))
-}
-
 // blockHeaders are the X-Sbx headers of a 403.
 func blockHeaders(d netpolicy.Decision) [][2]string {
 	return [][2]string{
@@ -81,7 +74,8 @@ func blockHeaders(d netpolicy.Decision) [][2]string {
 
 // blockText is the body of a 403: what was blocked (the request, as
 // describe writes it) and how to allow it.
-func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
+func (p *pipeline) blockText(what, hostport string, d netpolicy.Decision) string {
+	s := p.s
 	var b strings.Builder
 	fmt.Fprintf(&b, "sbx blocked %s\n  rule:   %s\n  reason: %s\n\n", what, d.Rule, d.Reason)
 	switch d.Rule {
@@ -113,13 +107,6 @@ func (s *Server) blockText(what, hostport string, d netpolicy.Decision) string {
 			"or add an allow rule for it to the policy.\n", command, hostport)
 	}
 	return b.String()
-}
-
-// writeIntercept answers a request of method with an intercept rule's
-// response.
-func writeIntercept(w io.Writer, method string, d netpolicy.Decision, close bool) error {
-	status, contentType, extra := interceptHead(d)
-	return writeAnswer(w, method, status, contentType, d.Response.Body, close, extra)
 }
 
 // interceptHead is an intercept rule's status, content type and other

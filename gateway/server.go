@@ -94,6 +94,7 @@ type Server struct {
 	resolver *Resolver
 	pool     upstreamPool
 	metrics  *Metrics
+	pipe     pipeline // decides every request and tunnel (pipeline.go)
 
 	// dns is the DNS stub (dns.go); fakeIPs are its names and their fake
 	// addresses, which the transparent path reads.
@@ -112,7 +113,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	tunnels   map[netip.Addr]int
+	tunnels   tunnelCount
 	clients   map[netip.Addr]int // open connections per client IP
 	closed    bool
 
@@ -160,10 +161,10 @@ func newServer(cfg serverConfig) (*Server, error) {
 		fakeIPs:   dnsstub.NewFakeIPs(dnsstub.MaxFakeIPs),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
-		tunnels:   map[netip.Addr]int{},
 		clients:   map[netip.Addr]int{},
 		metrics:   newMetrics(),
 	}
+	s.pipe.s = s
 	s.clientNets.Store(&clientNets)
 	s.fence = fence
 	s.out = recordOut{ids: &s.connID, log: cfg.Log, metrics: s.metrics}
@@ -172,7 +173,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 	if s.approvals, err = approval.New(approval.Config{Store: cfg.Store, Gateway: approvalGateway{s}, File: cfg.ApprovalsFile, Max: cfg.MaxApprovals}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if s.mocks, err = newMocks(cfg.Config, &s.limits, &s.out, s.finishRefusal); err != nil {
+	if s.mocks, err = newMocks(cfg.Config, &s.limits, &s.out, s.pipe.finishRefusal); err != nil {
 		return nil, err
 	}
 	// The current policy, and every later one, may name only these.

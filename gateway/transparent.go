@@ -23,7 +23,7 @@ import (
 // relays a CONNECT tunnel or a proxied request.
 //
 // The target is the name behind a fake address of the DNS stub
-// (dnsstub.FakeIPRange), or the IP that was dialed. Before deciding, the gateway
+// (FakeIPRange), or the IP that was dialed. Before deciding, the gateway
 // waits for the client's first bytes, at most Limits.FirstBytesTimeout:
 //   - a TLS ClientHello must name the target (else "sni mismatch"); one
 //     sent to an IP target names the target instead, which is then decided
@@ -63,7 +63,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		if dst.IsValid() {
 			rec.Host = dst.Addr().String()
 		}
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: rule, Reason: reason}, 0, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: rule, Reason: reason}, 0, start)
 	}
 	if dstErr != nil || !dst.IsValid() {
 		refuse(netpolicy.RuleInvalid, fmt.Sprintf("the connection's original destination is unknown: %v", dstErr))
@@ -83,6 +83,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		host, named = name, true
 	}
 
+	k := &capture{s: s, c: c, dst: dst, host: host, named: named, start: start}
 	// The client's first bytes, if it sends any soon.
 	nc.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
 	_, peekErr := c.br.Peek(1)
@@ -96,13 +97,25 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		nc.SetReadDeadline(start.Add(s.limits.HeaderReadTimeout))
 		hello, sni, err := readClientHello(c.br)
 		nc.SetReadDeadline(time.Time{})
-		s.transparentTLS(ctx, c, dst, host, named, hello, sni, err, start)
+		k.serveTLS(ctx, hello, sni, err)
 		return
-	case s.peekHTTP(c):
-		s.transparentHTTP(ctx, c, dst, host, named, start)
+	case k.peekHTTP():
+		k.serveHTTP(ctx)
 		return
 	}
-	s.transparentTunnel(ctx, c, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil, start)
+	k.tunnel(ctx, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil)
+}
+
+// capture is one captured connection: its client, where it was going
+// (dst), and the target that stands for it, host: the name behind a fake
+// address of the DNS stub (named), or the IP that was dialed.
+type capture struct {
+	s     *Server
+	c     *conn
+	dst   netip.AddrPort
+	host  string
+	named bool
+	start time.Time // when it was accepted
 }
 
 // peekTLS reports whether the buffered bytes start a TLS handshake
@@ -118,10 +131,11 @@ func peekTLS(br *bufio.Reader) bool {
 // token still unfinished there is waited for at most
 // Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
 // look like a token is held up no longer than one that sends nothing.
-func (s *Server) peekHTTP(c *conn) bool {
+func (k *capture) peekHTTP() bool {
+	c := k.c
 	const maxMethod = 20
 	defer c.SetReadDeadline(time.Time{})
-	c.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
+	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
 	for n := 1; n <= maxMethod+1; n++ {
 		b, err := c.br.Peek(n)
 		if err != nil {
@@ -150,15 +164,16 @@ func isTokenChar(c byte) bool {
 	return false
 }
 
-// transparentTLS decides a connection that began with a TLS ClientHello
-// for sni (read as hello; helloErr when it could not be parsed), and
-// relays it when allowed.
-func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, hello []byte, sni string, helloErr error, start time.Time) {
+// serveTLS decides a connection that began with a TLS ClientHello for
+// sni (read as hello; helloErr when it could not be parsed), and relays
+// it when allowed.
+func (k *capture) serveTLS(ctx context.Context, hello []byte, sni string, helloErr error) {
+	s, c, dst, host, named, start := k.s, k.c, k.dst, k.host, k.named, k.start
 	t := netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}
 	refuse := func(reason string) {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		rec.Host = host
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, 0, start)
 	}
 	if helloErr != nil {
 		refuse(helloErr.Error())
@@ -167,7 +182,7 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 	if sec := s.placeholderIn(sni); sec != nil {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
 		rec.Host, rec.Secret = host, sec.name
-		s.finishRefusal(rec, secretDecision(sec, host), 0, start)
+		s.pipe.finishRefusal(rec, secretDecision(sec, host), 0, start)
 		return
 	}
 	if sni != "" {
@@ -185,48 +200,30 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 			t.Host = name
 		}
 	}
-	s.transparentTunnel(ctx, c, t, hello, start)
+	k.tunnel(ctx, t, hello)
 }
 
-// transparentTunnel decides t, the target of a redirected connection, as a
-// tunnel is decided, and when it is allowed dials it as CONNECT does and
-// relays it; first are bytes already read from the client, which go
-// upstream before the rest.
-func (s *Server) transparentTunnel(ctx context.Context, c *conn, t netpolicy.Target, first []byte, start time.Time) {
-	rec, snap, t, d := s.decide(c, decisionlog.KindTransparent, t, nil)
-	rec.Method = ""       // decided as a tunnel; no HTTP method was sent
-	if rec.Secret != "" { // a secret's placeholder in the name
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	if len(first) > 0 && first[0] == 0x16 && s.inspects(snap.Policy(), t) { // a ClientHello for an inspected host
-		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, false, first)
-		return
-	}
-	if s.mocks.forHost(t.Host) != nil {
-		// Not TLS that the gateway can inspect: a tunnel would reach the
-		// real API, so it is closed, in audit mode too.
-		d := s.mocks.tunnelDecision(t.Host)
-		if s.cfg.CA != nil {
-			d = netpolicy.Decision{Action: netpolicy.Block, Rule: RuleMockLLM,
-				Reason: "the mock LLM for " + t.Host + " answers HTTP and TLS; this connection speaks neither"}
-		}
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	d = d.Spliced("an intercept answers HTTP requests; this connection does not speak plain HTTP")
-	s.openTunnel(ctx, c, rec, snap, t, d, start, false, func(io.Reader) ([]byte, error) { return first, nil })
+// tunnel takes t, the target of a redirected connection,
+// through the pipeline as a tunnel, and writes the outcome as CONNECT's
+// is written (openTunnel), but that nothing is answered; first are bytes
+// already read from the client, which go upstream before the rest (or,
+// a ClientHello, start the inspected tunnel).
+func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) {
+	s, c, start := k.s, k.c, k.start
+	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
+	o := s.pipe.run(ctx, &in)
+	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
 }
 
-// transparentHTTP serves a redirected connection that speaks plain
+// serveHTTP serves a redirected connection that speaks plain
 // HTTP/1.x, request by request, as the forward proxy serves its clients:
 // each request is decided for the target with its method and path. The
 // request's host (its Host header, or an absolute URL's) must name the
 // target; the port is the connection's. The first request's whole head
 // must come within Limits.HeaderReadTimeout of accepted, a later one's
 // within that of its first byte.
-func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPort, host string, named bool, accepted time.Time) {
+func (k *capture) serveHTTP(ctx context.Context) {
+	s, c, dst, host, named, accepted := k.s, k.c, k.dst, k.host, k.named, k.start
 	for first := true; ; first = false {
 		headBy := accepted.Add(s.limits.HeaderReadTimeout)
 		if !first {
@@ -243,7 +240,7 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if err != nil {
 			var se *statusError
 			if errors.As(err, &se) {
-				s.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
+				s.pipe.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
 			}
 			return
 		}
@@ -251,14 +248,14 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 		if len(target) > 0 && target[0] == '/' {
 			h := head.Header.Values("Host")
 			if len(h) != 1 || h[0] == "" {
-				s.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
+				s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
 				return
 			}
 			target = "http://" + h[0] + target
 		}
 		u, serr := parseProxyTarget(target)
 		if serr != nil {
-			s.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
+			s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
 			return
 		}
 		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
@@ -269,8 +266,9 @@ func (s *Server) transparentHTTP(ctx context.Context, c *conn, dst netip.AddrPor
 				reason = fmt.Sprintf("%s: the request names %s, but the connection is to the address %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
 			}
 			d := netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}
-			s.finishRefusal(rec, d, http.StatusForbidden, start)
-			s.writeBlock(c, head.Method, host, dst.Port(), u.EscapedPath(), d, true)
+			s.pipe.finishRefusal(rec, d, http.StatusForbidden, start)
+			hostport := joinHostPort(host, dst.Port())
+			writeAnswer(c, head.Method, http.StatusForbidden, "", s.pipe.blockText(describe(head.Method, hostport, u.EscapedPath()), hostport, d), true, blockHeaders(d))
 			return
 		}
 		if !s.forwardHTTP(ctx, c, head, decisionlog.KindTransparent, u, dst.Port(), start) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -42,82 +43,50 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		}
 		rec := s.newRecord(c, decisionlog.KindConnect, http.MethodConnect, 0)
 		rec.Host = redactTarget(head.Target)
-		s.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, status, start)
+		s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: reason}, status, start)
 		writeSimple(c, status, "", reason+"\n", true, nil)
 		return
 	}
-	rec, snap, t, d := s.decide(c, decisionlog.KindConnect, netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, nil)
-	if rec.Secret != "" { // a secret's placeholder in the target
-		s.refuseTunnel(c, rec, t, d, start, true)
-		return
-	}
-	if s.inspects(snap.Policy(), t) {
-		s.inspectTunnel(ctx, c, rec, snap, t, s.tunnelDecision(snap.Policy(), t), start, true, nil)
-		return
-	}
-	if s.mocks.forHost(t.Host) != nil { // no CA: the tunnel would reach the real API
-		d := s.mocks.tunnelDecision(t.Host)
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
-		return
-	}
-	d = s.hold(ctx, c, rec, snap, t, d)
-	if d.Action == netpolicy.Intercept {
-		d = d.Spliced("an HTTPS intercept needs TLS inspection, and this gateway has no CA")
-		s.finishRefusal(rec, d, http.StatusForbidden, start)
-		s.writeBlock(c, http.MethodConnect, rec.Host, port, "", d, true)
-		return
-	}
-	s.openTunnel(ctx, c, rec, snap, t, d, start, true, func(src io.Reader) ([]byte, error) { return s.checkSNI(c, src, t.Host) })
+	in := entry{door: doorConnect, kind: decisionlog.KindConnect, c: c, target: netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, start: start}
+	o := s.pipe.run(ctx, &in)
+	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) })
 }
 
-// openTunnel takes a tunnel to t, decided as d under snap, from its verdict
-// to its end: an enforced block, the client's tunnel cap (a decision of its
-// own, action block and status 429, taken before the name is resolved, so
-// that a client at its cap makes the gateway do nothing more), the guard,
-// then the decision record (logged before any byte moves), resolution,
-// dial and relay, first reading the client's first bytes (see relay). A
-// CONNECT client (proxied) is answered in HTTP at each step: 403, 429,
-// 502 or 504, 200. A transparent client, which does not know the gateway
-// is there, gets its connection closed; its refusals are logged with
-// status 0, but the cap's 429.
-func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool, first func(src io.Reader) ([]byte, error)) {
-	if !s.enterTunnel(c, rec, snap, t, d, start, proxied) {
-		return
+// openTunnel writes o, the outcome of a tunnel (a CONNECT, proxied, or a
+// captured connection): the answer to a refusal, the inspected tunnel, or
+// the tunnel to o's guarded addresses: dial, then relay, first reading the
+// client's first bytes (see relay). A CONNECT client (proxied) is answered
+// in HTTP at each step: 403, 429, 502 or 504, 200. A transparent client,
+// which does not know the gateway is there, gets its connection closed.
+// first are client bytes already read (a captured connection's
+// ClientHello), which an inspected tunnel reads first.
+func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error)) {
+	if o.slot {
+		defer s.tunnels.release(c.client.Addr())
 	}
-	defer s.releaseTunnel(c.client.Addr())
-	addrs, guard, rerr := s.resolveChecked(ctx, snap.Policy(), t, rec)
-	if guard != nil {
-		s.refuseTunnel(c, rec, t, *guard, start, proxied)
+	switch o.next {
+	case nextInspect:
+		s.inspectTunnel(ctx, c, o.closeRec, o.t, start, proxied, first)
+		return
+	case nextAnswer:
+		if o.closeRec != nil {
+			defer s.pipe.end(o.closeRec, start)
+		}
+		if a := o.answer; a.status != 0 {
+			writeAnswer(c, http.MethodConnect, a.status, a.contentType, a.body, true, a.extra)
+		}
 		return
 	}
 	// The close record says how the tunnel ended, including a block by
 	// the SNI check.
-	refusedStatus := 0 // a transparent client's connection is closed unanswered
-	if proxied {
-		refusedStatus = http.StatusForbidden
-	}
-	closeRec, refused := s.admitCommitted(rec, d, start, nil, refusedStatus)
-	if refused != nil { // the decision log cannot be written
-		if proxied {
-			s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", *refused, true)
-		}
-		return
-	}
-	defer s.end(closeRec, start)
-	fail := func(status int, errText, answer string) {
-		closeRec.Status, closeRec.Error = status, errText
-		if proxied {
-			writeSimple(c, status, "", answer, true, nil)
-		}
-	}
-	if rerr != nil {
-		fail(upstreamStatus(rerr, true), "resolving "+t.Host+": "+rerr.Error(), "sbx: cannot resolve "+t.Host+"\n")
-		return
-	}
-	up, err := s.dialFirst(ctx, addrs, t.Port)
+	closeRec := o.closeRec
+	defer s.pipe.end(closeRec, start)
+	up, err := s.dialFirst(ctx, o.addrs, o.t.Port)
 	if err != nil {
-		fail(upstreamStatus(err, false), err.Error(), "sbx: cannot connect to "+joinHostPort(rec.Host, t.Port)+"\n")
+		closeRec.Status, closeRec.Error = upstreamStatus(err, false), err.Error()
+		if proxied {
+			writeSimple(c, closeRec.Status, "", "sbx: cannot connect to "+joinHostPort(o.rec.Host, o.t.Port)+"\n", true, nil)
+		}
 		return
 	}
 	defer up.Close()
@@ -133,41 +102,20 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, rec *decisionlog.Recor
 		}
 	}
 	closeRec.Status = http.StatusOK
-	s.relay(c, up, closeRec, first)
+	relayerOf(s).relay(c, up, closeRec, check)
 }
 
-// enterTunnel takes the first steps of every tunnel, spliced or inspected:
-// an enforced block is refused (refuseTunnel), and a client at
-// Limits.MaxTunnelsPerClient gets a decision of its own, action block and
-// status 429, before anything else is done for it. It reports whether the
-// tunnel goes on; then the caller holds one of the client's tunnel slots,
-// which it must give back with releaseTunnel.
-func (s *Server) enterTunnel(c *conn, rec *decisionlog.Record, snap *netpolicy.Snapshot, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) bool {
-	if d.Action == netpolicy.Block && enforced(snap, d) {
-		s.refuseTunnel(c, rec, t, d, start, proxied)
-		return false
-	}
-	if !s.acquireTunnel(c.client.Addr()) {
-		s.refuseOverTunnels(c, rec, start, proxied)
-		if proxied {
-			writeSimple(c, http.StatusTooManyRequests, "", "sbx: too many open tunnels from this client\n", true, nil)
-		}
-		return false
-	}
-	return true
+// relayer relays tunnels and upgraded connections with what it takes of
+// its Server: the idle timeout, the metrics and the logger.
+type relayer struct {
+	idle    time.Duration // Limits.IdleTunnelTimeout
+	metrics *Metrics
+	logger  *slog.Logger
 }
 
-// refuseTunnel logs d, a refusal of the tunnel rec decided, and answers a
-// CONNECT client (proxied) with 403; a transparent client, which does not
-// know the gateway is there, has its connection closed unanswered (status
-// 0 in the record).
-func (s *Server) refuseTunnel(c *conn, rec *decisionlog.Record, t netpolicy.Target, d netpolicy.Decision, start time.Time, proxied bool) {
-	if !proxied {
-		s.finishRefusal(rec, d, 0, start)
-		return
-	}
-	s.finishRefusal(rec, d, http.StatusForbidden, start)
-	s.writeBlock(c, http.MethodConnect, rec.Host, t.Port, "", d, true)
+// relayerOf returns the relayer of s's tunnels.
+func relayerOf(s *Server) relayer {
+	return relayer{idle: s.limits.IdleTunnelTimeout, metrics: s.metrics, logger: s.logger}
 }
 
 // relay relays an open tunnel between c and up until both sides have
@@ -180,9 +128,9 @@ func (s *Server) refuseTunnel(c *conn, rec *decisionlog.Record, t netpolicy.Targ
 // given back) and returns what it consumed, which goes upstream first;
 // its error ends the tunnel, logged in the close record as a block of
 // rule invalid.
-func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first func(src io.Reader) ([]byte, error)) {
-	s.metrics.tunnelOpened()
-	defer s.metrics.tunnelClosed()
+func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first func(src io.Reader) ([]byte, error)) {
+	r.metrics.tunnelOpened()
+	defer r.metrics.tunnelClosed()
 
 	act := newTunnelActivity()
 	end := &tunnelEnd{client: c.Conn, up: up}
@@ -197,12 +145,12 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	go func() {
 		var n int64
 		defer func() { inDone <- n }()
-		defer s.recoverCopy(c, end, &panicked)
+		defer r.recoverCopy(c, end, &panicked)
 		if tunnelCopyHook != nil {
 			tunnelCopyHook()
 		}
 		var err error
-		n, err = s.copyIdle(c.Conn, up, act, toClient)
+		n, err = r.copyIdle(c.Conn, up, act, toClient)
 		end.direction(toClient, err, act)
 	}()
 	// Client to upstream, below, ends in the same ways; when it ended
@@ -254,7 +202,7 @@ func (s *Server) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		out += int64(m)
 	}
 	c.releaseReader() // the rest is copied from the connection itself
-	n, err := s.copyIdle(up, c.Conn, act, toUpstream)
+	n, err := r.copyIdle(up, c.Conn, act, toUpstream)
 	closeRec.BytesOut = out + n
 	halfClosed = end.direction(toUpstream, err, act)
 }
@@ -269,14 +217,14 @@ var tunnelCopyHook func()
 // does not cover), turns a panic there into the end of that tunnel alone:
 // it sets *msg to the close record's error, "gateway error: panic: ...",
 // logs the panic with its stack, counts it, and closes both sides.
-func (s *Server) recoverCopy(c *conn, end *tunnelEnd, msg *string) {
+func (r relayer) recoverCopy(c *conn, end *tunnelEnd, msg *string) {
 	p := recover()
 	if p == nil {
 		return
 	}
 	*msg = "gateway error: panic: " + truncate(fmt.Sprint(p), 200)
-	s.logger.Error("panic relaying a tunnel's upstream to its client: the tunnel is closed, the gateway goes on", "client", c.clientText, "panic", p, "stack", string(debug.Stack()))
-	s.metrics.panicked("tunnel")
+	r.logger.Error("panic relaying a tunnel's upstream to its client: the tunnel is closed, the gateway goes on", "client", c.clientText, "panic", p, "stack", string(debug.Stack()))
+	r.metrics.panicked("tunnel")
 	// Closed last, so that whoever sees the tunnel end finds the panic
 	// logged and counted.
 	end.closeBoth()
@@ -348,8 +296,8 @@ var errSNIMismatch = errors.New(reasonSNIMismatch)
 // too, so that no name slips by unseen and no trickle holds the tunnel. It returns the bytes it consumed, which
 // the caller sends on. A client that closes or idles out before sending
 // anything returns no bytes and no error.
-func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
-	c.SetReadDeadline(time.Now().Add(s.limits.IdleTunnelTimeout))
+func checkSNI(c *conn, src io.Reader, host string, limits *Limits) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(limits.IdleTunnelTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	var b [1]byte
 	if _, err := io.ReadFull(src, b[:]); err != nil {
@@ -361,7 +309,7 @@ func (s *Server) checkSNI(c *conn, src io.Reader, host string) ([]byte, error) {
 	// The tunnel may idle before its first byte, but once a ClientHello
 	// has begun it is a head like a request's: the whole of it must come
 	// within HeaderReadTimeout of its first byte, whatever the pace.
-	c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
+	c.SetReadDeadline(time.Now().Add(limits.HeaderReadTimeout))
 	consumed, sni, err := readClientHello(io.MultiReader(bytes.NewReader(b[:]), src))
 	if err != nil || sni == "" {
 		return consumed, err // no name to compare, as for IP targets
@@ -475,8 +423,8 @@ func (a *tunnelActivity) goOn(dir int, n int64, idle time.Duration) bool {
 // what it was writing, so it is never gone on from. The write deadline
 // comes after the read deadline so that a step's timeout can be told to
 // be its read's by when it came.
-func (s *Server) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int64, error) {
-	idle := s.limits.IdleTunnelTimeout
+func (r relayer) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int64, error) {
+	idle := r.idle
 	var total int64
 	for {
 		readBy := time.Now().Add(idle)
@@ -501,21 +449,32 @@ func (s *Server) copyIdle(dst, src net.Conn, act *tunnelActivity, dir int) (int6
 	}
 }
 
-// acquireTunnel counts a tunnel of client, or reports false at the limit.
-func (s *Server) acquireTunnel(client netip.Addr) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tunnels[client] >= s.limits.MaxTunnelsPerClient {
+// tunnelCount counts the open tunnels of each client, against
+// Limits.MaxTunnelsPerClient.
+type tunnelCount struct {
+	mu   sync.Mutex
+	open map[netip.Addr]int
+}
+
+// acquire counts a tunnel of client, or reports false at max.
+func (n *tunnelCount) acquire(client netip.Addr, max int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.open[client] >= max {
 		return false
 	}
-	s.tunnels[client]++
+	if n.open == nil {
+		n.open = map[netip.Addr]int{}
+	}
+	n.open[client]++
 	return true
 }
 
-func (s *Server) releaseTunnel(client netip.Addr) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tunnels[client]--; s.tunnels[client] <= 0 {
-		delete(s.tunnels, client)
+// release gives back a tunnel of client that acquire counted.
+func (n *tunnelCount) release(client netip.Addr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.open[client]--; n.open[client] <= 0 {
+		delete(n.open, client)
 	}
 }
