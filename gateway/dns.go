@@ -356,12 +356,12 @@ func (s *Server) respondDNS(snap *netpolicy.Snapshot, msg []byte, tcp bool, rec 
 		name = raw // DecideHost blocks it as invalid, with the reason
 	}
 	d := snap.Policy().DecideHost(name)
-	if sec := s.placeholderIn(raw); sec != nil {
+	if sec := s.secrets.PlaceholderIn(raw); sec != nil {
 		// A secret's placeholder in a name (docs/secrets.md): the name
 		// does not exist, in every mode, and gets no fake address to
 		// connect to; the attempt is logged by rule secret. (The stub
 		// asks no resolver for any name, this one or another.)
-		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
+		d, rec.Secret = sec.Block(rec.Host), sec.Name()
 	} else if hostErr == nil && s.mock(host) != nil {
 		// A mocked LLM host is answered by the gateway itself (docs/mock-llm.md)
 		// : an agent that resolves it must reach the mock, whatever

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -106,7 +107,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	fs := c.forward()
 	rec, snap, t, d := s.decide(c, kind, netpolicy.Target{Host: u.Hostname(), Port: port, Method: head.Method, Path: u.EscapedPath()}, &fs.rec)
 	rec.Path = truncate(t.Path, maxLoggedPath)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: port, method: head.Method, target: head.Target, path: t.Path, header: head.Header}) {
+	if s.secrets.BlockLeak(rec, &d, secrets.Request{Host: t.Host, Port: port, Method: head.Method, Target: head.Target, Path: t.Path, Header: head.Header}) {
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		s.writeBlock(c, head.Method, rec.Host, port, t.Path, d, !keepAlive)
 		return keepAlive
@@ -150,8 +151,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 
 	ws := isWebSocket(head.Header)
 	out := &fs.out
-	out.init(head, u, ws)             // plain HTTP: no secret's value goes in it (docs/secrets.md)
-	sc := s.scrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
+	out.init(head, u, ws)                     // plain HTTP: no secret's value goes in it (docs/secrets.md)
+	sc := s.secrets.ScrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
 	if sc != nil {
 		askIdentity(out.Header)
 		delete(out.Header, "Sec-Websocket-Extensions")
@@ -514,8 +515,8 @@ func (s *Server) decide(c *conn, kind string, t netpolicy.Target, into *decision
 		rec.Host = redactTarget(t.Host)
 	}
 	// A secret's placeholder in the host goes nowhere (docs/secrets.md).
-	if sec := s.placeholderIn(t.Host); sec != nil {
-		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
+	if sec := s.secrets.PlaceholderIn(t.Host); sec != nil {
+		d, rec.Secret = sec.Block(rec.Host), sec.Name()
 		rec.Addrs = ""
 	}
 	return rec, snap, t, d

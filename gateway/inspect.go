@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -40,7 +41,7 @@ var inspectProtos = []string{"h2", "http/1.1"}
 // t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
 // a CA.
 func (s *Server) inspects(p *netpolicy.Policy, t netpolicy.Target) bool {
-	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
+	return s.cfg.CA != nil && (p.Inspects(t.Host, t.Port) || s.mock(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secrets.Bound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
@@ -596,7 +597,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	tgt := netpolicy.Target{Host: t.Host, Port: t.Port, Method: r.Method, Path: path}
 	d := snap.Policy().Verdict(tgt)
-	if s.blockLeak(rec, &d, secretRequest{host: t.Host, port: t.Port, method: r.Method, target: r.RequestURI, path: path, header: r.Header, tls: h.tls}) {
+	if s.secrets.BlockLeak(rec, &d, secrets.Request{Host: t.Host, Port: t.Port, Method: r.Method, Target: r.RequestURI, Path: path, Header: r.Header, TLS: h.tls}) {
 		s.finishRefusal(rec, d, http.StatusForbidden, start)
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
 		return
@@ -652,13 +653,13 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = nil // Go would add its own, as forwardHTTP keeps it out
 	}
-	sc := s.scrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
+	sc := s.secrets.ScrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
 	if sc != nil {
 		askIdentity(out.Header)
 	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
-	tg := &trailerGuard{s: s, req: r, r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	tg := s.secrets.GuardTrailers(r, &controlledReader{r: r.Body, rc: rc, idle: idle})
 	body := &countingReader{r: tg}
 	if r.Body == nil || r.Body == http.NoBody {
 		body.r = http.NoBody
@@ -676,11 +677,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	release := func() {}
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
-	inject := d.Action == netpolicy.Allow && h.tls && s.secretBound(t.Host, t.Port)
+	inject := d.Action == netpolicy.Allow && h.tls && s.secrets.Bound(t.Host, t.Port)
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
-			in = s.withSecrets(out, t.Host, t.Port)
+			in = s.secrets.WithValues(out, t.Host, t.Port)
 		}
 		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, in, addrs, snap.Version())
 	}
@@ -690,7 +691,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}))
 		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
 		if inject {
-			rt = secretInjector{s: s, host: t.Host, port: t.Port, next: rt}
+			rt = s.secrets.Injector(t.Host, t.Port, rt)
 		}
 		if recorder != nil {
 			if sc != nil { // the recording gets the answer as the client does
@@ -702,15 +703,15 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
-	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
-		d := blockTrailer(closeRec, sec, t.Host)
+	if sec := tg.Found(); sec != nil && err != nil { // a placeholder in a trailer
+		d := sec.BlockTrailer(closeRec, t.Host)
 		respond(w, http.StatusForbidden, "", s.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
 		// An upstream may echo the credential in a broken answer.
-		closeRec.Error = s.redactValues(sc.String(closeRec.Error, nil))
+		closeRec.Error = s.secrets.Redact(sc.String(closeRec.Error, nil))
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -763,7 +764,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end the response as failed: HTTP/1.1 closes the connection
 		// without the last chunk, HTTP/2 resets the stream. The deferred
 		// close record and releases run as the panic unwinds.
-		closeRec.Error = "relaying the response: " + s.redactValues(upstreamBodyError(rerr))
+		closeRec.Error = "relaying the response: " + s.secrets.Redact(upstreamBodyError(rerr))
 		panic(http.ErrAbortHandler)
 	}
 	if sc != nil {

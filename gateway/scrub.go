@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -28,30 +27,6 @@ import (
 // frames) reaches the sandbox with every secret's value replaced with its
 // placeholder. A replacement is logged in the request's close record,
 // field secret: the names, never the values.
-
-// scrubState is the scrubber of the gateway's secrets, made on first use.
-type scrubState struct {
-	once sync.Once
-	sc   *secretscrub.Scrubber
-}
-
-// scrubberFor returns the scrubber of what host (normalized) on port
-// answers: every secret's value, when some secret is bound there (a
-// host that is sent a value may echo it, now or in a later answer); nil
-// when none is.
-func (s *Server) scrubberFor(host string, port uint16) *secretscrub.Scrubber {
-	if !s.secretBound(host, port) {
-		return nil
-	}
-	s.scrub.once.Do(func() {
-		secs := make([]secretscrub.Secret, len(s.cfg.Secrets))
-		for i, sec := range s.cfg.Secrets {
-			secs[i] = secretscrub.Secret{Name: sec.name, Value: sec.value, Placeholder: sec.placeholder}
-		}
-		s.scrub.sc = secretscrub.New(secs)
-	})
-	return s.scrub.sc
-}
 
 // noteSecret returns a function that adds a secret's name to rec.Secret
 // (names joined with ","), once each.

@@ -163,10 +163,10 @@ func (s *Server) transparentTLS(ctx context.Context, c *conn, dst netip.AddrPort
 		refuse(helloErr.Error())
 		return
 	}
-	if sec := s.placeholderIn(sni); sec != nil {
+	if sec := s.secrets.PlaceholderIn(sni); sec != nil {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
-		rec.Host, rec.Secret = host, sec.name
-		s.finishRefusal(rec, secretDecision(sec, host), 0, start)
+		rec.Host, rec.Secret = host, sec.Name()
+		s.finishRefusal(rec, sec.Block(host), 0, start)
 		return
 	}
 	if sni != "" {
