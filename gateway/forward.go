@@ -215,7 +215,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer s.releaseTunnel(c.client.Addr())
-		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
+		in, out, uerr := s.relayUpgrade(c, rh, upgradeStream{uc}, sc, secrets.NoteFound(closeRec))
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		if uerr != "" {
 			closeRec.Error = uerr
@@ -225,7 +225,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	var codings []string
 	if sc != nil {
 		var refusal string
-		if codings, refusal = contentCodings(rh.values("Content-Encoding")); refusal != "" {
+		if codings, refusal = secrets.ContentCodings(rh.values("Content-Encoding")); refusal != "" {
 			uc.Close()
 			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
 			writeSimple(c, http.StatusBadGateway, "", "sbx: "+refusal+"\n", true, nil)
@@ -254,7 +254,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	var reusable bool
 	var werr error
 	if sc != nil {
-		reusable, keepAlive, werr = writeScrubbedResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, keepAlive, codings, sc, noteSecret(closeRec))
+		reusable, keepAlive, werr = writeScrubbedResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, keepAlive, codings, sc, secrets.NoteFound(closeRec))
 	} else {
 		reusable, werr = writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
 	}

@@ -695,7 +695,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if recorder != nil {
 			if sc != nil { // the recording gets the answer as the client does
-				rt = scrubTransport{sc: sc, found: noteSecret(closeRec), next: rt}
+				rt = secrets.Scrubbing(sc, secrets.NoteFound(closeRec), rt)
 			}
 			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}
@@ -722,8 +722,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var respBody io.Reader = resp.Body
 	var found func(string)
 	if sc != nil {
-		found = noteSecret(closeRec)
-		b, closeBody, refusal := scrubbedResponse(resp, sc, found)
+		found = secrets.NoteFound(closeRec)
+		b, closeBody, refusal := secrets.ScrubResponse(resp, sc, found)
 		if refusal != "" {
 			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
 			respond(w, http.StatusBadGateway, "", "sbx: "+refusal+"\n", nil)
@@ -768,7 +768,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	if sc != nil {
-		scrubHeader(resp.Trailer, sc, found)
+		secrets.ScrubHeader(resp.Trailer, sc, found)
 	}
 	for k, vs := range resp.Trailer {
 		dst[k] = vs
