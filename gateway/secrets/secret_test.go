@@ -154,7 +154,7 @@ func TestNewSecretErrors(t *testing.T) {
 	}
 }
 
-func TestRead(t *testing.T) {
+func TestReadSecret(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, data string, mode os.FileMode) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), mode); err != nil {
