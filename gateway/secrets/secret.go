@@ -28,25 +28,25 @@ const PlaceholderPrefix = "sbx-secret-"
 // maxSize bounds a secret's value, and the file it is read from.
 const maxSize = 16 << 10
 
-// Errors a Error wraps.
+// The errors an *Error wraps.
 var (
 	// ErrUnset is a variable that is not set.
 	ErrUnset = errors.New("is not set")
 	// ErrEmpty is a value that is empty, or only white space.
 	ErrEmpty = errors.New("is empty")
-	// ErrValue is a value that a header field cannot carry as it
-	// is: a control character (a line break inside it), a byte that is
-	// not ASCII, or more than 16 KiB.
+	// ErrValue is a value that a header field cannot carry as it is: a
+	// control character (a line break inside it), a byte that is not
+	// ASCII, or more than 16 KiB.
 	ErrValue = errors.New("holds what a header cannot carry (a control character, a line break inside it, a byte that is not ASCII, or more than 16 KiB)")
 	// ErrName is a name that is not an environment variable name.
 	ErrName = errors.New("is not an environment variable name (a letter or '_', then letters, digits and '_')")
 )
 
-// Error is a secret that cannot be used: its Name, where its value
-// was to come from (Env, a variable, or File, a file: Read's; neither
-// for a value given to New), and why: Err is
-// ErrName, ErrUnset, ErrEmpty, ErrValue, or the
-// error of reading File (a *fs.PathError). It never holds the value.
+// Error is a secret that cannot be used: its Name, where its value was
+// to come from (Env, a variable, or File, a file: Read's; neither for a
+// value given to New or FromSpec), and why: Err is ErrName, ErrUnset,
+// ErrEmpty, ErrValue, or the error of reading File (a *fs.PathError).
+// It never holds the value.
 type Error struct {
 	Name string
 	Env  string
@@ -72,7 +72,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Secret is a value that the sandbox sees only as its placeholder, and
 // that the gateway sends only to its hosts, in request headers. Make one
-// with New or Read. Printing it (fmt, slog) shows its name,
+// with New, FromSpec or Read. Printing it (fmt, slog) shows its name,
 // never its value.
 type Secret struct {
 	name        string
@@ -89,17 +89,18 @@ type Secret struct {
 // (netpolicy.ParseSecretHost's HOST[:PORT]) in the default credential
 // headers (netpolicy.DefaultSecretHeaders), with any method and path, and
 // a placeholder of its own: "sbx-secret-<name>-" and 32 random hex
-// digits, new on every call. value is trimmed of white space around it. A
-// bad name or value is a *Error wrapping ErrName,
-// ErrEmpty or ErrValue, which does not say where the value
-// came from; a bad host wraps netpolicy.ErrInvalidPolicy.
+// digits, new on every call. value is trimmed of white space around it.
+// A bad name or value is an *Error wrapping ErrName, ErrEmpty or
+// ErrValue, which does not say where the value came from; a bad host
+// wraps netpolicy.ErrInvalidPolicy.
 func New(name, value string, hosts []string) (*Secret, error) {
 	return FromSpec(netpolicy.Secret{Name: name, Hosts: hosts}, value)
 }
 
 // FromSpec is New for the binding spec (its name, hosts, header,
-// methods and paths; its source is not looked at): a bad header, method
-// or path wraps netpolicy.ErrInvalidPolicy.
+// methods and paths; its source is not looked at), for a caller that has
+// the value already: a bad header, method or path wraps
+// netpolicy.ErrInvalidPolicy.
 func FromSpec(spec netpolicy.Secret, value string) (*Secret, error) {
 	name, hosts := spec.Name, spec.Hosts
 	if !netpolicy.ValidEnvName(name) {
@@ -140,8 +141,8 @@ func FromSpec(spec netpolicy.Secret, value string) (*Secret, error) {
 // Read reads the value of a policy's secret, from the environment
 // variable spec.FromEnv (lookupEnv: nil means os.LookupEnv) or from the
 // file spec.FromFile (relative to dir when not absolute), and returns it
-// as New does. A value that cannot be had, or New refuses, is
-// a *Error that says where the value came from.
+// as FromSpec does. A value that cannot be had, or FromSpec refuses, is
+// an *Error that says where the value came from.
 func Read(spec netpolicy.Secret, dir string, lookupEnv func(string) (string, bool)) (*Secret, error) {
 	if lookupEnv == nil {
 		lookupEnv = os.LookupEnv
