@@ -9,6 +9,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -181,15 +182,15 @@ type Config struct {
 	RecordLLM map[string]*mockllm.Recorder
 
 	// Secrets are values the sandbox holds only as placeholders
-	// (docs/secrets.md; make them with NewSecret or ReadSecret): in one
+	// (docs/secrets.md; make them with secrets.New or secrets.Read): in one
 	// credential header field of an HTTPS request to one of a secret's
 	// hosts that the policy and the address guard allowed, within the
 	// secret's methods and paths, the gateway puts the value in place of
 	// the placeholder; a placeholder anywhere else is blocked by rule
-	// RuleSecret. A secret's hosts are inspected (HTTPS needs CA).
+	// secrets.Rule. A secret's hosts are inspected (HTTPS needs CA).
 	// The values stay in the gateway's memory: no record, answer or log
 	// holds them. Nil or empty keeps none.
-	Secrets []*Secret
+	Secrets []*secrets.Secret
 }
 
 // serverConfig is what newServer makes a Server of: the caller's Config,

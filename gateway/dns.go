@@ -52,7 +52,7 @@ func (g dnsGateway) ServesOn(ap netip.AddrPort) { g.s.AddOwnAddr(ap) }
 // Override decides the names the policy does not: a name with a secret's
 // placeholder, and a mocked LLM host.
 func (g dnsGateway) Override(raw, host string) (netpolicy.Decision, string, bool) {
-	if sec := g.s.placeholderIn(raw); sec != nil {
+	if sec := g.s.secrets.PlaceholderIn(raw); sec != nil {
 		// A secret's placeholder in a name (docs/secrets.md): the name
 		// does not exist, in every mode, and gets no fake address to
 		// connect to; the attempt is logged by rule secret.
@@ -60,7 +60,7 @@ func (g dnsGateway) Override(raw, host string) (netpolicy.Decision, string, bool
 		if name == "" {
 			name = raw // as the record names it
 		}
-		return secretDecision(sec, name), sec.name, true
+		return sec.Block(name), sec.Name(), true
 	}
 	if host != "" && g.s.mocks.forHost(host) != nil {
 		// A mocked LLM host is answered by the gateway itself

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -125,8 +126,8 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 
 	ws := isWebSocket(head.Header)
 	out := &fs.out
-	out.init(head, u, ws)             // plain HTTP: no secret's value goes in it (docs/secrets.md)
-	sc := s.scrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
+	out.init(head, u, ws)                     // plain HTTP: no secret's value goes in it (docs/secrets.md)
+	sc := s.secrets.ScrubberFor(t.Host, port) // a bound host's answer comes back without the values (scrub.go)
 	if sc != nil {
 		askIdentity(out.Header)
 		delete(out.Header, "Sec-Websocket-Extensions")
@@ -189,7 +190,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 			return false
 		}
 		defer s.tunnels.release(c.client.Addr())
-		in, out, uerr := relayerOf(s).relayUpgrade(c, rh, upgradeStream{uc}, sc, noteSecret(closeRec))
+		in, out, uerr := relayerOf(s).relayUpgrade(c, rh, upgradeStream{uc}, sc, secrets.NoteFound(closeRec))
 		closeRec.BytesIn, closeRec.BytesOut = in, closeRec.BytesOut+out
 		if uerr != "" {
 			closeRec.Error = uerr
@@ -199,7 +200,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	var codings []string
 	if sc != nil {
 		var refusal string
-		if codings, refusal = contentCodings(rh.values("Content-Encoding")); refusal != "" {
+		if codings, refusal = secrets.ContentCodings(rh.values("Content-Encoding")); refusal != "" {
 			uc.Close()
 			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
 			writeSimple(c, http.StatusBadGateway, "", "sbx: "+refusal+"\n", true, nil)
@@ -228,7 +229,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	var reusable bool
 	var werr error
 	if sc != nil {
-		reusable, keepAlive, werr = writeScrubbedResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, keepAlive, codings, sc, noteSecret(closeRec))
+		reusable, keepAlive, werr = writeScrubbedResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, keepAlive, codings, sc, secrets.NoteFound(closeRec))
 	} else {
 		reusable, werr = writeResponse(bw, uc.br, rh, head.Method, head.ProtoMinor, bodyLen, chunkOut, keepAlive)
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -41,7 +42,7 @@ var inspectProtos = []string{"h2", "http/1.1"}
 // a CA.
 func (p *pipeline) inspects(pol *netpolicy.Policy, t netpolicy.Target) bool {
 	s := p.s
-	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secretBound(t.Host, t.Port))
+	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secrets.Bound(t.Host, t.Port))
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
@@ -597,13 +598,13 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = nil // Go would add its own, as forwardHTTP keeps it out
 	}
-	sc := s.scrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
+	sc := s.secrets.ScrubberFor(t.Host, t.Port) // a bound host's answer comes back without the values (scrub.go)
 	if sc != nil {
 		askIdentity(out.Header)
 	}
 	rc := http.NewResponseController(w)
 	idle := s.limits.IdleConnTimeout
-	tg := &trailerGuard{s: s, req: r, r: &controlledReader{r: r.Body, rc: rc, idle: idle}}
+	tg := s.secrets.GuardTrailers(r, &controlledReader{r: r.Body, rc: rc, idle: idle})
 	body := &countingReader{r: tg}
 	if r.Body == nil || r.Body == http.NoBody {
 		body.r = http.NoBody
@@ -625,7 +626,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
-			in = s.withSecrets(out, t.Host, t.Port)
+			in = s.secrets.WithValues(out, t.Host, t.Port)
 		}
 		resp, release, upstreamAddr, inlined, err = h.inlineRoundTrip(ctx, in, addrs, snap.Version())
 	}
@@ -635,11 +636,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}))
 		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
 		if inject {
-			rt = secretInjector{s: s, host: t.Host, port: t.Port, next: rt}
+			rt = s.secrets.Injector(t.Host, t.Port, rt)
 		}
 		if recorder != nil {
 			if sc != nil { // the recording gets the answer as the client does
-				rt = scrubTransport{sc: sc, found: noteSecret(closeRec), next: rt}
+				rt = secrets.Scrubbing(sc, secrets.NoteFound(closeRec), rt)
 			}
 			rt = recorder.Through(rt) // --record-llm: what the API answers becomes a script
 		}
@@ -647,15 +648,15 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	closeRec.Upstream = upstreamAddr
 	closeRec.BytesOut = body.n.Load()
-	if sec := tg.found.Load(); sec != nil && err != nil { // a placeholder in a trailer
-		d := blockTrailer(closeRec, sec, t.Host)
+	if sec := tg.Found(); sec != nil && err != nil { // a placeholder in a trailer
+		d := sec.BlockTrailer(closeRec, t.Host)
 		respond(w, http.StatusForbidden, "", s.pipe.blockText(what, hostport, d), blockHeaders(d))
 		return
 	}
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
 		// An upstream may echo the credential in a broken answer.
-		closeRec.Error = s.redactValues(sc.String(closeRec.Error, nil))
+		closeRec.Error = s.secrets.Redact(sc.String(closeRec.Error, nil))
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -666,8 +667,8 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var respBody io.Reader = resp.Body
 	var found func(string)
 	if sc != nil {
-		found = noteSecret(closeRec)
-		b, closeBody, refusal := scrubbedResponse(resp, sc, found)
+		found = secrets.NoteFound(closeRec)
+		b, closeBody, refusal := secrets.ScrubResponse(resp, sc, found)
 		if refusal != "" {
 			closeRec.Status, closeRec.Error = http.StatusBadGateway, refusal
 			respond(w, http.StatusBadGateway, "", "sbx: "+refusal+"\n", nil)
@@ -708,11 +709,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end the response as failed: HTTP/1.1 closes the connection
 		// without the last chunk, HTTP/2 resets the stream. The deferred
 		// close record and releases run as the panic unwinds.
-		closeRec.Error = "relaying the response: " + s.redactValues(upstreamBodyError(rerr))
+		closeRec.Error = "relaying the response: " + s.secrets.Redact(upstreamBodyError(rerr))
 		panic(http.ErrAbortHandler)
 	}
 	if sc != nil {
-		scrubHeader(resp.Trailer, sc, found)
+		secrets.ScrubHeader(resp.Trailer, sc, found)
 	}
 	for k, vs := range resp.Trailer {
 		dst[k] = vs

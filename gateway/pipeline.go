@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -175,8 +176,8 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 	} else {
 		rec.Host = redactTarget(t.Host)
 	}
-	if sec := s.placeholderIn(t.Host); sec != nil {
-		d, rec.Secret = secretDecision(sec, rec.Host), sec.name
+	if sec := s.secrets.PlaceholderIn(t.Host); sec != nil {
+		d, rec.Secret = sec.Block(rec.Host), sec.Name()
 		rec.Addrs = ""
 	}
 	if !in.door.tunnel() {
@@ -188,9 +189,9 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 
 // secrets refuses a request or tunnel that carries a secret's placeholder
 // where its value is not sent: in its host (decide found it), or, for a
-// request, in its method, target or header fields (blockLeak).
+// request, in its method, target or header fields (secrets.Set.BlockLeak).
 func (p *pipeline) secrets(in *entry, o *outcome) bool {
-	if o.rec.Secret == "" && (in.door.tunnel() || !p.s.blockLeak(o.rec, &o.d, secretRequest{host: o.t.Host, port: o.t.Port, method: o.t.Method, target: in.raw, path: o.t.Path, header: in.header, tls: in.tls})) {
+	if o.rec.Secret == "" && (in.door.tunnel() || !p.s.secrets.BlockLeak(o.rec, &o.d, secrets.Request{Host: o.t.Host, Port: o.t.Port, Method: o.t.Method, Target: in.raw, Path: o.t.Path, Header: in.header, TLS: in.tls})) {
 		return false
 	}
 	p.block(in, o, o.d)
@@ -355,7 +356,7 @@ func (p *pipeline) commit(in *entry, o *outcome) bool {
 // tunnel: the only requests a value goes in (docs/secrets.md).
 func (p *pipeline) upstream(in *entry, o *outcome) {
 	o.next = nextUpstream
-	o.inject = in.tls && o.d.Action == netpolicy.Allow && p.s.secretBound(o.t.Host, o.t.Port)
+	o.inject = in.tls && o.d.Action == netpolicy.Allow && p.s.secrets.Bound(o.t.Host, o.t.Port)
 }
 
 // block logs d, a refusal of the entry, and makes its 403; a captured

@@ -28,6 +28,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/decisionlog/decisionlogtest"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -48,10 +49,10 @@ var pipelineDoors = []string{doorNameProxy, doorNameInspected, doorNameConnect, 
 type pipelineCase struct {
 	name     string
 	host     string
-	header   string  // a header field line the request carries, "" for none
+	header   string           // a header field line the request carries, "" for none
 	answer   *approval.Answer // the answer to the question the request asks
-	logFault bool    // the decision log's file fails (ENOSPC) while the request is decided
-	status   int     // the status the client gets
+	logFault bool             // the decision log's file fails (ENOSPC) while the request is decided
+	status   int              // the status the client gets
 	want     decisionlog.Record
 
 	// except says, for a door that cannot express the case as a
@@ -116,7 +117,7 @@ func TestPipelineFourDoors(t *testing.T) {
 		{name: "ask answered deny", host: "ask.test", answer: &approval.Answer{Allow: false, Scope: approval.ScopeOnce, By: approval.ByCLI}, status: 403,
 			want: withAddrs(record("ask.test", "block", "ask", "rule ask: ask ask.test; denied once by cli", 403), "")},
 		{name: "secret misuse", host: "allow.test", header: "X-Key: " + placeholder(), status: 403,
-			want: withSecret(record("allow.test", "block", RuleSecret, "secret API_KEY's placeholder sent to allow.test", 403), "API_KEY"),
+			want: withSecret(record("allow.test", "block", secrets.Rule, "secret API_KEY's placeholder sent to allow.test", 403), "API_KEY"),
 			except: map[string]doorAnswer{
 				doorNameConnect:     {why: tunnelCannot, status: 200, want: withAddrs(record("allow.test", "allow", "allow", "rule allow: allow allow.test", 0), "")},
 				doorNameCapturedTLS: {why: tunnelCannot, status: 200, want: withAddrs(record("allow.test", "allow", "allow", "rule allow: allow allow.test", 0), "")},
@@ -171,7 +172,7 @@ func withSecret(r decisionlog.Record, name string) decisionlog.Record { r.Secret
 type pipelineUpstream struct {
 	port   netpolicy.Port
 	roots  *x509.CertPool
-	secret *Secret // API_KEY, bound to bound.test on port
+	secret *secrets.Secret // API_KEY, bound to bound.test on port
 }
 
 func startPipelineUpstream(t *testing.T) *pipelineUpstream {
@@ -192,7 +193,7 @@ func startPipelineUpstream(t *testing.T) *pipelineUpstream {
 	t.Cleanup(func() { srv.Close() })
 	u := &pipelineUpstream{port: netpolicy.Port(ln.Addr().(*net.TCPAddr).Port), roots: x509.NewCertPool()}
 	u.roots.AddCert(ca.Certificate())
-	if u.secret, err = NewSecret("API_KEY", valueA, []string{"bound.test:" + u.port.String()}); err != nil {
+	if u.secret, err = secrets.New("API_KEY", valueA, []string{"bound.test:" + u.port.String()}); err != nil {
 		t.Fatal(err)
 	}
 	return u
@@ -279,7 +280,7 @@ func (u *pipelineUpstream) pipelineGateway(t *testing.T, door string) (g *testGa
 		ring = decisionlog.NewRing(0)
 		cfg.Log = decisionlog.NewLog("", sink, ring)
 		cfg.MockLLM = map[string]*mockllm.Responder{"llm.test": mockllm.New(script)}
-		cfg.Secrets = []*Secret{u.secret}
+		cfg.Secrets = []*secrets.Secret{u.secret}
 		cfg.UpstreamRoots = u.roots
 		if inspect {
 			if ca, err = NewCA("test", time.Hour); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -262,7 +263,7 @@ type scrubSetup struct {
 	api       *echoingAPI
 	tlsPort   netpolicy.Port
 	plainPort netpolicy.Port
-	a         *Secret
+	a         *secrets.Secret
 	ca        *CA
 }
 
@@ -277,7 +278,7 @@ func newScrubSetup(t *testing.T) *scrubSetup {
 	t.Cleanup(plain.Close)
 	s.tlsPort, s.plainPort = portOf(t, up), portOf(t, plain)
 	var err error
-	if s.a, err = NewSecret("API_KEY", valueA, []string{"example.com:" + s.tlsPort.String(), "example.com:" + s.plainPort.String()}); err != nil {
+	if s.a, err = secrets.New("API_KEY", valueA, []string{"example.com:" + s.tlsPort.String(), "example.com:" + s.plainPort.String()}); err != nil {
 		t.Fatal(err)
 	}
 	if s.ca, err = NewCA("test", time.Hour); err != nil {
@@ -289,7 +290,7 @@ func newScrubSetup(t *testing.T) *scrubSetup {
 		netpolicy.Rule{ID: "api", Host: "example.com", Ports: []netpolicy.Port{s.tlsPort, s.plainPort}, Action: netpolicy.Allow},
 	), map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
 		c.CA, c.UpstreamRoots = s.ca, pool
-		c.Secrets = []*Secret{s.a}
+		c.Secrets = []*secrets.Secret{s.a}
 	})
 	// The host is given the key once over HTTPS, as a sandbox's agent
 	// gives it; it shows it again on any request, plain HTTP too.
@@ -647,13 +648,13 @@ func TestSecretEchoIsNotRecorded(t *testing.T) {
 		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"your key is `+r.Header.Get("X-Api-Key")+`"}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
 	}))
 	rec := mockllm.NewRecorder(nil)
-	var a *Secret
+	var a *secrets.Secret
 	g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow}, func(c *serverConfig) {
 		var err error
-		if a, err = NewSecret("API_KEY", valueA, []string{"example.com:" + strconv.Itoa(int(portOf(t, up)))}); err != nil {
+		if a, err = secrets.New("API_KEY", valueA, []string{"example.com:" + strconv.Itoa(int(portOf(t, up)))}); err != nil {
 			t.Fatal(err)
 		}
-		c.Secrets = []*Secret{a}
+		c.Secrets = []*secrets.Secret{a}
 		c.RecordLLM = map[string]*mockllm.Recorder{"example.com": rec}
 	})
 	proxy, _ := url.Parse("http://" + g.addr)

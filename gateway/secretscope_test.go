@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -79,7 +80,7 @@ type scopeSetup struct {
 	up, plain        *httptest.Server
 	got              *captured
 	port, plainPort  netpolicy.Port
-	sec              *Secret
+	sec              *secrets.Secret
 	ca               *CA
 	upstreamVerifies bool
 }
@@ -101,7 +102,7 @@ func newScopeSetup(t *testing.T, spec netpolicy.Secret, set func(*serverConfig))
 	spec.Name = "ANTHROPIC_API_KEY"
 	spec.Hosts = []string{"example.com:" + s.port.String(), "plain.example:" + s.plainPort.String()}
 	var err error
-	if s.sec, err = newSecret(spec, valueA); err != nil {
+	if s.sec, err = secrets.FromSpec(spec, valueA); err != nil {
 		t.Fatal(err)
 	}
 	if s.ca, err = NewCA("test", time.Hour); err != nil {
@@ -118,7 +119,7 @@ func newScopeSetup(t *testing.T, spec netpolicy.Secret, set func(*serverConfig))
 	static := map[string]string{"example.com": "127.0.0.1", "plain.example": "127.0.0.1", "other.example": "127.0.0.1"}
 	s.g = startGatewayWith(t, pol, static, func(c *serverConfig) {
 		c.CA, c.UpstreamRoots = s.ca, pool
-		c.Secrets = []*Secret{s.sec}
+		c.Secrets = []*secrets.Secret{s.sec}
 		if set != nil {
 			set(c)
 		}
@@ -341,12 +342,12 @@ func TestSecretTransparentHTTPBlocked(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.add(r) }))
 	t.Cleanup(up.Close)
 	port := portOf(t, up)
-	a, err := NewSecret("API_KEY", valueA, []string{"plain.example:" + port.String()})
+	a, err := secrets.New("API_KEY", valueA, []string{"plain.example:" + port.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := startTransparent(t, loopbackPolicy(netpolicy.Allow), map[string]string{"plain.example": "127.0.0.1", "other.example": "127.0.0.1"},
-		func(c *serverConfig) { c.Secrets = []*Secret{a} })
+		func(c *serverConfig) { c.Secrets = []*secrets.Secret{a} })
 	get := func(host string) int {
 		req, _ := http.NewRequest("GET", "http://"+host+":"+port.String()+"/", nil)
 		req.Header.Set("X-Api-Key", a.Placeholder())
@@ -526,13 +527,13 @@ func TestSecretUpstreamErrorsShowNoValue(t *testing.T) {
 				defer c.Close()
 				io.WriteString(c, tt.answer(r.Header.Get("X-Api-Key")))
 			}))
-			var sec *Secret
+			var sec *secrets.Secret
 			g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow}, func(c *serverConfig) {
 				var err error
-				if sec, err = NewSecret("ANTHROPIC_API_KEY", key, []string{"example.com:" + portOf(t, up).String()}); err != nil {
+				if sec, err = secrets.New("ANTHROPIC_API_KEY", key, []string{"example.com:" + portOf(t, up).String()}); err != nil {
 					t.Fatal(err)
 				}
-				c.Secrets = []*Secret{sec}
+				c.Secrets = []*secrets.Secret{sec}
 			})
 			proxy, _ := url.Parse("http://" + g.addr)
 			tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}
@@ -569,47 +570,6 @@ func TestSecretUpstreamErrorsShowNoValue(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestInjectSecretsScope: the one place a value is written puts it only
-// in a credential header field of a request to a bound host, one field
-// line holding the placeholder alone or after a scheme, within the
-// binding's methods and paths, whatever the checks before it let
-// through; withSecrets only in an HTTPS request.
-func TestInjectSecretsScope(t *testing.T) {
-	a, err := newSecret(netpolicy.Secret{Name: "K", Hosts: []string{"api.test"}, Methods: []string{"POST"}, Paths: []string{"/v1/messages"}}, valueA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ph := a.Placeholder()
-	s := &Server{cfg: serverConfig{Config: Config{Secrets: []*Secret{a}}}}
-	for _, tt := range []struct {
-		name         string
-		header       http.Header
-		method, path string
-		want         http.Header
-	}{
-		{"x-api-key", http.Header{"X-Api-Key": {ph}}, "POST", "/v1/messages", http.Header{"X-Api-Key": {valueA}}},
-		{"bearer", http.Header{"Authorization": {"Bearer " + ph}}, "POST", "/v1/messages", http.Header{"Authorization": {"Bearer " + valueA}}},
-		{"other headers", http.Header{"Anthropic-Beta": {ph}, "Origin": {ph}, "X-Request-Id": {"a " + ph}}, "POST", "/v1/messages", http.Header{"Anthropic-Beta": {ph}, "Origin": {ph}, "X-Request-Id": {"a " + ph}}},
-		{"two lines", http.Header{"X-Api-Key": {ph, ph}}, "POST", "/v1/messages", http.Header{"X-Api-Key": {ph, ph}}},
-		{"other text", http.Header{"X-Api-Key": {ph + "x"}, "Authorization": {"Bearer " + ph + " " + ph}}, "POST", "/v1/messages", http.Header{"X-Api-Key": {ph + "x"}, "Authorization": {"Bearer " + ph + " " + ph}}},
-		{"method", http.Header{"X-Api-Key": {ph}}, "GET", "/v1/messages", http.Header{"X-Api-Key": {ph}}},
-		{"path", http.Header{"X-Api-Key": {ph}}, "POST", "/v1/api_keys", http.Header{"X-Api-Key": {ph}}},
-	} {
-		h := tt.header.Clone()
-		s.injectSecrets(h, "api.test", 443, tt.method, tt.path)
-		for k, want := range tt.want {
-			if got := h[k]; !slices.Equal(got, want) {
-				t.Errorf("%s: got %s %q, want %q", tt.name, k, got, want)
-			}
-		}
-	}
-	r := httptest.NewRequest("POST", "http://api.test:443/v1/messages", nil)
-	r.Header.Set("X-Api-Key", ph)
-	if got := s.withSecrets(r, "api.test", 443); got.Header.Get("X-Api-Key") != ph {
-		t.Errorf("plain HTTP: got X-Api-Key %q, want the placeholder", got.Header.Get("X-Api-Key"))
 	}
 }
 
@@ -658,7 +618,7 @@ func TestSecretTrailerIsBlocked(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if r, _ := closeRec["reason"].(string); closeRec["rule"] != RuleSecret || closeRec["secret"] != "ANTHROPIC_API_KEY" || closeRec["action"] != "block" || !strings.Contains(r, "in a trailer") {
+			if r, _ := closeRec["reason"].(string); closeRec["rule"] != secrets.Rule || closeRec["secret"] != "ANTHROPIC_API_KEY" || closeRec["action"] != "block" || !strings.Contains(r, "in a trailer") {
 				t.Errorf("got close record %v, want a block by rule secret naming ANTHROPIC_API_KEY, in a trailer", closeRec)
 			}
 			for _, got := range s.got.all() {

@@ -21,6 +21,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/dnsstub"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -88,7 +89,7 @@ func (l Limits) withDefaults() Limits {
 type Server struct {
 	cfg      serverConfig
 	inspect  inspectTransports // inspected requests go upstream through these
-	scrub    scrubState        // what bound hosts answer is scrubbed with (scrub.go)
+	secrets  *secrets.Set      // where a secret's value may go, and what bound hosts answer is scrubbed with
 	limits   Limits
 	logger   *slog.Logger
 	resolver *Resolver
@@ -180,8 +181,8 @@ func newServer(cfg serverConfig) (*Server, error) {
 	if err := cfg.Store.AddCheck(s.mocks.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := s.checkSecretsConfig(); err != nil {
-		return nil, err
+	if s.secrets, err = secrets.NewSet(cfg.Secrets, cfg.Store); err != nil {
+		return nil, fmt.Errorf("gateway: Config.Secrets %w", err)
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {
@@ -739,7 +740,7 @@ func enforced(snap *netpolicy.Snapshot, d netpolicy.Decision) bool {
 	if d.Action != netpolicy.Block || snap.Policy().Mode() != netpolicy.Audit {
 		return true
 	}
-	return d.Rule == netpolicy.RuleGuard || d.Rule == netpolicy.RuleInvalid || d.Rule == RuleSecret
+	return d.Rule == netpolicy.RuleGuard || d.Rule == netpolicy.RuleInvalid || d.Rule == secrets.Rule
 }
 
 func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {

@@ -179,10 +179,10 @@ func (k *capture) serveTLS(ctx context.Context, hello []byte, sni string, helloE
 		refuse(helloErr.Error())
 		return
 	}
-	if sec := s.placeholderIn(sni); sec != nil {
+	if sec := s.secrets.PlaceholderIn(sni); sec != nil {
 		rec := s.newRecord(c, decisionlog.KindTransparent, "", dst.Port())
-		rec.Host, rec.Secret = host, sec.name
-		s.pipe.finishRefusal(rec, secretDecision(sec, host), 0, start)
+		rec.Host, rec.Secret = host, sec.Name()
+		s.pipe.finishRefusal(rec, sec.Block(host), 0, start)
 		return
 	}
 	if sni != "" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -133,7 +134,7 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 		cmp.Comparer(func(a, b *mockllm.Responder) bool { return (a == nil) == (b == nil) }),
 		// Each command makes its own placeholder: the same secret by name
 		// and hosts.
-		cmp.Comparer(func(a, b *gateway.Secret) bool {
+		cmp.Comparer(func(a, b *secrets.Secret) bool {
 			return a.Name() == b.Name() && slices.Equal(a.Hosts(), b.Hosts()) && a.Placeholder() != b.Placeholder()
 		}),
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sbx-dev/sbx/gateway"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -115,14 +115,14 @@ func parseSecretFlag(v string) (netpolicy.Secret, error) {
 // readSecrets reads the values of the secrets of the policy p (read from
 // policyFile, "" for none: its from_file paths are relative to its
 // directory) and of the --secret flags, each name once, and returns them
-// for the gateway. A value that cannot be had is a *gateway.SecretError
+// for the gateway. A value that cannot be had is a *secrets.Error
 // in an error that names the flag or the policy file.
-func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]*gateway.Secret, error) {
-	var out []*gateway.Secret
+func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]*secrets.Secret, error) {
+	var out []*secrets.Secret
 	inPolicy := map[string]bool{}
 	for _, spec := range p.Secrets() {
 		inPolicy[spec.Name] = true
-		sec, err := gateway.ReadSecret(spec, filepath.Dir(policyFile), nil)
+		sec, err := secrets.Read(spec, filepath.Dir(policyFile), nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s: secrets: %w", policyFile, err)
 		}
@@ -132,7 +132,7 @@ func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]
 		if inPolicy[f.Name] {
 			return nil, fmt.Errorf("--secret %s: the policy %s has a secret %s too; give it once", f.flag, policyFile, f.Name)
 		}
-		sec, err := gateway.ReadSecret(f.Secret, "", nil)
+		sec, err := secrets.Read(f.Secret, "", nil)
 		if err != nil {
 			return nil, fmt.Errorf("--secret %s: %w", f.flag, err)
 		}
@@ -141,21 +141,21 @@ func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]
 	return out, nil
 }
 
-// secretWording words a *gateway.SecretError with sbx's flags: where the
+// secretWording words a *secrets.Error with sbx's flags: where the
 // value is wanted and how to give it.
 func secretWording(err error) (string, string, bool) {
-	var e *gateway.SecretError
+	var e *secrets.Error
 	if !errors.As(err, &e) {
 		return "", "", false
 	}
 	switch {
-	case errors.Is(e.Err, gateway.ErrSecretUnset):
+	case errors.Is(e.Err, secrets.ErrUnset):
 		return e.Error(), fmt.Sprintf("the environment variable %s is not set in sbx's environment: export it before sbx starts (sudo drops it unless told: sudo --preserve-env=%s sbx ...), or read the value from a file (--secret %s=FILE@HOST, or from_file in a policy)", e.Env, e.Env, e.Name), true
-	case errors.Is(e.Err, gateway.ErrSecretEmpty) && e.File != "":
+	case errors.Is(e.Err, secrets.ErrEmpty) && e.File != "":
 		return e.Error(), fmt.Sprintf("secret %s: the file %s holds no value: write the value in it", e.Name, e.File), true
-	case errors.Is(e.Err, gateway.ErrSecretEmpty):
+	case errors.Is(e.Err, secrets.ErrEmpty):
 		return e.Error(), fmt.Sprintf("the environment variable %s is empty: set it to the secret's value", e.Env), true
-	case errors.Is(e.Err, gateway.ErrSecretValue):
+	case errors.Is(e.Err, secrets.ErrValue):
 		return e.Error(), e.Error() + ": keep the value alone, on one line", true
 	case errors.Is(e.Err, fs.ErrNotExist), errors.Is(e.Err, fs.ErrPermission):
 		return e.Error(), fmt.Sprintf("secret %s: cannot read its value: %v: sbx reads it before the sandbox starts; give a file sbx can read", e.Name, e.Err), true

@@ -98,7 +98,7 @@ type Spec struct {
 
 	// RootFS is the command's /, Volumes are mounted over it, and Env
 	// comes after the layout's own variables; then each secret of
-	// Gateway.Secrets (gateway.Secret) sets its name to its placeholder,
+	// Gateway.Secrets (secrets.Secret) sets its name to its placeholder,
 	// and Start refuses a name set before with a *SecretEnvError.
 	RootFS  RootFS
 	Volumes []rootfs.Mount
@@ -167,7 +167,7 @@ func (e *SecretEnvError) Error() string {
 	return fmt.Sprintf("the command's environment sets %s, which holds the placeholder of the secret of that name: set it once", e.Name)
 }
 
-// A SecretFileError is a secret's file (gateway.Secret.File) that the
+// A SecretFileError is a secret's file (secrets.Secret.File) that the
 // sandbox can read: it lies in a directory the sandbox sees (the root
 // filesystem, a system directory of the host layout, the working
 // directory, a -v volume, read-only or not: rootfs.Layout.Visible), or is

@@ -13,6 +13,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -135,14 +136,14 @@ func TestSecretsHoldPlaceholders(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(root, "bin", "tool"), []byte("#!/bin/sh\n"), 0o755)
 	const value = "sk-test-value-71c3"
-	sec, err := gateway.NewSecret("API_KEY", value, []string{"api.test"})
+	sec, err := secrets.New("API_KEY", value, []string{"api.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := func(env ...string) Spec {
 		return Spec{
 			Command: []string{"tool"},
-			Gateway: gateway.Config{Policy: policy, Secrets: []*gateway.Secret{sec}},
+			Gateway: gateway.Config{Policy: policy, Secrets: []*secrets.Secret{sec}},
 			Runtime: noRuntime{},
 			RootFS:  RootFS{Dir: root},
 			Volumes: []rootfs.Mount{{Destination: "/data", Source: vol, Type: "bind", Options: rootfs.ReadWriteBind}},
@@ -214,12 +215,12 @@ func TestSecretsHoldPlaceholders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fsec, err := gateway.ReadSecret(netpolicy.Secret{Name: "API_KEY", FromFile: tt.file, Hosts: []string{"api.test"}}, "", nil)
+			fsec, err := secrets.Read(netpolicy.Secret{Name: "API_KEY", FromFile: tt.file, Hosts: []string{"api.test"}}, "", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := tt.spec()
-			s.Gateway.Secrets = []*gateway.Secret{fsec}
+			s.Gateway.Secrets = []*secrets.Secret{fsec}
 			_, err = prepare(&s)
 			var fe *SecretFileError
 			var re *ReadableError
