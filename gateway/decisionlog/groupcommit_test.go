@@ -236,3 +236,34 @@ func BenchmarkLogCommit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCommitParallel has 32 goroutines commit allowed requests' records
+// at once through a Log over a FileSink without a budget and a Ring, as the
+// gateway's HTTP forward path commits each request before it goes upstream.
+// The file is a real one and grows with b.N.
+//
+//	go test ./gateway/decisionlog -run '^$' -bench CommitParallel
+func BenchmarkCommitParallel(b *testing.B) {
+	fs, _ := openTempSink(b, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	l := NewLog("sb", fs, NewRing(10_000))
+	defer l.Close()
+	const committers = 32
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range committers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				if _, err := l.Commit(gcRecord("api.example.test")); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
