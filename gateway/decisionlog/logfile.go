@@ -514,6 +514,7 @@ func (s *FileSink) Close() error {
 	err = s.writer.closeFile(err)
 	s.mu.Unlock()
 	<-s.stopped
+	s.watch.close()
 	return err
 }
 

@@ -11,8 +11,9 @@ import (
 
 // This file is a FileSink's fault watcher: whether the file it writes can
 // be written and is still the one at its path, looked at after every
-// commit's write and twice a second; what the sink does when it is not
-// (docs/faults.md); and who is told.
+// commit's write (when the path watch of watch_linux.go saw a change)
+// and twice a second; what the sink does when it is not (docs/faults.md);
+// and who is told.
 
 // fileSinkCheckInterval is how often a FileSink looks whether its file is
 // still the one at its path, and tries a file at fault again: twice a
@@ -43,6 +44,8 @@ type faultWatcher struct {
 	mu       sync.Mutex
 	dev, ino uint64      // of the file, to tell that the path names another file
 	lost     bool        // the file is no longer at the path: a new one is made there before the next write
+	paths    *pathWatch  // says when the path may name another file; nil: every look stats the path
+	stale    bool        // paths was set after the file was opened: the next look stats the path
 	report   func(error) // told of faults and recoveries; nil: nobody
 	reported string      // the last fault told, "" after a recovery
 }
@@ -53,7 +56,30 @@ func newFaultWatcher(path string, f *os.File) (*faultWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &faultWatcher{path: path, changed: make(chan struct{}, 1), dev: dev, ino: ino}, nil
+	w := &faultWatcher{path: path, changed: make(chan struct{}, 1), dev: dev, ino: ino}
+	w.rewatch()
+	return w, nil
+}
+
+// rewatch sets a pathWatch on the path for the file opened there, or
+// none when it cannot (every look then stats the path). w.mu is held, or
+// w is new.
+func (w *faultWatcher) rewatch() {
+	if w.paths != nil {
+		w.paths.close()
+	}
+	w.paths, _ = newPathWatch(w.path)
+	w.stale = true
+}
+
+// close releases what the watcher holds.
+func (w *faultWatcher) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paths != nil {
+		w.paths.close()
+		w.paths = nil
+	}
 }
 
 // isLost reports whether the file is no longer at the path.
@@ -68,7 +94,7 @@ func (w *faultWatcher) isLost() bool {
 // nobody reads the log. It is the watch of an idle sink, twice a second.
 func (w *faultWatcher) look(f *os.File) {
 	if !w.isLost() {
-		w.verify(f)
+		w.check(f, false)
 	}
 }
 
@@ -78,9 +104,20 @@ func (w *faultWatcher) look(f *os.File) {
 // went where nobody reads the log, and the next write makes a new file at
 // the path, unless something is there (see renew). It is called after a
 // commit's records were written, so that Log.Commit fails for records
-// that did not reach the log, and by look.
+// that did not reach the log: it stats the path only when the path watch
+// saw something happen there (or there is none); look always does.
 func (w *faultWatcher) verify(f *os.File) error {
+	return w.check(f, true)
+}
+
+// check is verify; quick lets the path watch say that nothing happened.
+func (w *faultWatcher) check(f *os.File, quick bool) error {
 	w.mu.Lock()
+	if quick && w.paths != nil && !w.stale && w.paths.quiet() {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stale = false
 	err := fileGone(f, w.path, w.dev, w.ino)
 	if err != nil {
 		w.lost = true
@@ -119,6 +156,7 @@ func (w *faultWatcher) renew() (*os.File, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dev, w.ino, w.lost = dev, ino, false
+	w.rewatch()
 	return f, nil
 }
 

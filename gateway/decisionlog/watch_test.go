@@ -188,3 +188,34 @@ func TestFileSinkNoticesRemovalWhenIdle(t *testing.T) {
 		t.Errorf("Commit: got %v, want ErrLogFileReplaced", err)
 	}
 }
+
+// TestFileSinkAncestorMovedAtCommit moves the directory above the log's
+// directory away between two commits, which makes no event on the file
+// or on its directory: the second commit fails all the same, the path
+// naming no file now, and the next makes a new file once the path's
+// directories are there again.
+func TestFileSinkAncestorMovedAtCommit(t *testing.T) {
+	root := t.TempDir()
+	path := filepath.Join(root, "a", "b", "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	defer l.Close()
+	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "a"), filepath.Join(root, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/2")); !errors.Is(err, ErrLogFileRemoved) {
+		t.Fatalf("Commit once the directory above was moved: got %v, want ErrLogFileRemoved", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/3")); err != nil {
+		t.Fatalf("Commit once the directories are back: got %v, want a new file", err)
+	}
+}
