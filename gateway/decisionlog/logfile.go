@@ -56,17 +56,19 @@ type FileSinkOptions struct {
 	MaxBytesFlag string
 }
 
-// FileSink is a Sink that appends records to a file. It is made of three
-// parts, each with its own state and lock, which it composes: its budget
-// (budget.go), its fault watcher (watch.go) and its batch writer
-// (batch.go). It gathers records in
-// batches of up to 64 KiB and writes a batch out when it is full (in its
-// own goroutine, so that a Log's writers do not wait for the file), at
-// most 200 ms after a record arrives, on Flush and on Close: a crash of the
-// process loses at most the last 200 ms of records, a clean Close loses
-// nothing (it also syncs the file to disk). Batches reach the file in the
-// order of their records. Make one with OpenFileSink; it is safe for
-// concurrent use.
+// FileSink is a Sink that appends records to a file. It gathers records
+// in batches of up to 64 KiB and writes a batch out when it is full (in
+// its own goroutine, so that a Log's writers do not wait for the file),
+// at most 200 ms after a record arrives, on Flush and on Close: a crash of
+// the process loses at most the last 200 ms of records, a clean Close
+// loses nothing (it also syncs the file to disk). Batches reach the file
+// in the order of their records. Make one with OpenFileSink; it is safe
+// for concurrent use.
+//
+// A FileSink composes three parts, each with its own state and lock: its
+// budget (budget.go), its fault watcher (watch.go) and its batch writer
+// (batch.go). It adds the order of their calls for each record, and its
+// goroutine (loop).
 //
 // A FileSink keeps to the budget of its FileSinkOptions (budget.go): a
 // record over it is left out and counted, and a record with event
