@@ -32,7 +32,7 @@ func createLogFile(path string) (*os.File, error) {
 type pathWatch struct{}
 
 // newPathWatch is not implemented outside Linux.
-func newPathWatch(path string) (*pathWatch, error) { return nil, errors.ErrUnsupported }
+func newPathWatch(path string, f *os.File) (*pathWatch, error) { return nil, errors.ErrUnsupported }
 
 func (pw *pathWatch) quiet() bool { return false }
 func (pw *pathWatch) close()      {}

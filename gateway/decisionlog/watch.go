@@ -57,18 +57,18 @@ func newFaultWatcher(path string, f *os.File) (*faultWatcher, error) {
 		return nil, err
 	}
 	w := &faultWatcher{path: path, changed: make(chan struct{}, 1), dev: dev, ino: ino}
-	w.rewatch()
+	w.rewatch(f)
 	return w, nil
 }
 
-// rewatch sets a pathWatch on the path for the file opened there, or
+// rewatch sets a pathWatch on the path for f, the file opened there, or
 // none when it cannot (every look then stats the path). w.mu is held, or
 // w is new.
-func (w *faultWatcher) rewatch() {
+func (w *faultWatcher) rewatch(f *os.File) {
 	if w.paths != nil {
 		w.paths.close()
 	}
-	w.paths, _ = newPathWatch(w.path)
+	w.paths, _ = newPathWatch(w.path, f)
 	w.stale = true
 }
 
@@ -156,7 +156,7 @@ func (w *faultWatcher) renew() (*os.File, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dev, w.ino, w.lost = dev, ino, false
-	w.rewatch()
+	w.rewatch(f)
 	return f, nil
 }
 

@@ -1,8 +1,12 @@
 package decisionlog
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,20 +38,22 @@ type pathWatch struct {
 // The events a pathWatch asks for: a directory of the path moved or
 // removed; the file's links changed (IN_ATTRIB), the file moved, or gone.
 const (
-	pathWatchDir  = unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW
-	pathWatchFile = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF | unix.IN_DONT_FOLLOW
+	pathWatchDir  = unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+	pathWatchFile = unix.IN_ATTRIB | unix.IN_MOVE_SELF | unix.IN_DELETE_SELF
 )
 
-// newPathWatch watches the file at path, which must be absolute and
-// clean, with no symbolic link among its directories (a link's target can
-// change with no event where the watch looks). The caller stats the path
-// once after it returns: what happened before the watch was set is not
-// in it.
-func newPathWatch(path string) (pw *pathWatch, retErr error) {
+// newPathWatch watches f, the file opened at path, which must be
+// absolute and clean, with no symbolic link among its directories (a
+// link's target can change with no event where the watch looks). It
+// watches the inodes it walks through from the root, opened one below the
+// other, and then checks that each is still at its name in the one above
+// and that the path ends at f: a change before that check fails it, one
+// after it is an event.
+func newPathWatch(path string, f *os.File) (_ *pathWatch, retErr error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
 		return nil, fmt.Errorf("watching %s: not an absolute, clean path", path)
 	}
-	pw = &pathWatch{ep: -1, in: -1, mounts: -1, buf: make([]byte, 4096)}
+	pw := &pathWatch{ep: -1, in: -1, mounts: -1, buf: make([]byte, 4096)}
 	defer func() {
 		if retErr != nil {
 			pw.close()
@@ -57,15 +63,31 @@ func newPathWatch(path string) (pw *pathWatch, retErr error) {
 	if pw.in, err = unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("watching %s: inotify_init1: %w", path, err)
 	}
-	// Each directory below the root, the file's included, and the file;
-	// IN_DONT_FOLLOW refuses a symbolic link among them, whose target
-	// could change with no event.
-	for dir := filepath.Dir(path); dir != "/"; dir = filepath.Dir(dir) {
-		if _, err := unix.InotifyAddWatch(pw.in, dir, pathWatchDir); err != nil {
-			return nil, fmt.Errorf("watching %s: %w", dir, err)
+	// The directories below the root, opened one in the other without
+	// following a symbolic link, each watched through its descriptor.
+	names := strings.Split(path[1:], "/")
+	dirs := make([]int, 0, len(names))
+	defer func() {
+		for _, fd := range dirs {
+			unix.Close(fd)
+		}
+	}()
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", path, err)
+	}
+	dirs = append(dirs, root)
+	for _, name := range names[:len(names)-1] {
+		fd, err := unix.Openat(dirs[len(dirs)-1], name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("watching %s: %s: %w", path, name, err)
+		}
+		dirs = append(dirs, fd)
+		if err := pw.watch(fd, pathWatchDir); err != nil {
+			return nil, fmt.Errorf("watching %s: %w", path, err)
 		}
 	}
-	if _, err := unix.InotifyAddWatch(pw.in, path, pathWatchFile); err != nil {
+	if err := pw.watch(int(f.Fd()), pathWatchFile); err != nil {
 		return nil, fmt.Errorf("watching %s: %w", path, err)
 	}
 	if pw.mounts, err = unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
@@ -83,7 +105,39 @@ func newPathWatch(path string) (pw *pathWatch, retErr error) {
 		}
 	}
 	pw.quiet() // takes in what the setting up caused
+	if err := onPath(dirs, names, f); err != nil {
+		return nil, fmt.Errorf("watching %s: %w", path, err)
+	}
 	return pw, nil
+}
+
+// watch watches the inode open as fd for events.
+func (pw *pathWatch) watch(fd int, events uint32) error {
+	_, err := unix.InotifyAddWatch(pw.in, "/proc/self/fd/"+strconv.Itoa(fd), events)
+	return err
+}
+
+// onPath checks that each of dirs (the root, then a directory open in
+// the one before) is still the inode at its name in the one before, and
+// that the last name in the last one is f.
+func onPath(dirs []int, names []string, f *os.File) error {
+	var want, got unix.Stat_t
+	for i, name := range names {
+		if i < len(dirs)-1 {
+			if err := unix.Fstat(dirs[i+1], &want); err != nil {
+				return err
+			}
+		} else if err := unix.Fstat(int(f.Fd()), &want); err != nil {
+			return err
+		}
+		if err := unix.Fstatat(dirs[i], name, &got, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return err
+		}
+		if got.Dev != want.Dev || got.Ino != want.Ino {
+			return errors.New("the path changed while it was being watched")
+		}
+	}
+	return nil
 }
 
 // quiet reports whether nothing happened since the last call that could

@@ -34,19 +34,23 @@ func TestFileSinkMountedOverAtCommit(t *testing.T) {
 }
 
 // TestPathWatch says what a path watch takes for a change that may have
-// taken the file from its path: one of the file's own (a new link, a
-// move), and one of the path's names in a directory on it; not another
-// entry of those directories. Each is told once.
+// taken the file from its path: one of the file's own (a new link,
+// another file renamed over it) and a move of a directory of the path;
+// not another entry of those directories, nor a write. Each is told once.
+// It refuses a path it cannot watch soundly: relative, not clean, or
+// through a symbolic link.
 func TestPathWatch(t *testing.T) {
 	root := t.TempDir()
 	path := filepath.Join(root, "logs", "decisions.jsonl")
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
+	f, _, err := openLogFile(path, logFileName)
+	if err != nil {
 		t.Fatal(err)
 	}
-	pw, err := newPathWatch(path)
+	defer f.Close()
+	pw, err := newPathWatch(path, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +82,45 @@ func TestPathWatch(t *testing.T) {
 			t.Errorf("%s: quiet %v, want %v", s.name, got, s.quiet)
 		}
 	}
-	for _, bad := range []string{"relative/decisions.jsonl", root + "/logs/../logs/decisions.jsonl"} {
-		if pw, err := newPathWatch(bad); err == nil {
+	if err := os.Symlink(filepath.Join(root, "logs"), filepath.Join(root, "link-to-logs")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"relative/decisions.jsonl", root + "/logs/../logs/decisions.jsonl", filepath.Join(root, "link-to-logs", "decisions.jsonl")} {
+		if pw, err := newPathWatch(bad, f); err == nil {
 			pw.close()
 			t.Errorf("newPathWatch(%q): got nil error, want one", bad)
 		}
+	}
+}
+
+// TestFileSinkWithoutPathWatch opens a log through a symbolic link to its
+// directory, which a path watch refuses: the sink has none, and every
+// commit stats the path, so a removal is seen at the next commit still.
+func TestFileSinkWithoutPathWatch(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "logs"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "link", "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	defer l.Close()
+	if fs.watch.paths != nil {
+		t.Error("a path watch through a symbolic link: got one, want none")
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/2")); !errors.Is(err, ErrLogFileRemoved) {
+		t.Errorf("Commit into the removed file: got %v, want ErrLogFileRemoved", err)
 	}
 }
