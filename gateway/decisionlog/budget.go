@@ -2,58 +2,188 @@ package decisionlog
 
 import (
 	"hash/maphash"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // This file is a FileSink's budget: the rate limit, which may count a
 // repeat of a target instead of writing it, and the size limit, past
-// which the sink is full and Log.Commit fails (docs/decision-log.md).
+// which the sink is full and Log.Commit fails (docs/decision-log.md); and
+// the dropped records that tell what it left out.
+
+// fileSinkDroppedInterval is the least time between two dropped records
+// of a FileSink (but for the one written at Close), so that a sandbox that
+// keeps the sink over its rate gets one dropped record a second, not one
+// between every two records.
+const fileSinkDroppedInterval = time.Second
+
+// A budget is what a FileSink may write: a token bucket of records a
+// second, a size the file may reach, and the account of what it left out
+// (counted, and by target over the rate) until a dropped record, which
+// the budget encodes, tells it. It writes nothing itself: the FileSink
+// asks it whether a record goes in (admit, commitFits), tells it what
+// was written (grow) and writes the dropped records it stages. Its
+// methods take its own lock, which is never held while another part of
+// the sink is called.
+type budget struct {
+	// Fixed at open: rate is 0 when there is no rate limit, maxBytes
+	// math.MaxInt64 when there is no size limit.
+	path     string
+	now      func() time.Time // the clock; nil: see clock
+	signal   func()           // wakes the sink to tell its reporter that fullErr changed
+	rate     float64
+	burst    float64
+	maxBytes int64
+	sizeFlag string // FileSinkOptions.MaxBytesFlag
+
+	// uncounted is the number of records left out since the last dropped
+	// record. It changes with mu held, and is read without it to skip
+	// reserve's work when it is 0.
+	uncounted atomic.Uint64
+	total     atomic.Uint64 // records left out since open
+	// fullErr is set when the file reached its size limit (fill), nil
+	// until then and after a new file was made at the path (restart). It
+	// changes with mu held, and is read without.
+	fullErr atomic.Pointer[LogFullError]
+
+	mu             sync.Mutex
+	size           int64         // bytes in the file: at open, plus written since (buffered included)
+	tokens         float64       // of the rate limit's bucket
+	refilled       time.Time     // when tokens was brought up to date
+	since          time.Time     // when the first uncounted record was left out
+	overRate       bool          // an uncounted record was left out for the rate
+	overSize       bool          // an uncounted record was left out for the size
+	overFault      *LogFileError // an uncounted record was left out for this fault (the first)
+	lastDrop       time.Time     // when the last dropped record was made
+	lastSeq        uint64        // the highest seq written, left out or reserved
+	staged         []byte        // a dropped record reserved by the Log, with its newline; nil when none
+	stagedFor      uint64        // how many left-out records staged counts
+	stagedVanished *LogFileError // the vanished file staged tells of, nil when none
+	dropBuf        []byte        // staged's memory, reused
+
+	// The flood: the targets written while over the rate since the
+	// bucket was last full, the bytes of their names, those whose
+	// repeats were left out since the last dropped record, and those the
+	// staged dropped record counts, with their counts then.
+	flood         map[uint64]*floodTarget
+	floodBytes    int
+	repeats       []*floodTarget
+	repeatBytes   int
+	stagedRepeats []*floodTarget
+	stagedCounts  []uint64
+}
+
+// newBudget returns the budget of o for the file at path, which holds
+// size bytes. now is its clock (nil: see clock); signal is called, with
+// the budget's lock held, when it becomes full or has room again.
+func newBudget(path string, o FileSinkOptions, size int64, now func() time.Time, signal func()) *budget {
+	b := &budget{path: path, now: now, signal: signal, maxBytes: o.MaxBytes, sizeFlag: o.MaxBytesFlag, size: size}
+	switch {
+	case o.MaxBytes == 0:
+		b.maxBytes = DefaultLogMaxBytes
+	case o.MaxBytes < 0:
+		b.maxBytes = math.MaxInt64
+	}
+	rate, burst := o.RatePerSecond, o.Burst
+	if rate == 0 {
+		rate = DefaultLogRate
+	}
+	if burst == 0 {
+		burst = DefaultLogBurst
+	}
+	if rate > 0 && burst > 0 && !math.IsInf(rate, 1) {
+		b.rate, b.burst, b.tokens = rate, float64(burst), float64(burst)
+		b.refilled = b.clock(time.Time{})
+	}
+	return b
+}
+
+// clock returns the current time for the budget: from its own clock when
+// it has one (tests), else now, the time the Log stamped on the record,
+// which saves reading the clock again for every record, or time.Now when
+// now is zero.
+func (b *budget) clock(now time.Time) time.Time {
+	switch {
+	case b.now != nil:
+		return b.now()
+	case now.IsZero():
+		return time.Now()
+	default:
+		return now
+	}
+}
 
 // admit reports whether a record r of n bytes is within the budget, and
-// takes it from the budget if so; if not, it counts the record as left
-// out. A record that does not fit in the size limit makes the sink full
-// (see fill). Over the rate, only a record that repeats a target written
-// in full during the flood is left out (see remember), and counted on
-// that target: a flood of requests to one place cannot hide one to
-// another, nor one to another path. now is the current time, or zero.
-// s.mu is held.
-func (s *FileSink) admit(n int, r *Record, now time.Time) bool {
-	if int64(n) > s.maxBytes-s.size {
-		s.leaveOut(s.clock(now), &s.overSize)
-		s.fill()
+// takes it from the rate limit if so; if not, it counts the record as
+// left out. now is the current time, or zero.
+func (b *budget) admit(n int, r *Record, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.admitLocked(n, r, now)
+}
+
+// admitCommit appends to dst the records of a commit, recs[i] encoded as
+// lines[ends[i-1]:ends[i]], that are within the budget (all of them when
+// atFault: the commit fails as a whole then), counting the others as
+// left out, and returns dst.
+func (b *budget) admitCommit(dst, lines []byte, ends []int, recs []*Record, now time.Time, atFault bool) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	start := 0
+	for i, end := range ends {
+		if atFault || b.admitLocked(end-start, recs[i], now) {
+			dst = append(dst, lines[start:end]...)
+		}
+		start = end
+	}
+	return dst
+}
+
+// admitLocked is admit. A record that does not fit in the size limit
+// makes the sink full (see fill). Over the rate, only a record that
+// repeats a target written in full during the flood is left out (see
+// remember), and counted on that target: a flood of requests to one
+// place cannot hide one to another, nor one to another path. b.mu is
+// held.
+func (b *budget) admitLocked(n int, r *Record, now time.Time) bool {
+	if int64(n) > b.maxBytes-b.size {
+		b.leaveOut(b.clock(now), &b.overSize)
+		b.fill()
 		return false
 	}
-	if s.rate > 0 {
-		now = s.clock(now)
-		s.refill(now)
-		if s.tokens < 1 {
+	if b.rate > 0 {
+		now = b.clock(now)
+		b.refill(now)
+		if b.tokens < 1 {
 			if r == nil || r.Host == "" {
 				// No target: a record the Log did not give (WriteRecord),
 				// or one that lets nothing through (a conn record).
-				s.leaveOut(now, &s.overRate)
+				b.leaveOut(now, &b.overRate)
 				return false
 			}
-			t, first := s.remember(r)
+			t, first := b.remember(r)
 			if first || t == nil {
 				return true // the flood's first record of r's target, or one it has no room to remember
 			}
 			if t.Count == 0 {
-				if len(s.repeats) >= maxFloodTargets || s.repeatBytes+t.names > maxFloodBytes {
+				if len(b.repeats) >= maxFloodTargets || b.repeatBytes+t.names > maxFloodBytes {
 					return true // the next dropped record names as many targets as it can
 				}
-				s.repeats = append(s.repeats, t)
-				s.repeatBytes += t.names
+				b.repeats = append(b.repeats, t)
+				b.repeatBytes += t.names
 			}
 			t.Count++
-			s.leaveOut(now, &s.overRate)
+			b.leaveOut(now, &b.overRate)
 			return false
 		}
-		s.tokens--
-		if s.flood != nil && r != nil && r.Host != "" {
-			s.remember(r) // during a flood, what is written is seen
+		b.tokens--
+		if b.flood != nil && r != nil && r.Host != "" {
+			b.remember(r) // during a flood, what is written is seen
 		}
 	}
 	return true
@@ -87,9 +217,9 @@ func (t *floodTarget) is(r *Record) bool {
 // in full, and adds it when it is new and there is room. It returns the
 // target, and first set when r is its first record of the flood, which is
 // written; or nil and first set when r is a new target the flood has no
-// room left for (or another's that hashes alike), which is written too. s.mu
+// room left for (or another's that hashes alike), which is written too. b.mu
 // is held.
-func (s *FileSink) remember(r *Record) (t *floodTarget, first bool) {
+func (b *budget) remember(r *Record) (t *floodTarget, first bool) {
 	var h maphash.Hash
 	h.SetSeed(floodSeed)
 	for _, f := range [...]string{r.Event, r.Kind, r.Method, r.Host, r.Path, r.Action} {
@@ -97,22 +227,22 @@ func (s *FileSink) remember(r *Record) (t *floodTarget, first bool) {
 		h.WriteByte(0)
 	}
 	key := h.Sum64() ^ uint64(r.Port)<<48
-	if t := s.flood[key]; t != nil {
+	if t := b.flood[key]; t != nil {
 		if t.is(r) {
 			return t, false
 		}
 		return nil, true
 	}
 	n := len(r.Event) + len(r.Kind) + len(r.Method) + len(r.Host) + len(r.Path) + len(r.Action)
-	if len(s.flood) >= maxFloodTargets || s.floodBytes+n > maxFloodBytes {
+	if len(b.flood) >= maxFloodTargets || b.floodBytes+n > maxFloodBytes {
 		return nil, true
 	}
-	if s.flood == nil {
-		s.flood = map[uint64]*floodTarget{}
+	if b.flood == nil {
+		b.flood = map[uint64]*floodTarget{}
 	}
 	t = &floodTarget{DroppedTarget: DroppedTarget{Event: r.Event, Kind: r.Kind, Method: r.Method, Host: r.Host, Port: r.Port, Path: r.Path, Action: r.Action}, names: n}
-	s.flood[key] = t
-	s.floodBytes += n
+	b.flood[key] = t
+	b.floodBytes += n
 	return t, true
 }
 
@@ -123,42 +253,42 @@ var floodSeed = maphash.MakeSeed()
 // When the bucket is full again the flood is over, and its targets are
 // forgotten (but for the counts of their repeats, which the next dropped
 // record names).
-func (s *FileSink) refill(now time.Time) {
-	if d := now.Sub(s.refilled); d > 0 {
-		s.tokens = min(s.burst, s.tokens+d.Seconds()*s.rate)
-		s.refilled = now
-		if s.tokens == s.burst && s.flood != nil {
-			clear(s.flood)
-			s.floodBytes = 0
+func (b *budget) refill(now time.Time) {
+	if d := now.Sub(b.refilled); d > 0 {
+		b.tokens = min(b.burst, b.tokens+d.Seconds()*b.rate)
+		b.refilled = now
+		if b.tokens == b.burst && b.flood != nil {
+			clear(b.flood)
+			b.floodBytes = 0
 		}
 	}
 }
 
 // stageTargets puts the targets whose repeats were left out, with their
 // counts, in r, the dropped record being staged, and keeps them to be
-// taken off once it is written (countedTargets). s.mu is held.
-func (s *FileSink) stageTargets(r *Record) {
-	s.stagedRepeats = s.stagedRepeats[:0]
-	s.stagedCounts = s.stagedCounts[:0]
-	for _, t := range s.repeats {
+// taken off once it is written (countedTargets). b.mu is held.
+func (b *budget) stageTargets(r *Record) {
+	b.stagedRepeats = b.stagedRepeats[:0]
+	b.stagedCounts = b.stagedCounts[:0]
+	for _, t := range b.repeats {
 		if t.Count > 0 {
 			r.Targets = append(r.Targets, t.DroppedTarget)
-			s.stagedRepeats = append(s.stagedRepeats, t)
-			s.stagedCounts = append(s.stagedCounts, t.Count)
+			b.stagedRepeats = append(b.stagedRepeats, t)
+			b.stagedCounts = append(b.stagedCounts, t.Count)
 		}
 	}
 }
 
 // countedTargets takes the counts of the staged dropped record, which
-// was written, off its targets. s.mu is held.
-func (s *FileSink) countedTargets() {
-	for i, t := range s.stagedRepeats {
-		t.Count -= s.stagedCounts[i]
+// was written, off its targets. b.mu is held.
+func (b *budget) countedTargets() {
+	for i, t := range b.stagedRepeats {
+		t.Count -= b.stagedCounts[i]
 	}
-	s.stagedRepeats, s.stagedCounts = s.stagedRepeats[:0], s.stagedCounts[:0]
-	s.repeats = slices.DeleteFunc(s.repeats, func(t *floodTarget) bool {
+	b.stagedRepeats, b.stagedCounts = b.stagedRepeats[:0], b.stagedCounts[:0]
+	b.repeats = slices.DeleteFunc(b.repeats, func(t *floodTarget) bool {
 		if t.Count == 0 {
-			s.repeatBytes -= t.names
+			b.repeatBytes -= t.names
 			return true
 		}
 		return false
@@ -166,49 +296,54 @@ func (s *FileSink) countedTargets() {
 }
 
 // leaveOut counts a record left out at now, because of the budget whose
-// flag over points to. s.mu is held.
-func (s *FileSink) leaveOut(now time.Time, over *bool) {
-	if s.uncounted.Load() == 0 {
-		s.since = now
+// flag over points to. b.mu is held.
+func (b *budget) leaveOut(now time.Time, over *bool) {
+	if b.uncounted.Load() == 0 {
+		b.since = now
 	}
 	*over = true
-	s.uncounted.Add(1)
-	s.total.Add(1)
+	b.uncounted.Add(1)
+	b.total.Add(1)
 }
 
-// leaveOutFault counts a record left out at now because the file cannot
-// be written (e). s.mu is held.
-func (s *FileSink) leaveOutFault(now time.Time, e *LogFileError) {
-	if s.overFault == nil {
-		s.overFault = e
+// leaveOutFault counts a record left out at now (or the budget's clock's
+// time when now is zero) because the file cannot be written (e).
+func (b *budget) leaveOutFault(now time.Time, e *LogFileError) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now = b.clock(now)
+	if b.overFault == nil {
+		b.overFault = e
 	}
 	var dummy bool
-	s.leaveOut(now, &dummy)
+	b.leaveOut(now, &dummy)
 }
 
 // fill makes the sink full: a record did not fit in the size limit, so
 // Log.Commit fails with a *LogFullError (and the gateway blocks) until a
 // new file is made at the path (the full one moved away) or the sink is
-// closed. The reporter is told once. s.mu is held.
-func (s *FileSink) fill() {
-	if s.fullErr.Load() == nil {
-		s.fullErr.Store(&LogFullError{Path: s.path, MaxBytes: s.maxBytes, Flag: s.sizeFlag})
-		s.signal()
+// closed. The reporter is told once. b.mu is held.
+func (b *budget) fill() {
+	if b.fullErr.Load() == nil {
+		b.fullErr.Store(&LogFullError{Path: b.path, MaxBytes: b.maxBytes, Flag: b.sizeFlag})
+		b.signal()
 	}
 }
 
 // commitFits returns the sink's *LogFullError, making it full, when n
-// bytes (a commit's records and the dropped record staged for them) do
+// bytes of a commit's records and the dropped record staged for them do
 // not fit in the size limit, or it is full already; nil otherwise. A
-// file that is to be made anew at the path (lost) has room. s.mu is held.
-func (s *FileSink) commitFits(n int, lost bool) error {
+// file that is to be made anew at the path (lost) has room.
+func (b *budget) commitFits(n int, lost bool) error {
 	if lost {
 		return nil
 	}
-	if int64(n) > s.maxBytes-s.size {
-		s.fill()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if int64(n+len(b.staged)) > b.maxBytes-b.size {
+		b.fill()
 	}
-	if e := s.fullErr.Load(); e != nil {
+	if e := b.fullErr.Load(); e != nil {
 		return e
 	}
 	return nil
@@ -254,25 +389,159 @@ func formatSize(n int64) string {
 
 // dropReason says which budgets the uncounted records exceeded, the
 // fault that kept them out of the file, and that the file before this one
-// vanished.
-func (s *FileSink) dropReason() string {
+// vanished (v, nil when it did not). b.mu is held.
+func (b *budget) dropReason(v *LogFileError) string {
 	var why []string
-	if v := s.vanished.Load(); v != nil {
+	if v != nil {
 		why = append(why, "the decision log file at this path was removed or replaced while sbx wrote it ("+v.cause()+
 			"): sbx made this file anew there, and the records before this one are in the old file, if it is anywhere")
 	}
-	if s.overRate {
-		why = append(why, "over the decision log's rate limit of "+strconv.FormatFloat(s.rate, 'g', -1, 64)+
-			" records a second (burst "+strconv.FormatFloat(s.burst, 'g', -1, 64)+
+	if b.overRate {
+		why = append(why, "over the decision log's rate limit of "+strconv.FormatFloat(b.rate, 'g', -1, 64)+
+			" records a second (burst "+strconv.FormatFloat(b.burst, 'g', -1, 64)+
 			"), counted by target in targets: each a repeat of a record written in full")
 	}
-	if s.overSize {
-		why = append(why, "the decision log file reached its size limit of "+strconv.FormatInt(s.maxBytes, 10)+
+	if b.overSize {
+		why = append(why, "the decision log file reached its size limit of "+strconv.FormatInt(b.maxBytes, 10)+
 			" bytes, and every request was blocked meanwhile")
 	}
-	if s.overFault != nil {
-		why = append(why, "the decision log file could not be written ("+s.overFault.cause()+
+	if b.overFault != nil {
+		why = append(why, "the decision log file could not be written ("+b.overFault.cause()+
 			"), and every request was blocked meanwhile")
 	}
 	return strings.Join(why, ", and ")
+}
+
+// grow counts n more bytes in the file (buffered ones included); a
+// negative n takes bytes back that were not written after all.
+func (b *budget) grow(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.size += int64(n)
+}
+
+// restart gives the budget the room of a new file made at the path in
+// place of one that held written bytes (what is buffered stays counted):
+// a full file moved away is how room returns, and a full sink has room
+// again.
+func (b *budget) restart(written int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.size -= written
+	if b.fullErr.Swap(nil) != nil {
+		b.signal()
+	}
+}
+
+// seen notes that the Log numbered a record seq, so that a dropped
+// record made at Close is numbered above it.
+func (b *budget) seen(seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lastSeq = max(b.lastSeq, seq)
+}
+
+// reserve stages a dropped record numbered seq when records were left
+// out, or the file before this one vanished (v, nil when it did not), and
+// the next record will be written (or the Log closes), unless the last
+// dropped record is less than fileSinkDroppedInterval old (but after a
+// fault, whose dropped record goes before the first record written
+// again) or the record would not fit in the size limit. While the file is
+// at fault (atFault), only a commit gets one, which is written with it if
+// the file can be written again. It reports whether it staged one; see
+// FileSink.reserveDropped.
+func (b *budget) reserve(seq uint64, at dropPoint, now time.Time, atFault bool, v *LogFileError) bool {
+	vanished := v != nil
+	if b.uncounted.Load() == 0 && !vanished {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.staged != nil || (atFault && at != dropBeforeCommit) {
+		return false
+	}
+	now = b.clock(now)
+	if at != dropAtClose {
+		if b.overFault == nil && !vanished && !b.lastDrop.IsZero() && now.Sub(b.lastDrop) < fileSinkDroppedInterval {
+			return false
+		}
+		if (at == dropBeforeRecord || at == dropBeforeCommit) && b.rate > 0 {
+			b.refill(now)
+			if b.tokens < 1 {
+				return false // the record will be left out too
+			}
+		}
+	}
+	b.stage(seq, now, v)
+	if at != dropAtClose && !vanished && int64(len(b.staged)) > b.maxBytes-b.size {
+		b.staged = nil
+		return false
+	}
+	b.lastSeq = max(b.lastSeq, seq)
+	return true
+}
+
+// stageAtClose stages the last dropped record, numbered one above the
+// last seq the budget saw, when records were left out since the one
+// before or the file before this one vanished (v), and none is staged.
+func (b *budget) stageAtClose(v *LogFileError) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.staged == nil && (b.uncounted.Load() > 0 || v != nil) {
+		b.stage(b.lastSeq+1, b.clock(time.Time{}), v)
+	}
+}
+
+// stage encodes the dropped record numbered seq, made at now, for the
+// records left out so far and the vanished file v. b.mu is held.
+func (b *budget) stage(seq uint64, now time.Time, v *LogFileError) {
+	r := Record{
+		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: b.since,
+		Count: b.uncounted.Load(), Reason: b.dropReason(v),
+	}
+	if r.Count == 0 {
+		r.Since = now // only the vanished file to tell
+	}
+	b.stageTargets(&r)
+	b.stagedVanished = v
+	b.dropBuf = append(r.AppendJSON(b.dropBuf[:0]), '\n')
+	b.staged = b.dropBuf
+	b.stagedFor = r.Count
+	b.lastDrop = now
+}
+
+// takeStaged returns the staged dropped record, if any (ok), and how
+// many left-out records it counts, and unstages it. The line is valid
+// until the next dropped record is staged; once it is written, counted
+// takes its count off.
+func (b *budget) takeStaged() (line []byte, n uint64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	line, n = b.staged, b.stagedFor
+	b.staged = nil
+	return line, n, line != nil
+}
+
+// unreserve gives back the staged dropped record, if any.
+func (b *budget) unreserve() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.staged = nil
+}
+
+// counted takes the n records that the dropped record taken last, which
+// was written, counts off the uncounted ones, with the counts of its
+// targets. It returns the vanished file that record told of, nil when
+// none: it no longer needs telling.
+func (b *budget) counted(n uint64) *LogFileError {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.countedTargets()
+	v := b.stagedVanished
+	b.stagedVanished = nil
+	b.uncounted.Store(b.uncounted.Load() - n)
+	if b.uncounted.Load() == 0 {
+		b.overRate, b.overSize, b.overFault = false, false, nil
+	}
+	return v
 }

@@ -15,7 +15,9 @@
 // following a symbolic link or blocking on a pipe there; and a FileSink
 // keeps to a budget (records a second, bytes in all; budget.go) so that
 // a flooding sandbox cannot fill the disk, without hiding a request that
-// goes upstream. Log.Commit writes a record that lets a request go on:
+// goes upstream. A FileSink is its budget, its fault watcher (watch.go)
+// and its batch writer (batch.go), each a type of its own. Log.Commit
+// writes a record that lets a request go on:
 // it returns an error, a *LogFileError or a *LogFullError, when the file
 // cannot hold it (an I/O error, the size limit reached, or the file
 // removed or replaced, which the sink's watch notices: watch.go), and

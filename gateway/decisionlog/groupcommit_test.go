@@ -236,3 +236,48 @@ func BenchmarkLogCommit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCommitParallel has 32 goroutines commit allowed requests' records
+// at once through a Log over a FileSink without a budget and a Ring, as the
+// gateway's HTTP forward path commits each request before it goes upstream.
+// The file is a real one and grows with b.N. cpu-ns/op is the process's
+// CPU time (user and system) per commit, which other processes' load
+// changes less than the time per commit.
+//
+//	go test ./gateway/decisionlog -run '^$' -bench CommitParallel
+func BenchmarkCommitParallel(b *testing.B) {
+	fs, _ := openTempSink(b, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	l := NewLog("sb", fs, NewRing(10_000))
+	defer l.Close()
+	const committers = 32
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	b.ResetTimer()
+	for range committers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				if _, err := l.Commit(gcRecord("api.example.test")); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime returns the CPU time, user and system, the process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -211,64 +211,6 @@ func TestLogConcurrentEmit(t *testing.T) {
 	}
 }
 
-func TestFileSinkCloseFlushes(t *testing.T) {
-	fs, path := openTempSink(t, FileSinkOptions{})
-	l := NewLog("sb", fs)
-	for range 3 {
-		l.Emit(&Record{Event: EventDecision})
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := len(decisionlogtest.RawLines(t, path)); got != 3 {
-		t.Errorf("right after Close: got %d lines, want 3", got)
-	}
-	if err := fs.WriteRecord(4, []byte("{}\n")); !errors.Is(err, ErrSinkClosed) {
-		t.Errorf("WriteRecord after Close: got %v, want ErrSinkClosed", err)
-	}
-	if err := fs.Flush(); !errors.Is(err, ErrSinkClosed) {
-		t.Errorf("Flush after Close: got %v, want ErrSinkClosed", err)
-	}
-	if err := fs.Close(); err != nil {
-		t.Errorf("second Close: got %v, want nil", err)
-	}
-}
-
-func TestFileSinkFlush(t *testing.T) {
-	fs, path := openTempSink(t, FileSinkOptions{})
-	defer fs.Close()
-	if err := fs.WriteRecord(1, []byte("{\"seq\":1}\n")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fs.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if got := len(decisionlogtest.RawLines(t, path)); got != 1 {
-		t.Errorf("after Flush: got %d lines, want 1", got)
-	}
-}
-
-// TestFileSinkBackgroundFlush waits for the flusher to write a record
-// nobody flushed. The flusher does it within 200 ms; the deadline only
-// guards against a flusher that never runs.
-func TestFileSinkBackgroundFlush(t *testing.T) {
-	fs, path := openTempSink(t, FileSinkOptions{})
-	defer fs.Close()
-	for seq := uint64(1); seq <= 2; seq++ {
-		if err := fs.WriteRecord(seq, []byte("{}\n")); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if got := len(decisionlogtest.RawLines(t, path)); got == int(seq) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("record %d was not flushed in the background", seq)
-			}
-		}
-	}
-}
-
 func TestFileSinkModes(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a", "b", "decisions.jsonl")

@@ -1,7 +1,6 @@
 package decisionlog
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -20,20 +18,6 @@ const (
 	DefaultLogMaxBytes = 512 << 20 // bytes a FileSink lets its file grow to
 	NoLimit            = -1        // as any FileSinkOptions field: no limit
 )
-
-// fileSinkFlushInterval bounds how long a written record waits in a
-// FileSink's buffer, and so what a crash of the gateway can lose.
-const fileSinkFlushInterval = 200 * time.Millisecond
-
-// fileSinkBatch is the size of a FileSink's batches: a full one is written
-// to the file at once.
-const fileSinkBatch = 64 << 10
-
-// fileSinkDroppedInterval is the least time between two dropped records
-// of a FileSink (but for the one written at Close), so that a sandbox that
-// keeps the sink over its rate gets one dropped record a second, not one
-// between every two records.
-const fileSinkDroppedInterval = time.Second
 
 // FileSinkOptions bound what a FileSink writes, so that a sandbox that
 // makes requests as fast as it can does not fill the host's disk through
@@ -72,14 +56,19 @@ type FileSinkOptions struct {
 	MaxBytesFlag string
 }
 
-// FileSink is a Sink that appends records to a file. It gathers records in
-// batches of up to 64 KiB and writes a batch out when it is full (in its
-// own goroutine, so that a Log's writers do not wait for the file), at
-// most 200 ms after a record arrives, on Flush and on Close: a crash of the
-// process loses at most the last 200 ms of records, a clean Close loses
-// nothing (it also syncs the file to disk). Batches reach the file in the
-// order of their records. Make one with OpenFileSink; it is safe for
-// concurrent use.
+// FileSink is a Sink that appends records to a file. It gathers records
+// in batches of up to 64 KiB and writes a batch out when it is full (in
+// its own goroutine, so that a Log's writers do not wait for the file),
+// at most 200 ms after a record arrives, on Flush and on Close: a crash of
+// the process loses at most the last 200 ms of records, a clean Close
+// loses nothing (it also syncs the file to disk). Batches reach the file
+// in the order of their records. Make one with OpenFileSink; it is safe
+// for concurrent use.
+//
+// A FileSink composes three parts, each with its own state and lock: its
+// budget (budget.go), its fault watcher (watch.go) and its batch writer
+// (batch.go). It adds the order of their calls for each record, and its
+// goroutine (loop).
 //
 // A FileSink keeps to the budget of its FileSinkOptions (budget.go): a
 // record over it is left out and counted, and a record with event
@@ -94,7 +83,7 @@ type FileSinkOptions struct {
 //
 // A record that lets a request be carried out is written with Log.Commit:
 // it reaches the file, with what the sink buffered before it, by a write
-// that succeeded before Commit returns.
+// that succeeded before Commit returns (batch.go).
 //
 // After every commit's write, and twice a second besides (watch.go), the
 // sink looks whether its file is still the one at its path: a commit
@@ -111,87 +100,18 @@ type FileSinkOptions struct {
 // function given by reportFaults is told of each fault and of the
 // recovery, from the sink's goroutine, at once.
 type FileSink struct {
-	f       *os.File // guarded by fileMu once open: a removed file is replaced by a new one
 	path    string
-	kick    chan struct{}    // a record is waiting to be flushed; capacity 1
-	changed chan struct{}    // the fault changed; capacity 1
-	batch   chan struct{}    // full holds a batch to write now; capacity 1
-	done    chan struct{}    // closed by Close to end the flusher
-	stopped chan struct{}    // closed by the flusher when it returns
-	now     func() time.Time // the budget's clock; nil: see clock
+	budget  *budget
+	watch   *faultWatcher
+	writer  *batchWriter
+	done    chan struct{} // closed by Close to end the sink's goroutine
+	stopped chan struct{} // closed by the goroutine when it returns
 
-	// The budget, fixed at open: rate is 0 when there is no rate limit,
-	// maxBytes math.MaxInt64 when there is no size limit.
-	rate     float64
-	burst    float64
-	maxBytes int64
-	sizeFlag string // FileSinkOptions.MaxBytesFlag
-
-	// uncounted is the number of records left out since the last dropped
-	// record. It changes with mu held, and is read without it to skip
-	// reserveDropped's work when it is 0.
-	uncounted atomic.Uint64
-	total     atomic.Uint64 // records left out since open
-
-	// writeTo writes to f (f.Write; tests replace it). fileMu guards it.
-	writeTo func(f *os.File, b []byte) (int, error)
-
-	fileMu sync.Mutex // held while a batch is written to f; taken after mu, never before
-	// Guarded by fileMu: what failed writes left, to be written before
-	// full and buf; the bytes in the file; and whether a failed write
-	// left a part of what it wrote in the file that truncating could not
-	// take out (the file is truncated to written before it is written).
-	unwritten []byte
-	written   int64
-	torn      bool
-	lost      bool   // f is no longer at the path: a new file is made there before the next write
-	dev, ino  uint64 // of f, to tell that the path names another file
-
-	// fault is why the file cannot be written (a *LogFileError), nil when
-	// it can. It changes with fileMu held, and is read without it.
-	fault atomic.Pointer[LogFileError]
-	// fullErr is set when the file reached its size limit (fill), nil
-	// until then and after a new file was made at the path. It changes
-	// with mu held (and in reopen, with fileMu too), and is read without.
-	fullErr atomic.Pointer[LogFullError]
-	// vanished is the fault of a file that was removed or replaced while
-	// the sink wrote it, until a dropped record says so in the new file.
-	vanished atomic.Pointer[LogFileError]
-
-	reportMu sync.Mutex
-	report   func(error) // told of faults and recoveries; nil: nobody
-	reported string      // the last fault told, "" after a recovery
-
-	mu             sync.Mutex
-	buf            []byte // the batch being gathered
-	full           []byte // a full batch the flusher is to write; nil when none
-	spare          []byte // an empty batch's memory, for the next swap
-	pending        bool   // written since the last flush, and the flusher was kicked
-	closed         bool
-	size           int64         // bytes in the file: at open, plus written since
-	tokens         float64       // of the rate limit's bucket
-	refilled       time.Time     // when tokens was brought up to date
-	since          time.Time     // when the first uncounted record was left out
-	overRate       bool          // an uncounted record was left out for the rate
-	overSize       bool          // an uncounted record was left out for the size
-	overFault      *LogFileError // an uncounted record was left out for this fault (the first)
-	lastDrop       time.Time     // when the last dropped record was made
-	lastSeq        uint64        // the highest seq written, left out or reserved
-	staged         []byte        // a dropped record reserved by the Log, with its newline; nil when none
-	stagedFor      uint64        // how many left-out records staged counts
-	stagedVanished *LogFileError // the vanished file staged tells of, nil when none
-	dropBuf        []byte        // staged's memory, reused
-
-	// The flood (budget.go): the targets written while over the rate since
-	// the bucket was last full, the bytes of their names, those whose
-	// repeats were left out since the last dropped record, and those the
-	// staged dropped record counts, with their counts then.
-	flood         map[uint64]*floodTarget
-	floodBytes    int
-	repeats       []*floodTarget
-	repeatBytes   int
-	stagedRepeats []*floodTarget
-	stagedCounts  []uint64
+	// mu is held by each of the sink's writes and by Close, which a Log
+	// makes one at a time: it keeps them whole (a record's budget and
+	// its write) and after Close. The parts' locks are taken after it.
+	mu      sync.Mutex
+	scratch []byte // a commit's records within the budget, reused
 }
 
 // OpenFileSink opens the file at path for appending, creating its missing
@@ -267,45 +187,21 @@ func openFileSink(path string, o FileSinkOptions, now func() time.Time) (*FileSi
 		f.Close()
 		return nil, &NonEmptyLogFileError{Path: path, Size: size}
 	}
-	s := &FileSink{
-		f:        f,
-		path:     path,
-		writeTo:  (*os.File).Write,
-		written:  size,
-		kick:     make(chan struct{}, 1),
-		changed:  make(chan struct{}, 1),
-		batch:    make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		stopped:  make(chan struct{}),
-		now:      now,
-		maxBytes: o.MaxBytes,
-		sizeFlag: o.MaxBytesFlag,
-		size:     size,
-		buf:      make([]byte, 0, fileSinkBatch),
-	}
-	switch {
-	case o.MaxBytes == 0:
-		s.maxBytes = DefaultLogMaxBytes
-	case o.MaxBytes < 0:
-		s.maxBytes = math.MaxInt64
-	}
-	rate, burst := o.RatePerSecond, o.Burst
-	if rate == 0 {
-		rate = DefaultLogRate
-	}
-	if burst == 0 {
-		burst = DefaultLogBurst
-	}
-	if rate > 0 && burst > 0 && !math.IsInf(rate, 1) {
-		s.rate, s.burst, s.tokens = rate, float64(burst), float64(burst)
-		s.refilled = s.clock(time.Time{})
-	}
-	s.dev, s.ino, err = fileID(f)
+	watch, err := newFaultWatcher(path, f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("decision log %s: %w", path, err)
 	}
-	go s.flushLoop()
+	b := newBudget(path, o, size, now, watch.signal)
+	s := &FileSink{
+		path:    path,
+		budget:  b,
+		watch:   watch,
+		writer:  newBatchWriter(f, size, watch, b.restart),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go s.loop()
 	return s, nil
 }
 
@@ -409,9 +305,7 @@ func (s *FileSink) SetWriteFunc(fn func(f *os.File, b []byte) (int, error)) {
 	if fn == nil {
 		fn = (*os.File).Write
 	}
-	s.fileMu.Lock()
-	defer s.fileMu.Unlock()
-	s.writeTo = fn
+	s.writer.setWriteFunc(fn)
 }
 
 // Name returns the name of the file, as passed to OpenFileSink.
@@ -419,15 +313,15 @@ func (s *FileSink) Name() string { return s.path }
 
 // Dropped returns how many records the sink has left out since it was
 // opened to stay within its budget.
-func (s *FileSink) Dropped() uint64 { return s.total.Load() }
+func (s *FileSink) Dropped() uint64 { return s.budget.total.Load() }
 
 // Fault returns why the file cannot be written now, a *LogFileError, or
 // nil when it can (see FileSink).
 func (s *FileSink) Fault() error {
-	if e := s.fault.Load(); e != nil {
+	if e := s.watch.fault.Load(); e != nil {
 		return e
 	}
-	if e := s.fullErr.Load(); e != nil {
+	if e := s.budget.fullErr.Load(); e != nil {
 		return e
 	}
 	return nil
@@ -436,19 +330,16 @@ func (s *FileSink) Fault() error {
 // reportFaults makes fn be told of each fault of the sink (a
 // *LogFileError) as soon as it is found, and with nil of the write that
 // ended it. fn is called from the sink's goroutine, one call at a time.
-func (s *FileSink) reportFaults(fn func(error)) {
-	s.reportMu.Lock()
-	defer s.reportMu.Unlock()
-	s.report = fn
-}
+func (s *FileSink) reportFaults(fn func(error)) { s.watch.setReporter(fn) }
 
-// flushLoop writes each full batch as soon as write hands it over, and
-// everything written at most fileSinkFlushInterval after a record arrives
-// (the first since the last flush); every fileSinkCheckInterval it looks
-// whether the file was removed or replaced, and tries a file at fault
-// again when records wait for it; it tells the reporter of faults at
-// once. It returns when Close closes s.done.
-func (s *FileSink) flushLoop() {
+// loop is the sink's goroutine: it writes each full batch as soon as the
+// writer hands it over, and everything written at most
+// fileSinkFlushInterval after a record arrives (the first since the last
+// flush); every fileSinkCheckInterval it looks whether the file was
+// removed or replaced, and tries a file at fault again when records wait
+// for it; it tells the reporter of faults at once. It returns when Close
+// closes s.done.
+func (s *FileSink) loop() {
 	defer close(s.stopped)
 	t := time.NewTimer(fileSinkFlushInterval)
 	t.Stop()
@@ -456,196 +347,22 @@ func (s *FileSink) flushLoop() {
 	defer check.Stop()
 	for {
 		select {
-		case <-s.kick:
+		case <-s.writer.kick:
 			t.Reset(fileSinkFlushInterval)
-		case <-s.batch:
-			s.writeFull()
+		case <-s.writer.batch:
+			s.writer.writeFull()
 		case <-t.C:
-			s.mu.Lock()
-			if !s.closed {
-				s.pending = false
-				s.flushLocked(0)
-			}
-			s.mu.Unlock()
+			s.writer.flushIdle()
 		case <-check.C:
-			s.checkFile()
-		case <-s.changed:
-			s.tell()
+			s.writer.look()
+			s.writer.retry()
+		case <-s.watch.changed:
+			s.watch.tell(s.Fault())
 		case <-s.done:
 			t.Stop()
 			return
 		}
 	}
-}
-
-// tell calls the reporter when the fault changed since it was last told.
-func (s *FileSink) tell() {
-	var text string
-	e := s.Fault()
-	if e != nil {
-		text = e.Error()
-	}
-	s.reportMu.Lock()
-	defer s.reportMu.Unlock()
-	if text == s.reported {
-		return
-	}
-	s.reported = text
-	if s.report == nil {
-		return
-	}
-	s.report(e)
-}
-
-// setFault marks the sink at fault for err and returns the fault. fileMu
-// is held.
-func (s *FileSink) setFault(err error) *LogFileError {
-	e, ok := err.(*LogFileError)
-	if !ok {
-		e = &LogFileError{Path: s.path, Err: err}
-	}
-	if prev := s.fault.Swap(e); prev == nil || prev.Error() != e.Error() {
-		s.signal()
-	}
-	return e
-}
-
-// signal wakes the flusher to tell the reporter.
-func (s *FileSink) signal() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-}
-
-// writeFile writes b to the file. A write that fails after a part of b
-// reached the file (a filesystem filling up) is undone, so that the file
-// always ends with a whole record: the file is truncated to what it held
-// before, now or, when that fails too, before the next write. fileMu is
-// held.
-func (s *FileSink) writeFile(b []byte) error {
-	n, err := s.writeTo(s.f, b)
-	if err == nil {
-		s.written += int64(n)
-		return nil
-	}
-	if n > 0 && s.f.Truncate(s.written) != nil {
-		s.torn = true
-	}
-	return err
-}
-
-// prepare makes the file ready to be written after a fault: a new file at
-// the path when the sink's was removed or moved, none when another file
-// is there; and no part of a failed commit's records in it. fileMu is
-// held.
-func (s *FileSink) prepare() error {
-	if s.lost {
-		if err := s.reopen(); err != nil {
-			return err
-		}
-	}
-	if s.torn {
-		if err := s.f.Truncate(s.written); err != nil {
-			return err
-		}
-		s.torn = false
-	}
-	return nil
-}
-
-// writeFull writes the full batch, if there is one, without holding s.mu
-// while the file is written: the Log's writers go on gathering the next
-// batch meanwhile. s.fileMu, taken before s.mu is released, keeps a later
-// flush from writing its records first. A sink at fault leaves the batch
-// to the next flush.
-func (s *FileSink) writeFull() {
-	s.mu.Lock()
-	b := s.full
-	if b == nil || s.closed || s.fault.Load() != nil {
-		s.mu.Unlock()
-		return
-	}
-	s.full = nil
-	s.fileMu.Lock()
-	s.mu.Unlock()
-	if err := s.writeFile(b); err != nil {
-		// What was not written is written first when the file is tried
-		// again; the next flush sees it under fileMu.
-		s.unwritten = b
-		s.setFault(err) // an *os.PathError naming the file
-		s.fileMu.Unlock()
-		return
-	}
-	s.fileMu.Unlock()
-	s.mu.Lock()
-	s.spare = b[:0]
-	s.mu.Unlock()
-}
-
-// flushLocked writes what waits for the file: what failed writes left,
-// the full batch, then the one being gathered, after a write of writeFull
-// that is under way. The last cut bytes of the batch being gathered are a
-// commit's records: when they cannot be written, they are taken out of
-// the batch, and out of the file when a part of them reached it (what
-// else was not written stays for the next try). It returns nil when the
-// file can be written (a write succeeded, or nothing had to be written
-// and the sink is not at fault), else the fault. s.mu is held.
-func (s *FileSink) flushLocked(cut int) error {
-	s.fileMu.Lock()
-	defer s.fileMu.Unlock()
-	fail := func(err error) error {
-		if cut > 0 {
-			s.buf = s.buf[:len(s.buf)-cut]
-			s.size -= int64(cut)
-		}
-		return s.setFault(err)
-	}
-	if err := s.prepare(); err != nil {
-		return fail(err)
-	}
-	wrote := false
-	if len(s.unwritten) > 0 {
-		if err := s.writeFile(s.unwritten); err != nil {
-			return fail(err)
-		}
-		s.unwritten, wrote = nil, true
-	}
-	if s.full != nil {
-		if err := s.writeFile(s.full); err != nil {
-			s.unwritten, s.full = s.full, nil
-			return fail(err)
-		}
-		s.spare, s.full, wrote = s.full[:0], nil, true
-	}
-	if len(s.buf) > 0 {
-		if err := s.writeFile(s.buf); err != nil {
-			// None of it is in the file (writeFile); what came before
-			// the commit's records is written at the next try.
-			if keep := len(s.buf) - cut; keep > 0 {
-				s.unwritten = bytes.Clone(s.buf[:keep])
-			}
-			s.size -= int64(cut)
-			s.buf = s.buf[:0]
-			return s.setFault(err)
-		}
-		s.buf, wrote = s.buf[:0], true
-	}
-	if cut > 0 {
-		// A commit's records are in the log only if the file written is
-		// still the one at the path.
-		if err := s.verify(); err != nil {
-			return err
-		}
-	}
-	if e := s.fault.Load(); e != nil {
-		if !wrote {
-			return e // nothing proved the file can be written again
-		}
-		s.fault.Store(nil)
-		s.signal()
-	}
-	return nil
 }
 
 // WriteRecord appends line, the record numbered seq, to the buffer, or
@@ -654,47 +371,32 @@ func (s *FileSink) WriteRecord(seq uint64, line []byte) error {
 	return s.writeBudgeted(seq, line, nil, time.Time{})
 }
 
-// clock returns the current time for the budget: from the sink's own
-// clock when it has one (tests), else now, the time the Log stamped on
-// the record, which saves reading the clock again for every record, or
-// time.Now when now is zero.
-func (s *FileSink) clock(now time.Time) time.Time {
-	switch {
-	case s.now != nil:
-		return s.now()
-	case now.IsZero():
-		return time.Now()
-	default:
-		return now
-	}
-}
-
 // writeBudgeted writes the dropped record reserved for this record, if
 // any, then line, unless line is over the budget and policy is false.
 // now is the current time, or zero.
 func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.writer.isClosed() {
 		return fmt.Errorf("writing %s: %w", s.path, ErrSinkClosed)
 	}
-	s.lastSeq = max(s.lastSeq, seq)
-	if s.staged != nil {
-		s.writeStaged() // a failure puts the sink at fault
-	}
+	s.budget.seen(seq)
+	s.writeStaged() // a failure puts the sink at fault
 	policy := r != nil && r.Event == EventPolicy
-	if e := s.fault.Load(); e != nil && !policy {
+	if e := s.watch.fault.Load(); e != nil && !policy {
 		// Left out: what waits for the file stays bounded. A policy
 		// record, which says how the next records were decided, waits.
-		s.leaveOutFault(s.clock(now), e)
+		s.budget.leaveOutFault(now, e)
 		return nil
 	}
-	if !policy && !s.admit(len(line), r, now) {
+	if !policy && !s.budget.admit(len(line), r, now) {
 		return nil
 	}
-	if err := s.write(line); err != nil {
-		s.leaveOutFault(s.clock(now), s.fault.Load())
+	if err := s.writer.append(line); err != nil {
+		s.budget.leaveOutFault(now, s.watch.fault.Load())
+		return nil
 	}
+	s.budget.grow(len(line))
 	return nil
 }
 
@@ -708,39 +410,27 @@ func (s *FileSink) writeBudgeted(seq uint64, line []byte, r *Record, now time.Ti
 func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.writer.isClosed() {
 		return fmt.Errorf("writing %s: %w", s.path, ErrSinkClosed)
 	}
-	s.fileMu.Lock()
-	lost := s.lost
-	s.fileMu.Unlock()
-	if err := s.commitFits(len(lines)+len(s.staged), lost); err != nil {
+	if err := s.budget.commitFits(len(lines), s.watch.isLost()); err != nil {
 		return err // the Log gives the staged dropped record back
 	}
-	mark := len(s.buf)
-	var stagedFor uint64
-	staged := s.staged != nil
-	if staged {
-		s.buf = append(s.buf, s.staged...)
-		stagedFor, s.staged = s.stagedFor, nil
-	}
-	start := 0
-	for i, end := range ends {
-		if s.fault.Load() != nil || s.admit(end-start, recs[i], now) {
-			s.buf = append(s.buf, lines[start:end]...)
-		}
-		start = end
-	}
-	cut := len(s.buf) - mark
-	if cut == 0 {
+	staged, stagedFor, isStaged := s.budget.takeStaged()
+	b := append(s.scratch[:0], staged...)
+	b = s.budget.admitCommit(b, lines, ends, recs, now, s.watch.fault.Load() != nil)
+	s.scratch = b
+	if len(b) == 0 {
 		return nil // left out by the budget
 	}
-	s.size += int64(cut)
-	s.pending = false
-	if err := s.flushLocked(cut); err != nil {
+	s.budget.grow(len(b))
+	if removed, err := s.writer.commit(b); err != nil {
+		if removed {
+			s.budget.grow(-len(b))
+		}
 		return err
 	}
-	if staged {
+	if isStaged {
 		s.counted(stagedFor)
 	}
 	return nil
@@ -748,125 +438,47 @@ func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now t
 
 // unreserve gives back the dropped record reserved for a commit that did
 // not take place.
-func (s *FileSink) unreserve() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.staged = nil
-}
+func (s *FileSink) unreserve() { s.budget.unreserve() }
 
 // reserveDropped implements budgetedSink: it makes a dropped record
-// numbered seq when records were left out and the next record will be
-// written (or the Log closes), unless the last dropped record is less
-// than fileSinkDroppedInterval old (but after a fault, whose dropped
-// record goes before the first record written again) or the record would
-// not fit in the size limit. While the file is at fault, only a commit
-// gets one, which is written with it if the file can be written again.
-// It does nothing after Close.
+// numbered seq when records were left out, or the file before this one
+// vanished, and the next record will be written (or the Log closes), as
+// the budget allows (see budget.reserve). It does nothing after Close.
 func (s *FileSink) reserveDropped(seq uint64, at dropPoint, now time.Time) bool {
-	vanished := s.vanished.Load() != nil
-	if s.uncounted.Load() == 0 && !vanished {
+	v := s.watch.vanished.Load()
+	if s.budget.uncounted.Load() == 0 && v == nil {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.staged != nil || (s.fault.Load() != nil && at != dropBeforeCommit) {
+	if s.writer.isClosed() {
 		return false
 	}
-	now = s.clock(now)
-	if at != dropAtClose {
-		if s.overFault == nil && !vanished && !s.lastDrop.IsZero() && now.Sub(s.lastDrop) < fileSinkDroppedInterval {
-			return false
-		}
-		if (at == dropBeforeRecord || at == dropBeforeCommit) && s.rate > 0 {
-			s.refill(now)
-			if s.tokens < 1 {
-				return false // the record will be left out too
-			}
-		}
-	}
-	s.stage(seq, now)
-	if at != dropAtClose && !vanished && int64(len(s.staged)) > s.maxBytes-s.size {
-		s.staged = nil
-		return false
-	}
-	s.lastSeq = max(s.lastSeq, seq)
-	return true
+	return s.budget.reserve(seq, at, now, s.watch.fault.Load() != nil, v)
 }
 
-// stage encodes the dropped record numbered seq, made at now, for the
-// records left out so far. s.mu is held.
-func (s *FileSink) stage(seq uint64, now time.Time) {
-	r := Record{
-		V: SchemaVersion, Seq: seq, Event: EventDropped, Time: now, Since: s.since,
-		Count: s.uncounted.Load(), Reason: s.dropReason(),
-	}
-	if r.Count == 0 {
-		r.Since = now // only the vanished file to tell
-	}
-	s.stageTargets(&r)
-	s.stagedVanished = s.vanished.Load()
-	s.dropBuf = append(r.AppendJSON(s.dropBuf[:0]), '\n')
-	s.staged = s.dropBuf
-	s.stagedFor = r.Count
-	s.lastDrop = now
-}
-
-// writeStaged writes the staged dropped record and starts counting anew.
-// s.mu is held.
+// writeStaged writes the staged dropped record, if any, and starts
+// counting anew. s.mu is held.
 func (s *FileSink) writeStaged() error {
-	line := s.staged
-	s.staged = nil
-	if err := s.write(line); err != nil {
+	line, n, ok := s.budget.takeStaged()
+	if !ok {
+		return nil
+	}
+	if err := s.writer.append(line); err != nil {
 		return err
 	}
-	s.counted(s.stagedFor)
+	s.budget.grow(len(line))
+	s.counted(n)
 	return nil
 }
 
 // counted takes n records that a dropped record written now counts off
-// the uncounted ones. s.mu is held.
+// the uncounted ones; the vanished file it told of needs no more telling.
+// s.mu is held.
 func (s *FileSink) counted(n uint64) {
-	s.countedTargets()
-	if s.stagedVanished != nil {
-		s.vanished.CompareAndSwap(s.stagedVanished, nil)
-		s.stagedVanished = nil
+	if v := s.budget.counted(n); v != nil {
+		s.watch.vanished.CompareAndSwap(v, nil)
 	}
-	s.uncounted.Store(s.uncounted.Load() - n)
-	if s.uncounted.Load() == 0 {
-		s.overRate, s.overSize, s.overFault = false, false, nil
-	}
-}
-
-// write appends line to the batch, counts its size and kicks the flusher.
-// A batch that line would take past fileSinkBatch is handed to the
-// flusher first, or, when the flusher has not yet taken the one before,
-// both are written here. s.mu is held.
-func (s *FileSink) write(line []byte) error {
-	if len(s.buf) > 0 && len(s.buf)+len(line) > fileSinkBatch {
-		if s.full == nil {
-			next := s.spare
-			if next == nil {
-				next = make([]byte, 0, fileSinkBatch)
-			}
-			s.full, s.buf, s.spare = s.buf, next, nil
-			select {
-			case s.batch <- struct{}{}:
-			default: // the flusher has a signal it has not taken yet
-			}
-		} else if err := s.flushLocked(0); err != nil {
-			return err
-		}
-	}
-	s.buf = append(s.buf, line...)
-	s.size += int64(len(line))
-	if !s.pending {
-		s.pending = true
-		select {
-		case s.kick <- struct{}{}:
-		default: // the flusher has a kick it has not taken yet
-		}
-	}
-	return nil
 }
 
 // Flush writes the buffer to the file (without syncing it to disk). It
@@ -874,50 +486,37 @@ func (s *FileSink) write(line []byte) error {
 func (s *FileSink) Flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.writer.isClosed() {
 		return fmt.Errorf("flushing %s: %w", s.path, ErrSinkClosed)
 	}
-	s.pending = false
-	return s.flushLocked(0)
+	return s.writer.flush()
 }
 
 // Close writes a last dropped record when records were left out since the
 // previous one (numbered as the Log reserved, or one above the last seq
 // the sink saw), flushes the buffer, syncs the file to disk, closes it and
-// ends the flusher goroutine. Closing again returns nil.
+// ends the sink's goroutine. Closing again returns nil.
 func (s *FileSink) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if !s.writer.close() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
 	close(s.done)
 	// What the file lacks if it cannot be written now.
-	s.fileMu.Lock()
-	lost := s.uncounted.Load() + uint64(bytes.Count(s.unwritten, []byte{'\n'})+bytes.Count(s.full, []byte{'\n'})+bytes.Count(s.buf, []byte{'\n'}))
-	s.fileMu.Unlock()
-	if s.staged == nil && (s.uncounted.Load() > 0 || s.vanished.Load() != nil) {
-		s.stage(s.lastSeq+1, s.clock(time.Time{}))
-	}
-	var err error
-	if s.staged != nil {
-		err = s.writeStaged()
-	}
+	lost := s.budget.uncounted.Load() + s.writer.waiting()
+	s.budget.stageAtClose(s.watch.vanished.Load())
+	err := s.writeStaged()
 	if err == nil {
-		err = s.flushLocked(0)
+		err = s.writer.flush()
 	}
 	if le, ok := err.(*LogFileError); ok {
 		err = &LogFileError{Path: le.Path, Err: le.Err, Closing: true, Lost: lost}
 	}
-	s.fileMu.Lock()
-	if err == nil {
-		err = s.f.Sync()
-	}
-	err = Combine(err, s.f.Close())
-	s.fileMu.Unlock()
+	err = s.writer.closeFile(err)
 	s.mu.Unlock()
 	<-s.stopped
+	s.watch.close()
 	return err
 }
 

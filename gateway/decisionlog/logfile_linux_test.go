@@ -180,7 +180,7 @@ func TestFileSinkAppendsToExisting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := fs.f.SyscallConn()
+	rc, err := fs.writer.f.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,3 +26,13 @@ func fileGone(f *os.File, path string, dev, ino uint64) error { return nil }
 func createLogFile(path string) (*os.File, error) {
 	return nil, fmt.Errorf("decision log %s: %w", path, errors.ErrUnsupported)
 }
+
+// A pathWatch is not implemented outside Linux, where no FileSink is
+// opened.
+type pathWatch struct{}
+
+// newPathWatch is not implemented outside Linux.
+func newPathWatch(path string, f *os.File) (*pathWatch, error) { return nil, errors.ErrUnsupported }
+
+func (pw *pathWatch) quiet() bool { return false }
+func (pw *pathWatch) close()      {}

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// This file is a FileSink's watch over its file: that the file it writes
-// is still the one at its path, looked at after every commit's write and
-// twice a second; and what the sink does when it is not (docs/faults.md).
+// This file is a FileSink's fault watcher: whether the file it writes can
+// be written and is still the one at its path, looked at after every
+// commit's write (when the path watch of watch_linux.go saw a change)
+// and twice a second; what the sink does when it is not (docs/faults.md);
+// and who is told.
 
 // fileSinkCheckInterval is how often a FileSink looks whether its file is
 // still the one at its path, and tries a file at fault again: twice a
@@ -17,77 +21,195 @@ import (
 // with no busy loop.
 const fileSinkCheckInterval = 500 * time.Millisecond
 
-// checkFile marks the sink at fault when its file was removed or another
-// file took its place at the path: what is written to it goes where
-// nobody reads the log. A sink at fault with records waiting is tried
-// again.
-func (s *FileSink) checkFile() {
-	s.fileMu.Lock()
-	if !s.lost {
-		s.verify()
+// A faultWatcher keeps a FileSink's fault: why its file cannot be written
+// (a write failed, or the file was removed or replaced), which makes
+// Log.Commit fail until a write succeeds again. It knows the file by its
+// device and inode, tells that the path names another file or none
+// (verify), makes the new file at the path in place of a vanished one
+// (renew), and tells the reporter of each change. It writes nothing: the
+// batch writer, which owns the file, asks it. Its lock guards the file's
+// identity and the reporter; it is taken after the writer's and never
+// held while another part of the sink is called.
+type faultWatcher struct {
+	path    string
+	changed chan struct{} // the fault changed; capacity 1
+
+	// fault is why the file cannot be written (a *LogFileError), nil
+	// when it can. It is read and changed without the lock.
+	fault atomic.Pointer[LogFileError]
+	// vanished is the fault of a file that was removed or replaced while
+	// the sink wrote it, until a dropped record says so in the new file.
+	vanished atomic.Pointer[LogFileError]
+
+	mu       sync.Mutex
+	dev, ino uint64      // of the file, to tell that the path names another file
+	lost     bool        // the file is no longer at the path: a new one is made there before the next write
+	paths    *pathWatch  // says when the path may name another file; nil: every look stats the path
+	stale    bool        // paths was set after the file was opened: the next look stats the path
+	report   func(error) // told of faults and recoveries; nil: nobody
+	reported string      // the last fault told, "" after a recovery
+}
+
+// newFaultWatcher returns the watcher of f, the file opened at path.
+func newFaultWatcher(path string, f *os.File) (*faultWatcher, error) {
+	dev, ino, err := fileID(f)
+	if err != nil {
+		return nil, err
 	}
-	s.fileMu.Unlock()
-	if s.fault.Load() != nil {
-		s.mu.Lock()
-		if !s.closed && (len(s.buf) > 0 || s.full != nil || s.hasUnwritten()) {
-			s.flushLocked(0)
-		}
-		s.mu.Unlock()
+	w := &faultWatcher{path: path, changed: make(chan struct{}, 1), dev: dev, ino: ino}
+	w.rewatch(f)
+	return w, nil
+}
+
+// rewatch sets a pathWatch on the path for f, the file opened there, or
+// none when it cannot (every look then stats the path). w.mu is held, or
+// w is new.
+func (w *faultWatcher) rewatch(f *os.File) {
+	if w.paths != nil {
+		w.paths.close()
+	}
+	w.paths, _ = newPathWatch(w.path, f)
+	w.stale = true
+}
+
+// close releases what the watcher holds.
+func (w *faultWatcher) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paths != nil {
+		w.paths.close()
+		w.paths = nil
 	}
 }
 
-// verify returns nil when the sink's file is still the one at its path.
-// When it is not (removed, moved away, or another file put in its place),
-// the sink is lost and at fault: what was written to the file went where
-// nobody reads the log, and the next write makes a new file at the path,
-// unless something is there (see reopen). It is called after a commit's
-// records were written, so that Log.Commit fails for records that did
-// not reach the log, and by checkFile. fileMu is held.
-func (s *FileSink) verify() error {
-	err := fileGone(s.f, s.path, s.dev, s.ino)
+// isLost reports whether the file is no longer at the path.
+func (w *faultWatcher) isLost() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lost
+}
+
+// look marks the sink at fault when its file f was removed or another
+// file took its place at the path: what is written to it goes where
+// nobody reads the log. It is the watch of an idle sink, twice a second.
+func (w *faultWatcher) look(f *os.File) {
+	if !w.isLost() {
+		w.check(f, false)
+	}
+}
+
+// verify returns nil when f, the sink's file, is still the one at its
+// path. When it is not (removed, moved away, or another file put in its
+// place), the sink is lost and at fault: what was written to the file
+// went where nobody reads the log, and the next write makes a new file at
+// the path, unless something is there (see renew). It is called after a
+// commit's records were written, so that Log.Commit fails for records
+// that did not reach the log: it stats the path only when the path watch
+// saw something happen there (or there is none); look always does.
+func (w *faultWatcher) verify(f *os.File) error {
+	return w.check(f, true)
+}
+
+// check is verify; quick lets the path watch say that nothing happened.
+func (w *faultWatcher) check(f *os.File, quick bool) error {
+	w.mu.Lock()
+	if quick && w.paths != nil && !w.stale && w.paths.quiet() {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stale = false
+	err := fileGone(f, w.path, w.dev, w.ino)
+	if err != nil {
+		w.lost = true
+	}
+	w.mu.Unlock()
 	if err == nil {
 		return nil
 	}
-	s.lost = true
-	e := s.setFault(err)
-	s.vanished.Store(e)
+	e := w.setFault(err)
+	w.vanished.Store(e)
 	return e
 }
 
-// hasUnwritten reports whether failed writes left bytes to write.
-func (s *FileSink) hasUnwritten() bool {
-	s.fileMu.Lock()
-	defer s.fileMu.Unlock()
-	return len(s.unwritten) > 0
-}
-
-// reopen makes a new log file at the path in place of the one that was
+// renew makes a new log file at the path in place of the one that was
 // removed or moved away (O_EXCL: a file sbx did not make there is
-// another's, and is not written into), and gives the sink a new size
-// budget: a full file moved away is how room returns. The next dropped
-// record, written before the first commit's records in the new file,
-// says the old file vanished (see vanished). fileMu and mu are held.
-func (s *FileSink) reopen() error {
-	f, err := createLogFile(s.path)
+// another's, and is not written into) and returns it; the caller closes
+// the old one and gives the sink a new size budget. The next dropped
+// record, written before the first commit's records in the new file, says
+// the old file vanished (see vanished).
+func (w *faultWatcher) renew() (*os.File, error) {
+	f, err := createLogFile(w.path)
 	if err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return ErrLogFileReplaced
+			return nil, ErrLogFileReplaced
 		}
 		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("%w, and a new one cannot be made there: %w", ErrLogFileRemoved, err)
+			return nil, fmt.Errorf("%w, and a new one cannot be made there: %w", ErrLogFileRemoved, err)
 		}
-		return fmt.Errorf("%w: %w", ErrLogFileReplaced, err)
+		return nil, fmt.Errorf("%w: %w", ErrLogFileReplaced, err)
 	}
 	dev, ino, err := fileID(f)
 	if err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
-	s.f.Close()
-	s.size -= s.written // what is buffered stays counted
-	s.f, s.dev, s.ino, s.written, s.lost, s.torn = f, dev, ino, 0, false, false
-	if s.fullErr.Swap(nil) != nil {
-		s.signal()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dev, w.ino, w.lost = dev, ino, false
+	w.rewatch(f)
+	return f, nil
+}
+
+// setFault marks the sink at fault for err and returns the fault.
+func (w *faultWatcher) setFault(err error) *LogFileError {
+	e, ok := err.(*LogFileError)
+	if !ok {
+		e = &LogFileError{Path: w.path, Err: err}
 	}
-	return nil
+	if prev := w.fault.Swap(e); prev == nil || prev.Error() != e.Error() {
+		w.signal()
+	}
+	return e
+}
+
+// recovered ends the fault: a write succeeded.
+func (w *faultWatcher) recovered() {
+	w.fault.Store(nil)
+	w.signal()
+}
+
+// signal wakes the sink's goroutine to tell the reporter.
+func (w *faultWatcher) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// setReporter makes fn be told of faults and recoveries (see tell).
+func (w *faultWatcher) setReporter(fn func(error)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.report = fn
+}
+
+// tell calls the reporter with e, the sink's fault now (nil: none), when
+// it changed since it was last told. Only the sink's goroutine calls it,
+// so the reporter is called one call at a time.
+func (w *faultWatcher) tell(e error) {
+	var text string
+	if e != nil {
+		text = e.Error()
+	}
+	w.mu.Lock()
+	if text == w.reported {
+		w.mu.Unlock()
+		return
+	}
+	w.reported = text
+	report := w.report
+	w.mu.Unlock()
+	if report != nil {
+		report(e)
+	}
 }
