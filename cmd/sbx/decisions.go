@@ -152,7 +152,9 @@ sandbox that ended it reads the log kept in
 /var/lib/sbx/sandboxes/<id>/decisions.jsonl (by its id or a unique prefix:
 a name is known only while the sandbox runs), and with --follow says that
 the sandbox ended and prints what the log holds. A log written elsewhere
-with sbx run --log is read with --file.`
+with sbx run --log is read with --file; --file F --follow follows it as
+tail -F does, across the gateway's log rotation (the file moved away and
+made anew at its path), until interrupted.`
 
 func newDecisionsCmd() *cobra.Command {
 	var o decisionsOptions
@@ -161,7 +163,8 @@ func newDecisionsCmd() *cobra.Command {
 		Short: "Show the decisions of a sandbox, running or ended, a gateway, or a decision log file",
 		Long:  decisionsLong,
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
-  sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json`,
+  sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json
+  sbx decisions --file gateway.jsonl --follow`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDecisions(cmd, o)
@@ -183,8 +186,11 @@ func runDecisions(cmd *cobra.Command, o decisionsOptions) error {
 	out := cmd.OutOrStdout()
 	pr := &recordPrinter{out: out, json: o.json, color: isTerminal(out) && !o.json, after: o.since}
 	if o.file != "" {
-		if o.target.sandbox != "" || o.target.api != "" || o.follow {
-			return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
+		if o.target.sandbox != "" || o.target.api != "" {
+			return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox or --api")
+		}
+		if o.follow {
+			return followFile(cmd.Context(), o.file, pr, cmd.ErrOrStderr())
 		}
 		return pr.showFile(o.file)
 	}
