@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway/audit"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/run"
@@ -265,13 +266,15 @@ func formatOf(path string) string {
 	return audit.FormatText
 }
 
-// auditInputError makes a log that cannot be read exit 2, bad input; an
+// auditInputError makes a log that cannot be read exit 2, bad input,
+// a line that is not a record printed as FILE:LINE: message; an
 // interrupted read is reported as it is.
 func auditInputError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &exitError{code: exitUsage, err: err}
+	var le *decisionlog.LineError
+	return &exitError{code: exitUsage, err: err, plain: errors.As(err, &le)}
 }
 
 // auditSources turns LOG arguments and --sandbox values into sources. A
