@@ -101,7 +101,10 @@ func TestStoreFailedUpdatesChangeNothing(t *testing.T) {
 	}{
 		{"invalid replace", func() error { _, err := s.Replace(Spec{Rules: []Rule{{Host: "*.", Action: Allow}}}, 0); return err }, ErrInvalidRule},
 		{"stale replace", func() error { _, err := s.Replace(Spec{}, 7); return err }, ErrVersionMismatch},
-		{"invalid reload", func() error { _, err := s.Reload(Spec{Rules: []Rule{{Host: "*.", Action: Allow}}}, "reloaded"); return err }, ErrInvalidRule},
+		{"invalid reload", func() error {
+			_, err := s.Reload(Spec{Rules: []Rule{{Host: "*.", Action: Allow}}}, "reloaded")
+			return err
+		}, ErrInvalidRule},
 		{"invalid rule", func() error { _, _, err := s.AddRule(Rule{Host: "x.test", Action: "deny"}, 0, 0); return err }, ErrInvalidRule},
 		{"duplicate id", func() error { _, _, err := s.AddRule(Rule{ID: "a", Host: "x.test", Action: Allow}, 0, 0); return err }, ErrInvalidRule},
 		{"bad position", func() error { _, _, err := s.AddRule(Rule{Host: "x.test", Action: Allow}, 3, 0); return err }, ErrInvalidRule},
