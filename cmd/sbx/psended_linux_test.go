@@ -211,3 +211,47 @@ func TestGCLogsOlderThanFlag(t *testing.T) {
 		t.Errorf("sbx gc --logs-older-than week: got exit %d, stderr %q; want a usage error", code, stderr)
 	}
 }
+
+// TestPrivilegedRunKeepsEndedRecord: a sandbox run with --name and --log
+// elsewhere, whose command exits 7, is listed after its end by sbx ps -a
+// with exit 7 and its log's path; sbx decisions --sandbox NAME reads that
+// log; sbx rm NAME removes its record and leaves the log, which is the
+// user's.
+func TestPrivilegedRunKeepsEndedRecord(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	dir := t.TempDir()
+	state, logFile := filepath.Join(dir, "state"), filepath.Join(dir, "log.jsonl")
+	name := "habits-" + strings.ReplaceAll(filepath.Base(dir), "0", "")
+	_, stderr, code := runCLI(t, "run", "--quiet", "--rootfs", busyboxRoot(t), "--state-dir", state,
+		"--subnet-pool", "10.213.250.0/24", "--log", logFile, "--name", name, "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Fatalf("sbx run: exit %d, want 7\n%s", code, stderr)
+	}
+	id := sandboxIDIn(t, stderr)
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(logRoot, id)) })
+	stdout, stderr, code := runCLI(t, "ps", "-a", "--format", "json", "--state-dir", state)
+	var found map[string]any
+	for line := range strings.Lines(stdout) {
+		var r map[string]any
+		if json.Unmarshal([]byte(line), &r) == nil && r["id"] == id {
+			found = r
+		}
+	}
+	if code != 0 || found == nil || found["name"] != name || found["state"] != "exited 7" || found["exit_code"] != float64(7) || found["log"] != logFile {
+		t.Errorf("sbx ps -a --format json: exit %d, got the row %v, want %s named %s, exited 7, log %s\n%s", code, found, id, name, logFile, stderr)
+	}
+	if out, stderr, code := runCLI(t, "decisions", "--sandbox", name, "--state-dir", state); code != 0 || !strings.Contains(out, "policy loaded") {
+		t.Errorf("sbx decisions --sandbox %s: exit %d, stdout %q, stderr %q; want its log's records", name, code, out, stderr)
+	}
+	if out, stderr, code := runCLI(t, "rm", name, "--state-dir", state); code != 0 || !strings.Contains(out, "removed sandbox "+id) {
+		t.Errorf("sbx rm %s: exit %d, stdout %q, stderr %q", name, code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(logRoot, id)); !os.IsNotExist(err) {
+		t.Errorf("sbx rm left %s: %v", filepath.Join(logRoot, id), err)
+	}
+	if _, err := os.Stat(logFile); err != nil {
+		t.Errorf("sbx rm removed the --log file: %v", err)
+	}
+}
