@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -253,5 +254,37 @@ func TestPrivilegedRunKeepsEndedRecord(t *testing.T) {
 	}
 	if _, err := os.Stat(logFile); err != nil {
 		t.Errorf("sbx rm removed the --log file: %v", err)
+	}
+}
+
+// TestUIListsEndedByRecord: the web view lists the sandboxes that ended
+// as sbx ps -a does, with the name their record keeps, and opens the log
+// of one whose log was written elsewhere (--log).
+func TestUIListsEndedByRecord(t *testing.T) {
+	stateDir, logDir, elsewhere := endedDirs(t)
+	if err := os.WriteFile(elsewhere, []byte(`{"v":1,"seq":1,"event":"policy","time":"2026-12-01T10:00:00Z","policy_version":1,"change":"policy loaded"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := hostSandboxes{stateDir: stateDir, logDir: logDir}
+	list, err := h.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range list {
+		got = append(got, s.ID+" "+s.Name+" "+s.Status)
+	}
+	want := []string{"7a7a7a7a agent running", "e1e1e1e1 build ended", "e2e2e2e2  ended"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the web view's sandboxes (-want +got):\n%s", diff)
+	}
+	rc, err := h.OpenLog(t.Context(), "e1e1e1e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var b strings.Builder
+	if _, err := io.Copy(&b, rc); err != nil || !strings.Contains(b.String(), "policy loaded") {
+		t.Errorf("OpenLog of e1e1e1e1: got %q, %v; want the log written elsewhere", b.String(), err)
 	}
 }
