@@ -253,7 +253,9 @@ func (r *Run) Close() error {
 		e := r.ended
 		r.endedMu.Unlock()
 		e.Ended = time.Now().UTC()
-		errs = multierror.Append(errs, writeEnded(e))
+		if err := writeEnded(e); err != nil {
+			r.notes(NotKept{ID: e.ID, Err: err}) // the run's outcome stands
+		}
 		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile, JournalFile: r.journalFile})
 		errs = multierror.Append(errs, writeRecordings(r.recordings, r.notes)...)
 		r.closeErr = errs.ErrorOrNil()
