@@ -89,6 +89,18 @@ func (s *Store) Load() *Snapshot { return s.cur.Load() }
 // ErrVersionMismatch. An invalid spec changes nothing and returns Compile's
 // error.
 func (s *Store) Replace(spec Spec, ifVersion uint64) (*Snapshot, error) {
+	return s.replace(spec, ifVersion, "policy replaced")
+}
+
+// Reload swaps in a whole new policy as Replace does, whatever the
+// version, and says what made it with change (such as "policy reloaded
+// from policy.yaml on SIGHUP"), followed by its count of rules.
+func (s *Store) Reload(spec Spec, change string) (*Snapshot, error) {
+	return s.replace(spec, 0, change)
+}
+
+// replace is Replace with the start of the change's sentence.
+func (s *Store) replace(spec Spec, ifVersion uint64, change string) (*Snapshot, error) {
 	return s.update(ifVersion, func(Spec) (Spec, string, error) {
 		spec = spec.clone()
 		high := highestID(spec.Rules, s.highID)
@@ -98,7 +110,7 @@ func (s *Store) Replace(spec Spec, ifVersion uint64) (*Snapshot, error) {
 				spec.Rules[i].ID = "r" + strconv.Itoa(high)
 			}
 		}
-		return spec, fmt.Sprintf("policy replaced (%d rules)", len(spec.Rules)), nil
+		return spec, fmt.Sprintf("%s (%d rules)", change, len(spec.Rules)), nil
 	})
 }
 

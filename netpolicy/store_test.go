@@ -78,6 +78,17 @@ func TestStoreChanges(t *testing.T) {
 	if snap.Version() != 6 || len(snap.Policy().Rules()) != 0 || snap.Policy().Default() != Allow {
 		t.Errorf("Replace = version %d, %d rules, default %s", snap.Version(), len(snap.Policy().Rules()), snap.Policy().Default())
 	}
+	if snap.Change() != "policy replaced (0 rules)" {
+		t.Errorf("Replace's Change = %q, want %q", snap.Change(), "policy replaced (0 rules)")
+	}
+
+	snap, err = s.Reload(Spec{Default: Block, Rules: []Rule{{Host: "d.test", Action: Allow}}}, "policy reloaded from p.yaml on SIGHUP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "policy reloaded from p.yaml on SIGHUP (1 rules)"; snap.Version() != 7 || snap.Change() != want || ruleIDs(snap.Policy())[0] != "r4" {
+		t.Errorf("Reload = version %d, change %q, ids %v; want version 7, %q, r4", snap.Version(), snap.Change(), ruleIDs(snap.Policy()), want)
+	}
 }
 
 func TestStoreFailedUpdatesChangeNothing(t *testing.T) {
@@ -90,6 +101,10 @@ func TestStoreFailedUpdatesChangeNothing(t *testing.T) {
 	}{
 		{"invalid replace", func() error { _, err := s.Replace(Spec{Rules: []Rule{{Host: "*.", Action: Allow}}}, 0); return err }, ErrInvalidRule},
 		{"stale replace", func() error { _, err := s.Replace(Spec{}, 7); return err }, ErrVersionMismatch},
+		{"invalid reload", func() error {
+			_, err := s.Reload(Spec{Rules: []Rule{{Host: "*.", Action: Allow}}}, "reloaded")
+			return err
+		}, ErrInvalidRule},
 		{"invalid rule", func() error { _, _, err := s.AddRule(Rule{Host: "x.test", Action: "deny"}, 0, 0); return err }, ErrInvalidRule},
 		{"duplicate id", func() error { _, _, err := s.AddRule(Rule{ID: "a", Host: "x.test", Action: Allow}, 0, 0); return err }, ErrInvalidRule},
 		{"bad position", func() error { _, _, err := s.AddRule(Rule{Host: "x.test", Action: Allow}, 3, 0); return err }, ErrInvalidRule},

@@ -368,3 +368,17 @@ func lockDir(dir string) (func(), error) {
 		f.Close()
 	}, nil
 }
+
+// Recorded reports whether sandbox id is recorded on this machine: its
+// state in dir or in RegistryDir, or its lease there. It then starts,
+// runs or stops, or a crashed run left it for gc; it has not ended, and
+// what is kept of it is not an ended sandbox's. What cannot be looked at
+// (no permission) counts as recorded.
+func Recorded(dir, id string) bool {
+	for _, p := range []string{filepath.Join(dir, id), filepath.Join(RegistryDir, id+".json"), filepath.Join(leaseDir(), id+".lock")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}

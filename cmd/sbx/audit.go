@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/gateway/audit"
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/run"
@@ -86,7 +87,7 @@ load, wrong flags), and when --suggest cannot write a policy for the logs
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringArrayVar(&o.sandboxes, "sandbox", nil, "read the decision log of sandbox `ID` (its id or a unique prefix; a running one's --name too); repeatable")
+	fs.StringArrayVar(&o.sandboxes, "sandbox", nil, "read the decision log of sandbox `ID` (its id, a unique prefix, or its --name; running or ended, see sbx ps -a); repeatable")
 	fs.StringVar(&o.format, "format", "", "the output's format: text, json, markdown or html (default text, or what -o's extension names)")
 	fs.StringVarP(&o.out, "output", "o", "", "write to `FILE` instead of standard output: replaced whole, its permissions kept; a named pipe or device is written directly, a symbolic link refused")
 	fs.BoolVar(&o.suggest, "suggest", false, "print a policy (YAML) that allows exactly what the logs saw")
@@ -265,13 +266,15 @@ func formatOf(path string) string {
 	return audit.FormatText
 }
 
-// auditInputError makes a log that cannot be read exit 2, bad input; an
+// auditInputError makes a log that cannot be read exit 2, bad input,
+// a line that is not a record printed as FILE:LINE: message; an
 // interrupted read is reported as it is.
 func auditInputError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &exitError{code: exitUsage, err: err}
+	var le *decisionlog.LineError
+	return &exitError{code: exitUsage, err: err, plain: errors.As(err, &le)}
 }
 
 // auditSources turns LOG arguments and --sandbox values into sources. A
@@ -361,7 +364,7 @@ func sandboxLog(o auditOptions, ref string) (string, error) {
 	var le *run.LogLookupError
 	switch {
 	case errors.As(err, &le) && len(le.Matches) == 0:
-		return "", fmt.Errorf("--sandbox %w (a name is known only while its sandbox runs; a log written with --log is read as a file)", err)
+		return "", fmt.Errorf("--sandbox %w (sbx ps -a lists the sandboxes whose logs are kept; a log file is read as a file)", err)
 	case errors.As(err, &le):
 		return "", fmt.Errorf("--sandbox %w", err)
 	case err != nil:

@@ -332,3 +332,68 @@ func TestAuditSeqGaps(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditRefusesNonLogs: sbx audit, in each of its modes, refuses a
+// file that is not a decision log with exit 2 and the line that shows it
+// (FILE:LINE: message, as a policy file's problems are printed): a
+// package.json, whose lines are JSON without the "event" every record
+// has, an empty file, and a log with a line that is not a record in its
+// middle. A log whose last line is cut short (a running sandbox's) is
+// read, not refused (TestAuditTruncatedTail).
+func TestAuditRefusesNonLogs(t *testing.T) {
+	dir := t.TempDir()
+	good := auditLog(t, dir, "good.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	r1, r3 := decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "b.example", 80, "/", "allow")
+	r1.Seq, r3.Seq = 1, 3
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"package.json", `{"name": "x", "version": "1.0.0", "scripts": {"test": "node t.js"}}` + "\n", `package.json:1: not a decision record: it has no "event"`},
+		{"package.json", "{\n  \"name\": \"x\",\n  \"version\": \"1.0.0\"\n}\n", "package.json:1: not a decision record: "},
+		{"empty.jsonl", "", "no decision records in "},
+		{"garbage.jsonl", string(r1.AppendJSON(nil)) + "\nGET / HTTP/1.1\n" + string(r3.AppendJSON(nil)) + "\n", "garbage.jsonl:2: not a decision record: "},
+	} {
+		path := writeFile(t, tc.name, tc.content)
+		policy := writeFile(t, "open.yaml", "version: 1\ndefault: allow\nrules: []\n")
+		for _, args := range [][]string{
+			{"audit", path},
+			{"audit", "--suggest", path},
+			{"audit", "--expect", policy, path},
+			{"audit", "--diff", good, path},
+			{"audit", "--format", "json", path},
+		} {
+			out, errOut, code := runCLI(t, args...)
+			if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "sbx: "+path) {
+				t.Errorf("sbx %s of %q: got exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, and %q", strings.Join(args, " "), tc.content, code, out, errOut, tc.want)
+			}
+		}
+	}
+}
+
+// TestAuditDiffIncompleteVerdict: when --diff exits 1 only because a log
+// is incomplete (its last line cut short), its verdict line does not
+// claim that the new logs reach something new; the JSON says so in
+// found_new, and reaches_new (the exit's reason) stays true.
+func TestAuditDiffIncompleteVerdict(t *testing.T) {
+	dir := t.TempDir()
+	old := auditLog(t, dir, "old.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	cut := auditLog(t, dir, "cut.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"))
+	f, err := os.OpenFile(cut, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"v":1,"seq":2,"event":"decision","kind":"conn`)
+	f.Close()
+	out, errOut, code := runCLI(t, "audit", "--diff", old, cut)
+	if code != exitFailure || strings.Contains(out, "reach something the old ones do not") || !strings.Contains(out, "Nothing new is seen in what the logs hold, but they are incomplete") {
+		t.Errorf("--diff against a cut log with nothing new: got exit %d, stdout:\n%s\nstderr %q; want exit 1 and a verdict that claims no new reach", code, out, errOut)
+	}
+	out, _, code = runCLI(t, "audit", "--diff", "--format", "json", old, cut)
+	if code != exitFailure || !strings.Contains(out, `"reaches_new": true`) || !strings.Contains(out, `"found_new": false`) {
+		t.Errorf("--diff --format json against a cut log: got exit %d, stdout:\n%s\nwant exit 1, reaches_new true and found_new false", code, out)
+	}
+	newer := auditLog(t, dir, "newer.jsonl", decided("http", "GET", "a.example", 80, "/", "allow"), decided("http", "GET", "b.example", 80, "/", "allow"))
+	if out, _, code := runCLI(t, "audit", "--diff", old, newer); code != exitFailure || !strings.Contains(out, "The new logs reach something the old ones do not.") {
+		t.Errorf("--diff with a new target: got exit %d, stdout:\n%s\nwant exit 1 and the claim", code, out)
+	}
+}

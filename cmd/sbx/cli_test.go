@@ -56,6 +56,19 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: sbx --version prints what sbx version prints, as
+// other tools' --version does, and exits 0.
+func TestVersionFlag(t *testing.T) {
+	want, _, _ := runCLI(t, "version")
+	stdout, stderr, code := runCLI(t, "--version")
+	if code != 0 || stderr != "" || stdout != want {
+		t.Errorf("sbx --version: got exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout, stderr, want)
+	}
+	if _, _, code := runCLI(t, "ps", "--version"); code != exitUsage {
+		t.Errorf("sbx ps --version: got exit %d, want %d (the flag is sbx's own)", code, exitUsage)
+	}
+}
+
 func TestResolveVersion(t *testing.T) {
 	setting := func(kv ...string) []debug.BuildSetting {
 		var s []debug.BuildSetting

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -148,11 +147,14 @@ path, rule, reason (policy changes too). --follow keeps printing new ones
 until interrupted; --json passes the records through unchanged.
 
 --sandbox ID reads a running sandbox's decisions from its gateway; for a
-sandbox that ended it reads the log kept in
-/var/lib/sbx/sandboxes/<id>/decisions.jsonl (by its id or a unique prefix:
-a name is known only while the sandbox runs), and with --follow says that
-the sandbox ended and prints what the log holds. A log written elsewhere
-with sbx run --log is read with --file.`
+sandbox that ended (sbx ps -a) it reads its log, by its id, a unique
+prefix or its name: the one kept in
+/var/lib/sbx/sandboxes/<id>/decisions.jsonl, or where sbx run --log
+wrote it, as the sandbox's record there says; with --follow it says that
+the sandbox ended and prints what the log holds. A log file is read with
+--file; --file F --follow follows it as
+tail -F does, across the gateway's log rotation (the file moved away and
+made anew at its path), until interrupted.`
 
 func newDecisionsCmd() *cobra.Command {
 	var o decisionsOptions
@@ -161,7 +163,8 @@ func newDecisionsCmd() *cobra.Command {
 		Short: "Show the decisions of a sandbox, running or ended, a gateway, or a decision log file",
 		Long:  decisionsLong,
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
-  sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json`,
+  sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json
+  sbx decisions --file gateway.jsonl --follow`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDecisions(cmd, o)
@@ -183,8 +186,11 @@ func runDecisions(cmd *cobra.Command, o decisionsOptions) error {
 	out := cmd.OutOrStdout()
 	pr := &recordPrinter{out: out, json: o.json, color: isTerminal(out) && !o.json, after: o.since}
 	if o.file != "" {
-		if o.target.sandbox != "" || o.target.api != "" || o.follow {
-			return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox, --api or --follow")
+		if o.target.sandbox != "" || o.target.api != "" {
+			return usageErrorf(cmd, "--file reads a log file; it does not go with --sandbox or --api")
+		}
+		if o.follow {
+			return followFile(cmd.Context(), o.file, pr, cmd.ErrOrStderr())
 		}
 		return pr.showFile(o.file)
 	}
@@ -368,69 +374,6 @@ func isTerminal(w io.Writer) bool {
 func endedMeanwhile(stateDir, id string) bool {
 	st, err := sandbox.Load(stateDir, id)
 	return errors.Is(err, sandbox.ErrNotFound) || err == nil && (st.Status == sandbox.StatusStopping || !sandbox.OwnerAlive(st))
-}
-
-func newPSCmd() *cobra.Command {
-	var stateDir string
-	cmd := &cobra.Command{
-		Use:     "ps",
-		Short:   "List running sandboxes",
-		Example: `  sudo sbx ps`,
-		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			states, err := sandbox.List(stateDir)
-			if err != nil {
-				return orNeedsRoot(err, "sbx ps")
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tCOMMAND\tAGE\tGATEWAY\tPOLICY\tALLOWED\tBLOCKED")
-			var failed []string // what went wrong asking, one line per sandbox
-			for _, st := range states {
-				if !sandbox.OwnerAlive(st) {
-					continue // a leftover: sbx gc removes it
-				}
-				version, allowed, blocked := "-", "-", "-"
-				t := targetFlags{sandbox: st.ID, stateDir: stateDir}
-				status := st.Status
-				if status == "" {
-					status = sandbox.StatusRunning // recorded by an sbx before states
-				}
-				if status == sandbox.StatusStarting {
-					// Its API may not answer yet; sbx policy waits for it.
-				} else if s, err := psStatus(cmd.Context(), t); err != nil && endedMeanwhile(stateDir, st.ID) {
-					// Its command ended since the list was read, and its
-					// gateway with it: not a failure to say.
-					status = sandbox.StatusStopping
-				} else if err != nil {
-					// Not a silent "-": "?" here, and why on stderr.
-					version, allowed, blocked = "?", "?", "?"
-					who := st.ID
-					if st.Name != "" {
-						who += " (" + st.Name + ")"
-					}
-					failed = append(failed, fmt.Sprintf("sbx: sandbox %s: asking its status for POLICY, ALLOWED and BLOCKED: %v", who, err))
-				} else {
-					version, allowed, blocked = strconv.FormatUint(s.PolicyVersion, 10), strconv.FormatUint(s.Counts.Allowed, 10), strconv.FormatUint(s.Counts.Blocked, 10)
-				}
-				gw := st.Subnet.Addr().Next().String() + ":" + strconv.Itoa(int(st.GatewayPort))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.ID, printable(st.Name), status, printable(truncateCommand(st.Command)), time.Since(st.Created).Round(time.Second), gw, version, allowed, blocked)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			for _, f := range failed {
-				fmt.Fprintln(cmd.ErrOrStderr(), printable(f))
-			}
-			if len(failed) > 0 {
-				// Every sandbox is listed; the lines above say what failed.
-				return &exitError{code: exitFailure, err: errSilent}
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
-	cmd.Flags().MarkHidden("state-dir")
-	return cmd
 }
 
 // psWait bounds how long sbx ps waits for each sandbox's status.

@@ -3,10 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -16,6 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/handoff"
+	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
@@ -81,6 +86,12 @@ terminates TLS), and without it a CONNECT to HOST is refused. With
 the policy, inspected, and what HOST answered is written to SCRIPT when
 the gateway stops, for --mock-llm to replay.
 
+SIGHUP reloads the --policy file (with the other policy flags, as at
+start) and makes it the running policy, in place of the rules of the file
+and of any change through the API; a policy record in the decision log
+and a line say so. A file that does not load keeps the running policy,
+and stderr and a policy record say why.
+
 It runs until interrupted (Ctrl-C or SIGTERM), then closes its listeners,
 ends open tunnels and flushes the decision log.`,
 		Example: `  # Allow the npm registry, block the rest, log decisions to a file.
@@ -128,6 +139,11 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if err := o.check(); err != nil {
 		return usageError(cmd, err)
 	}
+	// From here SIGHUP reloads the policy file rather than ending sbx
+	// (one that comes while the gateway starts waits for it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, recs, err := o.config(cmd)
 	if err != nil {
 		return err
@@ -181,7 +197,14 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		// the value, which the gateway sends to these hosts only.
 		fmt.Fprintf(out, "sbx gateway: secret %s for %s: give the clients %s=%s\n", sec.Name(), strings.Join(sec.Hosts(), ", "), sec.Name(), sec.Placeholder())
 	}
-	<-cmd.Context().Done()
+	for done := false; !done; {
+		select {
+		case <-cmd.Context().Done():
+			done = true
+		case <-hup:
+			o.reloadPolicy(g, out, cmd.ErrOrStderr())
+		}
+	}
 	fmt.Fprintln(out, "sbx gateway: stopping")
 	errs := []error{g.Close()}
 	// Once the gateway is closed, so that every exchange is in.
@@ -197,6 +220,39 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		errs = append(errs, err)
 	}
 	return combine(errs...)
+}
+
+// reloadPolicy builds the policy of the flags and the --policy file
+// again and makes it the running one, as SIGHUP asks; a policy record
+// says so (the store's change). A file that does not load, or a policy
+// the gateway cannot take (other secrets, LLM scripts it has not read),
+// keeps the running policy: why is said on stderr and in a policy record
+// of the version that stays.
+func (o *gatewayOptions) reloadPolicy(g *gateway.Gateway, out, stderr io.Writer) {
+	store := g.Server.Store()
+	if o.policy.Policy == "" {
+		fmt.Fprintf(stderr, "sbx gateway: SIGHUP: there is no --policy file to reload; the policy stays version %d\n", store.Load().Version())
+		return
+	}
+	p, err := o.policy.Build()
+	var snap *netpolicy.Snapshot
+	if err == nil {
+		snap, err = store.Reload(p.Spec(), "policy reloaded from "+o.policy.Policy+" on SIGHUP")
+	}
+	if err != nil {
+		cur := store.Load()
+		why := strings.Join(flatten(err), "; ")
+		change := fmt.Sprintf("policy reload from %s on SIGHUP failed, so version %d stays: %s", o.policy.Policy, cur.Version(), why)
+		g.Log.Emit(&decisionlog.Record{Event: decisionlog.EventPolicy, PolicyVersion: cur.Version(), Change: change})
+		fmt.Fprintf(stderr, "sbx gateway: reloading the policy from %s on SIGHUP failed, so the running policy (version %d) stays:\n", o.policy.Policy, cur.Version())
+		for _, line := range flatten(err) {
+			fmt.Fprintln(stderr, "sbx gateway:   "+line)
+		}
+		return
+	}
+	sp := snap.Policy()
+	fmt.Fprintf(out, "sbx gateway: policy reloaded from %s on SIGHUP (policy version %d: %s, default %s, mode %s)\n",
+		o.policy.Policy, snap.Version(), plural(len(sp.Rules()), "rule"), sp.Default(), sp.Mode())
 }
 
 // config reads what the flags name and returns the gateway's

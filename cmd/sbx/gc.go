@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,7 +14,7 @@ import (
 )
 
 func newGCCmd() *cobra.Command {
-	var stateDir, socket, dockerHost string
+	var stateDir, socket, dockerHost, logDir, logsOlderThan string
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove what crashed sandboxes left behind",
@@ -21,10 +25,22 @@ namespace that containerd forgot, with what it started), network namespace,
 veth pair, iptables rules and chains, and state in /run/sbx. A sandbox whose
 sbx run lives holds a lease gc cannot take, so it is left alone, and so is
 anything not named as sbx names its objects (a shim is known by the kernel's
-word: root's process running root's containerd-shim executable). Decision logs and mock journals in /var/lib/sbx are kept. Needs root.`,
+word: root's process running root's containerd-shim executable). Decision logs and mock journals in /var/lib/sbx are kept, unless
+--logs-older-than DURATION (such as 72h or 30d) is given: then what is kept
+of each sandbox that ended longer ago than that (its directory in
+/var/lib/sbx/sandboxes: record, decision log, mock journal; sbx ps -a
+lists them) is removed too, never a running sandbox's. Needs root.`,
 		Example: `  sudo sbx gc`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var older time.Duration
+			if cmd.Flags().Changed("logs-older-than") {
+				d, err := parseAge(logsOlderThan)
+				if err != nil {
+					return usageErrorf(cmd, "--logs-older-than %q: %v", logsOlderThan, err)
+				}
+				older = d
+			}
 			if os.Geteuid() != 0 {
 				return needsRoot("sbx gc", "namespaces, iptables, containerd and Docker")
 			}
@@ -51,13 +67,41 @@ word: root's process running root's containerd-shim executable). Decision logs a
 			if len(cleaned) == 0 && err == nil {
 				fmt.Fprintln(cmd.OutOrStdout(), "nothing to remove")
 			}
+			if cmd.Flags().Changed("logs-older-than") {
+				err = combine(err, expireLogs(cmd.OutOrStdout(), stateDir, logDir, older))
+			}
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	cmd.Flags().StringVar(&socket, "containerd", sandbox.DefaultContainerdSocket, "containerd's `SOCKET`")
 	cmd.Flags().StringVar(&dockerHost, "docker-host", "", "Docker's `ADDRESS` (default: DOCKER_HOST, or Docker's own default)")
+	cmd.Flags().StringVar(&logsOlderThan, "logs-older-than", "", "also remove what is kept of sandboxes that ended longer than `DURATION` ago (72h, 30d): record, decision log, mock journal")
+	cmd.Flags().StringVar(&logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
 	cmd.Flags().MarkHidden("state-dir")
 	cmd.Flags().MarkHidden("docker-host")
+	cmd.Flags().MarkHidden("log-dir")
 	return cmd
+}
+
+// parseAge parses a duration as Go does (90m, 72h), or a number of days
+// (30d); it must not be negative.
+func parseAge(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseUint(days, 10, 16)
+		if err != nil {
+			return 0, errors.New("want a duration such as 72h or 30d")
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, errors.New("want a duration such as 72h or 30d")
+		}
+	}
+	if d < 0 {
+		return 0, errors.New("want a duration of 0 or more")
+	}
+	return d, nil
 }

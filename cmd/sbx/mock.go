@@ -114,11 +114,11 @@ func newMockRequestsCmd() *cobra.Command {
 		Short: "Show what the agent sent the mock, and what each request got (of a running sandbox, an ended one, or a journal file)",
 		Long: `Requests prints the mock's journal: what the agent sent and what each
 request got. --sandbox ID asks a running sandbox's gateway; for a sandbox
-that ended it reads the journal kept beside its decision log, in
-/var/lib/sbx/sandboxes/<id>/mock-requests.jsonl (by its id or a unique
-prefix: a name is known only while the sandbox runs), and says so on
-stderr. A journal kept elsewhere (--mock-journal FILE, or beside a --log
-FILE) is read with --journal FILE.`,
+that ended it reads its journal (by its id, a unique prefix or its name),
+kept beside its decision log in
+/var/lib/sbx/sandboxes/<id>/mock-requests.jsonl, or where --mock-journal
+or --log put it, as the sandbox's record there says, and says so on
+stderr. A journal file is read with --journal FILE.`,
 		Example: `  sbx mock requests --sandbox 1a2b3c4d
   sbx mock requests --sandbox 1a2b3c4d --host api.openai.com --json | jq '.requests[].body.messages'
   sbx mock requests --journal run.mock-requests.jsonl`,
@@ -212,7 +212,7 @@ func endedSandboxJournal(t targetFlags, logDir string) (path string, ended bool,
 	var le *run.LogLookupError
 	switch {
 	case errors.As(err, &le) && len(le.Matches) == 0:
-		return "", false, fmt.Errorf("--sandbox %w (a name is known only while its sandbox runs; a sandbox that mocked no LLM keeps no journal; one kept with --mock-journal or beside --log is read with --journal FILE); sbx ps lists the running ones", err)
+		return "", false, fmt.Errorf("--sandbox %w (a sandbox that mocked no LLM keeps no journal; one whose record was removed, or kept by an older sbx with --mock-journal or beside --log, is read with --journal FILE); sbx ps -a lists the sandboxes", err)
 	case err != nil:
 		return "", false, fmt.Errorf("--sandbox %w", orNeedsRoot(err, "--sandbox"))
 	}

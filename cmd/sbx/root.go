@@ -131,11 +131,12 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
   # Check a policy file.
   sbx policy validate policy.yaml`,
 		Args:          subcommandArgs,
-		RunE:          showHelp,
+		RunE:          runRoot,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(flagError)
+	root.Flags().Bool("version", false, "print what sbx version prints, and exit")
 	// Before cobra's own check, which would exit 1: flags that go
 	// together or exclude each other are usage errors too.
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -159,6 +160,7 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		newMockCmd(),
 		newPolicyCmd(),
 		newPSCmd(),
+		newRmCmd(),
 		newRunCmd(),
 		newSelftestCmd(),
 		newSelftestProbeCmd(),
@@ -167,6 +169,15 @@ Exit codes: 0 success, 1 invalid input file or failure, 2 usage error.`,
 		newVersionCmd(),
 	)
 	return root
+}
+
+// runRoot is sbx's own RunE: with --version it prints what sbx version
+// prints, as other tools' --version does; else its help.
+func runRoot(cmd *cobra.Command, args []string) error {
+	if v, _ := cmd.Flags().GetBool("version"); v {
+		return printVersion(cmd.OutOrStdout())
+	}
+	return showHelp(cmd, args)
 }
 
 // showHelp is the RunE of a command that only groups subcommands: without

@@ -374,6 +374,8 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 			}
 		case run.Recorded:
 			line = recordedNote(n)
+		case run.NotKept:
+			line = fmt.Sprintf("%v; sbx ps -a will not list sandbox %s", n.Err, n.ID)
 		}
 		if line != "" {
 			fmt.Fprintln(stderr, "sbx: "+line)

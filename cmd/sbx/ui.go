@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,20 +111,22 @@ func (h hostSandboxes) List(ctx context.Context) ([]ui.Sandbox, error) {
 		out = append(out, ui.Sandbox{ID: st.ID, Name: st.Name, Status: status, Command: st.Command, Time: st.Created, HasLog: err == nil})
 		running[st.ID] = true
 	}
-	entries, err := os.ReadDir(h.logDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// What sbx ps -a lists: by the record kept when each ended, with its
+	// name and where its log went.
+	kept, err := run.ListEnded(h.stateDir, h.logDir)
+	if err != nil {
 		return nil, orNeedsRoot(err, "sbx ui")
 	}
 	var ended []ui.Sandbox
-	for _, e := range entries {
-		if !e.IsDir() || running[e.Name()] || sandbox.CheckID(e.Name()) != nil {
+	for _, e := range kept {
+		if running[e.ID] {
 			continue
 		}
-		fi, err := os.Stat(filepath.Join(h.logDir, e.Name(), run.LogName))
-		if err != nil || !fi.Mode().IsRegular() {
+		fi, err := os.Stat(e.Log)
+		if e.Log == "" || err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		ended = append(ended, ui.Sandbox{ID: e.Name(), Status: ui.StatusEnded, Time: fi.ModTime(), HasLog: true})
+		ended = append(ended, ui.Sandbox{ID: e.ID, Name: e.Name, Status: ui.StatusEnded, Command: e.Command, Time: e.Ended, HasLog: true})
 	}
 	slices.SortFunc(ended, func(a, b ui.Sandbox) int { return b.Time.Compare(a.Time) }) // newest first
 	return append(out, ended...), nil

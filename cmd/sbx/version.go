@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -20,15 +21,20 @@ func newVersionCmd() *cobra.Command {
 		Example: "  sbx version",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bi, ok := debug.ReadBuildInfo()
-			if !ok {
-				bi = nil
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "sbx %s\n%s %s/%s\n",
-				resolveVersion(version, bi), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return err
+			return printVersion(cmd.OutOrStdout())
 		},
 	}
+}
+
+// printVersion writes sbx's version, Go's, and the platform, what sbx
+// version and sbx --version print.
+func printVersion(w io.Writer) error {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
+	}
+	_, err := fmt.Fprintf(w, "sbx %s\n%s %s/%s\n", resolveVersion(version, bi), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return err
 }
 
 // resolveVersion returns v, or when v is "dev" the main module's version

@@ -66,7 +66,14 @@ type Diff struct {
 // path at a known target; or whether they are incomplete, so that this
 // cannot be ruled out.
 func (d *Diff) ReachesNew() bool {
-	if len(d.NewTargets)+len(d.NewDNSNames)+len(d.NewBypass)+len(d.Incomplete) > 0 {
+	return len(d.Incomplete) > 0 || d.FoundNew()
+}
+
+// FoundNew reports whether the logs show the new ones reaching anything
+// the old ones do not, as ReachesNew does but for the logs being
+// incomplete: what the verdict may claim.
+func (d *Diff) FoundNew() bool {
+	if len(d.NewTargets)+len(d.NewDNSNames)+len(d.NewBypass) > 0 {
 		return true
 	}
 	return slices.ContainsFunc(d.Changed, func(c *TargetChange) bool {

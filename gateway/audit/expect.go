@@ -341,7 +341,8 @@ type unexpectedKey struct {
 	method, path      string
 }
 
-// ErrNoRecords is wrapped by Expect's error for a log without a record:
+// ErrNoRecords is wrapped by Scan's error (so Summarize's and Expect's)
+// for a log without a record:
 // it cannot show that anything holds, and is likely not a decision log.
 var ErrNoRecords = errors.New("no decision records")
 
@@ -459,9 +460,6 @@ func Expect(ctx context.Context, p *netpolicy.Policy, name string, sources []Sou
 		return nil, err
 	}
 	for _, l := range reads {
-		if l.Records == 0 && l.TruncatedLine == 0 {
-			return nil, fmt.Errorf("%w in %s: is this a decision log? (a gateway's log starts with a policy record)", ErrNoRecords, l.Name)
-		}
 		if l.TruncatedLine != 0 {
 			e.Truncated = append(e.Truncated, l.Truncated())
 		}

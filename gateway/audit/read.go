@@ -111,12 +111,17 @@ func (l LogRead) Truncated() string {
 		l.Name, l.TruncatedLine)
 }
 
+// errNoEvent is the error of a line that is a JSON object without the
+// "event" every record has.
+var errNoEvent = errors.New(`it has no "event", which every record of a decision log has: is this a decision log?`)
+
 // Scan reads every record of every source, in order, and calls fn with
 // each. The record is valid only during the call. It returns what it
 // read of each source, with the records each lacks by its seqs (see
 // LogRead.Gaps). It stops at the first error: a source that does
 // not open, a line that is not a record (a *decisionlog.LineError naming
-// the log and line), fn's error, or ctx's; but a last line cut short
+// the log and line; a JSON object without "event" is none), a log
+// without a record (ErrNoRecords), fn's error, or ctx's; but a last line cut short
 // (decisionlog.ErrTruncated) ends its log without an error, and is
 // reported in its LogRead.
 func Scan(ctx context.Context, sources []Source, fn func(*decisionlog.Record) error) ([]LogRead, error) {
@@ -139,6 +144,12 @@ func Scan(ctx context.Context, sources []Source, fn func(*decisionlog.Record) er
 				err = ctx.Err()
 				break
 			}
+			if rec.Event == "" {
+				// Every record a gateway writes names its event: this
+				// line is JSON of something else (a package.json).
+				err = &decisionlog.LineError{Name: src.Name, Line: rd.Line(), Err: errNoEvent}
+				break
+			}
 			seqs.add(&rec)
 			if err = fn(&rec); err != nil {
 				break
@@ -154,6 +165,9 @@ func Scan(ctx context.Context, sources []Source, fn func(*decisionlog.Record) er
 		reads = append(reads, read)
 		if !errors.Is(err, io.EOF) {
 			return reads, err
+		}
+		if read.Records == 0 && read.TruncatedLine == 0 {
+			return reads, fmt.Errorf("%w in %s: is this a decision log? (a gateway's log starts with a policy record)", ErrNoRecords, src.Name)
 		}
 	}
 	return reads, ctx.Err()

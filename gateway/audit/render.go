@@ -338,8 +338,9 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 	if format == FormatJSON {
 		return writeJSON(w, struct {
 			ReachesNew bool `json:"reaches_new"`
+			FoundNew   bool `json:"found_new"`
 			*Diff
-		}{d.ReachesNew(), d})
+		}{d.ReachesNew(), d.FoundNew(), d})
 	}
 	md := format == FormatMarkdown
 	ew := &errWriter{w: w}
@@ -420,9 +421,14 @@ func WriteDiff(w io.Writer, d *Diff, format string) error {
 		head("New processes")
 		item(strings.Join(d.NewProcesses, ", "))
 	}
-	if d.ReachesNew() {
+	switch {
+	case d.FoundNew():
 		fmt.Fprintf(ew, "\nThe new logs reach something the old ones do not.\n")
-	} else {
+	case d.ReachesNew():
+		// Not a claim of new reach: the exit (1) is for the logs'
+		// being incomplete.
+		fmt.Fprintf(ew, "\nNothing new is seen in what the logs hold, but they are incomplete (see the warnings above), so something new cannot be ruled out.\n")
+	default:
 		fmt.Fprintf(ew, "\nNothing new is reached.\n")
 	}
 	return ew.err

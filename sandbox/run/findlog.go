@@ -59,8 +59,10 @@ func (e *LogLookupError) Unwrap() error {
 // FindLog returns the path of the decision log of the sandbox ref names,
 // as Start lays logs out in logDir ("" for DefaultLogDir): a running
 // sandbox's, by its id, name or a unique prefix of its id (sandbox.Find
-// in stateDir), else an ended sandbox's, by its id or a unique prefix of
-// it among the logs kept. It does not check that the log can be read.
+// in stateDir), else an ended sandbox's: by its id, its name or a unique
+// prefix of its id, where its record (Ended) says the log was written, or
+// by its id or a unique prefix of it among the logs kept. It does not
+// check that the log can be read.
 // The error is a *LogLookupError when no log, or more than one, matches,
 // or the error of reading logDir.
 func FindLog(stateDir, logDir, ref string) (string, error) {
@@ -84,6 +86,16 @@ func findFile(stateDir, logDir, ref, name string) (string, error) {
 	}
 	if st, err := sandbox.Find(stateDir, ref); err == nil {
 		return filepath.Join(logDir, st.ID, name), nil
+	}
+	// An ended sandbox's record says where its files went, and its name.
+	if e, err := FindEnded(stateDir, logDir, ref); err == nil && e.Kept {
+		path := e.Log
+		if name == JournalName {
+			path = e.Journal
+		}
+		if path != "" {
+			return path, nil
+		}
 	}
 	entries, err := os.ReadDir(logDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -36,7 +36,7 @@ func TestFindLog(t *testing.T) {
 		{ref: "1a2b", want: "1a2b"}, // an id that is a prefix of others is itself
 		{ref: "1a", matches: []string{"1a2b", "1a2b3c4d", "1a2b9999"}},
 		{ref: "ffff"},
-		{ref: "agent"}, // a name is known only while its sandbox runs
+		{ref: "agent"}, // no record (Ended) here names a sandbox agent
 	}
 	for _, tt := range tests {
 		path, err := FindLog(stateDir, logDir, tt.ref)

@@ -1,8 +1,8 @@
 package run
 
 // A Note is something a caller may want to tell its user, which Start and
-// Close pass to Spec.Notes as it happens: UserChosen, NoInit, Closed and
-// Recorded.
+// Close pass to Spec.Notes as it happens: UserChosen, NoInit, Closed,
+// NotKept and Recorded.
 type Note interface{ isNote() }
 
 // UserChosen says who the command will run as, before anything is made.
@@ -17,6 +17,14 @@ type NoInit struct{}
 // JournalFile ("" when it mocked no LLM).
 type Closed struct{ ID, LogFile, JournalFile string }
 
+// NotKept says that the record of the ended sandbox ID (Ended) could
+// not be written: sbx ps -a does not list it, and it is found by id
+// only where its log is in the log directory.
+type NotKept struct {
+	ID  string
+	Err error
+}
+
 // Recorded says that a recording's script was written, with Exchanges
 // exchanges.
 type Recorded struct {
@@ -28,3 +36,4 @@ func (UserChosen) isNote() {}
 func (NoInit) isNote()     {}
 func (Closed) isNote()     {}
 func (Recorded) isNote()   {}
+func (NotKept) isNote()    {}

@@ -199,6 +199,11 @@ type Run struct {
 	unpin       func() // releases the approvals file's pin
 	closeOnce   sync.Once
 	closeErr    error
+
+	// ended is what Close keeps of the sandbox when it ends (EndedName),
+	// its exit code set by Wait and Stop.
+	endedMu sync.Mutex
+	ended   Ended
 }
 
 // ID is the sandbox's id.
@@ -216,11 +221,22 @@ func (r *Run) JournalFile() string { return r.journalFile }
 
 // Wait waits for the command's end and returns its exit code, or ctx's
 // error when ctx ends first (the command runs on: Stop ends it).
-func (r *Run) Wait(ctx context.Context) (int, error) { return r.s.Wait(ctx) }
+func (r *Run) Wait(ctx context.Context) (int, error) { return r.exited(r.s.Wait(ctx)) }
 
 // Stop sends the command SIGTERM, then SIGKILL after grace, and returns
 // its exit code.
-func (r *Run) Stop(grace time.Duration) (int, error) { return r.s.Stop(grace) }
+func (r *Run) Stop(grace time.Duration) (int, error) { return r.exited(r.s.Stop(grace)) }
+
+// exited notes the command's exit code for what Close keeps, when err
+// says it is known.
+func (r *Run) exited(code int, err error) (int, error) {
+	if err == nil {
+		r.endedMu.Lock()
+		r.ended.ExitCode = &code
+		r.endedMu.Unlock()
+	}
+	return code, err
+}
 
 // Close takes the sandbox and its gateway down (Closed is noted), then
 // writes the recordings (each noted as Recorded). It returns every
@@ -231,6 +247,15 @@ func (r *Run) Close() error {
 		var errs *multierror.Error
 		errs = multierror.Append(errs, r.s.Close())
 		r.unpin()
+		// Kept as Docker keeps an exited container, until sbx rm or sbx
+		// gc --logs-older-than removes it.
+		r.endedMu.Lock()
+		e := r.ended
+		r.endedMu.Unlock()
+		e.Ended = time.Now().UTC()
+		if err := writeEnded(e); err != nil {
+			r.notes(NotKept{ID: e.ID, Err: err}) // the run's outcome stands
+		}
 		r.notes(Closed{ID: r.s.ID, LogFile: r.logFile, JournalFile: r.journalFile})
 		errs = multierror.Append(errs, writeRecordings(r.recordings, r.notes)...)
 		r.closeErr = errs.ErrorOrNil()
@@ -453,6 +478,7 @@ func start(ctx context.Context, spec *Spec, p prepared, unpin func()) (*Run, err
 	if initPath == "" {
 		spec.Notes(NoInit{})
 	}
+	created := time.Now().UTC()
 	r := &Run{recordings: newRecordings(spec.Recordings), notes: spec.Notes, unpin: unpin, logFile: spec.Gateway.LogFile, journalFile: journalFile(spec)}
 	var mounts []specs.Mount
 	for _, m := range p.layout.Mounts {
@@ -499,6 +525,7 @@ func start(ctx context.Context, spec *Spec, p prepared, unpin func()) (*Run, err
 		return nil, err
 	}
 	r.s = s
+	r.ended = Ended{ID: s.ID, Name: spec.Name, Command: spec.Command, Created: created, Log: r.logFile, Journal: r.journalFile, Dir: filepath.Join(logDir(spec), s.ID)}
 	return r, nil
 }
 

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+)
+
+// lineWatcher gathers the lines a process prints, for a test to wait on.
+type lineWatcher struct {
+	mu    sync.Mutex
+	lines []string
+	more  chan struct{} // closed and replaced when a line comes
+}
+
+func watchLines(r io.Reader) *lineWatcher {
+	w := &lineWatcher{more: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			w.mu.Lock()
+			w.lines = append(w.lines, sc.Text())
+			close(w.more)
+			w.more = make(chan struct{})
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// waitFor waits up to 10 seconds for a line that holds s.
+func (w *lineWatcher) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		w.mu.Lock()
+		for _, l := range w.lines {
+			if strings.Contains(l, s) {
+				w.mu.Unlock()
+				return
+			}
+		}
+		more := w.more
+		w.mu.Unlock()
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("no line holding %q within 10s; got:\n%s", s, w.text())
+		}
+	}
+}
+
+func (w *lineWatcher) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.lines, "\n")
+}
+
+// count returns how many lines hold s.
+func (w *lineWatcher) count(s string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, l := range w.lines {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// startFollow starts sbx decisions --file path --follow, and stops it
+// with SIGINT at the test's end, checking it exits 0 then.
+func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin, "decisions", "--file", path, "--follow")
+	so, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr = watchLines(so), watchLines(se)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGINT)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("sbx decisions --follow after SIGINT: %v, want exit 0; stderr:\n%s", err, stderr.text())
+				}
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Errorf("sbx decisions --follow did not end within 10s of SIGINT")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stdout, stderr, stop
+}
+
+// TestDecisionsFileFollow: sbx decisions --file F --follow prints what F
+// holds, then each record the gateway's FileSink writes to it, across a
+// rotation (the file moved away, the sink making a new one at the path),
+// and ends with exit 0 on SIGINT.
+func TestDecisionsFileFollow(t *testing.T) {
+	bin := buildSbx(t)
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	sink, err := decisionlog.OpenFileSink(path, decisionlog.FileSinkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := decisionlog.NewLog("", sink)
+	defer log.Close()
+	commit := func(host string) {
+		t.Helper()
+		r := &decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Method: "GET", Host: host, Port: 80, Path: "/", Action: "allow", Enforced: true, Rule: "r1", Reason: "allowed"}
+		// The commit that finds the file moved away fails; the next makes
+		// a new file at the path.
+		for i := 0; i < 3; i++ {
+			if _, err := log.Commit(r); err == nil {
+				return
+			}
+		}
+		t.Fatalf("committing the record of %s failed three times", host)
+	}
+	commit("before.test")
+	stdout, stderr, stop := startFollow(t, bin, path)
+	stdout.waitFor(t, "GET before.test:80/")
+	commit("while.test")
+	stdout.waitFor(t, "GET while.test:80/")
+
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	commit("rotated.test")
+	stdout.waitFor(t, "GET rotated.test:80/")
+	stderr.waitFor(t, "was rotated; following the new file")
+	commit("after.test")
+	stdout.waitFor(t, "GET after.test:80/")
+	stop()
+	// Every record of the old file and the new is printed once (the
+	// commit that found the file moved away wrote rotated.test to the old
+	// one, and its retry to the new one, after a dropped record).
+	var want int
+	for _, p := range []string{path + ".1", path} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += strings.Count(string(b), "\n")
+	}
+	if got := len(strings.Split(stdout.text(), "\n")); got != want {
+		t.Errorf("got %d lines, want %d, one per record of the two files:\n%s", got, want, stdout.text())
+	}
+	for _, host := range []string{"before.test", "while.test", "after.test"} {
+		if n := stdout.count("GET " + host + ":80/"); n != 1 {
+			t.Errorf("%s printed %d times, want once:\n%s", host, n, stdout.text())
+		}
+	}
+}
+
+// TestDecisionsFileFollowWaitsForNewline: a record whose line is written
+// in two parts is printed once its newline comes, not refused as half a
+// record; a file cut shorter is read again from its start.
+func TestDecisionsFileFollowWaitsForNewline(t *testing.T) {
+	bin := buildSbx(t)
+	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	line := func(seq uint64, host string) string {
+		r := &decisionlog.Record{Seq: seq, Event: decisionlog.EventDecision, Time: time.Now(), Kind: decisionlog.KindHTTP, Method: "GET", Host: host, Port: 80, Path: "/", Action: "block", Enforced: true, Rule: "default", Reason: "no rule matched"}
+		return string(r.AppendJSON(nil)) + "\n"
+	}
+	write := func(s string) {
+		t.Helper()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(line(1, "one.test"))
+	stdout, stderr, stop := startFollow(t, bin, path)
+	stdout.waitFor(t, "GET one.test:80/")
+	two := line(2, "two.test")
+	write(two[:20])
+	time.Sleep(3 * followPoll) // the follower reads the half meanwhile
+	write(two[20:])
+	stdout.waitFor(t, "GET two.test:80/")
+
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * followPoll)
+	write(line(1, "again.test"))
+	stdout.waitFor(t, "GET again.test:80/")
+	stop()
+	if strings.Contains(stderr.text(), "not a decision record") {
+		t.Errorf("stderr: got %q, want no refused record", stderr.text())
+	}
+}
