@@ -233,6 +233,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if !o.silent() {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
 	}
+	// An idle sandbox holds little memory: what the start took goes back
+	// soon after (idlemem.go).
+	defer trimIdleMemory()()
 	if prompt != nil {
 		// Ended before Close: the prompt on the screen says the run
 		// ended, and the output it held reaches the terminal.
