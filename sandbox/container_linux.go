@@ -515,8 +515,15 @@ func (t *Task) Delete() error {
 	defer cancel()
 	var errs *multierror.Error
 	if t.task != nil {
+		// Once the command is seen to have ended, nothing of it is left to
+		// kill (its PID namespace ended with its init), which spares
+		// containerd a wait and a kill.
+		var opts []containerd.ProcessDeleteOpts
+		if !t.exited.Load() {
+			opts = append(opts, containerd.WithProcessKill)
+		}
 		err := retryUnavailable(ctx, func() error {
-			_, err := t.task.Delete(ctx, containerd.WithProcessKill)
+			_, err := t.task.Delete(ctx, opts...)
 			return err
 		})
 		if err != nil && !errdefs.IsNotFound(err) {

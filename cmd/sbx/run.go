@@ -215,7 +215,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		// No question on the terminal, but sbx's lines are there.
 		guardTerminal(newTTYGate(), &spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
 	}
+	// The start allocates a few megabytes and keeps little: no collection
+	// while it runs (startGC), one soon after (trimIdleMemory).
+	endStartGC := startGC()
 	r, err := run.Start(ctx, spec)
+	endStartGC()
 	if err != nil {
 		if prompt != nil {
 			prompt.stop()
