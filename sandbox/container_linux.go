@@ -390,6 +390,11 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 			}
 		}
 	}()
+	if cs.WaitNetns != nil {
+		if err := cs.WaitNetns(); err != nil {
+			return nil, err
+		}
+	}
 	// When the input ends, the command must see its end too: the task's
 	// stdin is closed then, as ctr does.
 	if stdio.In != nil {
