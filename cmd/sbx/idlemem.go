@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -48,13 +49,36 @@ func trimIdleMemory() (stop func()) {
 const startGCPercent = 800
 
 // startGC raises GOGC to startGCPercent (unless GOGC asks for more, or
-// for no collection) and returns the func that sets it back.
+// for no collection) and returns the func that sets it back once no
+// other start is under way (tests start sandboxes side by side).
 func startGC() (end func()) {
-	prev := debug.SetGCPercent(startGCPercent)
-	if prev < 0 || prev > startGCPercent {
-		debug.SetGCPercent(prev)
+	startGCState.mu.Lock()
+	defer startGCState.mu.Unlock()
+	if startGCState.starts == 0 {
+		startGCState.prev = debug.SetGCPercent(startGCPercent)
+		if p := startGCState.prev; p < 0 || p > startGCPercent {
+			debug.SetGCPercent(p)
+		}
 	}
-	return func() { debug.SetGCPercent(prev) }
+	startGCState.starts++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			startGCState.mu.Lock()
+			defer startGCState.mu.Unlock()
+			if startGCState.starts--; startGCState.starts == 0 {
+				debug.SetGCPercent(startGCState.prev)
+			}
+		})
+	}
+}
+
+// startGCState counts the starts under way, and keeps the GOGC to set
+// back when the last ends.
+var startGCState struct {
+	mu     sync.Mutex
+	starts int
+	prev   int
 }
 
 // mapping is an address range of /proc/self/smaps.

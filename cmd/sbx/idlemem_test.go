@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,4 +38,30 @@ Anonymous:          1024 kB
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(mapping{})); diff != "" {
 		t.Errorf("cleanMappings: got %v, want %v (-want +got):\n%s", got, want, diff)
 	}
+}
+
+// TestStartGC: GOGC is raised while starts are under way, and set back
+// to what it was when the last of them ends, whatever their order.
+func TestStartGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	endA := startGC()
+	endB := startGC()
+	if got := debug.SetGCPercent(startGCPercent); got != startGCPercent {
+		t.Errorf("GOGC during two starts: got %d, want %d", got, startGCPercent)
+	}
+	endA()
+	endA()
+	if got := debug.SetGCPercent(startGCPercent); got != startGCPercent {
+		t.Errorf("GOGC after the first start ended (twice): got %d, want %d", got, startGCPercent)
+	}
+	endB()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC after both ended: got %d, want 100", got)
+	}
+	debug.SetGCPercent(1000)
+	endC := startGC()
+	if got := debug.SetGCPercent(1000); got != 1000 {
+		t.Errorf("GOGC during a start with GOGC=1000: got %d, want 1000", got)
+	}
+	endC()
 }
