@@ -22,6 +22,11 @@ type ContainerSpec struct {
 	ID string
 	// NetnsPath is the network namespace to join, /var/run/netns/sbx-<id>.
 	NetnsPath string
+	// WaitNetns, when set, is called by a Create that joins NetnsPath by
+	// path (Containerd's) after the container's record is made and before
+	// its process, which joins the namespace, is: the namespace is being
+	// made meanwhile. An error stops Create.
+	WaitNetns func() error
 	// RootFS is a directory used as / (read-only); ignored when Image is
 	// set.
 	RootFS string

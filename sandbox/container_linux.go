@@ -18,6 +18,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -179,7 +180,20 @@ func GenerateSpec(ctx context.Context, cs ContainerSpec) (*specs.Spec, error) {
 type Containerd struct {
 	client *containerd.Client
 	socket string
+
+	mu    sync.Mutex
+	ahead chan aheadLease // PrepareCreate's lease, until Create or Close takes it
 }
+
+// aheadLease is the lease PrepareCreate asked for: its id, or why there
+// is none.
+type aheadLease struct {
+	id  string
+	err error
+}
+
+// leaseTimeout bounds the making and the deletion of a lease.
+const leaseTimeout = 10 * time.Second
 
 // ConnectContainerd connects to containerd at socket.
 func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) {
@@ -201,8 +215,61 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 	return &Containerd{client: c, socket: socket}, nil
 }
 
-// Close closes the connection.
-func (c *Containerd) Close() error { return c.client.Close() }
+// PrepareCreate asks containerd, in the background, for the lease under
+// which the next Create makes its container, which containerd's client
+// would otherwise make, and delete, on the way: each is a write to
+// containerd's database that waits for the disk. Create deletes it once
+// the container is made, in the background too (the container's Delete
+// waits for that), and Close deletes one that no Create took.
+func (c *Containerd) PrepareCreate(ctx context.Context) {
+	ch := make(chan aheadLease, 1)
+	c.mu.Lock()
+	c.ahead = ch
+	c.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.WithoutCancel(ctx), ContainerdNamespace), leaseTimeout)
+		defer cancel()
+		l, err := c.client.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+		ch <- aheadLease{id: l.ID, err: err}
+	}()
+}
+
+// takeLease returns the lease PrepareCreate asked for, once containerd
+// has made it; ok is false when there is none.
+func (c *Containerd) takeLease() (id string, ok bool) {
+	c.mu.Lock()
+	ch := c.ahead
+	c.ahead = nil
+	c.mu.Unlock()
+	if ch == nil {
+		return "", false
+	}
+	l := <-ch
+	return l.id, l.err == nil
+}
+
+// deleteLease deletes the lease id in the background; the channel it
+// returns is closed once containerd has answered. A lease left behind
+// (containerd did not answer) expires within a day.
+func (c *Containerd) deleteLease(id string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), ContainerdNamespace), leaseTimeout)
+		defer cancel()
+		c.client.LeasesService().Delete(ctx, leases.Lease{ID: id})
+	}()
+	return done
+}
+
+// Close deletes the lease of a PrepareCreate that no Create took, and
+// closes the connection.
+func (c *Containerd) Close() error {
+	if id, ok := c.takeLease(); ok {
+		<-c.deleteLease(id)
+	}
+	return c.client.Close()
+}
 
 // Run runs cs to its end: Create, then Task.Run, then Task.Delete. The
 // exit code is the command's; ExitNotFound or ExitCannotExecute when it
@@ -254,6 +321,9 @@ type Task struct {
 	// closer use it. cancel ends the stdin closer and the stdin gate.
 	cleanupCtx context.Context
 	cancel     context.CancelFunc
+	// leaseGone, when the container was made under PrepareCreate's
+	// lease, is closed once the lease is deleted: Delete waits for it.
+	leaseGone <-chan struct{}
 }
 
 // Create creates cs's container and its task. The netns at cs.NetnsPath
@@ -294,10 +364,23 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 		return nil
 	})
 	newOpts = append(newOpts, containerd.WithNewSpec(spec...))
+	// Under PrepareCreate's lease, when there is one; containerd's client
+	// makes its own otherwise.
+	leased := ctx
+	id, hasLease := c.takeLease()
+	if hasLease {
+		leased = leases.WithLease(ctx, id)
+	}
 	var err error
-	t.ctr, err = c.client.NewContainer(ctx, cs.ID, newOpts...)
+	t.ctr, err = c.client.NewContainer(leased, cs.ID, newOpts...)
+	if hasLease {
+		t.leaseGone = c.deleteLease(id)
+	}
 	if err != nil {
 		t.cancel()
+		if hasLease {
+			<-t.leaseGone
+		}
 		return nil, fmt.Errorf("creating container %s: %w", cs.ID, err)
 	}
 	defer func() {
@@ -307,6 +390,11 @@ func (c *Containerd) create(ctx context.Context, cs ContainerSpec, stdio Stdio) 
 			}
 		}
 	}()
+	if cs.WaitNetns != nil {
+		if err := cs.WaitNetns(); err != nil {
+			return nil, err
+		}
+	}
 	// When the input ends, the command must see its end too: the task's
 	// stdin is closed then, as ctr does.
 	if stdio.In != nil {
@@ -499,6 +587,9 @@ func (t *Task) Delete() error {
 	}
 	t.deleted = true
 	defer t.cancel()
+	if t.leaseGone != nil {
+		defer func() { <-t.leaseGone }()
+	}
 	// containerd's task Delete waits for the copiers to drain what the
 	// command wrote; past that (or when containerd could not be asked),
 	// nothing more reaches the caller's writers.
@@ -515,8 +606,15 @@ func (t *Task) Delete() error {
 	defer cancel()
 	var errs *multierror.Error
 	if t.task != nil {
+		// Once the command is seen to have ended, nothing of it is left to
+		// kill (its PID namespace ended with its init), which spares
+		// containerd a wait and a kill.
+		var opts []containerd.ProcessDeleteOpts
+		if !t.exited.Load() {
+			opts = append(opts, containerd.WithProcessKill)
+		}
 		err := retryUnavailable(ctx, func() error {
-			_, err := t.task.Delete(ctx, containerd.WithProcessKill)
+			_, err := t.task.Delete(ctx, opts...)
 			return err
 		})
 		if err != nil && !errdefs.IsNotFound(err) {

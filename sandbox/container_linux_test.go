@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -385,4 +386,77 @@ func TestSpecImageUser(t *testing.T) {
 			t.Errorf("image user %+v: got %+v, want %+v", tc.image, got, tc.want)
 		}
 	}
+}
+
+// TestPrivilegedPrepareCreate: the container of a Create after
+// PrepareCreate is made under the lease PrepareCreate asked for, and the
+// lease is gone once the container is deleted; a lease no Create took is
+// deleted by Close.
+func TestPrivilegedPrepareCreate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces and containerd (CI runs as root)")
+	}
+	ctx := context.Background()
+	cd, id, names := containerInNamespace(t, false)
+	spec := ContainerSpec{ID: id, NetnsPath: "/var/run/netns/" + names.Netns, RootFS: busyboxRootfs(t), Args: []string{"true"}}
+
+	cd.PrepareCreate(ctx)
+	lease := peekLease(t, cd)
+	if !leaseExists(t, cd, lease) {
+		t.Fatalf("lease %s of PrepareCreate: not in containerd", lease)
+	}
+	task, err := cd.create(ctx, spec, Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer task.Delete()
+	if task.leaseGone == nil {
+		t.Errorf("the container was not made under PrepareCreate's lease")
+	}
+	if code, err := task.Run(ctx, time.Second); err != nil || code != 0 {
+		t.Errorf("Run: exit %d, %v; want 0, nil", code, err)
+	}
+	if err := task.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if leaseExists(t, cd, lease) {
+		t.Errorf("lease %s: still in containerd after Delete", lease)
+	}
+
+	other, err := ConnectContainerd(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.PrepareCreate(ctx)
+	lease = peekLease(t, other)
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if leaseExists(t, cd, lease) {
+		t.Errorf("lease %s of a PrepareCreate no Create took: still in containerd after Close", lease)
+	}
+}
+
+// peekLease waits for the lease PrepareCreate asked cd for and returns
+// its id, leaving it for the next Create.
+func peekLease(t *testing.T, cd *Containerd) string {
+	t.Helper()
+	id, ok := cd.takeLease()
+	if !ok {
+		t.Fatal("PrepareCreate made no lease")
+	}
+	ch := make(chan aheadLease, 1)
+	ch <- aheadLease{id: id}
+	cd.ahead = ch
+	return id
+}
+
+// leaseExists reports whether containerd has the lease id.
+func leaseExists(t *testing.T, cd *Containerd, id string) bool {
+	t.Helper()
+	ls, err := cd.client.LeasesService().List(namespaces.WithNamespace(context.Background(), ContainerdNamespace), "id=="+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ls) > 0
 }

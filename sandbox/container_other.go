@@ -16,6 +16,9 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 	return nil, errors.ErrUnsupported
 }
 
+// PrepareCreate does nothing.
+func (c *Containerd) PrepareCreate(ctx context.Context) {}
+
 // Close does nothing.
 func (c *Containerd) Close() error { return nil }
 

@@ -13,11 +13,13 @@
 // end it; sbx run only maps its flags to a Spec. The container runtime is
 // a Runtime (*Containerd or *Docker) and the gateway a StartGateway
 // function that the caller provides, so this package imports no gateway.
-// A sandbox starts in overlapping steps: CreateNamespace makes the empty
-// namespace; then SetupNetwork (rules loaded before any link is up)
-// followed by the gateway, and Runtime.Create (the container and its
-// process, created but not started), run at once; the command starts only
-// after both. A failed Start undoes what it made, in reverse.
+// A sandbox starts in overlapping steps, two at once: CreateNamespace
+// (the empty namespace), SetupNetwork (rules loaded before any link is
+// up) and the gateway on one side, and Runtime.Create on the other (the
+// container's record, then, once the namespace exists
+// (ContainerSpec.WaitNetns), its process, created but not started); the
+// command starts only after both. A failed Start undoes what it made, in
+// reverse.
 //
 // With Spec.Capture (docs/capture.md) the namespace's rules also send DNS
 // to the gateway's stub and redirect other TCP connections to a listener

@@ -182,9 +182,10 @@ type Sandbox struct {
 
 // Start makes a sandbox and starts its command: it reserves a subnet and
 // records the sandbox in spec.StateDir, creates the network namespace,
-// then sets up the network (rules before links) and starts the gateway
-// while the runtime creates the container, and starts the command only
-// when both are done, so that it never runs before its rules. A command
+// sets up the network (rules before links) and starts the gateway while
+// the runtime creates the container (whose process joins the namespace
+// once it exists), and starts the command only when both are done, so
+// that it never runs before its rules. A command
 // that cannot be run is a *StartError (its Code is the shell's exit code).
 // On error nothing is left.
 func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
@@ -266,20 +267,36 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		cs.Env = spec.Trust.withEnv(cs.Env)
 	}
 
-	// The namespace, empty; a runtime that cannot join one by path makes
-	// it itself (and undoes it itself when it fails).
+	// The namespace, empty. A runtime that cannot join one by path makes
+	// it itself (and undoes it itself when it fails), first; otherwise it
+	// is made while the runtime makes the container's record, which does
+	// not need it, and the container's process, which joins it, waits
+	// for it (ContainerSpec.WaitNetns).
+	makeNamespace := func() error { return CreateNamespace(names) }
 	if nm, ok := spec.Runtime.(namespaceMaker); ok {
 		if err := nm.MakeNamespace(ctx, cs); err != nil {
 			return nil, err
 		}
-	} else if err := CreateNamespace(names); err != nil {
-		return nil, err
+		makeNamespace = func() error { return nil }
+	}
+	nsErr := make(chan error, 1)
+	cs.WaitNetns = func() error {
+		if err := <-nsErr; err != nil {
+			return errNoNamespace
+		}
+		return nil
 	}
 
 	// The network and gateway on one side, the runtime's container (most
 	// of the start time) on the other, at once.
 	netErr, ctrErr := make(chan error, 1), make(chan error, 1)
 	go func() {
+		err := makeNamespace()
+		nsErr <- err
+		if err != nil {
+			netErr <- err
+			return
+		}
 		if err := SetupNetwork(ctx, plan); err != nil {
 			netErr <- err
 			return
@@ -289,13 +306,11 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 			Fence: fence(spec.Pool), StateDir: filepath.Join(spec.StateDir, id),
 		}
 		if plan.Capture != nil {
-			var err error
 			if gc.Capture, err = s.openCapture(cs.NetnsPath, plan); err != nil {
 				netErr <- err
 				return
 			}
 		}
-		var err error
 		s.gateway, err = spec.Gateway(teardownCtx, gc)
 		netErr <- err
 	}()
@@ -305,6 +320,9 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 		ctrErr <- err
 	}()
 	errNet, errCtr := <-netErr, <-ctrErr
+	if errors.Is(errCtr, errNoNamespace) {
+		errCtr = nil // errNet says why there is none
+	}
 	// The gateway outlives the container: it is closed after (or, once
 	// the command is seen to have ended, beside) the container's removal.
 	s.undo = append(s.undo, func() error { return s.removeAll(teardownNetwork) })
@@ -358,6 +376,10 @@ func (s *Sandbox) openCapture(nsPath string, plan NetPlan) (*GatewayCapture, err
 	}
 	return c, nil
 }
+
+// errNoNamespace is a container's Create stopped because its network
+// namespace could not be made: Start says why the namespace could not.
+var errNoNamespace = errors.New("the sandbox's network namespace was not made")
 
 // fence returns the networks a sandbox's gateway never dials.
 func fence(pool netip.Prefix) []netip.Prefix {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -334,4 +335,47 @@ func TestPrivilegedSignalDuringStart(t *testing.T) {
 	if code, err := s.Stop(5 * time.Second); err != nil || code != 143 {
 		t.Errorf("Stop = %d, %v; want 143", code, err)
 	}
+}
+
+// TestPrivilegedNamespaceBesideContainer: Start asks the runtime for the
+// container before the network namespace is made (its record needs
+// none), with a ContainerSpec.WaitNetns after which the namespace the
+// container's process joins exists.
+func TestPrivilegedNamespaceBesideContainer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	tr := testRuntimes(t)[0] // containerd
+	spec := startSpec(t, tr, &fakeGateway{}, "true", io.Discard)
+	w := &netnsWaiter{Runtime: spec.Runtime}
+	spec.Runtime = w
+	s, err := Start(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if w.err != nil {
+		t.Error(w.err)
+	}
+}
+
+// netnsWaiter is a Runtime whose Create waits for the namespace itself
+// and checks that it exists then.
+type netnsWaiter struct {
+	Runtime
+	err error
+}
+
+func (w *netnsWaiter) Create(ctx context.Context, cs ContainerSpec, stdio Stdio) (Container, error) {
+	if cs.WaitNetns == nil {
+		w.err = errors.New("Create got no WaitNetns")
+		return w.Runtime.Create(ctx, cs, stdio)
+	}
+	if err := cs.WaitNetns(); err != nil {
+		w.err = fmt.Errorf("WaitNetns: %w", err)
+	} else if _, err := os.Stat(cs.NetnsPath); err != nil {
+		w.err = fmt.Errorf("the namespace after WaitNetns: %w", err)
+	}
+	cs.WaitNetns = func() error { return nil }
+	return w.Runtime.Create(ctx, cs, stdio)
 }

@@ -7,10 +7,12 @@
 # 15-30 ms here. Then, per docs/performance.md, `sbx run --runtime docker
 # --image IMG -- true` next to `docker run --rm --network none IMG true`
 # in the same run (target <= 1.3), IMG being the same busybox root
-# imported into Docker. Needs root; installs what is missing and starts
-# containerd and dockerd.
+# imported into Docker. With BASE=REV (a git revision) the sbx of that
+# revision runs too, alternating with this tree's, so that a change is
+# measured before and after in the same run. Needs root; installs what is
+# missing and starts containerd and dockerd.
 #
-#   scripts/bench-run.sh [RUNS]     # default 15
+#   scripts/bench-run.sh [RUNS]     # default 15; BASE=
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -26,6 +28,11 @@ chmod 755 "$work"
 image=sbxbench/busybox:$$
 trap 'rm -rf "$work"; docker rmi -f "$image" >/dev/null 2>&1 || true' EXIT
 go build -o "$work/sbx" ./cmd/sbx
+if [ -n "${BASE:-}" ]; then
+	mkdir -p "$work/base-src"
+	git archive "$BASE" | tar -x -C "$work/base-src"
+	(cd "$work/base-src" && go build -o "$work/base-sbx" ./cmd/sbx)
+fi
 root="$work/rootfs"
 mkdir -p "$root/bin" "$root/proc" "$root/dev" "$root/sys" "$root/tmp" "$root/etc"
 cp /usr/bin/busybox "$root/bin/busybox"
@@ -44,6 +51,7 @@ median() { sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 
 # One warm-up of each, so neither pays for cold caches alone.
 "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true
+[ -z "${BASE:-}" ] || "$work/base-sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true
 ctr -n sbxbench run --rm --rootfs "$root" sbxbench-warm /bin/true
 "$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" --log-append -- true
 docker run --rm --network none "$image" /bin/true
@@ -51,6 +59,7 @@ docker run --rm --network none "$image" /bin/true
 # The two alternate, so that both see the same machine (its load drifts).
 for i in $(seq "$runs"); do
 	took "$work/sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true >>"$work/sbx.us"
+	[ -z "${BASE:-}" ] || took "$work/base-sbx" run --quiet --rootfs "$root" --log "$work/log.jsonl" --log-append -- true >>"$work/base.us"
 	took ctr -n sbxbench run --rm --rootfs "$root" "sbxbench-$$-$i" /bin/true >>"$work/ctr.us"
 	took ctr -n sbxbench run --rm --seccomp --rootfs "$root" "sbxbench-$$-s$i" /bin/true >>"$work/ctrsec.us"
 	took "$work/sbx" run --quiet --runtime docker --image "$image" --log "$work/log.jsonl" --log-append -- true >>"$work/sbxdocker.us"
@@ -70,6 +79,11 @@ printf '  sbx run --rootfs DIR -- true  %7d us   %sx ctr (target <= 1.3x)\n' "$s
 # of the difference.
 printf '  ctr run --rm --seccomp        %7d us   (sbx is %sx this)\n' "$ctrsec_us" \
 	"$(awk -v a="$sbx_us" -v b="$ctrsec_us" 'BEGIN { printf "%.2f", a / b }')"
+if [ -n "${BASE:-}" ]; then
+	base_us=$(median <"$work/base.us")
+	printf '  sbx of %s, the same           %7d us   %sx ctr\n' "$BASE" "$base_us" \
+		"$(awk -v a="$base_us" -v b="$ctr_us" 'BEGIN { printf "%.2f", a / b }')"
+fi
 printf '  docker run --rm --network none           %7d us\n' "$docker_us"
 printf '  sbx run --runtime docker --image -- true  %7d us   %sx docker (target <= 1.3x)\n' "$sbxdocker_us" \
 	"$(awk -v a="$sbxdocker_us" -v b="$docker_us" 'BEGIN { printf "%.2f", a / b }')"

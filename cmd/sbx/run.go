@@ -197,6 +197,10 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		return 0, err
 	}
 	defer rt.Close()
+	if cd, ok := rt.(*sandbox.Containerd); ok {
+		// The lease the container is made under is made meanwhile.
+		cd.PrepareCreate(ctx)
+	}
 	if rtName == runtimeDocker {
 		if err := dockerNeedsImage(cmd, o); err != nil {
 			return 0, fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)
@@ -215,7 +219,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		// No question on the terminal, but sbx's lines are there.
 		guardTerminal(newTTYGate(), &spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
 	}
+	// The start allocates a few megabytes and keeps little: no collection
+	// while it runs (startGC), one soon after (trimIdleMemory).
+	endStartGC := startGC()
 	r, err := run.Start(ctx, spec)
+	endStartGC()
 	if err != nil {
 		if prompt != nil {
 			prompt.stop()
@@ -233,6 +241,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if !o.silent() {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
 	}
+	// An idle sandbox holds little memory: what the start took goes back
+	// soon after (idlemem.go).
+	defer trimIdleMemory()()
 	if prompt != nil {
 		// Ended before Close: the prompt on the screen says the run
 		// ended, and the output it held reaches the terminal.

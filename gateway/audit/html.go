@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -49,7 +50,7 @@ const (
 // each bar's rects are as long as their counts against the chart's
 // largest bar (the svg's data-max), so a program can read them back.
 func WriteHTML(w io.Writer, rep *Report) error {
-	if err := htmlTemplate.Execute(w, newHTMLView(rep)); err != nil {
+	if err := htmlTemplate().Execute(w, newHTMLView(rep)); err != nil {
 		return fmt.Errorf("writing html report: %w", err)
 	}
 	return nil
@@ -525,10 +526,14 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"digits": digits,
-	"when":   when,
-}).Parse(htmlSource))
+// htmlTemplate is the page's template, parsed when a report is first
+// written rather than when sbx starts: most runs write none.
+var htmlTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Funcs(template.FuncMap{
+		"digits": digits,
+		"when":   when,
+	}).Parse(htmlSource))
+})
 
 // htmlSource is the page. Nothing from the log is placed in a URL, style
 // or script: there are none but the data: favicon, and the colours come

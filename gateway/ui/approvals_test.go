@@ -501,7 +501,7 @@ func TestUIApprovalEvents(t *testing.T) {
 func TestUIAnswerFormsUseTheAPIWords(t *testing.T) {
 	var b strings.Builder
 	row := approvalRowOf(api.Approval{ID: "a1", Host: "pypi.org", Port: 443, Method: "GET", Path: "/"}, liveID, "token")
-	if err := templates["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
+	if err := templates()["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
 		t.Fatal(err)
 	}
 	forms := regexp.MustCompile(`(?s)<form.*?</form>`).FindAllString(b.String(), -1)
@@ -567,7 +567,7 @@ func TestUIApprovalRowCountsRequests(t *testing.T) {
 			t.Errorf("%d waiting: got request %q, want %q", tt.waiting, row.Request, tt.want)
 		}
 		var b strings.Builder
-		if err := templates["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
+		if err := templates()["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(b.String(), `<td class="request">http `+tt.want+`</td>`) {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/api"
@@ -32,7 +33,9 @@ var templateFiles embed.FS
 var assets embed.FS
 
 // templates are the pages; each is "layout" around its own "content".
-var templates = func() map[string]*template.Template {
+// They are parsed on the first page served, not when sbx starts: most
+// runs serve none.
+var templates = sync.OnceValue(func() map[string]*template.Template {
 	out := map[string]*template.Template{}
 	for _, page := range []string{"index", "sandbox", "audit", "error"} {
 		out[page] = template.Must(template.New("layout.html").Funcs(template.FuncMap{
@@ -40,7 +43,7 @@ var templates = func() map[string]*template.Template {
 		}).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html"))
 	}
 	return out
-}()
+})
 
 // pages serves the view's pages, behind Server's checks.
 type pages struct {
@@ -89,7 +92,7 @@ func (p *pages) render(w http.ResponseWriter, r *http.Request, status int, page,
 	if d, ok := data.(*sandboxView); ok && d.Running {
 		v.Refresh = 10
 	}
-	if err := templates[page].Execute(&buf, v); err != nil {
+	if err := templates()[page].Execute(&buf, v); err != nil {
 		p.log.Error("sbx ui: rendering a page", "page", page, "err", err)
 		refuse(w, http.StatusInternalServerError, "rendering the page failed")
 		return
