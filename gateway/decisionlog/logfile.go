@@ -736,7 +736,10 @@ func (s *FileSink) commitRecords(lines []byte, ends []int, recs []*Record, now t
 		return nil // left out by the budget
 	}
 	s.size += int64(cut)
-	s.pending = false
+	// pending stays as it is: when set, the flusher's timer is armed and
+	// flushes what comes after these records. Were it cleared here, the
+	// next record (most often this request's close) would wake the
+	// flusher again, a goroutine handoff for every request.
 	if err := s.flushLocked(cut); err != nil {
 		return err
 	}
