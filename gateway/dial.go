@@ -66,6 +66,13 @@ func (r *Resolver) AddStatic(host string, ip netip.Addr) error {
 	return nil
 }
 
+// mayBeIPLiteral reports whether s may be an address netip.ParseAddr
+// takes: IPv6 holds a colon, IPv4 ends in a digit. A name that is not
+// costs no ParseAddr, whose error allocates.
+func mayBeIPLiteral(s string) bool {
+	return strings.IndexByte(s, ':') >= 0 || s != "" && isDigit(s[len(s)-1])
+}
+
 // ErrNotHostIP is what a StaticError wraps for a value that is not of the
 // form HOST=IP.
 var ErrNotHostIP = errors.New("want HOST=IP")
@@ -116,8 +123,10 @@ func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error
 // lookup is Lookup with a timeout (0 for none) on the system resolver
 // only: IP literals and static answers need no timer.
 func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duration) ([]netip.Addr, error) {
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip.Unmap()}, nil
+	if mayBeIPLiteral(host) {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			return []netip.Addr{ip.Unmap()}, nil
+		}
 	}
 	r.mu.RLock()
 	static := r.static[host]

@@ -131,6 +131,9 @@ func (p *Policy) Verdict(t Target) Decision {
 	if err != nil {
 		return d // cannot happen: Decide blocks what does not normalize
 	}
+	if !isIPHost(host) {
+		return d // a name: netip.ParseAddr would only allocate its error
+	}
 	ip, err := netip.ParseAddr(host)
 	if err != nil {
 		return d

