@@ -63,6 +63,9 @@ type HostOptions struct {
 	// TmpSize bounds /tmp and Home each, in bytes; 0 means
 	// DefaultTmpSize.
 	TmpSize int64
+	// Home is the user's home the layout shows; its zero value shows
+	// none (a fresh, empty Home).
+	Home HomeView
 }
 
 // freshModes are the modes of the host layout's fresh directories, by
@@ -189,8 +192,20 @@ func Host(base, cwd string, o HostOptions) (Layout, error) {
 		Mount{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}},
 		Mount{Destination: "/run", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", owner, fmt.Sprintf("size=%d", RunSize)}},
 		Mount{Destination: Home, Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700", owner, fmt.Sprintf("size=%d", size)}},
-		Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind},
 	)
+	if !o.Home.Mode.hidden() {
+		home, masked, err := o.Home.mounts(owner, size)
+		if err != nil {
+			return Layout{}, err
+		}
+		if err := os.MkdirAll(filepath.Join(base, o.Home.Dir), 0o755); err != nil {
+			return Layout{}, err
+		}
+		l.Env = []string{"HOME=" + o.Home.Dir}
+		l.Mounts = append(l.Mounts, home...)
+		l.Masked = append(l.Masked, masked...)
+	}
+	l.Mounts = append(l.Mounts, Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind})
 	for _, s := range Secrets {
 		if _, err := os.Lstat(s); err == nil {
 			l.Masked = append(l.Masked, s)

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sbx-dev/sbx/rootfs"
+)
+
+// fakeHome is a home of uid 1000 with a fake secret in every credential
+// store of rootfs.CredentialStores (a file holding "SECRET <path>", a
+// directory holding one), and notes.txt, which is no credential.
+func fakeHome(t *testing.T) string {
+	t.Helper()
+	home := sharedDir(t, 1000, 1000, 0o700)
+	write := func(rel, content string, mode os.FileMode) {
+		p := filepath.Join(home, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range rootfs.CredentialStores {
+		if c.Dir {
+			write(filepath.Join(c.Path, "key"), "SECRET "+c.Path+"\n", 0o600)
+		} else {
+			write(c.Path, "SECRET "+c.Path+"\n", 0o600)
+		}
+	}
+	write("notes.txt", "visible notes\n", 0o644)
+	chownTree(t, home, 1000, 1000)
+	return home
+}
+
+// chownTree gives dir and everything below it to uid:gid.
+func chownTree(t *testing.T, dir string, uid, gid int) {
+	t.Helper()
+	err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostileScript reads every credential store of the home, and tries to
+// write into each: a directory's planted file, a file's appended line.
+func hostileScript() string {
+	var b strings.Builder
+	b.WriteString("id -u; cat \"$HOME/notes.txt\"\n")
+	for _, c := range rootfs.CredentialStores {
+		p := `"$HOME/` + c.Path + `"`
+		fmt.Fprintf(&b, "find %s -type f -exec cat {} + 2>/dev/null\n", p)
+		if c.Dir {
+			fmt.Fprintf(&b, "echo PLANTED > %s/planted 2>/dev/null && echo wrote %s\n", p, c.Path)
+		} else {
+			fmt.Fprintf(&b, "echo PLANTED >> %s 2>/dev/null\n", p)
+		}
+	}
+	b.WriteString("(echo scratch > \"$HOME/scratch\") 2>/dev/null && echo home-writable\ntrue\n")
+	return b.String()
+}
+
+// TestPrivilegedHomeCredentialStores: with --home ro and overlay, a
+// hostile command run as a normal uid reads nothing from any credential
+// store of the home (each read empty or absent) while the rest of the home
+// is visible, and writes nothing through a replaced directory or file to
+// the host; --home rw shows the stores as they are.
+func TestPrivilegedHomeCredentialStores(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	work := sharedDir(t, 1000, 1000, 0o755)
+	t.Chdir(work)
+	for _, tc := range []struct {
+		mode          string
+		wantSecrets   bool
+		wantWritable  bool // the home itself, inside
+		wantScratchOn bool // the home's new file left on the host
+	}{
+		{"ro", false, false, false},
+		{"overlay", false, true, false},
+		{"rw", true, true, true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			home := fakeHome(t)
+			state := t.TempDir()
+			stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.214.0/24",
+				"--log", filepath.Join(state, "log.jsonl"), "--home", tc.mode, "--home-dir", home, "--", "/bin/sh", "-c", hostileScript())
+			if code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+			}
+			if !strings.HasPrefix(stdout, "1000\nvisible notes\n") {
+				t.Errorf("got %q first, want uid 1000 and the home's notes.txt", stdout)
+			}
+			if got := strings.Count(stdout, "SECRET "); tc.wantSecrets != (got > 0) {
+				t.Errorf("got %d secrets read, want them read: %v\n%s", got, tc.wantSecrets, stdout)
+			}
+			if got := strings.Contains(stdout, "home-writable"); got != tc.wantWritable {
+				t.Errorf("got the home writable inside: %v, want %v\n%s", got, tc.wantWritable, stderr)
+			}
+			_, err := os.Stat(filepath.Join(home, "scratch"))
+			if got := err == nil; got != tc.wantScratchOn {
+				t.Errorf("got the sandbox's new file in the host's home: %v, want %v", got, tc.wantScratchOn)
+			}
+			if tc.wantSecrets {
+				return
+			}
+			if strings.Contains(stdout, "wrote ") {
+				t.Errorf("a write into a replaced directory succeeded:\n%s", stdout)
+			}
+			for _, c := range rootfs.CredentialStores {
+				p, want := filepath.Join(home, c.Path), "SECRET "+c.Path+"\n"
+				if c.Dir {
+					if _, err := os.Stat(filepath.Join(p, "planted")); err == nil {
+						t.Errorf("%s: the sandbox planted a file in it on the host", c.Path)
+					}
+					p = filepath.Join(p, "key")
+				}
+				if got, err := os.ReadFile(p); err != nil || string(got) != want {
+					t.Errorf("%s on the host: got %q, %v; want %q", c.Path, got, err, want)
+				}
+			}
+		})
+	}
+}

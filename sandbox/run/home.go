@@ -1,0 +1,185 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/rootfs"
+	"github.com/sbx-dev/sbx/sandbox"
+)
+
+// A HomeError is a home mode (RootFS.Home, RootFS.Agent) that cannot be
+// given to the command's user.
+type HomeError struct {
+	UID    uint32
+	Reason string
+}
+
+func (e *HomeError) Error() string {
+	return fmt.Sprintf("the home of uid %d cannot be shown: %s", e.UID, e.Reason)
+}
+
+// homeDir is the home directory of uid: given (dir), else the user
+// database's. It must be a directory that uid owns.
+func homeDir(uid uint32, dir string) (string, error) {
+	if dir == "" {
+		u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+		if err != nil {
+			return "", &HomeError{UID: uid, Reason: "no such user in the user database; run as a user with a home (--user)"}
+		}
+		dir = u.HomeDir
+	}
+	dir = filepath.Clean(dir)
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return "", &HomeError{UID: uid, Reason: fmt.Sprintf("its home %q is not a directory", dir)}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uid {
+		return "", &HomeError{UID: uid, Reason: fmt.Sprintf("its home %s belongs to uid %d", dir, st.Uid)}
+	}
+	return dir, nil
+}
+
+// homeView works out the home the host layout shows the user u, and
+// makes below parent the overlay that HomeOverlay and an agent need
+// (its upper layer bounded by fsys.TmpSize); release undoes
+// what it made, and is never nil.
+func homeView(fsys RootFS, u User, parent string) (v rootfs.HomeView, release func(), err error) {
+	release = func() {}
+	mode := fsys.Home
+	if fsys.Agent != "" {
+		show, ok := rootfs.Agents[fsys.Agent]
+		if !ok {
+			return v, release, fmt.Errorf("agent %q: want claude, codex or gemini", fsys.Agent)
+		}
+		if mode != "" && mode != rootfs.HomeEmpty {
+			return v, release, fmt.Errorf("--agent %s shows the agent's files of the home (as an overlay); it goes with no --home %s", fsys.Agent, mode)
+		}
+		mode = rootfs.HomeOverlay
+		v.Show = show
+	}
+	if mode == "" || mode == rootfs.HomeEmpty {
+		return rootfs.HomeView{}, release, nil
+	}
+	dir, err := homeDir(u.UID, fsys.HomeDir)
+	if err != nil {
+		return v, release, err
+	}
+	v.Mode, v.Dir, v.Source = mode, dir, dir
+	if mode != rootfs.HomeOverlay {
+		return v, release, nil
+	}
+	size := fsys.TmpSize
+	if size <= 0 {
+		size = rootfs.DefaultTmpSize
+	}
+	merged, release, err := mountOverlay(parent, dir, size)
+	if err != nil {
+		return v, func() {}, err
+	}
+	v.Source = merged
+	return v, release, nil
+}
+
+// mountOverlay mounts, in a new directory of root's only below parent
+// (made 0700 if missing), an overlay of
+// dir whose upper layer is a tmpfs of size bytes, and returns where it
+// is mounted and what unmounts it and removes the directory.
+func mountOverlay(parent, dir string, size int64) (merged string, release func(), err error) {
+	if strings.ContainsAny(dir, ",:\\") {
+		return "", nil, fmt.Errorf("home %s: an overlay cannot be made of a path with a comma, colon or backslash", dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return "", nil, fmt.Errorf("making the home's overlay: %w", err)
+	}
+	top, err := os.MkdirTemp(parent, "home-")
+	if err != nil {
+		return "", nil, fmt.Errorf("making the home's overlay: %w", err)
+	}
+	release = func() { os.Remove(top) }
+	if err := unix.Mount("tmpfs", top, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=700,size=%d", size)); err != nil {
+		release()
+		return "", nil, fmt.Errorf("mounting the home overlay's tmpfs on %s: %w", top, err)
+	}
+	release = func() {
+		unix.Unmount(top, unix.MNT_DETACH)
+		os.Remove(top)
+	}
+	upper, work, merged := filepath.Join(top, "upper"), filepath.Join(top, "work"), filepath.Join(top, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			release()
+			return "", nil, err
+		}
+	}
+	// The overlay's root takes the upper layer's owner and mode.
+	if err := errors.Join(os.Chown(upper, int(st.Uid), int(st.Gid)), os.Chmod(upper, fi.Mode().Perm())); err != nil {
+		release()
+		return "", nil, err
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", dir, upper, work)
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		release()
+		return "", nil, fmt.Errorf("mounting an overlay of the home %s: %w", dir, err)
+	}
+	return merged, func() {
+		unix.Unmount(merged, unix.MNT_DETACH)
+		unix.Unmount(top, unix.MNT_DETACH)
+		os.Remove(top)
+	}, nil
+}
+
+// homeBins are the directories of a home where users install commands,
+// which the command's PATH holds first when the home is shown.
+var homeBins = []string{".local/bin", "bin"}
+
+// homePath is the PATH variable the layout sets for the home v: its
+// homeBins before the sandbox's default, or none when no home is shown.
+func homePath(v rootfs.HomeView) []string {
+	if v.Dir == "" {
+		return nil
+	}
+	dirs := make([]string, 0, len(homeBins)+1)
+	for _, b := range homeBins {
+		dirs = append(dirs, filepath.Join(v.Dir, b))
+	}
+	return []string{"PATH=" + strings.Join(append(dirs, sandbox.DefaultPath), ":")}
+}
+
+// hiddenCommand says where name, a command not found in the sandbox, is
+// in u's home when the sandbox does not show it there, and which flag
+// shows it; "" when it is not there or is shown.
+func hiddenCommand(fsys RootFS, u User, name string) string {
+	if strings.Contains(name, "/") || (fsys.Agent == "" && fsys.Home != "" && fsys.Home != rootfs.HomeEmpty) || fsys.Agent == name {
+		return ""
+	}
+	dir, err := homeDir(u.UID, fsys.HomeDir)
+	if err != nil {
+		return ""
+	}
+	for _, b := range homeBins {
+		p := filepath.Join(dir, b, name)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		flag := "--home ro (or overlay)"
+		if _, ok := rootfs.Agents[name]; ok {
+			flag = "--agent " + name
+		}
+		return fmt.Sprintf("%s is in the home of uid %d, which the sandbox does not show: %s shows it", p, u.UID, flag)
+	}
+	return ""
+}
