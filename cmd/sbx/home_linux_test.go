@@ -132,3 +132,78 @@ func TestPrivilegedHomeCredentialStores(t *testing.T) {
 		})
 	}
 }
+
+// agentHome is fakeHome with a fake Claude Code installed by the native
+// installer (~/.local/bin/claude, ~/.local/share/claude), its settings,
+// Codex's settings and a tool of the user's (~/.local/bin/mytool).
+func agentHome(t *testing.T) string {
+	t.Helper()
+	home := fakeHome(t)
+	claude := "#!/bin/sh\necho \"claude $(cat $HOME/.local/share/claude/version) $(cat $HOME/.claude/settings.json)\"\n" +
+		"cat $HOME/notes.txt $HOME/.codex/config.toml 2>/dev/null\nfind $HOME/.claude -type f -exec cat {} + 2>/dev/null\n" +
+		"echo changed > $HOME/.claude/settings.json\n"
+	for rel, content := range map[string]string{
+		".local/bin/claude":           claude,
+		".local/bin/mytool":           "#!/bin/sh\necho mytool\n",
+		".local/share/claude/version": "2.0.0-fake\n",
+		".claude/settings.json":       `{"model":"fake"}` + "\n",
+		".codex/config.toml":          "codex settings\n",
+	} {
+		p := filepath.Join(home, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chownTree(t, home, 1000, 1000)
+	return home
+}
+
+// TestPrivilegedAgentHome: --agent claude starts the user's own install
+// of Claude Code with its settings, and shows nothing else of the home:
+// not its login, not another agent's settings, not the user's notes;
+// what it writes is thrown away.
+func TestPrivilegedAgentHome(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := agentHome(t)
+	state := t.TempDir()
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.215.0/24",
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "claude", "--version")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := "claude 2.0.0-fake {\"model\":\"fake\"}\n{\"model\":\"fake\"}\n"; stdout != want {
+		t.Errorf("got %q, want %q: the install and its settings only", stdout, want)
+	}
+	if got, _ := os.ReadFile(filepath.Join(home, ".claude/settings.json")); string(got) != "{\"model\":\"fake\"}\n" {
+		t.Errorf("the host's settings: got %q after the run, want them unchanged", got)
+	}
+}
+
+// TestPrivilegedHiddenCommandSaysWhere: a command found only in the
+// user's home, which the sandbox does not show, exits 127 with a line
+// that names where it is and the flag that shows it.
+func TestPrivilegedHiddenCommandSaysWhere(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := agentHome(t)
+	for _, tc := range []struct {
+		command string
+		want    string
+	}{
+		{"claude", filepath.Join(home, ".local/bin/claude") + " is in the home of uid 1000, which the sandbox does not show: --agent claude shows it"},
+		{"mytool", filepath.Join(home, ".local/bin/mytool") + " is in the home of uid 1000, which the sandbox does not show: --home ro (or overlay) shows it"},
+	} {
+		state := t.TempDir()
+		stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.215.0/24",
+			"--log", filepath.Join(state, "log.jsonl"), "--home-dir", home, "--", tc.command)
+		if code != 127 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: got exit %d, %q, %q; want 127 and %q", tc.command, code, stdout, stderr, tc.want)
+		}
+	}
+}
