@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sbx-dev/sbx/rootfs"
@@ -205,5 +207,58 @@ func TestPrivilegedHiddenCommandSaysWhere(t *testing.T) {
 		if code != 127 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%s: got exit %d, %q, %q; want 127 and %q", tc.command, code, stdout, stderr, tc.want)
 		}
+	}
+}
+
+// TestPrivilegedAgentNpmInstall: with --agent claude, an npm -g install
+// of Claude Code in the user's own prefix (prefix= in ~/.npmrc, as npm's
+// docs advise) starts from its bin link, its package's own files found
+// beside it; of the prefix only its bin links and that package are shown.
+func TestPrivilegedAgentNpmInstall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	if _, err := os.Stat("/usr/bin/npm"); err != nil {
+		t.Fatalf("/usr/bin/npm is missing: this test installs with the real npm: %v", err)
+	}
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := fakeHome(t)
+	prefix := filepath.Join(home, ".npm-prefix")
+	// The stand-in package, named as Claude Code's, its bin a script that
+	// requires a file of its own package.
+	pkg := filepath.Join(home, "src")
+	for name, content := range map[string]string{
+		"package.json": `{"name": "@anthropic-ai/claude-code", "version": "9.9.9", "bin": {"claude": "cli.js"}}`,
+		"cli.js":       "#!/usr/bin/env node\nconsole.log('claude ' + require('./version.js') + ' ' + require('fs').readFileSync(require('os').homedir() + '/.claude/settings.json', 'utf8').trim());\n",
+		"version.js":   "module.exports = '9.9.9-npm';\n",
+	} {
+		os.MkdirAll(pkg, 0o755)
+		if err := os.WriteFile(filepath.Join(pkg, name), []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(home, ".claude"), 0o755)
+	os.WriteFile(filepath.Join(home, ".claude/settings.json"), []byte(`{"model":"npm"}`), 0o644)
+	// prefix= follows the credential store's fake token, as a user's
+	// ~/.npmrc holds both.
+	npmrc, _ := os.ReadFile(filepath.Join(home, ".npmrc"))
+	os.WriteFile(filepath.Join(home, ".npmrc"), append(npmrc, "prefix=${HOME}/.npm-prefix\n"...), 0o600)
+	chownTree(t, home, 1000, 1000)
+	install := exec.Command("npm", "install", "-g", "--offline", "--no-audit", "--no-fund", "--prefix", prefix, pkg)
+	install.Env = append(os.Environ(), "HOME="+home, "npm_config_cache="+filepath.Join(home, ".npm"))
+	install.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm install -g as uid 1000: %v\n%s", err, out)
+	}
+	os.WriteFile(filepath.Join(prefix, "bin", "other"), []byte("#!/bin/sh\n"), 0o755)
+	state := t.TempDir()
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.215.0/24",
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "/bin/sh", "-c",
+		"claude; ls $HOME/.npm-prefix/lib/node_modules; cat $HOME/.npmrc $HOME/notes.txt 2>/dev/null; true")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := "claude 9.9.9-npm {\"model\":\"npm\"}\n@anthropic-ai\n"; stdout != want {
+		t.Errorf("got %q, want %q: the npm install, its settings, and nothing else", stdout, want)
 	}
 }

@@ -1,11 +1,14 @@
 package run
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,12 +69,17 @@ func homeView(fsys RootFS, u User, parent string) (v rootfs.HomeView, release fu
 		mode = rootfs.HomeOverlay
 		v.Show = show
 	}
+	var dir string
+	if mode != "" && mode != rootfs.HomeEmpty {
+		if dir, err = homeDir(u.UID, fsys.HomeDir); err != nil {
+			return v, release, err
+		}
+	}
+	if fsys.Agent != "" {
+		v.Show = append(slices.Clip(v.Show), npmInstalls(dir, agentPackages[fsys.Agent])...)
+	}
 	if mode == "" || mode == rootfs.HomeEmpty {
 		return rootfs.HomeView{}, release, nil
-	}
-	dir, err := homeDir(u.UID, fsys.HomeDir)
-	if err != nil {
-		return v, release, err
 	}
 	v.Mode, v.Dir, v.Source = mode, dir, dir
 	if mode != rootfs.HomeOverlay {
@@ -142,19 +150,80 @@ func mountOverlay(parent, dir string, size int64) (merged string, release func()
 	}, nil
 }
 
+// agentPackages are the npm packages of the agents of rootfs.Agents.
+var agentPackages = map[string]string{
+	"claude": "@anthropic-ai/claude-code",
+	"codex":  "@openai/codex",
+	"gemini": "@google/gemini-cli",
+}
+
+// npmInstalls are the paths below home of the global installs of the
+// npm package pkg under home: each prefix's bin directory (its links,
+// and node itself with nvm) and the package's directory. The prefixes
+// are npm's prefix= in ~/.npmrc, ~/.npm-global and nvm's versions.
+func npmInstalls(home, pkg string) []string {
+	prefixes := []string{filepath.Join(home, ".npm-global")}
+	if p := npmrcPrefix(home); p != "" {
+		prefixes = append(prefixes, p)
+	}
+	nvm, _ := filepath.Glob(filepath.Join(home, ".nvm/versions/node/*"))
+	prefixes = append(prefixes, nvm...)
+	var show []string
+	for _, prefix := range prefixes {
+		rel, err := filepath.Rel(home, prefix)
+		if err != nil || rel == "." || strings.HasPrefix(rel, "..") || slices.Contains(show, filepath.Join(rel, "bin")) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(prefix, "lib/node_modules", pkg)); err == nil && fi.IsDir() {
+			show = append(show, filepath.Join(rel, "bin"), filepath.Join(rel, "lib/node_modules", pkg))
+		}
+	}
+	return show
+}
+
+// npmrcPrefix is the prefix= line of home's .npmrc, ~ and ${HOME}
+// standing for home; "" for none. Only that line is taken from the file,
+// which is the user's.
+func npmrcPrefix(home string) string {
+	f, err := os.Open(filepath.Join(home, ".npmrc"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 1<<20))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if !ok || strings.TrimSpace(k) != "prefix" {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		v = strings.Replace(v, "${HOME}", home, 1)
+		if rest, ok := strings.CutPrefix(v, "~/"); ok {
+			v = filepath.Join(home, rest)
+		}
+		if filepath.IsAbs(v) {
+			return filepath.Clean(v)
+		}
+	}
+	return ""
+}
+
 // homeBins are the directories of a home where users install commands,
 // which the command's PATH holds first when the home is shown.
 var homeBins = []string{".local/bin", "bin"}
 
 // homePath is the PATH variable the layout sets for the home v: its
-// homeBins before the sandbox's default, or none when no home is shown.
+// homeBins and the bin directories it shows (an agent's npm prefix)
+// before the sandbox's default, or none when no home is shown.
 func homePath(v rootfs.HomeView) []string {
 	if v.Dir == "" {
 		return nil
 	}
-	dirs := make([]string, 0, len(homeBins)+1)
-	for _, b := range homeBins {
-		dirs = append(dirs, filepath.Join(v.Dir, b))
+	var dirs []string
+	for _, b := range append(slices.Clone(homeBins), v.Show...) {
+		if filepath.Base(b) == "bin" && !slices.Contains(dirs, filepath.Join(v.Dir, b)) {
+			dirs = append(dirs, filepath.Join(v.Dir, b))
+		}
 	}
 	return []string{"PATH=" + strings.Join(append(dirs, sandbox.DefaultPath), ":")}
 }
@@ -170,7 +239,11 @@ func hiddenCommand(fsys RootFS, u User, name string) string {
 	if err != nil {
 		return ""
 	}
-	for _, b := range homeBins {
+	bins := slices.Clone(homeBins)
+	if pkg, ok := agentPackages[name]; ok {
+		bins = append(bins, npmInstalls(dir, pkg)...)
+	}
+	for _, b := range bins {
 		p := filepath.Join(dir, b, name)
 		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
 			continue
