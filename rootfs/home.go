@@ -134,9 +134,9 @@ func (h HomeView) mounts(owner string, size int64) ([]Mount, []string, error) {
 	} else {
 		ms = append(ms, Mount{Destination: h.Dir, Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700", owner, fmt.Sprintf("size=%d", size)}})
 		for _, p := range h.Show {
-			src := filepath.Join(h.Source, p)
-			if _, err := os.Stat(src); err != nil {
-				continue // not installed, or a dangling link
+			src, ok := h.resolve(p)
+			if !ok {
+				continue // not installed, a dangling link, or one out of the home
 			}
 			ms = append(ms, Mount{Destination: path.Join(h.Dir, p), Source: src, Type: "bind", Options: opts})
 		}
@@ -145,6 +145,63 @@ func (h HomeView) mounts(owner string, size int64) ([]Mount, []string, error) {
 		return ms, nil, nil
 	}
 	return ms, CredentialPaths(h.Dir), nil
+}
+
+// resolve is where rel, a path below the home, leads in Source,
+// following links as the sandbox would with the home at Dir: a link's
+// absolute target below Dir leads on in Source (so that what an agent's
+// link leads to is shown through the overlay, never the host's file
+// writable). ok is false for a path that does not exist, or leads out of
+// the home or into a credential store.
+func (h HomeView) resolve(rel string) (src string, ok bool) {
+	rest := strings.Split(path.Clean(rel), "/")
+	cur := ""
+	for hops := 0; len(rest) > 0; {
+		next := path.Join(cur, rest[0])
+		rest = rest[1:]
+		if next == ".." || strings.HasPrefix(next, "../") || isCredentialStore(next) {
+			return "", false
+		}
+		fi, err := os.Lstat(filepath.Join(h.Source, next))
+		if err != nil {
+			return "", false
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return "", false
+		}
+		target, err := os.Readlink(filepath.Join(h.Source, next))
+		if err != nil {
+			return "", false
+		}
+		if path.IsAbs(target) {
+			r, err := filepath.Rel(h.Dir, target)
+			if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+				return "", false
+			}
+			target, cur = r, ""
+		}
+		rest = append(strings.Split(path.Join(cur, target), "/"), rest...)
+		cur = ""
+	}
+	if cur == "" || isCredentialStore(cur) {
+		return "", false
+	}
+	return filepath.Join(h.Source, cur), true
+}
+
+// isCredentialStore reports whether rel, a clean path below a home, is a
+// credential store or below one.
+func isCredentialStore(rel string) bool {
+	for _, c := range CredentialStores {
+		if rel == c.Path || strings.HasPrefix(rel, c.Path+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // hidden reports whether the home mode m hides the user's home, so that

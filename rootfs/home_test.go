@@ -132,3 +132,50 @@ func TestParseHomeMode(t *testing.T) {
 		t.Error("ParseHomeMode(writable): got no error, want one")
 	}
 }
+
+// TestHomeViewResolve: a shown path's links are followed as inside, with
+// the home's absolute links leading on in Source (the overlay), never to
+// the host's file; a link out of the home or into a credential store is
+// not shown.
+func TestHomeViewResolve(t *testing.T) {
+	dir, source := "/home/alice", t.TempDir()
+	for _, d := range []string{".local/bin", ".local/share/claude/versions", ".ssh", ".claude"} {
+		os.MkdirAll(source+"/"+d, 0o755)
+	}
+	os.WriteFile(source+"/.local/share/claude/versions/2.0", []byte("bin"), 0o755)
+	os.WriteFile(source+"/.ssh/id_ed25519", []byte("key"), 0o600)
+	links := map[string]string{
+		".local/bin/claude":   dir + "/.local/share/claude/versions/2.0",
+		".local/bin/rel":      "../share/claude/versions/2.0",
+		".local/bin/out":      "/etc/passwd",
+		".local/bin/up":       "../../../../etc/passwd",
+		".local/bin/key":      dir + "/.ssh/id_ed25519",
+		".local/bin/creds":    "../../.claude/.credentials.json",
+		".local/bin/dangling": "nowhere",
+	}
+	for l, target := range links {
+		if err := os.Symlink(target, source+"/"+l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(source+"/.claude/.credentials.json", []byte("token"), 0o600)
+	h := HomeView{Mode: HomeOverlay, Dir: dir, Source: source}
+	for _, tc := range []struct {
+		rel, want string
+	}{
+		{".local/bin/claude", source + "/.local/share/claude/versions/2.0"},
+		{".local/bin/rel", source + "/.local/share/claude/versions/2.0"},
+		{".claude", source + "/.claude"},
+		{".local/bin/out", ""},
+		{".local/bin/up", ""},
+		{".local/bin/key", ""},
+		{".local/bin/creds", ""},
+		{".local/bin/dangling", ""},
+		{".ssh", ""},
+	} {
+		got, ok := h.resolve(tc.rel)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("resolve(%s): got %q, %v; want %q", tc.rel, got, ok, tc.want)
+		}
+	}
+}

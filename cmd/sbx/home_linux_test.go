@@ -143,19 +143,23 @@ func agentHome(t *testing.T) string {
 	home := fakeHome(t)
 	claude := "#!/bin/sh\necho \"claude $(cat $HOME/.local/share/claude/version) $(cat $HOME/.claude/settings.json)\"\n" +
 		"cat $HOME/notes.txt $HOME/.codex/config.toml 2>/dev/null\nfind $HOME/.claude -type f -exec cat {} + 2>/dev/null\n" +
-		"echo changed > $HOME/.claude/settings.json\n"
+		"echo changed > $HOME/.claude/settings.json\necho '# tampered' >> $HOME/.local/bin/claude\n"
 	for rel, content := range map[string]string{
-		".local/bin/claude":           claude,
-		".local/bin/mytool":           "#!/bin/sh\necho mytool\n",
-		".local/share/claude/version": "2.0.0-fake\n",
-		".claude/settings.json":       `{"model":"fake"}` + "\n",
-		".codex/config.toml":          "codex settings\n",
+		".local/share/claude/versions/2.0.0-fake": claude,
+		".local/bin/mytool":                       "#!/bin/sh\necho mytool\n",
+		".local/share/claude/version":             "2.0.0-fake\n",
+		".claude/settings.json":                   `{"model":"fake"}` + "\n",
+		".codex/config.toml":                      "codex settings\n",
 	} {
 		p := filepath.Join(home, rel)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The native installer's link, absolute.
+	if err := os.Symlink(filepath.Join(home, ".local/share/claude/versions/2.0.0-fake"), filepath.Join(home, ".local/bin/claude")); err != nil {
+		t.Fatal(err)
 	}
 	chownTree(t, home, 1000, 1000)
 	return home
@@ -164,7 +168,8 @@ func agentHome(t *testing.T) string {
 // TestPrivilegedAgentHome: --agent claude starts the user's own install
 // of Claude Code with its settings, and shows nothing else of the home:
 // not its login, not another agent's settings, not the user's notes;
-// what it writes is thrown away.
+// what it writes is thrown away, the install it started from (through the
+// native installer's absolute link) included.
 func TestPrivilegedAgentHome(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
@@ -182,6 +187,9 @@ func TestPrivilegedAgentHome(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(home, ".claude/settings.json")); string(got) != "{\"model\":\"fake\"}\n" {
 		t.Errorf("the host's settings: got %q after the run, want them unchanged", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(home, ".local/share/claude/versions/2.0.0-fake")); strings.HasSuffix(string(got), "\n# tampered\n") {
+		t.Errorf("the host's install: got %q after the run, want it unchanged", got)
 	}
 }
 
