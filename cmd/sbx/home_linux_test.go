@@ -270,3 +270,44 @@ func TestPrivilegedAgentNpmInstall(t *testing.T) {
 		t.Errorf("got %q, want %q: the npm install, its settings, and nothing else", stdout, want)
 	}
 }
+
+// TestPrivilegedAgentRealClaudeCode: the real Claude Code, installed by
+// npm -g into a normal user's prefix under their home (~/.npm-global),
+// starts with --agent claude and finds its settings, while its login
+// reads empty. The package is the one the agent tests install from npm
+// (cached), linked into the prefix as npm -g lays it out.
+func TestPrivilegedAgentRealClaudeCode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	cached := filepath.Join(installAgent(t, claudeCodePackage), "node_modules", claudeCodePackage.name)
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := fakeHome(t)
+	pkg := filepath.Join(home, ".npm-global/lib/node_modules", claudeCodePackage.name)
+	os.MkdirAll(filepath.Dir(pkg), 0o755)
+	// Hard links where the cache is on the same filesystem, else a copy.
+	if out, err := exec.Command("cp", "-al", cached, pkg).CombinedOutput(); err != nil {
+		os.RemoveAll(pkg)
+		if out, err := exec.Command("cp", "-a", cached, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+	} else if len(out) > 0 {
+		t.Log(string(out))
+	}
+	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
+	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", filepath.Join(home, ".npm-global/bin/claude")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(home, ".claude/settings.json"), []byte(`{"model":"settings-of-the-user"}`), 0o644)
+	chownTree(t, home, 1000, 1000)
+	state := t.TempDir()
+	script := "claude --version; cat ~/.claude/settings.json; echo; wc -c < ~/.claude/.credentials.json; cat ~/.claude.json 2>/dev/null | wc -c"
+	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.216.0/24",
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "/bin/sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := claudeCodePackage.version + " (Claude Code)\n{\"model\":\"settings-of-the-user\"}\n0\n0\n"; stdout != want {
+		t.Errorf("got %q, want %q: the user's install and settings, its login empty", stdout, want)
+	}
+}
