@@ -95,7 +95,7 @@ func TestPrivilegedHomeCredentialStores(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			home := fakeHome(t)
 			state := t.TempDir()
-			stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.214.0/24",
+			stdout, stderr, code := runCLI(t, "run", "--show", "none", "--state-dir", state, "--subnet-pool", "10.213.214.0/24",
 				"--log", filepath.Join(state, "log.jsonl"), "--home", tc.mode, "--home-dir", home, "--", "/bin/sh", "-c", hostileScript())
 			if code != 0 {
 				t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
@@ -112,6 +112,9 @@ func TestPrivilegedHomeCredentialStores(t *testing.T) {
 			_, err := os.Stat(filepath.Join(home, "scratch"))
 			if got := err == nil; got != tc.wantScratchOn {
 				t.Errorf("got the sandbox's new file in the host's home: %v, want %v", got, tc.wantScratchOn)
+			}
+			if got := strings.Contains(stderr, homeRWNote); got != tc.wantSecrets {
+				t.Errorf("got the rw warning: %v, want %v\n%s", got, tc.wantSecrets, stderr)
 			}
 			if tc.wantSecrets {
 				return

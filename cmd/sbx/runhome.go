@@ -10,6 +10,10 @@ import (
 	"github.com/sbx-dev/sbx/rootfs"
 )
 
+// homeRWNote is what sbx run says, unless quiet, before it shows the
+// home read-write.
+const homeRWNote = "--home rw: the command can read and change everything in your home, its credential stores too (~/.ssh, ~/.aws, the agents' logins, ...); --home overlay keeps them out and its writes off your home"
+
 // homeFlags adds --home and --agent, which say how much of the user's
 // home --rootfs host shows (docs/home.md).
 func homeFlags(fs *pflag.FlagSet, home, agent, dir *string) {
