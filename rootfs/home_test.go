@@ -115,6 +115,11 @@ func TestHostLayoutHome(t *testing.T) {
 					t.Errorf("%s is not masked", p)
 				}
 			}
+			// A secret's file in the home is refused, also when the home
+			// is seen through an overlay mounted elsewhere.
+			if !slices.Contains(l.Visible(), home) {
+				t.Errorf("got Visible %q, want the home %s in it", l.Visible(), home)
+			}
 			if tc.wantMasked == nil && slices.ContainsFunc(l.Masked, func(m string) bool { return strings.HasPrefix(m, home) }) {
 				t.Errorf("got %q masked in rw, want the home as it is", l.Masked)
 			}

@@ -30,6 +30,9 @@ type Layout struct {
 	Cwd string
 	// Env are variables the layout needs set, such as HOME.
 	Env []string
+	// Lower are host directories shown through a mount whose Source is
+	// elsewhere: the user's home below its overlay. Visible counts them.
+	Lower []string
 }
 
 // SystemDirs are the host's directories the host layout shows, read-only.
@@ -204,6 +207,7 @@ func Host(base, cwd string, o HostOptions) (Layout, error) {
 		l.Env = []string{"HOME=" + o.Home.Dir}
 		l.Mounts = append(l.Mounts, home...)
 		l.Masked = append(l.Masked, masked...)
+		l.Lower = append(l.Lower, o.Home.Dir)
 	}
 	l.Mounts = append(l.Mounts, Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind})
 	for _, s := range Secrets {
@@ -230,10 +234,10 @@ func (l Layout) Writable() []string {
 }
 
 // Visible returns the host paths whose files the sandbox can read
-// through l: Root, and the sources of its bind mounts, read-only or
-// read-write (Writable's among them). A file whose contents the sandbox
-// must not see, such as a secret's value, must not lie below one of
-// them. Masked paths are not taken out: a file below one is refused
+// through l: Root, the sources of its bind mounts, read-only or
+// read-write (Writable's among them), and Lower. A file whose contents
+// the sandbox must not see, such as a secret's value, must not lie below
+// one of them. Masked paths are not taken out: a file below one is refused
 // all the same.
 func (l Layout) Visible() []string {
 	var paths []string
@@ -245,7 +249,7 @@ func (l Layout) Visible() []string {
 			paths = append(paths, m.Source)
 		}
 	}
-	return paths
+	return append(paths, l.Lower...)
 }
 
 // isSystemPath reports whether p is one of SystemDirs or below one.

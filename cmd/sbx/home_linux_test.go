@@ -314,3 +314,33 @@ func TestPrivilegedAgentRealClaudeCode(t *testing.T) {
 		t.Errorf("got %q, want %q: the user's install and settings, its login empty", stdout, want)
 	}
 }
+
+// TestPrivilegedHomeSecretFileRefused: a secret's file in the user's
+// home is refused when --home shows the home, through the overlay too,
+// and taken with --home empty.
+func TestPrivilegedHomeSecretFileRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for namespaces, iptables and containerd (CI runs as root)")
+	}
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := fakeHome(t)
+	token := filepath.Join(home, "token")
+	if err := os.WriteFile(token, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"ro", "overlay", "rw"} {
+		state := t.TempDir()
+		_, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.216.0/24",
+			"--log", filepath.Join(state, "log.jsonl"), "--home", mode, "--home-dir", home,
+			"--secret", "TOKEN="+token+"@api.example.test", "--", "true")
+		if code == 0 || !strings.Contains(stderr, "the value of secret TOKEN is read from "+token) {
+			t.Errorf("--home %s: got exit %d, %q; want the secret's file refused", mode, code, stderr)
+		}
+	}
+	state := t.TempDir()
+	if _, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.216.0/24",
+		"--log", filepath.Join(state, "log.jsonl"), "--home-dir", home,
+		"--secret", "TOKEN="+token+"@api.example.test", "--", "true"); code != 0 {
+		t.Errorf("--home empty: got exit %d, %q; want the secret taken", code, stderr)
+	}
+}
