@@ -41,9 +41,19 @@ type AccessError struct {
 	// SearchPath is the PATH that was searched, for "find" of a bare
 	// name.
 	SearchPath string
+	// Hint, when set, says where the command is outside the sandbox and
+	// how to show it.
+	Hint string
 }
 
 func (e *AccessError) Error() string {
+	if e.Hint != "" {
+		return e.message() + "; " + e.Hint
+	}
+	return e.message()
+}
+
+func (e *AccessError) message() string {
 	switch e.Op {
 	case "find":
 		if e.SearchPath != "" {

@@ -30,6 +30,9 @@ type Layout struct {
 	Cwd string
 	// Env are variables the layout needs set, such as HOME.
 	Env []string
+	// Lower are host directories shown through a mount whose Source is
+	// elsewhere: the user's home below its overlay. Visible counts them.
+	Lower []string
 }
 
 // SystemDirs are the host's directories the host layout shows, read-only.
@@ -63,6 +66,9 @@ type HostOptions struct {
 	// TmpSize bounds /tmp and Home each, in bytes; 0 means
 	// DefaultTmpSize.
 	TmpSize int64
+	// Home is the user's home the layout shows; its zero value shows
+	// none (a fresh, empty Home).
+	Home HomeView
 }
 
 // freshModes are the modes of the host layout's fresh directories, by
@@ -189,8 +195,21 @@ func Host(base, cwd string, o HostOptions) (Layout, error) {
 		Mount{Destination: "/tmp", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", size)}},
 		Mount{Destination: "/run", Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", owner, fmt.Sprintf("size=%d", RunSize)}},
 		Mount{Destination: Home, Source: "tmpfs", Type: "tmpfs", Options: []string{"nosuid", "nodev", "mode=700", owner, fmt.Sprintf("size=%d", size)}},
-		Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind},
 	)
+	if !o.Home.Mode.hidden() {
+		home, masked, err := o.Home.mounts(owner, size)
+		if err != nil {
+			return Layout{}, err
+		}
+		if err := os.MkdirAll(filepath.Join(base, o.Home.Dir), 0o755); err != nil {
+			return Layout{}, err
+		}
+		l.Env = []string{"HOME=" + o.Home.Dir}
+		l.Mounts = append(l.Mounts, home...)
+		l.Masked = append(l.Masked, masked...)
+		l.Lower = append(l.Lower, o.Home.Dir)
+	}
+	l.Mounts = append(l.Mounts, Mount{Destination: cwd, Source: cwd, Type: "bind", Options: ReadWriteBind})
 	for _, s := range Secrets {
 		if _, err := os.Lstat(s); err == nil {
 			l.Masked = append(l.Masked, s)
@@ -215,10 +234,10 @@ func (l Layout) Writable() []string {
 }
 
 // Visible returns the host paths whose files the sandbox can read
-// through l: Root, and the sources of its bind mounts, read-only or
-// read-write (Writable's among them). A file whose contents the sandbox
-// must not see, such as a secret's value, must not lie below one of
-// them. Masked paths are not taken out: a file below one is refused
+// through l: Root, the sources of its bind mounts, read-only or
+// read-write (Writable's among them), and Lower. A file whose contents
+// the sandbox must not see, such as a secret's value, must not lie below
+// one of them. Masked paths are not taken out: a file below one is refused
 // all the same.
 func (l Layout) Visible() []string {
 	var paths []string
@@ -230,7 +249,7 @@ func (l Layout) Visible() []string {
 			paths = append(paths, m.Source)
 		}
 	}
-	return paths
+	return append(paths, l.Lower...)
 }
 
 // isSystemPath reports whether p is one of SystemDirs or below one.

@@ -56,6 +56,9 @@ type runOptions struct {
 	cpus       float64
 	pidsLimit  int64
 	tmpSize    string
+	home       string
+	agent      string
+	homeDir    string // hidden: for tests
 	noCapture  bool
 	noPrompt   bool
 }
@@ -145,6 +148,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.cpus, "cpus", def.CPUs, "limit CPU time to `N` CPUs, e.g. 1.5; 0 for no limit (default: all but one)")
 	fs.Int64Var(&o.pidsLimit, "pids-limit", def.Pids, "limit processes and threads to `N`; 0 for no limit")
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(rootfs.DefaultTmpSize), "with --rootfs host: the size of /tmp and of HOME, each (`BYTES`)")
+	homeFlags(fs, &o.home, &o.agent, &o.homeDir)
 	fs.StringArrayVar(&o.capAdd, "cap-add", nil, "give the command back `CAP`, one of "+strings.Join(sandbox.DroppedCapabilities, ", ")+" (never CAP_NET_ADMIN); repeatable")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
@@ -305,10 +309,17 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
+	home, err := o.homeMode(cmd)
+	if err != nil {
+		return run.Spec{}, err
+	}
+	if home == rootfs.HomeRW && !o.quiet {
+		fmt.Fprintln(stderr, "sbx: "+homeRWNote)
+	}
 	spec := run.Spec{
 		Command:  args,
 		Name:     o.name,
-		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize},
+		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize, Home: home, Agent: o.agent, HomeDir: o.homeDir},
 		Env:      o.env,
 		Cwd:      cwd,
 		Workdir:  o.workdir,

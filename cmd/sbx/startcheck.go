@@ -18,7 +18,10 @@ import (
 func accessProblem(e *rootfs.AccessError, rootfsFlag string) string {
 	if e.Op == "find" {
 		where := "the root filesystem " + rootfsFlag + " must hold it"
-		if rootfsFlag == "host" {
+		switch {
+		case e.Hint != "":
+			where = e.Hint
+		case rootfsFlag == "host":
 			where = "the sandbox shows the host's /usr, /bin, /sbin, /lib*, /etc and /opt and the working directory, so a command installed elsewhere (~/.local/bin, /root, a version manager's shims) is not there; use one from those directories, or mount its directory with -v and give its path"
 		}
 		if e.SearchPath != "" {

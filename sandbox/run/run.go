@@ -57,6 +57,14 @@ type RootFS struct {
 	// TmpSize bounds the host layout's /tmp and home directory, each, in
 	// bytes; 0 means rootfs.DefaultTmpSize.
 	TmpSize int64
+	// Home is how much of the user's home the host layout shows ("" is
+	// rootfs.HomeEmpty), and Agent ("claude", "codex", "gemini"), when
+	// set, shows only that agent's files of it (rootfs.Agents), as an
+	// overlay (docs/home.md).
+	Home  rootfs.HomeMode
+	Agent string
+	// HomeDir is the user's home; "" means the user database's.
+	HomeDir string
 }
 
 // Spec is what Start runs. Command, Gateway.Policy and Runtime are
@@ -196,7 +204,7 @@ type Run struct {
 	journalFile string // "" without mocks
 	recordings  []recording
 	notes       func(Note)
-	unpin       func() // releases the approvals file's pin
+	unpin       func() // releases the approvals file's pin, and the home's overlay
 	closeOnce   sync.Once
 	closeErr    error
 
@@ -269,6 +277,7 @@ type prepared struct {
 	layout     rootfs.Layout
 	user       User
 	env        []string
+	release    func() // undoes what prepare made: the home's overlay
 }
 
 // prepare chooses the user and lays out the root filesystem, and checks
@@ -284,7 +293,7 @@ func prepare(spec *Spec) (prepared, error) {
 	if fsys.Dir != "" && fsys.Image != "" {
 		return prepared{}, errors.New("run: RootFS.Dir and RootFS.Image both say what / is; give one of them")
 	}
-	p := prepared{hostLayout: fsys.Dir == "" && fsys.Image == ""}
+	p := prepared{hostLayout: fsys.Dir == "" && fsys.Image == "", release: func() {}}
 	cwd := spec.Cwd
 	if cwd == "" {
 		var err error
@@ -308,7 +317,12 @@ func prepare(spec *Spec) (prepared, error) {
 		if hostRoot == "" {
 			hostRoot = DefaultHostRoot
 		}
-		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize})
+		var home rootfs.HomeView
+		if home, p.release, err = homeView(fsys, p.user, filepath.Join(filepath.Dir(hostRoot), "homes")); err != nil {
+			return p, err
+		}
+		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize, Home: home})
+		p.layout.Env = append(p.layout.Env, homePath(home)...)
 	default:
 		p.layout, err = rootfs.Dir(fsys.Dir)
 	}
@@ -342,6 +356,9 @@ func prepare(spec *Spec) (prepared, error) {
 		err := p.layout.CheckCommand(p.user.UID, p.user.GID, p.layout.Cwd, spec.Command[0], commandPath(p.env))
 		var ae *rootfs.AccessError
 		if errors.As(err, &ae) {
+			if ae.Op == "find" && p.hostLayout {
+				ae.Hint = hiddenCommand(fsys, p.user, spec.Command[0])
+			}
 			return p, ae
 		}
 	}
@@ -441,14 +458,18 @@ func Start(ctx context.Context, spec Spec) (*Run, error) {
 	}
 	p, err := prepare(&spec)
 	if err != nil {
+		if p.release != nil {
+			p.release()
+		}
 		return nil, err
 	}
 	spec.Notes(UserChosen{User: p.user})
 	// The approvals file is resolved now, before the sandbox can plant a
 	// link near it, and written through what was resolved.
-	unpin := func() {}
+	unpin := p.release
 	if spec.Gateway.ApprovalsFile != "" {
-		unpin = approval.PinFile(spec.Gateway.ApprovalsFile)
+		unpinFile := approval.PinFile(spec.Gateway.ApprovalsFile)
+		unpin = func() { unpinFile(); p.release() }
 	}
 	r, err := start(ctx, &spec, p, unpin)
 	if err != nil {
