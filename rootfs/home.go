@@ -208,7 +208,7 @@ func isCredentialStore(rel string) bool {
 // HOME is Home.
 func (m HomeMode) hidden() bool { return m == "" || m == HomeEmpty }
 
-// ParseHomeMode parses --home's value.
+// ParseHomeMode parses the name of a HomeMode.
 func ParseHomeMode(s string) (HomeMode, error) {
 	for _, m := range HomeModes {
 		if string(m) == s {
@@ -219,5 +219,5 @@ func ParseHomeMode(s string) (HomeMode, error) {
 	for i, m := range HomeModes {
 		names[i] = string(m)
 	}
-	return "", fmt.Errorf("--home %q: want one of %s", s, strings.Join(names, ", "))
+	return "", fmt.Errorf("home mode %q: want one of %s", s, strings.Join(names, ", "))
 }

@@ -230,7 +230,6 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"policy", "replace", "--sandbox", "x"}, "sbx policy replace takes FILE, got 0 arguments"},
 		// sbx decisions, ps, stop, gc, image, mock, audit, selftest.
 		{[]string{"decisions"}, "say which sandbox: --sandbox ID"},
-		{[]string{"decisions", "--file", "x.jsonl", "--follow"}, "--file reads a log file"},
 		{[]string{"decisions", "--since", "-1", "--sandbox", "x"}, `invalid argument "-1" for "--since" flag`},
 		{[]string{"ps", "x"}, `"x"`},
 		{[]string{"stop"}, "sbx stop takes ID|NAME, got 0 arguments"},

@@ -26,6 +26,13 @@ const secretFilePlace = "where the sandbox sees nothing: out of the working dire
 var cliWordings = []func(err error) (lib, cli string, ok bool){
 	secretWording,
 	func(err error) (string, string, bool) {
+		var e *run.StillRecordedError
+		if !errors.As(err, &e) {
+			return "", "", false
+		}
+		return e.Error(), fmt.Sprintf("sandbox %s is running (or a crashed run left it: sbx gc removes that); stop it first: sbx stop %s", e.ID, e.ID), true
+	},
+	func(err error) (string, string, bool) {
 		var e *run.SecretEnvError
 		if !errors.As(err, &e) {
 			return "", "", false

@@ -170,6 +170,35 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 	if o.log == stdoutLog {
 		out = cmd.ErrOrStderr()
 	}
+	sayServing(out, o, cfg, g)
+	for done := false; !done; {
+		select {
+		case <-cmd.Context().Done():
+			done = true
+		case <-hup:
+			o.reloadPolicy(g, out, cmd.ErrOrStderr())
+		}
+	}
+	fmt.Fprintln(out, "sbx gateway: stopping")
+	errs := []error{g.Close()}
+	// Once the gateway is closed, so that every exchange is in.
+	for _, err := range recs.Write(func(n run.Note) {
+		if r, ok := n.(run.Recorded); ok {
+			fmt.Fprintln(out, "sbx gateway: "+recordedNote(r))
+		}
+	}) {
+		var re *run.RecordingError
+		if errors.As(err, &re) {
+			err = fmt.Errorf("--record-llm %s: %w", re.Host, re.Err)
+		}
+		errs = append(errs, err)
+	}
+	return combine(errs...)
+}
+
+// sayServing says where the started gateway g serves, what it logs where,
+// and the placeholders of its secrets.
+func sayServing(out io.Writer, o *gatewayOptions, cfg gateway.Config, g *gateway.Gateway) {
 	p := cfg.Policy
 	fmt.Fprintf(out, "sbx gateway: proxy on %s (policy: %s, default %s, mode %s)\n",
 		g.ProxyAddr, plural(len(p.Rules()), "rule"), p.Default(), p.Mode())
@@ -197,29 +226,6 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		// the value, which the gateway sends to these hosts only.
 		fmt.Fprintf(out, "sbx gateway: secret %s for %s: give the clients %s=%s\n", sec.Name(), strings.Join(sec.Hosts(), ", "), sec.Name(), sec.Placeholder())
 	}
-	for done := false; !done; {
-		select {
-		case <-cmd.Context().Done():
-			done = true
-		case <-hup:
-			o.reloadPolicy(g, out, cmd.ErrOrStderr())
-		}
-	}
-	fmt.Fprintln(out, "sbx gateway: stopping")
-	errs := []error{g.Close()}
-	// Once the gateway is closed, so that every exchange is in.
-	for _, err := range recs.Write(func(n run.Note) {
-		if r, ok := n.(run.Recorded); ok {
-			fmt.Fprintln(out, "sbx gateway: "+recordedNote(r))
-		}
-	}) {
-		var re *run.RecordingError
-		if errors.As(err, &re) {
-			err = fmt.Errorf("--record-llm %s: %w", re.Host, re.Err)
-		}
-		errs = append(errs, err)
-	}
-	return combine(errs...)
 }
 
 // reloadPolicy builds the policy of the flags and the --policy file

@@ -309,12 +309,9 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
-	home, err := o.homeMode(cmd)
+	home, err := o.homeMode(cmd, stderr)
 	if err != nil {
 		return run.Spec{}, err
-	}
-	if home == rootfs.HomeRW && !o.quiet {
-		fmt.Fprintln(stderr, "sbx: "+homeRWNote)
 	}
 	spec := run.Spec{
 		Command:  args,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -24,11 +25,12 @@ func homeFlags(fs *pflag.FlagSet, home, agent, dir *string) {
 }
 
 // homeMode checks --home and --agent against the root filesystem flags
-// and parses --home.
-func (o runOptions) homeMode(cmd *cobra.Command) (rootfs.HomeMode, error) {
+// and parses --home, warning on stderr before the home is shown
+// read-write.
+func (o runOptions) homeMode(cmd *cobra.Command, stderr io.Writer) (rootfs.HomeMode, error) {
 	mode, err := rootfs.ParseHomeMode(o.home)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("--home %q: want empty, ro, overlay or rw", o.home)
 	}
 	shown := mode != rootfs.HomeEmpty || o.agent != ""
 	if shown && (o.image != "" || o.rootfs != "host") {
@@ -42,6 +44,9 @@ func (o runOptions) homeMode(cmd *cobra.Command) (rootfs.HomeMode, error) {
 		if cmd.Flags().Changed("home") {
 			return "", fmt.Errorf("--agent %s shows the agent's files of the home as an overlay: give no --home with it", o.agent)
 		}
+	}
+	if mode == rootfs.HomeRW && !o.quiet {
+		fmt.Fprintln(stderr, "sbx: "+homeRWNote)
 	}
 	return mode, nil
 }

@@ -183,7 +183,16 @@ func logDirOr(logDir string) string {
 // user's file, and is left; the caller says so.
 func RemoveEnded(stateDir string, e Ended) error {
 	if sandbox.Recorded(stateDir, e.ID) {
-		return fmt.Errorf("sandbox %s is running (or a crashed run left it: sbx gc removes that); stop it first: sbx stop %s", e.ID, e.ID)
+		return &StillRecordedError{ID: e.ID}
 	}
 	return os.RemoveAll(e.Dir)
+}
+
+// StillRecordedError is an ended sandbox's kept files that RemoveEnded
+// leaves, because the state directory still records the sandbox: it runs,
+// or a run that crashed left it there.
+type StillRecordedError struct{ ID string }
+
+func (e *StillRecordedError) Error() string {
+	return fmt.Sprintf("sandbox %s is still recorded as running (or a run that crashed left it)", e.ID)
 }

@@ -61,7 +61,7 @@ func homeView(fsys RootFS, u User, parent string) (v rootfs.HomeView, release fu
 			return v, release, fmt.Errorf("agent %q: want claude, codex or gemini", fsys.Agent)
 		}
 		if mode != "" && mode != rootfs.HomeEmpty {
-			return v, release, fmt.Errorf("--agent %s shows the agent's files of the home (as an overlay); it goes with no --home %s", fsys.Agent, mode)
+			return v, release, fmt.Errorf("agent %s: its files of the home are shown as an overlay, so the home mode must be empty, not %s", fsys.Agent, mode)
 		}
 		mode = rootfs.HomeOverlay
 		v.Show = show

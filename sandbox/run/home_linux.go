@@ -1,7 +1,6 @@
 package run
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,7 +47,11 @@ func mountOverlay(parent, dir string, size int64) (merged string, release func()
 		}
 	}
 	// The overlay's root takes the upper layer's owner and mode.
-	if err := errors.Join(os.Chown(upper, int(st.Uid), int(st.Gid)), os.Chmod(upper, fi.Mode().Perm())); err != nil {
+	err = os.Chown(upper, int(st.Uid), int(st.Gid))
+	if err == nil {
+		err = os.Chmod(upper, fi.Mode().Perm())
+	}
+	if err != nil {
 		release()
 		return "", nil, err
 	}

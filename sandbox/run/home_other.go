@@ -7,5 +7,5 @@ import "errors"
 // mountOverlay refuses: overlayfs, which --home overlay and --agent need,
 // is Linux's.
 func mountOverlay(parent, dir string, size int64) (string, func(), error) {
-	return "", nil, errors.New("--home overlay and --agent need Linux's overlayfs")
+	return "", nil, errors.New("an overlay of the home needs Linux's overlayfs")
 }
