@@ -179,7 +179,9 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 	d := snap.Policy().Verdict(t)
 	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
 		rec.Host, t.Host = host, host
-		if d.Rule == netpolicy.RuleGuard { // an IP target the guard refused
+		// An IP target the guard refused; inside an inspected tunnel the
+		// record names the tunnel's host alone, as it always has.
+		if d.Rule == netpolicy.RuleGuard && in.door != doorInspected {
 			if ip, err := netip.ParseAddr(host); err == nil {
 				rec.Addrs = ip.Unmap().String()
 			}
