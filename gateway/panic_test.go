@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -136,4 +140,41 @@ func TestFaultPanicRelayingOneTunnel(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	checkPanicLogged(t, &logs, g.ring, "injected copy fault", 1)
+}
+
+// TestFaultPanicDecidingATunnelGivesItsSlotBack: a panic while a CONNECT
+// is decided, after it took one of its client's tunnel slots (here in
+// the resolution of its name), ends that connection alone, and gives the
+// slot back as the connection ends: the client's next CONNECT, at a cap
+// of one tunnel, is let through, not answered 429 for a tunnel that is no
+// longer open.
+func TestFaultPanicDecidingATunnelGivesItsSlotBack(t *testing.T) {
+	sink := tcpServer(t, func(c net.Conn) { defer c.Close(); io.Copy(io.Discard, c) })
+	_, port, _ := net.SplitHostPort(sink.Addr().String())
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Allow), map[string]string{"ok.test": "127.0.0.1"}, func(c *serverConfig) {
+		c.Limits.MaxTunnelsPerClient = 1
+		c.Resolver.lookupNetIP = func(context.Context, string, string) ([]netip.Addr, error) {
+			panic("injected resolver fault")
+		}
+	})
+	conn, br := dialRaw(t, g.addr)
+	fmt.Fprintf(conn, "CONNECT boom.test:%s HTTP/1.1\r\nHost: boom.test\r\n\r\n", port)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err == nil {
+		t.Fatalf("CONNECT whose deciding panicked: got %s, want the connection closed", resp.Status)
+	}
+	conn.Close()
+	waitPanics(t, g.srv.Metrics())
+	connectRaw(t, g.addr, "ok.test:"+port)
+}
+
+// waitPanics waits until m counts a panic of a connection.
+func waitPanics(t *testing.T, m *Metrics) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for panicsCounted(t, m, "proxy") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no panic of a connection counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

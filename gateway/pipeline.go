@@ -124,16 +124,27 @@ type pipeline struct {
 }
 
 // run takes in through the pipeline's steps, in order, and returns the
-// outcome of the first that settles it.
+// outcome of the first that settles it. A step that panics after cap took
+// one of the client's tunnel slots gives the slot back as the panic
+// unwinds: the door, which gives it back once run returned, never will.
 func (p *pipeline) run(ctx context.Context, in *entry) (o outcome) {
-	if p.decide(in, &o) || p.secrets(in, &o) || p.inspect(in, &o) || p.mock(in, &o) {
+	done := false
+	defer func() {
+		if !done && o.slot {
+			p.s.tunnels.release(in.c.client.Addr())
+		}
+	}()
+	done = p.decide(in, &o) || p.secrets(in, &o) || p.inspect(in, &o) || p.mock(in, &o)
+	if done {
 		return o
 	}
 	p.hold(ctx, in, &o)
-	if p.refuse(in, &o) || p.cap(in, &o) || p.guard(ctx, in, &o) || p.commit(in, &o) {
+	done = p.refuse(in, &o) || p.cap(in, &o) || p.guard(ctx, in, &o) || p.commit(in, &o)
+	if done {
 		return o
 	}
 	p.upstream(in, &o)
+	done = true
 	return o
 }
 
@@ -168,7 +179,9 @@ func (p *pipeline) decide(in *entry, o *outcome) bool {
 	d := snap.Policy().Verdict(t)
 	if host, err := netpolicy.NormalizeHost(t.Host); err == nil {
 		rec.Host, t.Host = host, host
-		if d.Rule == netpolicy.RuleGuard { // an IP target the guard refused
+		// An IP target the guard refused; inside an inspected tunnel the
+		// record names the tunnel's host alone, as it always has.
+		if d.Rule == netpolicy.RuleGuard && in.door != doorInspected {
 			if ip, err := netip.ParseAddr(host); err == nil {
 				rec.Addrs = ip.Unmap().String()
 			}

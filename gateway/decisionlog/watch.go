@@ -113,14 +113,22 @@ func (w *faultWatcher) verify(f *os.File) error {
 // check is verify; quick lets the path watch say that nothing happened.
 func (w *faultWatcher) check(f *os.File, quick bool) error {
 	w.mu.Lock()
-	if quick && w.paths != nil && !w.stale && w.paths.quiet() {
+	watched := quick && w.paths != nil && !w.stale
+	if watched && w.paths.quiet() {
 		w.mu.Unlock()
 		return nil
 	}
+	// watched: the watch saw something happen on the path.
 	w.stale = false
 	err := fileGone(f, w.path, w.dev, w.ino)
 	if err != nil {
 		w.lost = true
+	} else if watched {
+		// The file is still at its path, but the path may now go through
+		// other inodes than the watch watches (a directory moved away and
+		// a symbolic link to it put at its name): watch the path as it
+		// is, or, through a symbolic link, not at all.
+		w.rewatch(f)
 	}
 	w.mu.Unlock()
 	if err == nil {

@@ -124,3 +124,49 @@ func TestFileSinkWithoutPathWatch(t *testing.T) {
 		t.Errorf("Commit into the removed file: got %v, want ErrLogFileRemoved", err)
 	}
 }
+
+// TestFileSinkSymlinkOnPathThenReplaced moves the log's directory away
+// and puts a symbolic link to it at its name (a commit then still finds
+// the file at its path), then puts another directory, with another file,
+// at that name. No inotify event comes from the second step on anything
+// the first watch saw, so the path watch must not stay as it was after
+// the first: the commit after the second step fails, as it did when
+// every commit stated the path.
+func TestFileSinkSymlinkOnPathThenReplaced(t *testing.T) {
+	root := t.TempDir()
+	logs, moved := filepath.Join(root, "logs"), filepath.Join(root, "moved")
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(logs, "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	defer l.Close()
+	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(logs, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, logs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/2")); err != nil {
+		t.Fatalf("Commit with the file still at its path through a symbolic link: got %v, want nil", err)
+	}
+	if err := os.Remove(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/3")); !errors.Is(err, ErrLogFileReplaced) {
+		t.Errorf("Commit once another file is at the path: got %v, want ErrLogFileReplaced", err)
+	}
+}
