@@ -21,6 +21,7 @@ func TestNormalizeUser(t *testing.T) {
 		{"<system-reminder>\nToday's date is 2025-10-07.\n</system-reminder>\nfix the bug", "<system-reminder/> fix the bug"},
 		{"<system-reminder>a</system-reminder>x<system-reminder>b</system-reminder>", "<system-reminder/>x<system-reminder/>"},
 		{"<system-reminder> never closed 2025-10-07", "<system-reminder> never closed <date>"},
+		{"<session_context>\nThis is the Gemini CLI.\nToday's date is Wednesday, December 2, 2026.\n</session_context>\nwrite sbx-mock.txt", "<session_context/> write sbx-mock.txt"},
 		// Dates.
 		{"Today's date is 2025-10-07.", "Today's date is <date>."},
 		{"Today's date is 10/7/2025.", "Today's date is <date>."},
