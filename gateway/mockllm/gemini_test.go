@@ -160,3 +160,36 @@ func TestGeminiFunctionRoundTrip(t *testing.T) {
 		t.Errorf("got journal %+v, want the second request answered by turn 2, dialect gemini, model m", j)
 	}
 }
+
+// TestGeminiFaults: a scripted error is in Google's shape with its
+// headers, and a stream cut after an event leaves a whole first chunk.
+func TestGeminiFaults(t *testing.T) {
+	_, srv := serve(t, `turns:
+  - fault: {status: 429, headers: {retry-after: "3"}}
+  - fault: {status: 503}
+  - fault: {disconnect_after_events: 1}
+`)
+	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
+	for _, want := range []struct {
+		status      int
+		body, retry string
+	}{
+		{429, `{"error":{"code":429,"message":"sbx mock LLM: scripted fault: 429 Too Many Requests","status":"RESOURCE_EXHAUSTED"}}`, "3"},
+		{503, `{"error":{"code":503,"message":"sbx mock LLM: scripted fault: 503 Service Unavailable","status":"UNAVAILABLE"}}`, ""},
+	} {
+		resp, got, err := post(t, srv, "POST", "/v1beta/models/m:generateContent", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != want.status || got != want.body || resp.Header.Get("retry-after") != want.retry {
+			t.Errorf("got %d %s (retry-after %q), want %d %s (retry-after %q)", resp.StatusCode, got, resp.Header.Get("retry-after"), want.status, want.body, want.retry)
+		}
+	}
+	_, got, err := post(t, srv, "POST", "/v1beta/models/m:streamGenerateContent?alt=sse", body)
+	if err == nil {
+		t.Fatalf("got a whole stream %q, want it cut", got)
+	}
+	if events := splitEvents([]byte(got)); len(events) != 1 || !strings.HasPrefix(events[0], `data: {"candidates":[{"content":{"parts":[{"text":"sbx mock LLM: th"}]`) || !strings.HasSuffix(events[0], "\r\n\r\n") {
+		t.Errorf("got %q before the cut, want one whole chunk of the stand-in text", got)
+	}
+}
