@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -432,6 +433,101 @@ func TestRecordLLMReplaysByteIdentical(t *testing.T) {
 	})
 	for i, body := range requests {
 		if got := ask(replaying, body); !bytes.Equal(got, live[i]) {
+			t.Errorf("request %d replayed:\n%s\nwant the recorded bytes:\n%s", i+1, got, live[i])
+		}
+	}
+}
+
+// TestRecordLLMGemini: --record-llm records the Gemini API through the
+// gateway (its key in the query, as Google's clients may send it), a
+// stream and an answer not streamed, and the recording replays offline
+// byte for byte. The key is in neither the script nor the decision log.
+func TestRecordLLMGemini(t *testing.T) {
+	api, err := mockllm.ParseScript("api.yaml", []byte(`turns:
+  - match: {user: "json please"}
+    reply: {text: "a plain answer", usage: {input_tokens: 5, output_tokens: 3}}
+  - match: {user: "stream please"}
+    reply:
+      text: "a streamed answer in several chunks"
+      tool_calls: [{name: run_shell_command, input: {command: ls}}]
+      chunk_size: 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(mockllm.New(api))
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	ca, err := NewCA("record", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	clientRoots := x509.NewCertPool()
+	clientRoots.AddCert(ca.Certificate())
+	const key = "AIzaSyD-not-a-real-key-1234567890"
+	base := "https://example.com:" + strconv.Itoa(int(port)) + "/v1beta/models/gemini-2.5-pro:"
+	requests := []struct{ target, body string }{
+		{base + "generateContent?key=" + key, `{"contents":[{"role":"user","parts":[{"text":"json please"}]}]}`},
+		{base + "streamGenerateContent?alt=sse&key=" + key, `{"contents":[{"role":"user","parts":[{"text":"stream please"}]}]}`},
+	}
+	ask := func(g *testGateway, target, body string) []byte {
+		t.Helper()
+		proxy, _ := url.Parse("http://" + g.addr)
+		tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: clientRoots}}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest("POST", target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+		}
+		return b
+	}
+
+	rec := mockllm.NewRecorder(nil)
+	recording := startGatewayWith(t, loopbackPolicy(netpolicy.Block, netpolicy.Rule{Host: "example.com", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow}),
+		map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) {
+			c.CA, c.UpstreamRoots, c.RecordLLM = ca, roots, map[string]*mockllm.Recorder{"example.com": rec}
+		})
+	var live [][]byte
+	for _, r := range requests {
+		live = append(live, ask(recording, r.target, r.body))
+	}
+	d := recording.lastDecision(t)
+	if d["kind"] != decisionlog.KindHTTPS || d["action"] != "allow" {
+		t.Errorf("a recorded request: logged %v, want an allowed https request", d)
+	}
+	if s := fmt.Sprint(d); strings.Contains(s, key) {
+		t.Errorf("the decision log holds the API key: %s", s)
+	}
+	var script bytes.Buffer
+	if err := mockllm.WriteScript(&script, rec.Turns()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(script.String(), key) {
+		t.Errorf("the recorded script holds the API key:\n%s", script.String())
+	}
+	replayed, err := mockllm.ParseScript("recorded.yaml", script.Bytes())
+	if err != nil {
+		t.Fatalf("the recorded script does not parse: %v\n%s", err, script.String())
+	}
+	if n := len(replayed.Turns); n != 2 || replayed.Turns[1].Reply == nil || len(replayed.Turns[1].Reply.ToolCalls) != 1 {
+		t.Fatalf("got %d turns recorded, want 2, the second with the function call:\n%s", n, script.String())
+	}
+	up.Close() // offline from here
+	replaying := startGatewayWith(t, loopbackPolicy(netpolicy.Block), map[string]string{}, func(c *serverConfig) {
+		c.CA, c.MockLLM = ca, map[string]*mockllm.Responder{"example.com": mockllm.New(replayed)}
+	})
+	for i, r := range requests {
+		if got := ask(replaying, r.target, r.body); !bytes.Equal(got, live[i]) {
 			t.Errorf("request %d replayed:\n%s\nwant the recorded bytes:\n%s", i+1, got, live[i])
 		}
 	}

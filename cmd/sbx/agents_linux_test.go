@@ -32,6 +32,7 @@ type agentPackage struct {
 var (
 	claudeCodePackage = agentPackage{"@anthropic-ai/claude-code", "2.1.332", "claude"}
 	codexPackage      = agentPackage{"@openai/codex", "0.171.0", "codex"}
+	geminiPackage     = agentPackage{"@google/gemini-cli", "0.61.0", "gemini"}
 )
 
 // agentCache keeps each installed package, by name and version, between
@@ -268,7 +269,8 @@ func checkJournal(t *testing.T, res agentResult, path string, turn int, toolOutp
 
 // toolResults returns the tools' results a request body carries: the
 // content of Anthropic tool_result blocks, the output of Responses
-// function_call_output items, as JSON text.
+// function_call_output items, the response of Gemini functionResponse
+// parts, as JSON text.
 func toolResults(v any) []string {
 	var out []string
 	switch v := v.(type) {
@@ -279,6 +281,9 @@ func toolResults(v any) []string {
 			r = v["content"]
 		case "function_call_output", "custom_tool_call_output":
 			r = v["output"]
+		}
+		if fr, ok := v["functionResponse"].(map[string]any); ok { // Gemini
+			r = fr["response"]
 		}
 		if r != nil {
 			b, _ := json.Marshal(r)
@@ -462,4 +467,49 @@ func TestPrivilegedAgentCodexTool(t *testing.T) {
 			checkRecords(t, res, "api.openai.com")
 		})
 	}
+}
+
+// geminiSession runs gemini -p prompt headless with the model the starter
+// script's session turns match, its tools run without asking (--yolo).
+// Every request the mock answered with one of the session's turns carried
+// that model. Its final answer is its standard output.
+func geminiSession(t *testing.T, prompt string) (agentResult, string) {
+	t.Helper()
+	res := agentSession{pkg: geminiPackage, starter: "gemini", host: "generativelanguage.googleapis.com", subnet: "10.213.220.0/24",
+		env:  []string{"GEMINI_API_KEY=mock"},
+		args: []string{"-p", prompt, "-m", "gemini-2.5-pro", "--yolo", "--skip-trust"},
+	}.run(t)
+	for _, j := range res.journal.Requests {
+		t.Logf("journal: %d %s %s %s %d %s", j.Seq, j.Method, j.Path, j.Model, j.Status, j.Outcome)
+	}
+	return res, strings.TrimSpace(res.stdout)
+}
+
+// TestPrivilegedAgentGeminiText: a session without tools; the Gemini CLI
+// prints the scripted answer.
+func TestPrivilegedAgentGeminiText(t *testing.T) {
+	skipUnlessRoot(t)
+	res, answer := geminiSession(t, "say hello")
+	if want := "Hello from the scripted model."; answer != want {
+		t.Errorf("the final answer: got %q, want %q", answer, want)
+	}
+	checkJournal(t, res, "/v1beta/models/gemini-2.5-pro:streamGenerateContent", 1, "")
+	checkRecords(t, res, "generativelanguage.googleapis.com")
+	checkNoMockLines(t, res)
+}
+
+// TestPrivilegedAgentGeminiTool: the model calls the CLI's
+// run_shell_command, which writes a file and lists the directory; the
+// listing goes back to the model as a functionResponse (the journal),
+// which finishes.
+func TestPrivilegedAgentGeminiTool(t *testing.T) {
+	skipUnlessRoot(t)
+	res, answer := geminiSession(t, agentToolTask)
+	if want := "Done: sbx-mock.txt is written."; !strings.HasSuffix(answer, want) {
+		t.Errorf("the final answer: got %q, want it to end in %q", answer, want)
+	}
+	checkAgentFile(t, res)
+	checkJournal(t, res, "/v1beta/models/gemini-2.5-pro:streamGenerateContent", 2, "sbx-mock.txt")
+	checkRecords(t, res, "generativelanguage.googleapis.com")
+	checkNoMockLines(t, res)
 }

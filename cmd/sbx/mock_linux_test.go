@@ -24,12 +24,16 @@ const mockScript = `turns:
   - match: {model: gpt-test}
     reply: {text: "hello from the scripted gpt"}
     times: 2
+  - match: {model: gemini-test}
+    reply: {text: "hello from the scripted gemini", chunk_size: 5}
+    times: 3
 `
 
 // mockClient is an unmodified agent's use of the official SDKs: the real
 // API hostnames (no base URL), an API key that is never checked.
 const mockClient = `const Anthropic = require("@anthropic-ai/sdk");
 const OpenAI = require("openai");
+const {GoogleGenAI} = require("@google/genai");
 (async () => {
   const a = new Anthropic({apiKey: "sk-test", maxRetries: 0});
   const m = await a.messages.create({model: "claude-test", max_tokens: 64, messages: [{role: "user", content: "hi"}]});
@@ -44,11 +48,20 @@ const OpenAI = require("openai");
   const oh = new OpenAI({apiKey: "sk-test", maxRetries: 0, baseURL: "http://api.openai.com/v1"});
   const ch = await oh.chat.completions.create({model: "gpt-test", messages: [{role: "user", content: "hi"}]});
   console.log("openai over http: " + ch.choices[0].message.content);
+  const g = new GoogleGenAI({apiKey: "mock"});
+  const gr = await g.models.generateContent({model: "gemini-test", contents: "hi"});
+  console.log("gemini: " + gr.text);
+  let streamed = "";
+  for await (const chunk of await g.models.generateContentStream({model: "gemini-test", contents: "hi"})) streamed += chunk.text;
+  console.log("gemini streamed: " + streamed);
+  const gh = new GoogleGenAI({apiKey: "mock", httpOptions: {baseUrl: "http://generativelanguage.googleapis.com"}});
+  const ghr = await gh.models.generateContent({model: "gemini-test", contents: "hi"});
+  console.log("gemini over http: " + ghr.text);
 })().catch(e => { console.log("error: " + e); process.exit(1); });
 `
 
 // TestPrivilegedMockLLMNodeSDKs installs the official Node SDKs
-// (@anthropic-ai/sdk, openai) from npm inside a sandbox and runs them
+// (@anthropic-ai/sdk, openai, @google/genai) from npm inside a sandbox and runs them
 // unmodified against the real API hostnames: --mock-llm answers both
 // from a script through TLS inspection and capture (the SDKs' fetch
 // ignores HTTPS_PROXY), and over plain http:// base URLs too; nothing
@@ -79,16 +92,17 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir + ":/agent", "-w", "/agent",
 		"--allow", "registry.npmjs.org",
 		"--mock-llm", "api.anthropic.com=" + filepath.Join(dir, "script.yaml"),
-		"--mock-llm", "api.openai.com=" + filepath.Join(dir, "script.yaml")}
+		"--mock-llm", "api.openai.com=" + filepath.Join(dir, "script.yaml"),
+		"--mock-llm", "generativelanguage.googleapis.com=" + filepath.Join(dir, "script.yaml")}
 	for _, a := range addrs {
 		if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
 			args = append(args, "--allow-private", netip.PrefixFrom(ip, 32).String())
 		}
 	}
-	args = append(args, "--", "sh", "-c", "npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk openai && node agent.js")
+	args = append(args, "--", "sh", "-c", "npm install --no-audit --no-fund --loglevel=error @anthropic-ai/sdk openai @google/genai && node agent.js")
 	runAgent(t, "--mock-llm", args)
 	recs := readRecords(t, logFile)
-	for _, host := range []string{"api.anthropic.com", "api.openai.com"} {
+	for _, host := range []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"} {
 		r := findRecord(recs, func(r map[string]any) bool {
 			return r["event"] == "decision" && r["kind"] == "https" && r["host"] == host && r["rule"] == "mock-llm"
 		})
@@ -102,7 +116,8 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 	// nothing but the two API hosts is allowed.
 	policy := "rules:\n" +
 		"  - {id: claude, host: api.anthropic.com, action: intercept, response: {llm: script.yaml}}\n" +
-		"  - {id: gpt, host: api.openai.com, action: intercept, response: {llm: script.yaml}}\n"
+		"  - {id: gpt, host: api.openai.com, action: intercept, response: {llm: script.yaml}}\n" +
+		"  - {id: gemini, host: generativelanguage.googleapis.com, action: intercept, response: {llm: script.yaml}}\n"
 	// Outside the -v volume the sandbox writes: sbx refuses a policy file
 	// there.
 	pdir := t.TempDir()
@@ -121,7 +136,7 @@ func TestPrivilegedMockLLMNodeSDKs(t *testing.T) {
 		"--subnet-pool", "10.213.224.0/24", "--log", logFile, "--user", "0", "-v", dir + ":/agent", "-w", "/agent",
 		"--policy", filepath.Join(pdir, "policy.yaml"), "--", "node", "agent.js"})
 	recs = readRecords(t, logFile)
-	for host, rule := range map[string]string{"api.anthropic.com": "claude", "api.openai.com": "gpt"} {
+	for host, rule := range map[string]string{"api.anthropic.com": "claude", "api.openai.com": "gpt", "generativelanguage.googleapis.com": "gemini"} {
 		for _, kind := range []string{"https", "transparent"} {
 			r := findRecord(recs, func(r map[string]any) bool {
 				return r["event"] == "decision" && r["kind"] == kind && r["host"] == host && r["rule"] == rule && r["action"] == "intercept"
@@ -141,7 +156,8 @@ func runAgent(t *testing.T, what string, args []string) {
 	stdout, stderr, code := runCLI(t, args...)
 	t.Logf("%s: exit %d\n%s\n%s", what, code, stdout, stderr)
 	for _, want := range []string{"anthropic: hello from the scripted claude", "openai: hello from the scripted gpt",
-		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt"} {
+		"anthropic over http: hello from the scripted claude", "openai over http: hello from the scripted gpt",
+		"gemini: hello from the scripted gemini", "gemini streamed: hello from the scripted gemini", "gemini over http: hello from the scripted gemini"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("%s: the agent's output lacks %q", what, want)
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // mockLLMUsage is the help of --mock-llm.
-const mockLLMUsage = "mock an LLM: for `HOST=SCRIPT`, answer the API at HOST (Anthropic Messages, OpenAI Chat Completions and Responses) from the script SCRIPT (YAML) instead of the network; repeatable"
+const mockLLMUsage = "mock an LLM: for `HOST=SCRIPT`, answer the API at HOST (Anthropic Messages, OpenAI Chat Completions and Responses, Gemini) from the script SCRIPT (YAML) instead of the network; repeatable"
 
 // parseMockLLM turns --mock-llm HOST=SCRIPT values into the gateway's
 // mocks, keyed by normalized host, reading each script. Errors name the

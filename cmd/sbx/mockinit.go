@@ -20,7 +20,7 @@ import (
 var starterScripts embed.FS
 
 // starterAgents are the agents sbx mock init has a script for.
-var starterAgents = []string{"claude-code", "codex", "generic"}
+var starterAgents = []string{"claude-code", "codex", "gemini", "generic"}
 
 // starterScript returns the starter script for agent, one of
 // starterAgents.
@@ -31,11 +31,11 @@ func starterScript(agent string) ([]byte, error) {
 func newMockInitCmd() *cobra.Command {
 	var agent string
 	cmd := &cobra.Command{
-		Use:   "init --agent claude-code|codex|generic [FILE]",
+		Use:   "init --agent claude-code|codex|gemini|generic [FILE]",
 		Short: "Write a starter script for an agent (its side requests, one tool call, a comment on each turn)",
 		Long: `Init writes a script for --mock-llm to start from: for Claude Code
-(api.anthropic.com), the Codex CLI (api.openai.com) or any agent
-(generic), with a turn for a session without tools, a tool call that
+(api.anthropic.com), the Codex CLI (api.openai.com), the Gemini CLI
+(generativelanguage.googleapis.com) or any agent (generic), with a turn for a session without tools, a tool call that
 writes a file and lists the directory, the answer once the tool's output
 comes back, and the agent's side requests. Its comments say how to run
 the agent headless in a sandbox against it. Written to FILE, which must
@@ -43,7 +43,8 @@ not exist yet, or to standard output.`,
 		Example: `  sbx mock init --agent claude-code claude.yaml
   sbx run --mock-llm api.anthropic.com=claude.yaml -e ANTHROPIC_API_KEY=sk-mock -- \
     claude -p "write sbx-mock.txt and list the files" --model claude-sonnet-4-5 --dangerously-skip-permissions
-  sbx mock init --agent codex > codex.yaml`,
+  sbx mock init --agent codex > codex.yaml
+  sbx mock init --agent gemini > gemini.yaml`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if agent == "" {

@@ -55,8 +55,8 @@ func TestMockInit(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"mock", "init"}, "sbx mock init needs --agent claude-code|codex|generic"},
-		{[]string{"mock", "init", "--agent", "aider"}, `--agent "aider": there is no starter script for it; give one of claude-code, codex, generic`},
+		{[]string{"mock", "init"}, "sbx mock init needs --agent claude-code|codex|gemini|generic"},
+		{[]string{"mock", "init", "--agent", "aider"}, `--agent "aider": there is no starter script for it; give one of claude-code, codex, gemini, generic`},
 		{[]string{"mock", "init", "--agent", "codex", "a", "b"}, "accepts at most 1 arg(s)"},
 	} {
 		stdout, stderr, code := runCLI(t, tc.args...)
@@ -80,40 +80,49 @@ func TestStarterScriptsAnswer(t *testing.T) {
 	type exchange struct {
 		body string // the request
 		want string // the answer's text, or the tool the answer calls
+		path string // the request's path, if not the agent's
 	}
 	tests := []struct {
 		agent, path string
 		exchanges   []exchange
 	}{
 		{"claude-code", "/v1/messages", []exchange{
-			{`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"say hello"}]}`, "Hello from the scripted model."},
-			{`{"model":"claude-haiku-4-5","max_tokens":64,"messages":[{"role":"user","content":"` + task + `"}]}`, "Scripted side answer."},
-			{`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"` + task + `"}]}`, "tool Bash"},
+			{`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"say hello"}]}`, "Hello from the scripted model.", ""},
+			{`{"model":"claude-haiku-4-5","max_tokens":64,"messages":[{"role":"user","content":"` + task + `"}]}`, "Scripted side answer.", ""},
+			{`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"` + task + `"}]}`, "tool Bash", ""},
 			{`{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"` + task + `"},
 				{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}]},
-				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sbx-mock.txt"}]}]}`, "Done: sbx-mock.txt is written."},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sbx-mock.txt"}]}]}`, "Done: sbx-mock.txt is written.", ""},
 		}},
 		{"codex", "/v1/responses", []exchange{
 			// Codex's default model: its tool is exec, a custom tool.
-			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model."},
-			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "custom tool exec"},
+			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model.", ""},
+			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "custom tool exec", ""},
 			{`{"model":"gpt-6.2-sol","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]},
 				{"type":"custom_tool_call","call_id":"call_1","name":"exec","input":"text(\"ls\")"},
-				{"type":"custom_tool_call_output","call_id":"call_1","output":[{"type":"input_text","text":"Script completed\n"},{"type":"input_text","text":"sbx-mock.txt\n"}]}]}`, "Done: sbx-mock.txt is written."},
+				{"type":"custom_tool_call_output","call_id":"call_1","output":[{"type":"input_text","text":"Script completed\n"},{"type":"input_text","text":"sbx-mock.txt\n"}]}]}`, "Done: sbx-mock.txt is written.", ""},
 			// -m gpt-5-codex: its tool is the function exec_command.
-			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model."},
-			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "tool exec_command"},
+			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hello"}]}]}`, "Hello from the scripted model.", ""},
+			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]}]}`, "tool exec_command", ""},
 			{`{"model":"gpt-5-codex","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"` + task + `"}]},
 				{"type":"function_call","call_id":"call_1","name":"exec_command","arguments":"{\"cmd\":\"ls\"}"},
-				{"type":"function_call_output","call_id":"call_1","output":"sbx-mock.txt"}]}`, "Done: sbx-mock.txt is written."},
-			{`{"model":"gpt-5-mini","input":"` + task + `"}`, "Scripted side answer."},
+				{"type":"function_call_output","call_id":"call_1","output":"sbx-mock.txt"}]}`, "Done: sbx-mock.txt is written.", ""},
+			{`{"model":"gpt-5-mini","input":"` + task + `"}`, "Scripted side answer.", ""},
+		}},
+		{"gemini", "/v1beta/models/gemini-2.5-pro:generateContent", []exchange{
+			{`{"contents":[{"role":"user","parts":[{"text":"say hello"}]}]}`, "Hello from the scripted model.", ""},
+			{`{"contents":[{"role":"user","parts":[{"text":"` + task + `"}]}]}`, "Scripted side answer.", "/v1beta/models/gemini-2.5-flash-lite:generateContent"},
+			{`{"contents":[{"role":"user","parts":[{"text":"` + task + `"}]}]}`, "tool run_shell_command", ""},
+			{`{"contents":[{"role":"user","parts":[{"text":"` + task + `"}]},
+				{"role":"model","parts":[{"functionCall":{"name":"run_shell_command","args":{"command":"ls"}}}]},
+				{"role":"user","parts":[{"functionResponse":{"name":"run_shell_command","response":{"output":"sbx-mock.txt"}}}]}]}`, "Done: sbx-mock.txt is written.", ""},
 		}},
 		{"generic", "/v1/chat/completions", []exchange{
-			{`{"model":"any","messages":[{"role":"user","content":"say hello"}]}`, "Hello from the scripted model."},
-			{`{"model":"any","messages":[{"role":"user","content":"` + task + `"}]}`, "tool bash"},
+			{`{"model":"any","messages":[{"role":"user","content":"say hello"}]}`, "Hello from the scripted model.", ""},
+			{`{"model":"any","messages":[{"role":"user","content":"` + task + `"}]}`, "tool bash", ""},
 			{`{"model":"any","messages":[{"role":"user","content":"` + task + `"},
 				{"role":"assistant","tool_calls":[{"id":"call_1","type":"function","function":{"name":"bash","arguments":"{\"command\":\"ls\"}"}}]},
-				{"role":"tool","tool_call_id":"call_1","content":"sbx-mock.txt"}]}`, "Done: sbx-mock.txt is written."},
+				{"role":"tool","tool_call_id":"call_1","content":"sbx-mock.txt"}]}`, "Done: sbx-mock.txt is written.", ""},
 		}},
 	}
 	for _, tc := range tests {
@@ -129,7 +138,11 @@ func TestStarterScriptsAnswer(t *testing.T) {
 			mock := mockllm.New(script)
 			for i, ex := range tc.exchanges {
 				rec := httptest.NewRecorder()
-				mock.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(ex.body)))
+				path := tc.path
+				if ex.path != "" {
+					path = ex.path
+				}
+				mock.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(ex.body)))
 				if rec.Code != http.StatusOK {
 					t.Fatalf("request %d: status %d, want 200: %s", i+1, rec.Code, rec.Body)
 				}
@@ -141,7 +154,7 @@ func TestStarterScriptsAnswer(t *testing.T) {
 	}
 }
 
-// answerOf returns what a non-streamed answer of any of the three APIs
+// answerOf returns what a non-streamed answer of any of the four APIs
 // says last: "tool NAME" when it calls a tool ("custom tool NAME" a
 // custom tool of the Responses API), else its text.
 func answerOf(t *testing.T, body []byte) string {
@@ -151,6 +164,14 @@ func answerOf(t *testing.T, body []byte) string {
 		Output  []struct {                          // Responses
 			Type, Name string
 			Content    []struct{ Text string }
+		}
+		Candidates []struct { // Gemini
+			Content struct {
+				Parts []struct {
+					Text         string
+					FunctionCall *struct{ Name string }
+				}
+			}
 		}
 		Choices []struct { // Chat Completions
 			Message struct {
@@ -177,6 +198,15 @@ func answerOf(t *testing.T, body []byte) string {
 			last = "custom tool " + o.Name
 		} else if last == "" && len(o.Content) > 0 {
 			last = o.Content[0].Text
+		}
+	}
+	for _, c := range a.Candidates {
+		for _, p := range c.Content.Parts {
+			if p.FunctionCall != nil {
+				last = "tool " + p.FunctionCall.Name
+			} else if last == "" {
+				last = p.Text
+			}
 		}
 	}
 	for _, c := range a.Choices {

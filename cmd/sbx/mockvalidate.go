@@ -73,7 +73,7 @@ Every field of a script is listed by sbx mock --help.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&api, "api", "", "also check the script answers `API`: anthropic, openai-chat or openai-responses")
+	cmd.Flags().StringVar(&api, "api", "", "also check the script answers `API`: anthropic, openai-chat, openai-responses or gemini")
 	return cmd
 }
 

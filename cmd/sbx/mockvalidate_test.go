@@ -34,7 +34,7 @@ func TestMockValidate(t *testing.T) {
 			[]string{codex + ":2: turn 1: reply.tool_calls: tool call 1 (apply_patch) is a custom tool call, which only the OpenAI Responses API has, not the Anthropic Messages API; for this API call a function tool (input: in place of custom:)"}, nil},
 		{"custom call for Responses", []string{"--api", "openai-responses", codex}, exitOK, []string{codex + ": ok (1 turn)"}, nil, nil},
 		{"custom call, API unknown", []string{codex}, exitOK, []string{codex + ": ok (1 turn)"}, nil, nil},
-		{"unknown API", []string{"--api", "gemini", good}, exitUsage, nil, []string{`--api "gemini" is not an API the mock speaks: want one of anthropic, openai-chat, openai-responses`}, nil},
+		{"unknown API", []string{"--api", "bard", good}, exitUsage, nil, []string{`--api "bard" is not an API the mock speaks: want one of anthropic, openai-chat, openai-responses, gemini`}, nil},
 		{"no script", nil, exitUsage, nil, []string{"sbx mock validate takes SCRIPT..."}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -117,7 +117,7 @@ type MockRequest struct {
 	Method string `json:"method"`
 	Path   string `json:"path"`
 	// Dialect is the LLM API the path names ("anthropic", "openai-chat",
-	// "openai-responses"); empty for an unknown path.
+	// "openai-responses", "gemini"); empty for an unknown path.
 	Dialect string `json:"dialect,omitempty"`
 	// WebSocket says the request is a response.create message on a
 	// WebSocket of the Responses API (GET /v1/responses upgraded).

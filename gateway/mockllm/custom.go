@@ -15,6 +15,7 @@ var apiNames = map[Dialect]string{
 	Anthropic:       "the Anthropic Messages API",
 	ChatCompletions: "the OpenAI Chat Completions API",
 	Responses:       "the OpenAI Responses API",
+	Gemini:          "the Gemini API",
 }
 
 // apiProblems returns why reply r cannot be rendered in dialect d: its
@@ -36,7 +37,8 @@ func apiProblems(d Dialect, r *Reply) []problem {
 }
 
 // ParseDialect returns the dialect named s, as a recorded reply's
-// raw.dialect names it: anthropic, openai-chat or openai-responses.
+// raw.dialect names it: anthropic, openai-chat, openai-responses or
+// gemini.
 func ParseDialect(s string) (Dialect, error) {
 	if d := Dialect(s); knownDialect(d) {
 		return d, nil

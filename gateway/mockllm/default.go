@@ -18,7 +18,7 @@ const DefaultOutcome = "default: "
 // modelTails are the last segments of the model APIs' paths: a POST to a
 // path ending in one of them is a model request under another prefix (a
 // base URL that is off), never a quiet default.
-var modelTails = []string{"/messages", "/completions", "/responses"}
+var modelTails = []string{"/messages", "/completions", "/responses", ":" + geminiGenerate, ":" + geminiStream}
 
 // The creation time the models list gives every model: 2025-01-01, UTC.
 const (
@@ -38,6 +38,9 @@ func isModelRequest(method, path string, body []byte) bool {
 	}
 	if method != http.MethodPost {
 		return false
+	}
+	if _, _, ok := geminiPath(path); ok {
+		return true // a Gemini method the mock does not answer
 	}
 	for _, t := range modelTails {
 		if strings.HasSuffix(path, t) {
@@ -68,10 +71,15 @@ func namesModel(body []byte) bool {
 
 // errorDialect is the dialect whose error shape answers a request at a
 // path that names none: Anthropic's when the request has an
-// anthropic-version header, OpenAI's otherwise.
+// anthropic-version header, Gemini's when it is for the Gemini API (a
+// path under /v1beta/ or /v1alpha/, or a key in x-goog-api-key or ?key=),
+// OpenAI's otherwise.
 func errorDialect(hr *http.Request) Dialect {
 	if hr.Header.Get("anthropic-version") != "" {
 		return Anthropic
+	}
+	if isGeminiRequest(hr) {
+		return Gemini
 	}
 	return Responses
 }
@@ -86,7 +94,7 @@ func (r *Responder) serveDefault(w http.ResponseWriter, hr *http.Request, decide
 	switch {
 	case path == "/v1/messages/count_tokens" && method == http.MethodPost:
 		j.Dialect = Anthropic
-		req, err := parseRequest(Anthropic, body)
+		req, err := parseRequest(Anthropic, path, body)
 		if err != nil {
 			r.unmatched(w, hr, decided, j, body, Anthropic, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
 			return true
@@ -98,6 +106,29 @@ func (r *Responder) serveDefault(w http.ResponseWriter, hr *http.Request, decide
 			InputTokens int `json:"input_tokens"`
 		}{n})}
 		outcome = fmt.Sprintf("count_tokens estimated %d input tokens", n)
+	case method == http.MethodPost && isGeminiCount(path):
+		j.Dialect = Gemini
+		req, err := parseRequest(Gemini, path, body)
+		if err != nil {
+			r.unmatched(w, hr, decided, j, body, Gemini, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
+			return true
+		}
+		j.Model = req.model
+		n := max(1, (len(body)+3)/4)
+		a = newAnswer(http.StatusOK, contentJSON, false)
+		a.pieces = [][]byte{geminiCountBody(n)}
+		outcome = fmt.Sprintf("countTokens estimated %d tokens", n)
+	case method == http.MethodGet && isGeminiModels(path):
+		models := r.models()
+		a = newAnswer(http.StatusOK, contentJSON, false)
+		a.pieces = [][]byte{geminiModelsBody(models)}
+		outcome = fmt.Sprintf("the models the script names (%d)", len(models))
+	case method == http.MethodGet && isGeminiModel(hr):
+		model, _, _ := geminiPath(path)
+		j.Dialect, j.Model = Gemini, model
+		a = newAnswer(http.StatusOK, contentJSON, false)
+		a.pieces = [][]byte{marshal(newGeminiModel(model))}
+		outcome = "the model " + model
 	case path == "/v1/models" && method == http.MethodGet:
 		models := r.models()
 		a = newAnswer(http.StatusOK, contentJSON, false)
@@ -143,8 +174,11 @@ func (r *Responder) models() []string {
 }
 
 // modelsBody is the answer of GET /v1/models listing models, in
-// Anthropic's shape or OpenAI's.
+// Anthropic's shape, Gemini's or OpenAI's.
 func modelsBody(d Dialect, models []string) []byte {
+	if d == Gemini {
+		return geminiModelsBody(models)
+	}
 	if d == Anthropic {
 		type model struct {
 			Type        string `json:"type"`

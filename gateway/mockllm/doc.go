@@ -1,8 +1,8 @@
 // Package mockllm is a scripted LLM API for testing agents (docs/mock-llm.md):
-// a Responder answers the Anthropic Messages, OpenAI Chat Completions and
-// OpenAI Responses APIs from a Script of turns, in each API's own JSON and
-// event-stream shapes, and a Recorder turns real exchanges into a script
-// that replays offline.
+// a Responder answers the Anthropic Messages, OpenAI Chat Completions,
+// OpenAI Responses and Gemini APIs from a Script of turns, in each API's
+// own JSON and event-stream shapes, and a Recorder turns real exchanges
+// into a script that replays offline.
 //
 // A script is YAML (or JSON), decoded strictly: an unknown field, a string
 // where a number belongs or a turn with neither reply nor fault is an
@@ -23,6 +23,12 @@
 // docs/mock-llm.md list it). A tool call with custom: TEXT in place of
 // input calls a custom tool of the Responses API (a custom_tool_call),
 // which the other APIs do not have (CheckAPI).
+//
+// The Gemini API names the model in the path
+// (/v1beta/models/MODEL:generateContent, :streamGenerateContent answered
+// as SSE, :countTokens, GET /v1beta/models); its function calls are
+// functionCall parts and their results functionResponse parts, matched by
+// the function's name (gemini.go).
 //
 // The Responses API's WebSocket mode (GET /v1/responses upgraded, which
 // the Codex CLI tries first) is served from the same script: each

@@ -62,7 +62,7 @@ func FuzzServe(f *testing.F) {
 		r := New(s)
 		d := dialects[int(which)%len(dialects)]
 		w := httptest.NewRecorder()
-		r.ServeHTTP(w, httptest.NewRequest("POST", paths[d], bytes.NewReader(body)))
+		r.ServeHTTP(w, httptest.NewRequest("POST", pathOf(d, "m", false), bytes.NewReader(body)))
 		if w.Code != 200 && w.Code != 400 {
 			t.Fatalf("got status %d, want 200 or 400", w.Code)
 		}

@@ -8,6 +8,7 @@ import (
 // Placeholders that NormalizeUser puts in place of volatile text.
 const (
 	placeholderReminder  = "<system-reminder/>"
+	placeholderContext   = "<session_context/>"
 	placeholderTemp      = "<tmp>"
 	placeholderTimestamp = "<timestamp>"
 	placeholderUUID      = "<uuid>"
@@ -20,8 +21,9 @@ const (
 // an agent to the next replaced by placeholders, so that a turn recorded
 // one day matches the same request the next:
 //
-//   - <system-reminder>...</system-reminder> blocks become
-//     <system-reminder/>;
+//   - <system-reminder>...</system-reminder> blocks (Claude Code's) become
+//     <system-reminder/>, and <session_context>...</session_context>
+//     blocks (the Gemini CLI's) <session_context/>;
 //   - temporary paths, /tmp/..., /var/tmp/... and macOS's /var/folders/...
 //     (also as /private/...), at the start of a path and up to a space, a
 //     quote or a bracket, become <tmp>;
@@ -36,16 +38,16 @@ const (
 // Normalizing a normalized text changes nothing. It takes time linear in
 // the length of s.
 func NormalizeUser(s string) string {
-	s = replaceReminders(s)
+	s = replaceBlocks(s, "<system-reminder>", "</system-reminder>", placeholderReminder)
+	s = replaceBlocks(s, "<session_context>", "</session_context>", placeholderContext)
 	s = replaceTempPaths(s)
 	s = strings.Join(strings.Fields(s), " ")
 	return replaceWords(s)
 }
 
-// replaceReminders replaces each <system-reminder> block by
-// placeholderReminder; an unclosed one stays.
-func replaceReminders(s string) string {
-	const open, end = "<system-reminder>", "</system-reminder>"
+// replaceBlocks replaces each block from open to end by placeholder; an
+// unclosed one stays.
+func replaceBlocks(s, open, end, placeholder string) string {
 	var b strings.Builder
 	for {
 		i := strings.Index(s, open)
@@ -57,7 +59,7 @@ func replaceReminders(s string) string {
 			break
 		}
 		b.WriteString(s[:i])
-		b.WriteString(placeholderReminder)
+		b.WriteString(placeholder)
 		s = s[i+len(open)+j+len(end):]
 	}
 	if b.Len() == 0 {

@@ -21,6 +21,7 @@ func TestNormalizeUser(t *testing.T) {
 		{"<system-reminder>\nToday's date is 2025-10-07.\n</system-reminder>\nfix the bug", "<system-reminder/> fix the bug"},
 		{"<system-reminder>a</system-reminder>x<system-reminder>b</system-reminder>", "<system-reminder/>x<system-reminder/>"},
 		{"<system-reminder> never closed 2025-10-07", "<system-reminder> never closed <date>"},
+		{"<session_context>\nThis is the Gemini CLI.\nToday's date is Wednesday, December 2, 2026.\n</session_context>\nwrite sbx-mock.txt", "<session_context/> write sbx-mock.txt"},
 		// Dates.
 		{"Today's date is 2025-10-07.", "Today's date is <date>."},
 		{"Today's date is 10/7/2025.", "Today's date is <date>."},
@@ -179,6 +180,14 @@ func (s session) request(d Dialect, calls int) string {
 				map[string]any{"role": "tool", "tool_call_id": id, "content": s.dir})
 		}
 		return string(marshal(map[string]any{"model": "gpt-5", "stream": true, "messages": msgs}))
+	case Gemini:
+		msgs = append(msgs, map[string]any{"role": "user", "parts": []any{map[string]any{"text": prompt}}})
+		for range calls {
+			msgs = append(msgs,
+				map[string]any{"role": "model", "parts": []any{map[string]any{"functionCall": map[string]any{"name": "run_shell_command", "args": map[string]any{"command": "ls"}}}}},
+				map[string]any{"role": "user", "parts": []any{map[string]any{"functionResponse": map[string]any{"name": "run_shell_command", "response": map[string]any{"output": s.dir}}}}})
+		}
+		return string(marshal(map[string]any{"contents": msgs}))
 	}
 	msgs = append(msgs, map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": prompt}}})
 	for i := range calls {
@@ -211,7 +220,7 @@ func TestRecordReplayNextDay(t *testing.T) {
 			client := &http.Client{Transport: rec}
 			var answers [][]byte
 			for calls := range len(upstreamScript) {
-				answers = append(answers, fetch(t, client, upstream.URL+paths[d], recorded.request(d, calls)))
+				answers = append(answers, fetch(t, client, upstream.URL+pathOf(d, "gemini-2.5-pro", true), recorded.request(d, calls)))
 			}
 			turns := rec.Turns()
 			if len(turns) != len(upstreamScript) {
@@ -220,7 +229,7 @@ func TestRecordReplayNextDay(t *testing.T) {
 
 			r, srv := replay(t, turns)
 			for calls := range len(upstreamScript) {
-				got := fetch(t, srv.Client(), srv.URL+paths[d], nextDay.request(d, calls))
+				got := fetch(t, srv.Client(), srv.URL+pathOf(d, "gemini-2.5-pro", true), nextDay.request(d, calls))
 				if !bytes.Equal(got, answers[calls]) {
 					t.Errorf("request %d of the next day: got\n%s\nwant the recorded answer\n%s", calls+1, got, answers[calls])
 				}

@@ -112,6 +112,8 @@ func replyOfJSON(d Dialect, answer []byte) *Reply {
 		}
 	case Responses:
 		readResponse(r, answer)
+	case Gemini:
+		readGemini(r, [][]byte{answer})
 	}
 	return r
 }
@@ -335,6 +337,13 @@ func replyOfStream(d Dialect, events []string) *Reply {
 				readResponse(r, ev.Response)
 			}
 		}
+	case Gemini:
+		docs := make([][]byte, len(events))
+		for i, e := range events {
+			_, data := parseEvent(e)
+			docs[i] = []byte(data)
+		}
+		readGemini(r, docs)
 	}
 	return r
 }

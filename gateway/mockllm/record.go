@@ -125,7 +125,7 @@ func (r *Recorder) roundTrip(req *http.Request, upstream http.RoundTripper) (*ht
 	out.ContentLength = int64(len(body))
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	out.Header.Del("Accept-Encoding")
-	parsed, err := parseRequest(d, body)
+	parsed, err := parseRequest(d, req.URL.Path, body)
 	if err != nil {
 		return upstream.RoundTrip(out) // the API will say what is wrong
 	}
@@ -244,6 +244,8 @@ func answerComplete(d Dialect, resp *http.Response, answer []byte) bool {
 		return name == "message_stop"
 	case ChatCompletions:
 		return strings.TrimSpace(data) == "[DONE]"
+	case Gemini:
+		return geminiStreamDone(data)
 	}
 	return name == "response.completed" || name == "response.incomplete" || name == "response.failed"
 }

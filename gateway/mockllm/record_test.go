@@ -49,6 +49,12 @@ var upstreamStreams = map[Dialect][]string{
 		"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":3,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"and 21°C.\"}\n\n",
 		"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":4,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Sunny and 21°C.\",\"annotations\":[]}]}],\"usage\":{\"input_tokens\":30,\"output_tokens\":6,\"total_tokens\":36}}}\n\n",
 	},
+	// As generativelanguage.googleapis.com sends it: data lines ended by
+	// CRLF, usage in every chunk, the function call whole in the last.
+	Gemini: {
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Let me check\"}],\"role\": \"model\"},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 61,\"totalTokenCount\": 61,\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 61}]},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"o2ZMaJ_PBsaT7dcP7pnC6Qk\"}\r\n\r\n",
+		"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" the wéather.\"},{\"functionCall\": {\"name\": \"get_weather\",\"args\": {\"location\": \"Paris\"}}}],\"role\": \"model\"},\"finishReason\": \"STOP\",\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 61,\"candidatesTokenCount\": 15,\"totalTokenCount\": 76,\"promptTokensDetails\": [{\"modality\": \"TEXT\",\"tokenCount\": 61}]},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"o2ZMaJ_PBsaT7dcP7pnC6Qk\"}\r\n\r\n",
+	},
 }
 
 // The replies the streams above say.
@@ -67,6 +73,11 @@ var upstreamReplies = map[Dialect]*Reply{
 	Responses: {
 		Text:  "Sunny and 21°C.",
 		Usage: &Usage{InputTokens: 30, OutputTokens: 6},
+	},
+	Gemini: {
+		Text:      "Let me check the wéather.",
+		ToolCalls: []ToolCall{{Name: "get_weather", Input: json.RawMessage(`{"location": "Paris"}`)}},
+		Usage:     &Usage{InputTokens: 61, OutputTokens: 15},
 	},
 }
 
@@ -126,7 +137,7 @@ func TestRecordReplayByteIdentical(t *testing.T) {
 			up := streamUpstream(t, upstreamStreams[d])
 			rec := NewRecorder(nil)
 			body := userBody(d, "model-x", "What is the weather in Paris?", true)
-			sent := fetch(t, &http.Client{Transport: rec}, up.URL+paths[d], body)
+			sent := fetch(t, &http.Client{Transport: rec}, up.URL+pathOf(d, "model-x", true), body)
 			if want := strings.Join(upstreamStreams[d], ""); string(sent) != want {
 				t.Fatalf("the client got through the Recorder\n%q\nwant what the upstream sent\n%q", sent, want)
 			}
@@ -144,7 +155,7 @@ func TestRecordReplayByteIdentical(t *testing.T) {
 			}
 
 			_, srv := replay(t, turns)
-			got := fetch(t, srv.Client(), srv.URL+paths[d], body)
+			got := fetch(t, srv.Client(), srv.URL+pathOf(d, "model-x", true), body)
 			if !bytes.Equal(got, sent) {
 				t.Errorf("replayed\n%q\nwant the bytes recorded\n%q", got, sent)
 			}
@@ -173,22 +184,22 @@ func TestRecordEveryShape(t *testing.T) {
 				if d == ChatCompletions && stream {
 					body = strings.Replace(body, `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
 				}
-				sent := fetch(t, &http.Client{Transport: rec}, upstream.URL+paths[d], body)
+				sent := fetch(t, &http.Client{Transport: rec}, upstream.URL+pathOf(d, "m", stream), body)
 				turns := rec.Turns()
 				if len(turns) != 1 || turns[0].Reply == nil {
 					t.Fatalf("got turns %+v, want one reply", turns)
 				}
 				want := *scripted
 				want.StopReason = stopReason(d, scripted)
-				if d == Responses {
-					want.StopReason = "" // "completed"
+				if d == Responses || d == Gemini {
+					want.StopReason = "" // "completed", "STOP"
 				}
 				want.ChunkSize = 0
 				if diff := cmp.Diff(&want, turns[0].Reply, cmpopts.IgnoreFields(Reply{}, "Raw")); diff != "" {
 					t.Errorf("recorded reply (-want +got):\n%s", diff)
 				}
 				_, srv := replay(t, turns)
-				if got := fetch(t, srv.Client(), srv.URL+paths[d], body); !bytes.Equal(got, sent) {
+				if got := fetch(t, srv.Client(), srv.URL+pathOf(d, "m", stream), body); !bytes.Equal(got, sent) {
 					t.Errorf("replayed\n%s\nwant\n%s", got, sent)
 				}
 			})

@@ -82,21 +82,25 @@ func chunks(s string, n int) []string {
 }
 
 // stopNames translates stop reasons between dialects: each row is one
-// reason as Anthropic, Chat Completions and Responses say it (a Responses
-// status, with the incomplete_details reason after a colon).
-var stopNames = map[string][3]string{
-	"end_turn":       {"end_turn", "stop", "completed"},
-	"stop":           {"end_turn", "stop", "completed"},
-	"completed":      {"end_turn", "stop", "completed"},
-	"tool_use":       {"tool_use", "tool_calls", "completed"},
-	"tool_calls":     {"tool_use", "tool_calls", "completed"},
-	"max_tokens":     {"max_tokens", "length", "incomplete:max_output_tokens"},
-	"length":         {"max_tokens", "length", "incomplete:max_output_tokens"},
-	"incomplete":     {"max_tokens", "length", "incomplete:max_output_tokens"},
-	"refusal":        {"refusal", "content_filter", "incomplete:content_filter"},
-	"content_filter": {"refusal", "content_filter", "incomplete:content_filter"},
-	"stop_sequence":  {"stop_sequence", "stop", "completed"},
-	"pause_turn":     {"pause_turn", "stop", "completed"},
+// reason as Anthropic, Chat Completions, Responses (a status, with the
+// incomplete_details reason after a colon) and Gemini (a finishReason)
+// say it.
+var stopNames = map[string][4]string{
+	"end_turn":       {"end_turn", "stop", "completed", "STOP"},
+	"stop":           {"end_turn", "stop", "completed", "STOP"},
+	"completed":      {"end_turn", "stop", "completed", "STOP"},
+	"STOP":           {"end_turn", "stop", "completed", "STOP"},
+	"tool_use":       {"tool_use", "tool_calls", "completed", "STOP"},
+	"tool_calls":     {"tool_use", "tool_calls", "completed", "STOP"},
+	"max_tokens":     {"max_tokens", "length", "incomplete:max_output_tokens", "MAX_TOKENS"},
+	"length":         {"max_tokens", "length", "incomplete:max_output_tokens", "MAX_TOKENS"},
+	"incomplete":     {"max_tokens", "length", "incomplete:max_output_tokens", "MAX_TOKENS"},
+	"MAX_TOKENS":     {"max_tokens", "length", "incomplete:max_output_tokens", "MAX_TOKENS"},
+	"refusal":        {"refusal", "content_filter", "incomplete:content_filter", "SAFETY"},
+	"content_filter": {"refusal", "content_filter", "incomplete:content_filter", "SAFETY"},
+	"SAFETY":         {"refusal", "content_filter", "incomplete:content_filter", "SAFETY"},
+	"stop_sequence":  {"stop_sequence", "stop", "completed", "STOP"},
+	"pause_turn":     {"pause_turn", "stop", "completed", "STOP"},
 }
 
 // stopReason returns a reply's stop reason in dialect d.
@@ -117,6 +121,8 @@ func stopReason(d Dialect, r *Reply) string {
 		return names[0]
 	case ChatCompletions:
 		return names[1]
+	case Gemini:
+		return names[3]
 	}
 	return names[2]
 }
@@ -141,7 +147,7 @@ func usageOf(req *request, r *Reply) Usage {
 func withIDs(d Dialect, calls []ToolCall) []ToolCall {
 	out := make([]ToolCall, len(calls))
 	for i, c := range calls {
-		if c.ID == "" {
+		if c.ID == "" && d != Gemini { // Gemini's calls have no ids
 			if d == Anthropic {
 				c.ID = newID("toolu_")
 			} else {
@@ -179,6 +185,8 @@ func renderReply(req *request, r *Reply) *answer {
 		a = renderAnthropic(req, r)
 	case ChatCompletions:
 		a = renderChat(req, r)
+	case Gemini:
+		a = renderGemini(req, r)
 	default:
 		a = renderResponses(req, r)
 	}
@@ -648,6 +656,9 @@ var openaiErrorTypes = map[int][2]string{
 
 // errorBody returns an error document in dialect d's shape.
 func errorBody(d Dialect, status int, msg string) []byte {
+	if d == Gemini {
+		return geminiErrorBody(status, msg)
+	}
 	if d == Anthropic {
 		typ, ok := anthropicErrorTypes[status]
 		if !ok {

@@ -10,6 +10,9 @@ import (
 
 // dialectOf returns the dialect served at path.
 func dialectOf(path string) (Dialect, bool) {
+	if _, method, ok := geminiPath(path); ok && (method == geminiGenerate || method == geminiStream) {
+		return Gemini, true
+	}
 	switch path {
 	case "/v1/messages":
 		return Anthropic, true
@@ -52,9 +55,10 @@ func (req *request) normalizedUser() string {
 	return *req.normUser
 }
 
-// parseRequest reads what matching needs from an API request's body. An
-// error is a body the API would refuse with 400.
-func parseRequest(d Dialect, body []byte) (*request, error) {
+// parseRequest reads what matching needs from an API request's path (the
+// Gemini API's names the model) and body. An error is a body the API
+// would refuse with 400.
+func parseRequest(d Dialect, path string, body []byte) (*request, error) {
 	req := &request{dialect: d, calls: map[string]string{}, size: len(body)}
 	var err error
 	switch d {
@@ -64,6 +68,8 @@ func parseRequest(d Dialect, body []byte) (*request, error) {
 		err = req.parseChat(body)
 	case Responses:
 		err = req.parseResponses(body)
+	case Gemini:
+		err = req.parseGemini(path, body)
 	}
 	if err != nil {
 		return nil, err

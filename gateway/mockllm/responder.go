@@ -291,7 +291,7 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 			return
 		}
 		d = errorDialect(hr)
-		msg := fmt.Sprintf("sbx mock LLM: no API at %s %s; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses", hr.Method, hr.URL.Path)
+		msg := fmt.Sprintf("sbx mock LLM: no API at %s %s; the mock answers POST /v1/messages, /v1/chat/completions, /v1/responses and /v1beta/models/MODEL:generateContent", hr.Method, hr.URL.Path)
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusNotFound, "unknown endpoint", msg)
 		return
 	}
@@ -300,7 +300,7 @@ func (r *Responder) Serve(w http.ResponseWriter, hr *http.Request, decided func(
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusRequestEntityTooLarge, "request too large", msg)
 		return
 	}
-	req, err := parseRequest(d, body)
+	req, err := parseRequest(d, hr.URL.Path, body)
 	if err != nil {
 		r.unmatched(w, hr, decided, &j, body, d, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
 		return
@@ -359,6 +359,10 @@ func (r *Responder) choose(req *request, j *Journaled, body []byte) (*choice, st
 		reply := *t.Reply
 		reply.ToolCalls = withIDs(req.dialect, reply.ToolCalls)
 		for _, call := range reply.ToolCalls {
+			if req.dialect == Gemini {
+				r.rememberCall(geminiCallKey(call.ID, call.Name), call.Name)
+				continue
+			}
 			r.rememberCall(call.ID, call.Name)
 		}
 		c.a, c.calls = renderReply(req, &reply), reply.ToolCalls

@@ -59,6 +59,9 @@ func userBody(d Dialect, model, user string, stream bool) string {
 		return fmt.Sprintf(`{"model":%q,"max_tokens":100,"stream":%t,"messages":[{"role":"user","content":%q}]}`, model, stream, user)
 	case ChatCompletions:
 		return fmt.Sprintf(`{"model":%q,"stream":%t,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":%q}]}]}`, model, stream, user)
+	case Gemini:
+		// The model and streaming are in the path (pathOf).
+		return fmt.Sprintf(`{"contents":[{"role":"user","parts":[{"text":%q}]}],"systemInstruction":{"parts":[{"text":"be brief"}]}}`, user)
 	}
 	return fmt.Sprintf(`{"model":%q,"stream":%t,"input":%q}`, model, stream, user)
 }
@@ -67,6 +70,18 @@ var paths = map[Dialect]string{
 	Anthropic:       "/v1/messages",
 	ChatCompletions: "/v1/chat/completions",
 	Responses:       "/v1/responses",
+}
+
+// pathOf is the path of a request in dialect d: paths', or for Gemini
+// one that names the model and whether the answer streams.
+func pathOf(d Dialect, model string, stream bool) string {
+	if d != Gemini {
+		return paths[d]
+	}
+	if stream {
+		return "/v1beta/models/" + model + ":streamGenerateContent?alt=sse"
+	}
+	return "/v1beta/models/" + model + ":generateContent"
 }
 
 func TestUnmatched(t *testing.T) {
@@ -87,13 +102,13 @@ func TestUnmatched(t *testing.T) {
 			name: "unknown model endpoint, Anthropic client", method: "POST", path: "/v1/complete", header: []string{"anthropic-version", "2023-06-01"},
 			body:        `{"model":"claude-2.1","prompt":"\n\nHuman: hi\n\nAssistant:","max_tokens_to_sample":10}`,
 			wantStatus:  404,
-			wantBody:    `{"type":"error","error":{"type":"not_found_error","message":"sbx mock LLM: no API at POST /v1/complete; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses"}}`,
+			wantBody:    `{"type":"error","error":{"type":"not_found_error","message":"sbx mock LLM: no API at POST /v1/complete; the mock answers POST /v1/messages, /v1/chat/completions, /v1/responses and /v1beta/models/MODEL:generateContent"}}`,
 			wantOutcome: "unmatched: unknown endpoint",
 		},
 		{
 			name: "unknown model endpoint, OpenAI client", method: "POST", path: "/v1/embeddings", body: `{"model":"text-embedding-3-small","input":"hi"}`,
 			wantStatus:  404,
-			wantBody:    `{"error":{"message":"sbx mock LLM: no API at POST /v1/embeddings; the mock answers POST /v1/messages, /v1/chat/completions and /v1/responses","type":"invalid_request_error","param":null,"code":"not_found"}}`,
+			wantBody:    `{"error":{"message":"sbx mock LLM: no API at POST /v1/embeddings; the mock answers POST /v1/messages, /v1/chat/completions, /v1/responses and /v1beta/models/MODEL:generateContent","type":"invalid_request_error","param":null,"code":"not_found"}}`,
 			wantOutcome: "unmatched: unknown endpoint",
 		},
 		{
@@ -334,7 +349,7 @@ func TestMatch(t *testing.T) {
 			}
 			r := New(s)
 			w := httptest.NewRecorder()
-			r.ServeHTTP(w, httptest.NewRequest("POST", paths[tt.d], strings.NewReader(tt.body)))
+			r.ServeHTTP(w, httptest.NewRequest("POST", pathOf(tt.d, "m", false), strings.NewReader(tt.body)))
 			j := r.Requests()[0]
 			if fits := !j.Unmatched; fits != tt.fits {
 				t.Fatalf("got fits %t (%s), want %t", fits, j.Outcome, tt.fits)
@@ -414,6 +429,25 @@ func events(body string) []string {
 	var names []string
 	for _, e := range splitEvents([]byte(body)) {
 		name, data := parseEvent(e)
+		var gemini struct {
+			Candidates []struct {
+				Content struct {
+					Parts []map[string]any `json:"parts"`
+				} `json:"content"`
+				FinishReason string `json:"finishReason"`
+			} `json:"candidates"`
+		}
+		if name == "" && json.Unmarshal([]byte(data), &gemini) == nil && len(gemini.Candidates) == 1 {
+			name = "chunk"
+			for _, p := range gemini.Candidates[0].Content.Parts {
+				for k := range p {
+					name += " " + k
+				}
+			}
+			if f := gemini.Candidates[0].FinishReason; f != "" {
+				name += " finish " + f
+			}
+		}
 		if name == "" {
 			var chunk struct {
 				Choices []struct {
@@ -452,7 +486,7 @@ func TestStreamEvents(t *testing.T) {
       text: "Hello, world"
       tool_calls: [{name: bash, input: {command: ls}}]
       chunk_size: 6
-    times: 3
+    times: 4
 `
 	want := map[Dialect][]string{
 		Anthropic: {
@@ -474,6 +508,8 @@ func TestStreamEvents(t *testing.T) {
 			"response.function_call_arguments.done", "response.output_item.done",
 			"response.completed",
 		},
+		// Text in chunks, the function call whole in the last chunk.
+		Gemini: {"chunk text", "chunk text", "chunk functionCall finish STOP"},
 	}
 	_, srv := serve(t, script)
 	for _, d := range dialects {
@@ -482,7 +518,7 @@ func TestStreamEvents(t *testing.T) {
 			if d == ChatCompletions {
 				body = strings.Replace(body, `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
 			}
-			resp, got, err := post(t, srv, "POST", paths[d], body)
+			resp, got, err := post(t, srv, "POST", pathOf(d, "m", true), body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -507,11 +543,13 @@ func TestStopReasons(t *testing.T) {
 		calls bool
 		want  map[Dialect]string
 	}{
-		{"", false, map[Dialect]string{Anthropic: "end_turn", ChatCompletions: "stop", Responses: ""}},
-		{"", true, map[Dialect]string{Anthropic: "tool_use", ChatCompletions: "tool_calls", Responses: ""}},
-		{"length", false, map[Dialect]string{Anthropic: "max_tokens", ChatCompletions: "length", Responses: "incomplete"}},
-		{"refusal", false, map[Dialect]string{Anthropic: "refusal", ChatCompletions: "content_filter", Responses: "content_filter"}},
-		{"model_context_window_exceeded", false, map[Dialect]string{Anthropic: "model_context_window_exceeded", ChatCompletions: "model_context_window_exceeded", Responses: "model_context_window_exceeded"}},
+		// Gemini's STOP reads back as no reason (the default); MAX_TOKENS
+		// and SAFETY as the reasons of other dialects.
+		{"", false, map[Dialect]string{Anthropic: "end_turn", ChatCompletions: "stop", Responses: "", Gemini: ""}},
+		{"", true, map[Dialect]string{Anthropic: "tool_use", ChatCompletions: "tool_calls", Responses: "", Gemini: ""}},
+		{"length", false, map[Dialect]string{Anthropic: "max_tokens", ChatCompletions: "length", Responses: "incomplete", Gemini: "max_tokens"}},
+		{"refusal", false, map[Dialect]string{Anthropic: "refusal", ChatCompletions: "content_filter", Responses: "content_filter", Gemini: "content_filter"}},
+		{"model_context_window_exceeded", false, map[Dialect]string{Anthropic: "model_context_window_exceeded", ChatCompletions: "model_context_window_exceeded", Responses: "model_context_window_exceeded", Gemini: "model_context_window_exceeded"}},
 	}
 	for _, tt := range tests {
 		for _, d := range dialects {
@@ -522,7 +560,7 @@ func TestStopReasons(t *testing.T) {
 				}
 				r := New(&Script{Turns: []Turn{{Reply: reply}}})
 				w := httptest.NewRecorder()
-				r.ServeHTTP(w, httptest.NewRequest("POST", paths[d], strings.NewReader(userBody(d, "m", "hi", false))))
+				r.ServeHTTP(w, httptest.NewRequest("POST", pathOf(d, "m", false), strings.NewReader(userBody(d, "m", "hi", false))))
 				if got := replyOfJSON(d, w.Body.Bytes()).StopReason; got != tt.want[d] {
 					t.Errorf("got stop reason %q, want %q\n%s", got, tt.want[d], w.Body)
 				}

@@ -23,10 +23,13 @@ const (
 	ChatCompletions Dialect = "openai-chat"
 	// Responses is the OpenAI Responses API, POST /v1/responses.
 	Responses Dialect = "openai-responses"
+	// Gemini is Google's Gemini API, POST /v1beta/models/MODEL:generateContent
+	// and :streamGenerateContent.
+	Gemini Dialect = "gemini"
 )
 
 // dialects are the known dialects, for messages.
-var dialects = []Dialect{Anthropic, ChatCompletions, Responses}
+var dialects = []Dialect{Anthropic, ChatCompletions, Responses, Gemini}
 
 // Defaults of a reply's streaming.
 const (

@@ -131,7 +131,7 @@ func TestParseScriptErrors(t *testing.T) {
 		{"input infinity", "turns:\n  - reply:\n      tool_calls:\n        - name: f\n          input: {a: .inf}\n", `s.yaml:5: turn 1: reply: tool call 1: input: ".inf" is not a number JSON can hold; put it in quotes for a string`},
 		{"chunk size zero", "turns:\n  - reply: {chunk_size: 0}\n", "s.yaml:2: turn 1: reply: chunk_size: 0: want 1 or more (leave it out for 16)"},
 		{"times zero", "turns:\n  - reply: {}\n    times: 0\n", "s.yaml:3: turn 1: times: 0: want 1 or more, or unlimited (leave it out for 1)"},
-		{"raw dialect", "turns:\n  - reply:\n      raw: {dialect: gemini, body: x}\n", "s.yaml:3: turn 1: reply.raw.dialect: \"gemini\" is not a dialect; want one of anthropic, openai-chat, openai-responses"},
+		{"raw dialect", "turns:\n  - reply:\n      raw: {dialect: bard, body: x}\n", "s.yaml:3: turn 1: reply.raw.dialect: \"bard\" is not a dialect; want one of anthropic, openai-chat, openai-responses, gemini"},
 		{"header twice", "turns:\n  - fault:\n      status: 429\n      headers: {retry-after: \"1\", Retry-After: \"2\"}\n", `s.yaml:4: turn 1: fault: headers: header "Retry-After" given twice (first on line 4); keep one`},
 		{"alias", "turns:\n  - &a {reply: {}}\n  - *a\n", "s.yaml:3: YAML aliases are not supported; write the value out"},
 		{"tabs", "turns:\n\t- reply: {}\n", "s.yaml:2: not valid YAML: found character that cannot start any token; YAML does not allow tabs for indentation, use spaces"},

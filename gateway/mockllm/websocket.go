@@ -167,7 +167,7 @@ func (s *socket) handle(m socketMessage) bool {
 		s.refuse(&j, m.data, http.StatusBadRequest, fmt.Sprintf("message type %q", truncateRunes(env.Type, 60)), msg)
 		return true
 	}
-	req, err := parseRequest(Responses, m.data)
+	req, err := parseRequest(Responses, "", m.data)
 	if err != nil {
 		s.refuse(&j, m.data, http.StatusBadRequest, err.Error(), "sbx mock LLM: "+err.Error())
 		return true
