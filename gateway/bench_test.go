@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub/dnsstubtest"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -234,14 +235,14 @@ func BenchmarkDNSStub(b *testing.B) {
 	addr := g.DNSAddr.(*net.UDPAddr)
 	var queries [][]byte
 	for i := range 1024 {
-		q := dnsQuery{name: fmt.Sprintf("n%d.pkg.test.", i), typ: dnsmessage.TypeA}
+		q := dnsstubtest.Query{Name: fmt.Sprintf("n%d.pkg.test.", i), Type: dnsmessage.TypeA}
 		switch i % 8 {
 		case 6:
-			q.name = fmt.Sprintf("n%d.evil.test.", i)
+			q.Name = fmt.Sprintf("n%d.evil.test.", i)
 		case 7:
-			q.typ = dnsmessage.TypeAAAA
+			q.Type = dnsmessage.TypeAAAA
 		}
-		queries = append(queries, q.pack(b, uint16(i)))
+		queries = append(queries, q.Pack(b, uint16(i)))
 	}
 	var (
 		mu   sync.Mutex

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub/dnsstubtest"
 	"github.com/sbx-dev/sbx/gateway/handoff"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -87,7 +88,7 @@ func captureAnswer(t *testing.T, from, addr string) string {
 func dnsAnswered(t *testing.T, from, addr string) bool {
 	t.Helper()
 	c := dialFrom(t, "udp", from, addr)
-	c.Write(dnsQuery{name: "blocked.test.", typ: dnsmessage.TypeA}.pack(t, 7))
+	c.Write(dnsstubtest.Query{Name: "blocked.test.", Type: dnsmessage.TypeA}.Pack(t, 7))
 	c.SetReadDeadline(time.Now().Add(time.Second))
 	_, err := c.Read(make([]byte, 4096))
 	return err == nil

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/dnsstub"
+	"github.com/sbx-dev/sbx/gateway/dnsstub/dnsstubtest"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -173,129 +172,21 @@ func (up *fakeUpstream) resolver() *Resolver {
 	}}}
 }
 
-// dnsQuery describes a query the tests build.
-type dnsQuery struct {
-	name  string
-	typ   dnsmessage.Type
-	class dnsmessage.Class // 0: IN
-	edns  int              // the UDP size offered in an OPT record; 0: no OPT
-}
-
-// pack builds q with id as a real stub resolver would (RD set).
-func (q dnsQuery) pack(t testing.TB, id uint16) []byte {
-	t.Helper()
-	name, err := dnsmessage.NewName(q.name)
-	if err != nil {
-		t.Fatalf("NewName(%q): %v", q.name, err)
-	}
-	class := q.class
-	if class == 0 {
-		class = dnsmessage.ClassINET
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
-	b.StartQuestions()
-	if err := b.Question(dnsmessage.Question{Name: name, Type: q.typ, Class: class}); err != nil {
-		t.Fatal(err)
-	}
-	if q.edns > 0 {
-		b.StartAdditionals()
-		var rh dnsmessage.ResourceHeader
-		rh.SetEDNS0(q.edns, dnsmessage.RCodeSuccess, false)
-		if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msg, err := b.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return msg
-}
-
-// exchangeUDP sends msg to addr from a new socket and returns the answer,
-// or an error when none comes within a second.
-func exchangeUDP(t testing.TB, addr string, msg []byte) ([]byte, error) {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 65536)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil, err
-	}
-	return buf[:n], nil
-}
-
-// exchangeTCP sends every message on one new connection to addr, all at
-// once, and returns the answers read until as many came, or the
-// connection ended (a reset too, even while connecting), or a second
-// passed.
-func exchangeTCP(t testing.TB, addr string, msgs ...[]byte) [][]byte {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNRESET) {
-			return nil
-		}
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var out []byte
-	for _, m := range msgs {
-		out = binary.BigEndian.AppendUint16(out, uint16(len(m)))
-		out = append(out, m...)
-	}
-	if _, err := c.Write(out); err != nil {
-		return nil
-	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	var resps [][]byte
-	for range msgs {
-		var size [2]byte
-		if _, err := io.ReadFull(c, size[:]); err != nil {
-			break
-		}
-		resp := make([]byte, binary.BigEndian.Uint16(size[:]))
-		if _, err := io.ReadFull(c, resp); err != nil {
-			t.Fatalf("reading a DNS answer over TCP: %v", err)
-		}
-		resps = append(resps, resp)
-	}
-	return resps
-}
-
 // exchange sends msg over UDP or TCP and returns the answer, or nil when
 // none came.
 func exchange(t testing.TB, st *dnsStub, tcp bool, msg []byte) []byte {
 	t.Helper()
 	if tcp {
-		if resps := exchangeTCP(t, st.tcp, msg); len(resps) == 1 {
+		if resps := dnsstubtest.ExchangeTCP(t, st.tcp, msg); len(resps) == 1 {
 			return resps[0]
 		}
 		return nil
 	}
-	resp, err := exchangeUDP(t, st.udp, msg)
+	resp, err := dnsstubtest.ExchangeUDP(t, st.udp, msg)
 	if err != nil {
 		return nil
 	}
 	return resp
-}
-
-// unpack parses a response or fails the test.
-func unpack(t testing.TB, resp []byte) dnsmessage.Message {
-	t.Helper()
-	var m dnsmessage.Message
-	if err := m.Unpack(resp); err != nil {
-		t.Fatalf("unpacking the answer %x: %v", resp, err)
-	}
-	return m
 }
 
 const (
@@ -327,11 +218,11 @@ func stubPolicy() netpolicy.Spec {
 // and the address answered, if any.
 func queryA(t *testing.T, st *dnsStub, tcp bool, name string) (dnsmessage.RCode, netip.Addr) {
 	t.Helper()
-	resp := exchange(t, st, tcp, dnsQuery{name: name, typ: dnsmessage.TypeA}.pack(t, uint16(rand.N(1<<16))))
+	resp := exchange(t, st, tcp, dnsstubtest.Query{Name: name, Type: dnsmessage.TypeA}.Pack(t, uint16(rand.N(1<<16))))
 	if resp == nil {
 		t.Fatalf("%s: no answer", name)
 	}
-	m := unpack(t, resp)
+	m := dnsstubtest.Unpack(t, resp)
 	var ip netip.Addr
 	if len(m.Answers) == 1 {
 		if a, ok := m.Answers[0].Body.(*dnsmessage.AResource); ok {
@@ -355,7 +246,7 @@ func TestDNSNeverForwards(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		for _, name := range names {
 			for _, typ := range types {
-				if exchange(t, st, tcp, dnsQuery{name: name, typ: typ}.pack(t, 7)) != nil {
+				if exchange(t, st, tcp, dnsstubtest.Query{Name: name, Type: typ}.Pack(t, 7)) != nil {
 					answered++
 				}
 			}
@@ -383,11 +274,11 @@ func TestDNSNeverForwards(t *testing.T) {
 
 func TestDNSClientsOutsideAreRefused(t *testing.T) {
 	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) { c.Clients = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} })
-	q := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)
-	if resp, err := exchangeUDP(t, st.udp, q); err == nil {
+	q := dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 1)
+	if resp, err := dnsstubtest.ExchangeUDP(t, st.udp, q); err == nil {
 		t.Errorf("UDP query from outside Clients answered: %x", resp)
 	}
-	if resps := exchangeTCP(t, st.tcp, q); len(resps) != 0 {
+	if resps := dnsstubtest.ExchangeTCP(t, st.tcp, q); len(resps) != 0 {
 		t.Errorf("TCP query from outside Clients answered")
 	}
 	waitBlocked(t, st.srv, 2)
@@ -426,7 +317,7 @@ func TestStartServesDNS(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	if _, err := exchangeUDP(t, g.DNSAddr.String(), dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)); err == nil {
+	if _, err := dnsstubtest.ExchangeUDP(t, g.DNSAddr.String(), dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 1)); err == nil {
 		t.Errorf("the stub answered after Close")
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub/dnsstubtest"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -348,7 +349,7 @@ func TestMockLLMHostResolves(t *testing.T) {
 		name  string
 		rcode dnsmessage.RCode
 	}{{"api.anthropic.com", dnsmessage.RCodeSuccess}, {"api.openai.com", dnsmessage.RCodeNameError}} {
-		m := unpack(t, exchange(t, st, false, dnsQuery{name: tt.name + ".", typ: dnsmessage.TypeA}.pack(t, 7)))
+		m := dnsstubtest.Unpack(t, exchange(t, st, false, dnsstubtest.Query{Name: tt.name + ".", Type: dnsmessage.TypeA}.Pack(t, 7)))
 		if m.RCode != tt.rcode || (tt.rcode == dnsmessage.RCodeSuccess && len(m.Answers) != 1) {
 			t.Errorf("A %s: got %v with %d answers, want %v", tt.name, m.RCode, len(m.Answers), tt.rcode)
 		}

@@ -15,13 +15,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/dnsstub/dnsstubtest"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
@@ -214,129 +214,21 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// dnsQuery describes a query the tests build.
-type dnsQuery struct {
-	name  string
-	typ   dnsmessage.Type
-	class dnsmessage.Class // 0: IN
-	edns  int              // the UDP size offered in an OPT record; 0: no OPT
-}
-
-// pack builds q with id as a real stub resolver would (RD set).
-func (q dnsQuery) pack(t testing.TB, id uint16) []byte {
-	t.Helper()
-	name, err := dnsmessage.NewName(q.name)
-	if err != nil {
-		t.Fatalf("NewName(%q): %v", q.name, err)
-	}
-	class := q.class
-	if class == 0 {
-		class = dnsmessage.ClassINET
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
-	b.StartQuestions()
-	if err := b.Question(dnsmessage.Question{Name: name, Type: q.typ, Class: class}); err != nil {
-		t.Fatal(err)
-	}
-	if q.edns > 0 {
-		b.StartAdditionals()
-		var rh dnsmessage.ResourceHeader
-		rh.SetEDNS0(q.edns, dnsmessage.RCodeSuccess, false)
-		if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msg, err := b.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return msg
-}
-
-// exchangeUDP sends msg to addr from a new socket and returns the answer,
-// or an error when none comes within a second.
-func exchangeUDP(t testing.TB, addr string, msg []byte) ([]byte, error) {
-	t.Helper()
-	c, err := net.Dial("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 65536)
-	n, err := c.Read(buf)
-	if err != nil {
-		return nil, err
-	}
-	return buf[:n], nil
-}
-
-// exchangeTCP sends every message on one new connection to addr, all at
-// once, and returns the answers read until as many came, or the
-// connection ended (a reset too, even while connecting), or a second
-// passed.
-func exchangeTCP(t testing.TB, addr string, msgs ...[]byte) [][]byte {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNRESET) {
-			return nil
-		}
-		t.Fatal(err)
-	}
-	defer c.Close()
-	var out []byte
-	for _, m := range msgs {
-		out = binary.BigEndian.AppendUint16(out, uint16(len(m)))
-		out = append(out, m...)
-	}
-	if _, err := c.Write(out); err != nil {
-		return nil
-	}
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	var resps [][]byte
-	for range msgs {
-		var size [2]byte
-		if _, err := io.ReadFull(c, size[:]); err != nil {
-			break
-		}
-		resp := make([]byte, binary.BigEndian.Uint16(size[:]))
-		if _, err := io.ReadFull(c, resp); err != nil {
-			t.Fatalf("reading a DNS answer over TCP: %v", err)
-		}
-		resps = append(resps, resp)
-	}
-	return resps
-}
-
 // exchange sends msg over UDP or TCP and returns the answer, or nil when
 // none came.
 func exchange(t testing.TB, st *dnsStub, tcp bool, msg []byte) []byte {
 	t.Helper()
 	if tcp {
-		if resps := exchangeTCP(t, st.tcp, msg); len(resps) == 1 {
+		if resps := dnsstubtest.ExchangeTCP(t, st.tcp, msg); len(resps) == 1 {
 			return resps[0]
 		}
 		return nil
 	}
-	resp, err := exchangeUDP(t, st.udp, msg)
+	resp, err := dnsstubtest.ExchangeUDP(t, st.udp, msg)
 	if err != nil {
 		return nil
 	}
 	return resp
-}
-
-// unpack parses a response or fails the test.
-func unpack(t testing.TB, resp []byte) dnsmessage.Message {
-	t.Helper()
-	var m dnsmessage.Message
-	if err := m.Unpack(resp); err != nil {
-		t.Fatalf("unpacking the answer %x: %v", resp, err)
-	}
-	return m
 }
 
 // rcodeOf returns a response's code, with the extended bits of its OPT
@@ -437,12 +329,12 @@ func TestDNSAnswers(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(fmt.Sprintf("%s/%d/tcp=%v/edns=%d", tt.name, tt.typ, tcp, edns), func(t *testing.T) {
 					id++
-					q := dnsQuery{name: tt.name, typ: tt.typ, edns: edns}
-					resp := exchange(t, st, tcp, q.pack(t, id))
+					q := dnsstubtest.Query{Name: tt.name, Type: tt.typ, EDNS: edns}
+					resp := exchange(t, st, tcp, q.Pack(t, id))
 					if resp == nil {
 						t.Fatal("no answer")
 					}
-					m := unpack(t, resp)
+					m := dnsstubtest.Unpack(t, resp)
 					h := m.Header
 					if h.ID != id || !h.Response || !h.RecursionDesired || !h.RecursionAvailable || h.Truncated || h.OpCode != 0 {
 						t.Errorf("header %+v, want id %d, response, RD and RA, not truncated", h, id)
@@ -544,11 +436,11 @@ func checkFakeA(t *testing.T, srv *Stub, m dnsmessage.Message, name string) neti
 // and the address answered, if any.
 func queryA(t *testing.T, st *dnsStub, tcp bool, name string) (dnsmessage.RCode, netip.Addr) {
 	t.Helper()
-	resp := exchange(t, st, tcp, dnsQuery{name: name, typ: dnsmessage.TypeA}.pack(t, uint16(rand.N(1<<16))))
+	resp := exchange(t, st, tcp, dnsstubtest.Query{Name: name, Type: dnsmessage.TypeA}.Pack(t, uint16(rand.N(1<<16))))
 	if resp == nil {
 		t.Fatalf("%s: no answer", name)
 	}
-	m := unpack(t, resp)
+	m := dnsstubtest.Unpack(t, resp)
 	var ip netip.Addr
 	if len(m.Answers) == 1 {
 		if a, ok := m.Answers[0].Body.(*dnsmessage.AResource); ok {
@@ -671,7 +563,7 @@ func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func TestDNSMalformed(t *testing.T) {
 	st := startStub(t, stubPolicy())
-	padded := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 9)
+	padded := dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 9)
 	padded[11] = 1 // one additional record: an OPT with 1300 bytes of padding
 	padded = cat(padded, []byte{0, 0, 41, 4, 0, 0, 0, 0, 0, 0x05, 0x18, 0, 12, 0x05, 0x14}, make([]byte, 1300))
 	tests := []struct {
@@ -699,8 +591,8 @@ func TestDNSMalformed(t *testing.T) {
 		{"EDNS version 1", cat(rawHeader(9, 0x0100, 1, 0, 0, 1), rawQuestion, rawOPT(1232, 1)), rcodeBadVers, false, true},
 		{"opcode STATUS", cat(rawHeader(9, 2<<11|0x0100, 1, 0, 0, 0), rawQuestion), rcNotImp, false, false},
 		{"opcode UPDATE", cat(rawHeader(9, 5<<11, 1, 0, 0, 0), rawQuestion), rcNotImp, false, false},
-		{"class CH", dnsQuery{name: "version.bind.", typ: dnsmessage.TypeTXT, class: dnsmessage.ClassCHAOS}.pack(t, 9), rcRefused, false, true},
-		{"class ANY", dnsQuery{name: "api.test.", typ: dnsmessage.TypeA, class: dnsmessage.ClassANY}.pack(t, 9), rcRefused, false, true},
+		{"class CH", dnsstubtest.Query{Name: "version.bind.", Type: dnsmessage.TypeTXT, Class: dnsmessage.ClassCHAOS}.Pack(t, 9), rcRefused, false, true},
+		{"class ANY", dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA, Class: dnsmessage.ClassANY}.Pack(t, 9), rcRefused, false, true},
 		{"longer than 1232 bytes", padded, rcFormErr, false, false},
 	}
 	for _, tcp := range []bool{false, true} {
@@ -716,7 +608,7 @@ func TestDNSMalformed(t *testing.T) {
 				if resp == nil {
 					t.Fatal("no answer")
 				}
-				m := unpack(t, resp)
+				m := dnsstubtest.Unpack(t, resp)
 				if m.Header.ID != 9 || !m.Header.Response || m.Header.CheckingDisabled || m.Header.Truncated || m.Header.Authoritative {
 					t.Errorf("header %+v, want a response with id 9 and no flag but RD and RA", m.Header)
 				}
@@ -758,11 +650,11 @@ func TestDNSRecords(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		c.Read(make([]byte, 2048))
 	}
-	send(dnsQuery{name: "API.test.", typ: dnsmessage.TypeA}.pack(t, 1))
-	send(dnsQuery{name: "evil.test.", typ: dnsmessage.TypeAAAA}.pack(t, 2))
-	send(dnsQuery{name: "mock.test.", typ: dnsmessage.TypeHTTPS}.pack(t, 3))
-	send(dnsQuery{name: "secret.exfil.test.", typ: dnsmessage.TypeTXT}.pack(t, 4))
-	send(dnsQuery{name: "a b.test.", typ: dnsmessage.TypeA}.pack(t, 5))
+	send(dnsstubtest.Query{Name: "API.test.", Type: dnsmessage.TypeA}.Pack(t, 1))
+	send(dnsstubtest.Query{Name: "evil.test.", Type: dnsmessage.TypeAAAA}.Pack(t, 2))
+	send(dnsstubtest.Query{Name: "mock.test.", Type: dnsmessage.TypeHTTPS}.Pack(t, 3))
+	send(dnsstubtest.Query{Name: "secret.exfil.test.", Type: dnsmessage.TypeTXT}.Pack(t, 4))
+	send(dnsstubtest.Query{Name: "a b.test.", Type: dnsmessage.TypeA}.Pack(t, 5))
 	send(rawHeader(6, 0x0100, 0, 0, 0, 0))
 	send([]byte("junk"))
 
@@ -814,8 +706,8 @@ func TestDNSResponseSizes(t *testing.T) {
 	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61) + "."
 	for _, edns := range []int{0, 100, 512, 4096, 65535} {
 		for _, tcp := range []bool{false, true} {
-			resp := exchange(t, st, tcp, dnsQuery{name: long, typ: dnsmessage.TypeA, edns: edns}.pack(t, 1))
-			m := unpack(t, resp)
+			resp := exchange(t, st, tcp, dnsstubtest.Query{Name: long, Type: dnsmessage.TypeA, EDNS: edns}.Pack(t, 1))
+			m := dnsstubtest.Unpack(t, resp)
 			if len(resp) > dnsMaxPlainUDP || m.Header.Truncated || len(m.Answers) != 1 {
 				t.Errorf("edns %d, tcp %v: %d bytes, truncated %v, %d answers; want one answer in at most 512 bytes", edns, tcp, len(resp), m.Header.Truncated, len(m.Answers))
 			}
@@ -841,7 +733,7 @@ func TestDNSReplyOverLimitIsTruncated(t *testing.T) {
 		if !ok {
 			t.Fatal("no response")
 		}
-		m := unpack(t, resp)
+		m := dnsstubtest.Unpack(t, resp)
 		if over := limit < 50; m.Header.Truncated != over || (len(m.Answers) == 0) != over {
 			t.Errorf("limit %d: %d bytes, truncated %v, %d answers", limit, len(resp), m.Header.Truncated, len(m.Answers))
 		}
@@ -861,7 +753,7 @@ func TestDNSOverTCPServesManyQueriesThenIdlesOut(t *testing.T) {
 	// Three queries in one write; three answers, in order.
 	var out []byte
 	for i, name := range []string{"api.test.", "evil.test.", "x.pkg.test."} {
-		q := dnsQuery{name: name, typ: dnsmessage.TypeA}.pack(t, uint16(100+i))
+		q := dnsstubtest.Query{Name: name, Type: dnsmessage.TypeA}.Pack(t, uint16(100+i))
 		out = append(binary.BigEndian.AppendUint16(out, uint16(len(q))), q...)
 	}
 	c.Write(out)
@@ -875,7 +767,7 @@ func TestDNSOverTCPServesManyQueriesThenIdlesOut(t *testing.T) {
 		if _, err := io.ReadFull(c, resp); err != nil {
 			t.Fatal(err)
 		}
-		if m := unpack(t, resp); m.Header.ID != uint16(100+i) || m.Header.RCode != want {
+		if m := dnsstubtest.Unpack(t, resp); m.Header.ID != uint16(100+i) || m.Header.RCode != want {
 			t.Errorf("answer %d: id %d rcode %v, want id %d rcode %v", i, m.Header.ID, m.Header.RCode, 100+i, want)
 		}
 	}
@@ -915,8 +807,8 @@ func TestDNSFakeIPsExhausted(t *testing.T) {
 		t.Errorf("a.test once the table is full: %v %s, want its address 198.18.0.1 still", rc, ip)
 	}
 	// AAAA needs no address: still answered.
-	if resp := exchange(t, st, false, dnsQuery{name: "d.test.", typ: dnsmessage.TypeAAAA}.pack(t, 1)); unpack(t, resp).Header.RCode != rcNoError {
-		t.Errorf("AAAA once the table is full: %v, want NOERROR", unpack(t, resp).Header.RCode)
+	if resp := exchange(t, st, false, dnsstubtest.Query{Name: "d.test.", Type: dnsmessage.TypeAAAA}.Pack(t, 1)); dnsstubtest.Unpack(t, resp).Header.RCode != rcNoError {
+		t.Errorf("AAAA once the table is full: %v, want NOERROR", dnsstubtest.Unpack(t, resp).Header.RCode)
 	}
 	recs := recordsOfKind(t, st.ring, decisionlog.KindDNS)
 	r := recs[2]
@@ -930,14 +822,14 @@ func TestDNSFakeIPsExhausted(t *testing.T) {
 // within the size bound, with at most one A record from the fake range,
 // and log every message as one dns record.
 func FuzzDNSQuery(f *testing.F) {
-	for _, q := range []dnsQuery{
-		{name: "api.test.", typ: dnsmessage.TypeA},
-		{name: "evil.test.", typ: dnsmessage.TypeAAAA, edns: 1232},
-		{name: "x.test.", typ: dnsmessage.TypeTXT},
-		{name: "bücher.test.", typ: dnsmessage.TypeHTTPS, edns: 4096},
+	for _, q := range []dnsstubtest.Query{
+		{Name: "api.test.", Type: dnsmessage.TypeA},
+		{Name: "evil.test.", Type: dnsmessage.TypeAAAA, EDNS: 1232},
+		{Name: "x.test.", Type: dnsmessage.TypeTXT},
+		{Name: "bücher.test.", Type: dnsmessage.TypeHTTPS, EDNS: 4096},
 	} {
-		f.Add(q.pack(f, 1), false)
-		f.Add(q.pack(f, 2), true)
+		f.Add(q.Pack(f, 1), false)
+		f.Add(q.Pack(f, 2), true)
 	}
 	f.Add(cat(rawHeader(9, 0x0100, 1, 0, 0, 1), rawQuestion, rawOPT(1232, 1)), false)
 	f.Add(cat(rawHeader(9, 5<<11, 1, 0, 0, 0), rawQuestion), false)
@@ -955,7 +847,7 @@ func FuzzDNSQuery(f *testing.F) {
 	}
 	defer log.Close()
 	// One byte over the bound (a FORMERR), within what the target tries.
-	over := dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(f, 3)
+	over := dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(f, 3)
 	f.Add(append(over, make([]byte, dnsMaxQuery+1-len(over))...), true)
 	f.Fuzz(func(t *testing.T, msg []byte, tcp bool) {
 		if len(msg) > dnsMaxQuery+8 {
@@ -1084,7 +976,7 @@ func TestDNSOverride(t *testing.T) {
 // refuses is neither answered nor recorded as a query; RefuseQuery is told.
 func TestDNSClientsOutsideAreDropped(t *testing.T) {
 	st := startStub(t, stubPolicy(), func(_ *Config, gw *testGateway) { gw.clients = netip.MustParsePrefix("10.0.0.0/8") })
-	if resp, err := exchangeUDP(t, st.udp, dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)); err == nil {
+	if resp, err := dnsstubtest.ExchangeUDP(t, st.udp, dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 1)); err == nil {
 		t.Errorf("UDP query from outside the clients answered: %x", resp)
 	}
 	st.gw.mu.Lock()
@@ -1116,7 +1008,7 @@ func TestDNSServeUDPAndClose(t *testing.T) {
 		t.Errorf("Decided got the networks %s, want [udp tcp]", networks)
 	}
 	st.stub.Close()
-	if _, err := exchangeUDP(t, st.udp, dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1)); err == nil {
+	if _, err := dnsstubtest.ExchangeUDP(t, st.udp, dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 1)); err == nil {
 		t.Error("the stub answered after Close")
 	}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -1161,16 +1053,16 @@ func TestDNSPanicAnsweringOneQuery(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst, _ := net.ResolveUDPAddr("udp", st.udp)
-	pc.WriteTo(dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, 1), dst)
+	pc.WriteTo(dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, 1), dst)
 	pc.SetReadDeadline(time.Now().Add(time.Second))
 	if n, _, err := pc.ReadFrom(make([]byte, 2048)); err == nil {
 		t.Errorf("the query that panicked: got an answer of %d bytes, want none", n)
 	}
 	pc.Close()
 	for i := range 2 * 64 {
-		if resp, err := exchangeUDP(t, st.udp, dnsQuery{name: "api.test.", typ: dnsmessage.TypeA}.pack(t, uint16(i+2))); err != nil {
+		if resp, err := dnsstubtest.ExchangeUDP(t, st.udp, dnsstubtest.Query{Name: "api.test.", Type: dnsmessage.TypeA}.Pack(t, uint16(i+2))); err != nil {
 			t.Fatalf("query %d after the panic: %v, want an answer", i+1, err)
-		} else if m := unpack(t, resp); m.Header.RCode != dnsmessage.RCodeSuccess {
+		} else if m := dnsstubtest.Unpack(t, resp); m.Header.RCode != dnsmessage.RCodeSuccess {
 			t.Fatalf("query %d after the panic: got rcode %v, want success", i+1, m.Header.RCode)
 		}
 	}
