@@ -371,18 +371,7 @@ func TestRecordLLMReplaysByteIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewUnstartedServer(mockllm.New(api))
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	port := portOf(t, up)
-	ca, err := NewCA("record", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(up.Certificate())
-	clientRoots := x509.NewCertPool()
-	clientRoots.AddCert(ca.Certificate())
+	up, port, ca, roots, clientRoots := recordedUpstream(t, api)
 	target := "https://example.com:" + strconv.Itoa(int(port)) + "/v1/messages"
 	ask := func(g *testGateway, body string) []byte {
 		t.Helper()
@@ -456,18 +445,7 @@ func TestRecordLLMGemini(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewUnstartedServer(mockllm.New(api))
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	port := portOf(t, up)
-	ca, err := NewCA("record", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(up.Certificate())
-	clientRoots := x509.NewCertPool()
-	clientRoots.AddCert(ca.Certificate())
+	up, port, ca, roots, clientRoots := recordedUpstream(t, api)
 	const key = "AIzaSyD-not-a-real-key-1234567890"
 	base := "https://example.com:" + strconv.Itoa(int(port)) + "/v1beta/models/gemini-2.5-pro:"
 	requests := []struct{ target, body string }{
@@ -532,4 +510,26 @@ func TestRecordLLMGemini(t *testing.T) {
 			t.Errorf("request %d replayed:\n%s\nwant the recorded bytes:\n%s", i+1, got, live[i])
 		}
 	}
+}
+
+// recordedUpstream serves script over TLS as the real API a recording
+// gateway inspects (closed at the test's end, or when the test takes the
+// gateway offline): the server, its port, the gateway's CA, the roots that trust the
+// upstream (the gateway's UpstreamRoots) and those that trust the CA (the
+// client's).
+func recordedUpstream(t *testing.T, script *mockllm.Script) (up *httptest.Server, port netpolicy.Port, ca *CA, roots, clientRoots *x509.CertPool) {
+	t.Helper()
+	up = httptest.NewUnstartedServer(mockllm.New(script))
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	port = portOf(t, up)
+	ca, err := NewCA("record", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	clientRoots = x509.NewCertPool()
+	clientRoots.AddCert(ca.Certificate())
+	return up, port, ca, roots, clientRoots
 }
