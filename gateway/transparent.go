@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
@@ -240,7 +241,7 @@ func (k *capture) serveHTTP(ctx context.Context) {
 		if err != nil {
 			var se *statusError
 			if errors.As(err, &se) {
-				s.pipe.refuseTarget(c, decisionlog.KindTransparent, &requestHead{Method: se.Method, Target: host}, se, start)
+				k.refuse(&requestHead{Method: se.Method}, se, start)
 			}
 			return
 		}
@@ -248,14 +249,14 @@ func (k *capture) serveHTTP(ctx context.Context) {
 		if len(target) > 0 && target[0] == '/' {
 			h := head.Header.Values("Host")
 			if len(h) != 1 || h[0] == "" {
-				s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
+				k.refuse(head, statusErrorf(http.StatusBadRequest, "a request without a proxy needs exactly one Host header"), start)
 				return
 			}
 			target = "http://" + h[0] + target
 		}
 		u, serr := parseProxyTarget(target)
 		if serr != nil {
-			s.pipe.refuseTarget(c, decisionlog.KindTransparent, head, serr, start)
+			k.refuse(head, serr, start)
 			return
 		}
 		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
@@ -275,4 +276,19 @@ func (k *capture) serveHTTP(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// refuse answers a captured request the gateway cannot read or place
+// with serr, and records it under the connection's original destination:
+// what the request says is not trusted and may name nothing (a request
+// without a Host header), but where the connection was going is known.
+func (k *capture) refuse(head *requestHead, serr *statusError, start time.Time) {
+	s := k.s
+	rec := s.newRecord(k.c, decisionlog.KindTransparent, head.Method, k.dst.Port())
+	rec.Host = k.host
+	if path, _, _ := strings.Cut(head.Target, "?"); strings.HasPrefix(path, "/") {
+		rec.Path = truncate(path, maxLoggedPath)
+	}
+	s.pipe.finishRefusal(rec, netpolicy.Decision{Action: netpolicy.Block, Rule: netpolicy.RuleInvalid, Reason: serr.Reason}, serr.Status, start)
+	writeSimple(k.c, serr.Status, "", serr.Reason+"\n", true, nil)
 }

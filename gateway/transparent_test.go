@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -315,5 +317,59 @@ func TestTransparentGuard(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 403 || resp.Header.Get("X-Sbx-Rule") != netpolicy.RuleGuard || !strings.Contains(resp.Header.Get("X-Sbx-Reason"), classGateway) {
 		t.Errorf("a transparent request to the gateway's own address: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// A captured request the gateway cannot place (no Host header, two of
+// them, a head it cannot read) is recorded under where the connection was
+// going, not under the request's own words: an attempt is logged with
+// its destination even when it names none.
+func TestTransparentRefusalRecordsDestination(t *testing.T) {
+	up := echoUpstream(t)
+	port := portOf(t, up)
+	g := startTransparent(t, loopbackPolicy(netpolicy.Allow), map[string]string{"api.test": "127.0.0.1"})
+	named := g.fake(t, "api.test", port)
+	bare := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+	for _, tc := range []struct {
+		name, request, host, path string
+		dst                       netip.AddrPort
+		status                    int
+	}{
+		{"HTTP/1.1 without Host, to a name", "GET /v1/x?k=1 HTTP/1.1\r\n\r\n", "api.test", "", named, 400},
+		{"HTTP/1.0 without Host, to a name", "GET /v1/x?k=1 HTTP/1.0\r\n\r\n", "api.test", "/v1/x", named, 400},
+		{"HTTP/1.0 without Host, to an address", "POST /upload HTTP/1.0\r\nContent-Length: 0\r\n\r\n", "127.0.0.1", "/upload", bare, 400},
+		{"two Host headers", "GET /a HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", "api.test", "", named, 400},
+		{"unreadable head", "GET /b HTTP/1.1\r\nBad Header\r\n\r\n", "api.test", "", named, 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(g.records(t))
+			c := g.dial(t, tc.dst)
+			io.WriteString(c, tc.request)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("got status %d, want %d", resp.StatusCode, tc.status)
+			}
+			var rec map[string]any
+			for deadline := time.Now().Add(5 * time.Second); rec == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				for _, r := range g.records(t)[before:] {
+					if r["event"] == decisionlog.EventDecision && r["kind"] == decisionlog.KindTransparent {
+						rec = r
+					}
+				}
+			}
+			if rec == nil {
+				t.Fatalf("no transparent decision in %v", g.records(t)[before:])
+			}
+			got := map[string]any{"host": rec["host"], "port": rec["port"], "path": rec["path"], "action": rec["action"], "rule": rec["rule"]}
+			want := map[string]any{"host": tc.host, "port": float64(port), "path": tc.path, "action": "block", "rule": netpolicy.RuleInvalid}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("record (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

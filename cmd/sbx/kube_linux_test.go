@@ -371,6 +371,13 @@ func TestKubeClusterSandbox(t *testing.T) {
 			t.Errorf("metadata address: %+v, want the gateway's refusal", r)
 		}
 		w.waitDecision(id, map[string]any{"action": "block", "kind": "transparent", "host": "169.254.169.254", "port": 80})
+		// A request that names no host is logged under where its
+		// connection went, which the capture shim's PROXY header says.
+		res, _ = w.probe(agent, "agent", []map[string]any{{"id": "nohost", "kind": "tcp", "addr": "169.254.169.254:8080", "send": "GET /computeMetadata/v1/ HTTP/1.0\r\n\r\n"}})
+		if r := res["nohost"]; !strings.Contains(r.Data, "400 Bad Request") || r.TimedOut {
+			t.Errorf("a request without a Host header: %+v, want the gateway's 400", r)
+		}
+		w.waitDecision(id, map[string]any{"action": "block", "kind": "transparent", "host": "169.254.169.254", "port": 8080, "path": "/computeMetadata/v1/"})
 	}
 	// direct TCP captured, decided and logged
 	{
