@@ -37,11 +37,15 @@ const (
 
 // kubeTest is one test's namespace on the test cluster.
 type kubeTest struct {
-	t                   *testing.T
-	c                   *kube.Cluster
-	ns                  string
-	kubeconfig, kubectl string
-	gwImage, agentImage string
+	t       *testing.T
+	c       *kube.Cluster
+	ns      string
+	kubectl string
+	// kubeconfig is what k.sbx runs sbx kube with: a ServiceAccount with
+	// only the documented rights (asDocumentedUser). adminKubeconfig is
+	// the cluster administrator's, for the test's own set-up.
+	kubeconfig, adminKubeconfig string
+	gwImage, agentImage         string
 }
 
 // newKubeTest makes a namespace of the test's own, removed after it with
@@ -51,9 +55,9 @@ func newKubeTest(t *testing.T) *kubeTest {
 	if os.Getuid() != 0 && os.Getenv(envRequireKube) == "" {
 		t.Skip("needs root, as the test cluster does: scripts/kube-test.sh runs it")
 	}
-	k := &kubeTest{t: t, kubeconfig: os.Getenv(envKubeconfig), kubectl: os.Getenv(envKubectl),
+	k := &kubeTest{t: t, adminKubeconfig: os.Getenv(envKubeconfig), kubectl: os.Getenv(envKubectl),
 		gwImage: os.Getenv(envGatewayImage), agentImage: os.Getenv(envAgentImage)}
-	if k.kubeconfig == "" || k.kubectl == "" || k.gwImage == "" || k.agentImage == "" {
+	if k.adminKubeconfig == "" || k.kubectl == "" || k.gwImage == "" || k.agentImage == "" {
 		msg := "needs the test cluster and its images: scripts/kube-test.sh runs these tests on one"
 		if os.Getenv(envRequireKube) != "" {
 			t.Fatalf("%s is set, and %s", envRequireKube, msg)
@@ -63,7 +67,7 @@ func newKubeTest(t *testing.T) *kubeTest {
 	b := make([]byte, 3)
 	rand.Read(b)
 	k.ns = "sbx-test-" + hex.EncodeToString(b)
-	c, err := kube.Connect(k.kubeconfig, k.ns)
+	c, err := kube.Connect(k.adminKubeconfig, k.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +102,7 @@ func newKubeTest(t *testing.T) *kubeTest {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	k.asDocumentedUser()
 	return k
 }
 
@@ -112,7 +117,7 @@ func (k *kubeTest) exec(pod, container, stdin string, args ...string) (string, s
 	k.t.Helper()
 	ctx, cancel := context.WithTimeout(k.t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, k.kubectl, append([]string{"--kubeconfig", k.kubeconfig, "-n", k.ns, "exec", "-i", pod, "-c", container, "--"}, args...)...)
+	cmd := exec.CommandContext(ctx, k.kubectl, append([]string{"--kubeconfig", k.adminKubeconfig, "-n", k.ns, "exec", "-i", pod, "-c", container, "--"}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -555,7 +560,10 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 	}
 
 	// What the server refuses comes back naming the object and the fix.
-	out, errOut, code = k.sbx("manifest", "-n", "sbx-no-such-namespace", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--", "true")
+	// (A user with the documented rights in k.ns only is refused any
+	// other namespace, whether it exists or not: the administrator sees
+	// that it does not.)
+	out, errOut, code = runCLI(t, "kube", "--kubeconfig", k.adminKubeconfig, "manifest", "-n", "sbx-no-such-namespace", "--server-dry-run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--", "true")
 	if code == 0 || !strings.Contains(errOut, "sbx-no-such-namespace") || !strings.Contains(errOut, "kubectl create namespace") {
 		t.Errorf("a namespace that does not exist: exit %d, want the refusal naming the object and the fix\n%s%s", code, out, errOut)
 	}
