@@ -577,13 +577,13 @@ func newKubePSCmd(kf *kubeFlags) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tAGENT\tGATEWAY\tAGE\tIMAGE\tCOMMAND")
+			fmt.Fprintln(tw, "ID\tNAME\tAGENT\tGATEWAY\tHEALTH\tAGE\tIMAGE\tCOMMAND")
 			for _, sb := range all {
 				agent := orDash(sb.Agent)
 				if sb.ExitCode >= 0 {
 					agent = fmt.Sprintf("exited (%d)", sb.ExitCode)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), agent, orDash(sb.Gateway),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), agent, orDash(sb.Gateway), kube.Health(sb),
 					time.Since(sb.Created).Round(time.Second), sb.Image, truncateCommand(sb.Command))
 			}
 			return tw.Flush()

@@ -624,3 +624,43 @@ func TestKubeClusterOwnerDeletes(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 }
+
+// TestKubeClusterPSFlagsGoneGateway: a detached sandbox has no sbx
+// process watching it; sbx kube ps shows when its gateway is gone, with
+// the command that removes it.
+func TestKubeClusterPSFlagsGoneGateway(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	id := w.runSandbox("--allow", "example.com")
+	health := func() string {
+		t.Helper()
+		out, errOut, code := k.sbx("ps")
+		if code != 0 {
+			t.Fatalf("sbx kube ps: exit %d\n%s%s", code, out, errOut)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, id+" ") {
+				return l
+			}
+		}
+		t.Fatalf("sbx kube ps does not list %s:\n%s", id, out)
+		return ""
+	}
+	if l := health(); !strings.Contains(l, " ok ") {
+		t.Errorf("a running sandbox: %q, want HEALTH ok", l)
+	}
+	zero := int64(0)
+	if err := k.c.Client.CoreV1().Pods(k.ns).Delete(t.Context(), kube.GatewayPodName(id), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	want := "gateway gone: sbx kube stop " + id
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+		l := health()
+		if strings.Contains(l, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after its gateway pod was deleted: %q, want %q", l, want)
+		}
+	}
+}

@@ -482,9 +482,13 @@ type Sandbox struct {
 	// Agent and Gateway are the pods' phases ("" when the pod is gone);
 	// ExitCode the agent's exit status once it ended, else -1.
 	Agent, Gateway string
-	ExitCode       int
-	Command        []string
-	Image          string
+	// GatewayReady says the gateway container passes its readiness
+	// check; GatewayDeleting that the gateway pod is being deleted
+	// (evicted, drained, removed by hand).
+	GatewayReady, GatewayDeleting bool
+	ExitCode                      int
+	Command                       []string
+	Image                         string
 }
 
 // List returns the sandboxes in the namespace, oldest first.
@@ -509,6 +513,8 @@ func (c *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 			switch p.Labels[LabelRole] {
 			case RoleGateway:
 				sb.Gateway = string(p.Status.Phase)
+				sb.GatewayReady = podReady(&p)
+				sb.GatewayDeleting = p.DeletionTimestamp != nil
 			case RoleAgent:
 				sb.Agent = string(p.Status.Phase)
 				for _, ct := range p.Spec.Containers {
