@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/selftest"
@@ -39,6 +40,7 @@ const (
 type kubeTest struct {
 	t       *testing.T
 	c       *kube.Cluster
+	cs      kubernetes.Interface // the whole API, for what sbx kube does not do
 	ns      string
 	kubectl string
 	// kubeconfig is what k.sbx runs sbx kube with: a ServiceAccount with
@@ -72,21 +74,25 @@ func newKubeTest(t *testing.T) *kubeTest {
 		t.Fatal(err)
 	}
 	k.c = c
+	if k.cs, err = kubernetes.NewForConfig(c.Config); err != nil {
+		t.Fatal(err)
+	}
+	cs := k.cs
 	ctx := t.Context()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		zero := int64(0)
-		c.Client.CoreV1().Pods(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-		if err := c.Client.CoreV1().Namespaces().Delete(ctx, k.ns, metav1.DeleteOptions{}); err != nil {
+		cs.CoreV1().Pods(k.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		if err := cs.CoreV1().Namespaces().Delete(ctx, k.ns, metav1.DeleteOptions{}); err != nil {
 			t.Errorf("removing namespace %s: %v", k.ns, err)
 			return
 		}
 		for ctx.Err() == nil {
-			if _, err := c.Client.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err != nil {
+			if _, err := cs.CoreV1().Namespaces().Get(ctx, k.ns, metav1.GetOptions{}); err != nil {
 				return
 			}
 			time.Sleep(500 * time.Millisecond)
@@ -95,7 +101,7 @@ func newKubeTest(t *testing.T) *kubeTest {
 	})
 	// Pods are refused until the namespace has its default ServiceAccount.
 	for i := 0; ; i++ {
-		if _, err := c.Client.CoreV1().ServiceAccounts(k.ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		if _, err := cs.CoreV1().ServiceAccounts(k.ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
 			break
 		} else if i > 100 {
 			t.Fatalf("namespace %s has no default ServiceAccount after 20 s: %v", k.ns, err)
@@ -136,7 +142,7 @@ func (k *kubeTest) pod(name string, labels map[string]string, script string) str
 			Containers: []corev1.Container{{Name: "main", Image: k.agentImage, ImagePullPolicy: never, Command: []string{"sh", "-c", script}}},
 		},
 	}
-	if _, err := k.c.Client.CoreV1().Pods(k.ns).Create(k.t.Context(), p, metav1.CreateOptions{}); err != nil {
+	if _, err := k.cs.CoreV1().Pods(k.ns).Create(k.t.Context(), p, metav1.CreateOptions{}); err != nil {
 		k.t.Fatal(err)
 	}
 	return k.waitRunning(name)
@@ -146,7 +152,7 @@ func (k *kubeTest) waitRunning(name string) string {
 	k.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		p, err := k.c.Client.CoreV1().Pods(k.ns).Get(k.t.Context(), name, metav1.GetOptions{})
+		p, err := k.cs.CoreV1().Pods(k.ns).Get(k.t.Context(), name, metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
 			return p.Status.PodIP
 		}
@@ -462,7 +468,7 @@ func TestKubeClusterSandbox(t *testing.T) {
 		w.waitDecision(id, map[string]any{"action": "allow", "kind": "transparent", "host": "10.250.0.1", "port": 16443})
 		// ...and only that policy: without it the same request reaches
 		// the API server, so the check above could fail.
-		if err := w.c.Client.NetworkingV1().NetworkPolicies(w.ns).Delete(t.Context(), kube.ObjectName(id)+"-gateway", metav1.DeleteOptions{}); err != nil {
+		if err := w.cs.NetworkingV1().NetworkPolicies(w.ns).Delete(t.Context(), kube.ObjectName(id)+"-gateway", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(30 * time.Second); ; {
@@ -513,7 +519,7 @@ func TestKubeClusterNetworkPolicyAlone(t *testing.T) {
 	}
 
 	// Red check: without the agent's NetworkPolicy nothing confines it.
-	if err := w.c.Client.NetworkingV1().NetworkPolicies(w.ns).Delete(t.Context(), kube.ObjectName(id)+"-agent", metav1.DeleteOptions{}); err != nil {
+	if err := w.cs.NetworkingV1().NetworkPolicies(w.ns).Delete(t.Context(), kube.ObjectName(id)+"-agent", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -536,19 +542,19 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "accepts") {
 		t.Fatalf("server dry run: exit %d\n%s%s", code, out, errOut)
 	}
-	left, err := k.c.Client.CoreV1().ConfigMaps(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelSandbox})
+	left, err := k.cs.CoreV1().ConfigMaps(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelSandbox})
 	if err != nil || len(left.Items) > 0 {
 		t.Errorf("a dry run kept objects: %v %v", err, left)
 	}
 	// A namespace whose Pod Security level refuses the rules container's
 	// NET_ADMIN: sbx kube run fails before it makes anything, naming the
 	// fix.
-	ns, err := k.c.Client.CoreV1().Namespaces().Get(t.Context(), k.ns, metav1.GetOptions{})
+	ns, err := k.cs.CoreV1().Namespaces().Get(t.Context(), k.ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Labels["pod-security.kubernetes.io/enforce"] = "baseline"
-	if _, err := k.c.Client.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
+	if _, err := k.cs.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code = k.sbx("run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--", "true")
@@ -610,7 +616,7 @@ func TestKubeClusterOwnerDeletes(t *testing.T) {
 		t.Fatalf("objects of the sandbox: %v, want 6 (configmap, secret, 2 networkpolicies, 2 pods)", left)
 	}
 	bg := metav1.DeletePropagationBackground
-	if err := k.c.Client.CoreV1().ConfigMaps(k.ns).Delete(t.Context(), kube.ObjectName(id), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+	if err := k.cs.CoreV1().ConfigMaps(k.ns).Delete(t.Context(), kube.ObjectName(id), metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(90 * time.Second); ; {
@@ -650,7 +656,7 @@ func TestKubeClusterPSFlagsGoneGateway(t *testing.T) {
 		t.Errorf("a running sandbox: %q, want HEALTH ok", l)
 	}
 	zero := int64(0)
-	if err := k.c.Client.CoreV1().Pods(k.ns).Delete(t.Context(), kube.GatewayPodName(id), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	if err := k.cs.CoreV1().Pods(k.ns).Delete(t.Context(), kube.GatewayPodName(id), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	want := "gateway gone: sbx kube stop " + id

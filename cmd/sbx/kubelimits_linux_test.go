@@ -52,7 +52,7 @@ func TestKubeClusterAgentLimits(t *testing.T) {
 	}
 
 	// The 403 an agent sees names the command that fixes it on a cluster.
-	gw, err := k.c.Client.CoreV1().Pods(k.ns).Get(t.Context(), kube.GatewayPodName(id), metav1.GetOptions{})
+	gw, err := k.cs.CoreV1().Pods(k.ns).Get(t.Context(), kube.GatewayPodName(id), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,16 +85,16 @@ func TestKubeClusterGatewayServesItsAgentAlone(t *testing.T) {
 	id := w.runSandbox("--allow", w.web+":8080", "--allow-private", w.web+"/32")
 	agent := kube.ObjectName(id)
 	ctx := t.Context()
-	gw, err := w.c.Client.CoreV1().Pods(w.ns).Get(ctx, kube.GatewayPodName(id), metav1.GetOptions{})
+	gw, err := w.cs.CoreV1().Pods(w.ns).Get(ctx, kube.GatewayPodName(id), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctl, err := w.c.Client.CoreV1().Pods(w.ns).Get(ctx, "control", metav1.GetOptions{})
+	ctl, err := w.cs.CoreV1().Pods(w.ns).Get(ctx, "control", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gwIP, ctlIP := gw.Status.PodIP, ctl.Status.PodIP
-	agentPod, err := w.c.Client.CoreV1().Pods(w.ns).Get(ctx, agent, metav1.GetOptions{})
+	agentPod, err := w.cs.CoreV1().Pods(w.ns).Get(ctx, agent, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestKubeClusterGatewayServesItsAgentAlone(t *testing.T) {
 	}
 
 	// As if the network plugin did not enforce NetworkPolicy.
-	if err := w.c.Client.NetworkingV1().NetworkPolicies(w.ns).Delete(ctx, kube.ObjectName(id)+"-gateway", metav1.DeleteOptions{}); err != nil {
+	if err := w.cs.NetworkingV1().NetworkPolicies(w.ns).Delete(ctx, kube.ObjectName(id)+"-gateway", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	attempts := []map[string]any{

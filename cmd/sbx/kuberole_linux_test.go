@@ -54,7 +54,7 @@ func (k *kubeTest) asDocumentedUser() {
 	ctx := k.t.Context()
 	role := documentedRole(k.t)
 	role.Namespace = k.ns
-	cs := k.c.Client
+	cs := k.cs
 	if _, err := cs.RbacV1().Roles(k.ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		k.t.Fatalf("the documented Role: %v", err)
 	}

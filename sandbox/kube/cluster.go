@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
@@ -29,9 +28,12 @@ import (
 
 // Cluster is a connection to a Kubernetes API server, in one namespace.
 type Cluster struct {
-	Client    kubernetes.Interface
+	Client    Client
 	Config    *rest.Config
 	Namespace string
+	// core is Connect's REST client of the core API group, for the
+	// port-forward of ForwardAPI.
+	core rest.Interface
 }
 
 // ErrNoKubeconfig is Connect's error when it finds no kubeconfig.
@@ -57,11 +59,11 @@ func Connect(kubeconfig, namespace string) (*Cluster, error) {
 		}
 	}
 	cfg.UserAgent = "sbx"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := newRESTClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the cluster: %w", err)
 	}
-	return &Cluster{Client: client, Config: cfg, Namespace: namespace}, nil
+	return &Cluster{Client: client, Config: cfg, Namespace: namespace, core: client.core}, nil
 }
 
 // APIError says which object the API server refused and what it said,
@@ -130,14 +132,14 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 	if err != nil {
 		return Created{}, err
 	}
-	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{FieldManager: "sbx", DryRun: []string{metav1.DryRunAll}}); err != nil {
+	if _, err := c.Client.Pods(ns).Create(ctx, probe, metav1.CreateOptions{FieldManager: "sbx", DryRun: []string{metav1.DryRunAll}}); err != nil {
 		return Created{}, &APIError{"create", "Pod", probe.Name, ns, err}
 	}
 	opts := metav1.CreateOptions{FieldManager: "sbx"}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	cm, err := c.Client.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, opts)
+	cm, err := c.Client.ConfigMaps(ns).Create(ctx, objs.ConfigMap, opts)
 	if err != nil {
 		return Created{}, &APIError{"create", "ConfigMap", objs.ConfigMap.Name, ns, err}
 	}
@@ -157,15 +159,15 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 	for _, m := range []*metav1.ObjectMeta{&objs.Secret.ObjectMeta, &objs.AgentPolicy.ObjectMeta, &objs.GatewayPolicy.ObjectMeta, &objs.Gateway.ObjectMeta} {
 		m.OwnerReferences = owner
 	}
-	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, opts); err != nil {
+	if _, err := c.Client.Secrets(ns).Create(ctx, objs.Secret, opts); err != nil {
 		return Created{}, &APIError{"create", "Secret", objs.Secret.Name, ns, err}
 	}
 	for _, np := range []*networkingv1.NetworkPolicy{objs.AgentPolicy, objs.GatewayPolicy} {
-		if _, err := c.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, np, opts); err != nil {
+		if _, err := c.Client.NetworkPolicies(ns).Create(ctx, np, opts); err != nil {
 			return Created{}, &APIError{"create", "NetworkPolicy", np.Name, ns, err}
 		}
 	}
-	gw, err := c.Client.CoreV1().Pods(ns).Create(ctx, objs.Gateway, opts)
+	gw, err := c.Client.Pods(ns).Create(ctx, objs.Gateway, opts)
 	if err != nil {
 		return Created{}, &APIError{"create", "Pod", objs.Gateway.Name, ns, err}
 	}
@@ -183,7 +185,7 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 		return Created{}, err
 	}
 	agent.OwnerReferences = owner
-	made, err := c.Client.CoreV1().Pods(ns).Create(ctx, agent, opts)
+	made, err := c.Client.Pods(ns).Create(ctx, agent, opts)
 	if err != nil {
 		return Created{}, &APIError{"create", "Pod", agent.Name, ns, err}
 	}
@@ -197,7 +199,7 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 // sandbox's own, that select its agent or gateway pod. NetworkPolicies add
 // up: what such a policy allows, the sandbox's pods may do too.
 func (c *Cluster) OtherPolicies(ctx context.Context, id string) ([]string, error) {
-	nps, err := c.Client.NetworkingV1().NetworkPolicies(c.Namespace).List(ctx, metav1.ListOptions{})
+	nps, err := c.Client.NetworkPolicies(c.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, &APIError{"list", "NetworkPolicy", "", c.Namespace, err}
 	}
@@ -295,7 +297,7 @@ func (c *Cluster) waitGateway(ctx context.Context, id string) (netip.Addr, error
 	defer cancel()
 	name := GatewayPodName(id)
 	for {
-		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		pod, err := c.Client.Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return netip.Addr{}, fmt.Errorf("the gateway pod %s did not get ready within %v", name, GatewayWait)
@@ -383,7 +385,7 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 	// graceful deletion waits for) before the NetworkPolicies go: a
 	// container never runs without its policy.
 	grace := int64(1)
-	err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+	err := c.Client.Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
 	}
@@ -396,11 +398,11 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 		fn   func() error
 	}{
 		{"NetworkPolicy", func() error {
-			return c.Client.NetworkingV1().NetworkPolicies(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
+			return c.Client.NetworkPolicies(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
 		}},
-		{"Secret", func() error { return c.Client.CoreV1().Secrets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel) }},
+		{"Secret", func() error { return c.Client.Secrets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel) }},
 		{"ConfigMap", func() error {
-			return c.Client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
+			return c.Client.ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
 		}},
 	} {
 		if err := d.fn(); err != nil && !apierrors.IsNotFound(err) {
@@ -444,28 +446,28 @@ func (c *Cluster) Objects(ctx context.Context, id string) ([]string, error) {
 	}
 	ns := c.Namespace
 	var left []string
-	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, sel)
+	pods, err := c.Client.Pods(ns).List(ctx, sel)
 	if err != nil {
 		return nil, &APIError{"list", "Pod", sel.LabelSelector, ns, err}
 	}
 	for _, o := range pods.Items {
 		left = append(left, "pod/"+o.Name)
 	}
-	nps, err := c.Client.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+	nps, err := c.Client.NetworkPolicies(ns).List(ctx, sel)
 	if err != nil {
 		return nil, &APIError{"list", "NetworkPolicy", sel.LabelSelector, ns, err}
 	}
 	for _, o := range nps.Items {
 		left = append(left, "networkpolicy/"+o.Name)
 	}
-	secs, err := c.Client.CoreV1().Secrets(ns).List(ctx, sel)
+	secs, err := c.Client.Secrets(ns).List(ctx, sel)
 	if err != nil {
 		return nil, &APIError{"list", "Secret", sel.LabelSelector, ns, err}
 	}
 	for _, o := range secs.Items {
 		left = append(left, "secret/"+o.Name)
 	}
-	cms, err := c.Client.CoreV1().ConfigMaps(ns).List(ctx, sel)
+	cms, err := c.Client.ConfigMaps(ns).List(ctx, sel)
 	if err != nil {
 		return nil, &APIError{"list", "ConfigMap", sel.LabelSelector, ns, err}
 	}
@@ -494,11 +496,11 @@ type Sandbox struct {
 // List returns the sandboxes in the namespace, oldest first.
 func (c *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 	ns := c.Namespace
-	cms, err := c.Client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
+	cms, err := c.Client.ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
 	if err != nil {
 		return nil, &APIError{"list", "ConfigMap", LabelSandbox, ns, err}
 	}
-	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
+	pods, err := c.Client.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelSandbox})
 	if err != nil {
 		return nil, &APIError{"list", "Pod", LabelSandbox, ns, err}
 	}
@@ -586,7 +588,7 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
 	w := agentWait{id: id, started: started}
 	for {
-		list, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, sel)
+		list, err := c.Client.Pods(c.Namespace).List(ctx, sel)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
@@ -602,7 +604,7 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 		}
 		opts := sel
 		opts.ResourceVersion = list.ResourceVersion
-		watcher, err := c.Client.CoreV1().Pods(c.Namespace).Watch(ctx, opts)
+		watcher, err := c.Client.Pods(c.Namespace).Watch(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
@@ -743,7 +745,7 @@ func (c *Cluster) Logs(ctx context.Context, id, container string, follow bool) (
 	if container == "gateway" {
 		name = GatewayPodName(id)
 	}
-	rc, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: follow}).Stream(ctx)
+	rc, err := c.Client.Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: follow}).Stream(ctx)
 	if err != nil {
 		return nil, &APIError{"read the logs of", "Pod", name, c.Namespace, err}
 	}
@@ -792,7 +794,7 @@ func (p *pipeCloser) Close() error {
 
 // Token returns the sandbox's management API token, from its Secret.
 func (c *Cluster) Token(ctx context.Context, id string) (string, error) {
-	sec, err := c.Client.CoreV1().Secrets(c.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
+	sec, err := c.Client.Secrets(c.Namespace).Get(ctx, ObjectName(id), metav1.GetOptions{})
 	if err != nil {
 		return "", &APIError{"get", "Secret", ObjectName(id), c.Namespace, err}
 	}
@@ -807,7 +809,7 @@ func (c *Cluster) Token(ctx context.Context, id string) (string, error) {
 // management API, through the API server, until ctx is done, and
 // returns the local address.
 func (c *Cluster) ForwardAPI(ctx context.Context, id string) (string, error) {
-	req := c.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.Namespace).Name(GatewayPodName(id)).SubResource("portforward")
+	req := c.core.Post().Resource("pods").Namespace(c.Namespace).Name(GatewayPodName(id)).SubResource("portforward")
 	transport, upgrader, err := spdy.RoundTripperFor(c.Config)
 	if err != nil {
 		return "", err

@@ -65,7 +65,7 @@ var kindOf = map[string]string{"pods": "Pod", "configmaps": "ConfigMap", "secret
 // NetworkPolicies: a container never runs without its policy.
 func TestDeletePodsBeforePolicies(t *testing.T) {
 	client := fakeClient(fakeSandbox(t, "1a2b3c4d", "")...)
-	c := &Cluster{Client: client, Namespace: "ns"}
+	c := &Cluster{Client: clientset{client}, Namespace: "ns"}
 	if err := c.Delete(t.Context(), "1a2b3c4d"); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestOtherPolicies(t *testing.T) {
 		np("web-only", metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}),
 		np("agents", metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleAgent}}),
 	)
-	c := &Cluster{Client: fake.NewClientset(objs...), Namespace: "ns"}
+	c := &Cluster{Client: clientset{fake.NewClientset(objs...)}, Namespace: "ns"}
 	got, err := c.OtherPolicies(t.Context(), "1a2b3c4d")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestOtherPolicies(t *testing.T) {
 // refuses a name in use.
 func TestNamesUnique(t *testing.T) {
 	objs := append(fakeSandbox(t, "1a2b3c4d", "agent1"), fakeSandbox(t, "5e6f7a8b", "agent1")...)
-	c := &Cluster{Client: fake.NewClientset(objs...), Namespace: "ns"}
+	c := &Cluster{Client: clientset{fake.NewClientset(objs...)}, Namespace: "ns"}
 	if _, err := c.Find(t.Context(), "agent1"); err == nil || !strings.Contains(err.Error(), "2 sandboxes") {
 		t.Errorf("Find of a name two sandboxes have: %v, want an error saying so", err)
 	}
@@ -123,7 +123,7 @@ func TestNamesUnique(t *testing.T) {
 		t.Errorf("Create with a name in use: %v, want ErrNameInUse", err)
 	}
 	// One sandbox of that name is enough.
-	c = &Cluster{Client: fake.NewClientset(fakeSandbox(t, "1a2b3c4d", "agent1")...), Namespace: "ns"}
+	c = &Cluster{Client: clientset{fake.NewClientset(fakeSandbox(t, "1a2b3c4d", "agent1")...)}, Namespace: "ns"}
 	if _, err := c.Create(t.Context(), s, nil, false); !errors.Is(err, ErrNameInUse) {
 		t.Errorf("Create with the name of one sandbox: %v, want ErrNameInUse", err)
 	}

@@ -1,7 +1,10 @@
 // Package kube runs sbx sandboxes on a Kubernetes cluster (sbx kube,
-// docs/kubernetes.md): the objects of a sandbox, the client-go calls that
-// make, list, follow and remove them, and the image archive of sbx itself
-// that the gateway pods run (WriteImage, WriteImageFile).
+// docs/kubernetes.md): the objects of a sandbox, the API calls that make,
+// list, follow and remove them (through Client, client-go's REST client
+// with a scheme of the two API groups sbx uses, not client-go's
+// clientset, whose initialisation every sbx process would pay), and the
+// image archive of sbx itself that the gateway pods run (WriteImage,
+// WriteImageFile).
 //
 // A sandbox is an agent pod whose only way out is a gateway pod, in two
 // layers: rules inside the agent pod, installed by an init container

@@ -22,7 +22,7 @@ import (
 // needs a right of the whole cluster that many users lack: the error then
 // wraps ErrNodesUnknown.
 func (c *Cluster) NodeDefaults(ctx context.Context) (sandbox.Limits, error) {
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := c.Client.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if apierrors.IsForbidden(err) {
 			return sandbox.Limits{}, fmt.Errorf("%w: %v", ErrNodesUnknown, err)
@@ -66,7 +66,7 @@ func (c *Cluster) WaitAgentIP(ctx context.Context, id string) (netip.Addr, error
 	defer cancel()
 	name := ObjectName(id)
 	for {
-		pod, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
+		pod, err := c.Client.Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return netip.Addr{}, fmt.Errorf("the agent pod %s got no address within %v", name, AgentWait)

@@ -134,7 +134,7 @@ func TestWaitAgentIP(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		a := agent.DeepCopy()
 		a.Status.PodIPs = []corev1.PodIP{{IP: "fd00::7"}, {IP: "10.244.0.7"}}
-		c.Client.CoreV1().Pods("ns").UpdateStatus(context.Background(), a, metav1.UpdateOptions{})
+		c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(context.Background(), a, metav1.UpdateOptions{})
 	}()
 	ip, err := c.WaitAgentIP(t.Context(), "1a2b3c4d")
 	if err != nil || ip != netip.MustParseAddr("10.244.0.7") {
@@ -144,7 +144,7 @@ func TestWaitAgentIP(t *testing.T) {
 	c, _, agent = waitPods(t)
 	a := agent.DeepCopy()
 	a.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "rules", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}}}}
-	c.Client.CoreV1().Pods("ns").UpdateStatus(t.Context(), a, metav1.UpdateOptions{})
+	c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(t.Context(), a, metav1.UpdateOptions{})
 	if _, err := c.WaitAgentIP(t.Context(), "1a2b3c4d"); err == nil || !strings.Contains(err.Error(), "ErrImagePull") {
 		t.Errorf("a pod that cannot get its image: got %v, want the reason", err)
 	}

@@ -24,7 +24,7 @@ func waitPods(t *testing.T) (*Cluster, *corev1.Pod, *corev1.Pod) {
 		Phase:             corev1.PodRunning,
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
 	}}
-	return &Cluster{Client: fake.NewClientset(gw, agent), Namespace: "ns"}, gw, agent
+	return &Cluster{Client: clientset{fake.NewClientset(gw, agent)}, Namespace: "ns"}, gw, agent
 }
 
 // waitFor runs WaitAgent, does change once it started, and returns what
@@ -63,7 +63,7 @@ func TestWaitAgentExitStatus(t *testing.T) {
 		// The pod failed because its container did: the status wins.
 		a.Status.Phase = corev1.PodFailed
 		a.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}
-		if _, err := c.Client.CoreV1().Pods("ns").UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
+		if _, err := c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -75,12 +75,12 @@ func TestWaitAgentExitStatus(t *testing.T) {
 func TestWaitAgentGatewayEnded(t *testing.T) {
 	for name, change := range map[string]func(ctx context.Context, c *Cluster, gw *corev1.Pod){
 		"deleted": func(ctx context.Context, c *Cluster, gw *corev1.Pod) {
-			c.Client.CoreV1().Pods("ns").Delete(ctx, gw.Name, metav1.DeleteOptions{})
+			c.Client.(clientset).CoreV1().Pods("ns").Delete(ctx, gw.Name, metav1.DeleteOptions{})
 		},
 		"failed": func(ctx context.Context, c *Cluster, gw *corev1.Pod) {
 			g := gw.DeepCopy()
 			g.Status.Phase, g.Status.Reason = corev1.PodFailed, "Evicted"
-			c.Client.CoreV1().Pods("ns").UpdateStatus(ctx, g, metav1.UpdateOptions{})
+			c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(ctx, g, metav1.UpdateOptions{})
 		},
 	} {
 		c, gw, _ := waitPods(t)
