@@ -832,7 +832,11 @@ func (c *Cluster) ForwardAPI(ctx context.Context, id string) (string, error) {
 	select {
 	case <-ready:
 	case err := <-done:
-		return "", fmt.Errorf("port-forward to the gateway pod %s: %v%s", GatewayPodName(id), err, messageSuffix(errOut.String()))
+		hint := ""
+		if strings.Contains(err.Error(), "forbidden") {
+			hint = fmt.Sprintf("; your kubeconfig's user needs create and get on pods/portforward in %s (sbx kube check names what is missing; docs/kubernetes.md lists the rights sbx kube needs)", c.Namespace)
+		}
+		return "", fmt.Errorf("port-forward to the gateway pod %s: %v%s%s", GatewayPodName(id), err, messageSuffix(errOut.String()), hint)
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
