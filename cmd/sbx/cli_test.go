@@ -13,7 +13,7 @@ import (
 
 // runCLI runs sbx with args in-process and returns what it printed and its
 // exit code.
-func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+func runCLI(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut strings.Builder
 	root := newRootCmd()

@@ -81,7 +81,7 @@ func docPages(t *testing.T) []string {
 // readExamples returns the fenced blocks of page, and the problems of
 // their marks: a block that needs one and has none, a mark that is not
 // before a block, a not run without its reason.
-func readExamples(t *testing.T, page string) (examples []docExample, problems []string) {
+func readExamples(t testing.TB, page string) (examples []docExample, problems []string) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(moduleRoot(t), page))
 	if err != nil {

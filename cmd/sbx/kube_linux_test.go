@@ -38,7 +38,7 @@ const (
 
 // kubeTest is one test's namespace on the test cluster.
 type kubeTest struct {
-	t       *testing.T
+	t       testing.TB
 	c       *kube.Cluster
 	cs      kubernetes.Interface // the whole API, for what sbx kube does not do
 	ns      string
@@ -52,7 +52,7 @@ type kubeTest struct {
 
 // newKubeTest makes a namespace of the test's own, removed after it with
 // everything in it.
-func newKubeTest(t *testing.T) *kubeTest {
+func newKubeTest(t testing.TB) *kubeTest {
 	t.Helper()
 	if os.Getuid() != 0 && os.Getenv(envRequireKube) == "" {
 		t.Skip("needs root, as the test cluster does: scripts/kube-test.sh runs it")

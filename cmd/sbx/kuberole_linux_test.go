@@ -27,7 +27,7 @@ const kubeUser = "sbx-user"
 
 // documentedRole returns the Role docs/kubernetes.md gives as the rights
 // sbx kube needs (its example file sbx-kube-role.yaml).
-func documentedRole(t *testing.T) *rbacv1.Role {
+func documentedRole(t testing.TB) *rbacv1.Role {
 	t.Helper()
 	examples, _ := readExamples(t, "docs/kubernetes.md")
 	for _, ex := range examples {

@@ -81,7 +81,7 @@ func goCmd(t *testing.T, env []string, args ...string) string {
 
 // moduleRoot returns the directory of the module's go.mod: the test runs in
 // cmd/sbx.
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sbx-dev/sbx/sandbox/kube"
+)
+
+// BenchmarkKubeClusterSandboxes starts SBX_KUBE_BENCH_N (default 50)
+// detached sandboxes one after another on the test cluster's node, as
+// the documented user, reads each one's memory from the kubelet's
+// summary API once all run, and stops them all with one sbx kube stop.
+// It reports the start latency (sbx kube run -d, from its start until it
+// returns with the agent running: median and p95), a sandbox's own
+// memory (its gateway pod and the capture shim in the agent pod, working
+// set: median and max) and the time to stop them all.
+// scripts/bench-kube.sh runs it.
+func BenchmarkKubeClusterSandboxes(b *testing.B) {
+	n := 50
+	if s := os.Getenv("SBX_KUBE_BENCH_N"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			b.Fatalf("SBX_KUBE_BENCH_N=%q: want a count above 0", s)
+		}
+	}
+	for b.Loop() {
+		k := newKubeTest(b)
+		starts := make([]time.Duration, 0, n)
+		ids := make([]string, 0, n)
+		for i := range n {
+			start := time.Now()
+			out, errOut, code := k.sbx("run", "-d", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+				"--memory", "64m", "--cpus", "0.1", "--allow", "example.com", "--", "sleep", "3600")
+			took := time.Since(start)
+			if code != 0 {
+				b.Fatalf("sandbox %d of %d: sbx kube run: exit %d\n%s%s", i+1, n, code, out, errOut)
+			}
+			ids = append(ids, strings.TrimSpace(out))
+			starts = append(starts, took)
+		}
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			for _, id := range ids {
+				k.c.Delete(ctx, id)
+			}
+		})
+		own, agents := k.sandboxMemory(ids)
+		stopStart := time.Now()
+		out, errOut, code := k.sbx(append([]string{"stop"}, ids...)...)
+		stop := time.Since(stopStart)
+		if code != 0 {
+			b.Fatalf("sbx kube stop: exit %d\n%s%s", code, out, errOut)
+		}
+		slices.Sort(starts)
+		slices.Sort(own)
+		b.ReportMetric(quantile(starts, 0.5).Seconds(), "start-median-s")
+		b.ReportMetric(quantile(starts, 0.95).Seconds(), "start-p95-s")
+		b.ReportMetric(float64(own[len(own)/2])/(1<<20), "own-MiB-median")
+		b.ReportMetric(float64(own[len(own)-1])/(1<<20), "own-MiB-max")
+		b.ReportMetric(stop.Seconds(), "stop-all-s")
+		b.Logf("%d sandboxes: start median %v p95 %v max %v; own memory (gateway pod + shim) median %.1f MiB max %.1f MiB; agent containers (sleep) median %.1f MiB; stopping all %v",
+			n, quantile(starts, 0.5).Round(time.Millisecond), quantile(starts, 0.95).Round(time.Millisecond), starts[len(starts)-1].Round(time.Millisecond),
+			float64(own[len(own)/2])/(1<<20), float64(own[len(own)-1])/(1<<20), float64(agents[len(agents)/2])/(1<<20), stop.Round(time.Millisecond))
+	}
+}
+
+// quantile returns the q quantile of sorted d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(d))+0.5) - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+// statsSummary is the part of the kubelet's /stats/summary that
+// sandboxMemory reads.
+type statsSummary struct {
+	Pods []struct {
+		PodRef struct {
+			Name, Namespace string
+		} `json:"podRef"`
+		Containers []struct {
+			Name   string `json:"name"`
+			Memory struct {
+				WorkingSetBytes uint64 `json:"workingSetBytes"`
+			} `json:"memory"`
+		} `json:"containers"`
+	} `json:"pods"`
+}
+
+// sandboxMemory returns, for each sandbox of ids, the working set of its
+// own parts (every container of its gateway pod, and its agent pod's
+// capture shim), and that of its agent container, sorted, from the
+// kubelet's summary API (which the kubelet refreshes every 10 to 15 s:
+// it waits until every pod is in it).
+func (k *kubeTest) sandboxMemory(ids []string) (own, agents []uint64) {
+	k.t.Helper()
+	nodes, err := k.cs.CoreV1().Nodes().List(k.t.Context(), metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 1 {
+		k.t.Fatalf("the test cluster's node: %v (%d nodes)", err, len(nodes.Items))
+	}
+	node := nodes.Items[0].Name
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		raw, err := k.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/stats/summary").DoRaw(k.t.Context())
+		if err != nil {
+			k.t.Fatalf("the kubelet's summary: %v", err)
+		}
+		var sum statsSummary
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			k.t.Fatalf("the kubelet's summary: %v", err)
+		}
+		mem := map[string]uint64{} // pod/container -> working set
+		for _, p := range sum.Pods {
+			if p.PodRef.Namespace != k.ns {
+				continue
+			}
+			for _, c := range p.Containers {
+				mem[p.PodRef.Name+"/"+c.Name] = c.Memory.WorkingSetBytes
+			}
+		}
+		own, agents = own[:0], agents[:0]
+		complete := true
+		for _, id := range ids {
+			gw, okGW := mem[kube.GatewayPodName(id)+"/gateway"]
+			shim, okShim := mem[kube.ObjectName(id)+"/shim"]
+			agent, okAgent := mem[kube.ObjectName(id)+"/agent"]
+			if !okGW || !okShim || !okAgent || gw == 0 || shim == 0 {
+				complete = false
+				break
+			}
+			own = append(own, gw+shim)
+			agents = append(agents, agent)
+		}
+		if complete {
+			slices.Sort(own)
+			slices.Sort(agents)
+			return own, agents
+		}
+		if time.Now().After(deadline) {
+			k.t.Fatalf("the kubelet's summary lacks some of the %d sandboxes' containers after 90 s: %v", len(ids), fmt.Sprint(len(mem), " containers"))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
