@@ -39,12 +39,31 @@ YAML --policy file), so that later runs are not asked.
 
 Without an argument it lists the pending questions.`
 
-func newApproveCmd() *cobra.Command { return newAnswerCmd(true) }
-func newDenyCmd() *cobra.Command    { return newAnswerCmd(false) }
+// kubeAnswerLong is the help of sbx kube approve and deny; %s is the verb.
+const kubeAnswerLong = `%[1]s answers a question the gateway pod of a sandbox on a cluster holds
+requests on: a request whose verdict is ask (action ask, --default ask)
+waits until someone answers, or until --ask-timeout, which blocks it.
+Requests to one host and port wait on one question, named by its id (a1,
+a2, ...; sbx kube decisions --follow shows it)
+or by HOST[:PORT].
 
-// newAnswerCmd makes sbx approve (allow) or sbx deny.
-func newAnswerCmd(allow bool) *cobra.Command {
+Without --session the answer is for the requests held now: the next
+request asks again. --session also adds a rule for the host and port to
+the sandbox's running policy (sbx kube policy show shows it). There is no
+--always: the gateway pod keeps no file of approved rules; put the rules
+you keep in the policy.
+
+Without an argument it lists the pending questions.`
+
+func newApproveCmd() *cobra.Command { return newAnswerCmd(true, nil) }
+func newDenyCmd() *cobra.Command    { return newAnswerCmd(false, nil) }
+
+// newAnswerCmd makes sbx approve (allow) or sbx deny, or, with kf, sbx
+// kube approve or deny, which have no --always: a cluster's gateway pod
+// keeps no approvals file.
+func newAnswerCmd(allow bool, kf *kubeFlags) *cobra.Command {
 	var o answerOptions
+	o.target.kube = kf
 	verb, word := "deny", "Deny"
 	if allow {
 		verb, word = "approve", "Approve"
@@ -82,6 +101,14 @@ func newAnswerCmd(allow bool) *cobra.Command {
 	}
 	o.target.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&o.session, "session", false, "also add a rule for the question's host and port, and its method and path, to the sandbox's running policy")
+	if kf != nil {
+		cmd.Use = verb + " --sandbox ID [--session] [APPROVAL_ID|HOST[:PORT]]"
+		cmd.Long = fmt.Sprintf(kubeAnswerLong, word)
+		cmd.Example = fmt.Sprintf(`  sbx kube %[1]s --sandbox agent a1
+  sbx kube %[1]s --sandbox agent --session pypi.org:443
+  sbx kube %[1]s --sandbox agent`, verb)
+		return cmd
+	}
 	cmd.Flags().BoolVar(&o.always, "always", false, "also write that rule to the run's --approvals file (else its YAML --policy file)")
 	return cmd
 }

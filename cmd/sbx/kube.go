@@ -93,6 +93,8 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 		newKubeStopCmd(&kf),
 		newKubeCheckCmd(&kf),
 		newKubeNPProbeCmd(),
+		newAnswerCmd(true, &kf),
+		newAnswerCmd(false, &kf),
 		newKubeDecisionsCmd(&kf),
 		newKubeImageCmd(),
 		newKubePodRulesCmd(),
@@ -185,10 +187,9 @@ each one (admission included) without keeping it.`
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(kube.DefaultTmpSize), "the size of the agent's /tmp and of HOME, each (`BYTES`; in memory, counted in --memory)")
 	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
 	fs.MarkHidden("test-no-pod-rules")
-	// Approvals are not on a cluster yet (ask is refused): their flags
-	// are not shown.
+	// An always answer's rule goes to a file sbx kube does not keep: no
+	// --approvals (sbx kube approve has no --always).
 	fs.MarkHidden("approvals")
-	fs.MarkHidden("ask-timeout")
 	if manifest {
 		fs.Lookup("gateway-ip").Usage = "print the agent pod too, for a gateway pod at `IP`"
 		fs.Lookup("server-dry-run").Usage = "have the API server check the objects without keeping them"
@@ -217,8 +218,8 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	case o.name != "" && !validName(o.name):
 		return usageErrorf(cmd, "--name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", o.name)
 	}
-	if cmd.Flags().Changed("approvals") || cmd.Flags().Changed("ask-timeout") {
-		return usageErrorf(cmd, "--approvals and --ask-timeout are for ask, which sbx kube does not support yet")
+	if cmd.Flags().Changed("approvals") {
+		return usageErrorf(cmd, "--approvals keeps the rules of always answers in a file on this machine, which a cluster's gateway pod cannot write: answer with sbx kube approve --session, and put the rules you keep in the policy")
 	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -314,15 +315,10 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if len(p.Spec().Secrets) > 0 {
 		return kube.Spec{}, nil, usageErrorf(cmd, "secrets are not supported by sbx kube yet: the gateway pod would need their values; leave them out of the policy")
 	}
-	asks := p.Default() == netpolicy.Ask
 	for _, r := range p.Rules() {
-		asks = asks || r.Action == netpolicy.Ask
 		if r.Response != nil && r.Response.LLM != "" {
 			return kube.Spec{}, nil, usageErrorf(cmd, "rule %s answers with the LLM script %s, which sbx kube cannot take to the gateway pod yet; leave it out of the policy", r.ID, r.Response.LLM)
 		}
-	}
-	if asks {
-		return kube.Spec{}, nil, usageErrorf(cmd, "ask is not supported by sbx kube yet: nobody could answer a cluster sandbox's questions; use allow or block (sbx kube policy allow while it runs)")
 	}
 	policyJSON, err := json.Marshal(p.Spec())
 	if err != nil {

@@ -670,3 +670,72 @@ func TestKubeClusterPSFlagsGoneGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeClusterAsk: --default ask on a cluster holds the agent's
+// request until sbx kube approve or deny answers it.
+func TestKubeClusterAsk(t *testing.T) {
+	w := newKubeWorld(t)
+	id := w.runSandbox("--default", "ask", "--ask-timeout", "2m", "--allow-private", w.web+"/32")
+	agent := kube.ObjectName(id)
+	type result struct {
+		out, errOut string
+		err         error
+	}
+	fetch := func(port string) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			out, errOut, err := w.exec(agent, "agent", "", "wget", "-S", "-O-", "http://"+w.web+":"+port+"/")
+			ch <- result{out, errOut, err}
+		}()
+		return ch
+	}
+	// waitQuestion waits until sbx kube approve lists a question for
+	// target and returns its id.
+	waitQuestion := func(target string) string {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			out, errOut, code := w.sbx("approve", "--sandbox", id)
+			if code != 0 {
+				t.Fatalf("sbx kube approve (list): exit %d\n%s%s", code, out, errOut)
+			}
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, target) {
+					return strings.Fields(l)[0]
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no question for %s within 60 s:\n%s", target, out)
+			}
+		}
+	}
+
+	held := fetch("8080")
+	q := waitQuestion(w.web + ":8080")
+	select {
+	case r := <-held:
+		t.Fatalf("the request came back before it was answered: %+v", r)
+	default:
+	}
+	if out, errOut, code := w.sbx("approve", "--sandbox", id, q); code != 0 {
+		t.Fatalf("sbx kube approve %s: exit %d\n%s%s", q, code, out, errOut)
+	}
+	if r := <-held; r.err != nil || !strings.Contains(r.out, "hello-from-web") {
+		t.Errorf("the approved request: %+v, want the web pod's page", r)
+	}
+	w.waitDecision(id, map[string]any{"event": "approval", "host": w.web, "port": 8080, "answer": "allow"})
+
+	held = fetch("8081")
+	waitQuestion(w.web + ":8081")
+	if out, errOut, code := w.sbx("deny", "--sandbox", id, w.web+":8081"); code != 0 {
+		t.Fatalf("sbx kube deny: exit %d\n%s%s", code, out, errOut)
+	}
+	if r := <-held; r.err == nil || !strings.Contains(r.errOut, "403") {
+		t.Errorf("the denied request: %+v, want the gateway's 403", r)
+	}
+	w.waitDecision(id, map[string]any{"event": "approval", "host": w.web, "port": 8081, "answer": "deny"})
+
+	// No --always on a cluster: nothing could keep its rule.
+	if _, errOut, code := w.sbx("approve", "--sandbox", id, "--always", w.web+":8081"); code != exitUsage || !strings.Contains(errOut, "unknown flag: --always") {
+		t.Errorf("sbx kube approve --always: exit %d, want %d and unknown flag\n%s", code, exitUsage, errOut)
+	}
+}

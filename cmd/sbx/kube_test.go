@@ -41,7 +41,6 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--user", "15001", "--", "true"}, "sbx's own"},
 		{[]string{"kube", "run", "--image", "busybox", "--pull", "sometimes", "--", "true"}, "--pull"},
 		{[]string{"kube", "run", "--image", "busybox", "-e", "NOVALUE", "--", "true"}, "KEY=VAL"},
-		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--default", "ask", "--", "true"}, "ask is not supported"},
 		{[]string{"kube", "run", "--image", "busybox", "--", "true"}, "--gateway-image is required"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--log", "x.jsonl", "--", "true"}, "--log"},
 		{[]string{"kube", "run", "--image", "busybox", "--approvals", "a.yaml", "--", "true"}, "--approvals"},
