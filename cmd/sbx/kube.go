@@ -95,6 +95,7 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 		newKubeNPProbeCmd(),
 		newAnswerCmd(true, &kf),
 		newAnswerCmd(false, &kf),
+		newKubeMockCmd(&kf),
 		newKubeDecisionsCmd(&kf),
 		newKubeImageCmd(),
 		newKubePodRulesCmd(),
@@ -107,6 +108,7 @@ by its ConfigMap sbx-ID: deleting that deletes the sandbox.`,
 // kubeRunOptions are sbx kube run's flags (and sbx kube manifest's).
 type kubeRunOptions struct {
 	policy       policyFlags
+	mockLLM      []string
 	image        string
 	gatewayImage string
 	pull         string
@@ -176,6 +178,7 @@ each one (admission included) without keeping it.`
 	fs.StringVar(&o.image, "image", "", "the agent container's `IMAGE` (required)")
 	fs.StringVar(&o.gatewayImage, "gateway-image", "", "sbx's own image `REF` as the cluster pulls it (required; sbx kube image writes one to push; a digest pins it), for the gateway pod and the agent pod's rules and capture shim")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
+	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+"; the scripts go to the gateway pod in the sandbox's ConfigMap (sbx kube mock drives them)")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
 	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the agent's environment; repeatable")
@@ -203,6 +206,24 @@ each one (admission included) without keeping it.`
 	return cmd
 }
 
+// mockScripts reads the scripts of --mock-llm (check parsed them), for
+// the sandbox's ConfigMap.
+func (o *kubeRunOptions) mockScripts() ([]kube.MockScript, error) {
+	var out []kube.MockScript
+	for _, v := range o.mockLLM {
+		host, path, err := splitLLMFlag("mock-llm", v)
+		if err != nil {
+			return nil, err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("--mock-llm %s: %w", v, err)
+		}
+		out = append(out, kube.MockScript{Host: host, Script: data})
+	}
+	return out, nil
+}
+
 // check checks the flags before anything is read or made.
 func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if err := o.policy.Check(); err != nil {
@@ -225,6 +246,9 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		return usageErrorf(cmd, "--pull %q: want Always, IfNotPresent or Never", o.pull)
+	}
+	if _, err := parseMockLLM(o.mockLLM); err != nil {
+		return usageError(cmd, err)
 	}
 	for _, e := range o.env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
@@ -347,9 +371,14 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, fmt.Errorf("the agent's bundle of trusted roots: %w; install ca-certificates", err)
 	}
+	mocks, err := o.mockScripts()
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
 	return kube.Spec{
+		MockLLM:             mocks,
 		ID:                  id,
 		Name:                o.name,
 		Image:               o.image,

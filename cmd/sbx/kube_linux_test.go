@@ -739,3 +739,44 @@ func TestKubeClusterAsk(t *testing.T) {
 		t.Errorf("sbx kube approve --always: exit %d, want %d and unknown flag\n%s", code, exitUsage, errOut)
 	}
 }
+
+// TestKubeClusterMockLLM: --mock-llm on a cluster answers the agent from
+// the script in the gateway pod, and sbx kube mock drives the mock and
+// reads its journal.
+func TestKubeClusterMockLLM(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	script := writeFile(t, "script.yaml", "turns:\n  - reply: {text: scripted answer}\n")
+	id := w.runSandbox("--mock-llm", "api.anthropic.com="+script)
+	agent := kube.ObjectName(id)
+	ask := func(word string) string {
+		t.Helper()
+		body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"the word is ` + word + `"}]}`
+		// Busybox's wget sends --post-data as a GET through a proxy:
+		// it goes straight to the host, which the pod's rules capture.
+		out, errOut, err := w.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY; exec wget -q -O- --header "Content-Type: application/json" --post-data "$1" http://api.anthropic.com/v1/messages`, "sh", body)
+		if err != nil {
+			t.Fatalf("the agent's request: %v\n%s%s", err, out, errOut)
+		}
+		return out
+	}
+	if out := ask("marmalade"); !strings.Contains(out, "scripted answer") {
+		t.Errorf("the agent got %q, want the script's answer", out)
+	}
+	out, errOut, code := w.sbx("mock", "requests", "--sandbox", id, "--json")
+	if code != 0 || !strings.Contains(out, `"content":"the word is marmalade"`) {
+		t.Errorf("sbx kube mock requests: exit %d, want 0 and the request's body\n%s%s", code, out, errOut)
+	}
+	turns := writeFile(t, "turns.yaml", "reply: {text: queued answer}\n")
+	if out, errOut, code := w.sbx("mock", "expect", "--sandbox", id, turns); code != 0 || !strings.Contains(out, "queued 1 turn") {
+		t.Fatalf("sbx kube mock expect: exit %d\n%s%s", code, out, errOut)
+	}
+	if out := ask("jam"); !strings.Contains(out, "queued answer") {
+		t.Errorf("after expect the agent got %q, want the queued answer", out)
+	}
+	// The script is the gateway pod's alone: the agent's view of the
+	// sandbox's ConfigMap is the CA and the trust bundle.
+	if out, _, err := w.exec(agent, "agent", "", "sh", "-c", "grep -rl 'scripted answer' /etc /var /run /tmp /home 2>/dev/null; true"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("the agent can read the script at %q (%v)", out, err)
+	}
+}

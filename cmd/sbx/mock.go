@@ -57,13 +57,62 @@ over. With several mocks, name one with --host or --script.` + mockScriptHelp(),
 		Args: subcommandArgs,
 		RunE: showHelp,
 	}
-	cmd.AddCommand(newMockExpectCmd(), newMockRequestsCmd(), newMockResetCmd(), newMockInitCmd())
+	cmd.AddCommand(newMockExpectCmd(nil), newMockRequestsCmd(), newMockResetCmd(nil), newMockInitCmd())
 	cmd.AddCommand(newMockValidateCmd())
 	return cmd
 }
 
-func newMockExpectCmd() *cobra.Command {
+// newKubeMockCmd is sbx kube mock: expect, requests and reset of a
+// cluster sandbox's mock LLMs, through its API.
+func newKubeMockCmd(kf *kubeFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mock",
+		Short: "Drive the scripted LLM of a sandbox on a cluster (sbx kube run --mock-llm)",
+		Long: `Mock talks to the mock LLMs of a sandbox's gateway pod, one per host of
+sbx kube run --mock-llm HOST=SCRIPT: expect queues more turns after the
+script's, requests shows what the agent sent (request bodies included),
+and reset starts the script over. With several mocks, name one with
+--host. The journal lives in the gateway pod: read it before the sandbox
+is stopped.`,
+		Example: `  sbx kube mock requests --sandbox 1a2b3c4d
+  sbx kube mock expect --sandbox 1a2b3c4d turns.yaml`,
+		Args: subcommandArgs,
+		RunE: showHelp,
+	}
+	requests := &cobra.Command{
+		Use:     "requests",
+		Short:   "Show what the agent sent the mock, and what each request got",
+		Example: `  sbx kube mock requests --sandbox 1a2b3c4d --json`,
+		Args:    usageArgs(cobra.NoArgs),
+	}
 	var f mockFlags
+	var asJSON bool
+	f.target.kube = kf
+	requests.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := f.target.client(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ans, err := c.MockRequests(cmd.Context(), f.mock())
+		if err != nil {
+			return err
+		}
+		return printMockRequests(cmd.OutOrStdout(), ans, asJSON)
+	}
+	f.add(requests)
+	requests.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer, request bodies included")
+	cmd.AddCommand(newMockExpectCmd(kf), requests, newMockResetCmd(kf))
+	for _, c := range cmd.Commands() {
+		c.Flags().MarkHidden("script") // a cluster's policy answers from no script
+		c.Example = strings.ReplaceAll(c.Example, "sbx mock", "sbx kube mock")
+	}
+	return cmd
+}
+
+func newMockExpectCmd(kf *kubeFlags) *cobra.Command {
+	var f mockFlags
+	f.target.kube = kf
 	cmd := &cobra.Command{
 		Use:   "expect [flags] FILE|-",
 		Short: "Queue turns (YAML or JSON: a script, a list of turns or one turn) after the mock's",
@@ -267,8 +316,9 @@ func (f *mockFlags) readJournal(path string) (*api.MockRequests, error) {
 	return ans, nil
 }
 
-func newMockResetCmd() *cobra.Command {
+func newMockResetCmd(kf *kubeFlags) *cobra.Command {
 	var f mockFlags
+	f.target.kube = kf
 	cmd := &cobra.Command{
 		Use:     "reset",
 		Short:   "Start the mock's script over, dropping queued turns and the journal (every mock's, without --host or --script)",

@@ -122,6 +122,10 @@ type Spec struct {
 	// NetworkPolicy confines the agent pod. Tests only: it takes away one
 	// of the two layers.
 	SkipPodRulesForTest bool
+	// MockLLM are the scripted LLMs the gateway answers hosts with
+	// instead of the network (sbx run's --mock-llm), in the sandbox's
+	// ConfigMap.
+	MockLLM []MockScript
 }
 
 // ErrReservedUID is the error for an agent uid that is sbx's own.
@@ -150,8 +154,32 @@ func (s *Spec) check() error {
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
 		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
 	}
+	size := len(s.Policy) + 2*len(s.CACert) + len(s.Roots)
+	for _, m := range s.MockLLM {
+		if m.Host == "" || len(m.Script) == 0 {
+			return fmt.Errorf("sandbox %s: a mock LLM needs a host and a script", s.ID)
+		}
+		size += len(m.Script)
+	}
+	if size > maxConfigData {
+		return fmt.Errorf("sandbox %s: the policy, the mock LLMs' scripts and the CA come to %d KiB, over the %d KiB a sandbox's ConfigMap holds: shorten the scripts", s.ID, size>>10, maxConfigData>>10)
+	}
 	return nil
 }
+
+// A MockScript is a host the gateway pod answers from Script (YAML or
+// JSON, a mock LLM's script) instead of the network.
+type MockScript struct {
+	Host   string
+	Script []byte
+}
+
+// maxConfigData bounds what the sandbox's ConfigMap holds, below the 1
+// MiB an object may be.
+const maxConfigData = 900 << 10
+
+// mockKey is the ConfigMap's key of the i-th mock's script.
+func mockKey(i int) string { return "mock-llm-" + strconv.Itoa(i) + ".yaml" }
 
 // ObjectName is the name of the sandbox's ConfigMap, Secret and agent pod.
 func ObjectName(id string) string { return "sbx-" + id }
@@ -223,6 +251,9 @@ func MakeObjects(s Spec) (*Objects, error) {
 		AgentPolicy:   s.agentPolicy(),
 		GatewayPolicy: s.gatewayPolicy(),
 		Gateway:       s.gatewayPod(),
+	}
+	for i, m := range s.MockLLM {
+		o.ConfigMap.Data[mockKey(i)] = string(m.Script)
 	}
 	return o, nil
 }
@@ -453,6 +484,11 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			{Name: "secret", MountPath: secretDir, ReadOnly: true},
 		},
 	}
+	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
+	for i, m := range s.MockLLM {
+		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
+		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
+	}
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: s.meta(GatewayPodName(s.ID), RoleGateway),
@@ -465,7 +501,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			Volumes: []corev1.Volume{
 				{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: ObjectName(s.ID)},
-					Items:                []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}},
+					Items:                configItems,
 					DefaultMode:          &configMode,
 				}}},
 				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{

@@ -234,3 +234,51 @@ func TestPodIPv4(t *testing.T) {
 		t.Error("an IPv6-only pod gave an IPv4 address")
 	}
 }
+
+// TestMockLLMObjects: a mock's script goes to the gateway pod alone, in
+// the ConfigMap, and the gateway answers its host from it; scripts too
+// big for a ConfigMap are refused before anything is made.
+func TestMockLLMObjects(t *testing.T) {
+	s := testSpec()
+	s.MockLLM = []MockScript{{Host: "api.anthropic.com", Script: []byte("turns: []\n")}}
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.ConfigMap.Data["mock-llm-0.yaml"]; got != "turns: []\n" {
+		t.Errorf("ConfigMap mock-llm-0.yaml: got %q, want the script", got)
+	}
+	cmd := strings.Join(o.Gateway.Spec.Containers[0].Command, " ")
+	if want := "--mock-llm api.anthropic.com=" + configDir + "/mock-llm-0.yaml"; !strings.Contains(cmd, want) {
+		t.Errorf("gateway command %q lacks %q", cmd, want)
+	}
+	var mounted bool
+	for _, v := range o.Gateway.Spec.Volumes {
+		if v.ConfigMap != nil {
+			for _, it := range v.ConfigMap.Items {
+				mounted = mounted || it.Key == "mock-llm-0.yaml"
+			}
+		}
+	}
+	if !mounted {
+		t.Error("the gateway pod does not mount the script")
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.0.0.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range agent.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		for _, it := range v.ConfigMap.Items {
+			if strings.HasPrefix(it.Key, "mock-llm") {
+				t.Errorf("the agent pod mounts the script %s", it.Key)
+			}
+		}
+	}
+	s.MockLLM[0].Script = make([]byte, maxConfigData)
+	if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), "shorten the scripts") {
+		t.Errorf("a script over the ConfigMap's bound: got %v, want the refusal", err)
+	}
+}
