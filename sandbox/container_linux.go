@@ -197,6 +197,18 @@ const leaseTimeout = 10 * time.Second
 
 // ConnectContainerd connects to containerd at socket.
 func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) {
+	return connectContainerd(ctx, socket, false)
+}
+
+// ConnectContainerdToCreate is ConnectContainerd for a caller that makes a
+// container next (sbx run): PrepareCreate's lease is asked for beside the
+// question that finds the daemon, on the connection it opens, rather than
+// after its answer.
+func ConnectContainerdToCreate(ctx context.Context, socket string) (*Containerd, error) {
+	return connectContainerd(ctx, socket, true)
+}
+
+func connectContainerd(ctx context.Context, socket string, create bool) (*Containerd, error) {
 	hint := "is it installed and running? (apt-get install containerd runc; scripts/test.sh starts it where there is no systemd)"
 	if _, err := os.Stat(socket); err != nil {
 		return nil, fmt.Errorf("no containerd socket at %s: %s", socket, hint)
@@ -205,14 +217,18 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 	if err != nil {
 		return nil, fmt.Errorf("connecting to containerd at %s: %s: %w", socket, hint, err)
 	}
+	cd := &Containerd{client: c, socket: socket}
+	if create {
+		cd.PrepareCreate(ctx)
+	}
 	// The connection is lazy: ask once, so a missing daemon is found now.
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := c.Version(vctx); err != nil {
-		c.Close()
+		c.Close() // which ends the lease's question too
 		return nil, fmt.Errorf("containerd at %s does not answer: %s: %w", socket, hint, err)
 	}
-	return &Containerd{client: c, socket: socket}, nil
+	return cd, nil
 }
 
 // PrepareCreate asks containerd, in the background, for the lease under

@@ -435,6 +435,22 @@ func TestPrivilegedPrepareCreate(t *testing.T) {
 	if leaseExists(t, cd, lease) {
 		t.Errorf("lease %s of a PrepareCreate no Create took: still in containerd after Close", lease)
 	}
+
+	// ConnectContainerdToCreate asks for the lease while it connects.
+	third, err := ConnectContainerdToCreate(ctx, DefaultContainerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease = peekLease(t, third)
+	if !leaseExists(t, cd, lease) {
+		t.Errorf("lease %s of ConnectContainerdToCreate: not in containerd", lease)
+	}
+	if err := third.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if leaseExists(t, cd, lease) {
+		t.Errorf("lease %s of ConnectContainerdToCreate: still in containerd after Close", lease)
+	}
 }
 
 // peekLease waits for the lease PrepareCreate asked cd for and returns

@@ -16,6 +16,11 @@ func ConnectContainerd(ctx context.Context, socket string) (*Containerd, error) 
 	return nil, errors.ErrUnsupported
 }
 
+// ConnectContainerdToCreate needs Linux.
+func ConnectContainerdToCreate(ctx context.Context, socket string) (*Containerd, error) {
+	return nil, errors.ErrUnsupported
+}
+
 // PrepareCreate does nothing.
 func (c *Containerd) PrepareCreate(ctx context.Context) {}
 

@@ -196,15 +196,12 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err != nil {
 		return 0, err
 	}
-	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost})
+	// The lease the container is made under is made meanwhile.
+	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost, create: true})
 	if err != nil {
 		return 0, err
 	}
 	defer rt.Close()
-	if cd, ok := rt.(*sandbox.Containerd); ok {
-		// The lease the container is made under is made meanwhile.
-		cd.PrepareCreate(ctx)
-	}
 	if rtName == runtimeDocker {
 		if err := dockerNeedsImage(cmd, o); err != nil {
 			return 0, fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)

@@ -21,6 +21,9 @@ type runtimeOptions struct {
 	name       string // containerd, docker, or "" for the first that answers
 	socket     string // containerd's socket
 	dockerHost string // Docker's address; "" for DOCKER_HOST or its default
+	// create says a container is made next (sbx run): containerd's lease
+	// for it is asked for while connecting.
+	create bool
 }
 
 // connectedRuntime is a container runtime sbx run has connected to.
@@ -36,7 +39,7 @@ type connectedRuntime interface {
 func connectRuntime(ctx context.Context, o runtimeOptions) (connectedRuntime, string, error) {
 	switch o.name {
 	case runtimeContainerd:
-		cd, err := sandbox.ConnectContainerd(ctx, o.socket)
+		cd, err := o.connectContainerd(ctx)
 		if err != nil {
 			return nil, "", err
 		}
@@ -48,7 +51,7 @@ func connectRuntime(ctx context.Context, o runtimeOptions) (connectedRuntime, st
 		}
 		return d, runtimeDocker, nil
 	case "":
-		cd, cerr := sandbox.ConnectContainerd(ctx, o.socket)
+		cd, cerr := o.connectContainerd(ctx)
 		if cerr == nil {
 			return cd, runtimeContainerd, nil
 		}
@@ -62,6 +65,15 @@ func connectRuntime(ctx context.Context, o runtimeOptions) (connectedRuntime, st
 }
 
 // gcRuntimes are the runtimes sbx gc cleans: every one that answers.
+// connectContainerd connects to containerd at o.socket, asking for the
+// lease of the container to make when o.create.
+func (o runtimeOptions) connectContainerd(ctx context.Context) (*sandbox.Containerd, error) {
+	if o.create {
+		return sandbox.ConnectContainerdToCreate(ctx, o.socket)
+	}
+	return sandbox.ConnectContainerd(ctx, o.socket)
+}
+
 type gcRuntimes []sandbox.ContainerRuntime
 
 // connectGCRuntimes connects to containerd and Docker, each if it

@@ -3,6 +3,7 @@ package mockllm
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Placeholders that NormalizeUser puts in place of volatile text.
@@ -157,25 +158,32 @@ const (
 
 // The patterns replaceWords tries where a word starts; the text has one
 // space between words. Each is anchored, small and bounded in length (at
-// most maxWordMatch bytes), so that trying one costs little.
+// most maxWordMatch bytes), so that trying one costs little. Each is
+// compiled when first tried (pattern), not at the start of every sbx
+// process, most of which never normalize a message.
 var (
 	// ISO 8601 and RFC 3339 timestamps: a date, T or a space, a time, an
 	// optional fraction and zone.
-	reTimestamp = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z\b|[+-]\d{2}:?\d{2}\b)?`)
+	reTimestamp = pattern(`^\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z\b|[+-]\d{2}:?\d{2}\b)?`)
 	// Dates in digits: 2025-10-07, 2025/10/07, 10/7/2025, 7.10.2025.
-	reNumericDate = regexp.MustCompile(`^(?:\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{4})\b`)
+	reNumericDate = pattern(`^(?:\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{4})\b`)
 	// Dates with the month named: "October 7, 2025", "Oct. 7th"; "7 Oct
 	// 2025", "7th of October".
-	reMonthDay = regexp.MustCompile(`^(?:` + months + `)\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b`)
-	reDayMonth = regexp.MustCompile(`^\d{1,2}(?:st|nd|rd|th)? (?:of )?(?:` + months + `)\b\.?(?:,? \d{4}\b)?`)
+	reMonthDay = pattern(`^(?:` + months + `)\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b`)
+	reDayMonth = pattern(`^\d{1,2}(?:st|nd|rd|th)? (?:of )?(?:` + months + `)\b\.?(?:,? \d{4}\b)?`)
 	// A weekday before a date, and after one, changes with it and goes
 	// with it.
-	reWeekdayBefore = regexp.MustCompile(`^(?:` + weekdays + `)\b\.?,? ?`)
-	reWeekdayAfter  = regexp.MustCompile(`^,? ?(?:\((?:` + weekdays + `)\)|(?:` + weekdays + `)\b)`)
+	reWeekdayBefore = pattern(`^(?:` + weekdays + `)\b\.?,? ?`)
+	reWeekdayAfter  = pattern(`^,? ?(?:\((?:` + weekdays + `)\)|(?:` + weekdays + `)\b)`)
 	// Times of day: 14:05, 14:05:09.123, 2:05 PM, with a zone when one
 	// follows (Z, UTC, +02:00, PDT).
-	reTime = regexp.MustCompile(`^\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?\b(?: ?[AaPp]\.?[Mm]\b\.?)?(?: ?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}|[A-Z]{2,4}T)\b)?`)
+	reTime = pattern(`^\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?\b(?: ?[AaPp]\.?[Mm]\b\.?)?(?: ?(?:Z|UTC|GMT|[+-]\d{2}:?\d{2}|[A-Z]{2,4}T)\b)?`)
 )
+
+// pattern returns expr's regular expression, compiled on the first call.
+func pattern(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // maxWordMatch bounds what the patterns of replaceWords match.
 const maxWordMatch = 64
@@ -215,9 +223,9 @@ func replaceWords(s string) string {
 }
 
 // matchAt returns the length of what re matches at s[i:], or 0.
-func matchAt(re *regexp.Regexp, s string, i int) int {
+func matchAt(re func() *regexp.Regexp, s string, i int) int {
 	w := s[i:min(len(s), i+maxWordMatch)]
-	m := re.FindStringIndex(w)
+	m := re().FindStringIndex(w)
 	if m == nil || m[1] == len(w) && len(w) == maxWordMatch {
 		return 0 // a bound reached: not one of ours
 	}
