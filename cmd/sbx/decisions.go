@@ -166,7 +166,7 @@ func newDecisionsCmd() *cobra.Command {
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
   sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json
   sbx decisions --file gateway.jsonl --follow`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: usageArgs(decisionsArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDecisions(cmd, o)
 		},
@@ -468,4 +468,13 @@ func openLog(path string) (*os.File, error) {
 		return nil, fmt.Errorf("%w; a sandbox's decision log is root's (mode 0600), wherever --log put it: run sbx decisions with sudo", err)
 	}
 	return f, err
+}
+
+// decisionsArgs refuses arguments, naming the flags that take what was
+// given: a sandbox (sbx decisions NAME, as docker logs NAME) or a file.
+func decisionsArgs(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sbx decisions takes no argument %q: give a sandbox with --sandbox %s, or a log file with --file %s", args[0], args[0], args[0])
 }
