@@ -78,3 +78,31 @@ func TestAgentHostsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyBlockBeatsAgentRules: sbx policy block, without --position,
+// of a running sandbox whose policy ends with the rules --agent implied
+// puts the user's rule before them, so it wins as a --block would; with
+// no such rules the rule goes last.
+func TestPolicyBlockBeatsAgentRules(t *testing.T) {
+	user := netpolicy.Rule{ID: "mine", Host: "registry.npmjs.org", Action: netpolicy.Allow}
+	api, _ := startAPIGateway(t, netpolicy.Spec{Rules: append([]netpolicy.Rule{user}, agentRules("claude")...)})
+	if _, stderr, code := runCLI(t, append(append([]string{"policy", "block", "--id", "nope"}, api...), "api.anthropic.com")...); code != 0 {
+		t.Fatalf("sbx policy block: exit %d, %s", code, stderr)
+	}
+	stdout, stderr, code := runCLI(t, append(append([]string{"policy", "check", "--json"}, api...), "api.anthropic.com")...)
+	if code != 0 || !strings.Contains(stdout, `"action":"block","rule":"nope"`) {
+		t.Errorf("api.anthropic.com after sbx policy block: exit %d, %s %s; want blocked by rule nope", code, stdout, stderr)
+	}
+	stdout, _, _ = runCLI(t, append([]string{"policy", "show", "--json"}, api...)...)
+	if i, j := strings.Index(stdout, `"id":"nope"`), strings.Index(stdout, `"id":"agent-claude-1"`); i < 0 || j < i || strings.Index(stdout, `"id":"mine"`) > i {
+		t.Errorf("rules: got %s, want mine, nope, agent-claude-1 in that order", stdout)
+	}
+
+	// Without implied rules, last.
+	api, _ = startAPIGateway(t, netpolicy.Spec{Rules: []netpolicy.Rule{user}})
+	runCLI(t, append(append([]string{"policy", "block", "--id", "last"}, api...), "a.test")...)
+	stdout, _, _ = runCLI(t, append([]string{"policy", "show", "--json"}, api...)...)
+	if i, j := strings.Index(stdout, `"id":"mine"`), strings.Index(stdout, `"id":"last"`); i < 0 || j < i {
+		t.Errorf("rules: got %s, want mine, last", stdout)
+	}
+}
