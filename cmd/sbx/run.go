@@ -389,6 +389,10 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 			if !quiet {
 				line = userNote(n.User, hostLayout, cwd, capAdd)
 			}
+		case run.AgentMissing:
+			if !quiet {
+				line = agentMissingNote(n)
+			}
 		case run.NoInit:
 			if !quiet {
 				line = "no tini-static on this machine (apt-get install tini): the command runs as PID 1, which ignores SIGTERM unless it handles it"

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/rootfs"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // agentHosts are the API hosts --agent NAME allows, by agent: the fewest
@@ -47,4 +49,15 @@ func agentNote(name string, rules []netpolicy.Rule, mocked bool) string {
 		ids = append(ids, r.ID+" "+r.Host)
 	}
 	return fmt.Sprintf("--agent %s allows %s, after your rules (a --block of it wins)", name, strings.Join(ids, ", "))
+}
+
+// agentMissingNote is what sbx run says when --agent finds nothing of its
+// agent in the home: before the command fails with 127, where it looked.
+func agentMissingNote(n run.AgentMissing) string {
+	var paths []string
+	for _, p := range rootfs.Agents[n.Agent] {
+		paths = append(paths, "~/"+p)
+	}
+	return fmt.Sprintf("--agent %s: nothing of %s in the home %s (%s, or an npm -g install in a prefix of the home), so the sandbox shows none of it; install it there, or on the host's /usr",
+		n.Agent, n.Agent, n.Home, strings.Join(paths, ", "))
 }

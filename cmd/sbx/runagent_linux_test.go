@@ -10,7 +10,8 @@ import (
 // TestPrivilegedAgentImpliedAllow: with --agent, a request of the sandbox
 // to the agent's API host is allowed by the rule the flag implies, which
 // the decision log and the live line name; the user's --block of the host
-// wins; with a mock LLM nothing is allowed upstream. The host resolves to
+// wins; with a mock LLM nothing is allowed upstream. The home holds
+// nothing of the agent, which sbx says as it starts. The host resolves to
 // a namespace of the test's own (nothing listens on its port 80, so an
 // allowed request gets the gateway's 502).
 func TestPrivilegedAgentImpliedAllow(t *testing.T) {
@@ -71,6 +72,10 @@ func TestPrivilegedAgentImpliedAllow(t *testing.T) {
 			// blocked: its 403.
 			if want := map[string]string{"allow": "502\n", "block": "403\n"}[tc.action]; stdout != want {
 				t.Errorf("curl's status: got %q, want %q", stdout, want)
+			}
+			// The home holds nothing of the agent: sbx says so.
+			if want := "sbx: --agent " + tc.agent + ": nothing of " + tc.agent + " in the home " + home; !strings.Contains(stderr, want) {
+				t.Errorf("stderr: got %q, want a line with %q", stderr, want)
 			}
 			if tc.line != "" && !strings.Contains(stderr, tc.line) {
 				t.Errorf("stderr: got %q, want a line with %q", stderr, tc.line)

@@ -326,6 +326,12 @@ func prepare(spec *Spec) (prepared, error) {
 		if home, p.release, err = homeView(fsys, p.user, HomesDir(hostRoot)); err != nil {
 			return p, err
 		}
+		if fsys.Agent != "" && spec.Notes != nil && !slices.ContainsFunc(home.Show, func(rel string) bool {
+			_, err := os.Lstat(filepath.Join(home.Dir, rel))
+			return err == nil
+		}) {
+			spec.Notes(AgentMissing{Agent: fsys.Agent, Home: home.Dir})
+		}
 		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize, Home: home})
 		p.layout.Env = append(p.layout.Env, homePath(home)...)
 	default:
