@@ -333,6 +333,9 @@ func fileSource(path string) audit.Source {
 func checkLogFile(path string) error {
 	fi, err := os.Stat(path)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && !strings.ContainsAny(path, "/."):
+		// A sandbox's id or name, given as docker logs takes one.
+		return fmt.Errorf("%s: no such file; for the sandbox %s give --sandbox %s, or give a decision log (sbx run prints its path at the end)", path, path, path)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s: no such file; give a decision log (sbx run prints its path at the end) or --sandbox ID", path)
 	case errors.Is(err, fs.ErrPermission):

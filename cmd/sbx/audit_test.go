@@ -100,6 +100,7 @@ func TestAuditCLI(t *testing.T) {
 	}{
 		{[]string{"audit", bad}, bad + ":2: not a decision record"},
 		{[]string{"audit", filepath.Join(dir, "nope.jsonl")}, "no such file; give a decision log"},
+		{[]string{"audit", "firstday"}, "firstday: no such file; for the sandbox firstday give --sandbox firstday"},
 		{[]string{"audit", dir}, "is a directory"},
 		{[]string{"audit"}, "give decision logs to read"},
 		{[]string{"audit", "--expect", bad, v1}, "--expect: "},

@@ -273,6 +273,7 @@ func TestUnknownFlagSuggestion(t *testing.T) {
 		{[]string{"run", "--inter", "x", "--", "true"}, "did you mean --interactive or --intercept?"},
 		{[]string{"policy", "check", "--polcy", "p.yaml", "a.test"}, "did you mean --policy?"},
 		{[]string{"decisions", "--folow"}, "did you mean --follow?"},
+		{[]string{"decisions", "firstday"}, `sbx decisions takes no argument "firstday": give a sandbox with --sandbox firstday, or a log file with --file firstday`},
 		{[]string{"audit", "--sugest", "x.jsonl"}, "did you mean --suggest?"},
 		{[]string{"gateway", "--listn", "127.0.0.1:1"}, "did you mean --listen?"},
 		{[]string{"stop", "--timout", "1s", "x"}, "did you mean --timeout?"},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -165,7 +166,7 @@ func newDecisionsCmd() *cobra.Command {
 		Example: `  sbx decisions --sandbox 1a2b3c4d --follow
   sbx decisions --file /var/lib/sbx/sandboxes/1a2b3c4d/decisions.jsonl --json
   sbx decisions --file gateway.jsonl --follow`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: usageArgs(decisionsArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDecisions(cmd, o)
 		},
@@ -218,7 +219,7 @@ func runDecisions(cmd *cobra.Command, o decisionsOptions) error {
 // showEnded prints the log of a sandbox that ended, saying so first to
 // one who asked to follow it.
 func showEnded(cmd *cobra.Command, o decisionsOptions, pr *recordPrinter, path string) error {
-	f, err := os.Open(path)
+	f, err := openLog(path)
 	if err != nil {
 		return fmt.Errorf("sandbox %s ended; reading its decision log: %w", o.target.sandbox, err)
 	}
@@ -329,7 +330,7 @@ func (p *recordPrinter) showAll(r io.Reader) error {
 
 // showFile prints the records of the log file at path.
 func (p *recordPrinter) showFile(path string) error {
-	f, err := os.Open(path)
+	f, err := openLog(path)
 	if err != nil {
 		return err
 	}
@@ -456,4 +457,24 @@ sandbox is named by its id, its --name, or a unique prefix of its id.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 15*time.Second, "how long to wait before killing it")
 	cmd.Flags().MarkHidden("state-dir")
 	return cmd
+}
+
+// openLog opens the decision log at path to read it. A log the user may
+// not read says why and what to do: sbx run writes its logs as root,
+// mode 0600, wherever --log puts them.
+func openLog(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w; a sandbox's decision log is root's (mode 0600), wherever --log put it: run sbx decisions with sudo", err)
+	}
+	return f, err
+}
+
+// decisionsArgs refuses arguments, naming the flags that take what was
+// given: a sandbox (sbx decisions NAME, as docker logs NAME) or a file.
+func decisionsArgs(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return fmt.Errorf("sbx decisions takes no argument %q: give a sandbox with --sandbox %s, or a log file with --file %s", args[0], args[0], args[0])
 }

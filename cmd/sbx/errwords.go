@@ -21,7 +21,7 @@ import (
 // returns the library's message for it and sbx's.
 // secretFilePlace is where a secret's value file goes: where the sandbox
 // sees nothing (rootfs.Layout.Visible).
-const secretFilePlace = "where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"
+const secretFilePlace = "where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like) and of the home --home or --agent shows, e.g. in your home directory outside the working directory with the default --home empty"
 
 var cliWordings = []func(err error) (lib, cli string, ok bool){
 	secretWording,

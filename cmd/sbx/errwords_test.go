@@ -73,8 +73,8 @@ func TestSecretFileWords(t *testing.T) {
 		reason error
 		fix    string
 	}{
-		{&run.ReadableError{}, ": keep the file where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"},
-		{fs.ErrPermission, ": give a file sbx can look at, where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like), e.g. in your home directory outside the working directory"},
+		{&run.ReadableError{}, ": keep the file where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like) and of the home --home or --agent shows, e.g. in your home directory outside the working directory with the default --home empty"},
+		{fs.ErrPermission, ": give a file sbx can look at, where the sandbox sees nothing: out of the working directory, of -v volumes (read-only ones too), of the --rootfs directory and, with --rootfs host, of the system directories it shows (/usr, /etc, /opt and the like) and of the home --home or --agent shows, e.g. in your home directory outside the working directory with the default --home empty"},
 	} {
 		err := fmt.Errorf("starting: %w", &run.SecretFileError{Name: "K", Path: "/etc/k", Reason: tt.reason})
 		lib := err.Error()

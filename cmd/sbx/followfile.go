@@ -60,7 +60,7 @@ func followFile(ctx context.Context, path string, pr *recordPrinter, stderr io.W
 
 // open opens the file at the path, to read from its start.
 func (ff *fileFollower) open() error {
-	f, err := os.Open(ff.path)
+	f, err := openLog(ff.path)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,11 +79,33 @@ func (w *lineWatcher) count(s string) int {
 	return n
 }
 
-// startFollow starts sbx decisions --file path --follow, and stops it
-// with SIGINT at the test's end, checking it exits 0 then.
+// userUID is the normal user a test run as root runs sbx as, where a user
+// would run it without sudo.
+const userUID = 1000
+
+// asUser makes cmd run as userUID when the test runs as root; a test run
+// as a normal user runs it as that user.
+func asUser(cmd *exec.Cmd) {
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: userUID, Gid: userUID}}
+	}
+}
+
+// userDir is a new directory of the user asUser runs commands as.
+func userDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return t.TempDir()
+	}
+	return sharedDir(t, userUID, userUID, 0o755)
+}
+
+// startFollow starts sbx decisions --file path --follow as the user,
+// and stops it with SIGINT at the test's end, checking it exits 0 then.
 func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, stop func()) {
 	t.Helper()
 	cmd := exec.Command(bin, "decisions", "--file", path, "--follow")
+	asUser(cmd)
 	so, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -117,49 +140,42 @@ func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, s
 	return stdout, stderr, stop
 }
 
-// TestDecisionsFileFollow: sbx decisions --file F --follow prints what F
-// holds, then each record the gateway's FileSink writes to it, across a
-// rotation (the file moved away, the sink making a new one at the path),
-// and ends with exit 0 on SIGINT.
+// TestDecisionsFileFollow: sbx decisions --file F --follow, run as a
+// normal user, prints what F holds, then each record the user's own sbx
+// gateway writes to it, across a rotation (the file moved away, the
+// gateway making a new one at the path), and ends with exit 0 on SIGINT.
 func TestDecisionsFileFollow(t *testing.T) {
 	bin := buildSbx(t)
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
-	sink, err := decisionlog.OpenFileSink(path, decisionlog.FileSinkOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := decisionlog.NewLog("", sink)
-	defer log.Close()
-	commit := func(host string) {
+	path := filepath.Join(userDir(t), "decisions.jsonl")
+	gw := startUserGateway(t, bin, "--log", path)
+	// Each request is refused by the default rule and recorded; one
+	// the gateway refuses because its log could not record it is asked
+	// again.
+	ask := func(host string) {
 		t.Helper()
-		r := &decisionlog.Record{Event: decisionlog.EventDecision, Kind: decisionlog.KindHTTP, Method: "GET", Host: host, Port: 80, Path: "/", Action: "allow", Enforced: true, Rule: "r1", Reason: "allowed"}
-		// The commit that finds the file moved away fails; the next makes
-		// a new file at the path.
 		for i := 0; i < 3; i++ {
-			if _, err := log.Commit(r); err == nil {
+			if gw.status(t, "http://"+host+"/") == http.StatusForbidden {
 				return
 			}
 		}
-		t.Fatalf("committing the record of %s failed three times", host)
+		t.Fatalf("the request to %s was not refused by the policy three times", host)
 	}
-	commit("before.test")
+	ask("before.test")
 	stdout, stderr, stop := startFollow(t, bin, path)
 	stdout.waitFor(t, "GET before.test:80/")
-	commit("while.test")
+	ask("while.test")
 	stdout.waitFor(t, "GET while.test:80/")
 
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
-	commit("rotated.test")
+	ask("rotated.test")
 	stdout.waitFor(t, "GET rotated.test:80/")
-	stderr.waitFor(t, "was rotated; following the new file")
-	commit("after.test")
+	ask("after.test")
 	stdout.waitFor(t, "GET after.test:80/")
+	stderr.waitFor(t, "was rotated; following the new file")
 	stop()
-	// Every record of the old file and the new is printed once (the
-	// commit that found the file moved away wrote rotated.test to the old
-	// one, and its retry to the new one, after a dropped record).
+	// Every record of the old file and the new is printed once.
 	var want int
 	for _, p := range []string{path + ".1", path} {
 		b, err := os.ReadFile(p)
@@ -183,12 +199,18 @@ func TestDecisionsFileFollow(t *testing.T) {
 // record; a file cut shorter is read again from its start.
 func TestDecisionsFileFollowWaitsForNewline(t *testing.T) {
 	bin := buildSbx(t)
-	path := filepath.Join(t.TempDir(), "decisions.jsonl")
+	path := filepath.Join(userDir(t), "decisions.jsonl")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if os.Geteuid() == 0 {
+		// The user's own log.
+		if err := f.Chown(userUID, userUID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	line := func(seq uint64, host string) string {
 		r := &decisionlog.Record{Seq: seq, Event: decisionlog.EventDecision, Time: time.Now(), Kind: decisionlog.KindHTTP, Method: "GET", Host: host, Port: 80, Path: "/", Action: "block", Enforced: true, Rule: "default", Reason: "no rule matched"}
 		return string(r.AppendJSON(nil)) + "\n"
@@ -220,5 +242,28 @@ func TestDecisionsFileFollowWaitsForNewline(t *testing.T) {
 	stop()
 	if strings.Contains(stderr.text(), "not a decision record") {
 		t.Errorf("stderr: got %q, want no refused record", stderr.text())
+	}
+}
+
+// TestDecisionsRootLogSaysSudo: a normal user's sbx decisions --file of a
+// log sbx run wrote (root's, mode 0600), followed or not, says to run it
+// with sudo.
+func TestDecisionsRootLogSaysSudo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to write a log of root's (CI runs as root)")
+	}
+	bin := buildSbx(t)
+	path := filepath.Join(userDir(t), "decisions.jsonl")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"decisions", "--file", path}, {"decisions", "--file", path, "--follow"}} {
+		cmd := exec.Command(bin, args...)
+		asUser(cmd)
+		out, err := cmd.CombinedOutput()
+		want := "permission denied; a sandbox's decision log is root's (mode 0600), wherever --log put it: run sbx decisions with sudo"
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("sbx %s as uid %d: got %v, %q; want a failure saying %q", strings.Join(args, " "), userUID, err, out, want)
+		}
 	}
 }

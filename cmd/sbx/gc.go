@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 func newGCCmd() *cobra.Command {
@@ -22,8 +23,10 @@ func newGCCmd() *cobra.Command {
 machine's power cut) and removes what they left: their containers (in
 containerd and in Docker, each when it answers; a containerd shim of sbx's
 namespace that containerd forgot, with what it started), network namespace,
-veth pair, iptables rules and chains, and state in /run/sbx. A sandbox whose
-sbx run lives holds a lease gc cannot take, so it is left alone, and so is
+veth pair, iptables rules and chains, state in /run/sbx, and the overlays of
+the home (--home overlay, --agent) in /var/lib/sbx/homes. A sandbox whose
+sbx run lives holds a lease gc cannot take (and its home overlay names
+its process), so it is left alone, and so is
 anything not named as sbx names its objects (a shim is known by the kernel's
 word: root's process running root's containerd-shim executable). Decision logs and mock journals in /var/lib/sbx are kept, unless
 --logs-older-than DURATION (such as 72h or 30d) is given: then what is kept
@@ -64,7 +67,13 @@ lists them) is removed too, never a running sandbox's. Needs root.`,
 			for _, id := range cleaned {
 				fmt.Fprintf(cmd.OutOrStdout(), "removed sandbox %s\n", id)
 			}
-			if len(cleaned) == 0 && err == nil {
+			// After the containers, which may still have them mounted.
+			homes, herr := run.GCHomes(run.HomesDir(hostRoot))
+			for _, name := range homes {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed home overlay %s\n", name)
+			}
+			err = combine(err, herr)
+			if len(cleaned) == 0 && len(homes) == 0 && err == nil {
 				fmt.Fprintln(cmd.OutOrStdout(), "nothing to remove")
 			}
 			if cmd.Flags().Changed("logs-older-than") {

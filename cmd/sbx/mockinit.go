@@ -50,6 +50,10 @@ not exist yet, or to standard output.`,
 			if agent == "" {
 				return usageErrorf(cmd, "sbx mock init needs --agent %s", strings.Join(starterAgents, "|"))
 			}
+			if agent == "claude" {
+				// The name sbx run --agent gives Claude Code.
+				agent = "claude-code"
+			}
 			if !slices.Contains(starterAgents, agent) {
 				return usageErrorf(cmd, "--agent %q: there is no starter script for it; give one of %s", agent, strings.Join(starterAgents, ", "))
 			}
@@ -64,7 +68,7 @@ not exist yet, or to standard output.`,
 			return writeNewFile(args[0], data)
 		},
 	}
-	cmd.Flags().StringVar(&agent, "agent", "", "the `AGENT` to write a script for: "+strings.Join(starterAgents, ", "))
+	cmd.Flags().StringVar(&agent, "agent", "", "the `AGENT` to write a script for: "+strings.Join(starterAgents, ", ")+" (claude is claude-code)")
 	return cmd
 }
 

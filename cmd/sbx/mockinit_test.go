@@ -34,6 +34,11 @@ func TestMockInit(t *testing.T) {
 			t.Errorf("--agent %s: the file holds %q, want the script", agent, got)
 		}
 	}
+	// claude, the name sbx run --agent gives Claude Code, is claude-code.
+	want, _ := starterScript("claude-code")
+	if stdout, stderr, code := runCLI(t, "mock", "init", "--agent", "claude"); code != 0 || stdout != string(want) {
+		t.Errorf("--agent claude: exit %d, stderr %q, %d bytes; want exit 0 and claude-code's script", code, stderr, len(stdout))
+	}
 	// An existing file, and a link to a missing one, are left alone.
 	existing := filepath.Join(dir, "mine.yaml")
 	os.WriteFile(existing, []byte("turns: []\n"), 0o644)

@@ -35,6 +35,12 @@ type policyFlags struct {
 	Audit        bool     // --audit
 	AskTimeout   string   // --ask-timeout DURATION; empty keeps the file's, else 60s
 	Approvals    string   // --approvals FILE: approved rules, read at start and written by always answers
+	// Implied are rules the command implies rather than a flag of the
+	// policy (sbx run --agent): Build puts them after every rule of the
+	// user, so that the user's own rule for a host wins, and leaves them
+	// out when a rule answers with a scripted LLM, whose hosts the mock
+	// answers instead.
+	Implied []netpolicy.Rule
 }
 
 // AddFlags registers the policy flags on fs. The repeatable flags take one
@@ -157,6 +163,9 @@ func (f *policyFlags) buildOn(base func() (spec netpolicy.Spec, source string, e
 			}
 			spec.Rules = slices.Insert(spec.Rules, at, approved.Rules...)
 		}
+	}
+	if !slices.ContainsFunc(spec.Rules, func(r netpolicy.Rule) bool { return r.Response != nil && r.Response.LLM != "" }) {
+		spec.Rules = append(spec.Rules, f.Implied...)
 	}
 	if f.Default != "" {
 		spec.Default = netpolicy.Action(f.Default)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,8 +68,9 @@ func newPolicyAddCmd(kube *kubeFlags, action netpolicy.Action) *cobra.Command {
 		Short: fmt.Sprintf("Add a rule that %ss PATTERN to a running sandbox or gateway", action),
 		Long: fmt.Sprintf(`%s adds one rule per PATTERN (host, host:port, host:*, *.domain, IP or
 CIDR, as for sbx run) to the running policy; it applies to the next request.
-By default the rule goes last; --position 0 puts it first, before the rules
-it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
+By default the rule goes last, but before the rules sbx run --agent
+implies, which stay after every rule of yours; --position 0 puts it first,
+before the rules it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 		Example: fmt.Sprintf(`  sbx policy %s --sandbox 1a2b3c4d api.github.com
   sbx policy %s --sandbox 1a2b3c4d --position 0 --id gh '*.github.com:443'`, action, action),
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -106,10 +108,13 @@ it should beat.`, strings.ToUpper(string(action[:1]))+string(action[1:])),
 					return usageError(cmd, fmt.Errorf("%w\n%s", err, patternHelp))
 				}
 				req := api.AddRule{Rule: netpolicy.Rule{ID: id, Host: host, Ports: ports, Action: action}}
+				var ifVersion uint64
 				if cmd.Flags().Changed("position") {
 					req.Position = &position
+				} else if req.Position, ifVersion, err = beforeImplied(cmd.Context(), c); err != nil {
+					return fmt.Errorf("%s %s: %w", action, pattern, err)
 				}
-				added, err := c.AddRule(cmd.Context(), req, 0)
+				added, err := c.AddRule(cmd.Context(), req, ifVersion)
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", action, pattern, err)
 				}
@@ -227,4 +232,25 @@ func writeRules(out io.Writer, rules []netpolicy.Rule) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(r.ID), printable(action), printable(r.Host), strings.Join(ports, ","), printable(strings.Join(r.Methods, ",")), printable(r.Path))
 	}
 	return tw.Flush()
+}
+
+// beforeImplied is where a rule added without --position goes: nil for
+// last, or the place of the first of the rules sbx run --agent implied
+// when the policy ends with them, so that the user's rule comes before
+// them as the user's flags do (docs/home.md). ifVersion is the version
+// of the policy read, for the change to be made only on it (else none).
+func beforeImplied(ctx context.Context, c *api.Client) (position *int, ifVersion uint64, _ error) {
+	p, err := c.Policy(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	rules := p.Policy.Rules
+	n := len(rules)
+	for n > 0 && strings.HasPrefix(rules[n-1].ID, agentRulePrefix) {
+		n--
+	}
+	if n == len(rules) {
+		return nil, 0, nil
+	}
+	return &n, p.Version, nil
 }

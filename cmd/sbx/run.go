@@ -363,8 +363,15 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 // scripts it names, the mocks and recordings, the resolver's settings,
 // the upstreams' CA.
 func (o runOptions) readConfig(cmd *cobra.Command, spec *run.Spec) error {
+	if o.agent != "" && len(o.mockLLM) == 0 {
+		o.policy.Implied = agentRules(o.agent)
+	}
 	recordings, err := o.read(cmd, &spec.Gateway)
 	spec.Recordings = recordings
+	if err == nil && o.agent != "" && !o.silent() {
+		mocked := len(spec.Gateway.MockLLM) > 0 || len(spec.Gateway.LLMScripts) > 0
+		fmt.Fprintln(cmd.ErrOrStderr(), "sbx: "+agentNote(o.agent, o.policy.Implied, mocked))
+	}
 	return err
 }
 
@@ -378,6 +385,10 @@ func runNotes(stderr io.Writer, quiet, hostLayout bool, cwd string, capAdd []str
 		case run.UserChosen:
 			if !quiet {
 				line = userNote(n.User, hostLayout, cwd, capAdd)
+			}
+		case run.AgentMissing:
+			if !quiet {
+				line = agentMissingNote(n)
 			}
 		case run.NoInit:
 			if !quiet {

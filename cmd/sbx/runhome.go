@@ -21,7 +21,7 @@ func homeFlags(fs *pflag.FlagSet, home, agent, dir *string) {
 	fs.StringVar(dir, "home-dir", "", "the user's home (tests)")
 	fs.MarkHidden("home-dir")
 	fs.StringVar(home, "home", string(rootfs.HomeEmpty), "with --rootfs host: the user's home as empty (a fresh HOME), ro (read-only), overlay (writes thrown away at the end) or rw (`MODE`); all but rw show its credential stores (~/.ssh, ~/.aws, the agents' logins, ...) empty")
-	fs.StringVar(agent, "agent", "", "with --rootfs host: show only the `AGENT`'s install and settings of the home (claude, codex or gemini), as an overlay, its login files read empty")
+	fs.StringVar(agent, "agent", "", "with --rootfs host: show only the `AGENT`'s install and settings of the home (claude, codex or gemini), as an overlay, its login files read empty; allows its API hosts after your rules (docs/home.md)")
 }
 
 // homeMode checks --home and --agent against the root filesystem flags

@@ -8,6 +8,12 @@ type Note interface{ isNote() }
 // UserChosen says who the command will run as, before anything is made.
 type UserChosen struct{ User User }
 
+// AgentMissing says that none of the paths of the home that show
+// RootFS.Agent's install and settings (rootfs.Agents, and an npm -g
+// install in a prefix of the home) exists in Home: the sandbox shows
+// nothing of that agent.
+type AgentMissing struct{ Agent, Home string }
+
 // NoInit says that no init (tini) was found: the command runs as PID 1,
 // which ignores SIGTERM unless it handles it.
 type NoInit struct{}
@@ -32,8 +38,9 @@ type Recorded struct {
 	Exchanges  int
 }
 
-func (UserChosen) isNote() {}
-func (NoInit) isNote()     {}
-func (Closed) isNote()     {}
-func (Recorded) isNote()   {}
-func (NotKept) isNote()    {}
+func (UserChosen) isNote()   {}
+func (NoInit) isNote()       {}
+func (AgentMissing) isNote() {}
+func (Closed) isNote()       {}
+func (Recorded) isNote()     {}
+func (NotKept) isNote()      {}

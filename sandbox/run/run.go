@@ -32,6 +32,11 @@ const (
 	DefaultHostRoot = "/var/lib/sbx/hostroot"
 )
 
+// HomesDir is where the overlays of the home (--home overlay, --agent) of
+// the host layout whose skeleton root is hostRoot are mounted: beside it,
+// in homes. GCHomes removes those a killed run left there.
+func HomesDir(hostRoot string) string { return filepath.Join(filepath.Dir(hostRoot), "homes") }
+
 // Runtime is a container runtime Start runs the sandbox with, already
 // connected: *sandbox.Containerd or *sandbox.Docker. The caller closes
 // it, after Close.
@@ -318,8 +323,14 @@ func prepare(spec *Spec) (prepared, error) {
 			hostRoot = DefaultHostRoot
 		}
 		var home rootfs.HomeView
-		if home, p.release, err = homeView(fsys, p.user, filepath.Join(filepath.Dir(hostRoot), "homes")); err != nil {
+		if home, p.release, err = homeView(fsys, p.user, HomesDir(hostRoot)); err != nil {
 			return p, err
+		}
+		if fsys.Agent != "" && spec.Notes != nil && !slices.ContainsFunc(home.Show, func(rel string) bool {
+			_, err := os.Lstat(filepath.Join(home.Dir, rel))
+			return err == nil
+		}) {
+			spec.Notes(AgentMissing{Agent: fsys.Agent, Home: home.Dir})
 		}
 		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize, Home: home})
 		p.layout.Env = append(p.layout.Env, homePath(home)...)
