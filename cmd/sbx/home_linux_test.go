@@ -181,7 +181,7 @@ func TestPrivilegedAgentHome(t *testing.T) {
 	home := agentHome(t)
 	state := t.TempDir()
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.215.0/24",
-		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "claude", "--version")
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--block", "api.anthropic.com", "--home-dir", home, "--", "claude", "--version")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -264,7 +264,7 @@ func TestPrivilegedAgentNpmInstall(t *testing.T) {
 	os.WriteFile(filepath.Join(prefix, "bin", "other"), []byte("#!/bin/sh\n"), 0o755)
 	state := t.TempDir()
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.215.0/24",
-		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "/bin/sh", "-c",
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--block", "api.anthropic.com", "--home-dir", home, "--", "/bin/sh", "-c",
 		"claude; ls $HOME/.npm-prefix/lib/node_modules; cat $HOME/.npmrc $HOME/notes.txt 2>/dev/null; true")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
@@ -306,7 +306,7 @@ func TestPrivilegedAgentRealClaudeCode(t *testing.T) {
 	state := t.TempDir()
 	script := "claude --version; cat ~/.claude/settings.json; echo; wc -c < ~/.claude/.credentials.json; cat ~/.claude.json 2>/dev/null | wc -c"
 	stdout, stderr, code := runCLI(t, "run", "--quiet", "--state-dir", state, "--subnet-pool", "10.213.216.0/24",
-		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--home-dir", home, "--", "/bin/sh", "-c", script)
+		"--log", filepath.Join(state, "log.jsonl"), "--agent", "claude", "--block", "api.anthropic.com", "--home-dir", home, "--", "/bin/sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
