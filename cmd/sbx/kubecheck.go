@@ -202,7 +202,10 @@ func newKubeNPProbeCmd() *cobra.Command {
 		Use:    "np-probe listen | dial ADDR --until open|refused",
 		Short:  "Serve or try a TCP connection (the probe pods of sbx kube check)",
 		Hidden: true,
-		Args:   usageArgs(cobra.RangeArgs(1, 2)),
+		Example: `  # In sbx kube check's probe pods.
+  sbx kube np-probe listen
+  sbx kube np-probe dial 10.244.0.9:15080 --until refused`,
+		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case args[0] == "listen" && len(args) == 1:
