@@ -58,6 +58,7 @@ type runOptions struct {
 	tmpSize    string
 	home       string
 	agent      string
+	login      string
 	homeDir    string // hidden: for tests
 	noCapture  bool
 	noPrompt   bool
@@ -149,6 +150,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.pidsLimit, "pids-limit", def.Pids, "limit processes and threads to `N`; 0 for no limit")
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(rootfs.DefaultTmpSize), "with --rootfs host: the size of /tmp and of HOME, each (`BYTES`)")
 	homeFlags(fs, &o.home, &o.agent, &o.homeDir)
+	loginFlag(fs, &o.login)
 	fs.StringArrayVar(&o.capAdd, "cap-add", nil, "give the command back `CAP`, one of "+strings.Join(sandbox.DroppedCapabilities, ", ")+" (never CAP_NET_ADMIN); repeatable")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
@@ -313,10 +315,17 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
+	lf := run.RootFS{Image: o.image, Home: home, Agent: o.agent, Login: o.login}
+	if o.rootfs != "host" {
+		lf.Dir = o.rootfs
+	}
+	if err := lf.CheckLogin(); err != nil {
+		return run.Spec{}, &exitError{code: exitUsage, err: err}
+	}
 	spec := run.Spec{
 		Command:  args,
 		Name:     o.name,
-		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize, Home: home, Agent: o.agent, HomeDir: o.homeDir},
+		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize, Home: home, Agent: o.agent, HomeDir: o.homeDir, Login: o.login},
 		Env:      o.env,
 		Cwd:      cwd,
 		Workdir:  o.workdir,
