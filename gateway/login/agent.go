@@ -13,7 +13,7 @@ type agent struct {
 	file       string   // below the home, with slashes
 	apiHosts   []string // where the access token goes
 	keyHosts   []string // where an API key in the file goes (Codex)
-	tokenHost  string   // the token endpoint's host
+	tokenHosts []string // the token endpoint's hosts (the agent's versions differ)
 	tokenPath  string   // and path
 	secretBase string   // the secrets' names start with it
 }
@@ -22,15 +22,15 @@ type agent struct {
 var agents = map[string]*agent{
 	"claude": {
 		name: "claude", file: ".claude/.credentials.json",
-		apiHosts:  []string{"api.anthropic.com"},
-		tokenHost: "console.anthropic.com", tokenPath: "/v1/oauth/token",
+		apiHosts:   []string{"api.anthropic.com"},
+		tokenHosts: []string{"platform.claude.com", "console.anthropic.com"}, tokenPath: "/v1/oauth/token",
 		secretBase: "CLAUDE",
 	},
 	"codex": {
 		name: "codex", file: ".codex/auth.json",
-		apiHosts:  []string{"chatgpt.com"},
-		keyHosts:  []string{"api.openai.com"},
-		tokenHost: "auth.openai.com", tokenPath: "/oauth/token",
+		apiHosts:   []string{"chatgpt.com"},
+		keyHosts:   []string{"api.openai.com"},
+		tokenHosts: []string{"auth.openai.com"}, tokenPath: "/oauth/token",
 		secretBase: "CODEX",
 	},
 }

@@ -13,8 +13,9 @@
 //
 // The formats and flows, as the published packages have them:
 //
-// Claude Code (npm @anthropic-ai/claude-code, cli.js of 1.0.35): the
-// login is ~/.claude/.credentials.json, mode 0600,
+// Claude Code (npm @anthropic-ai/claude-code: cli.js of 1.0.35, and the
+// strings of 2.1.332's native binary): the login is
+// ~/.claude/.credentials.json, mode 0600,
 //
 //	{"claudeAiOauth": {"accessToken": "sk-ant-oat01-...", "refreshToken": "sk-ant-ort01-...",
 //	  "expiresAt": 1748276587173, "scopes": ["user:inference", "user:profile"],
@@ -23,10 +24,12 @@
 // expiresAt in milliseconds. The access token is sent as
 // "Authorization: Bearer" to https://api.anthropic.com (the Messages API,
 // and /api/oauth/profile, /api/oauth/claude_cli/roles). Five minutes
-// before expiresAt the CLI POSTs to TOKEN_URL
-// https://console.anthropic.com/v1/oauth/token the JSON
+// before expiresAt the CLI POSTs to its TOKEN_URL,
+// https://platform.claude.com/v1/oauth/token (2.1.332;
+// https://console.anthropic.com/v1/oauth/token in 1.0.35), the JSON
 // {"grant_type": "refresh_token", "refresh_token": ..., "client_id":
-// "9d1c250a-e61b-44d9-88ed-5944d1962f5e"} and takes access_token,
+// "9d1c250a-e61b-44d9-88ed-5944d1962f5e"} (2.1.332 adds "scope", the
+// scopes joined by spaces, and may add "expires_in") and takes access_token,
 // refresh_token (the old one when absent), expires_in (seconds) and scope
 // (space separated) from the answer.
 //

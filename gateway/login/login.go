@@ -24,9 +24,9 @@ const maxFile = 64 << 10
 // concurrent use.
 type Login struct {
 	a     *agent
-	token netpolicy.SecretHost // the token endpoint's host and port
-	file  []byte               // the host file as read
-	copy  []byte               // the sandbox's copy
+	token []netpolicy.SecretHost // the token endpoint's hosts and port
+	file  []byte                 // the host file as read
+	copy  []byte                 // the sandbox's copy
 
 	access *secrets.Secret // the access token, bound to the API hosts
 	apiKey *secrets.Secret // Codex's API key; nil when none
@@ -48,7 +48,8 @@ type Login struct {
 type Endpoints struct {
 	// APIHosts take the access token (and an API key).
 	APIHosts []string
-	// Token is the token endpoint's host; its path is the agent's.
+	// Token is the token endpoint's host, in place of the agent's; its
+	// path is the agent's.
 	Token string
 }
 
@@ -72,13 +73,17 @@ func ParseAt(name string, b []byte, e Endpoints) (*Login, error) {
 			c.apiHosts, c.keyHosts = e.APIHosts, e.APIHosts
 		}
 		if e.Token != "" {
-			c.tokenHost = e.Token
+			c.tokenHosts = []string{e.Token}
 		}
 		a = &c
 	}
-	token, err := netpolicy.ParseSecretHost(a.tokenHost)
-	if err != nil {
-		return nil, fmt.Errorf("login %s: the token endpoint: %w", name, err)
+	var token []netpolicy.SecretHost
+	for _, h := range a.tokenHosts {
+		th, err := netpolicy.ParseSecretHost(h)
+		if err != nil {
+			return nil, fmt.Errorf("login %s: the token endpoint: %w", name, err)
+		}
+		token = append(token, th)
 	}
 	t, err := a.parse(b)
 	if err != nil {
@@ -151,20 +156,25 @@ func (l *Login) Bind(set *secrets.Set) {
 }
 
 // Hosts are the hosts the login needs reached: the API hosts, then the
-// token endpoint's.
+// token endpoint's (each the agent's versions have used).
 func (l *Login) Hosts() []string {
 	h := append([]string(nil), l.a.apiHosts...)
 	if l.apiKey != nil {
 		h = append(h, l.a.keyHosts...)
 	}
-	return append(h, l.a.tokenHost)
+	return append(h, l.a.tokenHosts...)
 }
 
 // TokenEndpoint reports whether host (normalized) on port is the
 // login's token endpoint's host, whose requests the gateway inspects so
 // that a refresh goes through Refresher.
 func (l *Login) TokenEndpoint(host string, port uint16) bool {
-	return l.token.Match(host, port)
+	for _, th := range l.token {
+		if th.Match(host, port) {
+			return true
+		}
+	}
+	return false
 }
 
 // String names the login, never a token.

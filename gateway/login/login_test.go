@@ -120,7 +120,7 @@ func agentSide(t *testing.T, rt http.RoundTripper, method, rawURL, ct, body stri
 // tokenURL is the agent's token endpoint.
 func tokenURL(agent string) string {
 	a := agents[agent]
-	return "https://" + a.tokenHost + a.tokenPath
+	return "https://" + a.tokenHosts[0] + a.tokenPath
 }
 
 // TestRefreshWithPlaceholder: the agent's refresh with its placeholder is
@@ -232,8 +232,8 @@ func TestRefresherAttacker(t *testing.T) {
 		{"authorization code", "POST", tokenURL("claude"), "application/json", `{"grant_type":"authorization_code","code":"` + ph + `"}`},
 		{"form with the token twice", "POST", tokenURL("claude"), "application/x-www-form-urlencoded", "grant_type=refresh_token&refresh_token=" + ph + "&refresh_token=x"},
 		{"grant twice", "POST", tokenURL("claude"), "application/x-www-form-urlencoded", "grant_type=refresh_token&grant_type=password&refresh_token=" + ph},
-		{"plain http", "POST", "http://console.anthropic.com/v1/oauth/token", "application/json", refreshBody("claude", ph)},
-		{"another path", "POST", "https://console.anthropic.com/v1/oauth/token/introspect", "application/json", refreshBody("claude", ph)},
+		{"plain http", "POST", "http://platform.claude.com/v1/oauth/token", "application/json", refreshBody("claude", ph)},
+		{"another path", "POST", "https://platform.claude.com/v1/oauth/token/introspect", "application/json", refreshBody("claude", ph)},
 		{"get", "GET", tokenURL("claude") + "?grant_type=refresh_token&refresh_token=" + ph, "", ""},
 		{"made-up token", "POST", tokenURL("claude"), "application/json", refreshBody("claude", "sbx-login-claude-refresh-00")},
 		{"the access placeholder", "POST", tokenURL("claude"), "application/json", refreshBody("claude", l.ph.access)},

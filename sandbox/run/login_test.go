@@ -88,3 +88,31 @@ func TestKeepLogin(t *testing.T) {
 		t.Errorf("the copy is still there after remove: %v", err)
 	}
 }
+
+// TestKeepLoginOverlay: with the home's overlay, the copy is written in
+// it (the agent may replace it by a rename), the user's, 0600, and the
+// file below it the host has is left as it was.
+func TestKeepLoginOverlay(t *testing.T) {
+	home, merged := t.TempDir(), t.TempDir()
+	real := `{"claudeAiOauth":{"accessToken":"real-access","refreshToken":"real-refresh","expiresAt":1,"scopes":[],"subscriptionType":"pro"}}`
+	for _, d := range []string{home, merged} {
+		os.MkdirAll(filepath.Join(d, ".claude"), 0o700)
+		os.WriteFile(filepath.Join(d, ".claude/.credentials.json"), []byte(real), 0o600)
+	}
+	dest := filepath.Join(home, ".claude/.credentials.json")
+	p := &prepared{user: User{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}, layout: rootfs.Layout{Masked: []string{dest}}}
+	spec := &Spec{RootFS: RootFS{Agent: "claude", Login: "claude"}}
+	if _, err := keepLogin(spec, p, rootfs.HomeView{Dir: home, Source: merged, Mode: rootfs.HomeOverlay}, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.layout.Masked) != 0 || len(p.layout.Mounts) != 0 {
+		t.Errorf("got masked %v and mounts %v, want the store unmasked and no mount", p.layout.Masked, p.layout.Mounts)
+	}
+	b, _ := os.ReadFile(filepath.Join(merged, ".claude/.credentials.json"))
+	if strings.Contains(string(b), "real-") || !strings.Contains(string(b), "sbx-login-claude-refresh-") {
+		t.Errorf("got the overlay's file %s, want the copy", b)
+	}
+	if b, _ := os.ReadFile(dest); string(b) != real {
+		t.Errorf("got the host's file %s, want it as it was", b)
+	}
+}
