@@ -14,6 +14,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
 // loginScript is what the sandbox runs in TestPrivilegedLogin, as uid
@@ -160,5 +163,133 @@ func TestPrivilegedLogin(t *testing.T) {
 	if !strings.Contains(string(b), `"accessToken": "real-access-1"`) || !strings.Contains(string(b), `"refreshToken": "real-refresh-1"`) ||
 		fi.Mode() != 0o600 || st.Uid != 1000 || st.Gid != 1000 {
 		t.Errorf("the host file: got %s, mode %v, owner %d:%d; want the new tokens, 0600, 1000:1000", b, fi.Mode(), st.Uid, st.Gid)
+	}
+}
+
+// TestPrivilegedLoginRealClaudeCode runs the real Claude Code CLI (cached
+// by the agent tests), installed in the home of uid 1000 whose login
+// expires in a minute, headless with --agent claude --login claude,
+// against stand-ins of api.anthropic.com (the scripted LLM, taking only
+// the current access token) and platform.claude.com's token endpoint:
+// Claude Code refreshes through the gateway, which refreshes with the
+// real refresh token and writes the new tokens to the user's file;
+// Claude Code gets its answer; no real token is in its output or the
+// decision log.
+func TestPrivilegedLoginRealClaudeCode(t *testing.T) {
+	skipUnlessRoot(t)
+	cached := filepath.Join(installAgent(t, claudeCodePackage), "node_modules", claudeCodePackage.name)
+	shared := readableDir(t)
+	script := filepath.Join(shared, "claude-code.yaml")
+	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "claude-code", script); code != 0 {
+		t.Fatalf("sbx mock init --agent claude-code: exit %d: %s", code, stderr)
+	}
+	parsed, err := mockllm.ParseScriptFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := mockllm.New(parsed)
+	up := newCaptureUpstream(t, shared)
+	var roots []byte
+	var certs []tls.Certificate
+	for _, name := range []string{"api.anthropic.com", "platform.claude.com"} {
+		caPEM, cert := testCertificate(t, name)
+		roots = append(roots, caPEM...)
+		certs = append(certs, cert)
+	}
+	upCA := filepath.Join(shared, "login-ca.pem")
+	if err := os.WriteFile(upCA, roots, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	access, refresh, n := "real-access-0", "real-refresh-0", 0
+	var sent []string
+	ln := listenIn(t, up.Name, func() (io.Closer, error) { return net.Listen("tcp", up.Addr+":443") }).(net.Listener)
+	hs := &http.Server{TLSConfig: &tls.Config{Certificates: certs}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Method+" "+r.Host+r.URL.Path+" "+r.Header.Get("Authorization"))
+		cur := access
+		mu.Unlock()
+		if r.Host != "platform.claude.com" {
+			if r.Header.Get("Authorization") != "Bearer "+cur {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				io.WriteString(w, `{"type":"error","error":{"type":"authentication_error","message":"OAuth token has expired."}}`)
+				return
+			}
+			model.ServeHTTP(w, r)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		var q map[string]any
+		json.Unmarshal(b, &q)
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if q["grant_type"] != "refresh_token" || q["refresh_token"] != refresh {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error":"invalid_grant","error_description":"Refresh token not found or invalid"}`)
+			return
+		}
+		n++
+		access, refresh = fmt.Sprintf("real-access-%d", n), fmt.Sprintf("real-refresh-%d", n)
+		fmt.Fprintf(w, `{"token_type":"Bearer","access_token":%q,"refresh_token":%q,"expires_in":28800,"scope":"user:inference user:profile"}`, access, refresh)
+	})}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := fakeHome(t)
+	pkg := filepath.Join(home, ".npm-global/lib/node_modules", claudeCodePackage.name)
+	os.MkdirAll(filepath.Dir(pkg), 0o755)
+	if out, err := exec.Command("cp", "-al", cached, pkg).CombinedOutput(); err != nil {
+		os.RemoveAll(pkg)
+		if out, err := exec.Command("cp", "-a", cached, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+	} else if len(out) > 0 {
+		t.Log(string(out))
+	}
+	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
+	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", filepath.Join(home, ".npm-global/bin/claude")); err != nil {
+		t.Fatal(err)
+	}
+	cred := filepath.Join(home, ".claude/.credentials.json")
+	expires := time.Now().Add(time.Minute).UnixMilli() // within Claude Code's five minutes: it refreshes first
+	file := fmt.Sprintf(`{"claudeAiOauth":{"accessToken":"real-access-0","refreshToken":"real-refresh-0","expiresAt":%d,"scopes":["user:inference","user:profile"],"subscriptionType":"max"}}`, expires)
+	if err := os.WriteFile(cred, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, home, 1000, 1000)
+	state := t.TempDir()
+	logFile := filepath.Join(state, "decisions.jsonl")
+	stdout, stderr, code := runCLI(t, "run", "--show", "blocks", "--state-dir", state, "--subnet-pool", "10.213.230.0/24", "--log", logFile,
+		"--host-dns", up.Addr, "--allow-private", up.Net, "--upstream-ca", upCA,
+		"--allow", "api.anthropic.com", "--allow", "platform.claude.com",
+		"--agent", "claude", "--login", "claude", "--home-dir", home,
+		"--", "claude", "-p", "say hello", "--model", "claude-sonnet-4-5", "--dangerously-skip-permissions", "--output-format", "json")
+	mu.Lock()
+	all := strings.Join(sent, "\n")
+	refreshes := n
+	mu.Unlock()
+	t.Logf("exit %d\n%s\n%s\nthe stand-ins got:\n%s", code, stdout, stderr, all)
+	var out struct {
+		Result  string
+		IsError bool `json:"is_error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.IsError || code != 0 {
+		t.Fatalf("claude's output is not a successful JSON result (exit %d, %v)", code, err)
+	}
+	if want := "Hello from the scripted model."; out.Result != want {
+		t.Errorf("the final answer: got %q, want %q", out.Result, want)
+	}
+	if refreshes == 0 || !strings.Contains(all, "Bearer real-access-"+fmt.Sprint(refreshes)) {
+		t.Errorf("got %d refreshes, want Claude Code's refresh performed and the new token used", refreshes)
+	}
+	log, _ := os.ReadFile(logFile)
+	if strings.Contains(stdout+stderr+string(log), "real-") {
+		t.Errorf("Claude Code's output, sbx's or the decision log holds a real token")
+	}
+	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), fmt.Sprintf(`"refreshToken": "real-refresh-%d"`, refreshes)) {
+		t.Errorf("the host file: got %s, want the refreshed tokens", b)
 	}
 }
