@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -290,6 +291,137 @@ func TestPrivilegedLoginRealClaudeCode(t *testing.T) {
 		t.Errorf("Claude Code's output, sbx's or the decision log holds a real token")
 	}
 	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), fmt.Sprintf(`"refreshToken": "real-refresh-%d"`, refreshes)) {
+		t.Errorf("the host file: got %s, want the refreshed tokens", b)
+	}
+}
+
+// TestPrivilegedLoginRealCodex runs the real Codex CLI (cached by the
+// agent tests), from the home of uid 1000 whose ChatGPT login was last
+// refreshed long ago, with --agent codex --login codex, against stand-ins
+// of chatgpt.com (taking only the current access token) and
+// auth.openai.com's token endpoint: Codex refreshes through the gateway,
+// which refreshes with the real refresh token (the stand-in rotates them)
+// and writes the new tokens to the user's file; Codex then calls
+// chatgpt.com with the new token put in; no real token is in its output
+// or the decision log. The stand-in does not speak ChatGPT's account
+// discovery (/backend-api/wham/accounts/check), so codex exec stops
+// there ("workspace routing discovery failed") before asking the model:
+// the test checks the login, not the session.
+func TestPrivilegedLoginRealCodex(t *testing.T) {
+	skipUnlessRoot(t)
+	cached := filepath.Join(installAgent(t, codexPackage), "node_modules", codexPackage.name)
+	shared := readableDir(t)
+	script := filepath.Join(shared, "codex.yaml")
+	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "codex", script); code != 0 {
+		t.Fatalf("sbx mock init --agent codex: exit %d: %s", code, stderr)
+	}
+	parsed, err := mockllm.ParseScriptFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := mockllm.New(parsed)
+	up := newCaptureUpstream(t, shared)
+	var roots []byte
+	var certs []tls.Certificate
+	for _, name := range []string{"chatgpt.com", "auth.openai.com"} {
+		caPEM, cert := testCertificate(t, name)
+		roots = append(roots, caPEM...)
+		certs = append(certs, cert)
+	}
+	upCA := filepath.Join(shared, "login-ca.pem")
+	if err := os.WriteFile(upCA, roots, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idToken := func(n int) string {
+		enc := base64.RawURLEncoding.EncodeToString
+		claims := fmt.Sprintf(`{"email":"u@example.com","exp":%d,"https://api.openai.com/auth":{"chatgpt_plan_type":"pro","chatgpt_account_id":"acct-1","chatgpt_user_id":"user-1"}}`, time.Now().Add(time.Hour).Unix())
+		return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc([]byte(claims)) + "." + fmt.Sprintf("real-id-signature-%d", n)
+	}
+	var mu sync.Mutex
+	access, refresh, n := "real-access-0", "real-refresh-0", 0
+	var sent []string
+	ln := listenIn(t, up.Name, func() (io.Closer, error) { return net.Listen("tcp", up.Addr+":443") }).(net.Listener)
+	hs := &http.Server{TLSConfig: &tls.Config{Certificates: certs}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent = append(sent, r.Method+" "+r.Host+r.URL.Path+" "+r.Header.Get("Authorization"))
+		cur := access
+		mu.Unlock()
+		if r.Host != "auth.openai.com" {
+			if r.Header.Get("Authorization") != "Bearer "+cur {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				io.WriteString(w, `{"error":{"message":"Your authentication token has expired.","code":"token_expired"}}`)
+				return
+			}
+			if strings.HasSuffix(r.URL.Path, "/codex/responses") {
+				r.URL.Path = "/v1/responses"
+			}
+			model.ServeHTTP(w, r)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		var q map[string]any
+		json.Unmarshal(b, &q)
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if q["grant_type"] != "refresh_token" || q["refresh_token"] != refresh {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":{"message":"Your refresh token has already been used to generate a new access token.","type":"invalid_request_error","code":"refresh_token_reused"}}`)
+			return
+		}
+		n++
+		access, refresh = fmt.Sprintf("real-access-%d", n), fmt.Sprintf("real-refresh-%d", n)
+		fmt.Fprintf(w, `{"id_token":%q,"access_token":%q,"refresh_token":%q}`, idToken(n), access, refresh)
+	})}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+
+	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
+	home := fakeHome(t)
+	pkg := filepath.Join(home, ".npm-global/lib/node_modules", codexPackage.name)
+	os.MkdirAll(filepath.Dir(pkg), 0o755)
+	// As npm -g installs it: the platform's binary package nested below.
+	native := filepath.Join(pkg, "node_modules/@openai")
+	for _, c := range [][2]string{{cached, pkg}, {filepath.Join(filepath.Dir(cached), "codex-linux-x64"), filepath.Join(native, "codex-linux-x64")}} {
+		os.MkdirAll(filepath.Dir(c[1]), 0o755)
+		if out, err := exec.Command("cp", "-a", c[0], c[1]).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+	}
+	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
+	if err := os.Symlink("../lib/node_modules/@openai/codex/bin/codex.js", filepath.Join(home, ".npm-global/bin/codex")); err != nil {
+		t.Fatal(err)
+	}
+	cred := filepath.Join(home, ".codex/auth.json")
+	file := fmt.Sprintf(`{"OPENAI_API_KEY":null,"tokens":{"id_token":%q,"access_token":"real-access-0","refresh_token":"real-refresh-0","account_id":"acct-1"},"last_refresh":"2025-01-01T00:00:00Z"}`, idToken(0))
+	if err := os.WriteFile(cred, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chownTree(t, home, 1000, 1000)
+	state := t.TempDir()
+	logFile := filepath.Join(state, "decisions.jsonl")
+	stdout, stderr, code := runCLI(t, "run", "--show", "blocks", "--state-dir", state, "--subnet-pool", "10.213.231.0/24", "--log", logFile,
+		"--host-dns", up.Addr, "--allow-private", up.Net, "--upstream-ca", upCA,
+		"--allow", "chatgpt.com", "--allow", "auth.openai.com",
+		"--agent", "codex", "--login", "codex", "--home-dir", home,
+		"--", "codex", "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "say hello")
+	mu.Lock()
+	all := strings.Join(sent, "\n")
+	refreshes := n
+	mu.Unlock()
+	t.Logf("exit %d\n%s\n%s\nthe stand-ins got:\n%s", code, stdout, stderr, all)
+	if strings.Contains(stderr, "log in again") || strings.Contains(stderr, "refresh_token_reused") {
+		t.Errorf("Codex says its login failed")
+	}
+	if refreshes == 0 || !strings.Contains(all, "Bearer real-access-"+fmt.Sprint(refreshes)) {
+		t.Errorf("got %d refreshes, want Codex's refresh performed and the new token used", refreshes)
+	}
+	log, _ := os.ReadFile(logFile)
+	if strings.Contains(stdout+stderr+string(log), "real-") {
+		t.Errorf("Codex's output, sbx's or the decision log holds a real token")
+	}
+	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), fmt.Sprintf(`"refresh_token": "real-refresh-%d"`, refreshes)) {
 		t.Errorf("the host file: got %s, want the refreshed tokens", b)
 	}
 }
