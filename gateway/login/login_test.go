@@ -412,3 +412,19 @@ func TestReadRefusesLinks(t *testing.T) {
 		}
 	})
 }
+
+// TestRefresherPassesLargeBodies: a body to the token endpoint over the
+// bound (no refresh) goes on whole, as it came.
+func TestRefresherPassesLargeBodies(t *testing.T) {
+	s := &tokenStandIn{agent: "claude", refresh: "real-refresh-0"}
+	next := startStandIn(t, s)
+	l, err := Parse("claude", claudeFile("real-access-0", "real-refresh-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"grant_type":"x","pad":"` + strings.Repeat("a", maxFile+10) + `"}`
+	agentSide(t, l.Refresher(next, &decisionlog.Record{}), "POST", tokenURL("claude"), "application/json", body)
+	if got := s.got(); !strings.HasSuffix(got, body) {
+		t.Errorf("the endpoint got %d bytes, want the %d sent", len(got), len(body))
+	}
+}

@@ -48,14 +48,23 @@ func (rt refresher) RoundTrip(r *http.Request) (*http.Response, error) {
 		return rt.next.RoundTrip(r)
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxFile+1))
-	r.Body.Close()
 	if err != nil {
+		r.Body.Close()
 		return nil, err
 	}
-	req, ok := parseRefresh(r.Header.Get("Content-Type"), b)
-	if !ok || len(b) > maxFile || req.get("grant_type") != "refresh_token" || req.get("refresh_token") != rt.l.ph.refresh {
+	if len(b) > maxFile { // no refresh: sent on whole, as it came
 		r2 := r.Clone(r.Context())
-		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		r2.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), r.Body), r.Body}
+		return rt.next.RoundTrip(r2)
+	}
+	r.Body.Close()
+	req, ok := parseRefresh(r.Header.Get("Content-Type"), b)
+	if !ok || req.get("grant_type") != "refresh_token" || req.get("refresh_token") != rt.l.ph.refresh {
+		r2 := r.Clone(r.Context())
+		r2.Body, r2.ContentLength, r2.TransferEncoding = io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 		return rt.next.RoundTrip(r2)
 	}
 	return rt.l.refresh(r, req, rt.next, rt.rec)
@@ -140,7 +149,7 @@ func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTrippe
 	used := l.real
 	body, ct := q.encode(used.refresh)
 	up := r.Clone(r.Context())
-	up.Body, up.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	up.Body, up.ContentLength, up.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 	up.Header.Set("Content-Type", ct)
 	up.Header.Del("Accept-Encoding") // the answer is read here, decoded by the transport
 	up.Header.Del("Content-Length")

@@ -59,7 +59,7 @@ func keepLogin(spec *Spec, p *prepared, home rootfs.HomeView, dir string) (func(
 	name := spec.RootFS.Login
 	l, err := login.Read(name, home.Dir, int(p.user.UID))
 	if err != nil {
-		return nil, &LoginError{Agent: name, Reason: err.Error()}
+		return nil, &LoginError{Agent: name, Reason: strings.TrimPrefix(err.Error(), "login "+name+": ")}
 	}
 	dest := filepath.Join(home.Dir, l.File())
 	if home.Source != home.Dir && home.Source != "" {
