@@ -216,6 +216,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err := o.readConfig(cmd, &spec); err != nil {
 		return 0, err
 	}
+	if !o.silent() {
+		loginHostsNote(stderr, o.login, spec.Gateway.Policy)
+	}
 	// Questions asked on the terminal (prompt.go), when there is one the
 	// command does not own.
 	prompt := o.newRunPrompt(cmd.InOrStdin())

@@ -38,6 +38,17 @@ var agents = map[string]*agent{
 // Agents are the names Read and Parse take, sorted.
 func Agents() []string { return []string{"claude", "codex"} }
 
+// Hosts are the hosts agent's login goes to: its API hosts (the access
+// token's), then its token endpoint's (each the agent's versions have
+// used); none for a name that is not one of Agents.
+func Hosts(name string) []string {
+	a := agents[name]
+	if a == nil {
+		return nil
+	}
+	return append(append([]string(nil), a.apiHosts...), a.tokenHosts...)
+}
+
 // File is where agent keeps its login, below the home, with slashes; ""
 // for a name that is not one of Agents.
 func File(name string) string {
