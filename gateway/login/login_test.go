@@ -98,8 +98,16 @@ func TestParseRefusesNoLogin(t *testing.T) {
 	}
 }
 
-// agentSide makes a request as the sandboxed agent would, through rt.
+// agentSide makes a request as the sandboxed agent would, through rt,
+// and returns the answer's status and body.
 func agentSide(t *testing.T, rt http.RoundTripper, method, rawURL, ct, body string) (int, string) {
+	t.Helper()
+	status, _, b := agentSees(t, rt, method, rawURL, ct, body)
+	return status, b
+}
+
+// agentSees is agentSide with the answer's header fields too.
+func agentSees(t *testing.T, rt http.RoundTripper, method, rawURL, ct, body string) (status int, header, b string) {
 	t.Helper()
 	r, err := http.NewRequest(method, rawURL, strings.NewReader(body))
 	if err != nil {
@@ -110,11 +118,13 @@ func agentSide(t *testing.T, rt http.RoundTripper, method, rawURL, ct, body stri
 	}
 	resp, err := rt.RoundTrip(r)
 	if err != nil {
-		return 0, err.Error()
+		return 0, "", err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	all, _ := io.ReadAll(resp.Body)
+	var h strings.Builder
+	resp.Header.Write(&h)
+	return resp.StatusCode, h.String(), string(all)
 }
 
 // tokenURL is the agent's token endpoint.
@@ -241,8 +251,8 @@ func TestRefresherAttacker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, body := agentSide(t, l.Refresher(next, &decisionlog.Record{}), tt.method, tt.url, tt.ct, tt.body)
-			wantNoReal(t, "the answer", body)
+			_, header, body := agentSees(t, l.Refresher(next, &decisionlog.Record{}), tt.method, tt.url, tt.ct, tt.body)
+			wantNoReal(t, "the answer", header+body)
 		})
 	}
 	if got := s.got(); strings.Contains(got, "real-") {
@@ -254,8 +264,9 @@ func TestRefresherAttacker(t *testing.T) {
 }
 
 // TestRefreshErrorScrubbed: an endpoint that refuses the real refresh
-// token (revoked on the host) quoting it in its invalid_grant gets to the
-// agent as it came, but with the placeholder where the token was.
+// token (revoked on the host) quoting it in its invalid_grant, body and
+// a header, gets to the agent as it came, but with the placeholder where
+// the token was.
 func TestRefreshErrorScrubbed(t *testing.T) {
 	s := &tokenStandIn{agent: "codex", refresh: "real-refresh-other", quote: true}
 	next := startStandIn(t, s)
@@ -264,11 +275,11 @@ func TestRefreshErrorScrubbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &decisionlog.Record{}
-	status, body := agentSide(t, l.Refresher(next, rec), "POST", tokenURL("codex"), "application/json", refreshBody("codex", l.ph.refresh))
-	if status != http.StatusBadRequest || !strings.Contains(body, `"invalid_grant"`) || !strings.Contains(body, l.ph.refresh) {
-		t.Errorf("got %d %s, want the endpoint's 400 invalid_grant quoting the placeholder", status, body)
+	status, header, body := agentSees(t, l.Refresher(next, rec), "POST", tokenURL("codex"), "application/json", refreshBody("codex", l.ph.refresh))
+	if status != http.StatusBadRequest || !strings.Contains(body, `"invalid_grant"`) || !strings.Contains(body, l.ph.refresh) || !strings.Contains(header, l.ph.refresh) {
+		t.Errorf("got %d %s%s, want the endpoint's 400 invalid_grant quoting the placeholder", status, header, body)
 	}
-	wantNoReal(t, "the answer", body)
+	wantNoReal(t, "the answer", header+body)
 }
 
 // writeHome makes a home owned by the test's uid holding agent's file

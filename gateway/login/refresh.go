@@ -164,6 +164,11 @@ func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTrippe
 	}
 	h := resp.Header.Clone()
 	h.Del("Content-Encoding")
+	for _, vs := range h { // an endpoint that quotes what it was sent
+		for i, v := range vs {
+			vs[i] = l.scrubText(v, used)
+		}
+	}
 	if resp.StatusCode != http.StatusOK || len(b) > maxFile {
 		return answer(r, resp.StatusCode, h, []byte(l.scrubText(string(b), used))), nil
 	}

@@ -24,7 +24,8 @@ import (
 // refresh token rotates: a used or unknown one is 400
 // {"error":"invalid_grant",...}, another grant 400
 // {"error":"unsupported_grant_type",...}. quote makes its errors quote
-// the refresh token they were sent, as a careless endpoint might.
+// the refresh token they were sent, in their body and a header, as a
+// careless endpoint might.
 type tokenStandIn struct {
 	agent string
 	quote bool
@@ -43,6 +44,9 @@ func (s *tokenStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	s.bodies = append(s.bodies, r.Method+" "+r.URL.String()+" "+string(b))
 	fail := func(code, desc string) {
+		if s.quote {
+			w.Header().Set("X-Echo", string(b))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		json.NewEncoder(w).Encode(map[string]string{"error": code, "error_description": desc})
