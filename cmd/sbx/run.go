@@ -314,16 +314,9 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
-	home, err := o.homeMode(cmd, stderr)
+	home, err := o.homeAndLogin(cmd, stderr)
 	if err != nil {
 		return run.Spec{}, err
-	}
-	lf := run.RootFS{Image: o.image, Home: home, Agent: o.agent, Login: o.login}
-	if o.rootfs != "host" {
-		lf.Dir = o.rootfs
-	}
-	if err := lf.CheckLogin(); err != nil {
-		return run.Spec{}, &exitError{code: exitUsage, err: err}
 	}
 	spec := run.Spec{
 		Command:  args,

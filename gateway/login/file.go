@@ -246,14 +246,19 @@ func (f *openFile) replace(b []byte) error {
 		return err
 	}
 	w := os.NewFile(uintptr(fd), tmp)
-	err = errors.Join(unix.Fchown(fd, f.uid, f.gid), unix.Fchmod(fd, f.mode))
+	err = unix.Fchown(fd, f.uid, f.gid)
+	if err == nil {
+		err = unix.Fchmod(fd, f.mode)
+	}
 	if err == nil {
 		_, err = w.Write(b)
 	}
 	if err == nil {
 		err = w.Sync()
 	}
-	err = errors.Join(err, w.Close())
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
 	if err == nil {
 		err = unix.Renameat(f.dir, tmp, f.dir, f.name)
 	}

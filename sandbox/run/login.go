@@ -14,38 +14,78 @@ import (
 	"github.com/sbx-dev/sbx/rootfs"
 )
 
-// A LoginError is a login (RootFS.Login) that cannot be kept outside
-// the sandbox as asked: Reason names the fix.
+// LoginProblem says why a login (RootFS.Login) cannot be kept outside
+// the sandbox.
+type LoginProblem int
+
+// The problems of a LoginError.
+const (
+	// LoginUnknownAgent is an agent whose login sbx does not keep.
+	LoginUnknownAgent LoginProblem = iota + 1
+	// LoginNotHostLayout is a root filesystem other than the host
+	// layout, which alone shows the user's home.
+	LoginNotHostLayout
+	// LoginHomeRW is a home shown read-write, the credential file itself
+	// with it.
+	LoginHomeRW
+	// LoginOtherAgent is a home that shows another agent's files
+	// (RootFS.Agent, named in Other).
+	LoginOtherAgent
+	// LoginHomeHidden is a home that is not shown, where the agent would
+	// find no file.
+	LoginHomeHidden
+	// LoginUnreadable is a credential file that cannot be read, or holds
+	// no login (Err says why).
+	LoginUnreadable
+)
+
+// A LoginError is a login (RootFS.Login) of Agent that cannot be kept
+// outside the sandbox, and why.
 type LoginError struct {
-	Agent  string
-	Reason string
+	Agent   string
+	Problem LoginProblem
+	Other   string // LoginOtherAgent's agent
+	Err     error  // LoginUnreadable's reason
 }
 
 func (e *LoginError) Error() string {
-	return fmt.Sprintf("--login %s: %s", e.Agent, e.Reason)
+	why := map[LoginProblem]string{
+		LoginUnknownAgent:  "sbx keeps the logins of claude and codex only",
+		LoginNotHostLayout: "the root filesystem is not the host layout, which alone shows the home the login is in",
+		LoginHomeRW:        "the home is shown read-write, the credential file itself with it",
+		LoginOtherAgent:    "the home shows agent " + e.Other + "'s files, not this agent's",
+		LoginHomeHidden:    "the home is not shown, so the agent would find no credential file",
+	}[e.Problem]
+	if e.Problem == LoginUnreadable {
+		why = strings.TrimPrefix(fmt.Sprint(e.Err), "login "+e.Agent+": ")
+	}
+	return "login " + e.Agent + ": " + why
 }
 
+func (e *LoginError) Unwrap() error { return e.Err }
+
 // CheckLogin returns a *LoginError for a Login the root filesystem f
-// cannot keep outside the sandbox, naming the flags that can; nil when
-// it can, or there is none.
+// cannot keep outside the sandbox; nil when it can, or there is none.
 func (f RootFS) CheckLogin() error {
-	fsys, hostLayout := f, f.Dir == "" && f.Image == ""
-	name := fsys.Login
+	name := f.Login
+	problem := LoginProblem(0)
 	switch {
 	case name == "":
 		return nil
 	case login.File(name) == "":
-		return &LoginError{Agent: name, Reason: "want claude or codex"}
-	case !hostLayout:
-		return &LoginError{Agent: name, Reason: "the login is read from your home, which --rootfs host shows; use --rootfs host with --agent " + name}
-	case fsys.Home == rootfs.HomeRW:
-		return &LoginError{Agent: name, Reason: "--home rw shows the credential file itself to the command; use --agent " + name + " (or --home overlay)"}
-	case fsys.Agent != "" && fsys.Agent != name:
-		return &LoginError{Agent: name, Reason: "--agent " + fsys.Agent + " shows another agent's files; use --agent " + name}
-	case fsys.Agent == "" && (fsys.Home == "" || fsys.Home == rootfs.HomeEmpty):
-		return &LoginError{Agent: name, Reason: "the agent finds its login in your home, which --home empty hides; add --agent " + name}
+		problem = LoginUnknownAgent
+	case f.Dir != "" || f.Image != "":
+		problem = LoginNotHostLayout
+	case f.Home == rootfs.HomeRW:
+		problem = LoginHomeRW
+	case f.Agent != "" && f.Agent != name:
+		return &LoginError{Agent: name, Problem: LoginOtherAgent, Other: f.Agent}
+	case f.Agent == "" && (f.Home == "" || f.Home == rootfs.HomeEmpty):
+		problem = LoginHomeHidden
+	default:
+		return nil
 	}
-	return nil
+	return &LoginError{Agent: name, Problem: problem}
 }
 
 // keepLogin reads the login RootFS.Login of the user's home shown by
@@ -59,7 +99,7 @@ func keepLogin(spec *Spec, p *prepared, home rootfs.HomeView, dir string) (func(
 	name := spec.RootFS.Login
 	l, err := login.Read(name, home.Dir, int(p.user.UID))
 	if err != nil {
-		return nil, &LoginError{Agent: name, Reason: strings.TrimPrefix(err.Error(), "login "+name+": ")}
+		return nil, &LoginError{Agent: name, Problem: LoginUnreadable, Err: err}
 	}
 	dest := filepath.Join(home.Dir, l.File())
 	if home.Source != home.Dir && home.Source != "" {
@@ -123,9 +163,15 @@ func writeInOverlay(merged, rel string, b []byte, uid, gid int) error {
 		return err
 	}
 	f := os.NewFile(uintptr(fd), name)
-	err = errors.Join(unix.Fchown(fd, uid, gid), unix.Fchmod(fd, 0o600))
+	err = unix.Fchown(fd, uid, gid)
+	if err == nil {
+		err = unix.Fchmod(fd, 0o600)
+	}
 	if err == nil {
 		_, err = f.Write(b)
 	}
-	return errors.Join(err, f.Close())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/sbx-dev/sbx/rootfs"
 )
 
-// TestCheckLogin: --login is refused, naming the flag that fits, where
-// the agent would not find its file (--home empty without --agent), where
-// the command would see the real one (--home rw), with another agent's
-// files, another root filesystem, or an agent sbx keeps no login of.
+// TestCheckLogin: a login is refused where the agent would not find its
+// file (the home hidden, no agent shown), where the command would see the
+// real one (the home read-write), with another agent's files, another
+// root filesystem, or an agent sbx keeps no login of.
 func TestCheckLogin(t *testing.T) {
 	tests := []struct {
 		name string
@@ -26,12 +26,12 @@ func TestCheckLogin(t *testing.T) {
 		{"home overlay", RootFS{Home: rootfs.HomeOverlay, Login: "claude"}, ""},
 		{"home ro", RootFS{Home: rootfs.HomeRO, Login: "codex"}, ""},
 		{"none", RootFS{}, ""},
-		{"home empty", RootFS{Login: "claude"}, "add --agent claude"},
-		{"home rw", RootFS{Home: rootfs.HomeRW, Login: "claude"}, "--home rw shows the credential file"},
-		{"another agent", RootFS{Agent: "codex", Login: "claude"}, "use --agent claude"},
-		{"image", RootFS{Image: "alpine", Agent: "claude", Login: "claude"}, "--rootfs host"},
-		{"rootfs dir", RootFS{Dir: "/srv/root", Agent: "claude", Login: "claude"}, "--rootfs host"},
-		{"gemini", RootFS{Agent: "gemini", Login: "gemini"}, "want claude or codex"},
+		{"home empty", RootFS{Login: "claude"}, "the home is not shown"},
+		{"home rw", RootFS{Home: rootfs.HomeRW, Login: "claude"}, "shown read-write"},
+		{"another agent", RootFS{Agent: "codex", Login: "claude"}, "agent codex's files"},
+		{"image", RootFS{Image: "alpine", Agent: "claude", Login: "claude"}, "not the host layout"},
+		{"rootfs dir", RootFS{Dir: "/srv/root", Agent: "claude", Login: "claude"}, "not the host layout"},
+		{"gemini", RootFS{Agent: "gemini", Login: "gemini"}, "claude and codex only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -70,7 +70,8 @@ type RootFS struct {
 	// the command sees a copy of its credential file with placeholders,
 	// and the gateway puts the real token in and refreshes it. It needs
 	// the host layout with Agent (the same agent), HomeRO or HomeOverlay;
-	// else Start refuses it with a *LoginError.
+	// else Start refuses it with a *LoginError, as it does a credential
+	// file it cannot read.
 	Login string
 }
 
