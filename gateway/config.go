@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/login"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -191,6 +192,14 @@ type Config struct {
 	// The values stay in the gateway's memory: no record, answer or log
 	// holds them. Nil or empty keeps none.
 	Secrets []*secrets.Secret
+
+	// Logins are agents' logins kept outside the sandbox (docs/login.md;
+	// make them with login.Read): their access tokens are Secrets as any
+	// (put in by the same rules), their token endpoints' hosts are
+	// inspected (HTTPS needs CA), and a refresh the sandbox asks for
+	// there with its placeholder is performed by the gateway
+	// (login.Login.Refresher). Nil or empty keeps none.
+	Logins []*login.Login
 }
 
 // serverConfig is what newServer makes a Server of: the caller's Config,

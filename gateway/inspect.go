@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/gateway/login"
 	"github.com/sbx-dev/sbx/gateway/secrets"
 	"github.com/sbx-dev/sbx/gateway/secretscrub"
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -38,11 +39,22 @@ var inspectProtos = []string{"h2", "http/1.1"}
 
 // inspects reports whether the gateway terminates TLS for t under pol:
 // the policy asks for it (netpolicy's Inspects) or a mock LLM answers for
-// t.Host, or a secret is sent to t (docs/secrets.md), and the gateway has
-// a CA.
+// t.Host, or a secret is sent to t (docs/secrets.md), or t is a login's
+// token endpoint (docs/login.md), and the gateway has a CA.
 func (p *pipeline) inspects(pol *netpolicy.Policy, t netpolicy.Target) bool {
 	s := p.s
-	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secrets.Bound(t.Host, t.Port))
+	return s.cfg.CA != nil && (pol.Inspects(t.Host, t.Port) || s.mocks.forHost(t.Host) != nil || s.cfg.RecordLLM[t.Host] != nil || s.secrets.Bound(t.Host, t.Port) || s.tokenEndpoint(t.Host, t.Port) != nil)
+}
+
+// tokenEndpoint is the login whose token endpoint is host (normalized)
+// on port; nil for none.
+func (s *Server) tokenEndpoint(host string, port uint16) *login.Login {
+	for _, l := range s.cfg.Logins {
+		if l.TokenEndpoint(host, port) {
+			return l
+		}
+	}
+	return nil
 }
 
 // tunnelDecision is how a tunnel to t that the gateway inspects is
@@ -623,7 +635,11 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	inlined := false
 	recorder := s.cfg.RecordLLM[t.Host]
 	inject := o.inject
-	if recorder == nil && h.tls && out.Header.Get("Expect") == "" {
+	refresher := s.tokenEndpoint(t.Host, t.Port) // a login's refresh is performed by the gateway (docs/login.md)
+	if !h.tls {
+		refresher = nil
+	}
+	if recorder == nil && refresher == nil && h.tls && out.Header.Get("Expect") == "" {
 		in := out
 		if inject { // the values on a copy: out keeps the placeholders
 			in = s.secrets.WithValues(out, t.Host, t.Port)
@@ -637,6 +653,9 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var rt http.RoundTripper = s.inspect.get(s, snap.Version())
 		if inject {
 			rt = s.secrets.Injector(t.Host, t.Port, rt)
+		}
+		if refresher != nil {
+			rt = refresher.Refresher(rt, closeRec)
 		}
 		if recorder != nil {
 			if sc != nil { // the recording gets the answer as the client does

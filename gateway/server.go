@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,8 +182,15 @@ func newServer(cfg serverConfig) (*Server, error) {
 	if err := cfg.Store.AddCheck(s.mocks.checkLLMScripts); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if s.secrets, err = secrets.NewSet(cfg.Secrets, cfg.Store); err != nil {
+	all := cfg.Secrets
+	for _, l := range cfg.Logins {
+		all = append(slices.Clip(all), l.Secrets()...)
+	}
+	if s.secrets, err = secrets.NewSet(all, cfg.Store); err != nil {
 		return nil, fmt.Errorf("gateway: Config.Secrets %w", err)
+	}
+	for _, l := range cfg.Logins {
+		l.Bind(s.secrets)
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	if s.logger == nil {

@@ -25,6 +25,7 @@ const secretFilePlace = "where the sandbox sees nothing: out of the working dire
 
 var cliWordings = []func(err error) (lib, cli string, ok bool){
 	secretWording,
+	loginWording,
 	func(err error) (string, string, bool) {
 		var e *run.StillRecordedError
 		if !errors.As(err, &e) {

@@ -52,6 +52,7 @@ var oneSided = map[string]struct {
 	"OriginalDst":     {sandboxSets, "capture's (the default); with sbx gateway's --capture, handoff.Dst, set with the listener"},
 	"Owner":           {sandboxSets, "capture's socket owners"},
 	"Sandbox":         {sandboxSets, "the sandbox's id"},
+	"Logins":          {sandboxSets, "sbx run's --login, read by sandbox/run from the home of the command's user; sbx gateway has no home to read it from"},
 	"AllowCommand":    {gatewayOnly, "--allow-command (sbx kube's gateway pod names sbx kube policy allow); sbx run's 403s name sbx policy allow --sandbox ID"},
 	"Limits":          {neither, "no flag yet: the defaults"},
 	"RingSize":        {neither, "no flag yet: the default"},

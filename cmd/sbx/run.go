@@ -58,6 +58,7 @@ type runOptions struct {
 	tmpSize    string
 	home       string
 	agent      string
+	login      string
 	homeDir    string // hidden: for tests
 	noCapture  bool
 	noPrompt   bool
@@ -149,6 +150,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.pidsLimit, "pids-limit", def.Pids, "limit processes and threads to `N`; 0 for no limit")
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(rootfs.DefaultTmpSize), "with --rootfs host: the size of /tmp and of HOME, each (`BYTES`)")
 	homeFlags(fs, &o.home, &o.agent, &o.homeDir)
+	loginFlag(fs, &o.login)
 	fs.StringArrayVar(&o.capAdd, "cap-add", nil, "give the command back `CAP`, one of "+strings.Join(sandbox.DroppedCapabilities, ", ")+" (never CAP_NET_ADMIN); repeatable")
 	fs.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal")
 	fs.BoolVarP(&o.stdin, "interactive", "i", false, "attach sbx's standard input to the command's")
@@ -210,6 +212,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	spec.Runtime = rt
 	if err := o.readConfig(cmd, &spec); err != nil {
 		return 0, err
+	}
+	if !o.silent() {
+		loginHostsNote(stderr, o.login, spec.Gateway.Policy)
 	}
 	// Questions asked on the terminal (prompt.go), when there is one the
 	// command does not own.
@@ -306,14 +311,14 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 	if err != nil {
 		return run.Spec{}, err
 	}
-	home, err := o.homeMode(cmd, stderr)
+	home, err := o.homeAndLogin(cmd, stderr)
 	if err != nil {
 		return run.Spec{}, err
 	}
 	spec := run.Spec{
 		Command:  args,
 		Name:     o.name,
-		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize, Home: home, Agent: o.agent, HomeDir: o.homeDir},
+		RootFS:   run.RootFS{Image: o.image, Pull: pull, HostRoot: hostRoot, TmpSize: tmpSize, Home: home, Agent: o.agent, HomeDir: o.homeDir, Login: o.login},
 		Env:      o.env,
 		Cwd:      cwd,
 		Workdir:  o.workdir,

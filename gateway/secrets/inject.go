@@ -83,5 +83,8 @@ func (s *Set) Redact(text string) string {
 			text = strings.ReplaceAll(text, sec.quoted, sec.placeholder)
 		}
 	}
+	for _, r := range s.retired() {
+		text = strings.ReplaceAll(text, r.Value, r.Placeholder)
+	}
 	return text
 }

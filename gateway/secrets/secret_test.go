@@ -44,7 +44,7 @@ func TestInjectSecretsOnlyForBoundHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Set{secrets: []*Secret{a}}
+	s := setOf(a)
 	for _, tt := range []struct {
 		host string
 		port uint16
@@ -76,7 +76,7 @@ func TestWithSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Set{secrets: []*Secret{a}}
+	s := setOf(a)
 	var sent *http.Request
 	rt := s.Injector("api.test", 443, roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent = r
@@ -223,7 +223,7 @@ func FuzzSecretHeaderRewrite(f *testing.F) {
 	f.Add("Authorization", "SBX-SECRET-API_KEY-\x00A", uint8(3), uint16(443))
 	a, _ := New("API_KEY", valueA, []string{"api.test", "*.wild.test:8443"})
 	b, _ := New("OTHER", valueB, []string{"other.test:8443"})
-	s := &Set{secrets: []*Secret{a, b}}
+	s := setOf(a, b)
 	hosts := []string{"api.test", "evil.test", "x.wild.test", "other.test", "API.test", a.Placeholder() + ".test"}
 	f.Fuzz(func(t *testing.T, name, value string, hostIdx uint8, port uint16) {
 		// \x00A and \x00B stand for the placeholders, \x00a for A's in
@@ -274,7 +274,7 @@ func FuzzSecretHeaderRewrite(f *testing.F) {
 func BenchmarkBlockLeak(b *testing.B) {
 	a, _ := New("API_KEY", valueA, []string{"api.test"})
 	o, _ := New("OTHER", valueB, []string{"other.test:8443"})
-	s := &Set{secrets: []*Secret{a, o}}
+	s := setOf(a, o)
 	h := http.Header{
 		"Authorization":     {"Bearer " + a.Placeholder()},
 		"Content-Type":      {"application/json"},
@@ -307,7 +307,7 @@ func TestInjectSecretsScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	ph := a.Placeholder()
-	s := &Set{secrets: []*Secret{a}}
+	s := setOf(a)
 	for _, tt := range []struct {
 		name         string
 		header       http.Header
@@ -335,4 +335,11 @@ func TestInjectSecretsScope(t *testing.T) {
 	if got := s.WithValues(r, "api.test", 443); got.Header.Get("X-Api-Key") != ph {
 		t.Errorf("plain HTTP: got X-Api-Key %q, want the placeholder", got.Header.Get("X-Api-Key"))
 	}
+}
+
+// setOf is the Set of secs, made without NewSet's checks.
+func setOf(secs ...*Secret) *Set {
+	s := &Set{}
+	s.cur.Store(&setState{secrets: secs})
+	return s
 }

@@ -308,3 +308,44 @@ func TestTrailerGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestRotate: a rotated secret's value is put in from then on, with the
+// placeholder it had, and both the new value and the old one are
+// scrubbed from a bound host's answers and redacted from errors (a
+// refreshed login's access token, gateway/login).
+func TestRotate(t *testing.T) {
+	sec, err := New("TOKEN", "old-value", []string{"api.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := NewSet([]*Secret{sec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := set.ScrubberFor("api.example.com", 443)
+	if err := set.Rotate("TOKEN", "new-value"); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{"Authorization": {"Bearer " + sec.Placeholder()}}
+	set.Inject(h, "api.example.com", 443, "GET", "/")
+	if got, want := h.Get("Authorization"), "Bearer new-value"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	sc := set.ScrubberFor("api.example.com", 443)
+	if sc == before {
+		t.Errorf("got the scrubber made before the rotation, want a new one")
+	}
+	text := "old-value new-value"
+	want := sec.Placeholder() + " " + sec.Placeholder()
+	if got := sc.String(text, nil); got != want {
+		t.Errorf("scrubbed: got %q, want %q", got, want)
+	}
+	if got := set.Redact(text); got != want {
+		t.Errorf("redacted: got %q, want %q", got, want)
+	}
+	for _, tt := range []struct{ name, value string }{{"TOKEN", " "}, {"TOKEN", "a\nb"}, {"OTHER", "v"}} {
+		if err := set.Rotate(tt.name, tt.value); err == nil {
+			t.Errorf("Rotate(%q, %q): got no error, want one", tt.name, tt.value)
+		}
+	}
+}

@@ -70,6 +70,14 @@ type RootFS struct {
 	Agent string
 	// HomeDir is the user's home; "" means the user database's.
 	HomeDir string
+	// Login ("claude", "codex"), when set, keeps that agent's login of
+	// the user's home outside the sandbox (gateway/login, docs/login.md):
+	// the command sees a copy of its credential file with placeholders,
+	// and the gateway puts the real token in and refreshes it. It needs
+	// the host layout with Agent (the same agent), HomeRO or HomeOverlay;
+	// else Start refuses it with a *LoginError, as it does a credential
+	// file it cannot read.
+	Login string
 }
 
 // Spec is what Start runs. Command, Gateway.Policy and Runtime are
@@ -299,6 +307,9 @@ func prepare(spec *Spec) (prepared, error) {
 		return prepared{}, errors.New("run: RootFS.Dir and RootFS.Image both say what / is; give one of them")
 	}
 	p := prepared{hostLayout: fsys.Dir == "" && fsys.Image == "", release: func() {}}
+	if err := fsys.CheckLogin(); err != nil {
+		return p, err
+	}
 	cwd := spec.Cwd
 	if cwd == "" {
 		var err error
@@ -334,6 +345,13 @@ func prepare(spec *Spec) (prepared, error) {
 		}
 		p.layout, err = rootfs.Host(hostRoot, cwd, rootfs.HostOptions{UID: p.user.UID, GID: p.user.GID, TmpSize: fsys.TmpSize, Home: home})
 		p.layout.Env = append(p.layout.Env, homePath(home)...)
+		if err == nil && fsys.Login != "" {
+			var remove func()
+			if remove, err = keepLogin(spec, &p, home, filepath.Join(filepath.Dir(hostRoot), "logins")); err == nil {
+				release := p.release
+				p.release = func() { remove(); release() }
+			}
+		}
 	default:
 		p.layout, err = rootfs.Dir(fsys.Dir)
 	}
