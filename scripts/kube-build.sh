@@ -11,8 +11,8 @@
 #   scripts/kube-build.sh   # scripts/kube-up.sh runs it; scripts/test.sh
 #                           # starts it beside the Go tests
 #
-# On 2 cores with nothing else running, a build from empty caches takes
-# about 13 minutes (docs/kubernetes.md has the figures per program). It is
+# From empty caches the build takes about 20 CPU minutes, some 11 minutes
+# of 2 idle cores (docs/kubernetes.md has the figures per program). It is
 # nice'd, so that beside the Go tests it takes only the CPU they leave.
 # Two runs at once take turns (a lock in the cache); one that is stopped
 # leaves no half-written program behind, and the next one goes on from

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes for sbx's tests, built from Go
 # module sources: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and the kubelet (Kubernetes v1.35.4, through the wrapper
+# kube-scheduler and the kubelet (Kubernetes v1.37.2, through the wrapper
 # modules in scripts/kube/, which keep them out of sbx's own go.mod), on a
 # containerd instance of its own, with the bridge CNI plugin and
 # kube-router enforcing NetworkPolicy. No registry is needed: the pause and
@@ -16,8 +16,8 @@
 #   nsenter --net=/var/tmp/sbx-kube/netns kubectl --kubeconfig /var/tmp/sbx-kube/admin.kubeconfig get pods -A
 #
 # Builds are cached under /var/cache/sbx-kube (SBX_KUBE_CACHE), keyed by
-# version (scripts/kube-build.sh): the first run builds for about 13
-# minutes on 2 idle cores (6 GB of caches), later ones have the node Ready
+# version (scripts/kube-build.sh): the first run builds for about 11
+# minutes on 2 idle cores (6.5 GB of caches), later ones have the node Ready
 # in about 12 s.
 # Needs root. After a failure, run scripts/kube-down.sh: it cleans up
 # whatever was started.
