@@ -47,12 +47,12 @@ cleanup() {
 trap cleanup EXIT
 
 # The whole suite, as root, ends with sbx kube's tests on a test cluster
-# whose programs are built from Go sources the first time: about 13
-# minutes of 2 idle cores. That build starts now, nice'd, in a session
-# of its own, beside the Go tests (which leave CPU idle while their
-# sandboxes start and wait), and is waited for before the cluster starts;
-# its output goes to a log, shown when it fails. Where it is cached
-# already it ends at once.
+# whose programs are built from Go sources the first time: about 20 CPU
+# minutes. That build starts now (after the package installs: gcc decides
+# whether cgo is on), nice'd, in a session of its own, beside the Go
+# tests (which leave CPU idle while their sandboxes start and wait), and
+# is waited for before the cluster starts; its output goes to a log,
+# shown when it fails. Where it is cached already it ends at once.
 if [ "$whole" -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
 	log "building the test cluster's programs in the background (scripts/kube-build.sh)"
 	setsid scripts/kube-build.sh >"$report_dir/kube-build.log" 2>&1 </dev/null &
