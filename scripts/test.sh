@@ -33,6 +33,31 @@ need_docker
 pkgs=("$@")
 whole=0
 [ ${#pkgs[@]} -gt 0 ] || { pkgs=(./...); whole=1; }
+report_dir=$(mktemp -d)
+kube_build_pid=
+# On the way out: a cluster build still running is stopped (its process
+# group: the go command and its compilers), the reports removed.
+cleanup() {
+	if [ -n "$kube_build_pid" ] && kill -0 "$kube_build_pid" 2>/dev/null; then
+		kill -- "-$kube_build_pid" 2>/dev/null || true
+		wait "$kube_build_pid" 2>/dev/null || true
+	fi
+	rm -rf "$report_dir"
+}
+trap cleanup EXIT
+
+# The whole suite, as root, ends with sbx kube's tests on a test cluster
+# whose programs are built from Go sources the first time: about 20 CPU
+# minutes. That build starts now (after the package installs: gcc decides
+# whether cgo is on), nice'd, in a session of its own, beside the Go
+# tests (which leave CPU idle while their sandboxes start and wait), and
+# is waited for before the cluster starts; its output goes to a log,
+# shown when it fails. Where it is cached already it ends at once.
+if [ "$whole" -eq 1 ] && [ "$(id -u)" -eq 0 ]; then
+	log "building the test cluster's programs in the background (scripts/kube-build.sh)"
+	setsid scripts/kube-build.sh >"$report_dir/kube-build.log" 2>&1 </dev/null &
+	kube_build_pid=$!
+fi
 
 log "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
@@ -59,8 +84,6 @@ GOOS=darwin go vet "${pkgs[@]}"
 # go test -json feeds scripts/testreport, built first so that its own
 # build does not mix with the tests' output. It fails the run when a
 # TestPrivileged* test skips as root (or under SBX_REQUIRE_PRIVILEGED=1).
-report_dir=$(mktemp -d)
-trap 'rm -rf "$report_dir"' EXIT
 go build -o "$report_dir/testreport" ./scripts/testreport
 log "go test -race"
 set +e
@@ -91,9 +114,20 @@ if [ "$whole" -eq 1 ]; then
 		log "mutation check (scripts/mutate)"
 		go run ./scripts/mutate
 		# sbx kube on a real single-node cluster, built from Go sources
-		# the first time (cached in /var/cache/sbx-kube) and taken down
-		# after: cmd/sbx's TestKubeCluster* tests, which the go test run
-		# above skips for want of a cluster.
+		# the first time (cached in /var/cache/sbx-kube, built since the
+		# start) and taken down after: cmd/sbx's TestKubeCluster* tests,
+		# which the go test run above skips for want of a cluster.
+		log "waiting for the test cluster's programs (scripts/kube-build.sh)"
+		waited=$(date +%s)
+		if ! wait "$kube_build_pid"; then
+			kube_build_pid=
+			cat "$report_dir/kube-build.log" >&2
+			echo "$0: building the test cluster's programs failed (above)" >&2
+			exit 1
+		fi
+		kube_build_pid=
+		cat "$report_dir/kube-build.log" >&2
+		log "the test cluster's programs are ready (waited $(($(date +%s) - waited)) s for them)"
 		log "sbx kube tests on the test cluster (scripts/kube-test.sh)"
 		scripts/kube-test.sh
 	elif [ "${SBX_REQUIRE_PRIVILEGED:-}" = 1 ]; then

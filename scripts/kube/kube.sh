@@ -11,7 +11,13 @@
 # SBX_KUBE_DIR must not be under /run or /var/lib: kube-router, containerd
 # and the kubelet see a private tmpfs there.
 
-KUBE_VERSION=v1.35.4
+# Kubernetes at the release of the client-go sbx is built with (go.mod).
+# Its kubelet still runs on a cgroup v1 host when told to: it refuses one
+# only while its failCgroupV1 setting is true, the default since 1.35
+# (validateKubeletOSConfiguration, pkg/kubelet/apis/config/validation/
+# validation_linux.go); kube-up.sh sets it false. etcd: 1.37 wants 3.5.24
+# or newer.
+KUBE_VERSION=v1.37.2
 ETCD_VERSION=v3.6.6
 KUBE_ROUTER_VERSION=v2.1.0
 
