@@ -369,7 +369,7 @@ func (o runOptions) sandboxSpec(cmd *cobra.Command, args []string, stderr io.Wri
 // the upstreams' CA.
 func (o runOptions) readConfig(cmd *cobra.Command, spec *run.Spec) error {
 	if o.agent != "" && len(o.mockLLM) == 0 {
-		o.policy.Implied = agentRules(o.agent)
+		o.policy.Implied = agentLoginRules(o.agent, o.login == o.agent)
 	}
 	recordings, err := o.read(cmd, &spec.Gateway)
 	spec.Recordings = recordings

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/sbx-dev/sbx/gateway/login"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/rootfs"
 	"github.com/sbx-dev/sbx/sandbox/run"
@@ -27,8 +29,23 @@ const agentRulePrefix = "agent-"
 // hosts, on the default ports. They come after every rule of the user
 // (policyFlags.Implied), so that the user's block or ask of a host wins.
 func agentRules(name string) []netpolicy.Rule {
+	return agentLoginRules(name, false)
+}
+
+// agentLoginRules are agentRules, and with loggedIn (--login name) the
+// hosts its login needs too (its token endpoints, login.Hosts), so that
+// the agent's refresh is not refused by the default.
+func agentLoginRules(name string, loggedIn bool) []netpolicy.Rule {
+	hosts := slices.Clone(agentHosts[name])
+	if loggedIn {
+		for _, h := range login.Hosts(name) {
+			if !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
 	var rules []netpolicy.Rule
-	for i, host := range agentHosts[name] {
+	for i, host := range hosts {
 		rules = append(rules, netpolicy.Rule{
 			ID:     fmt.Sprintf("%s%s-%d", agentRulePrefix, name, i+1),
 			Host:   host,

@@ -106,3 +106,37 @@ func TestPolicyBlockBeatsAgentRules(t *testing.T) {
 		t.Errorf("rules: got %s, want mine, last", stdout)
 	}
 }
+
+// TestAgentLoginRules: with --login of the agent --agent names, the
+// login's token endpoints are allowed too, after the user's rules, so
+// that the agent's refresh is not refused by the default; without it
+// they are not.
+func TestAgentLoginRules(t *testing.T) {
+	for _, tt := range []struct {
+		agent    string
+		loggedIn bool
+		host     string
+		action   netpolicy.Action
+	}{
+		{"claude", true, "platform.claude.com", netpolicy.Allow},
+		{"claude", true, "console.anthropic.com", netpolicy.Allow},
+		{"claude", true, "api.anthropic.com", netpolicy.Allow},
+		{"claude", false, "platform.claude.com", netpolicy.Block},
+		{"codex", true, "auth.openai.com", netpolicy.Allow},
+		{"codex", false, "auth.openai.com", netpolicy.Block},
+	} {
+		f := policyFlags{Implied: agentLoginRules(tt.agent, tt.loggedIn)}
+		p, err := f.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := p.Decide(netpolicy.Target{Host: tt.host, Port: 443, Method: "CONNECT"})
+		if d.Action != tt.action || tt.action == netpolicy.Allow && !strings.HasPrefix(d.Rule, agentRulePrefix+tt.agent+"-") {
+			t.Errorf("--agent %s, login %t: CONNECT %s:443: got %s by %s, want %s by an agent rule", tt.agent, tt.loggedIn, tt.host, d.Action, d.Rule, tt.action)
+		}
+		var out strings.Builder
+		if loginHostsNote(&out, tt.agent, p); tt.loggedIn && out.Len() > 0 {
+			t.Errorf("--agent %s --login %s: sbx run says %q, want nothing blocked", tt.agent, tt.agent, out.String())
+		}
+	}
+}
