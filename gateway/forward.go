@@ -511,7 +511,7 @@ func (p *pipeline) end(closeRec *decisionlog.Record, start time.Time) {
 	s := p.s
 	closeRec.Duration = time.Since(start)
 	s.metrics.relayed(closeRec.BytesOut, closeRec.BytesIn)
-	s.emit(closeRec)
+	s.post(closeRec)
 }
 
 // interceptStatus is the status of an intercept rule's response.

@@ -720,6 +720,15 @@ func (s *Server) emit(rec *decisionlog.Record) {
 	}
 }
 
+// post writes rec, a record whose seq nothing needs, to the decision
+// log, if there is one, without waiting for a commit under way
+// (Log.Post).
+func (s *Server) post(rec *decisionlog.Record) {
+	if s.cfg.Log != nil {
+		s.cfg.Log.Post(rec)
+	}
+}
+
 // commit writes rec, the record of a decision that lets a request be
 // carried out, to the decision log, if there is one, and returns nil once
 // the log's file holds it (Log.Commit): else the request must not go on.

@@ -46,6 +46,15 @@ type Log struct {
 	ends   []int      // where each of a commit batch's lines ends in buf
 	closed bool
 
+	// Records Post handed to the holder of mu, emitted before it lets
+	// go (unlock); nposted is how many, read without postMu. emitting is
+	// the memory of the records being emitted, reused once they are;
+	// it is touched only with mu held.
+	postMu   sync.Mutex // taken alone or after mu, never before it
+	posted   []Record
+	nposted  atomic.Int32
+	emitting []Record
+
 	hasFile bool         // a sink is a budgetedSink: Commit batches
 	groupMu sync.Mutex   // guards open; taken alone or after mu, never before it
 	open    *commitBatch // the batch commits join, nil when none waits
@@ -127,7 +136,72 @@ const (
 // writes nothing and returns 0.
 func (l *Log) Emit(r *Record) uint64 {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
+	return l.emitLocked(r)
+}
+
+// Post is Emit for a record whose seq its caller does not need (a
+// request's close record): it does not wait for the Log while another
+// goroutine holds it, a commit's write above all. Then Post hands a copy
+// of r to that goroutine, which numbers and writes it, as Emit would,
+// before it lets go of the Log; r's time is stamped now when it is zero.
+// Records are still numbered and written in order, and a commit that
+// fails gives its seqs back before any posted record is numbered. The
+// copy shares r.Targets, which the caller must not change afterwards.
+// Flush and Close write what was posted before them.
+func (l *Log) Post(r *Record) {
+	if l.mu.TryLock() {
+		l.emitLocked(r)
+		l.unlock()
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now()
+	}
+	l.postMu.Lock()
+	l.posted = append(l.posted, *r)
+	l.nposted.Add(1)
+	l.postMu.Unlock()
+	// Whoever holds the Log looks for posted records after letting go of
+	// it (unlock); when it let go before r came, r is written here.
+	if l.mu.TryLock() {
+		l.unlock()
+	}
+}
+
+// unlock writes the posted records and lets go of the Log, and writes
+// those posted meanwhile (Post) unless another goroutine took the Log,
+// which writes them when it lets go. Every holder of l.mu lets go of it
+// through unlock.
+func (l *Log) unlock() {
+	for {
+		l.emitPostedLocked()
+		l.mu.Unlock()
+		if l.nposted.Load() == 0 || !l.mu.TryLock() {
+			return
+		}
+	}
+}
+
+// emitPostedLocked emits the records Post handed over, in the order they
+// came. l.mu is held.
+func (l *Log) emitPostedLocked() {
+	for l.nposted.Load() > 0 {
+		l.postMu.Lock()
+		recs := l.posted
+		l.posted, l.emitting = l.emitting[:0], nil
+		l.nposted.Store(0)
+		l.postMu.Unlock()
+		for i := range recs {
+			l.emitLocked(&recs[i])
+			recs[i] = Record{}
+		}
+		l.emitting = recs[:0]
+	}
+}
+
+// emitLocked is Emit. l.mu is held.
+func (l *Log) emitLocked(r *Record) uint64 {
 	if l.closed {
 		return 0
 	}
@@ -198,7 +272,7 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 		// of its own, and the commits that come while it is written
 		// gather in the next.
 		l.groupMu.Unlock()
-		defer l.mu.Unlock()
+		defer l.unlock()
 		err := l.commitLocked([]*Record{r})
 		return r.Seq, err
 	}
@@ -221,8 +295,9 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 	l.open = nil
 	l.groupMu.Unlock()
 	b.err = l.commitLocked(b.recs)
-	l.mu.Unlock()
+	// Its commits go on before the posted records are written.
 	close(b.done)
+	l.unlock()
 	return r.Seq, b.err
 }
 
@@ -244,7 +319,7 @@ func (l *Log) newBatch() *commitBatch {
 // measured against.
 func (l *Log) commitAlone(r *Record) (uint64, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	err := l.commitLocked([]*Record{r})
 	return r.Seq, err
 }
@@ -380,10 +455,11 @@ func (l *Log) Err() error {
 // nothing after Close.
 func (l *Log) Flush() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return nil
 	}
+	l.emitPostedLocked()
 	var errs []error
 	for i, s := range l.sinks {
 		if err := s.Flush(); err != nil {
@@ -399,10 +475,11 @@ func (l *Log) Flush() error {
 // closing again returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return nil
 	}
+	l.emitPostedLocked()
 	l.closed = true
 	for _, b := range l.budgets {
 		if b != nil && b.reserveDropped(l.seq+1, dropAtClose, time.Time{}) {
