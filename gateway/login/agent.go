@@ -15,6 +15,7 @@ type agent struct {
 	keyHosts   []string // where an API key in the file goes (Codex)
 	tokenHosts []string // the token endpoint's hosts (the agent's versions differ)
 	tokenPath  string   // and path
+	clientID   string   // the CLI's OAuth client id, which its refresh names
 	secretBase string   // the secrets' names start with it
 }
 
@@ -24,6 +25,7 @@ var agents = map[string]*agent{
 		name: "claude", file: ".claude/.credentials.json",
 		apiHosts:   []string{"api.anthropic.com"},
 		tokenHosts: []string{"platform.claude.com", "console.anthropic.com"}, tokenPath: "/v1/oauth/token",
+		clientID:   "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
 		secretBase: "CLAUDE",
 	},
 	"codex": {
@@ -31,6 +33,7 @@ var agents = map[string]*agent{
 		apiHosts:   []string{"chatgpt.com"},
 		keyHosts:   []string{"api.openai.com"},
 		tokenHosts: []string{"auth.openai.com"}, tokenPath: "/oauth/token",
+		clientID:   "app_EMoamEEZ73f0CkXaXp7hrann",
 		secretBase: "CODEX",
 	},
 }

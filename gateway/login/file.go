@@ -50,9 +50,10 @@ func Read(name, home string, uid int) (*Login, error) {
 	return l, nil
 }
 
-// openFile is a credential file opened and locked (flock, exclusive:
-// another sbx gateway refreshing the same login waits), its directory
-// and its bytes.
+// openFile is a credential file opened under its directory's lock
+// (flock, exclusive: another sbx gateway refreshing the same login
+// waits, then opens the file the first one wrote), its directory and its
+// bytes.
 type openFile struct {
 	dir, fd  int
 	name     string
@@ -95,6 +96,14 @@ func (h *hostFile) open(a *agent) (*openFile, tokens, error) {
 	}
 	name := parts[len(parts)-1]
 	path = filepath.Join(path, name)
+	// The lock is the directory's, taken before the file is opened: a
+	// write-back renames a new file over the old one, so a lock on the
+	// file would let a second gateway, which opened the old file while
+	// it waited, read the tokens the first one just spent.
+	if err := unix.Flock(dir, unix.LOCK_EX); err != nil {
+		unix.Close(dir)
+		return nil, tokens{}, &os.PathError{Op: "lock", Path: filepath.Dir(path), Err: err}
+	}
 	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(dir)
@@ -109,7 +118,7 @@ func (h *hostFile) open(a *agent) (*openFile, tokens, error) {
 	return f, t, nil
 }
 
-// load checks, locks, reads and parses the open file.
+// load checks, reads and parses the open file.
 func (f *openFile) load(h *hostFile, path string, a *agent) (tokens, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(f.fd, &st); err != nil {
@@ -124,9 +133,6 @@ func (f *openFile) load(h *hostFile, path string, a *agent) (tokens, error) {
 		return tokens{}, fmt.Errorf("%s is over 64 KiB", path)
 	}
 	f.mode, f.uid, f.gid = uint32(st.Mode)&0o777, int(st.Uid), int(st.Gid)
-	if err := unix.Flock(f.fd, unix.LOCK_EX); err != nil {
-		return tokens{}, &os.PathError{Op: "lock", Path: path, Err: err}
-	}
 	b, err := readFD(f.fd)
 	if err != nil {
 		return tokens{}, &os.PathError{Op: "read", Path: path, Err: err}

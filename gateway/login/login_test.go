@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,5 +438,96 @@ func TestRefresherPassesLargeBodies(t *testing.T) {
 	agentSide(t, l.Refresher(next, &decisionlog.Record{}), "POST", tokenURL("claude"), "application/json", body)
 	if got := s.got(); !strings.HasSuffix(got, body) {
 		t.Errorf("the endpoint got %d bytes, want the %d sent", len(got), len(body))
+	}
+}
+
+// TestRefreshTwoGateways: two gateways keeping the same login (two
+// sandboxes of one user) refresh at once: the second waits for the
+// first's write-back and refreshes with the token it wrote, so the
+// endpoint never sees a refresh token twice and neither agent is logged
+// out.
+func TestRefreshTwoGateways(t *testing.T) {
+	s := &tokenStandIn{agent: "claude", refresh: "real-refresh-0"}
+	next := startStandIn(t, s)
+	home := writeHome(t, "claude", claudeFile("real-access-0", "real-refresh-0"))
+	var ls [2]*Login
+	for i := range ls {
+		l, err := Read("claude", home, os.Getuid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[i] = l
+	}
+	second := make(chan int, 1)
+	var once sync.Once
+	s.during = func() { // the first refresh is at the endpoint: the second starts
+		once.Do(func() {
+			go func() {
+				status, _ := agentSide(t, ls[1].Refresher(next, &decisionlog.Record{}), "POST", tokenURL("claude"), "application/json", refreshBody("claude", ls[1].ph.refresh))
+				second <- status
+			}()
+			time.Sleep(200 * time.Millisecond)
+		})
+	}
+	if status, body := agentSide(t, ls[0].Refresher(next, &decisionlog.Record{}), "POST", tokenURL("claude"), "application/json", refreshBody("claude", ls[0].ph.refresh)); status != http.StatusOK {
+		t.Fatalf("the first refresh: got %d %s, want 200", status, body)
+	}
+	if status := <-second; status != http.StatusOK {
+		t.Errorf("the second refresh: got %d, want 200 (the endpoint got %s)", status, s.got())
+	}
+	if s.n != 2 || strings.Count(s.got(), `"refresh_token":"real-refresh-0"`) != 1 {
+		t.Errorf("the endpoint got %s, want two refreshes, each with the token the last one gave", s.got())
+	}
+}
+
+// TestRefreshSendsOnlyTheGrant: what the sandbox adds to its refresh (a
+// narrower scope, a parameter of its own, another client id) does not
+// reach the endpoint, whose answer would be written to the user's file.
+func TestRefreshSendsOnlyTheGrant(t *testing.T) {
+	s := &tokenStandIn{agent: "claude", refresh: "real-refresh-0"}
+	next := startStandIn(t, s)
+	l, err := Parse("claude", claudeFile("real-access-0", "real-refresh-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"grant_type":"refresh_token","refresh_token":"` + l.ph.refresh + `","client_id":"evil","scope":"user:profile","redirect_uri":"https://evil.test/"}`
+	if status, b := agentSide(t, l.Refresher(next, &decisionlog.Record{}), "POST", tokenURL("claude"), "application/json", body); status != http.StatusOK {
+		t.Fatalf("got %d %s, want 200", status, b)
+	}
+	want := `POST /v1/oauth/token {"client_id":"9d1c250a-e61b-44d9-88ed-5944d1962f5e","grant_type":"refresh_token","refresh_token":"real-refresh-0"}`
+	if got := s.got(); got != want {
+		t.Errorf("the endpoint got %s, want %s", got, want)
+	}
+}
+
+// TestRefreshAnswerScrubbed: a refresh's answer that carries the new
+// tokens where the gateway does not put placeholders (a cookie), or that
+// it cannot read whole, gives the sandbox none of them.
+func TestRefreshAnswerScrubbed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		s      *tokenStandIn
+		status int
+	}{
+		{"a cookie of the new token", &tokenStandIn{agent: "claude", refresh: "real-refresh-0", cookie: true}, http.StatusOK},
+		{"an answer over 64 KiB", &tokenStandIn{agent: "claude", refresh: "real-refresh-0", pad: maxFile}, http.StatusBadGateway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := startStandIn(t, tc.s)
+			l, err := Parse("claude", claudeFile("real-access-0", "real-refresh-0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &decisionlog.Record{}
+			status, header, body := agentSees(t, l.Refresher(next, rec), "POST", tokenURL("claude"), "application/json", refreshBody("claude", l.ph.refresh))
+			if status != tc.status {
+				t.Errorf("got %d, want %d", status, tc.status)
+			}
+			wantNoReal(t, "the answer's header", header)
+			wantNoReal(t, "the answer", body)
+			if tc.status != http.StatusOK && !strings.Contains(rec.Error, "the login may be lost") {
+				t.Errorf("got record error %q, want it to say the login may be lost", rec.Error)
+			}
+		})
 	}
 }

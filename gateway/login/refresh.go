@@ -19,8 +19,9 @@ import (
 
 // coalesce is how long a refresh's answer is given again to a refresh
 // asked for meanwhile (an agent's retry, two of its processes): the
-// refresh token it used is spent.
-const coalesce = 30 * time.Second
+// refresh token it used is spent, and a sandboxed command asking again
+// and again must not rotate the user's login on the host at its pace.
+const coalesce = 5 * time.Minute
 
 // Refresher returns the round tripper of an inspected HTTPS request to
 // the login's token endpoint host (TokenEndpoint), before next, the
@@ -84,21 +85,18 @@ func (q refreshRequest) get(k string) string {
 	return s
 }
 
-func (q refreshRequest) encode(refresh string) ([]byte, string) {
+// encode is the refresh the gateway sends for q: the grant, the real
+// refresh token and the agent's own client id, in q's encoding, and
+// nothing else of what the sandbox wrote. A narrower scope or another
+// parameter would reach the user's login on the host through the
+// write-back; without a scope the endpoint grants the login's own
+// (RFC 6749 §6).
+func (q refreshRequest) encode(refresh, clientID string) ([]byte, string) {
 	if q.form != nil {
-		f := url.Values{}
-		for k, v := range q.form {
-			f[k] = v
-		}
-		f.Set("refresh_token", refresh)
+		f := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}, "client_id": {clientID}}
 		return []byte(f.Encode()), "application/x-www-form-urlencoded"
 	}
-	m := map[string]any{}
-	for k, v := range q.json {
-		m[k] = v
-	}
-	m["refresh_token"] = refresh
-	b, _ := json.Marshal(m)
+	b, _ := json.Marshal(map[string]string{"grant_type": "refresh_token", "refresh_token": refresh, "client_id": clientID})
 	return b, "application/json"
 }
 
@@ -124,8 +122,8 @@ func parseRefresh(ct string, b []byte) (refreshRequest, bool) {
 	return refreshRequest{json: m}, true
 }
 
-// refresh performs the refresh r asked for, as the agent asked (its
-// other fields, its headers), with the real refresh token, through next.
+// refresh performs the refresh r asked for, with the real refresh token
+// and the agent's client id (encode), through next.
 func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTripper, rec *decisionlog.Record) (*http.Response, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,7 +145,7 @@ func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTrippe
 		}
 	}
 	used := l.real
-	body, ct := q.encode(used.refresh)
+	body, ct := q.encode(used.refresh, l.a.clientID)
 	up := r.Clone(r.Context())
 	up.Body, up.ContentLength, up.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 	up.Header.Set("Content-Type", ct)
@@ -164,17 +162,23 @@ func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTrippe
 	}
 	h := resp.Header.Clone()
 	h.Del("Content-Encoding")
-	for _, vs := range h { // an endpoint that quotes what it was sent
-		for i, v := range vs {
-			vs[i] = l.scrubText(v, used)
+	scrubHeader := func(t tokens) { // an endpoint that quotes what it was sent, or sets what it gave
+		for _, vs := range h {
+			for i, v := range vs {
+				vs[i] = l.scrubText(v, t)
+			}
 		}
 	}
-	if resp.StatusCode != http.StatusOK || len(b) > maxFile {
+	scrubHeader(used)
+	if resp.StatusCode != http.StatusOK {
 		return answer(r, resp.StatusCode, h, []byte(l.scrubText(string(b), used))), nil
 	}
 	var ans map[string]any
-	if err := unmarshalNumbers(b, &ans); err != nil {
-		return answer(r, http.StatusBadGateway, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte("sbx: the token endpoint's answer is not JSON\n")), nil
+	if len(b) > maxFile || unmarshalNumbers(b, &ans) != nil {
+		// New tokens the gateway cannot read may be in it, and the
+		// refresh token it used may be spent: nothing of it goes on.
+		rec.Error = fmt.Sprintf("login %s: the token endpoint's answer to a refresh is not JSON of at most 64 KiB: the login may be lost (log in again on the host)", l.a.name)
+		return answer(r, http.StatusBadGateway, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte("sbx: the token endpoint's answer is not JSON of at most 64 KiB\n")), nil
 	}
 	fresh := used
 	for k, p := range map[string]*string{"access_token": &fresh.access, "refresh_token": &fresh.refresh, "id_token": &fresh.id} {
@@ -182,6 +186,7 @@ func (l *Login) refresh(r *http.Request, q refreshRequest, next http.RoundTrippe
 			*p = s
 		}
 	}
+	scrubHeader(fresh)
 	if hf != nil {
 		if err := hf.writeBack(l.a, used, fresh, ans, l.now()); err != nil {
 			rec.Error = fmt.Sprintf("login %s: the refreshed tokens are kept in the gateway only: %v", l.a.name, err)

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // tokenStandIn behaves as the agents' token endpoints do (RFC 6749 §5):
@@ -36,6 +35,8 @@ type tokenStandIn struct {
 	n       int      // refreshes done
 	bodies  []string // every request's body, as the endpoint got it
 	during  func()   // runs while a refresh is answered
+	cookie  bool     // a refresh's answer sets a cookie of the new access token
+	pad     int      // bytes of padding in a refresh's answer
 }
 
 func (s *tokenStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +76,13 @@ func (s *tokenStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.refresh, s.access = fmt.Sprintf("real-refresh-%d", s.n), fmt.Sprintf("real-access-%d", s.n)
 		w.Header().Set("Content-Type", "application/json")
+		if s.cookie {
+			w.Header().Set("Set-Cookie", "session="+s.access+"; Secure; HttpOnly")
+		}
 		ans := map[string]any{"access_token": s.access, "refresh_token": s.refresh}
+		if s.pad > 0 {
+			ans["pad"] = strings.Repeat("x", s.pad)
+		}
 		if s.agent == "claude" {
 			ans["token_type"], ans["expires_in"], ans["scope"] = "Bearer", 28800, "user:inference user:profile"
 			ans["account"] = map[string]string{"uuid": "a1", "email_address": "u@example.com"}
@@ -146,8 +153,6 @@ func refreshBody(agent, refresh string) string {
 	}
 	return fmt.Sprintf(`{"client_id":"app_EMoamEEZ73f0CkXaXp7hrann","grant_type":"refresh_token","refresh_token":%q,"scope":"openid profile email"}`, refresh)
 }
-
-var _ = time.Second
 
 // jsonB64 decodes a JWT's parts.
 var jsonB64 = base64.RawURLEncoding
