@@ -49,6 +49,9 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--memory", "lots", "--", "true"}, "--memory"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--cpus", "-1", "--", "true"}, "--cpus"},
 		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--tmp-size", "0", "--", "true"}, "--tmp-size"},
+		{[]string{"kube", "check", "--image", "busybox"}, "need --gateway-image"},
+		{[]string{"kube", "mock", "requests", "--script", "a.yaml"}, "unknown flag: --script"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--approvals", "a.yaml", "--", "true"}, "answer with sbx kube approve --session"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {

@@ -46,6 +46,9 @@ It exits 0 when sbx kube run can work here, 1 when something is missing.`,
   sbx kube check -n agents --gateway-image registry.example/sbx@sha256:... --image node:22`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.gatewayImage == "" && (o.image != "" || o.pull != "") {
+				return usageErrorf(cmd, "--image and --pull are for the admission and network policy checks, which need --gateway-image (sbx's own image, as the cluster pulls it)")
+			}
 			if o.image == "" {
 				o.image = o.gatewayImage
 			}

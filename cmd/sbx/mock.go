@@ -31,6 +31,9 @@ type mockFlags struct {
 func (f *mockFlags) add(cmd *cobra.Command) {
 	f.target.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&f.host, "host", "", "the mocked `HOST` (--mock-llm HOST=...); needed when there are several mocks")
+	if f.target.kube != nil {
+		return // a cluster sandbox's policy answers from no script
+	}
 	cmd.Flags().StringVar(&f.script, "script", "", "the policy's LLM script `NAME` (response: {llm: NAME}), as the policy writes it; needed when there are several mocks")
 	cmd.MarkFlagsMutuallyExclusive("host", "script")
 }
@@ -104,7 +107,6 @@ is stopped.`,
 	requests.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer, request bodies included")
 	cmd.AddCommand(newMockExpectCmd(kf), requests, newMockResetCmd(kf))
 	for _, c := range cmd.Commands() {
-		c.Flags().MarkHidden("script") // a cluster's policy answers from no script
 		c.Example = strings.ReplaceAll(c.Example, "sbx mock", "sbx kube mock")
 	}
 	return cmd

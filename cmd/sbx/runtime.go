@@ -64,7 +64,6 @@ func connectRuntime(ctx context.Context, o runtimeOptions) (connectedRuntime, st
 	return nil, "", fmt.Errorf("--runtime %q: want %s or %s", o.name, runtimeContainerd, runtimeDocker)
 }
 
-// gcRuntimes are the runtimes sbx gc cleans: every one that answers.
 // connectContainerd connects to containerd at o.socket, asking for the
 // lease of the container to make when o.create.
 func (o runtimeOptions) connectContainerd(ctx context.Context) (*sandbox.Containerd, error) {
@@ -74,6 +73,7 @@ func (o runtimeOptions) connectContainerd(ctx context.Context) (*sandbox.Contain
 	return sandbox.ConnectContainerd(ctx, o.socket)
 }
 
+// gcRuntimes are the runtimes sbx gc cleans: every one that answers.
 type gcRuntimes []sandbox.ContainerRuntime
 
 // connectGCRuntimes connects to containerd and Docker, each if it
