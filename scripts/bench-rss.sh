@@ -26,7 +26,7 @@ idle=${IDLE:-20}
 
 work=$(mktemp -d)
 chmod 755 "$work"
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; wait; rm -rf "$work"' EXIT
 go build -o "$work/new/sbx" ./cmd/sbx
 builds=(new)
 if [ -n "${BASE:-}" ]; then
