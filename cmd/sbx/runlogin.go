@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,7 +19,7 @@ import (
 // loginFlag adds --login, which keeps an agent's subscription login
 // outside the sandbox (docs/login.md).
 func loginFlag(fs *pflag.FlagSet, login *string) {
-	fs.StringVar(login, "login", "", "with --rootfs host and --agent `AGENT` (claude or codex): keep the agent's login outside the sandbox: it sees its credential file with placeholders, the gateway puts the token in its API requests and refreshes it, writing the new token back to your file")
+	fs.StringVar(login, "login", "", "with --rootfs host and --agent `AGENT` (claude or codex; or --home overlay): keep the agent's login outside the sandbox: it sees its credential file with placeholders, the gateway puts the token in its API requests and refreshes it, writing the new token back to your file")
 }
 
 // loginHostsNote says on w which of the hosts the login of agent needs
@@ -77,7 +78,11 @@ func loginWording(err error) (lib, cli string, ok bool) {
 		run.LoginHomeHidden:    "the agent finds its login in your home, which --home empty hides; add --agent " + a,
 	}[e.Problem]
 	if e.Problem == run.LoginUnreadable {
-		fix = strings.TrimPrefix(e.Error(), "login "+a+": ") + "; log in with " + a + " on the host first, as the user the command runs as"
+		todo := "log in with " + a + " on the host first, as the user the command runs as"
+		if !errors.Is(e.Err, fs.ErrNotExist) {
+			todo = "sbx reads only a regular file of that user's, at most 64 KiB, through no link below the home: log in with " + a + " on the host again to write it afresh"
+		}
+		fix = strings.TrimPrefix(e.Error(), "login "+a+": ") + "; " + todo
 	}
 	return e.Error(), "--login " + a + ": " + fix, true
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // TestLoginHostsNote: sbx run --login says which of the login's hosts
@@ -36,5 +40,23 @@ func TestLoginHostsNote(t *testing.T) {
 				t.Errorf("got %q, want %q", b.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestLoginUnreadableWording: an unreadable login's fix fits its cause:
+// a file that is not there is made by logging in; one sbx refuses (a
+// link, another user's, too big) is named with what sbx reads.
+func TestLoginUnreadableWording(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&os.PathError{Op: "open", Path: "/home/u/.claude/.credentials.json", Err: syscall.ENOENT}, "log in with claude on the host first"},
+		{errors.New("/home/u/.claude/.credentials.json is over 64 KiB"), "sbx reads only a regular file of that user's, at most 64 KiB, through no link below the home"},
+	} {
+		_, cli, ok := loginWording(&run.LoginError{Agent: "claude", Problem: run.LoginUnreadable, Err: tc.err})
+		if !ok || !strings.Contains(cli, tc.want) {
+			t.Errorf("%v: got %q, want it to hold %q", tc.err, cli, tc.want)
+		}
 	}
 }
