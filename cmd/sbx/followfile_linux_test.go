@@ -100,11 +100,10 @@ func userDir(t *testing.T) string {
 	return sharedDir(t, userUID, userUID, 0o755)
 }
 
-// startFollow starts sbx decisions --file path --follow as the user,
-// and stops it with SIGINT at the test's end, checking it exits 0 then.
-func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, stop func()) {
+// startAsUser starts cmd as the user (asUser) and watches its standard
+// output and error line by line.
+func startAsUser(t *testing.T, cmd *exec.Cmd) (stdout, stderr *lineWatcher) {
 	t.Helper()
-	cmd := exec.Command(bin, "decisions", "--file", path, "--follow")
 	asUser(cmd)
 	so, err := cmd.StdoutPipe()
 	if err != nil {
@@ -117,7 +116,15 @@ func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, s
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr = watchLines(so), watchLines(se)
+	return watchLines(so), watchLines(se)
+}
+
+// startFollow starts sbx decisions --file path --follow as the user,
+// and stops it with SIGINT at the test's end, checking it exits 0 then.
+func startFollow(t *testing.T, bin, path string) (stdout, stderr *lineWatcher, stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin, "decisions", "--file", path, "--follow")
+	stdout, stderr = startAsUser(t, cmd)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -37,19 +37,8 @@ func startUserGateway(t *testing.T, bin string, args ...string) *userGateway {
 	proxyAddr := pln.Addr().String()
 	pln.Close()
 	cmd := exec.Command(bin, append([]string{"gateway", "--listen", proxyAddr}, args...)...)
-	asUser(cmd)
-	so, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	se, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	gw := &userGateway{cmd: cmd, stdout: watchLines(so), stderr: watchLines(se), exited: make(chan error, 1)}
+	stdout, stderr := startAsUser(t, cmd)
+	gw := &userGateway{cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan error, 1)}
 	go func() { gw.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
