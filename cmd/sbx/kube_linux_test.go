@@ -234,6 +234,19 @@ func (k *kubeTest) waitDecision(id string, want map[string]any) map[string]any {
 	}
 }
 
+// podSecurity sets the Pod Security level the test's namespace enforces.
+func (k *kubeTest) podSecurity(level string) {
+	k.t.Helper()
+	ns, err := k.cs.CoreV1().Namespaces().Get(k.t.Context(), k.ns, metav1.GetOptions{})
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	ns.Labels["pod-security.kubernetes.io/enforce"] = level
+	if _, err := k.cs.CoreV1().Namespaces().Update(k.t.Context(), ns, metav1.UpdateOptions{}); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
 // objectsLeft lists every object of the sandbox still there, or of any
 // sandbox when id is "".
 func (k *kubeTest) objectsLeft(id string) []string {
@@ -549,14 +562,7 @@ func TestKubeClusterManifestServerDryRun(t *testing.T) {
 	// A namespace whose Pod Security level refuses the rules container's
 	// NET_ADMIN: sbx kube run fails before it makes anything, naming the
 	// fix.
-	ns, err := k.cs.CoreV1().Namespaces().Get(t.Context(), k.ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Labels["pod-security.kubernetes.io/enforce"] = "baseline"
-	if _, err := k.cs.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	k.podSecurity("baseline")
 	out, errOut, code = k.sbx("run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--", "true")
 	if code == 0 || !strings.Contains(errOut, "pod-security.kubernetes.io/enforce=privileged") {
 		t.Errorf("a baseline namespace: exit %d, want the refusal with the Pod Security fix\n%s%s", code, out, errOut)

@@ -171,14 +171,7 @@ func TestKubeClusterCheck(t *testing.T) {
 	}
 
 	// A namespace whose Pod Security level refuses the rules container.
-	ns, err := k.cs.CoreV1().Namespaces().Get(t.Context(), k.ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Labels["pod-security.kubernetes.io/enforce"] = "baseline"
-	if _, err := k.cs.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	k.podSecurity("baseline")
 	out, errOut, code = k.sbx(args...)
 	if code != exitFailure || !strings.Contains(out, "admission: refused") || !strings.Contains(out, "pod-security.kubernetes.io/enforce=privileged") {
 		t.Errorf("a baseline namespace: exit %d, want %d and the Pod Security fix\n%s%s", code, exitFailure, out, errOut)
