@@ -286,21 +286,7 @@ func TestPrivilegedAgentRealClaudeCode(t *testing.T) {
 	cached := filepath.Join(installAgent(t, claudeCodePackage), "node_modules", claudeCodePackage.name)
 	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
 	home := fakeHome(t)
-	pkg := filepath.Join(home, ".npm-global/lib/node_modules", claudeCodePackage.name)
-	os.MkdirAll(filepath.Dir(pkg), 0o755)
-	// Hard links where the cache is on the same filesystem, else a copy.
-	if out, err := exec.Command("cp", "-al", cached, pkg).CombinedOutput(); err != nil {
-		os.RemoveAll(pkg)
-		if out, err := exec.Command("cp", "-a", cached, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("cp: %v\n%s", err, out)
-		}
-	} else if len(out) > 0 {
-		t.Log(string(out))
-	}
-	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
-	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", filepath.Join(home, ".npm-global/bin/claude")); err != nil {
-		t.Fatal(err)
-	}
+	installClaudeInHome(t, home, cached)
 	os.WriteFile(filepath.Join(home, ".claude/settings.json"), []byte(`{"model":"settings-of-the-user"}`), 0o644)
 	chownTree(t, home, 1000, 1000)
 	state := t.TempDir()
@@ -342,5 +328,26 @@ func TestPrivilegedHomeSecretFileRefused(t *testing.T) {
 		"--log", filepath.Join(state, "log.jsonl"), "--home-dir", home,
 		"--secret", "TOKEN="+token+"@api.example.test", "--", "true"); code != 0 {
 		t.Errorf("--home empty: got exit %d, %q; want the secret taken", code, stderr)
+	}
+}
+
+// installClaudeInHome lays Claude Code, installed from npm at cached,
+// into home's ~/.npm-global as npm -g does: hard links where the cache
+// is on the same filesystem, else a copy.
+func installClaudeInHome(t *testing.T, home, cached string) {
+	t.Helper()
+	pkg := filepath.Join(home, ".npm-global/lib/node_modules", claudeCodePackage.name)
+	os.MkdirAll(filepath.Dir(pkg), 0o755)
+	if out, err := exec.Command("cp", "-al", cached, pkg).CombinedOutput(); err != nil {
+		os.RemoveAll(pkg)
+		if out, err := exec.Command("cp", "-a", cached, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+	} else if len(out) > 0 {
+		t.Log(string(out))
+	}
+	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
+	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", filepath.Join(home, ".npm-global/bin/claude")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -240,20 +240,7 @@ func TestPrivilegedLoginRealClaudeCode(t *testing.T) {
 
 	t.Chdir(sharedDir(t, 1000, 1000, 0o755))
 	home := fakeHome(t)
-	pkg := filepath.Join(home, ".npm-global/lib/node_modules", claudeCodePackage.name)
-	os.MkdirAll(filepath.Dir(pkg), 0o755)
-	if out, err := exec.Command("cp", "-al", cached, pkg).CombinedOutput(); err != nil {
-		os.RemoveAll(pkg)
-		if out, err := exec.Command("cp", "-a", cached, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("cp: %v\n%s", err, out)
-		}
-	} else if len(out) > 0 {
-		t.Log(string(out))
-	}
-	os.MkdirAll(filepath.Join(home, ".npm-global/bin"), 0o755)
-	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe", filepath.Join(home, ".npm-global/bin/claude")); err != nil {
-		t.Fatal(err)
-	}
+	installClaudeInHome(t, home, cached)
 	cred := filepath.Join(home, ".claude/.credentials.json")
 	expires := time.Now().Add(time.Minute).UnixMilli() // within Claude Code's five minutes: it refreshes first
 	file := fmt.Sprintf(`{"claudeAiOauth":{"accessToken":"real-access-0","refreshToken":"real-refresh-0","expiresAt":%d,"scopes":["user:inference","user:profile"],"subscriptionType":"max"}}`, expires)
