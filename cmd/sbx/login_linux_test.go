@@ -180,27 +180,9 @@ func TestPrivilegedLoginRealClaudeCode(t *testing.T) {
 	skipUnlessRoot(t)
 	cached := filepath.Join(installAgent(t, claudeCodePackage), "node_modules", claudeCodePackage.name)
 	shared := readableDir(t)
-	script := filepath.Join(shared, "claude-code.yaml")
-	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "claude-code", script); code != 0 {
-		t.Fatalf("sbx mock init --agent claude-code: exit %d: %s", code, stderr)
-	}
-	parsed, err := mockllm.ParseScriptFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := mockllm.New(parsed)
+	model := starterModel(t, shared, "claude-code")
 	up := newCaptureUpstream(t, shared)
-	var roots []byte
-	var certs []tls.Certificate
-	for _, name := range []string{"api.anthropic.com", "platform.claude.com"} {
-		caPEM, cert := testCertificate(t, name)
-		roots = append(roots, caPEM...)
-		certs = append(certs, cert)
-	}
-	upCA := filepath.Join(shared, "login-ca.pem")
-	if err := os.WriteFile(upCA, roots, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	upCA, certs := standInCerts(t, shared, "login-ca.pem", "api.anthropic.com", "platform.claude.com")
 	var mu sync.Mutex
 	access, refresh, n := "real-access-0", "real-refresh-0", 0
 	var sent []string
@@ -298,27 +280,9 @@ func TestPrivilegedLoginRealCodex(t *testing.T) {
 	skipUnlessRoot(t)
 	cached := filepath.Join(installAgent(t, codexPackage), "node_modules", codexPackage.name)
 	shared := readableDir(t)
-	script := filepath.Join(shared, "codex.yaml")
-	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "codex", script); code != 0 {
-		t.Fatalf("sbx mock init --agent codex: exit %d: %s", code, stderr)
-	}
-	parsed, err := mockllm.ParseScriptFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := mockllm.New(parsed)
+	model := starterModel(t, shared, "codex")
 	up := newCaptureUpstream(t, shared)
-	var roots []byte
-	var certs []tls.Certificate
-	for _, name := range []string{"chatgpt.com", "auth.openai.com"} {
-		caPEM, cert := testCertificate(t, name)
-		roots = append(roots, caPEM...)
-		certs = append(certs, cert)
-	}
-	upCA := filepath.Join(shared, "login-ca.pem")
-	if err := os.WriteFile(upCA, roots, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	upCA, certs := standInCerts(t, shared, "login-ca.pem", "chatgpt.com", "auth.openai.com")
 	idToken := func(n int) string {
 		enc := base64.RawURLEncoding.EncodeToString
 		claims := fmt.Sprintf(`{"email":"u@example.com","exp":%d,"https://api.openai.com/auth":{"chatgpt_plan_type":"pro","chatgpt_account_id":"acct-1","chatgpt_user_id":"user-1"}}`, time.Now().Add(time.Hour).Unix())
@@ -411,4 +375,38 @@ func TestPrivilegedLoginRealCodex(t *testing.T) {
 	if b, _ := os.ReadFile(cred); !strings.Contains(string(b), fmt.Sprintf(`"refresh_token": "real-refresh-%d"`, refreshes)) {
 		t.Errorf("the host file: got %s, want the refreshed tokens", b)
 	}
+}
+
+// starterModel writes sbx mock init's starter script for agent into dir
+// and returns the scripted model it makes.
+func starterModel(t *testing.T, dir, agent string) *mockllm.Responder {
+	t.Helper()
+	script := filepath.Join(dir, agent+".yaml")
+	if _, stderr, code := runCLI(t, "mock", "init", "--agent", agent, script); code != 0 {
+		t.Fatalf("sbx mock init --agent %s: exit %d: %s", agent, code, stderr)
+	}
+	parsed, err := mockllm.ParseScriptFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mockllm.New(parsed)
+}
+
+// standInCerts makes a certificate for each of names, for stand-ins of
+// those hosts, and writes their CAs into dir/file for the gateway's
+// --upstream-ca; it returns that file and the certificates.
+func standInCerts(t *testing.T, dir, file string, names ...string) (string, []tls.Certificate) {
+	t.Helper()
+	var roots []byte
+	var certs []tls.Certificate
+	for _, name := range names {
+		caPEM, cert := testCertificate(t, name)
+		roots = append(roots, caPEM...)
+		certs = append(certs, cert)
+	}
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, roots, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, certs
 }

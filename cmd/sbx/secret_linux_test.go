@@ -16,7 +16,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sbx-dev/sbx/gateway/mockllm"
 )
 
 // secretScript is what the sandbox runs in TestPrivilegedSecret: it says
@@ -229,15 +228,7 @@ func TestPrivilegedSecretClaudeCode(t *testing.T) {
 	t.Setenv("ANTHROPIC_API_KEY", value)
 
 	shared := readableDir(t)
-	script := filepath.Join(shared, "claude-code.yaml")
-	if _, stderr, code := runCLI(t, "mock", "init", "--agent", "claude-code", script); code != 0 {
-		t.Fatalf("sbx mock init --agent claude-code: exit %d: %s", code, stderr)
-	}
-	parsed, err := mockllm.ParseScriptFile(script)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := mockllm.New(parsed)
+	model := starterModel(t, shared, "claude-code")
 	up := newCaptureUpstream(t, shared)
 	caPEM, cert := testCertificate(t, "api.anthropic.com")
 	upCA := filepath.Join(shared, "anthropic-ca.pem")
