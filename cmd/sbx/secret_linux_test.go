@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
 )
 
 // secretScript is what the sandbox runs in TestPrivilegedSecret: it says
