@@ -26,6 +26,10 @@
 # garbage collection was on removes unused images when the disk is more
 # than 85% full). Needs root and a running test cluster; it never starts
 # or stops one.
+#
+# SBX_KUBE_IMAGE_TAG=NAME tags both images NAME instead (localhost/sbx:NAME,
+# localhost/sbx-test-agent:NAME), so two checkouts can run their tests on
+# one cluster at once without one's pods starting the other's sbx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -37,8 +41,8 @@ if [ ! -S "$kube_ctd_sock" ] || ! ctr_node version >/dev/null 2>&1; then
 	exit 1
 fi
 
-sbx_image=localhost/sbx:test
-agent_image=localhost/sbx-test-agent:1
+sbx_image=localhost/sbx:${SBX_KUBE_IMAGE_TAG:-test}
+agent_image=localhost/sbx-test-agent:${SBX_KUBE_IMAGE_TAG:-1}
 cache=$kube_cache/sbx-images
 mkdir -p "$cache"
 exec 9>"$cache/lock"
@@ -47,11 +51,11 @@ flock 9 # one run at a time
 log "building a static sbx"
 CGO_ENABLED=0 go build -buildvcs=false -o "$cache/sbx" ./cmd/sbx
 
-key=$(cat "$cache/sbx" /bin/busybox scripts/kube-images.sh scripts/kube/kube.sh | sha256sum | cut -c1-16)
+key=$( (cat "$cache/sbx" /bin/busybox scripts/kube-images.sh scripts/kube/kube.sh; echo "$sbx_image $agent_image") | sha256sum | cut -c1-16)
 dir=$cache/$key
 if [ ! -e "$dir/sbx.tar" ] || [ ! -e "$dir/agent.tar" ]; then
 	log "writing the images' archives ($key)"
-	find "$cache" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + # earlier keys'
+	find "$cache" -mindepth 1 -maxdepth 1 -type d -mmin +120 -exec rm -rf {} + # earlier keys', unless another checkout's of the last two hours
 	w=$(mktemp -d)
 	trap 'rm -rf "$w"' EXIT
 	mkdir "$w/$key"
