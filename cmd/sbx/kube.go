@@ -603,19 +603,26 @@ func newKubePSCmd(kf *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tAGENT\tGATEWAY\tHEALTH\tAGE\tIMAGE\tCOMMAND")
-			for _, sb := range all {
-				agent := orDash(sb.Agent)
-				if sb.ExitCode >= 0 {
-					agent = fmt.Sprintf("exited (%d)", sb.ExitCode)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, orDash(sb.Name), agent, orDash(sb.Gateway), kube.Health(sb),
-					time.Since(sb.Created).Round(time.Second), sb.Image, truncateCommand(sb.Command))
-			}
-			return tw.Flush()
+			return printKubePS(cmd.OutOrStdout(), all, time.Now())
 		},
 	}
+}
+
+// printKubePS prints sbx kube ps's table. Everything in it but the age is
+// read from objects that anyone who may edit the namespace's pods or
+// ConfigMaps can write, so each field is printed as hostile text.
+func printKubePS(w io.Writer, all []kube.Sandbox, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tAGENT\tGATEWAY\tHEALTH\tAGE\tIMAGE\tCOMMAND")
+	for _, sb := range all {
+		agent := orDash(printable(sb.Agent))
+		if sb.ExitCode >= 0 {
+			agent = fmt.Sprintf("exited (%d)", sb.ExitCode)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(sb.ID), orDash(printable(sb.Name)), agent, orDash(printable(sb.Gateway)), printable(kube.Health(sb)),
+			now.Sub(sb.Created).Round(time.Second), printable(sb.Image), printable(truncateCommand(sb.Command)))
+	}
+	return tw.Flush()
 }
 
 func orDash(s string) string {

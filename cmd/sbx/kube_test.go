@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -150,4 +152,27 @@ func manifestMeta(t *testing.T, doc string) manifestDoc {
 		t.Errorf("%s: namespace %q, labels %v", m.Kind, m.Metadata.Namespace, m.Metadata.Labels)
 	}
 	return m
+}
+
+// TestKubePSPrintsHostileText: whoever may edit the namespace's pods or
+// ConfigMaps writes the name, image, command and phases sbx kube ps
+// prints; none of their control bytes reaches the terminal.
+func TestKubePSPrintsHostileText(t *testing.T) {
+	now := time.Now()
+	evil := "\x1b]0;owned\x07\x1b[2J"
+	sb := kube.Sandbox{ID: "1a2b3c4d", Name: "n" + evil, Created: now.Add(-time.Minute), ExitCode: -1,
+		Agent: "Running" + evil, Gateway: "Running" + evil, GatewayReady: true,
+		Image: "busybox" + evil, Command: []string{"sh", "-c", evil}}
+	var out bytes.Buffer
+	if err := printKubePS(&out, []kube.Sandbox{sb}, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(out.String(), "\x1b\x07") {
+		t.Errorf("sbx kube ps printed control bytes:\n%q", out.String())
+	}
+	for _, want := range []string{"1a2b3c4d", "busybox", "1m0s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("sbx kube ps lacks %q:\n%s", want, out.String())
+		}
+	}
 }
