@@ -44,6 +44,7 @@ type Log struct {
 	seq    uint64     // last assigned
 	buf    []byte     // the line being written (a commit batch's lines), reused
 	ends   []int      // where each of a commit batch's lines ends in buf
+	one    [1]*Record // the batch of a commit written alone (commitOneLocked)
 	closed bool
 
 	// Records Post handed to the holder of mu, emitted before it lets
@@ -273,8 +274,7 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 		// gather in the next.
 		l.groupMu.Unlock()
 		defer l.unlock()
-		err := l.commitLocked([]*Record{r})
-		return r.Seq, err
+		return r.Seq, l.commitOneLocked(r)
 	}
 	lead := b == nil
 	if lead {
@@ -320,8 +320,17 @@ func (l *Log) newBatch() *commitBatch {
 func (l *Log) commitAlone(r *Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.unlock()
-	err := l.commitLocked([]*Record{r})
-	return r.Seq, err
+	return r.Seq, l.commitOneLocked(r)
+}
+
+// commitOneLocked is commitLocked for r alone, through l.one rather than
+// a slice of its own, which would go to the heap on every commit (the
+// sinks take it through an interface). l.mu is held.
+func (l *Log) commitOneLocked(r *Record) error {
+	l.one[0] = r
+	err := l.commitLocked(l.one[:])
+	l.one[0] = nil
+	return err
 }
 
 // commitLocked numbers recs, encodes them and writes them to the files
