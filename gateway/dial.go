@@ -187,7 +187,10 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 			refused = true
 		} else if d, r := p.GuardAddr(ip, t); r {
 			if first == nil {
-				first = &d
+				// A copy: &d itself would move d to the heap on every
+				// address, refused or not.
+				refusal := d
+				first = &refusal
 			}
 			refused = true
 			if nguarded < decisionlog.MaxAddrs {

@@ -122,7 +122,7 @@ func (s *Server) forwardHTTP(ctx context.Context, c *conn, head *requestHead, ki
 	closeRec, t := o.closeRec, o.t
 	defer s.pipe.end(closeRec, start)
 	upstream := netip.AddrPortFrom(o.addrs[0], port)
-	closeRec.Upstream = upstream.String()
+	closeRec.Upstream = fs.upstreamText(upstream)
 
 	ws := isWebSocket(head.Header)
 	out := &fs.out
@@ -428,6 +428,20 @@ type forwardState struct {
 	out      upstreamRequest
 	watch    upstreamWatch
 	up       *upConn // the upstream connection of the last request, kept for the next
+
+	// The last request's upstream address and its text, which the next
+	// request to it (most of a connection's requests) reuses.
+	lastUp     netip.AddrPort
+	lastUpText string
+}
+
+// upstreamText returns ap as text (for the close record) without making
+// the string again when the connection's last request went to ap too.
+func (fs *forwardState) upstreamText(ap netip.AddrPort) string {
+	if ap != fs.lastUp || fs.lastUpText == "" {
+		fs.lastUp, fs.lastUpText = ap, ap.String()
+	}
+	return fs.lastUpText
 }
 
 // forward returns c's forwardState, made on first use.

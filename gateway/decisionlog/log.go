@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ type Log struct {
 	seq    uint64     // last assigned
 	buf    []byte     // the line being written (a commit batch's lines), reused
 	ends   []int      // where each of a commit batch's lines ends in buf
+	one    [1]*Record // the batch of a commit written alone (commitOneLocked)
 	closed bool
 
 	// Records Post handed to the holder of mu, emitted before it lets
@@ -58,6 +60,7 @@ type Log struct {
 	hasFile bool         // a sink is a budgetedSink: Commit batches
 	groupMu sync.Mutex   // guards open; taken alone or after mu, never before it
 	open    *commitBatch // the batch commits join, nil when none waits
+	spare   *commitBatch // a batch of one written, for the next; guarded by groupMu
 
 	errMu    sync.Mutex // separate from mu, so Err does not wait for a slow sink
 	firstErr error
@@ -248,9 +251,11 @@ func (l *Log) emitLocked(r *Record) uint64 {
 // buffered before it), before the other sinks get it.
 //
 // Concurrent commits share that write (group commit): a Commit that comes
-// while another batch is being written joins the next batch, which one
-// write takes to the file once the one before has been written; each
-// returns when its batch has been written, or has failed.
+// while another batch waits to be written, or is being written, joins
+// the next batch, which one write takes to the file once the one before
+// has been written; each returns when its batch has been written, or has
+// failed. The commit that opens a batch lets the goroutines ready to run
+// go first (runtime.Gosched), so that those about to commit join it.
 //
 // When the file cannot be written (full, an I/O error, removed or
 // replaced) or has reached its size limit, Commit writes r to no sink,
@@ -267,19 +272,12 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 	}
 	l.groupMu.Lock()
 	b := l.open
-	if b == nil && l.mu.TryLock() {
-		// Nothing is being written and no batch waits: r is a batch
-		// of its own, and the commits that come while it is written
-		// gather in the next.
-		l.groupMu.Unlock()
-		defer l.unlock()
-		err := l.commitLocked([]*Record{r})
-		return r.Seq, err
-	}
 	lead := b == nil
 	if lead {
 		b = l.newBatch()
 		l.open = b
+	} else if b.done == nil {
+		b.done = make(chan struct{})
 	}
 	b.recs = append(b.recs, r)
 	l.groupMu.Unlock()
@@ -287,31 +285,53 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 		<-b.done
 		return r.Seq, b.err
 	}
-	// The leader waits for the batch being written, if any (it holds
-	// l.mu), while later commits join b; then b is closed to them and
-	// written with one write.
+	// The goroutines ready to run go first: those that come to commit
+	// meanwhile join b, and one write takes them all, where each would
+	// have made a write (and the look at the path after it) of its own;
+	// with nothing else to run, the leader goes on at once. Then it waits
+	// for the batch being written, if any (it holds l.mu), while later
+	// commits still join b; then b is closed to them and written with
+	// one write.
+	runtime.Gosched()
 	l.mu.Lock()
 	l.groupMu.Lock()
 	l.open = nil
 	l.groupMu.Unlock()
 	b.err = l.commitLocked(b.recs)
-	// Its commits go on before the posted records are written.
-	close(b.done)
+	err := b.err
+	if b.done != nil {
+		// Its commits go on before the posted records are written.
+		close(b.done)
+	} else {
+		l.groupMu.Lock()
+		l.spare = b // nobody else holds it
+		l.groupMu.Unlock()
+	}
 	l.unlock()
-	return r.Seq, b.err
+	return r.Seq, err
 }
 
 // A commitBatch is the records of the commits that one write takes to
 // the file (Log.Commit).
 type commitBatch struct {
 	recs []*Record
-	err  error         // set before done is closed
-	done chan struct{} // closed once the batch is written or has failed
+	err  error // set before done is closed
+	// done is closed once the batch is written or has failed. It is
+	// made when a second commit joins the batch: the leader waits for
+	// none, and a batch of one is used again (Log.spare).
+	done chan struct{}
 }
 
-// newBatch returns an empty commitBatch. l.groupMu is held.
+// newBatch returns an empty commitBatch: the last batch of one, when
+// there is one. l.groupMu is held.
 func (l *Log) newBatch() *commitBatch {
-	return &commitBatch{recs: make([]*Record, 0, 8), done: make(chan struct{})}
+	if b := l.spare; b != nil {
+		l.spare = nil
+		clear(b.recs)
+		b.recs, b.err = b.recs[:0], nil
+		return b
+	}
+	return &commitBatch{recs: make([]*Record, 0, 8)}
 }
 
 // commitAlone commits r by a write of its own: Commit without a file
@@ -320,8 +340,17 @@ func (l *Log) newBatch() *commitBatch {
 func (l *Log) commitAlone(r *Record) (uint64, error) {
 	l.mu.Lock()
 	defer l.unlock()
-	err := l.commitLocked([]*Record{r})
-	return r.Seq, err
+	return r.Seq, l.commitOneLocked(r)
+}
+
+// commitOneLocked is commitLocked for r alone, through l.one rather than
+// a slice of its own, which would go to the heap on every commit (the
+// sinks take it through an interface). l.mu is held.
+func (l *Log) commitOneLocked(r *Record) error {
+	l.one[0] = r
+	err := l.commitLocked(l.one[:])
+	l.one[0] = nil
+	return err
 }
 
 // commitLocked numbers recs, encodes them and writes them to the files
