@@ -194,6 +194,9 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx run", "namespaces, iptables, containerd or Docker")
 	}
+	// The sandbox's CA and its Java truststore are made while sbx waits
+	// for the runtime's answers.
+	run.PrepareStart()
 	spec, err := o.sandboxSpec(cmd, args, stderr)
 	if err != nil {
 		return 0, err
