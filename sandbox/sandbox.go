@@ -172,6 +172,9 @@ type Sandbox struct {
 	// rest after.
 	capture *GatewayCapture
 	undo    []func() error // what Close undoes, in reverse
+	// stopping, set by Close, is closed once the state says stopping:
+	// the gateway and the state go only after.
+	stopping chan struct{}
 
 	done     chan struct{} // closed when the command's end is known
 	code     int
@@ -229,7 +232,7 @@ func Start(ctx context.Context, spec Spec) (_ *Sandbox, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	s.undo = append(s.undo, func() error { return Release(spec.StateDir, id) })
+	s.undo = append(s.undo, func() error { s.stopped(); return Release(spec.StateDir, id) })
 	teardownNetwork := onlyOnce(func() error { return TeardownNetwork(teardownCtx, names) })
 	s.undo = append(s.undo, teardownNetwork)
 
@@ -402,6 +405,7 @@ func (s *Sandbox) removeAll(teardownNetwork func() error) error {
 		return s.container.Delete()
 	}
 	closeGateway := func() error {
+		s.stopped() // the management API goes once the state says stopping
 		c := s.capture
 		s.capture = nil
 		var errs *multierror.Error
@@ -468,10 +472,25 @@ func (s *Sandbox) Stop(grace time.Duration) (int, error) {
 // call more than once.
 func (s *Sandbox) Close() error {
 	s.closed.Do(func() {
-		SetStatus(s.spec.StateDir, s.ID, StatusStopping) // for sbx ps; the state goes soon
+		// For sbx ps, and for those who follow the sandbox through its
+		// management API (it is stopping, not lost, when the API goes):
+		// written beside the container's removal, which does not need
+		// it, and before the gateway and the state go, which wait for it.
+		s.stopping = make(chan struct{})
+		go func() {
+			defer close(s.stopping)
+			SetStatus(s.spec.StateDir, s.ID, StatusStopping)
+		}()
 		s.closeErr = s.teardown()
 	})
 	return s.closeErr
+}
+
+// stopped waits until the state says stopping, when Close began it.
+func (s *Sandbox) stopped() {
+	if s.stopping != nil {
+		<-s.stopping
+	}
 }
 
 // teardown runs the undo steps in reverse, collecting every failure.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"software.sslmate.com/src/go-pkcs12"
@@ -39,8 +40,27 @@ type Trust struct {
 	// TrustStorePassword), truststore.p12, which JAVA_TOOL_OPTIONS points
 	// Java at: Java trusts what its truststore holds and nothing else.
 	// Start makes it while the network and the container are made (it
-	// takes some milliseconds), and starts the command once it is there.
+	// takes some milliseconds of CPU), unless StartJava began it before,
+	// and starts the command once it is there.
 	Java bool
+
+	// javaStore, set by StartJava, gives the truststore once made.
+	javaStore func() ([]byte, error)
+}
+
+// StartJava begins making the Java truststore (when Java asks for one) in
+// the background, for a caller that has the Trust before it starts the
+// sandbox: the milliseconds of CPU it takes then go beside the caller's
+// waits (containerd's answers) rather than beside the container's
+// creation, which needs the CPU. Start takes what it made. CertPEM, Roots
+// and Java must not change after it.
+func (t *Trust) StartJava() {
+	if !t.Java || t.javaStore != nil {
+		return
+	}
+	roots, ca := t.Roots, t.CertPEM
+	t.javaStore = sync.OnceValues(func() ([]byte, error) { return javaTrustStore(roots, ca) })
+	go t.javaStore()
 }
 
 // trustEnv returns the variables that point TLS clients at the trust
@@ -109,8 +129,10 @@ func writeTrust(dir string, t *Trust) (mounts []specs.Mount, javaDone <-chan err
 	}
 	done := make(chan error, 1)
 	if t.Java {
+		t.StartJava()
+		store := t.javaStore
 		go func() {
-			ts, err := javaTrustStore(t.Roots, t.CertPEM)
+			ts, err := store()
 			if err == nil {
 				err = os.WriteFile(filepath.Join(tdir, "truststore.p12"), ts, 0o644)
 			}

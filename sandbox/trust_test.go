@@ -66,8 +66,29 @@ func selfSigned(t *testing.T, name string) ([]byte, *x509.Certificate) {
 func TestWriteTrust(t *testing.T) {
 	caPEM, ca := selfSigned(t, "sbx test CA")
 	rootPEM, root := selfSigned(t, "a root")
+	for _, started := range []bool{false, true} {
+		dir := t.TempDir()
+		trust := &Trust{CertPEM: caPEM, Roots: rootPEM, Replace: []string{"/etc/ssl/cert.pem"}, Java: true}
+		if started {
+			trust.StartJava() // the truststore made before, as run.PrepareStart does
+		}
+		checkWrittenTrust(t, dir, trust, caPEM, rootPEM, ca, root)
+	}
+	// Without Java, no truststore.
 	dir := t.TempDir()
-	mounts, done, err := writeTrust(dir, &Trust{CertPEM: caPEM, Roots: rootPEM, Replace: []string{"/etc/ssl/cert.pem"}, Java: true})
+	_, done, err := writeTrust(dir, &Trust{CertPEM: caPEM, Roots: rootPEM})
+	if err != nil || <-done != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "trust", "truststore.p12")); !os.IsNotExist(err) {
+		t.Errorf("without Java: truststore.p12 is there (%v)", err)
+	}
+}
+
+// checkWrittenTrust writes trust into dir and checks its files and mounts.
+func checkWrittenTrust(t *testing.T, dir string, trust *Trust, caPEM, rootPEM []byte, ca, root *x509.Certificate) {
+	t.Helper()
+	mounts, done, err := writeTrust(dir, trust)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +109,5 @@ func TestWriteTrust(t *testing.T) {
 	}
 	if len(mounts) != 2 || mounts[0].Destination != TrustDir || mounts[1].Destination != "/etc/ssl/cert.pem" || !slices.Contains(mounts[1].Options, "ro") {
 		t.Errorf("mounts: got %+v", mounts)
-	}
-	// Without Java, no truststore.
-	dir = t.TempDir()
-	_, done, err = writeTrust(dir, &Trust{CertPEM: caPEM, Roots: rootPEM})
-	if err != nil || <-done != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "trust", "truststore.p12")); !os.IsNotExist(err) {
-		t.Errorf("without Java: truststore.p12 is there (%v)", err)
 	}
 }

@@ -11,15 +11,24 @@ import (
 const idleTrimAfter = 2 * time.Second
 
 // trimIdleMemory keeps an idle sbx run small: idleTrimAfter after the
-// start it returns to the system the heap the start freed, which the
-// runtime's scavenger would otherwise give back only over minutes. (The
-// pages of sbx's executable it touched count in its RSS too, but they are
-// the page cache's, shared by every sbx process: not what a hundred
-// sandboxes each cost. scripts/bench-rss.sh prints both.) The returned
-// func stops it.
-func trimIdleMemory() (stop func()) {
-	t := time.AfterFunc(idleTrimAfter, debug.FreeOSMemory)
-	return func() { t.Stop() }
+// start it calls endGC (startGC's end: GOGC set back) and returns to the
+// system the heap the start freed, which the runtime's scavenger would
+// otherwise give back only over minutes. (The pages of sbx's executable
+// it touched count in its RSS too, but they are the page cache's, shared
+// by every sbx process: not what a hundred sandboxes each cost.
+// scripts/bench-rss.sh prints both.) A run that ends sooner collects
+// nothing on its way out: the returned func stops the trim and calls
+// endGC then.
+func trimIdleMemory(endGC func()) (stop func()) {
+	t := time.AfterFunc(idleTrimAfter, func() {
+		endGC()
+		debug.FreeOSMemory()
+	})
+	return func() {
+		if t.Stop() {
+			endGC()
+		}
+	}
 }
 
 // startGCPercent is the garbage collector's GOGC while a sandbox starts:

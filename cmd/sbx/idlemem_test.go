@@ -30,3 +30,17 @@ func TestStartGC(t *testing.T) {
 	}
 	endC()
 }
+
+// TestTrimIdleMemoryEndsGC: a run that ends before the trim sets GOGC
+// back (startGC's end) when it stops the trim, once, and not before.
+func TestTrimIdleMemoryEndsGC(t *testing.T) {
+	ended := 0
+	stop := trimIdleMemory(func() { ended++ })
+	if ended != 0 {
+		t.Fatalf("GOGC set back before the trim or the run's end (%d)", ended)
+	}
+	stop()
+	if ended != 1 {
+		t.Errorf("after the run's end: startGC's end called %d times, want once", ended)
+	}
+}

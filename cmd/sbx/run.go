@@ -194,6 +194,18 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if os.Geteuid() != 0 {
 		return 0, needsRoot("sbx run", "namespaces, iptables, containerd or Docker")
 	}
+	// The start allocates a few megabytes and keeps little: no collection
+	// while it runs (startGC), nor while a short command runs and the
+	// sandbox is taken down, until the trim idleTrimAfter after the start
+	// (trimIdleMemory; idlemem.go), which collects and gives back to the
+	// system what the start freed. Set back last (the defers run in
+	// reverse): at the latest once Close returns.
+	endStartGC := startGC()
+	endGC := endStartGC
+	defer func() { endGC() }()
+	// The sandbox's CA and its Java truststore are made while sbx waits
+	// for the runtime's answers.
+	run.PrepareStart()
 	spec, err := o.sandboxSpec(cmd, args, stderr)
 	if err != nil {
 		return 0, err
@@ -225,17 +237,14 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		// No question on the terminal, but sbx's lines are there.
 		guardTerminal(newTTYGate(), &spec, cmd.OutOrStdout(), cmd.ErrOrStderr(), stderr)
 	}
-	// The start allocates a few megabytes and keeps little: no collection
-	// while it runs (startGC), one soon after (trimIdleMemory).
-	endStartGC := startGC()
 	r, err := run.Start(ctx, spec)
-	endStartGC()
 	if err != nil {
 		if prompt != nil {
 			prompt.stop()
 		}
 		return o.startFailed(err, args[0], rtName, stderr)
 	}
+	endGC = trimIdleMemory(endStartGC)
 	// Close says where the decision log is, after the command's output
 	// (which the container's removal drains), then writes the recordings,
 	// once the gateway is gone, so that every exchange is in.
@@ -247,9 +256,6 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if !o.silent() {
 		fmt.Fprintf(stderr, "sbx: sandbox %s, gateway %s\n", r.ID(), r.Proxy())
 	}
-	// An idle sandbox holds little memory: what the start took goes back
-	// soon after (idlemem.go).
-	defer trimIdleMemory()()
 	if prompt != nil {
 		// Ended before Close: the prompt on the screen says the run
 		// ended, and the output it held reaches the terminal.

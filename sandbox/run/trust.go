@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sbx-dev/sbx/gateway"
@@ -46,21 +47,77 @@ type trustTarget struct {
 	dir  string // with host false: a root directory, or "" for an image
 }
 
-// newInspection makes a CA for one sandbox and what its command must be
-// given to trust it (docs/inspection.md): the host's roots with the CA
-// added (never instead of them), bound over the system bundles the
-// sandbox's filesystem has, and, for Java, a truststore of the same.
-// upstream, if not nil, are the roots upstreams are verified against.
-func newInspection(target trustTarget, upstream *x509.CertPool) (*inspection, error) {
+// caMaterial is what a sandbox's inspection needs that depends on nothing
+// of its Spec: its own CA, and the trust of the host's roots with it
+// added, whose Java truststore is being made (sandbox.Trust.StartJava).
+type caMaterial struct {
+	ca    *gateway.CA
+	trust *sandbox.Trust
+}
+
+// newCAMaterial reads the host's roots and makes a CA, and starts the Java
+// truststore of both.
+func newCAMaterial() (caMaterial, error) {
 	roots, err := hostRoots()
 	if err != nil {
-		return nil, err
+		return caMaterial{}, err
 	}
 	ca, err := gateway.NewCA("", CALifetime)
 	if err != nil {
-		return nil, fmt.Errorf("making the sandbox's inspection CA: %w", err)
+		return caMaterial{}, fmt.Errorf("making the sandbox's inspection CA: %w", err)
 	}
-	in := &inspection{ca: ca, trust: &sandbox.Trust{CertPEM: ca.CertPEM(), Roots: roots}, upstreamRoots: upstream}
+	trust := &sandbox.Trust{CertPEM: ca.CertPEM(), Roots: roots, Java: true}
+	trust.StartJava()
+	return caMaterial{ca: ca, trust: trust}, nil
+}
+
+// ahead is the CA material PrepareStart makes for the next Start.
+var ahead struct {
+	mu       sync.Mutex
+	material func() (caMaterial, error) // nil: none
+}
+
+// PrepareStart makes, in the background, what the next Start of this
+// process needs that depends on nothing of its Spec: the sandbox's own
+// inspection CA, the trust of the host's roots with it, and their Java
+// truststore (some milliseconds of CPU). A program that starts one
+// sandbox calls it first (sbx run does, before it connects to the
+// runtime), so that the work goes beside its waits for the runtime rather
+// than beside the container's creation. Start takes what it made once:
+// no two sandboxes share a CA.
+func PrepareStart() {
+	f := sync.OnceValues(newCAMaterial)
+	go f()
+	ahead.mu.Lock()
+	ahead.material = f
+	ahead.mu.Unlock()
+}
+
+// takeCAMaterial returns what PrepareStart made, once, or new material
+// when there is none.
+func takeCAMaterial() (caMaterial, error) {
+	ahead.mu.Lock()
+	f := ahead.material
+	ahead.material = nil
+	ahead.mu.Unlock()
+	if f == nil {
+		return newCAMaterial()
+	}
+	return f()
+}
+
+// newInspection makes a CA for one sandbox (or takes PrepareStart's) and
+// what its command must be given to trust it (docs/inspection.md): the
+// host's roots with the CA added (never instead of them), bound over the
+// system bundles the sandbox's filesystem has, and, for Java, a
+// truststore of the same. upstream, if not nil, are the roots upstreams
+// are verified against.
+func newInspection(target trustTarget, upstream *x509.CertPool) (*inspection, error) {
+	m, err := takeCAMaterial()
+	if err != nil {
+		return nil, err
+	}
+	in := &inspection{ca: m.ca, trust: m.trust, upstreamRoots: upstream}
 	for _, p := range systemBundles {
 		switch {
 		case target.host:
@@ -75,7 +132,6 @@ func newInspection(target trustTarget, upstream *x509.CertPool) (*inspection, er
 			}
 		}
 	}
-	in.trust.Java = true
 	return in, nil
 }
 

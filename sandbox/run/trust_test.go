@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,31 @@ func TestNewInspection(t *testing.T) {
 	}
 	if in, err := newInspection(trustTarget{}, nil); err != nil || len(in.trust.Replace) != 0 {
 		t.Errorf("an image: got %v, %v; want no bundle bound over (sbx cannot see its files)", in.trust.Replace, err)
+	}
+}
+
+// TestPrepareStart: the CA PrepareStart makes goes to one sandbox, with
+// its Java truststore under way; the next gets a CA of its own.
+func TestPrepareStart(t *testing.T) {
+	if _, err := hostRoots(); err != nil {
+		t.Skipf("this host has no bundle of roots: %v", err)
+	}
+	PrepareStart()
+	first, err := newInspection(trustTarget{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := newInspection(trustTarget{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ca == second.ca || bytes.Equal(first.trust.CertPEM, second.trust.CertPEM) {
+		t.Fatal("two sandboxes got one CA")
+	}
+	for _, in := range []*inspection{first, second} {
+		if !in.trust.Java || !bytes.Equal(in.trust.CertPEM, in.ca.CertPEM()) {
+			t.Errorf("the trust does not hold its sandbox's CA, or asks for no truststore")
+		}
 	}
 }
 
