@@ -140,18 +140,38 @@ func (p *pages) index(w http.ResponseWriter, r *http.Request) {
 			v.Ended = append(v.Ended, row)
 			continue
 		}
-		if !sb.reachable() {
-			// Its API may not answer yet, or cannot.
-		} else if st, pending, err := p.status(r.Context(), sb.ID); err != nil {
-			row.Error = err.Error()
-		} else {
-			row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
-			row.Pending = pending
-		}
 		v.Running = append(v.Running, row)
 	}
+	// Each running sandbox's API is asked at once, a few at a time: a
+	// cluster sandbox's is a port-forward away, and fifty of them one
+	// after another would keep the page for seconds. Each goroutine ends
+	// when its sandbox answered or apiWait passed.
+	sem := make(chan struct{}, statusAtOnce)
+	var wg sync.WaitGroup
+	for i := range v.Running {
+		row := &v.Running[i]
+		if !row.reachable() {
+			continue // its API may not answer yet, or cannot
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if st, pending, err := p.status(r.Context(), row.ID); err != nil {
+				row.Error = err.Error()
+			} else {
+				row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
+				row.Pending = pending
+			}
+		}()
+	}
+	wg.Wait()
 	p.render(w, r, http.StatusOK, "index", "sandboxes", v)
 }
+
+// statusAtOnce bounds how many sandboxes' APIs the first page asks at
+// once.
+const statusAtOnce = 8
 
 // status asks the running sandbox id for its status and how many
 // approvals are pending.
