@@ -391,10 +391,11 @@ var (
 const DefaultTmpSize = 1 << 30
 
 // The gateway pod's requests and limits. The requests are what the
-// gateway uses idle, with room for a little traffic (docs/kubernetes.md
-// has the figures, measured by scripts/bench-kube.sh): the cgroup's CPU
-// usage of an idle gateway pod is well under 1m, its working set about 8
-// MiB. sbx gateway run as the pod runs it has a resident set of about 54
+// gateway uses idle, with room for a little traffic: an idle gateway
+// waits on its sockets, and the working set of its pod and the agent
+// pod's shim together is about 10 MiB (scripts/bench-kube.sh reports
+// both, CPU from the cgroups' usage, against these requests). sbx
+// gateway run as the pod runs it has a resident set of about 54
 // MiB idle (10 MiB of it its own memory, the rest its executable's
 // pages, which the node's page cache shares), 58 MiB with 300 tunnels
 // open, and 75 MiB after 2000 TLS-inspected requests 50 at a time (31
@@ -408,8 +409,8 @@ var (
 )
 
 // The requests of the agent pod's rules init container and capture shim,
-// each: what the shim uses idle (its CPU usage is under 1m, its working
-// set about 2 MiB), and the limit of their memory.
+// each: what the shim uses idle, with a little room (scripts/bench-kube.sh
+// reports its use), and the limit of their memory.
 var (
 	SmallCPURequest    = resource.MustParse("2m")
 	SmallMemoryRequest = resource.MustParse("8Mi")
