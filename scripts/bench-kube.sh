@@ -11,8 +11,11 @@
 #
 # cmd/sbx's BenchmarkKubeClusterSandboxes does the work; this script
 # brings the cluster up (and down again, if it started it) through
-# scripts/kube-test.sh. Needs root.
+# scripts/kube-test.sh, which it passes its environment on to
+# (SBX_KUBE_IMAGE_TAG=NAME names the images, as for the tests), and has
+# build the test binary without the race detector, which would slow the
+# sbx kube commands it times. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-50}
-SBX_KUBE_BENCH_N=$n exec scripts/kube-test.sh -test.run '^$' -test.bench '^BenchmarkKubeClusterSandboxes$' -test.benchtime 1x -test.timeout 40m
+SBX_KUBE_BENCH_N=$n SBX_KUBE_TEST_RACE=0 exec scripts/kube-test.sh -test.run '^$' -test.bench '^BenchmarkKubeClusterSandboxes$' -test.benchtime 1x -test.timeout 40m

@@ -32,7 +32,11 @@ agent_image=$(echo "$refs" | sed -n 2p)
 # run in the cluster's network namespace, where the API server is.
 w=$(mktemp -d)
 trap 'rm -rf "$w"; [ "$started" -eq 0 ] || scripts/kube-down.sh >/dev/null 2>&1 || true' EXIT
-go test -c -race -o "$w/sbx.test" ./cmd/sbx
+# SBX_KUBE_TEST_RACE=0 builds it without the race detector, for timings
+# (scripts/bench-kube.sh).
+race=-race
+[ "${SBX_KUBE_TEST_RACE:-1}" != 0 ] || race=
+go test -c $race -o "$w/sbx.test" ./cmd/sbx
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-test.run '^TestKubeCluster')
 log "sbx kube tests on the test cluster (images $gateway_image, $agent_image)"

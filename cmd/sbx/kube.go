@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -121,12 +122,14 @@ type kubeRunOptions struct {
 	serverDryRun bool
 	noPodRules   bool
 	logFile      string
-	// The agent's limits, as sbx run's flags of the same names.
-	memory    string
-	cpus      float64
-	cpusSet   bool // --cpus given
-	pidsLimit int64
-	tmpSize   string
+	// The agent's limits, as sbx run's flags of the same names, and its
+	// CPU request (--cpus-request; 0 for the default).
+	memory      string
+	cpus        float64
+	cpusSet     bool // --cpus given
+	cpusRequest float64
+	pidsLimit   int64
+	tmpSize     string
 }
 
 func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
@@ -186,6 +189,7 @@ each one (admission included) without keeping it.`
 	fs.BoolVar(&o.serverDryRun, "server-dry-run", false, "")
 	fs.StringVar(&o.memory, "memory", "", "limit the agent's memory to `BYTES`, e.g. 2g or 512m (the pod's memory limit; /tmp and HOME count against it); 0 for no limit (default: half the smallest node's, as sbx run's half of the machine's)")
 	fs.Float64Var(&o.cpus, "cpus", 0, "limit the agent's CPU time to `N` CPUs, e.g. 1.5 (the pod's CPU limit); 0 for no limit (default: all the smallest node's but one, at least one)")
+	fs.Float64Var(&o.cpusRequest, "cpus-request", 0, "keep `N` CPUs for the agent on its node, e.g. 0.5 (the pod's CPU request: what the scheduler reserves, not a bound; at most --cpus) (default 0.01, or --cpus when less)")
 	fs.Int64Var(&o.pidsLimit, "pids-limit", sandbox.DefaultPidsLimit, "Kubernetes has no process limit for a pod (the node's kubelet sets podPidsLimit): only 0 is taken; docs/kubernetes.md")
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(kube.DefaultTmpSize), "the size of the agent's /tmp and of HOME, each (`BYTES`; in memory, counted in --memory)")
 	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
@@ -259,6 +263,9 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("pids-limit") && o.pidsLimit != 0 {
 		return usageErrorf(cmd, "--pids-limit %d: Kubernetes has no process limit for a pod, so sbx kube cannot set one; the node's kubelet bounds every pod's processes (podPidsLimit in its configuration): ask your cluster's administrators to set it, and leave --pids-limit out (or give 0)", o.pidsLimit)
 	}
+	if o.cpusRequest < 0 {
+		return usageErrorf(cmd, "--cpus-request %v: want a number of CPUs such as 0.5, or 0 for the default", o.cpusRequest)
+	}
 	if _, _, _, err := o.limits(nil); err != nil {
 		return usageError(cmd, err)
 	}
@@ -301,6 +308,15 @@ func (o *kubeRunOptions) limits(def *sandbox.Limits) (memory int64, cpus float64
 	if o.cpusSet {
 		cpus = o.cpus
 	}
+	// Against the default limit only when it is the cluster's (check
+	// has none yet).
+	if cpus > 0 && o.cpusRequest > cpus && (o.cpusSet || def != nil) {
+		which := "--cpus"
+		if !o.cpusSet {
+			which = "its default, all the smallest node's CPUs but one"
+		}
+		return 0, 0, 0, fmt.Errorf("--cpus-request %v is more than the agent's CPU limit %v (%s): a request is never more than the limit; give a smaller --cpus-request or a larger --cpus", o.cpusRequest, cpus, which)
+	}
 	tmp, err = parseBytes(o.tmpSize)
 	if err != nil || tmp == 0 {
 		return 0, 0, 0, fmt.Errorf("--tmp-size %q: want a size such as 1g or 256m", o.tmpSize)
@@ -326,6 +342,7 @@ func (o *kubeRunOptions) setLimits(ctx context.Context, c *kube.Cluster, s *kube
 	}
 	var err error
 	s.Memory, s.CPUs, s.TmpSize, err = o.limits(def)
+	s.CPURequest = o.cpusRequest
 	return err
 }
 
@@ -649,17 +666,29 @@ func newKubeStopCmd(kf *kubeFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// One listing finds them all, and one Delete removes them
+			// together rather than one after another.
+			all, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
 			var errs []error
+			var ids []string
 			for _, ref := range args {
-				sb, err := c.Find(cmd.Context(), ref)
-				if err == nil {
-					err = c.Delete(cmd.Context(), sb.ID)
-				}
+				sb, err := kube.FindIn(all, c.Namespace, ref)
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed\n", sb.ID)
+				if !slices.Contains(ids, sb.ID) {
+					ids = append(ids, sb.ID)
+				}
+			}
+			if err := c.Delete(cmd.Context(), ids...); err != nil {
+				return combine(append(errs, err)...)
+			}
+			for _, id := range ids {
+				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed\n", id)
 			}
 			return combine(errs...)
 		},

@@ -51,6 +51,8 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--memory", "lots", "--", "true"}, "--memory"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--cpus", "-1", "--", "true"}, "--cpus"},
 		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--tmp-size", "0", "--", "true"}, "--tmp-size"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--cpus-request", "-1", "--", "true"}, "--cpus-request -1"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--cpus", "1", "--cpus-request", "2", "--", "true"}, "more than the agent's CPU limit 1 (--cpus)"},
 		{[]string{"kube", "check", "--image", "busybox"}, "need --gateway-image"},
 		{[]string{"kube", "mock", "requests", "--script", "a.yaml"}, "unknown flag: --script"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--approvals", "a.yaml", "--", "true"}, "answer with sbx kube approve --session"},
@@ -103,7 +105,7 @@ func TestKubeManifest(t *testing.T) {
 	}
 
 	// The second step: the agent pod of that sandbox, alone.
-	out, errOut, code = runCLI(t, append(flags, "--id", id, "--gateway-ip", "10.244.0.9", "--memory", "1g", "--cpus", "2", "--tmp-size", "64m", "--", "npm", "install")...)
+	out, errOut, code = runCLI(t, append(flags, "--id", id, "--gateway-ip", "10.244.0.9", "--memory", "1g", "--cpus", "2", "--cpus-request", "0.5", "--tmp-size", "64m", "--", "npm", "install")...)
 	if code != 0 {
 		t.Fatalf("with --gateway-ip: exit %d: %s", code, errOut)
 	}
@@ -119,6 +121,9 @@ func TestKubeManifest(t *testing.T) {
 	// sbx run's limit flags, as the pod's limits and /tmp's size.
 	if l := agent.Spec.Containers[0].Resources.Limits; l.Memory().String() != "1Gi" || l.Cpu().String() != "2" {
 		t.Errorf("agent limits = %v, want memory 1Gi, cpu 2", l)
+	}
+	if r := agent.Spec.Containers[0].Resources.Requests; r.Cpu().String() != "500m" {
+		t.Errorf("agent requests = %v, want cpu 500m (--cpus-request)", r)
 	}
 	for _, v := range agent.Spec.Volumes {
 		if v.Name == "tmp" && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory || v.EmptyDir.SizeLimit.String() != "64Mi") {

@@ -18,12 +18,14 @@ import (
 
 // BenchmarkKubeClusterSandboxes starts SBX_KUBE_BENCH_N (default 50)
 // detached sandboxes one after another on the test cluster's node, as
-// the documented user, reads each one's memory from the kubelet's
-// summary API once all run, and stops them all with one sbx kube stop.
-// It reports the start latency (sbx kube run -d, from its start until it
-// returns with the agent running: median and p95), a sandbox's own
-// memory (its gateway pod and the capture shim in the agent pod, working
-// set: median and max) and the time to stop them all.
+// the documented user, reads each one's memory and CPU use from the
+// kubelet's summary API once all run, and stops them all with one sbx
+// kube stop. It reports the start latency (sbx kube run -d, from its
+// start until it returns with the agent running: median and p95), a
+// sandbox's own memory (its gateway pod and the capture shim in the
+// agent pod, working set: median and max), the CPU its gateway and shim
+// use idle (the cgroups' usage, median and max, against their requests)
+// and the time to stop them all.
 // scripts/bench-kube.sh runs it.
 func BenchmarkKubeClusterSandboxes(b *testing.B) {
 	n := 50
@@ -51,11 +53,10 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			for _, id := range ids {
-				k.c.Delete(ctx, id)
-			}
+			k.c.Delete(ctx, ids...)
 		})
-		own, agents := k.sandboxMemory(ids)
+		use := k.sandboxUse(ids)
+		own, agents := use.own, use.agent
 		stopStart := time.Now()
 		out, errOut, code := k.sbx(append([]string{"stop"}, ids...)...)
 		stop := time.Since(stopStart)
@@ -69,9 +70,16 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		b.ReportMetric(float64(own[len(own)/2])/(1<<20), "own-MiB-median")
 		b.ReportMetric(float64(own[len(own)-1])/(1<<20), "own-MiB-max")
 		b.ReportMetric(stop.Seconds(), "stop-all-s")
-		b.Logf("%d sandboxes: start median %v p95 %v max %v; own memory (gateway pod + shim) median %.1f MiB max %.1f MiB; agent containers (sleep) median %.1f MiB; stopping all %v",
+		mib := func(v []uint64, i int) float64 { return float64(v[i]) / (1 << 20) }
+		milli := func(v []uint64, i int) float64 { return float64(v[i]) / 1e6 }
+		b.ReportMetric(milli(use.gwCPU, len(use.gwCPU)/2), "gateway-idle-mcpu-median")
+		b.ReportMetric(milli(use.shimCPU, len(use.shimCPU)/2), "shim-idle-mcpu-median")
+		b.Logf("%d sandboxes: start median %v p95 %v max %v; own memory (gateway pod + shim) median %.1f MiB max %.1f MiB (gateway median %.1f MiB, shim median %.1f MiB); agent containers (sleep) median %.1f MiB; stopping all %v",
 			n, quantile(starts, 0.5).Round(time.Millisecond), quantile(starts, 0.95).Round(time.Millisecond), starts[len(starts)-1].Round(time.Millisecond),
-			float64(own[len(own)/2])/(1<<20), float64(own[len(own)-1])/(1<<20), float64(agents[len(agents)/2])/(1<<20), stop.Round(time.Millisecond))
+			mib(own, len(own)/2), mib(own, len(own)-1), mib(use.gwMem, len(use.gwMem)/2), mib(use.shimMem, len(use.shimMem)/2), mib(agents, len(agents)/2), stop.Round(time.Millisecond))
+		b.Logf("idle CPU (the cgroups' usage, from the kubelet's summary): gateway median %.2fm max %.2fm (request %s), shim median %.2fm max %.2fm (request %s); agent container (sleep) median %.2fm",
+			milli(use.gwCPU, len(use.gwCPU)/2), milli(use.gwCPU, len(use.gwCPU)-1), kube.GatewayCPURequest.String(),
+			milli(use.shimCPU, len(use.shimCPU)/2), milli(use.shimCPU, len(use.shimCPU)-1), kube.SmallCPURequest.String(), milli(use.agentCPU, len(use.agentCPU)/2))
 	}
 }
 
@@ -82,7 +90,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 }
 
 // statsSummary is the part of the kubelet's /stats/summary that
-// sandboxMemory reads.
+// sandboxUse reads.
 type statsSummary struct {
 	Pods []struct {
 		PodRef struct {
@@ -93,16 +101,27 @@ type statsSummary struct {
 			Memory struct {
 				WorkingSetBytes uint64 `json:"workingSetBytes"`
 			} `json:"memory"`
+			CPU struct {
+				UsageNanoCores *uint64 `json:"usageNanoCores"`
+			} `json:"cpu"`
 		} `json:"containers"`
 	} `json:"pods"`
 }
 
-// sandboxMemory returns, for each sandbox of ids, the working set of its
+// sandboxUsage is what sandboxUse reads of the sandboxes' containers, each
+// sorted: memory as working sets (bytes), CPU as the cgroup's usage over
+// the kubelet's last sampling interval (nanocores).
+type sandboxUsage struct {
+	own, agent, gwMem, shimMem []uint64
+	gwCPU, shimCPU, agentCPU   []uint64
+}
+
+// sandboxUse returns, for each sandbox of ids, the working set of its
 // own parts (every container of its gateway pod, and its agent pod's
-// capture shim), and that of its agent container, sorted, from the
-// kubelet's summary API (which the kubelet refreshes every 10 to 15 s:
-// it waits until every pod is in it).
-func (k *kubeTest) sandboxMemory(ids []string) (own, agents []uint64) {
+// capture shim) and of its agent container, and the CPU each uses, from
+// the kubelet's summary API (which the kubelet refreshes every 10 to 15
+// s: it waits until every pod is in it with its CPU usage).
+func (k *kubeTest) sandboxUse(ids []string) sandboxUsage {
 	k.t.Helper()
 	nodes, err := k.cs.CoreV1().Nodes().List(k.t.Context(), metav1.ListOptions{})
 	if err != nil || len(nodes.Items) != 1 {
@@ -110,6 +129,7 @@ func (k *kubeTest) sandboxMemory(ids []string) (own, agents []uint64) {
 	}
 	node := nodes.Items[0].Name
 	deadline := time.Now().Add(90 * time.Second)
+	type usage struct{ mem, cpu uint64 }
 	for {
 		raw, err := k.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy/stats/summary").DoRaw(k.t.Context())
 		if err != nil {
@@ -119,35 +139,40 @@ func (k *kubeTest) sandboxMemory(ids []string) (own, agents []uint64) {
 		if err := json.Unmarshal(raw, &sum); err != nil {
 			k.t.Fatalf("the kubelet's summary: %v", err)
 		}
-		mem := map[string]uint64{} // pod/container -> working set
+		use := map[string]usage{} // pod/container -> its use; no CPU figure yet leaves it out
 		for _, p := range sum.Pods {
 			if p.PodRef.Namespace != k.ns {
 				continue
 			}
 			for _, c := range p.Containers {
-				mem[p.PodRef.Name+"/"+c.Name] = c.Memory.WorkingSetBytes
+				if c.CPU.UsageNanoCores != nil {
+					use[p.PodRef.Name+"/"+c.Name] = usage{c.Memory.WorkingSetBytes, *c.CPU.UsageNanoCores}
+				}
 			}
 		}
-		own, agents = own[:0], agents[:0]
+		var u sandboxUsage
 		complete := true
 		for _, id := range ids {
-			gw, okGW := mem[kube.GatewayPodName(id)+"/gateway"]
-			shim, okShim := mem[kube.ObjectName(id)+"/shim"]
-			agent, okAgent := mem[kube.ObjectName(id)+"/agent"]
-			if !okGW || !okShim || !okAgent || gw == 0 || shim == 0 {
+			gw, okGW := use[kube.GatewayPodName(id)+"/gateway"]
+			shim, okShim := use[kube.ObjectName(id)+"/shim"]
+			agent, okAgent := use[kube.ObjectName(id)+"/agent"]
+			if !okGW || !okShim || !okAgent || gw.mem == 0 || shim.mem == 0 {
 				complete = false
 				break
 			}
-			own = append(own, gw+shim)
-			agents = append(agents, agent)
+			u.own = append(u.own, gw.mem+shim.mem)
+			u.agent = append(u.agent, agent.mem)
+			u.gwMem, u.shimMem = append(u.gwMem, gw.mem), append(u.shimMem, shim.mem)
+			u.gwCPU, u.shimCPU, u.agentCPU = append(u.gwCPU, gw.cpu), append(u.shimCPU, shim.cpu), append(u.agentCPU, agent.cpu)
 		}
 		if complete {
-			slices.Sort(own)
-			slices.Sort(agents)
-			return own, agents
+			for _, v := range [][]uint64{u.own, u.agent, u.gwMem, u.shimMem, u.gwCPU, u.shimCPU, u.agentCPU} {
+				slices.Sort(v)
+			}
+			return u
 		}
 		if time.Now().After(deadline) {
-			k.t.Fatalf("the kubelet's summary lacks some of the %d sandboxes' containers after 90 s: %v", len(ids), fmt.Sprint(len(mem), " containers"))
+			k.t.Fatalf("the kubelet's summary lacks some of the %d sandboxes' containers after 90 s: %v", len(ids), fmt.Sprint(len(use), " containers"))
 		}
 		time.Sleep(2 * time.Second)
 	}

@@ -20,6 +20,8 @@ func newUICmd() *cobra.Command {
 	var port int
 	var open bool
 	var h hostSandboxes
+	var kubeconfig string
+	var namespaces []string
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve a local web view of every sandbox: live decisions, approvals, rules, audit reports",
@@ -34,6 +36,15 @@ sbx approve and deny do), adds and removes rules (as sbx policy allow,
 block and remove do), and shows the audit report of an ended sandbox's
 log (as sbx audit --sandbox does). It runs until interrupted.
 
+With --kubeconfig (or -n) it lists the sandboxes of a Kubernetes cluster
+too, marked as on the cluster with their health as sbx kube ps shows it: of
+the kubeconfig context's namespace, or of each -n NAMESPACE. It reaches
+their gateways as sbx kube policy, approve and decisions do (a
+port-forward through the API server, with the sandbox's token), so the
+kubeconfig's user needs the rights docs/kubernetes.md lists; a cluster
+sandbox's gateway keeps no file of approved rules, so its questions are
+answered once or for the session, never always.
+
 Until it is used, whoever has the URL can change the sandboxes' policies
 and answer their questions: keep it to yourself. --open keeps it out of
 every command line (which other users can read): the browser opens a file
@@ -41,16 +52,36 @@ only you can read that redirects to it. The view answers only requests
 that name it as 127.0.0.1:PORT (not localhost), and changes only what its
 own pages ask (docs/ui.md).`,
 		Example: `  sudo sbx ui --open
-  sudo sbx ui --port 8765`,
+  sudo sbx ui --port 8765
+  sudo sbx ui --open --kubeconfig ~/.kube/config -n agents`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if port < 0 || port > 65535 {
 				return usageErrorf(cmd, "--port %d: want a TCP port, 1 to 65535, or 0 for any free one", port)
 			}
-			if _, err := h.List(cmd.Context()); err != nil {
-				return err
+			all := uiSandboxes{host: h}
+			if kubeconfig != "" || len(namespaces) > 0 {
+				if len(namespaces) == 0 {
+					namespaces = []string{""} // the kubeconfig context's
+				}
+				for _, ns := range namespaces {
+					c, err := (&kubeFlags{kubeconfig: kubeconfig, namespace: ns}).connect()
+					if err != nil {
+						return err
+					}
+					all.kube = append(all.kube, kubeSandboxes{c: c})
+				}
 			}
-			s, err := ui.Start(cmd.Context(), ui.Config{Sandboxes: h, Port: port})
+			// With a cluster, what cannot be listed (this host's
+			// sandboxes without root, a cluster that does not answer now
+			// but may later) is said here and on the view's first page.
+			if _, err := all.List(cmd.Context()); err != nil {
+				if len(all.kube) == 0 {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "sbx ui: %s\n", printable(err.Error()))
+			}
+			s, err := ui.Start(cmd.Context(), ui.Config{Sandboxes: all, Port: port})
 			if err != nil {
 				return fmt.Errorf("--port %d: %w", port, err)
 			}
@@ -82,6 +113,8 @@ own pages ask (docs/ui.md).`,
 	cmd.Flags().StringVar(&h.stateDir, "state-dir", sandbox.DefaultStateDir, "where running sandboxes are recorded")
 	cmd.Flags().MarkHidden("state-dir")
 	cmd.Flags().StringVar(&h.logDir, "log-dir", logRoot, "where sandboxes' decision logs are kept")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "list a Kubernetes cluster's sandboxes too, with the kubeconfig `FILE` (with -n alone: $KUBECONFIG, else ~/.kube/config)")
+	cmd.Flags().StringArrayVarP(&namespaces, "namespace", "n", nil, "the cluster's `NAMESPACE` whose sandboxes to list; repeatable (default the kubeconfig context's)")
 	return cmd
 }
 

@@ -247,14 +247,14 @@ func writeUITestLog(t *testing.T, path, id string) {
 	}
 }
 
-// startUICommand runs sbx ui --port 0 until ctx ends and returns the URL
-// it printed and a channel that gets its exit code.
-func startUICommand(t *testing.T, ctx context.Context, stateDir, logDir string) (string, <-chan int) {
+// startUICommand runs sbx ui --port 0 (and extra flags) until ctx ends
+// and returns the URL it printed and a channel that gets its exit code.
+func startUICommand(t *testing.T, ctx context.Context, stateDir, logDir string, extra ...string) (string, <-chan int) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	var stderr bytes.Buffer
 	root := newRootCmd()
-	root.SetArgs([]string{"ui", "--port", "0", "--state-dir", stateDir, "--log-dir", logDir})
+	root.SetArgs(append([]string{"ui", "--port", "0", "--state-dir", stateDir, "--log-dir", logDir}, extra...))
 	root.SetOut(pw)
 	root.SetErr(&stderr)
 	exited := make(chan int, 1)

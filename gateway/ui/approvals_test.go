@@ -500,7 +500,7 @@ func TestUIApprovalEvents(t *testing.T) {
 // are api's, written once.
 func TestUIAnswerFormsUseTheAPIWords(t *testing.T) {
 	var b strings.Builder
-	row := approvalRowOf(api.Approval{ID: "a1", Host: "pypi.org", Port: 443, Method: "GET", Path: "/"}, liveID, "token")
+	row := approvalRowOf(api.Approval{ID: "a1", Host: "pypi.org", Port: 443, Method: "GET", Path: "/"}, &Sandbox{ID: liveID}, "token")
 	if err := templates()["sandbox"].ExecuteTemplate(&b, "approval", row); err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func TestUIApprovalRowCountsRequests(t *testing.T) {
 		{3, "GET /a (3 requests)"},
 		{0, "GET /a"}, // every request left: the question stays till its answer
 	} {
-		row := approvalRowOf(api.Approval{ID: "a1", Host: "api.test", Port: 80, Kind: "http", Method: "GET", Path: "/a", Waiting: tt.waiting}, liveID, "token")
+		row := approvalRowOf(api.Approval{ID: "a1", Host: "api.test", Port: 80, Kind: "http", Method: "GET", Path: "/a", Waiting: tt.waiting}, &Sandbox{ID: liveID}, "token")
 		if row.Request != tt.want {
 			t.Errorf("%d waiting: got request %q, want %q", tt.waiting, row.Request, tt.want)
 		}
@@ -583,7 +583,7 @@ func TestUIApprovalRowCountsRequests(t *testing.T) {
 func TestUIRowsShowHiddenCharacters(t *testing.T) {
 	hostile := "/a\u202egpj.exe\x1b[8m"
 	want := `/a\u202egpj.exe\x1b[8m`
-	row := approvalRowOf(api.Approval{ID: "a1", Host: "x\u2066.test", Port: 80, Kind: "http", Method: "GET", Path: hostile, Waiting: 1, Reason: "r\u200b"}, liveID, "token")
+	row := approvalRowOf(api.Approval{ID: "a1", Host: "x\u2066.test", Port: 80, Kind: "http", Method: "GET", Path: hostile, Waiting: 1, Reason: "r\u200b"}, &Sandbox{ID: liveID}, "token")
 	if row.Request != "GET "+want || row.Target != `x\u2066.test:80` || !strings.HasSuffix(row.Why, `r\u200b`) {
 		t.Errorf("approval row: got request %q, target %q, why %q; want the hidden characters escaped", row.Request, row.Target, row.Why)
 	}

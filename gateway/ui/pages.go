@@ -140,18 +140,38 @@ func (p *pages) index(w http.ResponseWriter, r *http.Request) {
 			v.Ended = append(v.Ended, row)
 			continue
 		}
-		if sb.Status == "starting" {
-			// Its API may not answer yet; sbx ps does not ask either.
-		} else if st, pending, err := p.status(r.Context(), sb.ID); err != nil {
-			row.Error = err.Error()
-		} else {
-			row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
-			row.Pending = pending
-		}
 		v.Running = append(v.Running, row)
 	}
+	// Each running sandbox's API is asked at once, a few at a time: a
+	// cluster sandbox's is a port-forward away, and fifty of them one
+	// after another would keep the page for seconds. Each goroutine ends
+	// when its sandbox answered or apiWait passed.
+	sem := make(chan struct{}, statusAtOnce)
+	var wg sync.WaitGroup
+	for i := range v.Running {
+		row := &v.Running[i]
+		if !row.reachable() {
+			continue // its API may not answer yet, or cannot
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if st, pending, err := p.status(r.Context(), row.ID); err != nil {
+				row.Error = err.Error()
+			} else {
+				row.PolicyVersion, row.Allowed, row.Blocked = st.PolicyVersion, st.Counts.Allowed, st.Counts.Blocked
+				row.Pending = pending
+			}
+		}()
+	}
+	wg.Wait()
 	p.render(w, r, http.StatusOK, "index", "sandboxes", v)
 }
+
+// statusAtOnce bounds how many sandboxes' APIs the first page asks at
+// once.
+const statusAtOnce = 8
 
 // status asks the running sandbox id for its status and how many
 // approvals are pending.
@@ -177,12 +197,14 @@ func (p *pages) status(ctx context.Context, id string) (*api.Status, int, error)
 // answering 404, when none is listed.
 func (p *pages) find(w http.ResponseWriter, r *http.Request) *Sandbox {
 	id := r.PathValue("id")
+	// A listing that failed in part (a cluster that does not answer)
+	// still finds the sandboxes it listed.
 	list, err := p.sandboxes.List(r.Context())
-	if err != nil {
+	i := slices.IndexFunc(list, func(s Sandbox) bool { return s.ID == id })
+	if i < 0 && err != nil {
 		p.fail(w, r, http.StatusInternalServerError, "/", fmt.Errorf("listing the sandboxes: %w", err))
 		return nil
 	}
-	i := slices.IndexFunc(list, func(s Sandbox) bool { return s.ID == id })
 	if i < 0 {
 		p.fail(w, r, http.StatusNotFound, "/", fmt.Errorf("no sandbox %q is running or has a log kept", id))
 		return nil
@@ -221,7 +243,7 @@ func (p *pages) sandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := &sandboxView{Sandbox: *sb, Running: sb.Running()}
-	v.NewApproval = approvalRowOf(api.Approval{}, sb.ID, p.csrf(sessionOf(r.Context())))
+	v.NewApproval = approvalRowOf(api.Approval{}, sb, p.csrf(sessionOf(r.Context())))
 	if v.Running {
 		if err := p.loadLive(r.Context(), v); err != nil {
 			v.Error = err.Error()
@@ -281,7 +303,7 @@ func (p *pages) loadLive(ctx context.Context, v *sandboxView) error {
 		return err
 	}
 	for _, a := range pending.Approvals {
-		v.Approvals = append(v.Approvals, approvalRowOf(a, v.ID, v.NewApproval.CSRF))
+		v.Approvals = append(v.Approvals, approvalRowOf(a, &v.Sandbox, v.NewApproval.CSRF))
 	}
 	v.ApprovalsRead = true
 	return nil
@@ -310,17 +332,20 @@ type approvalRow struct {
 	Deadline int64  `json:"deadline"`
 	Waiting  int    `json:"waiting"`
 	// Action is the answer forms' address and CSRF their token; the
-	// page has them, the stream does not.
-	Action string `json:"-"`
-	CSRF   string `json:"-"`
+	// page has them, the stream does not. NoAlways leaves the always
+	// answers out (Sandbox.NoAlways).
+	Action   string `json:"-"`
+	CSRF     string `json:"-"`
+	NoAlways bool   `json:"-"`
 }
 
-// approvalRowOf is the row of pending question a of sandbox id, whose
+// approvalRowOf is the row of pending question a of sandbox sb, whose
 // forms carry csrf. The zero a makes the row the script fills.
-func approvalRowOf(a api.Approval, id, csrf string) approvalRow {
+func approvalRowOf(a api.Approval, sb *Sandbox, csrf string) approvalRow {
 	row := approvalRow{
 		ID: a.ID, Kind: a.Kind, Request: strings.TrimSpace(a.Method + " " + a.Path), Client: a.Client,
-		Waiting: a.Waiting, Action: "/s/" + url.PathEscape(id) + "/approvals/" + url.PathEscape(a.ID), CSRF: csrf,
+		Waiting: a.Waiting, Action: "/s/" + url.PathEscape(sb.ID) + "/approvals/" + url.PathEscape(a.ID), CSRF: csrf,
+		NoAlways: sb.NoAlways,
 	}
 	if a.ID == "" {
 		return row
@@ -477,7 +502,7 @@ func (p *pages) events(w http.ResponseWriter, r *http.Request) {
 					continue // answered or timed out already: its answer follows
 				}
 			}
-			event, data = "approval", approvalRowOf(a, sb.ID, csrf)
+			event, data = "approval", approvalRowOf(a, sb, csrf)
 		case rec.Event == decisionlog.EventApproval:
 			delete(pending, rec.ApprovalID)
 			event, data = "answered", answeredEvent{ID: rec.ApprovalID, Answer: rec.Answer, Scope: rec.Scope, By: rec.By}

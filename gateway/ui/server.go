@@ -43,7 +43,8 @@ type Sandbox struct {
 	ID   string
 	Name string
 	// Status is the sandbox's status as sbx ps shows it (starting,
-	// running, stopping), or "ended".
+	// running, stopping; a cluster sandbox's may be another word, such as
+	// "gateway gone", when its API cannot answer), or "ended".
 	Status string
 	// Command is the sandbox's command; nil for an ended sandbox.
 	Command []string
@@ -53,6 +54,16 @@ type Sandbox struct {
 	// HasLog says a decision log of it is kept, which the audit page
 	// reads.
 	HasLog bool
+	// Where is where it runs, for the listing: "" for this host, else
+	// what names the place, such as "cluster, namespace agents".
+	Where string
+	// Health is a cluster sandbox's health in a few words, as sbx kube
+	// ps shows it ("ok", "gateway gone: ..."); "" for this host's.
+	Health string
+	// NoAlways says its gateway keeps no file for the rules of always
+	// answers (a cluster sandbox's gateway pod keeps none): its page
+	// offers once and session answers alone, and says why.
+	NoAlways bool
 }
 
 // StatusEnded is the Status of a sandbox that no longer runs.
@@ -60,6 +71,11 @@ const StatusEnded = "ended"
 
 // Running reports whether the sandbox runs (its API may answer).
 func (s Sandbox) Running() bool { return s.Status != StatusEnded }
+
+// reachable reports whether the listing asks the sandbox's API for its
+// figures: it runs, and is not starting (its API may not answer yet, and
+// sbx ps does not ask either) or a cluster sandbox whose gateway is gone.
+func (s Sandbox) reachable() bool { return s.Status == "running" || s.Status == "stopping" }
 
 // Config configures Start. Sandboxes is required.
 type Config struct {

@@ -582,3 +582,31 @@ func TestUIEvents(t *testing.T) {
 		t.Errorf("event data: got %s, want the host with < and > escaped", event[2])
 	}
 }
+
+// TestUIClusterSandbox: a sandbox listed with a place (a cluster's
+// namespace) and a health shows them on the first page and its own; one
+// whose gateway keeps no file for always answers (a cluster sandbox's)
+// offers no always answer and says why, where another offers them.
+func TestUIClusterSandbox(t *testing.T) {
+	u := startUI(t, netpolicy.Spec{Default: netpolicy.Block})
+	c := browser(t)
+	u.login(t, c)
+	_, body, _ := u.get(t, c, "/s/"+liveID)
+	if !strings.Contains(body, `value="always"`) || strings.Contains(body, `id="no-always"`) {
+		t.Fatalf("a sandbox of this host: want always answers offered and no note:\n%s", body)
+	}
+	if _, body, _ = u.get(t, c, "/"); !strings.Contains(body, `<td class="where">this host</td>`) {
+		t.Errorf("GET /: a sandbox of this host not shown as such:\n%s", body)
+	}
+	u.sb.running.Where, u.sb.running.Health, u.sb.running.NoAlways = "cluster, namespace ns1", "gateway not ready", true
+	_, body, _ = u.get(t, c, "/")
+	for _, want := range []string{`<td class="where">cluster, namespace ns1</td>`, `running <span class="health">(gateway not ready)</span>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("GET /: the page lacks %q:\n%s", want, body)
+		}
+	}
+	_, body, _ = u.get(t, c, "/s/"+liveID)
+	if strings.Contains(body, `value="always"`) || !strings.Contains(body, `id="no-always"`) || !strings.Contains(body, `<span class="where">cluster, namespace ns1</span>`) {
+		t.Errorf("a cluster sandbox: want no always answers, the note why and where it runs:\n%s", body)
+	}
+}

@@ -374,12 +374,23 @@ func messageSuffix(m string) string {
 	return ": " + m
 }
 
-// Delete removes every object labelled with the sandbox's id and waits
-// until they are gone; what is already gone is no error.
-func (c *Cluster) Delete(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+// Delete removes every object labelled with one of the sandboxes' ids
+// and waits until they are gone; what is already gone is no error. Many
+// sandboxes are removed together, not one after another: one deletion of
+// all their pods, one wait until they are all gone, then one deletion of
+// each kind of their other objects, so that stopping fifty takes about
+// as long as stopping one.
+func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if slices.Contains(ids, "") {
+		return errors.New("removing sandboxes: an empty sandbox id")
+	}
+	wait := deleteWait(len(ids))
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	sel := metav1.ListOptions{LabelSelector: sandboxSelector(ids)}
 	ns := c.Namespace
 	// The pods first, and gone (their containers stopped, which a
 	// graceful deletion waits for) before the NetworkPolicies go: a
@@ -389,7 +400,7 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
 	}
-	if err := c.waitGone(ctx, id, true); err != nil {
+	if err := c.waitGone(ctx, ids, true, wait); err != nil {
 		return err
 	}
 	var errs *multierror.Error
@@ -412,26 +423,46 @@ func (c *Cluster) Delete(ctx context.Context, id string) error {
 	if err := errs.ErrorOrNil(); err != nil {
 		return err
 	}
-	return c.waitGone(ctx, id, false)
+	return c.waitGone(ctx, ids, false, wait)
 }
 
-// waitGone waits until the sandbox's pods (podsOnly), or all its objects,
-// are gone.
-func (c *Cluster) waitGone(ctx context.Context, id string, podsOnly bool) error {
+// deleteWait bounds how long Delete waits for n sandboxes to go: a
+// minute, and a second more for each past the first, as the node stops
+// their containers one after another.
+func deleteWait(n int) time.Duration {
+	return time.Minute + time.Duration(n-1)*time.Second
+}
+
+// sandboxSelector is the label selector of the objects of the sandboxes
+// ids: sbx.dev/sandbox=ID for one, sbx.dev/sandbox in (ID,...) for more.
+// Label values hold no commas, parentheses or spaces, so ids that are
+// label values cannot widen it.
+func sandboxSelector(ids []string) string {
+	if len(ids) == 1 {
+		return LabelSandbox + "=" + ids[0]
+	}
+	return LabelSandbox + " in (" + strings.Join(ids, ",") + ")"
+}
+
+// waitGone waits until the sandboxes' pods (podsOnly), or all their
+// objects, are gone; ctx ends the wait, after wait.
+func (c *Cluster) waitGone(ctx context.Context, ids []string, podsOnly bool, wait time.Duration) error {
+	sel := sandboxSelector(ids)
 	for {
-		left, err := c.Objects(ctx, id)
+		left, err := c.objects(ctx, sel, podsOnly)
 		if err != nil {
 			return err
-		}
-		if podsOnly {
-			left = slices.DeleteFunc(left, func(s string) bool { return !strings.HasPrefix(s, "pod/") })
 		}
 		if len(left) == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sandbox %s: still there after a minute: %s", id, strings.Join(left, ", "))
+			what := "sandbox " + ids[0]
+			if len(ids) > 1 {
+				what = fmt.Sprintf("%d sandboxes", len(ids))
+			}
+			return fmt.Errorf("%s: still there after %v: %s", what, wait, strings.Join(left, ", "))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -440,36 +471,46 @@ func (c *Cluster) waitGone(ctx context.Context, id string, podsOnly bool) error 
 // Objects lists the sandbox's objects as kind/name, or those of every
 // sandbox in the namespace when id is "".
 func (c *Cluster) Objects(ctx context.Context, id string) ([]string, error) {
-	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	sel := LabelSandbox + "=" + id
 	if id == "" {
-		sel.LabelSelector = LabelSandbox
+		sel = LabelSandbox
 	}
+	return c.objects(ctx, sel, false)
+}
+
+// objects lists the objects that match the label selector sel as
+// kind/name: the pods alone when podsOnly.
+func (c *Cluster) objects(ctx context.Context, sel string, podsOnly bool) ([]string, error) {
+	opts := metav1.ListOptions{LabelSelector: sel}
 	ns := c.Namespace
 	var left []string
-	pods, err := c.Client.Pods(ns).List(ctx, sel)
+	pods, err := c.Client.Pods(ns).List(ctx, opts)
 	if err != nil {
-		return nil, &APIError{"list", "Pod", sel.LabelSelector, ns, err}
+		return nil, &APIError{"list", "Pod", sel, ns, err}
 	}
 	for _, o := range pods.Items {
 		left = append(left, "pod/"+o.Name)
 	}
-	nps, err := c.Client.NetworkPolicies(ns).List(ctx, sel)
+	if podsOnly {
+		return left, nil
+	}
+	nps, err := c.Client.NetworkPolicies(ns).List(ctx, opts)
 	if err != nil {
-		return nil, &APIError{"list", "NetworkPolicy", sel.LabelSelector, ns, err}
+		return nil, &APIError{"list", "NetworkPolicy", sel, ns, err}
 	}
 	for _, o := range nps.Items {
 		left = append(left, "networkpolicy/"+o.Name)
 	}
-	secs, err := c.Client.Secrets(ns).List(ctx, sel)
+	secs, err := c.Client.Secrets(ns).List(ctx, opts)
 	if err != nil {
-		return nil, &APIError{"list", "Secret", sel.LabelSelector, ns, err}
+		return nil, &APIError{"list", "Secret", sel, ns, err}
 	}
 	for _, o := range secs.Items {
 		left = append(left, "secret/"+o.Name)
 	}
-	cms, err := c.Client.ConfigMaps(ns).List(ctx, sel)
+	cms, err := c.Client.ConfigMaps(ns).List(ctx, opts)
 	if err != nil {
-		return nil, &APIError{"list", "ConfigMap", sel.LabelSelector, ns, err}
+		return nil, &APIError{"list", "ConfigMap", sel, ns, err}
 	}
 	for _, o := range cms.Items {
 		left = append(left, "configmap/"+o.Name)
@@ -541,6 +582,12 @@ func (c *Cluster) Find(ctx context.Context, ref string) (Sandbox, error) {
 	if err != nil {
 		return Sandbox{}, err
 	}
+	return FindIn(all, c.Namespace, ref)
+}
+
+// FindIn returns the sandbox of all (the sandboxes of namespace ns, as
+// List returns them) whose id, name or unique id prefix is ref.
+func FindIn(all []Sandbox, ns, ref string) (Sandbox, error) {
 	var found, named []Sandbox
 	for _, sb := range all {
 		if sb.ID == ref {
@@ -558,15 +605,15 @@ func (c *Cluster) Find(ctx context.Context, ref string) (Sandbox, error) {
 		return named[0], nil
 	case 0:
 	default:
-		return Sandbox{}, fmt.Errorf("%d sandboxes in namespace %s are named %q; give the id (sbx kube ps lists them)", len(named), c.Namespace, ref)
+		return Sandbox{}, fmt.Errorf("%d sandboxes in namespace %s are named %q; give the id (sbx kube ps lists them)", len(named), ns, ref)
 	}
 	switch len(found) {
 	case 1:
 		return found[0], nil
 	case 0:
-		return Sandbox{}, fmt.Errorf("no sandbox %q in namespace %s; sbx kube ps lists them", ref, c.Namespace)
+		return Sandbox{}, fmt.Errorf("no sandbox %q in namespace %s; sbx kube ps lists them", ref, ns)
 	default:
-		return Sandbox{}, fmt.Errorf("%q names %d sandboxes in namespace %s; give more of the id", ref, len(found), c.Namespace)
+		return Sandbox{}, fmt.Errorf("%q names %d sandboxes in namespace %s; give more of the id", ref, len(found), ns)
 	}
 }
 

@@ -128,3 +128,75 @@ func TestNamesUnique(t *testing.T) {
 		t.Errorf("Create with the name of one sandbox: %v, want ErrNameInUse", err)
 	}
 }
+
+// Delete of many sandboxes removes them together: one deletion of each
+// kind for all of them (not one per sandbox, each waited on in turn, as
+// sbx kube stop did), their pods gone before their NetworkPolicies go,
+// and no other sandbox's objects touched.
+func TestDeleteMany(t *testing.T) {
+	ids := []string{"1a2b3c4d", "5e6f7a8b", "9c0d1e2f"}
+	var objs []runtime.Object
+	for _, id := range append(slices.Clone(ids), "0badc0de") {
+		objs = append(objs, fakeSandbox(t, id, "")...)
+	}
+	client := fakeClient(objs...)
+	c := &Cluster{Client: clientset{client}, Namespace: "ns"}
+	if err := c.Delete(t.Context(), ids...); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if left, err := c.Objects(t.Context(), id); err != nil || len(left) > 0 {
+			t.Errorf("sandbox %s: left %v %v", id, left, err)
+		}
+	}
+	if left, err := c.Objects(t.Context(), "0badc0de"); err != nil || len(left) != 6 {
+		t.Errorf("the other sandbox: left %v %v, want its 6 objects", left, err)
+	}
+	var order []string
+	deletes := map[string]int{}
+	for _, a := range client.Actions() {
+		order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
+		if a.GetVerb() == "delete-collection" {
+			deletes[a.GetResource().Resource]++
+		}
+	}
+	for _, kind := range []string{"pods", "networkpolicies", "secrets", "configmaps"} {
+		if deletes[kind] != 1 {
+			t.Errorf("%d deletions of %s for 3 sandboxes, want 1 (actions %v)", deletes[kind], kind, order)
+		}
+	}
+	podsGone := slices.Index(order, "list pods")
+	if policies := slices.Index(order, "delete-collection networkpolicies"); podsGone < 0 || policies < podsGone {
+		t.Errorf("actions %v: want the pods listed (gone) before the NetworkPolicies are deleted", order)
+	}
+	if err := c.Delete(t.Context(), "1a2b3c4d", ""); err == nil {
+		t.Error("Delete with an empty id: no error")
+	}
+}
+
+func TestSandboxSelector(t *testing.T) {
+	for _, tc := range []struct {
+		ids  []string
+		want string
+	}{
+		{[]string{"1a2b3c4d"}, "sbx.dev/sandbox=1a2b3c4d"},
+		{[]string{"1a2b3c4d", "5e6f7a8b"}, "sbx.dev/sandbox in (1a2b3c4d,5e6f7a8b)"},
+	} {
+		got := sandboxSelector(tc.ids)
+		if got != tc.want {
+			t.Errorf("sandboxSelector(%q) = %q, want %q", tc.ids, got, tc.want)
+		}
+		sel, err := labels.Parse(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range tc.ids {
+			if !sel.Matches(labels.Set{LabelSandbox: id}) {
+				t.Errorf("%q does not match sandbox %s", got, id)
+			}
+		}
+		if sel.Matches(labels.Set{LabelSandbox: "0badc0de"}) {
+			t.Errorf("%q matches another sandbox", got)
+		}
+	}
+}

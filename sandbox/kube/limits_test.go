@@ -34,20 +34,26 @@ func TestAgentPodLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		memory           int64
-		cpus             float64
+		cpus, cpuRequest float64
 		tmp              int64
 		limits, requests map[string]string
 		tmpSize          string
 	}{
-		{"flags", 2 << 30, 1.5, 256 << 20,
-			map[string]string{"memory": "2Gi", "cpu": "1500m"}, map[string]string{"memory": "128Mi", "cpu": "100m"}, "256Mi"},
-		{"below the requests", 64 << 20, 0.05, 0,
-			map[string]string{"memory": "64Mi", "cpu": "50m"}, map[string]string{"memory": "64Mi", "cpu": "50m"}, "1Gi"},
-		{"no limits", 0, 0, 0, map[string]string{}, map[string]string{"memory": "128Mi", "cpu": "100m"}, "1Gi"},
+		{"flags", 2 << 30, 1.5, 0, 256 << 20,
+			map[string]string{"memory": "2Gi", "cpu": "1500m"}, map[string]string{"memory": "128Mi", "cpu": "10m"}, "256Mi"},
+		{"a request", 2 << 30, 1.5, 0.5, 0,
+			map[string]string{"memory": "2Gi", "cpu": "1500m"}, map[string]string{"memory": "128Mi", "cpu": "500m"}, "1Gi"},
+		{"a request as the limit", 0, 0.25, 0.25, 0,
+			map[string]string{"cpu": "250m"}, map[string]string{"memory": "128Mi", "cpu": "250m"}, "1Gi"},
+		{"a request and no limit", 0, 0, 2, 0,
+			map[string]string{}, map[string]string{"memory": "128Mi", "cpu": "2"}, "1Gi"},
+		{"below the requests", 64 << 20, 0.005, 0, 0,
+			map[string]string{"memory": "64Mi", "cpu": "5m"}, map[string]string{"memory": "64Mi", "cpu": "5m"}, "1Gi"},
+		{"no limits", 0, 0, 0, 0, map[string]string{}, map[string]string{"memory": "128Mi", "cpu": "10m"}, "1Gi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSpec()
-			s.Memory, s.CPUs, s.TmpSize = tc.memory, tc.cpus, tc.tmp
+			s.Memory, s.CPUs, s.CPURequest, s.TmpSize = tc.memory, tc.cpus, tc.cpuRequest, tc.tmp
 			pod, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
 			if err != nil {
 				t.Fatal(err)
@@ -72,6 +78,54 @@ func TestAgentPodLimits(t *testing.T) {
 	s.Memory = -1
 	if _, err := AgentPod(s, netip.MustParseAddr("10.244.0.9")); err == nil {
 		t.Error("a negative memory limit was taken")
+	}
+	s = testSpec()
+	s.CPUs, s.CPURequest = 1, 1.5
+	if _, err := AgentPod(s, netip.MustParseAddr("10.244.0.9")); !errors.Is(err, ErrRequestOverLimit) {
+		t.Errorf("a CPU request above the limit: got %v, want ErrRequestOverLimit", err)
+	}
+}
+
+// podCPURequest is what the scheduler keeps for a pod: the larger of its
+// init containers' requests (each runs alone, before the next) and the
+// sum of its containers' and native sidecars' (which run together), as
+// Kubernetes computes a pod's effective request.
+func podCPURequest(p *corev1.Pod) int64 {
+	var sum, initMax int64
+	for _, c := range p.Spec.InitContainers {
+		cpu := c.Resources.Requests.Cpu().MilliValue()
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sum += cpu
+			initMax = max(initMax, sum)
+			continue
+		}
+		initMax = max(initMax, sum+cpu)
+	}
+	for _, c := range p.Spec.Containers {
+		sum += c.Resources.Requests.Cpu().MilliValue()
+	}
+	return max(initMax, sum)
+}
+
+// TestFiftySandboxesFit: the CPU a sandbox asks the scheduler for (its
+// gateway pod and its agent pod, with the agent's default request) lets
+// 50 sandboxes fit on a node of 2 CPUs, with a quarter of them left for
+// the node's own pods. Red before: each sandbox asked for 160m, so 12
+// fitted.
+func TestFiftySandboxesFit(t *testing.T) {
+	s := testSpec()
+	s.Memory, s.CPUs = 1<<30, 1 // limits do not add to the requests
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, ag := podCPURequest(o.Gateway), podCPURequest(agent)
+	if per := gw + ag; 50*per > 1500 {
+		t.Errorf("a sandbox asks for %dm of CPU (gateway pod %dm, agent pod %dm): 50 ask for %dm, more than the 1500m of a 2-CPU node left after its own pods", per, gw, ag, 50*per)
 	}
 }
 

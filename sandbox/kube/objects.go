@@ -111,9 +111,14 @@ type Spec struct {
 	// Memory and CPUs bound the agent container as sbx run's --memory
 	// and --cpus bound a sandbox: its resources' limits (bytes; CPUs, e.g.
 	// 1.5). 0 sets no limit. Its requests, what the scheduler keeps for it,
-	// are AgentMemoryRequest and AgentCPURequest, or the limit when less.
+	// are AgentMemoryRequest and CPURequest, or the limit when less.
 	Memory int64
 	CPUs   float64
+	// CPURequest is the CPUs the scheduler keeps for the agent container
+	// on its node (its CPU request, e.g. 0.5): a reservation, not a
+	// bound, which CPUs is. 0 means AgentCPURequest, or CPUs when less;
+	// it is never more than CPUs when that is set.
+	CPURequest float64
 	// TmpSize bounds the agent's /tmp and HOME, each: emptyDirs in memory
 	// (they count against Memory) with that sizeLimit. 0 means
 	// DefaultTmpSize.
@@ -130,6 +135,10 @@ type Spec struct {
 
 // ErrReservedUID is the error for an agent uid that is sbx's own.
 var ErrReservedUID = errors.New("reserved uid")
+
+// ErrRequestOverLimit is the error for a CPU request above the CPU limit,
+// which Kubernetes refuses.
+var ErrRequestOverLimit = errors.New("a request cannot be more than its limit")
 
 var idPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
 
@@ -149,8 +158,10 @@ func (s *Spec) check() error {
 		return fmt.Errorf("sandbox %s: user %d: want a uid above 0", s.ID, s.User)
 	case s.User == ShimUID || s.User == GatewayUID:
 		return fmt.Errorf("sandbox %s: user %d is sbx's own (the capture shim's or the gateway's, which the pod's rules treat apart): %w", s.ID, s.User, ErrReservedUID)
-	case s.Memory < 0 || s.CPUs < 0 || s.TmpSize < 0:
-		return fmt.Errorf("sandbox %s: memory %d, CPUs %v, tmp size %d: want 0 (no limit; for the tmp size, the default) or more", s.ID, s.Memory, s.CPUs, s.TmpSize)
+	case s.Memory < 0 || s.CPUs < 0 || s.TmpSize < 0 || s.CPURequest < 0:
+		return fmt.Errorf("sandbox %s: memory %d, CPUs %v, CPU request %v, tmp size %d: want 0 (no limit; for the request and the tmp size, the default) or more", s.ID, s.Memory, s.CPUs, s.CPURequest, s.TmpSize)
+	case s.CPUs > 0 && s.CPURequest > s.CPUs:
+		return fmt.Errorf("sandbox %s: CPU request %v is more than the CPU limit %v: %w", s.ID, s.CPURequest, s.CPUs, ErrRequestOverLimit)
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
 		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
 	}
@@ -365,26 +376,45 @@ func hardened(uid int64, readOnlyRoot bool) *corev1.SecurityContext {
 // The agent container's requests, or its limits when they are less:
 // what the scheduler keeps for it on a node. Its limits are what it may
 // use (Spec.Memory, Spec.CPUs); a node short of memory evicts pods that
-// use more than they requested first.
+// use more than they requested first. The CPU request is small: an agent
+// that waits on its model most of the time uses little, and the
+// scheduler refuses a pod whose requests the node has no room for
+// whatever the pods there use (50 sandboxes, each asking 100m, would
+// need 5 CPUs of a node before any ran). Spec.CPURequest (sbx kube run
+// --cpus-request) keeps more for an agent that needs it.
 var (
 	AgentMemoryRequest = resource.MustParse("128Mi")
-	AgentCPURequest    = resource.MustParse("100m")
+	AgentCPURequest    = resource.MustParse("10m")
 )
 
 // DefaultTmpSize is Spec.TmpSize's default: sbx run's --tmp-size.
 const DefaultTmpSize = 1 << 30
 
-// The gateway pod's requests and limits. Measured (docs/kubernetes.md):
-// sbx gateway run as the pod runs it has a resident set of about 54 MiB
-// idle (10 MiB of it its own memory, the rest its executable's pages),
-// 58 MiB with 300 tunnels open, and 75 MiB after 2000 TLS-inspected
-// requests 50 at a time; the limit leaves room for Limits' caps on
-// connections and buffers.
+// The gateway pod's requests and limits. The requests are what the
+// gateway uses idle, with room for a little traffic: an idle gateway
+// waits on its sockets, and the working set of its pod and the agent
+// pod's shim together is about 10 MiB (scripts/bench-kube.sh reports
+// both, CPU from the cgroups' usage, against these requests). sbx
+// gateway run as the pod runs it has a resident set of about 54
+// MiB idle (10 MiB of it its own memory, the rest its executable's
+// pages, which the node's page cache shares), 58 MiB with 300 tunnels
+// open, and 75 MiB after 2000 TLS-inspected requests 50 at a time (31
+// MiB its own); the limits leave room for Limits' caps on connections
+// and buffers, and for bursts of CPU.
 var (
-	GatewayMemoryRequest = resource.MustParse("64Mi")
+	GatewayMemoryRequest = resource.MustParse("32Mi")
 	GatewayMemoryLimit   = resource.MustParse("256Mi")
-	GatewayCPURequest    = resource.MustParse("50m")
+	GatewayCPURequest    = resource.MustParse("5m")
 	GatewayCPULimit      = resource.MustParse("1")
+)
+
+// The requests of the agent pod's rules init container and capture shim,
+// each: what the shim uses idle, with a little room (scripts/bench-kube.sh
+// reports its use), and the limit of their memory.
+var (
+	SmallCPURequest    = resource.MustParse("2m")
+	SmallMemoryRequest = resource.MustParse("8Mi")
+	SmallMemoryLimit   = resource.MustParse("64Mi")
 )
 
 // agentResources are the agent container's requests and limits.
@@ -402,14 +432,22 @@ func (s *Spec) agentResources() corev1.ResourceRequirements {
 			r.Requests[corev1.ResourceMemory] = *limit
 		}
 	}
+	if s.CPURequest > 0 {
+		r.Requests[corev1.ResourceCPU] = *milliCPUs(s.CPURequest)
+	}
 	if s.CPUs > 0 {
-		limit := resource.NewMilliQuantity(max(1, int64(s.CPUs*1000)), resource.DecimalSI)
+		limit := milliCPUs(s.CPUs)
 		r.Limits[corev1.ResourceCPU] = *limit
-		if limit.Cmp(AgentCPURequest) < 0 {
+		if req := r.Requests[corev1.ResourceCPU]; limit.Cmp(req) < 0 {
 			r.Requests[corev1.ResourceCPU] = *limit
 		}
 	}
 	return r
+}
+
+// milliCPUs is n CPUs as a quantity of whole millicores, at least 1m.
+func milliCPUs(n float64) *resource.Quantity {
+	return resource.NewMilliQuantity(max(1, int64(n*1000)), resource.DecimalSI)
 }
 
 // tmpSize is Spec.TmpSize, or its default.
@@ -434,8 +472,8 @@ func (s *Spec) AllowCommand() string {
 
 func smallResources() corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: SmallCPURequest.DeepCopy(), corev1.ResourceMemory: SmallMemoryRequest.DeepCopy()},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: SmallMemoryLimit.DeepCopy()},
 	}
 }
 
