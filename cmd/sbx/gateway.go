@@ -40,6 +40,8 @@ type gatewayOptions struct {
 	// allowCommand is --allow-command: what a 403's help says to run to
 	// allow what was blocked (sbx kube's gateway pod names sbx kube's).
 	allowCommand string
+	// placeholders are --secret-placeholder's NAME=PLACEHOLDER values.
+	placeholders []string
 }
 
 // stdoutLog is the --log value that writes the decision log to standard
@@ -127,6 +129,8 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ca, "ca", "", "inspect TLS where the policy asks, with the CA in `FILE` (PEM: its certificate and private key, readable by owner and group only) instead of one made now; with --ca-cert, that file gets its certificate")
 	fs.StringVar(&o.capture, "capture", "", "serve the connections a capture shim hands over on `ADDR` (host:port), each starting with a PROXY protocol v1 line naming where it was going (sbx kube's gateway pod)")
 	fs.StringVar(&o.dns, "dns", "", "answer DNS queries on `ADDR` (host:port), UDP and TCP, as sbx run's DNS stub does")
+	fs.StringVar(&o.secretDir, "secret-dir", "", "read every secret's value (the policy's and --secret's) from the file `DIR`/NAME instead of the variable or file its binding names (sbx kube's gateway pod: the sandbox's Secret)")
+	fs.StringArrayVar(&o.placeholders, "secret-placeholder", nil, "give secret NAME the placeholder PLACEHOLDER (`NAME=PLACEHOLDER`, sbx-secret-NAME- and 32 hex digits) instead of a new one: the clients hold it already (sbx kube's agent pod); repeatable")
 	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
 }
 
@@ -287,6 +291,9 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	recordings, err := o.read(cmd, &cfg)
 	if err != nil {
 		return cfg, nil, err
+	}
+	if err := setPlaceholders(cfg.Secrets, o.placeholders); err != nil {
+		return cfg, nil, usageError(cmd, err)
 	}
 	if len(cfg.Secrets) > 0 && !o.hasCA() {
 		return cfg, nil, fmt.Errorf("the policy %s has secrets, which need --ca-cert FILE: the gateway puts their values in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust", o.policy.Policy)

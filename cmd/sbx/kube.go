@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -26,6 +27,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/kube"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // kubeFlags are the flags of every sbx kube command: which cluster and
@@ -121,6 +123,10 @@ type kubeRunOptions struct {
 	serverDryRun bool
 	noPodRules   bool
 	logFile      string
+	// secrets and secretHeaders are --secret's and --secret-header's
+	// values; upstreamCA is --upstream-ca.
+	secrets, secretHeaders []string
+	upstreamCA             string
 	// The agent's limits, as sbx run's flags of the same names.
 	memory    string
 	cpus      float64
@@ -179,6 +185,9 @@ each one (admission included) without keeping it.`
 	fs.StringVar(&o.gatewayImage, "gateway-image", "", "sbx's own image `REF` as the cluster pulls it (required; sbx kube image writes one to push; a digest pins it), for the gateway pod and the agent pod's rules and capture shim")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
 	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+"; the scripts go to the gateway pod in the sandbox's ConfigMap (sbx kube mock drives them)")
+	fs.StringArrayVar(&o.secrets, "secret", nil, secretUsage+"; the value goes in the sandbox's Secret, which only the gateway pod mounts")
+	fs.StringArrayVar(&o.secretHeaders, "secret-header", nil, secretHeaderUsage)
+	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "have the gateway pod trust the CA certificates (PEM) in `FILE` besides its image's roots when verifying the upstreams of inspected HTTPS requests (in the sandbox's ConfigMap)")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
 	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the agent's environment; repeatable")
@@ -248,6 +257,9 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 		return usageErrorf(cmd, "--pull %q: want Always, IfNotPresent or Never", o.pull)
 	}
 	if _, err := parseMockLLM(o.mockLLM); err != nil {
+		return usageError(cmd, err)
+	}
+	if _, err := parseSecretFlags(o.secrets, o.secretHeaders); err != nil {
 		return usageError(cmd, err)
 	}
 	for _, e := range o.env {
@@ -336,9 +348,6 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
-	if len(p.Spec().Secrets) > 0 {
-		return kube.Spec{}, nil, usageErrorf(cmd, "secrets are not supported by sbx kube yet: the gateway pod would need their values; leave them out of the policy")
-	}
 	for _, r := range p.Rules() {
 		if r.Response != nil && r.Response.LLM != "" {
 			return kube.Spec{}, nil, usageErrorf(cmd, "rule %s answers with the LLM script %s, which sbx kube cannot take to the gateway pod yet; leave it out of the policy", r.ID, r.Response.LLM)
@@ -375,9 +384,30 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
+	secs, err := o.kubeSecrets(p)
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	if o.gatewayIP != "" && len(secs) > 0 {
+		// The placeholders are new on every run: the agent pod of a
+		// second run would hold others than its gateway pod's.
+		return kube.Spec{}, nil, usageErrorf(cmd, "--gateway-ip with secrets: each secret's placeholder is chosen anew on every run, so an agent pod printed apart would not hold its gateway pod's; print the objects with sbx kube run instead, or keep the secrets out of sbx kube manifest")
+	}
+	var upstreamCA []byte
+	if o.upstreamCA != "" {
+		// What sbx run's --upstream-ca takes: a file of PEM certificates.
+		if _, err := upstreamRoots(o.upstreamCA); err != nil {
+			return kube.Spec{}, nil, err
+		}
+		if upstreamCA, err = os.ReadFile(o.upstreamCA); err != nil {
+			return kube.Spec{}, nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
 	return kube.Spec{
+		Secrets:             secs,
+		UpstreamCA:          upstreamCA,
 		MockLLM:             mocks,
 		ID:                  id,
 		Name:                o.name,
@@ -394,6 +424,39 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		Token:               hex.EncodeToString(tok),
 		SkipPodRulesForTest: o.noPodRules,
 	}, p, nil
+}
+
+// kubeSecrets reads the values of the secrets of the policy p and of
+// --secret, as sbx run does, each with a new placeholder chosen here: the
+// agent pod's environment holds it, and the gateway pod is told it.
+func (o *kubeRunOptions) kubeSecrets(p *netpolicy.Policy) ([]kube.Secret, error) {
+	flags, err := parseSecretFlags(o.secrets, o.secretHeaders)
+	if err != nil {
+		return nil, err
+	}
+	read, err := readSecrets(o.policy.Policy, p, flags, "")
+	if err != nil {
+		return nil, err
+	}
+	inPolicy := map[string]bool{}
+	for _, s := range p.Secrets() {
+		inPolicy[s.Name] = true
+	}
+	var out []kube.Secret
+	for _, sec := range read {
+		for _, e := range o.env {
+			if k, _, _ := strings.Cut(e, "="); k == sec.Name() {
+				return nil, &run.SecretEnvError{Name: k}
+			}
+		}
+		ks := kube.Secret{Name: sec.Name(), Placeholder: sec.Placeholder(), Value: sec.Value(), InPolicy: inPolicy[sec.Name()]}
+		if !ks.InPolicy {
+			i := slices.IndexFunc(flags, func(f secretFlag) bool { return f.Name == sec.Name() })
+			ks.Hosts, ks.Headers = flags[i].Hosts, flags[i].Headers
+		}
+		out = append(out, ks)
+	}
+	return out, nil
 }
 
 func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string) error {
@@ -568,7 +631,11 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 		docs = append(docs, agent)
 	}
 	if o.gatewayIP == "" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube manifest: the Secret %s holds the sandbox CA's private key and the API token: keep this output where only those who may change the sandbox's policy can read it\n", kube.ObjectName(s.ID))
+		what := "the sandbox CA's private key and the API token"
+		if len(s.Secrets) > 0 {
+			what += " and the values of the secrets"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube manifest: the Secret %s holds %s: keep this output where only those who may change the sandbox's policy can read it\n", kube.ObjectName(s.ID), what)
 	}
 	out := cmd.OutOrStdout()
 	for i, d := range docs {
