@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -150,4 +153,73 @@ func manifestMeta(t *testing.T, doc string) manifestDoc {
 		t.Errorf("%s: namespace %q, labels %v", m.Kind, m.Metadata.Namespace, m.Metadata.Labels)
 	}
 	return m
+}
+
+// TestKubeManifestSecret: sbx kube manifest --secret puts the value in
+// the Secret alone and tells the gateway pod the placeholder; a
+// policy's secret is read here too (its file relative to the policy's),
+// and the gateway pod reads it from the Secret; an agent variable set by
+// -e too, or an agent pod printed apart from its gateway's placeholders,
+// is refused.
+func TestKubeManifestSecret(t *testing.T) {
+	const value, fileValue = "sk-kube-manifest-3e9d11", "pk-kube-manifest-0a7b52"
+	t.Setenv("SBX_KUBE_KEY", value)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "key.txt"), []byte(fileValue+"\n"), 0o600)
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("secrets:\n  - name: FILE_KEY\n    from_file: key.txt\n    hosts: [api.example.com]\n    methods: [POST]\n"), 0o600)
+	flags := []string{"kube", "manifest", "-n", "agents", "--image", "node:22", "--gateway-image", "reg.example/sbx:1",
+		"--policy", policy, "--secret", "SBX_KUBE_KEY@api.anthropic.com", "--secret-header", "SBX_KUBE_KEY=x-api-key"}
+	out, errOut, code := runCLI(t, append(flags, "--", "true")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "the values of the secrets") {
+		t.Errorf("no warning that the output holds the secrets' values: %s", errOut)
+	}
+	var secret corev1.Secret
+	var gw corev1.Pod
+	var cm corev1.ConfigMap
+	for _, d := range strings.Split(out, "\n---\n") {
+		switch manifestMeta(t, d).Kind {
+		case "Secret":
+			yaml.Unmarshal([]byte(d), &secret)
+		case "Pod":
+			yaml.Unmarshal([]byte(d), &gw)
+		case "ConfigMap":
+			yaml.Unmarshal([]byte(d), &cm)
+		}
+		if !strings.Contains(d, "kind: Secret") && (strings.Contains(d, value) || strings.Contains(d, fileValue)) {
+			t.Errorf("a document other than the Secret holds a value:\n%s", d)
+		}
+	}
+	if string(secret.Data[kube.KeySecretPrefix+"SBX_KUBE_KEY"]) != value || string(secret.Data[kube.KeySecretPrefix+"FILE_KEY"]) != fileValue {
+		t.Errorf("Secret data %v, want both values", secret.Data)
+	}
+	cmd := strings.Join(gw.Spec.Containers[0].Command, " ")
+	for _, re := range []string{
+		`--secret-placeholder SBX_KUBE_KEY=sbx-secret-SBX_KUBE_KEY-[0-9a-f]{32} --secret SBX_KUBE_KEY@api.anthropic.com --secret-header SBX_KUBE_KEY=x-api-key`,
+		`--secret-placeholder FILE_KEY=sbx-secret-FILE_KEY-[0-9a-f]{32}`,
+	} {
+		if !regexp.MustCompile(re).MatchString(cmd) {
+			t.Errorf("gateway command %q does not match %q", cmd, re)
+		}
+	}
+	// The policy keeps its secret, binding and all: the gateway pod
+	// reads its value from the Secret (--secret-dir).
+	if p, err := netpolicy.Parse("policy", []byte(cm.Data[kube.KeyPolicy])); err != nil || len(p.Secrets()) != 1 || p.Secrets()[0].Name != "FILE_KEY" || p.Secrets()[0].Methods[0] != "POST" {
+		t.Errorf("the gateway pod's policy: %v, secrets %+v", err, p.Secrets())
+	}
+
+	if _, errOut, code := runCLI(t, append(flags, "-e", "SBX_KUBE_KEY=mine", "--", "true")...); code == 0 || !strings.Contains(errOut, "drop -e SBX_KUBE_KEY") {
+		t.Errorf("-e and --secret of one name: exit %d, want the refusal: %s", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, append(flags, "--id", "1a2b3c4d", "--gateway-ip", "10.244.0.9", "--", "true")...); code != exitUsage || !strings.Contains(errOut, "placeholder") {
+		t.Errorf("--gateway-ip with secrets: exit %d, want %d naming the placeholders: %s", code, exitUsage, errOut)
+	}
+	t.Setenv("SBX_KUBE_KEY", "")
+	os.Unsetenv("SBX_KUBE_KEY")
+	if _, errOut, code := runCLI(t, append(flags, "--", "true")...); code == 0 || !strings.Contains(errOut, "SBX_KUBE_KEY is not set") {
+		t.Errorf("an unset secret: exit %d, want the refusal: %s", code, errOut)
+	}
 }
