@@ -24,6 +24,7 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/kube"
@@ -127,6 +128,9 @@ type kubeRunOptions struct {
 	// values; upstreamCA is --upstream-ca.
 	secrets, secretHeaders []string
 	upstreamCA             string
+	// mockJournal is --mock-journal: where the mocks' journal is kept
+	// once the agent ends.
+	mockJournal string
 	// The agent's limits, as sbx run's flags of the same names.
 	memory    string
 	cpus      float64
@@ -209,6 +213,7 @@ each one (admission included) without keeping it.`
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
 		fs.StringVar(&o.logFile, "log", "", "keep the decision log (JSON Lines, read from the gateway pod while it runs) in `FILE`, new or empty, for sbx audit after the sandbox is gone")
+		fs.StringVar(&o.mockJournal, "mock-journal", "", "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE`, new or empty: read from the gateway pod when the agent ends, before the pods go; sbx mock requests --journal FILE reads it")
 		fs.MarkHidden("gateway-ip")
 		fs.MarkHidden("server-dry-run")
 	}
@@ -250,6 +255,12 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	}
 	if cmd.Flags().Changed("approvals") {
 		return usageErrorf(cmd, "--approvals keeps the rules of always answers in a file on this machine, which a cluster's gateway pod cannot write: answer with sbx kube approve --session, and put the rules you keep in the policy")
+	}
+	if o.mockJournal != "" && o.detach {
+		return usageErrorf(cmd, "--mock-journal keeps the journal when the agent ends, and -d returns at once: give one (sbx kube mock requests --sandbox ID --json reads a detached sandbox's)")
+	}
+	if o.mockJournal != "" && len(o.mockLLM) == 0 {
+		return usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT, and there is none: give --mock-llm too")
 	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -476,12 +487,18 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	var logDone <-chan error
-	var logFile *os.File
+	var logFile, journalFile *os.File
 	if o.logFile != "" {
 		if logFile, err = createLogFile(o.logFile); err != nil {
 			return err
 		}
 		defer logFile.Close()
+	}
+	if o.mockJournal != "" {
+		if journalFile, err = createLogFile(o.mockJournal); err != nil {
+			return err
+		}
+		defer journalFile.Close()
 	}
 	// Ctrl-C while the sandbox is made or runs removes it.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -519,6 +536,13 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), remove())}
 		}
 		return combine(err, remove())
+	}
+	if journalFile != nil {
+		// Before the gateway pod goes, with the journal it holds.
+		if err := saveMockJournal(ctx, c, s, journalFile); err != nil {
+			return combine(fmt.Errorf("--mock-journal %s: %w", o.mockJournal, err), remove())
+		}
+		fmt.Fprintf(stderr, "sbx kube: mock journal of sandbox %s: %s\n", s.ID, o.mockJournal)
 	}
 	if err := remove(); err != nil {
 		return err
@@ -581,6 +605,61 @@ func saveDecisions(ctx context.Context, c *kube.Cluster, id string, f *os.File) 
 		done <- err
 	}()
 	return done
+}
+
+// saveMockJournal writes the journal of each mock of the sandbox, read
+// from its gateway pod through the management API, to f as a journal file
+// (what sbx run's --mock-journal writes, which sbx mock requests
+// --journal reads), and closes f.
+func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.File) error {
+	jf := mockllm.NewJournalFile(f)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	addr, err := c.ForwardAPI(fctx, s.ID)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	cl, err := api.NewClient(addr, s.Token)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	defer cl.Close()
+	var journals []*api.MockRequests
+	for _, m := range s.MockLLM {
+		ans, err := cl.MockRequests(fctx, api.Mock{Host: m.Host})
+		if err != nil {
+			jf.Close()
+			return err
+		}
+		journals = append(journals, ans)
+	}
+	return writeMockJournal(jf, journals)
+}
+
+// writeMockJournal writes the mocks' journals, as the management API
+// answered them, to jf, and closes it.
+func writeMockJournal(jf *mockllm.JournalFile, journals []*api.MockRequests) error {
+	var errs []error
+	for _, ans := range journals {
+		sink := jf.Sink(ans.Host, ans.Mock, ans.Script)
+		for _, r := range ans.Requests {
+			// The API's request is the journal's entry, field for field.
+			var j mockllm.Journaled
+			b, err := json.Marshal(r)
+			if err == nil {
+				err = json.Unmarshal(b, &j)
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			sink.Journaled(j)
+		}
+	}
+	errs = append(errs, jf.Close())
+	return combine(errs...)
 }
 
 // kubeManifest prints the objects, or has the API server check them.

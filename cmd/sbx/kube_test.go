@@ -1,15 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/kube/podnet"
@@ -55,6 +59,9 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "check", "--image", "busybox"}, "need --gateway-image"},
 		{[]string{"kube", "mock", "requests", "--script", "a.yaml"}, "unknown flag: --script"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--approvals", "a.yaml", "--", "true"}, "answer with sbx kube approve --session"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--mock-llm", "a.test=s.yaml", "--mock-journal", "j.jsonl", "--", "true"}, "--mock-journal keeps the journal when the agent ends"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--mock-journal", "j.jsonl", "--", "true"}, "give --mock-llm too"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--secret", "NOHOST", "--", "true"}, "--secret"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {
@@ -221,5 +228,41 @@ func TestKubeManifestSecret(t *testing.T) {
 	os.Unsetenv("SBX_KUBE_KEY")
 	if _, errOut, code := runCLI(t, append(flags, "--", "true")...); code == 0 || !strings.Contains(errOut, "SBX_KUBE_KEY is not set") {
 		t.Errorf("an unset secret: exit %d, want the refusal: %s", code, errOut)
+	}
+}
+
+// TestKubeMockJournalFile: the journals sbx kube run --mock-journal reads
+// from the gateway pod's API are written as sbx run's journal file, which
+// sbx mock requests --journal reads back field for field.
+func TestKubeMockJournalFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	in := []*api.MockRequests{
+		{Host: "api.anthropic.com", Mock: "api.anthropic.com", Requests: []api.MockRequest{
+			{Seq: 1, Time: when, Method: "POST", Path: "/v1/messages", Dialect: "anthropic", Model: "m", Body: json.RawMessage(`{"content":"marmalade"}`), Turn: 1, Status: 200, Outcome: "turn 1"},
+			{Seq: 2, Time: when.Add(time.Second), Method: "POST", Path: "/v1/messages", Dialect: "anthropic", Unmatched: true, Status: 500, Outcome: "no turn left"},
+		}},
+		{Host: "api.openai.com", Mock: "api.openai.com", Requests: []api.MockRequest{}},
+	}
+	if err := writeMockJournal(mockllm.NewJournalFile(f), in); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range in {
+		out, errOut, code := runCLI(t, "mock", "requests", "--journal", path, "--host", m.Host, "--json")
+		if code != 0 {
+			t.Fatalf("sbx mock requests --journal --host %s: exit %d: %s", m.Host, code, errOut)
+		}
+		var got api.MockRequests
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(m)
+		if back, _ := json.Marshal(&got); string(back) != string(want) {
+			t.Errorf("read back:\n%s\nwant\n%s", back, want)
+		}
 	}
 }
