@@ -42,6 +42,9 @@ type gatewayOptions struct {
 	allowCommand string
 	// placeholders are --secret-placeholder's NAME=PLACEHOLDER values.
 	placeholders []string
+	// processUnknown is --process-unknown: why the records name no
+	// process.
+	processUnknown string
 }
 
 // stdoutLog is the --log value that writes the decision log to standard
@@ -131,6 +134,7 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.dns, "dns", "", "answer DNS queries on `ADDR` (host:port), UDP and TCP, as sbx run's DNS stub does")
 	fs.StringVar(&o.secretDir, "secret-dir", "", "read every secret's value (the policy's and --secret's) from the file `DIR`/NAME instead of the variable or file its binding names (sbx kube's gateway pod: the sandbox's Secret)")
 	fs.StringArrayVar(&o.placeholders, "secret-placeholder", nil, "give secret NAME the placeholder PLACEHOLDER (`NAME=PLACEHOLDER`, sbx-secret-NAME- and 32 hex digits) instead of a new one: the clients hold it already (sbx kube's agent pod); repeatable")
+	fs.StringVar(&o.processUnknown, "process-unknown", "", "say `WHY` the gateway cannot name the process behind a request, in each record's process_unknown (sbx kube's gateway pod: the agent's processes are in another pod)")
 	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
 }
 
@@ -300,7 +304,7 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	}
 	recs := run.NewRecorders(recordings)
 	cfg.Listen, cfg.TokenFile, cfg.RecordLLM, cfg.DNS = o.listen, o.tokenFile, recs.Gateway(), o.dns
-	cfg.AllowCommand = o.allowCommand
+	cfg.AllowCommand, cfg.ProcessUnknown = o.allowCommand, o.processUnknown
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
 	// inspected host's CONNECT is refused with a 403 that says why,
@@ -347,6 +351,9 @@ func (o *gatewayOptions) check() error {
 		if err := checkHostPort("--api", a); err != nil {
 			return fmt.Errorf("%w, or unix:PATH", err)
 		}
+	}
+	if strings.ContainsFunc(o.processUnknown, unicode.IsControl) {
+		return fmt.Errorf("--process-unknown %q: want one line of printable text", o.processUnknown)
 	}
 	if strings.ContainsFunc(o.allowCommand, unicode.IsControl) {
 		return fmt.Errorf("--allow-command %q: want one line of printable text", o.allowCommand)

@@ -86,6 +86,12 @@ const (
 // in a file of its name (sbx gateway --secret-dir).
 const secretValuesDir = secretDir + "/values"
 
+// ProcessUnknown is why the gateway pod's records name no process
+// (their process_unknown): sbx run's gateway reads the owner of a
+// client's socket from the sandbox's processes, which a gateway pod
+// cannot see.
+const ProcessUnknown = "the agent runs in another pod, whose processes the gateway pod cannot see"
+
 // Spec is one sandbox on a cluster: what Objects and AgentPod make.
 type Spec struct {
 	// ID is the sandbox's id (8 lower-case hex digits; NewID makes one).
@@ -531,6 +537,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			"--policy", configDir + "/" + KeyPolicy,
 			"--log", "-",
 			"--allow-command", s.AllowCommand(),
+			"--process-unknown", ProcessUnknown,
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "proxy", ContainerPort: ProxyPort, Protocol: corev1.ProtocolTCP},
