@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -240,8 +241,17 @@ func TestGatewaySecretDir(t *testing.T) {
 
 	// Placeholders that are not FromSpec's, or name no secret: refused.
 	for _, bad := range []string{"FLAG_KEY=the-value", "FLAG_KEY=" + policyPH, "NOPE=sbx-secret-NOPE-00112233445566778899aabbccddeeff", "FLAG_KEY"} {
-		if _, errOut, code := runCLI(t, append(args, "--secret-placeholder", bad)...); code != exitUsage || !strings.Contains(errOut, "--secret-placeholder") {
-			t.Errorf("--secret-placeholder %s: exit %d, want %d naming the flag: %s", bad, code, exitUsage, errOut)
+		// A gateway that takes it serves until the context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var out, errOut syncBuffer
+		root := newRootCmd()
+		root.SetArgs(append(slices.Clone(args), "--secret-placeholder", bad))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		code := execute(ctx, root)
+		cancel()
+		if code != exitUsage || !strings.Contains(errOut.String(), "--secret-placeholder") {
+			t.Errorf("--secret-placeholder %s: exit %d, want %d naming the flag: %s%s", bad, code, exitUsage, out.String(), errOut.String())
 		}
 	}
 
