@@ -133,6 +133,11 @@ type Config struct {
 	// record, and must be safe for concurrent use. Nil leaves the records'
 	// pid, comm and exe out.
 	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
+	// ProcessUnknown, when set and Owner is nil, is why no process can be
+	// named for the clients: the records of requests, tunnels, captured
+	// connections and DNS queries carry it as process_unknown (sbx kube's
+	// gateway pod, which cannot see the agent pod's processes).
+	ProcessUnknown string
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger
 

@@ -77,6 +77,7 @@ func (g dnsGateway) Decided(rec *decisionlog.Record, network string, client neti
 	if g.s.cfg.Owner != nil {
 		setProcess(rec, g.s.owner(network, client, netip.AddrPort{}))
 	}
+	rec.ProcessUnknown = g.s.processUnknown(Process{PID: rec.PID})
 	g.s.metrics.request(decisionlog.KindDNS, netpolicy.Action(rec.Action))
 	g.s.emit(rec)
 }

@@ -567,6 +567,16 @@ func (s *Server) owner(network string, client, remote netip.AddrPort) Process {
 	return Process{}
 }
 
+// processUnknown is what a record of a client whose process is p says
+// of why no process is named: Config.ProcessUnknown when p is unknown and
+// there is no Owner, else "".
+func (s *Server) processUnknown(p Process) string {
+	if p.PID != 0 || s.cfg.Owner != nil {
+		return ""
+	}
+	return s.cfg.ProcessUnknown
+}
+
 // setProcess copies p into rec.
 func setProcess(rec *decisionlog.Record, p Process) {
 	rec.PID, rec.Comm, rec.Exe = p.PID, p.Comm, p.Exe
@@ -710,6 +720,8 @@ func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method strin
 		PID:    c.proc.PID,
 		Comm:   c.proc.Comm,
 		Exe:    c.proc.Exe,
+
+		ProcessUnknown: s.processUnknown(c.proc),
 	}
 }
 

@@ -40,6 +40,11 @@ type gatewayOptions struct {
 	// allowCommand is --allow-command: what a 403's help says to run to
 	// allow what was blocked (sbx kube's gateway pod names sbx kube's).
 	allowCommand string
+	// placeholders are --secret-placeholder's NAME=PLACEHOLDER values.
+	placeholders []string
+	// processUnknown is --process-unknown: why the records name no
+	// process.
+	processUnknown string
 }
 
 // stdoutLog is the --log value that writes the decision log to standard
@@ -127,6 +132,9 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ca, "ca", "", "inspect TLS where the policy asks, with the CA in `FILE` (PEM: its certificate and private key, readable by owner and group only) instead of one made now; with --ca-cert, that file gets its certificate")
 	fs.StringVar(&o.capture, "capture", "", "serve the connections a capture shim hands over on `ADDR` (host:port), each starting with a PROXY protocol v1 line naming where it was going (sbx kube's gateway pod)")
 	fs.StringVar(&o.dns, "dns", "", "answer DNS queries on `ADDR` (host:port), UDP and TCP, as sbx run's DNS stub does")
+	fs.StringVar(&o.secretDir, "secret-dir", "", "read every secret's value (the policy's and --secret's) from the file `DIR`/NAME instead of the variable or file its binding names (sbx kube's gateway pod: the sandbox's Secret)")
+	fs.StringArrayVar(&o.placeholders, "secret-placeholder", nil, "give secret NAME the placeholder PLACEHOLDER (`NAME=PLACEHOLDER`, sbx-secret-NAME- and 32 hex digits) instead of a new one: the clients hold it already (sbx kube's agent pod); repeatable")
+	fs.StringVar(&o.processUnknown, "process-unknown", "", "say `WHY` the gateway cannot name the process behind a request, in each record's process_unknown (sbx kube's gateway pod: the agent's processes are in another pod)")
 	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
 }
 
@@ -288,12 +296,15 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	if err != nil {
 		return cfg, nil, err
 	}
+	if err := setPlaceholders(cfg.Secrets, o.placeholders); err != nil {
+		return cfg, nil, usageError(cmd, err)
+	}
 	if len(cfg.Secrets) > 0 && !o.hasCA() {
 		return cfg, nil, fmt.Errorf("the policy %s has secrets, which need --ca-cert FILE: the gateway puts their values in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust", o.policy.Policy)
 	}
 	recs := run.NewRecorders(recordings)
 	cfg.Listen, cfg.TokenFile, cfg.RecordLLM, cfg.DNS = o.listen, o.tokenFile, recs.Gateway(), o.dns
-	cfg.AllowCommand = o.allowCommand
+	cfg.AllowCommand, cfg.ProcessUnknown = o.allowCommand, o.processUnknown
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
 	// inspected host's CONNECT is refused with a 403 that says why,
@@ -340,6 +351,9 @@ func (o *gatewayOptions) check() error {
 		if err := checkHostPort("--api", a); err != nil {
 			return fmt.Errorf("%w, or unix:PATH", err)
 		}
+	}
+	if strings.ContainsFunc(o.processUnknown, unicode.IsControl) {
+		return fmt.Errorf("--process-unknown %q: want one line of printable text", o.processUnknown)
 	}
 	if strings.ContainsFunc(o.allowCommand, unicode.IsControl) {
 		return fmt.Errorf("--allow-command %q: want one line of printable text", o.allowCommand)

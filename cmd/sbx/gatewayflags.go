@@ -32,6 +32,10 @@ type gatewayFlags struct {
 	secrets []string
 	// secretHeaders are --secret-header's values.
 	secretHeaders []string
+	// secretDir is sbx gateway's --secret-dir: the directory every
+	// secret's value is read from, by its name, instead of the variable
+	// or file its binding names ("" for those). sbx run has no such flag.
+	secretDir string
 }
 
 // gatewayFlagUsage is the help of the gateway flags whose words differ
@@ -117,7 +121,7 @@ func (f *gatewayFlags) read(cmd *cobra.Command, cfg *gateway.Config) ([]run.Reco
 	if err != nil {
 		return nil, usageError(cmd, err)
 	}
-	if cfg.Secrets, err = readSecrets(f.policy.Policy, p, secrets); err != nil {
+	if cfg.Secrets, err = readSecrets(f.policy.Policy, p, secrets, f.secretDir); err != nil {
 		return nil, err
 	}
 	if cfg.MockLLM, err = parseMockLLM(f.mockLLM); err != nil {

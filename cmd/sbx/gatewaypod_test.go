@@ -24,6 +24,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/dnsstub"
 	"github.com/sbx-dev/sbx/gateway/handoff"
+	"github.com/sbx-dev/sbx/sandbox/kube"
 )
 
 // freeAddr returns a loopback host:port free now.
@@ -92,7 +93,8 @@ func TestGatewayPod(t *testing.T) {
 		"--capture", capture, "--dns", dnsAddr, "--ca", caFile, "--ca-cert", caCert, "--log", "-",
 		"--allow-private", "127.0.0.0/8", "--allow", "127.0.0.1:"+strconv.Itoa(int(plainAP.Port())),
 		"--allow", "api.test:"+strconv.Itoa(int(plainAP.Port())), "--resolve", "api.test=127.0.0.1",
-		"--allow", "example.com:"+strconv.Itoa(int(tlsAP.Port())), "--inspect", "example.com:"+strconv.Itoa(int(tlsAP.Port())), "--resolve", "example.com=127.0.0.1", "--upstream-ca", upstreamCA)
+		"--allow", "example.com:"+strconv.Itoa(int(tlsAP.Port())), "--inspect", "example.com:"+strconv.Itoa(int(tlsAP.Port())), "--resolve", "example.com=127.0.0.1", "--upstream-ca", upstreamCA,
+		"--process-unknown", kube.ProcessUnknown)
 	for _, want := range []string{"handed-over connections on " + capture, "DNS on " + dnsAddr} {
 		if !strings.Contains(g.errOut.String(), want) {
 			t.Errorf("standard error lacks %q:\n%s", want, g.errOut.String())
@@ -199,9 +201,20 @@ func TestGatewayPod(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, g.errOut.String())
 	}
 	var jsonLine map[string]any
+	unknown := 0
 	for _, line := range strings.Split(strings.TrimSuffix(g.out.String(), "\n"), "\n") {
 		if err := json.Unmarshal([]byte(line), &jsonLine); err != nil {
 			t.Errorf("standard output line %q is not JSON: %v", line, err)
 		}
+		// Every record of a client says why it names no process.
+		if jsonLine["event"] == "decision" || jsonLine["event"] == "close" {
+			if jsonLine["process_unknown"] != kube.ProcessUnknown {
+				t.Errorf("record %s: process_unknown %q, want %q", line, jsonLine["process_unknown"], kube.ProcessUnknown)
+			}
+			unknown++
+		}
+	}
+	if unknown == 0 {
+		t.Errorf("no decision or close record on standard output:\n%s", g.out.String())
 	}
 }

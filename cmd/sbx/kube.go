@@ -24,9 +24,11 @@ import (
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox"
 	"github.com/sbx-dev/sbx/sandbox/kube"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // kubeFlags are the flags of every sbx kube command: which cluster and
@@ -122,6 +124,13 @@ type kubeRunOptions struct {
 	serverDryRun bool
 	noPodRules   bool
 	logFile      string
+	// secrets and secretHeaders are --secret's and --secret-header's
+	// values; upstreamCA is --upstream-ca.
+	secrets, secretHeaders []string
+	upstreamCA             string
+	// mockJournal is --mock-journal: where the mocks' journal is kept
+	// once the agent ends.
+	mockJournal string
 	// The agent's limits, as sbx run's flags of the same names, and its
 	// CPU request (--cpus-request; 0 for the default).
 	memory      string
@@ -182,6 +191,9 @@ each one (admission included) without keeping it.`
 	fs.StringVar(&o.gatewayImage, "gateway-image", "", "sbx's own image `REF` as the cluster pulls it (required; sbx kube image writes one to push; a digest pins it), for the gateway pod and the agent pod's rules and capture shim")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
 	fs.StringArrayVar(&o.mockLLM, "mock-llm", nil, mockLLMUsage+"; the scripts go to the gateway pod in the sandbox's ConfigMap (sbx kube mock drives them)")
+	fs.StringArrayVar(&o.secrets, "secret", nil, secretUsage+"; the value goes in the sandbox's Secret, which only the gateway pod mounts")
+	fs.StringArrayVar(&o.secretHeaders, "secret-header", nil, secretHeaderUsage)
+	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "have the gateway pod trust the CA certificates (PEM) in `FILE` besides its image's roots when verifying the upstreams of inspected HTTPS requests (in the sandbox's ConfigMap)")
 	fs.StringVar(&o.name, "name", "", "a `NAME` for the sandbox, for the other sbx kube commands")
 	fs.Int64Var(&o.user, "user", kube.DefaultAgentUID, "the agent's `UID` (never 0)")
 	fs.StringArrayVarP(&o.env, "env", "e", nil, "set `KEY=VAL` in the agent's environment; repeatable")
@@ -204,6 +216,7 @@ each one (admission included) without keeping it.`
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
 		fs.StringVar(&o.logFile, "log", "", "keep the decision log (JSON Lines, read from the gateway pod while it runs) in `FILE`, new or empty, for sbx audit after the sandbox is gone")
+		fs.StringVar(&o.mockJournal, "mock-journal", "", "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE`, new or empty: read from the gateway pod when the agent ends, before the pods go; sbx mock requests --journal FILE reads it")
 		fs.MarkHidden("gateway-ip")
 		fs.MarkHidden("server-dry-run")
 	}
@@ -246,12 +259,21 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("approvals") {
 		return usageErrorf(cmd, "--approvals keeps the rules of always answers in a file on this machine, which a cluster's gateway pod cannot write: answer with sbx kube approve --session, and put the rules you keep in the policy")
 	}
+	if o.mockJournal != "" && o.detach {
+		return usageErrorf(cmd, "--mock-journal keeps the journal when the agent ends, and -d returns at once: give one (sbx kube mock requests --sandbox ID --json reads a detached sandbox's)")
+	}
+	if o.mockJournal != "" && len(o.mockLLM) == 0 {
+		return usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT, and there is none: give --mock-llm too")
+	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		return usageErrorf(cmd, "--pull %q: want Always, IfNotPresent or Never", o.pull)
 	}
 	if _, err := parseMockLLM(o.mockLLM); err != nil {
+		return usageError(cmd, err)
+	}
+	if _, err := parseSecretFlags(o.secrets, o.secretHeaders); err != nil {
 		return usageError(cmd, err)
 	}
 	for _, e := range o.env {
@@ -353,9 +375,6 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
-	if len(p.Spec().Secrets) > 0 {
-		return kube.Spec{}, nil, usageErrorf(cmd, "secrets are not supported by sbx kube yet: the gateway pod would need their values; leave them out of the policy")
-	}
 	for _, r := range p.Rules() {
 		if r.Response != nil && r.Response.LLM != "" {
 			return kube.Spec{}, nil, usageErrorf(cmd, "rule %s answers with the LLM script %s, which sbx kube cannot take to the gateway pod yet; leave it out of the policy", r.ID, r.Response.LLM)
@@ -392,9 +411,30 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
+	secs, err := o.kubeSecrets(p)
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
+	if o.gatewayIP != "" && len(secs) > 0 {
+		// The placeholders are new on every run: the agent pod of a
+		// second run would hold others than its gateway pod's.
+		return kube.Spec{}, nil, usageErrorf(cmd, "--gateway-ip with secrets: each secret's placeholder is chosen anew on every run, so an agent pod printed apart would not hold its gateway pod's; print the objects with sbx kube run instead, or keep the secrets out of sbx kube manifest")
+	}
+	var upstreamCA []byte
+	if o.upstreamCA != "" {
+		// What sbx run's --upstream-ca takes: a file of PEM certificates.
+		if _, err := upstreamRoots(o.upstreamCA); err != nil {
+			return kube.Spec{}, nil, err
+		}
+		if upstreamCA, err = os.ReadFile(o.upstreamCA); err != nil {
+			return kube.Spec{}, nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
 	return kube.Spec{
+		Secrets:             secs,
+		UpstreamCA:          upstreamCA,
 		MockLLM:             mocks,
 		ID:                  id,
 		Name:                o.name,
@@ -411,6 +451,39 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		Token:               hex.EncodeToString(tok),
 		SkipPodRulesForTest: o.noPodRules,
 	}, p, nil
+}
+
+// kubeSecrets reads the values of the secrets of the policy p and of
+// --secret, as sbx run does, each with a new placeholder chosen here: the
+// agent pod's environment holds it, and the gateway pod is told it.
+func (o *kubeRunOptions) kubeSecrets(p *netpolicy.Policy) ([]kube.Secret, error) {
+	flags, err := parseSecretFlags(o.secrets, o.secretHeaders)
+	if err != nil {
+		return nil, err
+	}
+	read, err := readSecrets(o.policy.Policy, p, flags, "")
+	if err != nil {
+		return nil, err
+	}
+	inPolicy := map[string]bool{}
+	for _, s := range p.Secrets() {
+		inPolicy[s.Name] = true
+	}
+	var out []kube.Secret
+	for _, sec := range read {
+		for _, e := range o.env {
+			if k, _, _ := strings.Cut(e, "="); k == sec.Name() {
+				return nil, &run.SecretEnvError{Name: k}
+			}
+		}
+		ks := kube.Secret{Name: sec.Name(), Placeholder: sec.Placeholder(), Value: sec.Value(), InPolicy: inPolicy[sec.Name()]}
+		if !ks.InPolicy {
+			i := slices.IndexFunc(flags, func(f secretFlag) bool { return f.Name == sec.Name() })
+			ks.Hosts, ks.Headers = flags[i].Hosts, flags[i].Headers
+		}
+		out = append(out, ks)
+	}
+	return out, nil
 }
 
 func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string) error {
@@ -430,12 +503,18 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	var logDone <-chan error
-	var logFile *os.File
+	var logFile, journalFile *os.File
 	if o.logFile != "" {
 		if logFile, err = createLogFile(o.logFile); err != nil {
 			return err
 		}
 		defer logFile.Close()
+	}
+	if o.mockJournal != "" {
+		if journalFile, err = createLogFile(o.mockJournal); err != nil {
+			return err
+		}
+		defer journalFile.Close()
 	}
 	// Ctrl-C while the sandbox is made or runs removes it.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -473,6 +552,13 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), remove())}
 		}
 		return combine(err, remove())
+	}
+	if journalFile != nil {
+		// Before the gateway pod goes, with the journal it holds.
+		if err := saveMockJournal(ctx, c, s, journalFile); err != nil {
+			return combine(fmt.Errorf("--mock-journal %s: %w", o.mockJournal, err), remove())
+		}
+		fmt.Fprintf(stderr, "sbx kube: mock journal of sandbox %s: %s\n", s.ID, o.mockJournal)
 	}
 	if err := remove(); err != nil {
 		return err
@@ -537,6 +623,61 @@ func saveDecisions(ctx context.Context, c *kube.Cluster, id string, f *os.File) 
 	return done
 }
 
+// saveMockJournal writes the journal of each mock of the sandbox, read
+// from its gateway pod through the management API, to f as a journal file
+// (what sbx run's --mock-journal writes, which sbx mock requests
+// --journal reads), and closes f.
+func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.File) error {
+	jf := mockllm.NewJournalFile(f)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	addr, err := c.ForwardAPI(fctx, s.ID)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	cl, err := api.NewClient(addr, s.Token)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	defer cl.Close()
+	var journals []*api.MockRequests
+	for _, m := range s.MockLLM {
+		ans, err := cl.MockRequests(fctx, api.Mock{Host: m.Host})
+		if err != nil {
+			jf.Close()
+			return err
+		}
+		journals = append(journals, ans)
+	}
+	return writeMockJournal(jf, journals)
+}
+
+// writeMockJournal writes the mocks' journals, as the management API
+// answered them, to jf, and closes it.
+func writeMockJournal(jf *mockllm.JournalFile, journals []*api.MockRequests) error {
+	var errs []error
+	for _, ans := range journals {
+		sink := jf.Sink(ans.Host, ans.Mock, ans.Script)
+		for _, r := range ans.Requests {
+			// The API's request is the journal's entry, field for field.
+			var j mockllm.Journaled
+			b, err := json.Marshal(r)
+			if err == nil {
+				err = json.Unmarshal(b, &j)
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			sink.Journaled(j)
+		}
+	}
+	errs = append(errs, jf.Close())
+	return combine(errs...)
+}
+
 // kubeManifest prints the objects, or has the API server check them.
 func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string) error {
 	if err := o.check(cmd); err != nil {
@@ -585,7 +726,11 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 		docs = append(docs, agent)
 	}
 	if o.gatewayIP == "" {
-		fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube manifest: the Secret %s holds the sandbox CA's private key and the API token: keep this output where only those who may change the sandbox's policy can read it\n", kube.ObjectName(s.ID))
+		what := "the sandbox CA's private key and the API token"
+		if len(s.Secrets) > 0 {
+			what += " and the values of the secrets"
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube manifest: the Secret %s holds %s: keep this output where only those who may change the sandbox's policy can read it\n", kube.ObjectName(s.ID), what)
 	}
 	out := cmd.OutOrStdout()
 	for i, d := range docs {

@@ -786,3 +786,27 @@ func TestKubeClusterMockLLM(t *testing.T) {
 		t.Errorf("the agent can read the script at %q (%v)", out, err)
 	}
 }
+
+// TestKubeClusterMockJournal: sbx kube run --mock-journal FILE keeps the
+// mock's journal, read from the gateway pod when the agent ends, after the
+// pods are gone; sbx mock requests --journal reads what the agent sent.
+func TestKubeClusterMockJournal(t *testing.T) {
+	k := newKubeTest(t)
+	dir := t.TempDir()
+	script := writeFile(t, "script.yaml", "turns:\n  - reply: {text: scripted answer}\n")
+	journal := filepath.Join(dir, "journal.jsonl")
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"the word is quince"}]}`
+	out, errOut, code := k.sbx("run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+		"--mock-llm", "api.anthropic.com="+script, "--mock-journal", journal,
+		"--", "sh", "-c", `unset http_proxy HTTP_PROXY; wget -q -O- --header "Content-Type: application/json" --post-data "$1" http://api.anthropic.com/v1/messages`, "sh", body)
+	if code != 0 || !strings.Contains(out, "scripted answer") {
+		t.Fatalf("sbx kube run: exit %d, want 0 and the script's answer\n%s%s", code, out, errOut)
+	}
+	if left := k.objectsLeft(""); len(left) > 0 {
+		t.Errorf("left after the run: %v", left)
+	}
+	out, errOut, code = runCLI(t, "mock", "requests", "--journal", journal, "--json")
+	if code != 0 || !strings.Contains(out, `"content":"the word is quince"`) || !strings.Contains(out, `"host":"api.anthropic.com"`) {
+		t.Errorf("sbx mock requests --journal of --mock-journal's file: exit %d, want the agent's request\n%s%s", code, out, errOut)
+	}
+}

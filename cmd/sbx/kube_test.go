@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sbx-dev/sbx/gateway/api"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/kube/podnet"
@@ -56,6 +62,9 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "check", "--image", "busybox"}, "need --gateway-image"},
 		{[]string{"kube", "mock", "requests", "--script", "a.yaml"}, "unknown flag: --script"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--approvals", "a.yaml", "--", "true"}, "answer with sbx kube approve --session"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--mock-llm", "a.test=s.yaml", "--mock-journal", "j.jsonl", "--", "true"}, "--mock-journal keeps the journal when the agent ends"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--mock-journal", "j.jsonl", "--", "true"}, "give --mock-llm too"},
+		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--secret", "NOHOST", "--", "true"}, "--secret"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
 	} {
@@ -157,6 +166,111 @@ func manifestMeta(t *testing.T, doc string) manifestDoc {
 		t.Errorf("%s: namespace %q, labels %v", m.Kind, m.Metadata.Namespace, m.Metadata.Labels)
 	}
 	return m
+}
+
+// TestKubeManifestSecret: sbx kube manifest --secret puts the value in
+// the Secret alone and tells the gateway pod the placeholder; a
+// policy's secret is read here too (its file relative to the policy's),
+// and the gateway pod reads it from the Secret; an agent variable set by
+// -e too, or an agent pod printed apart from its gateway's placeholders,
+// is refused.
+func TestKubeManifestSecret(t *testing.T) {
+	const value, fileValue = "sk-kube-manifest-3e9d11", "pk-kube-manifest-0a7b52"
+	t.Setenv("SBX_KUBE_KEY", value)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "key.txt"), []byte(fileValue+"\n"), 0o600)
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("secrets:\n  - name: FILE_KEY\n    from_file: key.txt\n    hosts: [api.example.com]\n    methods: [POST]\n"), 0o600)
+	flags := []string{"kube", "manifest", "-n", "agents", "--image", "node:22", "--gateway-image", "reg.example/sbx:1",
+		"--policy", policy, "--secret", "SBX_KUBE_KEY@api.anthropic.com", "--secret-header", "SBX_KUBE_KEY=x-api-key"}
+	out, errOut, code := runCLI(t, append(flags, "--", "true")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "the values of the secrets") {
+		t.Errorf("no warning that the output holds the secrets' values: %s", errOut)
+	}
+	var secret corev1.Secret
+	var gw corev1.Pod
+	var cm corev1.ConfigMap
+	for _, d := range strings.Split(out, "\n---\n") {
+		switch manifestMeta(t, d).Kind {
+		case "Secret":
+			yaml.Unmarshal([]byte(d), &secret)
+		case "Pod":
+			yaml.Unmarshal([]byte(d), &gw)
+		case "ConfigMap":
+			yaml.Unmarshal([]byte(d), &cm)
+		}
+		if !strings.Contains(d, "kind: Secret") && (strings.Contains(d, value) || strings.Contains(d, fileValue)) {
+			t.Errorf("a document other than the Secret holds a value:\n%s", d)
+		}
+	}
+	if string(secret.Data[kube.KeySecretPrefix+"SBX_KUBE_KEY"]) != value || string(secret.Data[kube.KeySecretPrefix+"FILE_KEY"]) != fileValue {
+		t.Errorf("Secret data %v, want both values", secret.Data)
+	}
+	cmd := strings.Join(gw.Spec.Containers[0].Command, " ")
+	for _, re := range []string{
+		`--secret-placeholder SBX_KUBE_KEY=sbx-secret-SBX_KUBE_KEY-[0-9a-f]{32} --secret SBX_KUBE_KEY@api.anthropic.com --secret-header SBX_KUBE_KEY=x-api-key`,
+		`--secret-placeholder FILE_KEY=sbx-secret-FILE_KEY-[0-9a-f]{32}`,
+	} {
+		if !regexp.MustCompile(re).MatchString(cmd) {
+			t.Errorf("gateway command %q does not match %q", cmd, re)
+		}
+	}
+	// The policy keeps its secret, binding and all: the gateway pod
+	// reads its value from the Secret (--secret-dir).
+	if p, err := netpolicy.Parse("policy", []byte(cm.Data[kube.KeyPolicy])); err != nil || len(p.Secrets()) != 1 || p.Secrets()[0].Name != "FILE_KEY" || p.Secrets()[0].Methods[0] != "POST" {
+		t.Errorf("the gateway pod's policy: %v, secrets %+v", err, p.Secrets())
+	}
+
+	if _, errOut, code := runCLI(t, append(flags, "-e", "SBX_KUBE_KEY=mine", "--", "true")...); code == 0 || !strings.Contains(errOut, "drop -e SBX_KUBE_KEY") {
+		t.Errorf("-e and --secret of one name: exit %d, want the refusal: %s", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, append(flags, "--id", "1a2b3c4d", "--gateway-ip", "10.244.0.9", "--", "true")...); code != exitUsage || !strings.Contains(errOut, "placeholder") {
+		t.Errorf("--gateway-ip with secrets: exit %d, want %d naming the placeholders: %s", code, exitUsage, errOut)
+	}
+	t.Setenv("SBX_KUBE_KEY", "")
+	os.Unsetenv("SBX_KUBE_KEY")
+	if _, errOut, code := runCLI(t, append(flags, "--", "true")...); code == 0 || !strings.Contains(errOut, "SBX_KUBE_KEY is not set") {
+		t.Errorf("an unset secret: exit %d, want the refusal: %s", code, errOut)
+	}
+}
+
+// TestKubeMockJournalFile: the journals sbx kube run --mock-journal reads
+// from the gateway pod's API are written as sbx run's journal file, which
+// sbx mock requests --journal reads back field for field.
+func TestKubeMockJournalFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	in := []*api.MockRequests{
+		{Host: "api.anthropic.com", Mock: "api.anthropic.com", Requests: []api.MockRequest{
+			{Seq: 1, Time: when, Method: "POST", Path: "/v1/messages", Dialect: "anthropic", Model: "m", Body: json.RawMessage(`{"content":"marmalade"}`), Turn: 1, Status: 200, Outcome: "turn 1"},
+			{Seq: 2, Time: when.Add(time.Second), Method: "POST", Path: "/v1/messages", Dialect: "anthropic", Unmatched: true, Status: 500, Outcome: "no turn left"},
+		}},
+		{Host: "api.openai.com", Mock: "api.openai.com", Requests: []api.MockRequest{}},
+	}
+	if err := writeMockJournal(mockllm.NewJournalFile(f), in); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range in {
+		out, errOut, code := runCLI(t, "mock", "requests", "--journal", path, "--host", m.Host, "--json")
+		if code != 0 {
+			t.Fatalf("sbx mock requests --journal --host %s: exit %d: %s", m.Host, code, errOut)
+		}
+		var got api.MockRequests
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(m)
+		if back, _ := json.Marshal(&got); string(back) != string(want) {
+			t.Errorf("read back:\n%s\nwant\n%s", back, want)
+		}
+	}
 }
 
 // TestKubePSPrintsHostileText: whoever may edit the namespace's pods or

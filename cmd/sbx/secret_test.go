@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,4 +202,97 @@ func TestGatewaySecret(t *testing.T) {
 	if !strings.Contains(string(log), `"reason":"secret SBX_TEST_KEY's placeholder sent to other.test","policy_version"`) {
 		t.Errorf("the decision log lacks the block: %s", log)
 	}
+}
+
+// TestGatewaySecretDir: sbx gateway as sbx kube's gateway pod runs it
+// reads every secret's value from --secret-dir (the policy's, whose
+// from_env names a variable that is not set, and --secret's) and takes
+// the placeholders --secret-placeholder gives, which its clients hold
+// already: a request with that placeholder reaches the bound host with
+// the value from the directory.
+func TestGatewaySecretDir(t *testing.T) {
+	const value, policyValue = "sk-test-dir-51d0c2", "pk-test-dir-77e1a0"
+	const ph = "sbx-secret-FLAG_KEY-00112233445566778899aabbccddeeff"
+	const policyPH = "sbx-secret-POLICY_KEY-ffeeddccbbaa99887766554433221100"
+	var mu sync.Mutex
+	var got []string
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("X-Api-Key")+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	defer up.Close()
+	_, upPort, _ := net.SplitHostPort(up.Listener.Addr().String())
+	dir := t.TempDir()
+	upCA := filepath.Join(dir, "up.pem")
+	os.WriteFile(upCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644)
+	values := filepath.Join(dir, "values")
+	os.Mkdir(values, 0o700)
+	os.WriteFile(filepath.Join(values, "FLAG_KEY"), []byte(value+"\n"), 0o600)
+	os.WriteFile(filepath.Join(values, "POLICY_KEY"), []byte(policyValue), 0o600)
+	policy := writeFile(t, "policy.yaml", "secrets:\n  - name: POLICY_KEY\n    from_env: SBX_TEST_UNSET_VARIABLE\n    hosts: [example.com:"+upPort+"]\n    header: Authorization\n")
+	caFile := filepath.Join(dir, "ca.pem")
+	pln, _ := net.Listen("tcp", "127.0.0.1:0")
+	proxyAddr := pln.Addr().String()
+	pln.Close()
+	args := []string{"gateway", "--listen", proxyAddr, "--ca-cert", caFile, "--upstream-ca", upCA, "--policy", policy,
+		"--allow", "example.com:" + upPort, "--resolve", "example.com=127.0.0.1", "--allow-private", "127.0.0.0/8",
+		"--secret", "FLAG_KEY@example.com:" + upPort, "--secret-header", "FLAG_KEY=X-Api-Key", "--secret-dir", values}
+
+	// Placeholders that are not FromSpec's, or name no secret: refused.
+	for _, bad := range []string{"FLAG_KEY=the-value", "FLAG_KEY=" + policyPH, "NOPE=sbx-secret-NOPE-00112233445566778899aabbccddeeff", "FLAG_KEY"} {
+		// A gateway that takes it serves until the context ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var out, errOut syncBuffer
+		root := newRootCmd()
+		root.SetArgs(append(slices.Clone(args), "--secret-placeholder", bad))
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		code := execute(ctx, root)
+		cancel()
+		if code != exitUsage || !strings.Contains(errOut.String(), "--secret-placeholder") {
+			t.Errorf("--secret-placeholder %s: exit %d, want %d naming the flag: %s%s", bad, code, exitUsage, out.String(), errOut.String())
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	root := newRootCmd()
+	root.SetArgs(append(args, "--secret-placeholder", "FLAG_KEY="+ph, "--secret-placeholder", "POLICY_KEY="+policyPH))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	done := make(chan int, 1)
+	go func() { done <- execute(ctx, root) }()
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(out.String(), "give the clients") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sbx gateway did not start: %q %q", out.String(), errOut.String())
+		}
+	}
+	for _, want := range []string{"give the clients FLAG_KEY=" + ph + "\n", "give the clients POLICY_KEY=" + policyPH + "\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output %q lacks %q", out.String(), want)
+		}
+	}
+	caPEM, _ := os.ReadFile(caFile)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	pu, _ := url.Parse("http://" + proxyAddr)
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", "https://example.com:"+upPort+"/v1", nil)
+	req.Header.Set("X-Api-Key", ph)
+	req.Header.Set("Authorization", "Bearer "+policyPH)
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	if want := value + " Bearer " + policyValue; len(got) != 1 || got[0] != want {
+		t.Errorf("the bound host got %q, want %q once", got, want)
+	}
+	mu.Unlock()
+	cancel()
+	<-done
 }

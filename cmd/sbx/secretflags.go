@@ -115,14 +115,22 @@ func parseSecretFlag(v string) (netpolicy.Secret, error) {
 // readSecrets reads the values of the secrets of the policy p (read from
 // policyFile, "" for none: its from_file paths are relative to its
 // directory) and of the --secret flags, each name once, and returns them
-// for the gateway. A value that cannot be had is a *secrets.Error
-// in an error that names the flag or the policy file.
-func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]*secrets.Secret, error) {
+// for the gateway. With dir (sbx gateway's --secret-dir, "" for none)
+// every value is read from the file dir/NAME instead. A value that cannot
+// be had is a *secrets.Error in an error that names the flag or the
+// policy file.
+func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag, dir string) ([]*secrets.Secret, error) {
 	var out []*secrets.Secret
 	inPolicy := map[string]bool{}
+	fromDir := func(spec netpolicy.Secret) netpolicy.Secret {
+		if dir != "" {
+			spec.FromEnv, spec.FromFile = "", filepath.Join(dir, spec.Name)
+		}
+		return spec
+	}
 	for _, spec := range p.Secrets() {
 		inPolicy[spec.Name] = true
-		sec, err := secrets.Read(spec, filepath.Dir(policyFile), nil)
+		sec, err := secrets.Read(fromDir(spec), filepath.Dir(policyFile), nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s: secrets: %w", policyFile, err)
 		}
@@ -132,7 +140,7 @@ func readSecrets(policyFile string, p *netpolicy.Policy, flags []secretFlag) ([]
 		if inPolicy[f.Name] {
 			return nil, fmt.Errorf("--secret %s: the policy %s has a secret %s too; give it once", f.flag, policyFile, f.Name)
 		}
-		sec, err := secrets.Read(f.Secret, "", nil)
+		sec, err := secrets.Read(fromDir(f.Secret), "", nil)
 		if err != nil {
 			return nil, fmt.Errorf("--secret %s: %w", f.flag, err)
 		}
@@ -161,4 +169,26 @@ func secretWording(err error) (string, string, bool) {
 		return e.Error(), fmt.Sprintf("secret %s: cannot read its value: %v: sbx reads it before the sandbox starts; give a file sbx can read", e.Name, e.Err), true
 	}
 	return "", "", false
+}
+
+// setPlaceholders gives the secrets the placeholders of sbx gateway's
+// --secret-placeholder values, NAME=PLACEHOLDER (chosen by sbx kube run,
+// which sets the agent pod's NAME to it), in place of their own.
+func setPlaceholders(list []*secrets.Secret, values []string) error {
+	for _, v := range values {
+		name, ph, ok := strings.Cut(v, "=")
+		i := slices.IndexFunc(list, func(s *secrets.Secret) bool { return s.Name() == name })
+		switch {
+		case !ok || name == "":
+			return fmt.Errorf("--secret-placeholder %q: write NAME=PLACEHOLDER", v)
+		case i < 0:
+			return fmt.Errorf("--secret-placeholder %s: no secret %s in the policy or in --secret", v, name)
+		}
+		sec, err := list[i].WithPlaceholder(ph)
+		if err != nil {
+			return fmt.Errorf("--secret-placeholder: %w", err)
+		}
+		list[i] = sec
+	}
+	return nil
 }

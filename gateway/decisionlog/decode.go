@@ -218,6 +218,8 @@ func (p *parser) field(key []byte, r *Record) error {
 		r.Comm, err = p.str(key, true)
 	case FieldExe:
 		r.Exe, err = p.str(key, true)
+	case FieldProcUnknown:
+		r.ProcessUnknown, err = p.str(key, true)
 	case FieldAddrs:
 		r.Addrs, err = p.str(key, true)
 	case FieldApprovalID:

@@ -43,6 +43,7 @@ const (
 	FieldPID           = "pid"
 	FieldComm          = "comm"
 	FieldExe           = "exe"
+	FieldProcUnknown   = "process_unknown"
 	FieldAddrs         = "addrs"
 	FieldApprovalID    = "approval_id"
 	FieldAnswer        = "answer"
@@ -237,6 +238,11 @@ type Record struct {
 	PID  int
 	Comm string
 	Exe  string
+	// ProcessUnknown, when PID is 0, says why no process can be named
+	// for any of the gateway's clients (sbx kube's gateway pod: the
+	// agent's processes are in another pod); left out when empty, and
+	// when PID is set.
+	ProcessUnknown string
 
 	// Addrs is set in a decision by rule RuleGuard whose reason starts
 	// with ReasonGuard: the addresses the address guard refused that a
@@ -401,6 +407,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 			b = appendLogKey(b, FieldExe)
 			b = appendJSONString(b, r.Exe)
 		}
+	} else if r.ProcessUnknown != "" {
+		b = appendLogKey(b, FieldProcUnknown)
+		b = appendJSONString(b, r.ProcessUnknown)
 	}
 	if r.Event == EventClose {
 		b = appendLogKey(b, FieldUpstream)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -249,3 +250,29 @@ func (s *Secret) Block(host string) netpolicy.Decision {
 	return netpolicy.Decision{Action: netpolicy.Block, Rule: Rule,
 		Reason: fmt.Sprintf("secret %s's placeholder sent to %s", s.name, host)}
 }
+
+// placeholderRandom matches the random part of a placeholder: 32
+// lower-case hex digits, as FromSpec makes them.
+var placeholderRandom = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// WithPlaceholder returns a copy of the secret whose placeholder is
+// placeholder instead of its own: one chosen elsewhere, where the
+// sandbox's environment is made (sbx kube run sets the agent pod's
+// variable, and its gateway pod takes the same placeholder). It must be
+// what FromSpec makes: PlaceholderPrefix, the secret's name, '-' and 32
+// lower-case hex digits.
+func (s *Secret) WithPlaceholder(placeholder string) (*Secret, error) {
+	random, ok := strings.CutPrefix(placeholder, PlaceholderPrefix+s.name+"-")
+	if !ok || !placeholderRandom.MatchString(random) {
+		return nil, fmt.Errorf("secret %s: placeholder %q: want %s%s- and 32 lower-case hex digits", s.name, placeholder, PlaceholderPrefix, s.name)
+	}
+	c := *s
+	c.placeholder, c.lower = placeholder, strings.ToLower(placeholder)
+	return &c, nil
+}
+
+// Value is the secret's value, for the one place it is handed on to a
+// gateway that runs elsewhere: sbx kube run puts it in the sandbox's
+// Kubernetes Secret, which only the gateway pod mounts. Nothing else
+// calls it.
+func (s *Secret) Value() string { return s.value }

@@ -156,6 +156,9 @@ func TestGatewayPodResources(t *testing.T) {
 	if i < 0 || gw.Command[i+1] != "sbx kube policy allow -n ns1 --sandbox 1a2b3c4d" {
 		t.Errorf("gateway command %q: want --allow-command naming sbx kube policy allow for the sandbox", gw.Command)
 	}
+	if i := slices.Index(gw.Command, "--process-unknown"); i < 0 || gw.Command[i+1] != ProcessUnknown {
+		t.Errorf("gateway command %q: want --process-unknown saying why its records name no process", gw.Command)
+	}
 }
 
 func TestNodeDefaults(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -73,7 +74,23 @@ const (
 	KeyBundle = "bundle.pem" // ConfigMap: the roots and the CA, for SSL_CERT_FILE
 	KeyToken  = "token"      // Secret: the management API's bearer token
 	KeyCA     = "ca-key.pem" // Secret: the CA's certificate and key
+	// KeyUpstreamCA is the ConfigMap's key of the CAs the gateway trusts
+	// besides the roots of its image, for upstreams (Spec.UpstreamCA).
+	KeyUpstreamCA = "upstream-ca.pem"
+	// KeySecretPrefix starts the Secret's key of each secret's value:
+	// KeySecretPrefix and the secret's name.
+	KeySecretPrefix = "secret-"
 )
+
+// secretValuesDir is where the gateway pod sees the secrets' values, each
+// in a file of its name (sbx gateway --secret-dir).
+const secretValuesDir = secretDir + "/values"
+
+// ProcessUnknown is why the gateway pod's records name no process
+// (their process_unknown): sbx run's gateway reads the owner of a
+// client's socket from the sandbox's processes, which a gateway pod
+// cannot see.
+const ProcessUnknown = "the agent runs in another pod, whose processes the gateway pod cannot see"
 
 // Spec is one sandbox on a cluster: what Objects and AgentPod make.
 type Spec struct {
@@ -131,6 +148,52 @@ type Spec struct {
 	// instead of the network (sbx run's --mock-llm), in the sandbox's
 	// ConfigMap.
 	MockLLM []MockScript
+	// Secrets are the values the agent sees only as placeholders (sbx
+	// run's --secret, docs/secrets.md): each value goes in the sandbox's
+	// Secret, which only the gateway pod mounts; the agent's environment
+	// has each name set to its placeholder.
+	Secrets []Secret
+	// UpstreamCA are CA certificates (PEM) the gateway trusts besides
+	// its image's roots when it verifies the upstreams of inspected
+	// HTTPS requests (sbx run's --upstream-ca), in the ConfigMap.
+	UpstreamCA []byte
+}
+
+// A Secret is one secret of a sandbox: its Name (the agent's variable),
+// its Placeholder (what that variable holds: sbx-secret-NAME- and 32
+// hex digits, chosen by the caller) and its Value, which only the
+// gateway pod sees. A secret of the policy (InPolicy) is bound to its
+// hosts there; another is bound to Hosts (HOST[:PORT]) in the credential
+// Headers (none: the default ones), as sbx gateway's --secret and
+// --secret-header say.
+type Secret struct {
+	Name, Placeholder, Value string
+	InPolicy                 bool
+	Hosts, Headers           []string
+}
+
+// envName matches an environment variable's name, as a secret's is.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkSecrets checks the secrets' names, placeholders and values.
+func (s *Spec) checkSecrets() error {
+	seen := map[string]bool{}
+	for _, sec := range s.Secrets {
+		switch {
+		case !envName.MatchString(sec.Name):
+			return fmt.Errorf("sandbox %s: secret %q: the name is not an environment variable's", s.ID, sec.Name)
+		case seen[sec.Name]:
+			return fmt.Errorf("sandbox %s: secret %s given twice", s.ID, sec.Name)
+		case !regexp.MustCompile(`^sbx-secret-` + sec.Name + `-[0-9a-f]{32}$`).MatchString(sec.Placeholder):
+			return fmt.Errorf("sandbox %s: secret %s: placeholder %q: want sbx-secret-%s- and 32 hex digits", s.ID, sec.Name, sec.Placeholder, sec.Name)
+		case sec.Value == "":
+			return fmt.Errorf("sandbox %s: secret %s has no value", s.ID, sec.Name)
+		case !sec.InPolicy && len(sec.Hosts) == 0:
+			return fmt.Errorf("sandbox %s: secret %s: no hosts", s.ID, sec.Name)
+		}
+		seen[sec.Name] = true
+	}
+	return nil
 }
 
 // ErrReservedUID is the error for an agent uid that is sbx's own.
@@ -139,6 +202,10 @@ var ErrReservedUID = errors.New("reserved uid")
 // ErrRequestOverLimit is the error for a CPU request above the CPU limit,
 // which Kubernetes refuses.
 var ErrRequestOverLimit = errors.New("a request cannot be more than its limit")
+
+// ErrSecretEnv is the error for a secret whose name the agent's
+// environment sets already.
+var ErrSecretEnv = errors.New("a secret's variable set twice")
 
 var idPattern = regexp.MustCompile(`^[0-9a-f]{8}$`)
 
@@ -165,7 +232,13 @@ func (s *Spec) check() error {
 	case len(s.Policy) == 0 || len(s.CACert) == 0 || len(s.CA) == 0 || s.Token == "":
 		return fmt.Errorf("sandbox %s: the policy, the CA and the token are required", s.ID)
 	}
-	size := len(s.Policy) + 2*len(s.CACert) + len(s.Roots)
+	if err := s.checkSecrets(); err != nil {
+		return err
+	}
+	if _, err := s.agentEnv("http://192.0.2.1:3128"); err != nil {
+		return err
+	}
+	size := len(s.Policy) + 2*len(s.CACert) + len(s.Roots) + len(s.UpstreamCA)
 	for _, m := range s.MockLLM {
 		if m.Host == "" || len(m.Script) == 0 {
 			return fmt.Errorf("sandbox %s: a mock LLM needs a host and a script", s.ID)
@@ -265,6 +338,12 @@ func MakeObjects(s Spec) (*Objects, error) {
 	}
 	for i, m := range s.MockLLM {
 		o.ConfigMap.Data[mockKey(i)] = string(m.Script)
+	}
+	if len(s.UpstreamCA) > 0 {
+		o.ConfigMap.Data[KeyUpstreamCA] = string(s.UpstreamCA)
+	}
+	for _, sec := range s.Secrets {
+		o.Secret.Data[KeySecretPrefix+sec.Name] = []byte(sec.Value)
 	}
 	return o, nil
 }
@@ -496,6 +575,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			"--policy", configDir + "/" + KeyPolicy,
 			"--log", "-",
 			"--allow-command", s.AllowCommand(),
+			"--process-unknown", ProcessUnknown,
 		},
 		Ports: []corev1.ContainerPort{
 			{Name: "proxy", ContainerPort: ProxyPort, Protocol: corev1.ProtocolTCP},
@@ -527,6 +607,28 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
 		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
 	}
+	if len(s.UpstreamCA) > 0 {
+		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)
+		configItems = append(configItems, corev1.KeyToPath{Key: KeyUpstreamCA, Path: KeyUpstreamCA})
+	}
+	// The secrets' values, each in a file of its name under
+	// secretValuesDir; the placeholders, which the agent pod's
+	// environment holds, on the command line (they are no secret).
+	secretItems := []corev1.KeyToPath{{Key: KeyToken, Path: KeyToken}, {Key: KeyCA, Path: KeyCA}}
+	if len(s.Secrets) > 0 {
+		gw.Command = append(gw.Command, "--secret-dir", secretValuesDir)
+	}
+	for _, sec := range s.Secrets {
+		secretItems = append(secretItems, corev1.KeyToPath{Key: KeySecretPrefix + sec.Name, Path: "values/" + sec.Name})
+		gw.Command = append(gw.Command, "--secret-placeholder", sec.Name+"="+sec.Placeholder)
+		if sec.InPolicy {
+			continue
+		}
+		gw.Command = append(gw.Command, "--secret", sec.Name+"@"+strings.Join(sec.Hosts, ","))
+		for _, h := range sec.Headers {
+			gw.Command = append(gw.Command, "--secret-header", sec.Name+"="+h)
+		}
+	}
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: s.meta(GatewayPodName(s.ID), RoleGateway),
@@ -544,6 +646,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 				}}},
 				{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 					SecretName:  ObjectName(s.ID),
+					Items:       secretItems,
 					DefaultMode: &secretMode,
 				}}},
 			},
@@ -598,10 +701,10 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		SecurityContext: hardened(shimUID, true),
 		Resources:       smallResources(),
 	}
-	proxy := "http://" + netip.AddrPortFrom(gateway, ProxyPort).String()
-	env := []string{"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1"}
-	env = append(env, "HOME="+agentHome)
-	env = (&sandbox.Trust{}).Env(append(env, s.Env...))
+	env, err := s.agentEnv("http://" + netip.AddrPortFrom(gateway, ProxyPort).String())
+	if err != nil {
+		return nil, err
+	}
 	var envVars []corev1.EnvVar
 	for _, kv := range env {
 		k, v, _ := cut(kv)
@@ -649,6 +752,26 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		pod.Annotations[AnnotationNoPodRules] = "true"
 	}
 	return pod, nil
+}
+
+// agentEnv is the agent's environment for a gateway whose proxy is at
+// the URL proxy: the proxy, trust and HOME variables, the user's (which
+// win), and each secret's name set to its placeholder, never its value,
+// which only the gateway pod has. A secret whose name is set already is
+// refused (ErrSecretEnv), as sbx run refuses it.
+func (s *Spec) agentEnv(proxy string) ([]string, error) {
+	env := []string{"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1"}
+	env = append(env, "HOME="+agentHome)
+	env = (&sandbox.Trust{}).Env(append(env, s.Env...))
+	for _, sec := range s.Secrets {
+		for _, kv := range env {
+			if k, _, _ := cut(kv); k == sec.Name {
+				return nil, fmt.Errorf("sandbox %s: the agent's variable %s is set already (by -e, or by sbx: the proxy, trust and HOME variables); secret %s's placeholder goes there: %w", s.ID, k, k, ErrSecretEnv)
+			}
+		}
+		env = append(env, sec.Name+"="+sec.Placeholder)
+	}
+	return env, nil
 }
 
 func cut(kv string) (k, v string, ok bool) {

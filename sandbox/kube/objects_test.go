@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
@@ -280,5 +281,124 @@ func TestMockLLMObjects(t *testing.T) {
 	s.MockLLM[0].Script = make([]byte, maxConfigData)
 	if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), "shorten the scripts") {
 		t.Errorf("a script over the ConfigMap's bound: got %v, want the refusal", err)
+	}
+}
+
+// TestSecretObjects: a secret's value is in the sandbox's Secret and
+// nowhere else; only the gateway pod mounts it, at the directory its
+// command reads values from, and is told the placeholder; the agent pod
+// holds the placeholder in its environment, and nothing of the value in
+// its whole spec.
+func TestSecretObjects(t *testing.T) {
+	const value = "sk-test-VALUE-4f2a9c"
+	const ph = "sbx-secret-API_KEY-0123456789abcdef0123456789abcdef"
+	s := testSpec()
+	s.Secrets = []Secret{
+		{Name: "API_KEY", Placeholder: ph, Value: value, Hosts: []string{"api.example.com", "10.0.0.5:8443"}, Headers: []string{"X-Token"}},
+		{Name: "POLICY_KEY", Placeholder: "sbx-secret-POLICY_KEY-ffffffffffffffffffffffffffffffff", Value: "pv-other", InPolicy: true},
+	}
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(o.Secret.Data[KeySecretPrefix+"API_KEY"]); got != value {
+		t.Errorf("the Secret's %sAPI_KEY = %q, want the value", KeySecretPrefix, got)
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.244.0.9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the Secret holds a value: the ConfigMap, the gateway pod and
+	// the agent pod, as the API server would keep them, hold none.
+	for what, obj := range map[string]any{"ConfigMap": o.ConfigMap, "gateway pod": o.Gateway, "agent pod": agent} {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{value, "pv-other"} {
+			if strings.Contains(string(b), v) {
+				t.Errorf("the %s holds a secret's value %q", what, v)
+			}
+		}
+	}
+	// The gateway pod: the values mounted under the directory
+	// --secret-dir names, the placeholders and the flag secret's
+	// binding on its command line.
+	cmd := strings.Join(o.Gateway.Spec.Containers[0].Command, " ")
+	for _, want := range []string{
+		"--secret-dir " + secretValuesDir,
+		"--secret-placeholder API_KEY=" + ph,
+		"--secret API_KEY@api.example.com,10.0.0.5:8443",
+		"--secret-header API_KEY=X-Token",
+		"--secret-placeholder POLICY_KEY=sbx-secret-POLICY_KEY-",
+	} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("gateway command %q lacks %q", cmd, want)
+		}
+	}
+	if strings.Contains(cmd, "--secret POLICY_KEY") {
+		t.Errorf("gateway command %q binds the policy's secret again: the policy binds it", cmd)
+	}
+	var items []string
+	for _, v := range o.Gateway.Spec.Volumes {
+		if v.Secret != nil {
+			for _, it := range v.Secret.Items {
+				items = append(items, it.Key+"="+it.Path)
+			}
+		}
+	}
+	if !slices.Contains(items, KeySecretPrefix+"API_KEY=values/API_KEY") || !slices.Contains(items, KeyToken+"="+KeyToken) {
+		t.Errorf("gateway pod's Secret items %v, want the value at values/API_KEY and the token", items)
+	}
+	// The agent pod: the placeholder in its environment, no Secret in
+	// any volume or variable.
+	env := map[string]string{}
+	for _, e := range agent.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil {
+			t.Errorf("agent env %s comes from %+v", e.Name, e.ValueFrom)
+		}
+	}
+	if env["API_KEY"] != ph {
+		t.Errorf("agent env API_KEY = %q, want the placeholder %q", env["API_KEY"], ph)
+	}
+	for _, c := range append(agent.Spec.InitContainers, agent.Spec.Containers...) {
+		for _, e := range c.EnvFrom {
+			t.Errorf("container %s takes its environment from %+v", c.Name, e)
+		}
+	}
+	for _, v := range agent.Spec.Volumes {
+		if v.Secret != nil || v.Projected != nil {
+			t.Errorf("agent pod mounts volume %s from a Secret: %+v", v.Name, v.VolumeSource)
+		}
+	}
+}
+
+// TestSecretSpecRefused: a secret the agent's environment sets already,
+// a placeholder that is not a placeholder, or an empty value are refused
+// before anything is made.
+func TestSecretSpecRefused(t *testing.T) {
+	ok := Secret{Name: "API_KEY", Placeholder: "sbx-secret-API_KEY-0123456789abcdef0123456789abcdef", Value: "v", Hosts: []string{"api.example.com"}}
+	for _, tc := range []struct {
+		name string
+		set  func(*Spec)
+		want string
+	}{
+		{"set by -e", func(s *Spec) { s.Env = append(s.Env, "API_KEY=mine") }, "set already"},
+		{"sbx's own variable", func(s *Spec) {
+			s.Secrets[0].Name, s.Secrets[0].Placeholder = "HOME", "sbx-secret-HOME-0123456789abcdef0123456789abcdef"
+		}, "set already"},
+		{"bad placeholder", func(s *Spec) { s.Secrets[0].Placeholder = "the-value" }, "placeholder"},
+		{"other name's placeholder", func(s *Spec) { s.Secrets[0].Placeholder = "sbx-secret-OTHER-0123456789abcdef0123456789abcdef" }, "placeholder"},
+		{"no value", func(s *Spec) { s.Secrets[0].Value = "" }, "no value"},
+		{"no hosts", func(s *Spec) { s.Secrets[0].Hosts = nil }, "no hosts"},
+		{"twice", func(s *Spec) { s.Secrets = append(s.Secrets, s.Secrets[0]) }, "twice"},
+	} {
+		s := testSpec()
+		s.Secrets = []Secret{ok}
+		tc.set(&s)
+		if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error naming %q", tc.name, err, tc.want)
+		}
 	}
 }

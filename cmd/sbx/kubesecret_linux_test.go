@@ -1,0 +1,214 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sbx-dev/sbx/sandbox/kube"
+)
+
+// kubeNodeIP is the test node's address in the cluster's network, where
+// the cluster tests run (scripts/kube/kube.sh's kube_node_ip): a pod
+// reaches a server of the test's there.
+const kubeNodeIP = "10.250.0.1"
+
+// ipCertificate returns a CA (PEM) and a server certificate it signed
+// for the address ip.
+func ipCertificate(t *testing.T, ip string) ([]byte, tls.Certificate) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sbx kube test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip}, IPAddresses: []net.IP{net.ParseIP(ip)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestKubeClusterSecret: sbx kube run --secret on a cluster, from the
+// agent's side. Two HTTPS servers of the test's own on the node's
+// address stand in for the network: the secret's host, which echoes the
+// key it got in its answer (as real services quote headers back), and
+// another host the policy allows and inspects. The agent's variable holds
+// the placeholder only (its environment, /proc, the files it can read);
+// the placeholder sent to the bound host arrives there as the value, and
+// the echo comes back to the agent as the placeholder; sent to the other
+// host it is blocked and logged with the secret's name, and that host
+// gets nothing. The value is in the sandbox's Secret and in no other
+// object as the API server keeps them: not the agent pod's spec, not the
+// gateway pod's, not the ConfigMap.
+func TestKubeClusterSecret(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	value := "sk-kube-" + hex.EncodeToString(rnd[:])
+	t.Setenv("SBX_KUBE_API_KEY", value)
+
+	caPEM, cert := ipCertificate(t, kubeNodeIP)
+	var mu sync.Mutex
+	seen := map[string][]string{} // server -> "path x-api-key", one a request
+	serve := func(name string) string {
+		ln, err := net.Listen("tcp", kubeNodeIP+":0")
+		if err != nil {
+			t.Fatalf("listening on the node's address %s (the test runs in the cluster's network): %v", kubeNodeIP, err)
+		}
+		hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			key := r.Header.Get("X-Api-Key")
+			mu.Lock()
+			seen[name] = append(seen[name], r.URL.Path+" "+key)
+			mu.Unlock()
+			io.WriteString(rw, "hello-from-"+name+" key="+key+"\n")
+		})}
+		go hs.ServeTLS(ln, "", "")
+		t.Cleanup(func() { hs.Close() })
+		return ln.Addr().String()
+	}
+	bound, other := serve("bound"), serve("other")
+	upCA := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(upCA, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := w.runSandbox("--secret", "SBX_KUBE_API_KEY@"+bound, "--upstream-ca", upCA,
+		"--allow", bound, "--allow", other, "--inspect", other, "--allow-private", kubeNodeIP+"/32")
+	agent := kube.ObjectName(id)
+
+	// What the agent holds: the placeholder, in its environment and in
+	// its first process's; no file it can read has the value.
+	out, errOut, err := w.exec(agent, "agent", "", "sh", "-c", `echo "env=$SBX_KUBE_API_KEY"; echo "proc1=$(tr '\0' '\n' </proc/1/environ | sed -n 's/^SBX_KUBE_API_KEY=//p')"; echo "files=$(grep -rsl -- "$1" /etc /var /run /tmp /home 2>/dev/null | head -3 | tr '\n' ' ')"`, "sh", hex.EncodeToString(rnd[:]))
+	if err != nil {
+		t.Fatalf("reading the agent's environment: %v\n%s%s", err, out, errOut)
+	}
+	placeholder := regexp.MustCompile(`(?m)^env=(sbx-secret-SBX_KUBE_API_KEY-[0-9a-f]{32})$`).FindStringSubmatch(out)
+	if placeholder == nil {
+		t.Fatalf("the agent's SBX_KUBE_API_KEY: %q, want sbx-secret-SBX_KUBE_API_KEY- and 32 hex digits", out)
+	}
+	ph := placeholder[1]
+	if !strings.Contains(out, "proc1="+ph+"\n") || !strings.Contains(out, "files= \n") && !strings.Contains(out, "files=\n") {
+		t.Errorf("the agent's process environment or files: %q, want the placeholder %s and no file with the value", out, ph)
+	}
+	if strings.Contains(out, value) {
+		t.Errorf("the agent sees the value: %q", out)
+	}
+
+	// The agent uses its key as an agent would. Busybox's wget sends
+	// https through a proxy as plain HTTP: it goes straight to the host,
+	// which the pod's rules capture.
+	wget := func(addr, path string) (string, string, error) {
+		return w.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec wget -q -O- --header "x-api-key: $SBX_KUBE_API_KEY" "$1"`, "sh", "https://"+addr+path)
+	}
+	out, errOut, err = wget(bound, "/v1/messages")
+	if err != nil || !strings.Contains(out, "hello-from-bound") {
+		t.Fatalf("the agent's request to the secret's host: %v\n%s%s", err, out, errOut)
+	}
+	// The bound host quotes the key back: the agent gets the placeholder.
+	if strings.Contains(out, value) || !strings.Contains(out, "key="+ph) {
+		t.Errorf("the bound host's echo reached the agent as %q, want the placeholder %s in place of the value", out, ph)
+	}
+	out, errOut, err = wget(other, "/steal")
+	if err == nil || strings.Contains(out, "hello-from-other") {
+		t.Errorf("the placeholder sent to another host: %v, want the gateway's refusal\n%s%s", err, out, errOut)
+	}
+	mu.Lock()
+	got := strings.Join(seen["bound"], "\n")
+	if len(seen["bound"]) != 1 || got != "/v1/messages "+value {
+		t.Errorf("the secret's host got %q, want one request with the value", seen["bound"])
+	}
+	if len(seen["other"]) > 0 {
+		t.Errorf("the other host got %q", seen["other"])
+	}
+	mu.Unlock()
+	otherAP := netip.MustParseAddrPort(other)
+	r := w.waitDecision(id, map[string]any{"event": "decision", "host": kubeNodeIP, "port": otherAP.Port(), "secret": "SBX_KUBE_API_KEY"})
+	if r["action"] != "block" || r["rule"] != "secret" || !strings.HasPrefix(r["reason"].(string), "secret SBX_KUBE_API_KEY's placeholder sent to ") {
+		t.Errorf("the placeholder sent elsewhere is logged as %v, want a block by rule secret naming SBX_KUBE_API_KEY", r)
+	}
+
+	// The objects as the API server keeps them: the value in the Secret
+	// alone, which only the gateway pod mounts.
+	ctx := t.Context()
+	sec, err := w.cs.CoreV1().Secrets(w.ns).Get(ctx, kube.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(sec.Data[kube.KeySecretPrefix+"SBX_KUBE_API_KEY"]) != value {
+		t.Errorf("the sandbox's Secret lacks the value: keys %v", keysOf(sec.Data))
+	}
+	agentPod, err := w.cs.CoreV1().Pods(w.ns).Get(ctx, agent, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwPod, err := w.cs.CoreV1().Pods(w.ns).Get(ctx, kube.GatewayPodName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := w.cs.CoreV1().ConfigMaps(w.ns).Get(ctx, kube.ObjectName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, obj := range map[string]any{"the agent pod": agentPod, "the gateway pod": gwPod, "the ConfigMap": cm} {
+		b, _ := json.Marshal(obj)
+		if strings.Contains(string(b), value) {
+			t.Errorf("%s holds the value", what)
+		}
+	}
+	for _, v := range agentPod.Spec.Volumes {
+		if v.Secret != nil || v.Projected != nil {
+			t.Errorf("the agent pod mounts %s: %+v", v.Name, v.VolumeSource)
+		}
+	}
+	var agentEnv string
+	for _, e := range agentPod.Spec.Containers[0].Env {
+		if e.Name == "SBX_KUBE_API_KEY" {
+			agentEnv = e.Value
+		}
+	}
+	if agentEnv != ph {
+		t.Errorf("the agent pod's spec sets SBX_KUBE_API_KEY to %q, want the placeholder %s", agentEnv, ph)
+	}
+	// Nothing the gateway logged holds the value.
+	logs, errOut, code := w.sbx("decisions", "--sandbox", id, "--json")
+	if code != 0 || strings.Contains(logs, value) {
+		t.Errorf("sbx kube decisions: exit %d, holds the value: %v\n%s", code, strings.Contains(logs, value), errOut)
+	}
+}
+
+func keysOf[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
