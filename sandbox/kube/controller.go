@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +57,21 @@ type Controller struct {
 	// whose CA was renewed last: until the informer shows the renewed
 	// one, the sandbox is not renewed again.
 	renewedFrom map[string]string
+}
+
+// ControllerRights are the rules of the Role sbx kube controller needs in
+// the namespace it watches, and no more: docs/kubernetes.md prints them in
+// the controller's manifest, and the project's cluster test runs the
+// controller bound to exactly the page's Role. Lists and watches feed the
+// informers; Cluster.Delete removes a sandbox with deletecollection by
+// its label and lists until it is gone; a renewal gets and updates the
+// Secret and updates the ConfigMap; the Lease elects the leader.
+var ControllerRights = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "deletecollection"}},
+	{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch", "update", "deletecollection"}},
+	{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "update", "deletecollection"}},
+	{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "deletecollection"}},
+	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 }
 
 // The controller's defaults.
