@@ -69,7 +69,10 @@ days; FILE gets its certificate, which the clients must trust. Without it
 such hosts' tunnels are decided as a whole, as without inspection. With
 --ca FILE the CA is the one in FILE (its certificate and private key,
 PEM), made elsewhere (sbx kube makes one per sandbox); --ca-cert then
-writes that CA's certificate.
+writes that CA's certificate. The gateway reads FILE again every 10 s: a
+new, valid CA there (sbx kube controller renews a sandbox's) serves the
+inspected connections opened from then on; one that does not read as a
+CA keeps the running one, and stderr says why.
 
 With --capture ADDR it also serves the connections a capture shim hands
 over (sbx kube's agent pod redirects every TCP connection to one): each
