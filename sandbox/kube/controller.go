@@ -213,7 +213,9 @@ func (c *Controller) Judge(now time.Time, o observed) (verdict, why string) {
 		return EndGone, fmt.Sprintf("its gateway pod is %s: its agent is cut off, and its rules name an address the cluster may give another pod", state)
 	}
 	if o.configMap != nil && o.gateway.Status.Phase == corev1.PodRunning {
-		if end, ok := certEnd([]byte(o.configMap.Data[KeyCACert])); ok && end.Sub(now) < renewBefore {
+		// One that expired is not renewed (the gateway refuses to read
+		// it, and its leaves failed already): sbx kube stop.
+		if end, ok := certEnd([]byte(o.configMap.Data[KeyCACert])); ok && end.Sub(now) < renewBefore && end.After(now) {
 			return RenewCA, fmt.Sprintf("its CA expires at %s", end.UTC().Format(time.RFC3339))
 		}
 	}

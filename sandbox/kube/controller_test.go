@@ -121,6 +121,9 @@ func TestControllerJudge(t *testing.T) {
 		{"no agent pod, past the grace", func(o *observed) { o.agent = nil }, Leftover},
 		{"a ConfigMap alone, past the grace", func(o *observed) { o.agent, o.gateway = nil, nil }, Leftover},
 		{"CA expires within RenewBefore", func(o *observed) { *o = near }, RenewCA},
+		{"CA expired already", func(o *observed) {
+			*o = newTestSandbox(t, "1a2b3c4d", now.Add(-time.Hour), now.Add(-time.Minute)).observed()
+		}, Leave},
 		{"CA expires within RenewBefore, gateway still starting", func(o *observed) { *o = near; o.gateway.Status.Phase = corev1.PodPending }, Leave},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
