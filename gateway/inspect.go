@@ -122,7 +122,7 @@ func (s *Server) inspectTunnel(ctx context.Context, c *conn, closeRec *decisionl
 	}
 	var served net.Conn = cc
 	if isTLS {
-		cfg := s.cfg.CA.ServerConfig(t.Host, inspectProtos)
+		cfg := s.ca.Load().ServerConfig(t.Host, inspectProtos)
 		var certSent atomic.Bool // the client has seen the CA's certificate
 		getCert := cfg.GetCertificate
 		cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {

@@ -140,6 +140,10 @@ type Server struct {
 	// refusals bound the records of refused connections and tunnels, one
 	// per cause (refusal.go).
 	refusals refusals
+
+	// ca is the CA inspected tunnels are served with: Config.CA, or the
+	// one SetCA put in its place.
+	ca atomic.Pointer[CA]
 }
 
 // newServer returns a Server for cfg. It listens on nothing until Serve.
@@ -168,6 +172,7 @@ func newServer(cfg serverConfig) (*Server, error) {
 	}
 	s.pipe.s = s
 	s.clientNets.Store(&clientNets)
+	s.ca.Store(cfg.CA)
 	s.fence = fence
 	s.out = recordOut{ids: &s.connID, log: cfg.Log, metrics: s.metrics}
 	s.refusals.init(&s.out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
@@ -72,7 +74,10 @@ days; FILE gets its certificate, which the clients must trust. Without it
 such hosts' tunnels are decided as a whole, as without inspection. With
 --ca FILE the CA is the one in FILE (its certificate and private key,
 PEM), made elsewhere (sbx kube makes one per sandbox); --ca-cert then
-writes that CA's certificate.
+writes that CA's certificate. The gateway reads FILE again every 10 s: a
+new, valid CA there (sbx kube controller renews a sandbox's) serves the
+inspected connections opened from then on; one that does not read as a
+CA keeps the running one, and stderr says why.
 
 With --capture ADDR it also serves the connections a capture shim hands
 over (sbx kube's agent pod redirects every TCP connection to one): each
@@ -179,12 +184,25 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		out = cmd.ErrOrStderr()
 	}
 	sayServing(out, o, cfg, g)
+	// --ca's file is read again now and then: sbx kube controller renews
+	// a sandbox's CA by writing a new one into its Secret, which the
+	// kubelet puts in the gateway pod's file.
+	var caTick <-chan time.Time
+	caFile := caReload{path: o.ca}
+	if o.ca != "" {
+		caFile.last, _ = os.ReadFile(o.ca)
+		t := time.NewTicker(caReloadEvery)
+		defer t.Stop()
+		caTick = t.C
+	}
 	for done := false; !done; {
 		select {
 		case <-cmd.Context().Done():
 			done = true
 		case <-hup:
 			o.reloadPolicy(g, out, cmd.ErrOrStderr())
+		case <-caTick:
+			caFile.check(g.Server, out, cmd.ErrOrStderr())
 		}
 	}
 	fmt.Fprintln(out, "sbx gateway: stopping")
@@ -202,6 +220,36 @@ func runGateway(cmd *cobra.Command, o *gatewayOptions) error {
 		errs = append(errs, err)
 	}
 	return combine(errs...)
+}
+
+// caReloadEvery is how often sbx gateway --ca reads its file again.
+var caReloadEvery = 10 * time.Second
+
+// caReload is sbx gateway --ca's file and what it held when last read.
+type caReload struct {
+	path string
+	last []byte
+}
+
+// check reads the file again and, when it holds another CA, makes that
+// the gateway's (tunnels opened from then on are served with it). A file
+// that does not read as a CA keeps the running one, and stderr says why,
+// once per change of the file.
+func (r *caReload) check(s interface{ SetCA(*gateway.CA) error }, out, stderr io.Writer) {
+	data, err := os.ReadFile(r.path)
+	if err != nil || bytes.Equal(data, r.last) {
+		return
+	}
+	r.last = data
+	ca, err := gateway.ReadCAFile(r.path)
+	if err == nil {
+		err = s.SetCA(ca)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sbx gateway: --ca %s changed but the running CA stays: %v\n", r.path, err)
+		return
+	}
+	fmt.Fprintf(out, "sbx gateway: CA renewed from %s: valid until %s\n", r.path, ca.Certificate().NotAfter.UTC().Format(time.RFC3339))
 }
 
 // sayServing says where the started gateway g serves, what it logs where,

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,8 +19,8 @@ import (
 )
 
 // Client is the part of the Kubernetes API that sbx kube uses: the
-// sandbox's objects (pods, ConfigMaps, Secrets, NetworkPolicies) and the
-// nodes. Connect's Client speaks to the API server through client-go's
+// sandbox's objects (pods, ConfigMaps, Secrets, NetworkPolicies), the
+// nodes, and the Leases sbx kube controller elects its leader with. Connect's Client speaks to the API server through client-go's
 // REST client with a scheme of these two API groups alone, not through
 // client-go's clientset, whose scheme of every API group every sbx
 // process would build at its start (docs/performance.md). The methods are
@@ -31,6 +32,7 @@ type Client interface {
 	Secrets(namespace string) ResourceClient[*corev1.Secret, *corev1.SecretList]
 	NetworkPolicies(namespace string) ResourceClient[*networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList]
 	Nodes() ResourceClient[*corev1.Node, *corev1.NodeList]
+	Leases(namespace string) ResourceClient[*coordinationv1.Lease, *coordinationv1.LeaseList]
 }
 
 // ResourceClient makes, reads, follows and removes the objects of one
@@ -38,6 +40,7 @@ type Client interface {
 type ResourceClient[T, L any] interface {
 	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	List(ctx context.Context, opts metav1.ListOptions) (L, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	DeleteCollection(ctx context.Context, opts metav1.DeleteOptions, listOpts metav1.ListOptions) error
@@ -50,7 +53,7 @@ type PodClient interface {
 }
 
 // codecs are the codecs of the API groups Client speaks (meta, core/v1,
-// networking.k8s.io/v1) and the codec of query parameters, made when a
+// networking.k8s.io/v1, coordination.k8s.io/v1) and the codec of query parameters, made when a
 // command first connects, not at every sbx process's start.
 var codecs = sync.OnceValues(func() (runtime.NegotiatedSerializer, runtime.ParameterCodec) {
 	s := scheme()
@@ -61,7 +64,7 @@ var codecs = sync.OnceValues(func() (runtime.NegotiatedSerializer, runtime.Param
 func scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(fmt.Sprintf("kube: the API scheme: %v", err))
 		}
@@ -72,8 +75,8 @@ func scheme() *runtime.Scheme {
 // restClient is Connect's Client: one REST client per API group, over
 // one HTTP client and one rate limiter, as client-go's clientset has.
 type restClient struct {
-	core, networking rest.Interface
-	params           runtime.ParameterCodec
+	core, networking, coordination rest.Interface
+	params                         runtime.ParameterCodec
 }
 
 // newRESTClient returns the Client of cfg.
@@ -105,7 +108,11 @@ func newRESTClient(cfg *rest.Config) (*restClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &restClient{core: core, networking: networking, params: params}, nil
+	coordination, err := group(coordinationv1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, err
+	}
+	return &restClient{core: core, networking: networking, coordination: coordination, params: params}, nil
 }
 
 func (c *restClient) Pods(namespace string) PodClient {
@@ -126,6 +133,10 @@ func (c *restClient) NetworkPolicies(namespace string) ResourceClient[*networkin
 
 func (c *restClient) Nodes() ResourceClient[*corev1.Node, *corev1.NodeList] {
 	return resourceFor[corev1.Node, corev1.NodeList](c.core, c.params, "nodes", "")
+}
+
+func (c *restClient) Leases(namespace string) ResourceClient[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return resourceFor[coordinationv1.Lease, coordinationv1.LeaseList](c.coordination, c.params, "leases", namespace)
 }
 
 // object is a pointer to an API type: what a request's body or result is.
@@ -162,6 +173,13 @@ func (r restResource[T, L, PT, PL]) Create(ctx context.Context, obj PT, opts met
 func (r restResource[T, L, PT, PL]) Get(ctx context.Context, name string, opts metav1.GetOptions) (PT, error) {
 	out := PT(new(T))
 	err := r.request(r.client.Get()).Name(name).VersionedParams(&opts, r.params).Do(ctx).Into(out)
+	return out, err
+}
+
+func (r restResource[T, L, PT, PL]) Update(ctx context.Context, obj PT, opts metav1.UpdateOptions) (PT, error) {
+	out := PT(new(T))
+	name := any(obj).(metav1.Object).GetName()
+	err := r.request(r.client.Put()).Name(name).VersionedParams(&opts, r.params).Body(obj).Do(ctx).Into(out)
 	return out, err
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,10 @@ func (c clientset) NetworkPolicies(namespace string) ResourceClient[*networkingv
 
 func (c clientset) Nodes() ResourceClient[*corev1.Node, *corev1.NodeList] {
 	return c.CoreV1().Nodes()
+}
+
+func (c clientset) Leases(namespace string) ResourceClient[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return c.CoordinationV1().Leases(namespace)
 }
 
 // TestRESTClientRequests: the Client Connect makes asks an API server

@@ -21,6 +21,19 @@
 // through its management API (PUT /v1/clients), to serve that address
 // alone.
 //
+// A detached sandbox has no sbx process watching it: Controller (sbx kube
+// controller, a Deployment in the cluster) does, with client-go's
+// informers over the namespace's labelled pods and ConfigMaps and a
+// leader elected with a Lease (Elector, a small one of sbx's own over
+// Client, with client-go's semantics: client-go's leaderelection would
+// bring its clientsets into the binary). The leader ends a sandbox whose
+// gateway pod is gone, renews a sandbox's CA before it expires (the same
+// name and key in a new certificate, written to the Secret, which sbx
+// gateway --ca reads again, and to the ConfigMap), and removes the
+// objects of a sandbox that got no agent pod within a grace period (what
+// an interrupted sbx kube run left). Health is how sbx kube ps shows a
+// sandbox without it.
+//
 // MakeObjects and AgentPod only build objects (tested without a cluster);
 // Cluster makes them on one.
 package kube
