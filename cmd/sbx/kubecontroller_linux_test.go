@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sbx-dev/sbx/gateway"
 	"github.com/sbx-dev/sbx/sandbox"
@@ -122,6 +124,20 @@ func (k *kubeTest) deployController(args ...string) {
 	c := &m.dep.Spec.Template.Spec.Containers[0]
 	c.Image, c.ImagePullPolicy = k.gwImage, corev1.PullNever
 	c.Command = append(c.Command, args...)
+	// The test cluster runs no service proxy (kube-router's firewall
+	// alone), so the kubernetes Service's address that a pod's
+	// in-cluster configuration names leads nowhere: the controller is
+	// told the API server's own address, as a cluster's service proxy
+	// would reach it.
+	admin, err := clientcmd.LoadFromFile(k.adminKubeconfig)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	api, err := url.Parse(admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster].Server)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: api.Hostname()}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: api.Port()})
 	if _, err := cs.AppsV1().Deployments(k.ns).Create(ctx, m.dep, metav1.CreateOptions{}); err != nil {
 		k.t.Fatal(err)
 	}
