@@ -123,7 +123,9 @@ func newCaptureUpstream(t *testing.T, shared string) *captureUpstream {
 	return u
 }
 
-// testCertificate returns a CA's PEM and a certificate it signed for name.
+// testCertificate returns a CA's PEM and a certificate it signed for
+// name: a host name, or an IP address (then in the certificate's IP
+// addresses, as a client that dialed it wants).
 func testCertificate(t *testing.T, name string) ([]byte, tls.Certificate) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -136,9 +138,14 @@ func testCertificate(t *testing.T, name string) ([]byte, tls.Certificate) {
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	if ip := net.ParseIP(name); ip != nil {
+		leaf.IPAddresses = []net.IP{ip}
+	} else {
+		leaf.DNSNames = []string{name}
+	}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

@@ -1,17 +1,11 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -33,30 +26,6 @@ import (
 // the cluster tests run (scripts/kube/kube.sh's kube_node_ip): a pod
 // reaches a server of the test's there.
 const kubeNodeIP = "10.250.0.1"
-
-// ipCertificate returns a CA (PEM) and a server certificate it signed
-// for the address ip.
-func ipCertificate(t *testing.T, ip string) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sbx kube test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip}, IPAddresses: []net.IP{net.ParseIP(ip)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // TestKubeClusterSecret: sbx kube run --secret on a cluster, from the
 // agent's side. Two HTTPS servers of the test's own on the node's
@@ -78,7 +47,7 @@ func TestKubeClusterSecret(t *testing.T) {
 	value := "sk-kube-" + hex.EncodeToString(rnd[:])
 	t.Setenv("SBX_KUBE_API_KEY", value)
 
-	caPEM, cert := ipCertificate(t, kubeNodeIP)
+	caPEM, cert := testCertificate(t, kubeNodeIP)
 	var mu sync.Mutex
 	seen := map[string][]string{} // server -> "path x-api-key", one a request
 	serve := func(name string) string {
