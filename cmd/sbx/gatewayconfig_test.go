@@ -53,6 +53,7 @@ var oneSided = map[string]struct {
 	"Owner":           {sandboxSets, "capture's socket owners"},
 	"Sandbox":         {sandboxSets, "the sandbox's id"},
 	"Logins":          {sandboxSets, "sbx run's --login, read by sandbox/run from the home of the command's user; sbx gateway has no home to read it from"},
+	"ProcessUnknown":  {gatewayOnly, "--process-unknown (sbx kube's gateway pod, which cannot see its agent's processes); sbx run's gateway names each client's process"},
 	"AllowCommand":    {gatewayOnly, "--allow-command (sbx kube's gateway pod names sbx kube policy allow); sbx run's 403s name sbx policy allow --sandbox ID"},
 	"Limits":          {neither, "no flag yet: the defaults"},
 	"RingSize":        {neither, "no flag yet: the default"},
@@ -91,7 +92,7 @@ func TestGatewayConfigSameFromSameFlags(t *testing.T) {
 	var g gatewayOptions
 	gcmd := &cobra.Command{}
 	g.addFlags(gcmd.Flags())
-	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"), "--dns", "127.0.0.1:0", "--allow-command", "sbx kube policy allow --sandbox 1a2b3c4d")); err != nil {
+	if err := gcmd.ParseFlags(append(slices.Clone(shared), "--token-file", filepath.Join(dir, "token"), "--ca-cert", filepath.Join(dir, "ca.pem"), "--dns", "127.0.0.1:0", "--allow-command", "sbx kube policy allow --sandbox 1a2b3c4d", "--process-unknown", "the agent runs in another pod")); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.check(); err != nil {

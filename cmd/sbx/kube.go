@@ -142,12 +142,8 @@ type kubeRunOptions struct {
 	tmpSize     string
 }
 
-func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
-	var o kubeRunOptions
-	cmd := &cobra.Command{
-		Use:   "run [flags] --image IMAGE -- [COMMAND [ARG...]]",
-		Short: "Run a command in a sandbox on the cluster",
-		Long: `Run makes a sandbox on the cluster (its ConfigMap, Secret, NetworkPolicies,
+// kubeRunLong is the help of sbx kube run.
+const kubeRunLong = `Run makes a sandbox on the cluster (its ConfigMap, Secret, NetworkPolicies,
 gateway pod and, once the gateway is ready, its agent pod), shows the agent's
 output, and when the agent ends removes the sandbox and exits with the
 agent's status. With --detach it returns once the agent runs; sbx kube stop
@@ -159,7 +155,14 @@ privilege escalation; HTTP_PROXY and HTTPS_PROXY point at its gateway, and
 TLS clients trust the sandbox's CA (mounted at /run/sbx-ca).
 
 The gateway pod runs sbx's own image (--gateway-image; sbx kube image
-writes one to push).`,
+writes one to push).`
+
+func newKubeRunCmd(kf *kubeFlags, manifest bool) *cobra.Command {
+	var o kubeRunOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] --image IMAGE -- [COMMAND [ARG...]]",
+		Short: "Run a command in a sandbox on the cluster",
+		Long:  kubeRunLong,
 		Example: `  sbx kube run --image node:22 --allow registry.npmjs.org -- npm install
   sbx kube run -d --name agent1 --image my-agent --policy policy.yaml
   sbx kube policy allow --sandbox agent1 api.github.com
@@ -421,15 +424,9 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		// second run would hold others than its gateway pod's.
 		return kube.Spec{}, nil, usageErrorf(cmd, "--gateway-ip with secrets: each secret's placeholder is chosen anew on every run, so an agent pod printed apart would not hold its gateway pod's; print the objects with sbx kube run instead, or keep the secrets out of sbx kube manifest")
 	}
-	var upstreamCA []byte
-	if o.upstreamCA != "" {
-		// What sbx run's --upstream-ca takes: a file of PEM certificates.
-		if _, err := upstreamRoots(o.upstreamCA); err != nil {
-			return kube.Spec{}, nil, err
-		}
-		if upstreamCA, err = os.ReadFile(o.upstreamCA); err != nil {
-			return kube.Spec{}, nil, fmt.Errorf("--upstream-ca: %w", err)
-		}
+	upstreamCA, err := o.readUpstreamCA()
+	if err != nil {
+		return kube.Spec{}, nil, err
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
@@ -452,6 +449,22 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		Token:               hex.EncodeToString(tok),
 		SkipPodRulesForTest: o.noPodRules,
 	}, p, nil
+}
+
+// readUpstreamCA reads the file of --upstream-ca, if given: what sbx
+// run's --upstream-ca takes, a file of PEM certificates.
+func (o *kubeRunOptions) readUpstreamCA() ([]byte, error) {
+	if o.upstreamCA == "" {
+		return nil, nil
+	}
+	if _, err := upstreamRoots(o.upstreamCA); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(o.upstreamCA)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-ca: %w", err)
+	}
+	return b, nil
 }
 
 // kubeSecrets reads the values of the secrets of the policy p and of
@@ -504,19 +517,11 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		return err
 	}
 	var logDone <-chan error
-	var logFile, journalFile *os.File
-	if o.logFile != "" {
-		if logFile, err = createLogFile(o.logFile); err != nil {
-			return err
-		}
-		defer logFile.Close()
+	logFile, journalFile, err := o.createFiles()
+	if err != nil {
+		return err
 	}
-	if o.mockJournal != "" {
-		if journalFile, err = createLogFile(o.mockJournal); err != nil {
-			return err
-		}
-		defer journalFile.Close()
-	}
+	defer func() { logFile.Close(); journalFile.Close() }()
 	// Ctrl-C while the sandbox is made or runs removes it.
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -564,17 +569,44 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 	if err := remove(); err != nil {
 		return err
 	}
-	if logDone != nil {
-		// The gateway's log ends with its pod, removed above.
-		if err := <-logDone; err != nil {
-			return fmt.Errorf("--log %s: %w", o.logFile, err)
-		}
-		fmt.Fprintf(stderr, "sbx kube: decision log of sandbox %s: %s\n", s.ID, o.logFile)
+	if err := o.logSaved(stderr, s.ID, logDone); err != nil {
+		return err
 	}
 	if code != 0 {
 		return &exitError{code: code, err: errSilent}
 	}
 	return nil
+}
+
+// logSaved waits until the decision log of --log is all in its file
+// (the gateway's log ends with its pod) and says where it is; without
+// --log (logDone nil) it does nothing.
+func (o *kubeRunOptions) logSaved(stderr io.Writer, id string, logDone <-chan error) error {
+	if logDone == nil {
+		return nil
+	}
+	if err := <-logDone; err != nil {
+		return fmt.Errorf("--log %s: %w", o.logFile, err)
+	}
+	fmt.Fprintf(stderr, "sbx kube: decision log of sandbox %s: %s\n", id, o.logFile)
+	return nil
+}
+
+// createFiles creates the files of --log and --mock-journal, new or
+// empty; a flag not given has a nil file (whose Close does nothing).
+func (o *kubeRunOptions) createFiles() (logFile, journalFile *os.File, err error) {
+	if o.logFile != "" {
+		if logFile, err = createLogFile(o.logFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	if o.mockJournal != "" {
+		if journalFile, err = createLogFile(o.mockJournal); err != nil {
+			logFile.Close()
+			return nil, nil, err
+		}
+	}
+	return logFile, journalFile, nil
 }
 
 // kubeRunNotes says on stderr what the user of a sandbox just made should

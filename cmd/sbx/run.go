@@ -210,17 +210,11 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 	if err != nil {
 		return 0, err
 	}
-	// The lease the container is made under is made meanwhile.
-	rt, rtName, err := connectRuntime(ctx, runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost, create: true})
+	rt, rtName, err := o.connectRuntime(cmd)
 	if err != nil {
 		return 0, err
 	}
 	defer rt.Close()
-	if rtName == runtimeDocker {
-		if err := dockerNeedsImage(cmd, o); err != nil {
-			return 0, fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)
-		}
-	}
 	spec.Runtime = rt
 	if err := o.readConfig(cmd, &spec); err != nil {
 		return 0, err
@@ -268,6 +262,23 @@ func runSandbox(cmd *cobra.Command, o runOptions, args []string) (code int, retE
 		code, err = r.Stop(10 * time.Second)
 	}
 	return code, err
+}
+
+// connectRuntime connects to the runtime the flags name (the lease the
+// container is made under is made meanwhile) and, for Docker, checks
+// that it has the image.
+func (o runOptions) connectRuntime(cmd *cobra.Command) (connectedRuntime, string, error) {
+	rt, rtName, err := connectRuntime(cmd.Context(), runtimeOptions{name: o.runtime, socket: o.socket, dockerHost: o.dockerHost, create: true})
+	if err != nil {
+		return nil, "", err
+	}
+	if rtName == runtimeDocker {
+		if err := dockerNeedsImage(cmd, o); err != nil {
+			rt.Close()
+			return nil, "", fmt.Errorf("containerd does not answer at %s, so the runtime is docker: %w", o.socket, err)
+		}
+	}
+	return rt, rtName, nil
 }
 
 // showLevel is the level of live lines the flags ask for: --show's, or

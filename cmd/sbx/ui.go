@@ -25,32 +25,7 @@ func newUICmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve a local web view of every sandbox: live decisions, approvals, rules, audit reports",
-		Long: `Ui serves one web view of every sandbox of this host on 127.0.0.1 and prints
-its URL, which holds a random token: open it in a browser on this machine,
-or give --open to have sbx ui open it. The token is good once: the browser
-that opens the URL gets a session (which ends after 12 hours without a
-request), and the URL is refused after that.
-The view lists the running and the ended sandboxes, shows a sandbox's
-decisions as they happen and its rules, answers its pending approvals (as
-sbx approve and deny do), adds and removes rules (as sbx policy allow,
-block and remove do), and shows the audit report of an ended sandbox's
-log (as sbx audit --sandbox does). It runs until interrupted.
-
-With --kubeconfig (or -n) it lists the sandboxes of a Kubernetes cluster
-too, marked as on the cluster with their health as sbx kube ps shows it: of
-the kubeconfig context's namespace, or of each -n NAMESPACE. It reaches
-their gateways as sbx kube policy, approve and decisions do (a
-port-forward through the API server, with the sandbox's token), so the
-kubeconfig's user needs the rights docs/kubernetes.md lists; a cluster
-sandbox's gateway keeps no file of approved rules, so its questions are
-answered once or for the session, never always.
-
-Until it is used, whoever has the URL can change the sandboxes' policies
-and answer their questions: keep it to yourself. --open keeps it out of
-every command line (which other users can read): the browser opens a file
-only you can read that redirects to it. The view answers only requests
-that name it as 127.0.0.1:PORT (not localhost), and changes only what its
-own pages ask (docs/ui.md).`,
+		Long:  uiLong,
 		Example: `  sudo sbx ui --open
   sudo sbx ui --port 8765
   sudo sbx ui --open --kubeconfig ~/.kube/config -n agents`,
@@ -88,21 +63,7 @@ own pages ask (docs/ui.md).`,
 			fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: open %s\n", s.URL())
 			fmt.Fprintln(cmd.OutOrStdout(), "(the URL's token opens the view once, and until then lets whoever has it change your sandboxes' policies; Ctrl-C stops the view)")
 			if open {
-				path, remove, err := openInBrowser(s.URL())
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "sbx ui: --open: %v; open the URL above yourself\n", err)
-				} else {
-					defer remove()
-					fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: opening it in your browser through %s (removed once used)\n", path)
-					// Ends when the token is used or the view stops.
-					go func() {
-						select {
-						case <-s.LoggedIn():
-							remove()
-						case <-cmd.Context().Done():
-						}
-					}()
-				}
+				defer openUI(cmd, s)()
 			}
 			<-cmd.Context().Done()
 			return s.Close()
@@ -117,6 +78,55 @@ own pages ask (docs/ui.md).`,
 	cmd.Flags().StringArrayVarP(&namespaces, "namespace", "n", nil, "the cluster's `NAMESPACE` whose sandboxes to list; repeatable (default the kubeconfig context's)")
 	return cmd
 }
+
+// openUI opens the view's URL in the user's browser through a file only
+// they can read (sbx ui --open), removed once the token is used or the
+// view stops; it returns what removes it then.
+func openUI(cmd *cobra.Command, s *ui.Server) (remove func()) {
+	path, remove, err := openInBrowser(s.URL())
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sbx ui: --open: %v; open the URL above yourself\n", err)
+		return func() {}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "sbx ui: opening it in your browser through %s (removed once used)\n", path)
+	// Ends when the token is used or the view stops.
+	go func() {
+		select {
+		case <-s.LoggedIn():
+			remove()
+		case <-cmd.Context().Done():
+		}
+	}()
+	return remove
+}
+
+// uiLong is the help of sbx ui.
+const uiLong = `Ui serves one web view of every sandbox of this host on 127.0.0.1 and prints
+its URL, which holds a random token: open it in a browser on this machine,
+or give --open to have sbx ui open it. The token is good once: the browser
+that opens the URL gets a session (which ends after 12 hours without a
+request), and the URL is refused after that.
+The view lists the running and the ended sandboxes, shows a sandbox's
+decisions as they happen and its rules, answers its pending approvals (as
+sbx approve and deny do), adds and removes rules (as sbx policy allow,
+block and remove do), and shows the audit report of an ended sandbox's
+log (as sbx audit --sandbox does). It runs until interrupted.
+
+With --kubeconfig (or -n) it lists the sandboxes of a Kubernetes cluster
+too, marked as on the cluster with their health as sbx kube ps shows it: of
+the kubeconfig context's namespace, or of each -n NAMESPACE. It reaches
+their gateways as sbx kube policy, approve and decisions do (a
+port-forward through the API server, with the sandbox's token), so the
+kubeconfig's user needs the rights docs/kubernetes.md lists; a cluster
+sandbox's gateway keeps no file of approved rules, so its questions are
+answered once or for the session, never always.
+
+Until it is used, whoever has the URL can change the sandboxes' policies
+and answer their questions: keep it to yourself. --open keeps it out of
+every command line (which other users can read): the browser opens a file
+only you can read that redirects to it. The view answers only requests
+that name it as 127.0.0.1:PORT (not localhost), and changes only what its
+own pages ask (docs/ui.md).`
 
 // hostSandboxes are the sandboxes of this host for sbx ui: the running
 // ones as sbx ps finds them, the ended ones by their logs in logDir as sbx
