@@ -129,11 +129,7 @@ func TestGatewaySecret(t *testing.T) {
 	}
 	placeholder := m[1]
 
-	pem, _ := os.ReadFile(caFile)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	pu, _ := url.Parse("http://" + proxyAddr)
-	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}
+	tr := proxyTransport(proxyAddr, caFile)
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 	var bodies []string
@@ -274,11 +270,7 @@ func TestGatewaySecretDir(t *testing.T) {
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}
 	}
-	caPEM, _ := os.ReadFile(caFile)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	pu, _ := url.Parse("http://" + proxyAddr)
-	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}
+	tr := proxyTransport(proxyAddr, caFile)
 	defer tr.CloseIdleConnections()
 	req, _ := http.NewRequest("GET", "https://example.com:"+upPort+"/v1", nil)
 	req.Header.Set("X-Api-Key", ph)
@@ -295,4 +287,14 @@ func TestGatewaySecretDir(t *testing.T) {
 	mu.Unlock()
 	cancel()
 	<-done
+}
+
+// proxyTransport is a client of the gateway at proxyAddr as its proxy,
+// trusting the CA in caFile (the gateway's, for inspected hosts).
+func proxyTransport(proxyAddr, caFile string) *http.Transport {
+	caPEM, _ := os.ReadFile(caFile)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	pu, _ := url.Parse("http://" + proxyAddr)
+	return &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}
 }
