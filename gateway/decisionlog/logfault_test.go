@@ -120,6 +120,53 @@ func TestFaultLogCommitFailsThenSucceeds(t *testing.T) {
 	}
 }
 
+// TestFaultLogFlapIsOneOutage plays a filesystem that is nearly full: a
+// commit fails, the next one fits, and the one after fails again, within
+// a second. The reporter is told of one fault, not of a fault, a
+// recovery and the fault again (what the user read on stderr twice per
+// outage); a recovery that holds is told after it has held for a second.
+func TestFaultLogFlapIsOneOutage(t *testing.T) {
+	ff := &decisionlogtest.FlakyFile{}
+	l, _, _, _ := openTestLog(t, ff.Write)
+	reports := newFaultReports(l)
+	rec := func() *Record { return &Record{Event: EventDecision, Kind: KindHTTP, Host: "a.test", Action: "allow"} }
+
+	ff.Set(syscall.ENOSPC, false)
+	if _, err := l.Commit(rec()); err == nil {
+		t.Fatal("a commit on a full file succeeded")
+	}
+	if err := reports.next(t); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("report of the fault: got %v, want ENOSPC", err)
+	}
+	ff.Set(nil, false)
+	if _, err := l.Commit(rec()); err != nil {
+		t.Fatalf("commit that fits: %v", err)
+	}
+	time.Sleep(recoverySettle / 4)
+	ff.Set(syscall.ENOSPC, false)
+	if _, err := l.Commit(rec()); err == nil {
+		t.Fatal("a commit on a full file succeeded")
+	}
+	time.Sleep(2 * recoverySettle)
+	select {
+	case err := <-reports.ch:
+		t.Fatalf("reported %v while the file failed again within %v of one write that fitted; want one outage", err, recoverySettle)
+	default:
+	}
+
+	ff.Set(nil, false)
+	start := time.Now()
+	if _, err := l.Commit(rec()); err != nil {
+		t.Fatalf("commit once the file works: %v", err)
+	}
+	if err := reports.next(t); err != nil {
+		t.Fatalf("report of the recovery: got %v, want nil", err)
+	}
+	if d := time.Since(start); d < recoverySettle {
+		t.Errorf("the recovery was told %v after the first write that worked, before it held for %v", d, recoverySettle)
+	}
+}
+
 // TestFaultLogConcurrentCommits commits and emits records from many
 // goroutines while the file fails and works by turns, some writes failing
 // half-way, and full batches going to the file from the sink's goroutine:

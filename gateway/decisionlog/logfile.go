@@ -337,7 +337,8 @@ func (s *FileSink) reportFaults(fn func(error)) { s.watch.setReporter(fn) }
 // fileSinkFlushInterval after a record arrives (the first since the last
 // flush); every fileSinkCheckInterval it looks whether the file was
 // removed or replaced, and tries a file at fault again when records wait
-// for it; it tells the reporter of faults at once. It returns when Close
+// for it; it tells the reporter of faults at once, and of a recovery once
+// it has held for recoverySettle. It returns when Close
 // closes s.done.
 func (s *FileSink) loop() {
 	defer close(s.stopped)
@@ -345,6 +346,12 @@ func (s *FileSink) loop() {
 	t.Stop()
 	check := time.NewTicker(fileSinkCheckInterval)
 	defer check.Stop()
+	// settle holds back the report of a recovery until the file has
+	// been written without a fault for recoverySettle: on a filesystem
+	// that is nearly full, a small record fits after a batch did not,
+	// and the next batch fails again, which is one outage, not several.
+	settle := time.NewTimer(recoverySettle)
+	settle.Stop()
 	for {
 		select {
 		case <-s.writer.kick:
@@ -357,9 +364,21 @@ func (s *FileSink) loop() {
 			s.writer.look()
 			s.writer.retry()
 		case <-s.watch.changed:
-			s.watch.tell(s.Fault())
+			if err := s.Fault(); err != nil {
+				settle.Stop()
+				s.watch.tell(err)
+			} else {
+				settle.Reset(recoverySettle)
+			}
+		case <-settle.C:
+			if err := s.Fault(); err == nil {
+				s.watch.tell(nil)
+			}
 		case <-s.done:
 			t.Stop()
+			if settle.Stop() && s.Fault() == nil {
+				s.watch.tell(nil) // the recovery is told before the sink ends
+			}
 			return
 		}
 	}

@@ -21,6 +21,11 @@ import (
 // with no busy loop.
 const fileSinkCheckInterval = 500 * time.Millisecond
 
+// recoverySettle is how long a FileSink's file must have been written
+// without a fault before its reporter is told that the fault is over.
+// A new fault is told at once.
+const recoverySettle = time.Second
+
 // A faultWatcher keeps a FileSink's fault: why its file cannot be written
 // (a write failed, or the file was removed or replaced), which makes
 // Log.Commit fail until a write succeeds again. It knows the file by its
