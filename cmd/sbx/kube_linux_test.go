@@ -17,7 +17,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/selftest"
@@ -40,7 +39,7 @@ const (
 type kubeTest struct {
 	t       testing.TB
 	c       *kube.Cluster
-	cs      kubernetes.Interface // the whole API, for what sbx kube does not do
+	cs      *testAPI // the whole API, for what sbx kube does not do
 	ns      string
 	kubectl string
 	// kubeconfig is what k.sbx runs sbx kube with: a ServiceAccount with
@@ -74,7 +73,7 @@ func newKubeTest(t testing.TB) *kubeTest {
 		t.Fatal(err)
 	}
 	k.c = c
-	if k.cs, err = kubernetes.NewForConfig(c.Config); err != nil {
+	if k.cs, err = newTestAPI(c.Config); err != nil {
 		t.Fatal(err)
 	}
 	cs := k.cs

@@ -12,42 +12,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 )
-
-// clientset is the Client of a client-go clientset (a fake one in these
-// tests), whose typed clients have Client's methods.
-type clientset struct {
-	kubernetes.Interface
-}
-
-func (c clientset) Pods(namespace string) PodClient { return c.CoreV1().Pods(namespace) }
-
-func (c clientset) ConfigMaps(namespace string) ResourceClient[*corev1.ConfigMap, *corev1.ConfigMapList] {
-	return c.CoreV1().ConfigMaps(namespace)
-}
-
-func (c clientset) Secrets(namespace string) ResourceClient[*corev1.Secret, *corev1.SecretList] {
-	return c.CoreV1().Secrets(namespace)
-}
-
-func (c clientset) NetworkPolicies(namespace string) ResourceClient[*networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList] {
-	return c.NetworkingV1().NetworkPolicies(namespace)
-}
-
-func (c clientset) Nodes() ResourceClient[*corev1.Node, *corev1.NodeList] {
-	return c.CoreV1().Nodes()
-}
-
-func (c clientset) Leases(namespace string) ResourceClient[*coordinationv1.Lease, *coordinationv1.LeaseList] {
-	return c.CoordinationV1().Leases(namespace)
-}
 
 // TestRESTClientRequests: the Client Connect makes asks an API server
 // (a stand-in on loopback) what client-go's clientset would: each call's

@@ -8,12 +8,9 @@ import (
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 )
 
 // fakeSandbox returns a sandbox's six objects, for a fake cluster.
@@ -32,50 +29,27 @@ func fakeSandbox(t *testing.T, id, name string) []runtime.Object {
 	return []runtime.Object{o.ConfigMap, o.Secret, o.AgentPolicy, o.GatewayPolicy, o.Gateway, agent}
 }
 
-// fakeClient is a fake cluster whose DeleteCollection deletes what its
-// label selector picks (client-go's fake deletes nothing).
-func fakeClient(objs ...runtime.Object) *fake.Clientset {
-	client := fake.NewClientset(objs...)
-	client.PrependReactor("delete-collection", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		dc := a.(k8stesting.DeleteCollectionAction)
-		sel := dc.GetListRestrictions().Labels
-		gvr := dc.GetResource()
-		list, err := client.Tracker().List(gvr, gvr.GroupVersion().WithKind(kindOf[gvr.Resource]), dc.GetNamespace())
-		if err != nil {
-			return true, nil, err
-		}
-		items, err := meta.ExtractList(list)
-		if err != nil {
-			return true, nil, err
-		}
-		for _, it := range items {
-			m, _ := meta.Accessor(it)
-			if sel.Matches(labels.Set(m.GetLabels())) {
-				client.Tracker().Delete(gvr, dc.GetNamespace(), m.GetName())
-			}
-		}
-		return true, nil, nil
-	})
-	return client
+// fakeCluster is a stand-in API server holding objs, and a Cluster of
+// it.
+func fakeCluster(t *testing.T, objs ...runtime.Object) (*fakeAPI, *Cluster) {
+	f := newFakeAPI(t)
+	for _, o := range objs {
+		f.put(o)
+	}
+	return f, f.connect("t")
 }
-
-var kindOf = map[string]string{"pods": "Pod", "configmaps": "ConfigMap", "secrets": "Secret", "networkpolicies": "NetworkPolicy"}
 
 // Delete removes the pods, and sees them gone, before it deletes their
 // NetworkPolicies: a container never runs without its policy.
 func TestDeletePodsBeforePolicies(t *testing.T) {
-	client := fakeClient(fakeSandbox(t, "1a2b3c4d", "")...)
-	c := &Cluster{Client: clientset{client}, Namespace: "ns"}
+	f, c := fakeCluster(t, fakeSandbox(t, "1a2b3c4d", "")...)
 	if err := c.Delete(t.Context(), "1a2b3c4d"); err != nil {
 		t.Fatal(err)
 	}
 	if left, err := c.Objects(t.Context(), "1a2b3c4d"); err != nil || len(left) > 0 {
 		t.Fatalf("left: %v %v", left, err)
 	}
-	var order []string
-	for _, a := range client.Actions() {
-		order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
-	}
+	order := f.callsLog()
 	podsGone := slices.Index(order, "list pods")
 	policies := slices.Index(order, "delete-collection networkpolicies")
 	if first := slices.Index(order, "delete-collection pods"); first < 0 || podsGone < first || policies < podsGone {
@@ -95,7 +69,7 @@ func TestOtherPolicies(t *testing.T) {
 		np("web-only", metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}),
 		np("agents", metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleAgent}}),
 	)
-	c := &Cluster{Client: clientset{fake.NewClientset(objs...)}, Namespace: "ns"}
+	_, c := fakeCluster(t, objs...)
 	got, err := c.OtherPolicies(t.Context(), "1a2b3c4d")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +84,7 @@ func TestOtherPolicies(t *testing.T) {
 // refuses a name in use.
 func TestNamesUnique(t *testing.T) {
 	objs := append(fakeSandbox(t, "1a2b3c4d", "agent1"), fakeSandbox(t, "5e6f7a8b", "agent1")...)
-	c := &Cluster{Client: clientset{fake.NewClientset(objs...)}, Namespace: "ns"}
+	_, c := fakeCluster(t, objs...)
 	if _, err := c.Find(t.Context(), "agent1"); err == nil || !strings.Contains(err.Error(), "2 sandboxes") {
 		t.Errorf("Find of a name two sandboxes have: %v, want an error saying so", err)
 	}
@@ -123,7 +97,7 @@ func TestNamesUnique(t *testing.T) {
 		t.Errorf("Create with a name in use: %v, want ErrNameInUse", err)
 	}
 	// One sandbox of that name is enough.
-	c = &Cluster{Client: clientset{fake.NewClientset(fakeSandbox(t, "1a2b3c4d", "agent1")...)}, Namespace: "ns"}
+	_, c = fakeCluster(t, fakeSandbox(t, "1a2b3c4d", "agent1")...)
 	if _, err := c.Create(t.Context(), s, nil, false); !errors.Is(err, ErrNameInUse) {
 		t.Errorf("Create with the name of one sandbox: %v, want ErrNameInUse", err)
 	}
@@ -139,8 +113,7 @@ func TestDeleteMany(t *testing.T) {
 	for _, id := range append(slices.Clone(ids), "0badc0de") {
 		objs = append(objs, fakeSandbox(t, id, "")...)
 	}
-	client := fakeClient(objs...)
-	c := &Cluster{Client: clientset{client}, Namespace: "ns"}
+	f, c := fakeCluster(t, objs...)
 	if err := c.Delete(t.Context(), ids...); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +125,11 @@ func TestDeleteMany(t *testing.T) {
 	if left, err := c.Objects(t.Context(), "0badc0de"); err != nil || len(left) != 6 {
 		t.Errorf("the other sandbox: left %v %v, want its 6 objects", left, err)
 	}
-	var order []string
+	order := f.callsLog()
 	deletes := map[string]int{}
-	for _, a := range client.Actions() {
-		order = append(order, a.GetVerb()+" "+a.GetResource().Resource)
-		if a.GetVerb() == "delete-collection" {
-			deletes[a.GetResource().Resource]++
+	for _, call := range order {
+		if kind, ok := strings.CutPrefix(call, "delete-collection "); ok {
+			deletes[kind]++
 		}
 	}
 	for _, kind := range []string{"pods", "networkpolicies", "secrets", "configmaps"} {

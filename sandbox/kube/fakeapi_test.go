@@ -40,6 +40,7 @@ type fakeAPI struct {
 	history []fakeEvent
 	changed chan struct{} // closed and replaced at every change
 	writes  []string      // "TOKEN METHOD PATH"
+	calls   []string      // "VERB RESOURCE" of every request, as client-go's fake names actions
 }
 
 type fakeEvent struct {
@@ -175,6 +176,47 @@ func (f *fakeAPI) names(id string) []string {
 	return out
 }
 
+// verb names a request as client-go's verbs do: get, list, watch,
+// create, update, delete, delete-collection.
+func verb(method, name string, watch bool) string {
+	switch {
+	case method == http.MethodGet && watch:
+		return "watch"
+	case method == http.MethodGet && name == "":
+		return "list"
+	case method == http.MethodGet:
+		return "get"
+	case method == http.MethodPost:
+		return "create"
+	case method == http.MethodPut:
+		return "update"
+	case method == http.MethodDelete && name == "":
+		return "delete-collection"
+	}
+	return strings.ToLower(method)
+}
+
+// callsLog returns every request so far, as "VERB RESOURCE".
+func (f *fakeAPI) callsLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// change stores obj, changed, as a kubelet or another client would.
+func (f *fakeAPI) change(obj runtime.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.store(collection(obj), "MODIFIED", obj)
+}
+
+// remove deletes obj, as another client would.
+func (f *fakeAPI) remove(obj runtime.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.store(collection(obj), "DELETED", obj)
+}
+
 // writesLog returns the writes so far.
 func (f *fakeAPI) writesLog() []string {
 	f.mu.Lock()
@@ -234,11 +276,12 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		f.status(w, 400, "BadRequest", err.Error())
 		return
 	}
+	f.mu.Lock()
 	if r.Method != http.MethodGet {
-		f.mu.Lock()
 		f.writes = append(f.writes, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")+" "+r.Method+" "+r.URL.Path)
-		f.mu.Unlock()
 	}
+	f.calls = append(f.calls, verb(r.Method, name, q.Get("watch") == "true")+" "+res)
+	f.mu.Unlock()
 	var body runtime.Object
 	if b, _ := io.ReadAll(r.Body); len(b) > 0 && (r.Method == http.MethodPost || r.Method == http.MethodPut) {
 		body, _, err = serializer.NewCodecFactory(fakeScheme).UniversalDeserializer().Decode(b, nil, nil)

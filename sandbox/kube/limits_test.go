@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sbx-dev/sbx/sandbox"
 )
@@ -186,22 +184,22 @@ func TestNodeDefaults(t *testing.T) {
 // the node gave it one, and ends with why when the pod cannot run; the
 // gateway is told that address (sbx kube run), so it must be the pod's.
 func TestWaitAgentIP(t *testing.T) {
-	c, _, agent := waitPods(t)
+	f, c, _, agent := waitPods(t)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		a := agent.DeepCopy()
 		a.Status.PodIPs = []corev1.PodIP{{IP: "fd00::7"}, {IP: "10.244.0.7"}}
-		c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(context.Background(), a, metav1.UpdateOptions{})
+		f.change(a)
 	}()
 	ip, err := c.WaitAgentIP(t.Context(), "1a2b3c4d")
 	if err != nil || ip != netip.MustParseAddr("10.244.0.7") {
 		t.Errorf("got %v, %v; want 10.244.0.7 once the pod has it", ip, err)
 	}
 
-	c, _, agent = waitPods(t)
+	f, c, _, agent = waitPods(t)
 	a := agent.DeepCopy()
 	a.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "rules", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}}}}
-	c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(t.Context(), a, metav1.UpdateOptions{})
+	f.change(a)
 	if _, err := c.WaitAgentIP(t.Context(), "1a2b3c4d"); err == nil || !strings.Contains(err.Error(), "ErrImagePull") {
 		t.Errorf("a pod that cannot get its image: got %v, want the reason", err)
 	}

@@ -8,12 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
-// waitPods makes a fake cluster with the sandbox's two pods, the gateway
-// running and the agent's container running.
-func waitPods(t *testing.T) (*Cluster, *corev1.Pod, *corev1.Pod) {
+// waitPods makes a stand-in cluster with the sandbox's two pods, the
+// gateway running and the agent's container running.
+func waitPods(t *testing.T) (*fakeAPI, *Cluster, *corev1.Pod, *corev1.Pod) {
 	t.Helper()
 	const id = "1a2b3c4d"
 	meta := func(name, role string) metav1.ObjectMeta {
@@ -24,7 +23,8 @@ func waitPods(t *testing.T) (*Cluster, *corev1.Pod, *corev1.Pod) {
 		Phase:             corev1.PodRunning,
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
 	}}
-	return &Cluster{Client: clientset{fake.NewClientset(gw, agent)}, Namespace: "ns"}, gw, agent
+	f, c := fakeCluster(t, gw.DeepCopy(), agent.DeepCopy())
+	return f, c, gw, agent
 }
 
 // waitFor runs WaitAgent, does change once it started, and returns what
@@ -57,15 +57,13 @@ func waitFor(t *testing.T, c *Cluster, change func(ctx context.Context)) (int, e
 }
 
 func TestWaitAgentExitStatus(t *testing.T) {
-	c, _, agent := waitPods(t)
+	f, c, _, agent := waitPods(t)
 	code, err := waitFor(t, c, func(ctx context.Context) {
 		a := agent.DeepCopy()
 		// The pod failed because its container did: the status wins.
 		a.Status.Phase = corev1.PodFailed
 		a.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}
-		if _, err := c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(ctx, a, metav1.UpdateOptions{}); err != nil {
-			t.Error(err)
-		}
+		f.change(a)
 	})
 	if code != 3 || err != nil {
 		t.Errorf("got %d, %v; want 3, nil", code, err)
@@ -73,18 +71,15 @@ func TestWaitAgentExitStatus(t *testing.T) {
 }
 
 func TestWaitAgentGatewayEnded(t *testing.T) {
-	for name, change := range map[string]func(ctx context.Context, c *Cluster, gw *corev1.Pod){
-		"deleted": func(ctx context.Context, c *Cluster, gw *corev1.Pod) {
-			c.Client.(clientset).CoreV1().Pods("ns").Delete(ctx, gw.Name, metav1.DeleteOptions{})
-		},
-		"failed": func(ctx context.Context, c *Cluster, gw *corev1.Pod) {
-			g := gw.DeepCopy()
-			g.Status.Phase, g.Status.Reason = corev1.PodFailed, "Evicted"
-			c.Client.(clientset).CoreV1().Pods("ns").UpdateStatus(ctx, g, metav1.UpdateOptions{})
+	for name, change := range map[string]func(f *fakeAPI, gw *corev1.Pod){
+		"deleted": func(f *fakeAPI, gw *corev1.Pod) { f.remove(gw) },
+		"failed": func(f *fakeAPI, gw *corev1.Pod) {
+			gw.Status.Phase, gw.Status.Reason = corev1.PodFailed, "Evicted"
+			f.change(gw)
 		},
 	} {
-		c, gw, _ := waitPods(t)
-		_, err := waitFor(t, c, func(ctx context.Context) { change(ctx, c, gw) })
+		f, c, gw, _ := waitPods(t)
+		_, err := waitFor(t, c, func(context.Context) { change(f, gw) })
 		if !errors.Is(err, ErrGatewayEnded) {
 			t.Errorf("gateway pod %s: got %v, want ErrGatewayEnded", name, err)
 		}
