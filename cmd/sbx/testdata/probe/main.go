@@ -125,9 +125,11 @@ func main() {
 			}
 		}
 		fmt.Printf("udpflood: sent %d, refused %d\n", sent, failed)
-		// The socket stays a moment: a process that is gone by the time
-		// the gateway reads the report cannot be named.
-		time.Sleep(300 * time.Millisecond)
+		// The socket stays a while: a process that is gone by the time
+		// the gateway reads the report cannot be named, and on a loaded
+		// machine (CI's, with other tests' sandboxes and builds beside)
+		// 300 ms was not always enough.
+		time.Sleep(2 * time.Second)
 	case "icmp":
 		// An ICMP echo request over a raw socket (needs CAP_NET_RAW).
 		c, err := net.Dial("ip4:icmp", os.Args[2])
