@@ -1,6 +1,8 @@
 # Shared by the scripts: sourced, not run.
 
-log() { printf '==> %s\n' "$*" >&2; }
+# log says what a script does next, with the time since its first step
+# (SECONDS), so that a slow CI run's log shows where its time went.
+log() { printf '==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 # need_go puts Go on PATH or says how to get it. Debian's own Go is older
 # than go.mod asks for; the machines sbx is developed on have it in
