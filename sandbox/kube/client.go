@@ -20,12 +20,13 @@ import (
 
 // Client is the part of the Kubernetes API that sbx kube uses: the
 // sandbox's objects (pods, ConfigMaps, Secrets, NetworkPolicies), the
-// nodes, and the Leases sbx kube controller elects its leader with. Connect's Client speaks to the API server through client-go's
-// REST client with a scheme of these two API groups alone, not through
+// nodes, and the Leases sbx kube controller elects its leader with.
+// Connect's Client speaks to the API server through client-go's REST
+// client with a scheme of these three API groups alone, not through
 // client-go's clientset, whose scheme of every API group every sbx
 // process would build at its start (docs/performance.md). The methods are
-// those of client-go's typed clients, so a fake clientset adapts to it in
-// tests.
+// those of client-go's typed clients; the tests run it against a stand-in
+// API server.
 type Client interface {
 	Pods(namespace string) PodClient
 	ConfigMaps(namespace string) ResourceClient[*corev1.ConfigMap, *corev1.ConfigMapList]
