@@ -243,7 +243,7 @@ func (m *mocks) serveHTTP(ctx context.Context, c *conn, head *requestHead, u *ur
 	req := &http.Request{
 		Method: head.Method, URL: &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery},
 		Proto: "HTTP/1." + strconv.Itoa(head.ProtoMinor), ProtoMajor: 1, ProtoMinor: head.ProtoMinor,
-		Header: head.Header, Host: u.Host, RequestURI: u.RequestURI(), Body: http.NoBody,
+		Header: head.Header.Clone(), Host: u.Host, RequestURI: u.RequestURI(), Body: http.NoBody, // the head's is the connection's, reused
 	}
 	switch {
 	case head.Chunked:

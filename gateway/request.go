@@ -99,6 +99,23 @@ const headMaxEmptyLines = 4
 //     as the rest of the stream cannot be framed;
 //   - any other read error of br, wrapped.
 func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error) {
+	var b headBuf
+	return b.read(br, maxHeaderBytes)
+}
+
+// headBuf is the memory a connection's request heads are read into, one
+// after the other: the head, its header map and the array its fields'
+// values are sliced from, which the next read reuses. Nothing may keep a
+// head, its Header or a value slice of it once its request is served; a
+// request's strings are its own.
+type headBuf struct {
+	head requestHead
+	vals []string
+}
+
+// read is readRequestHead into b: the head it returns is b's, valid until
+// the next read.
+func (b *headBuf) read(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error) {
 	if maxHeaderBytes <= 0 {
 		maxHeaderBytes = 64 << 10
 	}
@@ -118,7 +135,15 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 			return nil, statusErrorf(http.StatusBadRequest, "more than %d empty lines before the request line", headMaxEmptyLines)
 		}
 	}
-	h := &requestHead{ContentLength: -1, Header: make(http.Header, 8)}
+	hdr := b.head.Header
+	if hdr == nil {
+		hdr = make(http.Header, 8)
+	}
+	clear(hdr)
+	clear(b.vals) // the strings of the last request go with it
+	b.head = requestHead{ContentLength: -1, Header: hdr}
+	b.vals = b.vals[:0]
+	h := &b.head
 	refuse := func(se *statusError) (*requestHead, error) {
 		if len(h.Method) <= 32 && netpolicy.ValidMethod(h.Method) {
 			se.Method = h.Method
@@ -144,7 +169,7 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 		if len(line) == 0 {
 			break
 		}
-		if se := f.addField(h, line); se != nil {
+		if se := f.addField(h, &b.vals, line); se != nil {
 			return refuse(se)
 		}
 	}
@@ -297,8 +322,10 @@ var headCommonKeys = func() map[string]string {
 }()
 
 // addField checks one header line (RFC 9112 §5, RFC 9110 §5.5) and adds
-// it to h.Header.
-func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
+// it to h.Header: the value of a name's first field is appended to vals
+// and sliced from it, its capacity cut so that appending a second field
+// of the name copies.
+func (f *headFraming) addField(h *requestHead, vals *[]string, line []byte) *statusError {
 	if line[0] == ' ' || line[0] == '\t' {
 		return statusErrorf(http.StatusBadRequest, "obsolete line folding (a header line starting with whitespace) is not allowed")
 	}
@@ -327,7 +354,13 @@ func (f *headFraming) addField(h *requestHead, line []byte) *statusError {
 		key = http.CanonicalHeaderKey(string(name))
 	}
 	v := string(value)
-	h.Header[key] = append(h.Header[key], v)
+	if have := h.Header[key]; have != nil {
+		h.Header[key] = append(have, v)
+	} else {
+		i := len(*vals)
+		*vals = append(*vals, v)
+		h.Header[key] = (*vals)[i : i+1 : i+1]
+	}
 
 	switch key {
 	case "Host":

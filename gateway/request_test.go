@@ -435,19 +435,60 @@ func checkHead(t *testing.T, h *requestHead) {
 	}
 }
 
-// BenchmarkReadRequestHead reads a typical proxied request head.
+// TestHeadBufReuse reads three heads through one headBuf, as a client
+// connection's requests are read: each head has its own fields and no
+// field of the one before, and a name repeated after another name's field
+// (A, B, A) keeps both values of each, the second A appended without
+// writing over B's value, which follows A's first in the memory they
+// share.
+func TestHeadBufReuse(t *testing.T) {
+	in := crlf("GET http://example.com/1 HTTP/1.1", "Host: example.com", "A: 1", "B: 2", "A: 3", "C: 4") +
+		crlf("GET http://example.com/2 HTTP/1.1", "Host: example.org", "D: 5") +
+		crlf("GET http://example.com/3 HTTP/1.1", "Host: example.net", "B: 6", "B: 7", "E: 8")
+	br := bufio.NewReader(strings.NewReader(in))
+	var b headBuf
+	for i, want := range []http.Header{
+		{"Host": {"example.com"}, "A": {"1", "3"}, "B": {"2"}, "C": {"4"}},
+		{"Host": {"example.org"}, "D": {"5"}},
+		{"Host": {"example.net"}, "B": {"6", "7"}, "E": {"8"}},
+	} {
+		h, err := b.read(br, 1<<10)
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		if diff := cmp.Diff(want, h.Header); diff != "" {
+			t.Errorf("request %d: fields (-want +got):\n%s", i+1, diff)
+		}
+		if wantTarget := "http://example.com/" + strconv.Itoa(i+1); h.Target != wantTarget {
+			t.Errorf("request %d: got target %q, want %q", i+1, h.Target, wantTarget)
+		}
+	}
+}
+
+// BenchmarkReadRequestHead reads a typical proxied request head, into
+// new memory (new) and over the last head's (reused), as a client
+// connection's requests are read.
 func BenchmarkReadRequestHead(b *testing.B) {
 	head := []byte(crlf("GET http://example.com/api/v1/items?page=2 HTTP/1.1", "Host: example.com",
 		"User-Agent: curl/8.5.0", "Accept: */*", "Accept-Encoding: gzip", "Proxy-Connection: Keep-Alive"))
-	r := bytes.NewReader(head)
-	br := bufio.NewReader(r)
-	b.SetBytes(int64(len(head)))
-	b.ReportAllocs()
-	for b.Loop() {
-		r.Reset(head)
-		br.Reset(r)
-		if _, err := readRequestHead(br, 64<<10); err != nil {
-			b.Fatal(err)
-		}
+	for _, mode := range []string{"new", "reused"} {
+		b.Run(mode, func(b *testing.B) {
+			r := bytes.NewReader(head)
+			br := bufio.NewReader(r)
+			var hb headBuf
+			read := func() (*requestHead, error) { return readRequestHead(br, 64<<10) }
+			if mode == "reused" {
+				read = func() (*requestHead, error) { return hb.read(br, 64<<10) }
+			}
+			b.SetBytes(int64(len(head)))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(head)
+				br.Reset(r)
+				if _, err := read(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -513,6 +513,10 @@ type conn struct {
 
 	fwd *forwardState // nil until a request is forwarded; see forward
 
+	// heads holds the request head being served, read over the last
+	// one's memory.
+	heads headBuf
+
 	// The id and kind of the connection's last request record, for the
 	// record of a panic (recoverConn); the requests of an inspected
 	// HTTP/2 tunnel are recorded at once.
@@ -638,7 +642,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		if waits && !first {
 			c.SetReadDeadline(time.Now().Add(s.limits.HeaderReadTimeout))
 		}
-		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
+		head, err := c.heads.read(c.br, s.limits.MaxHeaderBytes)
 		if err != nil {
 			s.refuseMalformed(c, err)
 			return

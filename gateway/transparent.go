@@ -236,7 +236,7 @@ func (k *capture) serveHTTP(ctx context.Context) {
 		}
 		start := time.Now()
 		c.SetReadDeadline(headBy)
-		head, err := readRequestHead(c.br, s.limits.MaxHeaderBytes)
+		head, err := c.heads.read(c.br, s.limits.MaxHeaderBytes)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
 			var se *statusError

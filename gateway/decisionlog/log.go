@@ -3,7 +3,6 @@ package decisionlog
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,7 +254,7 @@ func (l *Log) emitLocked(r *Record) uint64 {
 // the next batch, which one write takes to the file once the one before
 // has been written; each returns when its batch has been written, or has
 // failed. The commit that opens a batch lets the goroutines ready to run
-// go first (runtime.Gosched), so that those about to commit join it.
+// go first (yield), so that those about to commit join it.
 //
 // When the file cannot be written (full, an I/O error, removed or
 // replaced) or has reached its size limit, Commit writes r to no sink,
@@ -292,7 +291,7 @@ func (l *Log) Commit(r *Record) (uint64, error) {
 	// for the batch being written, if any (it holds l.mu), while later
 	// commits still join b; then b is closed to them and written with
 	// one write.
-	runtime.Gosched()
+	yield()
 	l.mu.Lock()
 	l.groupMu.Lock()
 	l.open = nil
