@@ -260,7 +260,7 @@ func TestInspectAuditModeAndHostMismatch(t *testing.T) {
 // lastClose waits for the last close record of kind.
 func lastClose(t *testing.T, g *testGateway, kind string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // a 64 MiB answer under -race on a loaded machine
 	for {
 		recs := g.records(t)
 		for i := len(recs) - 1; i >= 0; i-- {
