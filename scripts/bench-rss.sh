@@ -35,6 +35,7 @@ sandboxes=${SANDBOXES:-1}
 work=$(mktemp -d)
 chmod 755 "$work"
 running=() # the pids of the sbx run processes not yet stopped
+started=0
 
 # stop_sandboxes asks every sbx run still running to end (SIGTERM: it
 # tears its sandbox down) and waits for each; one killed instead would
@@ -88,7 +89,8 @@ tree() {
 idle() {
 	local bin="$work/$1/sbx" i pid p exe vm anon file pss total=0
 	for i in $(seq "$sandboxes"); do
-		"$bin" run --quiet --rootfs "$root" --log "$work/log-$1-$i.jsonl" -- sleep $((idle + 300)) >"$work/run-$i.out" 2>&1 &
+		started=$((started + 1)) # each sandbox of the script's has a log of its own
+		"$bin" run --quiet --rootfs "$root" --log "$work/log-$started.jsonl" -- sleep $((idle + 300)) >"$work/run-$i.out" 2>&1 &
 		running+=($!)
 	done
 	sleep "$idle" &
