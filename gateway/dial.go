@@ -246,13 +246,16 @@ func (s *Server) dialChecked(ctx context.Context, network, addr string) (net.Con
 	return s.cfg.Dial(ctx, network, addr)
 }
 
-// dialFirst connects to the first of addrs that answers on port.
+// dialFirst connects to the first of addrs that answers on port, within
+// Limits.DialTimeout for them all. Each is an IP address, dialed as
+// dialChecked dials, under dialFirst's own deadline: a second one per
+// address, never the earlier, would only cost a timer.
 func (s *Server) dialFirst(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.limits.DialTimeout)
 	defer cancel()
 	var errs []error
 	for _, ip := range addrs {
-		c, err := s.dialChecked(ctx, "tcp", netip.AddrPortFrom(ip, port).String())
+		c, err := s.cfg.Dial(ctx, "tcp", netip.AddrPortFrom(ip, port).String())
 		if err == nil {
 			return c, nil
 		}

@@ -402,11 +402,32 @@ const (
 )
 
 // clientAddr is the IP of a connection's peer, unmapped.
-func clientAddr(c net.Conn) netip.Addr {
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		return ap.Addr().Unmap()
+func clientAddr(c net.Conn) netip.Addr { return remoteAddrPort(c).Addr() }
+
+// remoteAddrPort is the address of a connection's peer, unmapped, or the
+// zero AddrPort when it has none. A TCP peer's is read from its
+// *net.TCPAddr, not formatted and parsed back: a connection is accepted,
+// counted and given back by it, and that was six strings for each.
+func remoteAddrPort(c net.Conn) netip.AddrPort {
+	return addrPortOf(c.RemoteAddr())
+}
+
+// addrPortOf is the address and port of a, unmapped, or the zero
+// AddrPort when a is not an IP address.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ap := ta.AddrPort(); ap.Addr().IsValid() {
+			return unmapAddrPort(ap)
+		}
+		return netip.AddrPort{}
 	}
-	return netip.Addr{}
+	if a == nil {
+		return netip.AddrPort{}
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return unmapAddrPort(ap)
+	}
+	return netip.AddrPort{}
 }
 
 // track registers a client connection, counting it against its client's
@@ -555,10 +576,7 @@ func (c *conn) SetDeadline(t time.Time) error {
 func (s *Server) newConn(nc net.Conn, remote netip.AddrPort) *conn {
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(nc)
-	c := &conn{Conn: nc, br: br}
-	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
-		c.client = unmapAddrPort(ap)
-	}
+	c := &conn{Conn: nc, br: br, client: remoteAddrPort(nc)}
 	c.clientText = c.client.String()
 	c.proc = s.owner("tcp", c.client, remote)
 	return c
@@ -612,9 +630,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	accepted := time.Now()
 	var local netip.AddrPort
 	if s.cfg.Owner != nil {
-		if ap, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil {
-			local = unmapAddrPort(ap)
-		}
+		local = addrPortOf(nc.LocalAddr())
 	}
 	c := s.newConn(nc, local)
 	if f, ok := ctx.Value(connFaultKey{}).(*connFault); ok {

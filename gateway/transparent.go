@@ -70,7 +70,7 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		refuse(netpolicy.RuleInvalid, fmt.Sprintf("the connection's original destination is unknown: %v", dstErr))
 		return
 	}
-	if local, err := netip.ParseAddrPort(nc.LocalAddr().String()); err == nil && unmapAddrPort(local) == dst {
+	if local := addrPortOf(nc.LocalAddr()); local.IsValid() && local == dst {
 		refuse(netpolicy.RuleInvalid, "a connection to the transparent listener itself was not redirected")
 		return
 	}

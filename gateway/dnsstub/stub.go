@@ -523,12 +523,18 @@ func (r *dnsReply) finish(out []byte, rcode dnsmessage.RCode) ([]byte, bool) {
 	return resp, true
 }
 
-// build appends the response with rcode to out.
+// build appends the response with rcode to out. The header and the
+// question are dnsmessage's; the answer and the OPT record are appended
+// here, byte for byte as dnsmessage's Builder with compression would
+// write them (TestBuildAsDNSMessage): the answer's name a pointer to the
+// question's, which starts right after the header (RFC 1035 §4.1.4).
+// Compression's table, a map and a string for each of the name's labels,
+// was half of what answering a query allocated.
 func (r *dnsReply) build(out []byte, rcode dnsmessage.RCode) ([]byte, error) {
 	h := r.header
 	h.RCode = rcode & 0xf // the rest goes into the OPT record (BADVERS comes only with one)
+	start := len(out)
 	b := dnsmessage.NewBuilder(out, h)
-	b.EnableCompression() // the answer's name points at the question's
 	if err := b.StartQuestions(); err != nil {
 		return nil, err
 	}
@@ -537,27 +543,43 @@ func (r *dnsReply) build(out []byte, rcode dnsmessage.RCode) ([]byte, error) {
 			return nil, err
 		}
 	}
+	msg, err := b.Finish()
+	if err != nil {
+		return nil, err
+	}
 	if r.hasA {
-		if err := b.StartAnswers(); err != nil {
-			return nil, err
+		if r.question == nil {
+			return nil, errors.New("an answer without a question")
 		}
-		rh := dnsmessage.ResourceHeader{Name: r.question.Name, Class: dnsmessage.ClassINET, TTL: dnsTTL}
-		if err := b.AResource(rh, dnsmessage.AResource{A: r.a}); err != nil {
-			return nil, err
+		if n := r.question.Name; n.Length == 1 && n.Data[0] == '.' {
+			msg = append(msg, 0) // the root, which is never compressed
+		} else {
+			msg = append(msg, 0xc0|byte(dnsHeaderLen>>8), byte(dnsHeaderLen)) // a pointer to the question's name
 		}
+		msg = binary.BigEndian.AppendUint16(msg, uint16(dnsmessage.TypeA))
+		msg = binary.BigEndian.AppendUint16(msg, uint16(dnsmessage.ClassINET))
+		msg = binary.BigEndian.AppendUint32(msg, dnsTTL)
+		msg = binary.BigEndian.AppendUint16(msg, uint16(len(r.a)))
+		msg = append(msg, r.a[:]...)
+		binary.BigEndian.PutUint16(msg[start+6:], 1) // ANCOUNT
 	}
 	if r.edns {
-		if err := b.StartAdditionals(); err != nil {
-			return nil, err
-		}
-		var rh dnsmessage.ResourceHeader
-		rh.SetEDNS0(dnsMaxPayload, rcode, false)
-		if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
-			return nil, err
-		}
+		// RFC 6891 §6.1.2: the root's name, the payload size as the
+		// class, the extended rcode's high bits atop the TTL, which also
+		// holds version 0 and no flags; no options.
+		msg = append(msg, 0)
+		msg = binary.BigEndian.AppendUint16(msg, uint16(dnsmessage.TypeOPT))
+		msg = binary.BigEndian.AppendUint16(msg, dnsMaxPayload)
+		msg = binary.BigEndian.AppendUint32(msg, uint32(rcode)>>4<<24)
+		msg = binary.BigEndian.AppendUint16(msg, 0)
+		binary.BigEndian.PutUint16(msg[start+10:], 1) // ARCOUNT
 	}
-	return b.Finish()
+	return msg, nil
 }
+
+// dnsHeaderLen is the length of a DNS message's header, where its
+// question begins.
+const dnsHeaderLen = 12
 
 // dnsTypeName is the name of a query type as DNS tools write it, or
 // TYPE<n> (RFC 3597) for a type it does not name.
