@@ -452,9 +452,14 @@ func TestPolicyScriptObjects(t *testing.T) {
 		if v.ConfigMap == nil {
 			continue
 		}
+		// Its view of the ConfigMap is the CA and the trust bundle: a
+		// volume of the whole ConfigMap would hold the scripts too.
+		if len(v.ConfigMap.Items) == 0 {
+			t.Errorf("the agent pod mounts the whole ConfigMap (volume %s), scripts and policy included", v.Name)
+		}
 		for _, it := range v.ConfigMap.Items {
-			if strings.HasPrefix(it.Key, "llm-script") {
-				t.Errorf("the agent pod mounts the script %s", it.Key)
+			if it.Key != KeyCACert && it.Key != KeyBundle {
+				t.Errorf("the agent pod mounts %s of the ConfigMap", it.Key)
 			}
 		}
 	}
