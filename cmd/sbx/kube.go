@@ -443,13 +443,9 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
-	recs, err := parseRecordLLM(o.recordLLM, nil)
+	recordHosts, err := o.recordHosts()
 	if err != nil {
 		return kube.Spec{}, nil, err
-	}
-	var recordHosts []string
-	for _, r := range recs {
-		recordHosts = append(recordHosts, r.Host)
 	}
 	return kube.Spec{
 		LLMScripts:          llmScripts,
@@ -472,6 +468,20 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		Token:               hex.EncodeToString(tok),
 		SkipPodRulesForTest: o.noPodRules,
 	}, p, nil
+}
+
+// recordHosts are the hosts of --record-llm, normalized, which the
+// gateway pod records.
+func (o *kubeRunOptions) recordHosts() ([]string, error) {
+	recs, err := parseRecordLLM(o.recordLLM, nil)
+	if err != nil {
+		return nil, err
+	}
+	var hosts []string
+	for _, r := range recs {
+		hosts = append(hosts, r.Host)
+	}
+	return hosts, nil
 }
 
 // policyScripts reads the LLM scripts the policy p's intercept rules

@@ -636,22 +636,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			{Name: "secret", MountPath: secretDir, ReadOnly: true},
 		},
 	}
-	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
-	for i, m := range s.MockLLM {
-		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
-		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
-	}
-	for i, l := range s.LLMScripts {
-		gw.Command = append(gw.Command, "--llm-script="+l.Name+"="+configDir+"/"+llmScriptKey(i)) // one argument: a name may start with -
-		configItems = append(configItems, corev1.KeyToPath{Key: llmScriptKey(i), Path: llmScriptKey(i)})
-	}
-	for _, h := range s.RecordLLM {
-		gw.Command = append(gw.Command, "--record-llm-api", h)
-	}
-	if len(s.UpstreamCA) > 0 {
-		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)
-		configItems = append(configItems, corev1.KeyToPath{Key: KeyUpstreamCA, Path: KeyUpstreamCA})
-	}
+	configItems := s.gatewayConfig(&gw)
 	// The secrets' values, each in a file of its name under
 	// secretValuesDir; the placeholders, which the agent pod's
 	// environment holds, on the command line (they are no secret).
@@ -693,6 +678,30 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			},
 		},
 	}
+}
+
+// gatewayConfig adds to the gateway container's command the flags that
+// name the files of the ConfigMap it reads (the policy's, the mocks' and
+// the policy's LLM scripts, the upstreams' CAs) and those of the hosts it
+// records, and returns the ConfigMap's items its volume holds.
+func (s *Spec) gatewayConfig(gw *corev1.Container) []corev1.KeyToPath {
+	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
+	for i, m := range s.MockLLM {
+		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
+		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
+	}
+	for i, l := range s.LLMScripts {
+		gw.Command = append(gw.Command, "--llm-script="+l.Name+"="+configDir+"/"+llmScriptKey(i)) // one argument: a name may start with -
+		configItems = append(configItems, corev1.KeyToPath{Key: llmScriptKey(i), Path: llmScriptKey(i)})
+	}
+	for _, h := range s.RecordLLM {
+		gw.Command = append(gw.Command, "--record-llm-api", h)
+	}
+	if len(s.UpstreamCA) > 0 {
+		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)
+		configItems = append(configItems, corev1.KeyToPath{Key: KeyUpstreamCA, Path: KeyUpstreamCA})
+	}
+	return configItems
 }
 
 // AgentPod is the sandbox's agent pod, for a gateway pod at gateway: the
