@@ -393,10 +393,6 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
-	llmScripts, err := o.policyScripts(p)
-	if err != nil {
-		return kube.Spec{}, nil, err
-	}
 	policyJSON, err := json.Marshal(p.Spec())
 	if err != nil {
 		return kube.Spec{}, nil, err
@@ -443,7 +439,7 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
-	recordHosts, err := o.recordHosts()
+	llmScripts, recordHosts, err := o.llms(p)
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
@@ -470,18 +466,20 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	}, p, nil
 }
 
-// recordHosts are the hosts of --record-llm, normalized, which the
-// gateway pod records.
-func (o *kubeRunOptions) recordHosts() ([]string, error) {
+// llms are the LLM scripts of the policy p (policyScripts) and the hosts
+// of --record-llm, normalized, which the gateway pod records.
+func (o *kubeRunOptions) llms(p *netpolicy.Policy) (scripts []kube.LLMScript, recordHosts []string, err error) {
+	if scripts, err = o.policyScripts(p); err != nil {
+		return nil, nil, err
+	}
 	recs, err := parseRecordLLM(o.recordLLM, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var hosts []string
 	for _, r := range recs {
-		hosts = append(hosts, r.Host)
+		recordHosts = append(recordHosts, r.Host)
 	}
-	return hosts, nil
+	return scripts, recordHosts, nil
 }
 
 // policyScripts reads the LLM scripts the policy p's intercept rules
