@@ -276,9 +276,6 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if len(o.recordLLM) > 0 && o.detach {
 		return usageErrorf(cmd, "--record-llm writes the recording when the agent ends, and -d returns at once: give one (run the agent in the foreground to record it)")
 	}
-	if o.mockJournal != "" && len(o.mockLLM) == 0 {
-		return usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT, and there is none: give --mock-llm too")
-	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
@@ -439,7 +436,7 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
-	llmScripts, recordHosts, err := o.llms(p)
+	llmScripts, recordHosts, err := o.llms(cmd, p)
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
@@ -467,10 +464,14 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 }
 
 // llms are the LLM scripts of the policy p (policyScripts) and the hosts
-// of --record-llm, normalized, which the gateway pod records.
-func (o *kubeRunOptions) llms(p *netpolicy.Policy) (scripts []kube.LLMScript, recordHosts []string, err error) {
+// of --record-llm, normalized, which the gateway pod records. A
+// --mock-journal with no mock to keep the journal of is a usage error.
+func (o *kubeRunOptions) llms(cmd *cobra.Command, p *netpolicy.Policy) (scripts []kube.LLMScript, recordHosts []string, err error) {
 	if scripts, err = o.policyScripts(p); err != nil {
 		return nil, nil, err
+	}
+	if o.mockJournal != "" && len(o.mockLLM) == 0 && len(scripts) == 0 {
+		return nil, nil, usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT and of the policy's llm responses, and there is none: give --mock-llm too")
 	}
 	recs, err := parseRecordLLM(o.recordLLM, nil)
 	if err != nil {
@@ -766,10 +767,11 @@ func writeRecorded(ctx context.Context, stderr io.Writer, cl *api.Client, values
 	return combine(errs...)
 }
 
-// saveMockJournal writes the journal of each mock of the sandbox, read
-// from its gateway pod through the management API, to f as a journal file
-// (what sbx run's --mock-journal writes, which sbx mock requests
-// --journal reads), and closes f.
+// saveMockJournal writes the journal of each mock of the sandbox (its
+// --mock-llm hosts' and its policy's LLM scripts'), read from its gateway
+// pod through the management API, to f as a journal file (what sbx run's
+// --mock-journal writes, which sbx mock requests --journal reads), and
+// closes f.
 func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.File) error {
 	jf := mockllm.NewJournalFile(f)
 	fctx, cancel := context.WithCancel(ctx)
@@ -785,16 +787,34 @@ func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.Fi
 		return err
 	}
 	defer cl.Close()
-	var journals []*api.MockRequests
+	journals, err := mockJournals(fctx, cl, s)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	return writeMockJournal(jf, journals)
+}
+
+// mockJournals reads the journal of each mock of the sandbox s (its
+// --mock-llm hosts' and its policy's LLM scripts') from the gateway whose
+// management API cl reaches.
+func mockJournals(ctx context.Context, cl *api.Client, s kube.Spec) ([]*api.MockRequests, error) {
+	var mocks []api.Mock
 	for _, m := range s.MockLLM {
-		ans, err := cl.MockRequests(fctx, api.Mock{Host: m.Host})
+		mocks = append(mocks, api.Mock{Host: m.Host})
+	}
+	for _, l := range s.LLMScripts {
+		mocks = append(mocks, api.Mock{Script: l.Name})
+	}
+	var journals []*api.MockRequests
+	for _, m := range mocks {
+		ans, err := cl.MockRequests(ctx, m)
 		if err != nil {
-			jf.Close()
-			return err
+			return nil, err
 		}
 		journals = append(journals, ans)
 	}
-	return writeMockJournal(jf, journals)
+	return journals, nil
 }
 
 // writeMockJournal writes the mocks' journals, as the management API

@@ -107,7 +107,12 @@ unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY && exec /tmp/httpsget -d "$2
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run("replay by the policy's llm response", "--policy", policy)
+	journal := filepath.Join(dir, "journal.jsonl")
+	run("replay by the policy's llm response", "--policy", policy, "--mock-journal", journal)
+	out, errOut, code := runCLI(t, "mock", "requests", "--journal", journal, "--script", "recorded.yaml", "--json")
+	if code != 0 || !strings.Contains(out, `the word is quince`) {
+		t.Errorf("the policy script's journal (--mock-journal): exit %d, want the agent's request\n%s%s", code, out, errOut)
+	}
 	if hits.Load() != 1 {
 		t.Errorf("the stand-in API was asked %d times, want once: the replays asked it", hits.Load())
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/api"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
+	"github.com/sbx-dev/sbx/sandbox/kube"
 )
 
 // anthropicRequest is an Anthropic Messages request whose last user
@@ -212,8 +213,36 @@ rules:
 	g := startGatewayCmd(t, "management API on", append(args, "--listen", proxy, "--api", apiAddr, "--token-file", tokenFile)...)
 	t.Cleanup(func() { g.stop(t) })
 	status, body := askLLM(t, proxyTransport(proxy, ""), "http://api.anthropic.com/v1/messages", "hello")
+
 	if status != http.StatusOK || !strings.Contains(body, "answered from the policy's script") {
 		t.Fatalf("the rule's host through the gateway pod: %d %s, want the script's answer", status, body)
+	}
+
+	// --mock-journal keeps the policy script's journal: read through the
+	// API (after the port-forward), written, and read back by name.
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := api.NewClient(apiAddr, strings.TrimSpace(string(token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	journals, err := mockJournals(context.Background(), cl, kube.Spec{LLMScripts: []kube.LLMScript{{Name: "scripts/agent.yaml"}}})
+	if err != nil {
+		t.Fatalf("reading the journal of the policy's script: %v", err)
+	}
+	journal := filepath.Join(t.TempDir(), "journal.jsonl")
+	f, err := os.OpenFile(journal, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMockJournal(mockllm.NewJournalFile(f), journals); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := runCLI(t, "mock", "requests", "--journal", journal, "--script", "scripts/agent.yaml", "--json"); code != 0 || !strings.Contains(out, `"content":"hello"`) {
+		t.Errorf("the kept journal of the policy's script: exit %d, want the request\n%s%s", code, out, errOut)
 	}
 
 	// sbx kube policy replace sends the file as sbx policy replace does
