@@ -10,13 +10,17 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/sandbox/kube"
 )
 
 // TestKubeClusterRecordLLM: sbx kube run --record-llm HOST=SCRIPT on the
-// cluster. The agent (a Go client, fetched from a file server pod of the
-// namespace) sends an Anthropic request to HOST, an HTTPS server of the
+// cluster. The agent (a Go client, copied in once its pod runs) sends an Anthropic request to HOST, an HTTPS server of the
 // test's own on the node's address standing in for the API; the gateway
 // pod lets it through, inspected, and records it; when the agent ends,
 // sbx kube run writes SCRIPT here, and no object is left. With the API
@@ -35,11 +39,6 @@ func TestKubeClusterRecordLLM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := k.pod("files", map[string]string{"app": "files"}, "mkdir -p /tmp/www && exec httpd -f -p 8080 -h /tmp/www")
-	if out, errOut, err := k.exec("files", "main", string(bin), "sh", "-c", "cat >/tmp/www/httpsget"); err != nil {
-		t.Fatalf("copying httpsget into the file server: %v\n%s%s", err, out, errOut)
-	}
-
 	// The stand-in API, on the node's address.
 	caPEM, cert := testCertificate(t, kubeNodeIP)
 	upstream := mockllm.New(mustParseScript(t, "turns:\n  - reply: {text: answered by the stand-in api}\n"))
@@ -62,22 +61,53 @@ func TestKubeClusterRecordLLM(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The agent: fetch the client, then ask the API as an agent would.
-	agent := `wget -q -O /tmp/httpsget "http://$1/httpsget" && chmod 755 /tmp/httpsget &&
-unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY && exec /tmp/httpsget -d "$2" "$3"`
+	// The agent: wait for the client, which the test copies in once the
+	// agent pod runs (as TestKubeClusterSecret does), then ask the API as
+	// an agent would, straight to the host (the pod's rules capture it).
+	agent := `while [ ! -x /tmp/httpsget ]; do sleep 0.2; done
+unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" "$2"`
 	run := func(name string, flags ...string) (string, string) {
 		t.Helper()
-		args := []string{"run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
-			"--allow", files + ":8080", "--allow-private", files + "/32", "--allow-private", kubeNodeIP + "/32"}
-		args = append(append(args, flags...), "--", "sh", "-c", agent, "sh", files+":8080", anthropicRequest("the word is quince"), "https://"+apiAddr+"/v1/messages")
-		out, errOut, code := k.sbx(args...)
-		if code != 0 || !strings.HasPrefix(out, "200 ") || !strings.Contains(out, "answered by the stand-in api") {
-			t.Fatalf("%s: exit %d, want 0 and the API's answer\n%s%s", name, code, out, errOut)
+		args := []string{"run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--allow-private", kubeNodeIP + "/32"}
+		args = append(append(args, flags...), "--", "sh", "-c", agent, "sh", anthropicRequest("the word is quince"), "https://"+apiAddr+"/v1/messages")
+		type result struct {
+			out, errOut string
+			code        int
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, errOut, code := k.sbx(args...)
+			done <- result{out, errOut, code}
+		}()
+		copied, finished := false, false
+		var r result
+		for !finished {
+			select {
+			case r = <-done:
+				finished = true
+				continue
+			case <-time.After(500 * time.Millisecond):
+			}
+			if copied {
+				continue
+			}
+			pods, err := k.cs.CoreV1().Pods(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelRole + "=" + kube.RoleAgent})
+			if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+				continue
+			}
+			if out, errOut, err := k.exec(pods.Items[0].Name, "agent", string(bin), "sh", "-c", "cat >/tmp/httpsget.part && chmod 755 /tmp/httpsget.part && mv /tmp/httpsget.part /tmp/httpsget"); err == nil {
+				copied = true
+			} else {
+				t.Logf("%s: copying httpsget into the agent: %v\n%s%s", name, err, out, errOut)
+			}
+		}
+		if r.code != 0 || !strings.HasPrefix(r.out, "200 ") || !strings.Contains(r.out, "answered by the stand-in api") {
+			t.Fatalf("%s: exit %d, want 0 and the API's answer\n%s%s", name, r.code, r.out, r.errOut)
 		}
 		if left := k.objectsLeft(""); len(left) > 0 {
 			t.Errorf("%s: left after the run: %v", name, left)
 		}
-		return out, errOut
+		return r.out, r.errOut
 	}
 
 	script := filepath.Join(dir, "recorded.yaml")
