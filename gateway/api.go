@@ -32,6 +32,8 @@ func (g apiGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return g.s.mocks.hosts, g.s.mocks.scripts
 }
 
+func (g apiGateway) Recorders() map[string]*mockllm.Recorder { return g.s.cfg.RecordLLM }
+
 func (g apiGateway) Approvals() []api.Approval { return g.s.approvals.List() }
 
 func (g apiGateway) AnswerApproval(id string, a api.ApprovalAnswer) (api.Approval, error) {

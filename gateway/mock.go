@@ -89,10 +89,10 @@ func (m *mocks) checkLLMScripts(p *netpolicy.Policy) error {
 			continue
 		}
 		if len(m.scripts) == 0 {
-			return fmt.Errorf("%w: rule %s: response: llm: %q: this gateway holds no LLM script; scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM)
+			return fmt.Errorf("%w: rule %s: response: llm: %q: this gateway holds no LLM script; scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE, sbx kube run --policy FILE), never by a policy change", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM)
 		}
 		names := slices.Sorted(maps.Keys(m.scripts))
-		return fmt.Errorf("%w: rule %s: response: llm: %q was not read when this gateway started; it holds %s. Scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE), never by a policy change; name one of these, or queue turns on one with sbx mock expect --script NAME", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM, quoteList(names))
+		return fmt.Errorf("%w: rule %s: response: llm: %q was not read when this gateway started; it holds %s. Scripts are read when a sandbox starts, from the policy file it starts with (sbx run --policy FILE, sbx kube run --policy FILE), never by a policy change; name one of these, or queue turns on one with sbx mock expect --script NAME", netpolicy.ErrInvalidRule, r.ID, r.Response.LLM, quoteList(names))
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/handoff"
+	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
@@ -47,6 +48,11 @@ type gatewayOptions struct {
 	// processUnknown is --process-unknown: why the records name no
 	// process.
 	processUnknown string
+	// recordAPI are --record-llm-api's hosts: recorded as --record-llm
+	// records, for the management API alone.
+	recordAPI []string
+	// llmScripts are --llm-script's NAME=FILE values.
+	llmScripts []string
 }
 
 // stdoutLog is the --log value that writes the decision log to standard
@@ -94,7 +100,12 @@ http:// base URLs work as they are; HTTPS to HOST needs --ca-cert (the mock
 terminates TLS), and without it a CONNECT to HOST is refused. With
 --record-llm HOST=SCRIPT (and --ca-cert), HOST's HTTPS goes through under
 the policy, inspected, and what HOST answered is written to SCRIPT when
-the gateway stops, for --mock-llm to replay.
+the gateway stops, for --mock-llm to replay. --record-llm-api HOST records
+the same way but keeps the script for the management API (GET
+/v1/mock/recording) instead of writing a file, as sbx kube's gateway pod
+does. --llm-script NAME=FILE reads the LLM script the policy's llm
+responses name NAME from FILE (sbx kube's gateway pod: from the sandbox's
+ConfigMap).
 
 SIGHUP reloads the --policy file (with the other policy flags, as at
 start) and makes it the running policy, in place of the rules of the file
@@ -140,6 +151,8 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.secretDir, "secret-dir", "", "read every secret's value (the policy's and --secret's) from the file `DIR`/NAME instead of the variable or file its binding names (sbx kube's gateway pod: the sandbox's Secret)")
 	fs.StringArrayVar(&o.placeholders, "secret-placeholder", nil, "give secret NAME the placeholder PLACEHOLDER (`NAME=PLACEHOLDER`, sbx-secret-NAME- and 32 hex digits) instead of a new one: the clients hold it already (sbx kube's agent pod); repeatable")
 	fs.StringVar(&o.processUnknown, "process-unknown", "", "say `WHY` the gateway cannot name the process behind a request, in each record's process_unknown (sbx kube's gateway pod: the agent's processes are in another pod)")
+	fs.StringArrayVar(&o.recordAPI, "record-llm-api", nil, "record an LLM as --record-llm does, for `HOST`, but keep the script for the management API (GET /v1/mock/recording) instead of writing a file (sbx kube's gateway pod: sbx kube run reads it before the pod goes); needs --ca-cert or --ca; repeatable")
+	fs.StringArrayVar(&o.llmScripts, "llm-script", nil, "read the LLM script the policy's llm responses name NAME from FILE (`NAME=FILE`) instead of the path NAME gives (sbx kube's gateway pod: the scripts are in the sandbox's ConfigMap); repeatable")
 	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
 }
 
@@ -340,6 +353,11 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 			return cfg, nil, err
 		}
 	}
+	o.scriptFiles = map[string]string{}
+	for _, v := range o.llmScripts {
+		i := strings.LastIndexByte(v, '=') // check made sure there is one
+		o.scriptFiles[v[:i]] = v[i+1:]
+	}
 	recordings, err := o.read(cmd, &cfg)
 	if err != nil {
 		return cfg, nil, err
@@ -351,7 +369,10 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 		return cfg, nil, fmt.Errorf("the policy %s has secrets, which need --ca-cert FILE: the gateway puts their values in the headers of HTTPS requests by terminating them, with a CA whose certificate the clients trust", o.policy.Policy)
 	}
 	recs := run.NewRecorders(recordings)
-	cfg.Listen, cfg.TokenFile, cfg.RecordLLM, cfg.DNS = o.listen, o.tokenFile, recs.Gateway(), o.dns
+	if cfg.RecordLLM, err = o.recorders(recs, cfg.MockLLM); err != nil {
+		return cfg, nil, usageError(cmd, err)
+	}
+	cfg.Listen, cfg.TokenFile, cfg.DNS = o.listen, o.tokenFile, o.dns
 	cfg.AllowCommand, cfg.ProcessUnknown = o.allowCommand, o.processUnknown
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
@@ -373,6 +394,27 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 		}
 	}
 	return cfg, recs, nil
+}
+
+// recorders are the gateway's recorders: recs' (--record-llm) and one for
+// each host of --record-llm-api, whose script only the management API
+// gives. A host is recorded or mocked once.
+func (o *gatewayOptions) recorders(recs *run.Recorders, mocks map[string]*mockllm.Responder) (map[string]*mockllm.Recorder, error) {
+	out := recs.Gateway()
+	for _, raw := range o.recordAPI {
+		host, err := netpolicy.NormalizeHost(raw)
+		if err != nil {
+			return nil, fmt.Errorf("--record-llm-api %s: %w; give a host name such as api.anthropic.com, without scheme, port or path", raw, err)
+		}
+		if out[host] != nil || mocks[host] != nil {
+			return nil, fmt.Errorf("--record-llm-api %s: %s is already recorded or mocked; give one --record-llm, --record-llm-api or --mock-llm per host", raw, host)
+		}
+		if out == nil {
+			out = map[string]*mockllm.Recorder{}
+		}
+		out[host] = mockllm.NewRecorder(nil)
+	}
+	return out, nil
 }
 
 // check checks the values of the flags that are not policy flags, before
@@ -408,6 +450,14 @@ func (o *gatewayOptions) check() error {
 	}
 	if len(o.api) > 0 && o.tokenFile == "" {
 		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")
+	}
+	if len(o.recordAPI) > 0 && !o.hasCA() {
+		return errors.New("--record-llm-api needs --ca-cert FILE or --ca FILE: the gateway records HTTPS by terminating it, with a CA whose certificate the clients trust")
+	}
+	for _, v := range o.llmScripts {
+		if i := strings.LastIndexByte(v, '='); i <= 0 || i == len(v)-1 {
+			return fmt.Errorf("--llm-script %q: want NAME=FILE, the script's name as the policy's llm responses write it and the file to read it from", v)
+		}
 	}
 	if len(o.recordLLM) > 0 && !o.hasCA() {
 		return errors.New("--record-llm needs --ca-cert FILE: the gateway records HTTPS by terminating it, with a CA whose certificate the clients trust")

@@ -36,6 +36,10 @@ type gatewayFlags struct {
 	// secret's value is read from, by its name, instead of the variable
 	// or file its binding names ("" for those). sbx run has no such flag.
 	secretDir string
+	// scriptFiles are sbx gateway's --llm-script values: the file of each
+	// LLM script the policy names, by its name, in place of the path the
+	// name gives (nil for those). sbx run has no such flag.
+	scriptFiles map[string]string
 }
 
 // gatewayFlagUsage is the help of the gateway flags whose words differ
@@ -114,7 +118,7 @@ func (f *gatewayFlags) read(cmd *cobra.Command, cfg *gateway.Config) ([]run.Reco
 		return nil, err
 	}
 	cfg.Policy = p
-	if cfg.LLMScripts, err = policyScripts(f.policy.Policy, p); err != nil {
+	if cfg.LLMScripts, err = policyScriptsFrom(f.policy.Policy, p, f.scriptFiles); err != nil {
 		return nil, err
 	}
 	secrets, err := parseSecretFlags(f.secrets, f.secretHeaders)

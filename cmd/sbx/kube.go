@@ -132,6 +132,9 @@ type kubeRunOptions struct {
 	// mockJournal is --mock-journal: where the mocks' journal is kept
 	// once the agent ends.
 	mockJournal string
+	// recordLLM are --record-llm's HOST=SCRIPT values: the gateway pod
+	// records, and the scripts are written here when the agent ends.
+	recordLLM []string
 	// The agent's limits, as sbx run's flags of the same names, and its
 	// CPU request (--cpus-request; 0 for the default).
 	memory      string
@@ -208,6 +211,9 @@ each one (admission included) without keeping it.`
 	fs.Float64Var(&o.cpusRequest, "cpus-request", 0, "keep `N` CPUs for the agent on its node, e.g. 0.5 (the pod's CPU request: what the scheduler reserves, not a bound; at most --cpus) (default 0.01, or --cpus when less)")
 	fs.Int64Var(&o.pidsLimit, "pids-limit", sandbox.DefaultPidsLimit, "Kubernetes has no process limit for a pod (the node's kubelet sets podPidsLimit): only 0 is taken; docs/kubernetes.md")
 	fs.StringVar(&o.tmpSize, "tmp-size", formatBytes(kube.DefaultTmpSize), "the size of the agent's /tmp and of HOME, each (`BYTES`; in memory, counted in --memory)")
+	// Listed nowhere: only 0 is taken, and check says why another value
+	// cannot be.
+	fs.MarkHidden("pids-limit")
 	fs.BoolVar(&o.noPodRules, "test-no-pod-rules", false, "leave the in-pod rules out, so that only the NetworkPolicy confines the agent (tests only: it takes one of the two layers away)")
 	fs.MarkHidden("test-no-pod-rules")
 	// An always answer's rule goes to a file sbx kube does not keep: no
@@ -220,6 +226,7 @@ each one (admission included) without keeping it.`
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
 		fs.StringVar(&o.logFile, "log", "", "keep the decision log (JSON Lines, read from the gateway pod while it runs) in `FILE`, new or empty, for sbx audit after the sandbox is gone")
+		fs.StringArrayVar(&o.recordLLM, "record-llm", nil, "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and, when the agent ends, read what it answered from the gateway pod before the pods go and write it to SCRIPT on this machine, for --mock-llm to replay offline; repeatable")
 		fs.StringVar(&o.mockJournal, "mock-journal", "", "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE`, new or empty: read from the gateway pod when the agent ends, before the pods go; sbx mock requests --journal FILE reads it")
 		fs.MarkHidden("gateway-ip")
 		fs.MarkHidden("server-dry-run")
@@ -266,15 +273,19 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	if o.mockJournal != "" && o.detach {
 		return usageErrorf(cmd, "--mock-journal keeps the journal when the agent ends, and -d returns at once: give one (sbx kube mock requests --sandbox ID --json reads a detached sandbox's)")
 	}
-	if o.mockJournal != "" && len(o.mockLLM) == 0 {
-		return usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT, and there is none: give --mock-llm too")
+	if len(o.recordLLM) > 0 && o.detach {
+		return usageErrorf(cmd, "--record-llm writes the recording when the agent ends, and -d returns at once: give one (run the agent in the foreground to record it)")
 	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		return usageErrorf(cmd, "--pull %q: want Always, IfNotPresent or Never", o.pull)
 	}
-	if _, err := parseMockLLM(o.mockLLM); err != nil {
+	mocks, err := parseMockLLM(o.mockLLM)
+	if err != nil {
+		return usageError(cmd, err)
+	}
+	if _, err := parseRecordLLM(o.recordLLM, mocks); err != nil {
 		return usageError(cmd, err)
 	}
 	if _, err := parseSecretFlags(o.secrets, o.secretHeaders); err != nil {
@@ -379,11 +390,6 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	if err != nil {
 		return kube.Spec{}, nil, err
 	}
-	for _, r := range p.Rules() {
-		if r.Response != nil && r.Response.LLM != "" {
-			return kube.Spec{}, nil, usageErrorf(cmd, "rule %s answers with the LLM script %s, which sbx kube cannot take to the gateway pod yet; leave it out of the policy", r.ID, r.Response.LLM)
-		}
-	}
 	policyJSON, err := json.Marshal(p.Spec())
 	if err != nil {
 		return kube.Spec{}, nil, err
@@ -430,7 +436,13 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 	}
 	tok := make([]byte, 32)
 	rand.Read(tok)
+	llmScripts, recordHosts, err := o.llms(cmd, p)
+	if err != nil {
+		return kube.Spec{}, nil, err
+	}
 	return kube.Spec{
+		LLMScripts:          llmScripts,
+		RecordLLM:           recordHosts,
 		Secrets:             secs,
 		UpstreamCA:          upstreamCA,
 		MockLLM:             mocks,
@@ -449,6 +461,48 @@ func (o *kubeRunOptions) spec(cmd *cobra.Command, args []string) (kube.Spec, *ne
 		Token:               hex.EncodeToString(tok),
 		SkipPodRulesForTest: o.noPodRules,
 	}, p, nil
+}
+
+// llms are the LLM scripts of the policy p (policyScripts) and the hosts
+// of --record-llm, normalized, which the gateway pod records. A
+// --mock-journal with no mock to keep the journal of is a usage error.
+func (o *kubeRunOptions) llms(cmd *cobra.Command, p *netpolicy.Policy) (scripts []kube.LLMScript, recordHosts []string, err error) {
+	if scripts, err = o.policyScripts(p); err != nil {
+		return nil, nil, err
+	}
+	if o.mockJournal != "" && len(o.mockLLM) == 0 && len(scripts) == 0 {
+		return nil, nil, usageErrorf(cmd, "--mock-journal keeps the journal of the mocks of --mock-llm HOST=SCRIPT and of the policy's llm responses, and there is none: give --mock-llm too")
+	}
+	recs, err := parseRecordLLM(o.recordLLM, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range recs {
+		recordHosts = append(recordHosts, r.Host)
+	}
+	return scripts, recordHosts, nil
+}
+
+// policyScripts reads the LLM scripts the policy p's intercept rules
+// answer with (response: {llm: NAME}), as sbx run reads them (relative
+// to the policy file), for the sandbox's ConfigMap: each under the name
+// the policy gives it, which the policy in the ConfigMap keeps, so that
+// sbx kube policy replace with the same file names the same scripts.
+func (o *kubeRunOptions) policyScripts(p *netpolicy.Policy) ([]kube.LLMScript, error) {
+	// Parsed first, for sbx run's errors (the script's file and line,
+	// its rules, the policy file).
+	if _, err := policyScripts(o.policy.Policy, p); err != nil {
+		return nil, err
+	}
+	var out []kube.LLMScript
+	for _, name := range p.LLMScripts() {
+		data, err := os.ReadFile(scriptPath(o.policy.Policy, name))
+		if err != nil {
+			return nil, fmt.Errorf("the policy's LLM script %s: %w", name, err)
+		}
+		out = append(out, kube.LLMScript{Name: name, Script: data})
+	}
+	return out, nil
 }
 
 // readUpstreamCA reads the file of --upstream-ca, if given: what sbx
@@ -559,12 +613,9 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 		}
 		return combine(err, remove())
 	}
-	if journalFile != nil {
-		// Before the gateway pod goes, with the journal it holds.
-		if err := saveMockJournal(ctx, c, s, journalFile); err != nil {
-			return combine(fmt.Errorf("--mock-journal %s: %w", o.mockJournal, err), remove())
-		}
-		fmt.Fprintf(stderr, "sbx kube: mock journal of sandbox %s: %s\n", s.ID, o.mockJournal)
+	// Before the gateway pod goes, with what it holds.
+	if err := o.keep(ctx, stderr, c, s, journalFile); err != nil {
+		return combine(err, remove())
 	}
 	if err := remove(); err != nil {
 		return err
@@ -656,10 +707,71 @@ func saveDecisions(ctx context.Context, c *kube.Cluster, id string, f *os.File) 
 	return done
 }
 
-// saveMockJournal writes the journal of each mock of the sandbox, read
-// from its gateway pod through the management API, to f as a journal file
-// (what sbx run's --mock-journal writes, which sbx mock requests
-// --journal reads), and closes f.
+// keep reads what the flags ask to keep from the sandbox's gateway pod
+// once the agent has ended: the recordings of --record-llm and the
+// journal of --mock-journal (into journalFile, nil without it).
+func (o *kubeRunOptions) keep(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube.Spec, journalFile *os.File) error {
+	var errs []error
+	if len(s.RecordLLM) > 0 {
+		errs = append(errs, o.saveRecordings(ctx, stderr, c, s))
+	}
+	if journalFile != nil {
+		if err := saveMockJournal(ctx, c, s, journalFile); err != nil {
+			errs = append(errs, fmt.Errorf("--mock-journal %s: %w", o.mockJournal, err))
+		} else {
+			fmt.Fprintf(stderr, "sbx kube: mock journal of sandbox %s: %s\n", s.ID, o.mockJournal)
+		}
+	}
+	return combine(errs...)
+}
+
+// saveRecordings reads what the sandbox's gateway pod recorded of each
+// host of --record-llm, through the management API, and writes each
+// script to its file, as writeRecorded says.
+func (o *kubeRunOptions) saveRecordings(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube.Spec) error {
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	addr, err := c.ForwardAPI(fctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("--record-llm: reading the recordings from the gateway pod %s: %w", kube.GatewayPodName(s.ID), err)
+	}
+	cl, err := api.NewClient(addr, s.Token)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return writeRecorded(fctx, stderr, cl, o.recordLLM)
+}
+
+// writeRecorded reads what the gateway whose management API cl reaches
+// has recorded of each host of the --record-llm values, and writes each
+// script to its file, whole or not at all, as sbx run does when its
+// sandbox ends, saying so on stderr.
+func writeRecorded(ctx context.Context, stderr io.Writer, cl *api.Client, values []string) error {
+	recs, err := parseRecordLLM(values, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range recs {
+		got, err := cl.MockRecording(ctx, r.Host)
+		if err == nil {
+			err = run.WriteFile(r.Path, []byte(got.Script))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--record-llm %s=%s: %w", r.Host, r.Path, err))
+			continue
+		}
+		fmt.Fprintf(stderr, "sbx kube: %s\n", recordedNote(run.Recorded{Host: r.Host, Path: r.Path, Exchanges: got.Exchanges}))
+	}
+	return combine(errs...)
+}
+
+// saveMockJournal writes the journal of each mock of the sandbox (its
+// --mock-llm hosts' and its policy's LLM scripts'), read from its gateway
+// pod through the management API, to f as a journal file (what sbx run's
+// --mock-journal writes, which sbx mock requests --journal reads), and
+// closes f.
 func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.File) error {
 	jf := mockllm.NewJournalFile(f)
 	fctx, cancel := context.WithCancel(ctx)
@@ -675,16 +787,34 @@ func saveMockJournal(ctx context.Context, c *kube.Cluster, s kube.Spec, f *os.Fi
 		return err
 	}
 	defer cl.Close()
-	var journals []*api.MockRequests
+	journals, err := mockJournals(fctx, cl, s)
+	if err != nil {
+		jf.Close()
+		return err
+	}
+	return writeMockJournal(jf, journals)
+}
+
+// mockJournals reads the journal of each mock of the sandbox s (its
+// --mock-llm hosts' and its policy's LLM scripts') from the gateway whose
+// management API cl reaches.
+func mockJournals(ctx context.Context, cl *api.Client, s kube.Spec) ([]*api.MockRequests, error) {
+	var mocks []api.Mock
 	for _, m := range s.MockLLM {
-		ans, err := cl.MockRequests(fctx, api.Mock{Host: m.Host})
+		mocks = append(mocks, api.Mock{Host: m.Host})
+	}
+	for _, l := range s.LLMScripts {
+		mocks = append(mocks, api.Mock{Script: l.Name})
+	}
+	var journals []*api.MockRequests
+	for _, m := range mocks {
+		ans, err := cl.MockRequests(ctx, m)
 		if err != nil {
-			jf.Close()
-			return err
+			return nil, err
 		}
 		journals = append(journals, ans)
 	}
-	return writeMockJournal(jf, journals)
+	return journals, nil
 }
 
 // writeMockJournal writes the mocks' journals, as the management API

@@ -31,9 +31,6 @@ type mockFlags struct {
 func (f *mockFlags) add(cmd *cobra.Command) {
 	f.target.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&f.host, "host", "", "the mocked `HOST` (--mock-llm HOST=...); needed when there are several mocks")
-	if f.target.kube != nil {
-		return // a cluster sandbox's policy answers from no script
-	}
 	cmd.Flags().StringVar(&f.script, "script", "", "the policy's LLM script `NAME` (response: {llm: NAME}), as the policy writes it; needed when there are several mocks")
 	cmd.MarkFlagsMutuallyExclusive("host", "script")
 }
@@ -70,13 +67,14 @@ over. With several mocks, name one with --host or --script.` + mockScriptHelp(),
 func newKubeMockCmd(kf *kubeFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mock",
-		Short: "Drive the scripted LLM of a sandbox on a cluster (sbx kube run --mock-llm)",
+		Short: "Drive the scripted LLM of a sandbox on a cluster (sbx kube run --mock-llm, or a policy's llm responses)",
 		Long: `Mock talks to the mock LLMs of a sandbox's gateway pod, one per host of
-sbx kube run --mock-llm HOST=SCRIPT: expect queues more turns after the
-script's, requests shows what the agent sent (request bodies included),
-and reset starts the script over. With several mocks, name one with
---host. The journal lives in the gateway pod: read it before the sandbox
-is stopped.`,
+sbx kube run --mock-llm HOST=SCRIPT and one per script its policy's
+intercept rules answer with (response: {llm: SCRIPT}): expect queues more
+turns after the script's, requests shows what the agent sent (request
+bodies included), and reset starts the script over. With several mocks,
+name one with --host or --script. The journal lives in the gateway pod:
+read it before the sandbox is stopped.`,
 		Example: `  sbx kube mock requests --sandbox 1a2b3c4d
   sbx kube mock expect --sandbox 1a2b3c4d turns.yaml`,
 		Args: subcommandArgs,

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-multierror"
@@ -71,16 +73,28 @@ func splitLLMFlag(flag, v string) (host, path string, err error) {
 // later can name only these. A script that cannot be read or is invalid
 // is an exit-1 error naming the script, its rules and the policy file.
 func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.Responder, error) {
+	return policyScriptsFrom(policyFile, p, nil)
+}
+
+// policyScriptsFrom is policyScripts with the files of some scripts
+// given by their names (sbx gateway's --llm-script) in place of the
+// paths the names give.
+func policyScriptsFrom(policyFile string, p *netpolicy.Policy, files map[string]string) (map[string]*mockllm.Responder, error) {
 	names := p.LLMScripts()
+	for name := range files {
+		if !slices.Contains(names, name) {
+			return nil, &exitError{code: exitUsage, err: fmt.Errorf("--llm-script %s: the policy names no LLM script %q (its llm responses name %s); give the name as the policy's rules write it", name, name, orNone(names))}
+		}
+	}
 	if len(names) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]*mockllm.Responder, len(names))
 	var errs []error
 	for _, name := range names {
-		path := name
-		if !filepath.IsAbs(path) && policyFile != "" {
-			path = filepath.Join(filepath.Dir(policyFile), name)
+		path := scriptPath(policyFile, name)
+		if f, ok := files[name]; ok {
+			path = f
 		}
 		var rules []string
 		for _, r := range p.Rules() {
@@ -109,6 +123,28 @@ func policyScripts(policyFile string, p *netpolicy.Policy) (map[string]*mockllm.
 		return nil, &exitError{code: exitFailure, err: combine(errs...)}
 	}
 	return out, nil
+}
+
+// scriptPath is the file of the LLM script a policy's llm response names
+// name: relative to the directory of the policy file policyFile ("" for
+// the working directory), or absolute.
+func scriptPath(policyFile, name string) string {
+	if !filepath.IsAbs(name) && policyFile != "" {
+		return filepath.Join(filepath.Dir(policyFile), name)
+	}
+	return name
+}
+
+// orNone is names quoted and joined with ", ", or "none".
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 // recordLLMUsage is the help of --record-llm.

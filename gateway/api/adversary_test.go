@@ -32,6 +32,7 @@ func TestAPIRefusesEveryRouteWithoutTheToken(t *testing.T) {
 		{"POST", "/v1/mock/expect", `{}`},
 		{"GET", "/v1/mock/requests", ""},
 		{"DELETE", "/v1/mock", ""},
+		{"GET", "/v1/mock/recording", ""},
 		{"GET", "/metrics", ""},
 	}
 	forged := []string{

@@ -388,6 +388,16 @@ func (c *Client) MockRequests(ctx context.Context, m Mock) (*MockRequests, error
 	return &r, nil
 }
 
+// MockRecording returns GET /v1/mock/recording: what the gateway has
+// recorded of host so far ("" for its only recorded host), as a script.
+func (c *Client) MockRecording(ctx context.Context, host string) (*MockRecording, error) {
+	var r MockRecording
+	if _, err := c.do(ctx, request{method: "GET", path: "/v1/mock/recording" + Mock{Host: host}.query()}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // MockReset sends DELETE /v1/mock: the mock starts its script over (every
 // mock, for the zero Mock).
 func (c *Client) MockReset(ctx context.Context, m Mock) (*MockReset, error) {

@@ -188,3 +188,39 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// mockRecording answers what a recorder of the gateway (--record-llm)
+// has recorded so far, as the script it would write: ?host= names the
+// recorded host, which may be left out when there is one.
+func (a *Server) mockRecording(w http.ResponseWriter, r *http.Request) {
+	recs := a.cfg.Gateway.Recorders()
+	if len(recs) == 0 {
+		writeError(w, http.StatusNotFound, "this gateway records no LLM; start it with --record-llm HOST=SCRIPT")
+		return
+	}
+	hosts := slices.Sorted(maps.Keys(recs))
+	host := hosts[0]
+	switch raw := r.URL.Query().Get("host"); {
+	case raw != "":
+		h, err := netpolicy.NormalizeHost(raw)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "host: "+err.Error())
+			return
+		}
+		if recs[h] == nil {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("%s is not recorded; the recorded hosts are %s", h, strings.Join(hosts, ", ")))
+			return
+		}
+		host = h
+	case len(hosts) > 1:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("several hosts are recorded (%s); name one with ?host=", strings.Join(hosts, ", ")))
+		return
+	}
+	turns := recs[host].Turns()
+	var b strings.Builder
+	if err := mockllm.WriteScript(&b, turns); err != nil {
+		writeError(w, http.StatusInternalServerError, "writing the recording: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, MockRecording{Host: host, Exchanges: len(turns), Script: b.String()})
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -148,4 +149,64 @@ func TestJournaledWire(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("api.MockRequest encodes as\n%s\nwant, as mockllm.Journaled,\n%s", got, want)
 	}
+}
+
+// TestAPIMockRecording: GET /v1/mock/recording answers what a recorder
+// has recorded so far as the script --mock-llm replays, which answers the
+// same request with the same text; a gateway that records nothing, or
+// not that host, says so.
+func TestAPIMockRecording(t *testing.T) {
+	upstream := mockllm.New(mustScript(t, "turns:\n  - reply: {text: from the real api}\n"))
+	rec := mockllm.NewRecorder(roundTripper(func(r *http.Request) (*http.Response, error) {
+		w := httptest.NewRecorder()
+		upstream.ServeHTTP(w, r)
+		return w.Result(), nil
+	}))
+	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"the word is quince"}]}`
+	req := httptest.NewRequest("POST", "https://api.anthropic.com/v1/messages", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rec.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	a := startServer(t, netpolicy.Spec{}, func(g *fakeGateway, _ *ServerConfig) {
+		g.recorders = map[string]*mockllm.Recorder{"api.anthropic.com": rec, "api.openai.com": mockllm.NewRecorder(nil)}
+	})
+	var got MockRecording
+	if resp := a.call(t, "GET", "/v1/mock/recording?host=API.Anthropic.com", "", nil, &got); resp.StatusCode != http.StatusOK || got.Host != "api.anthropic.com" || got.Exchanges != 1 {
+		t.Fatalf("GET /v1/mock/recording: got %d %+v, want 200 and one exchange with api.anthropic.com", resp.StatusCode, got)
+	}
+	replay := mockllm.New(mustScript(t, got.Script))
+	if status, answer := askMock(t, replay, "the word is quince"); status != http.StatusOK || !strings.Contains(answer, "from the real api") {
+		t.Errorf("the recording replayed: got %d %s, want the recorded answer", status, answer)
+	}
+	var errBody struct {
+		Error string `json:"error"`
+	}
+	if resp := a.call(t, "GET", "/v1/mock/recording", "", nil, &errBody); resp.StatusCode != http.StatusBadRequest || !strings.Contains(errBody.Error, "api.anthropic.com, api.openai.com") {
+		t.Errorf("two recorded hosts, none named: got %d %q, want 400 listing them", resp.StatusCode, errBody.Error)
+	}
+	if resp := a.call(t, "GET", "/v1/mock/recording?host=other.example", "", nil, &errBody); resp.StatusCode != http.StatusNotFound || !strings.Contains(errBody.Error, "other.example is not recorded") {
+		t.Errorf("a host not recorded: got %d %q, want 404", resp.StatusCode, errBody.Error)
+	}
+	none := startServer(t, netpolicy.Spec{}, nil)
+	if resp := none.call(t, "GET", "/v1/mock/recording", "", nil, &errBody); resp.StatusCode != http.StatusNotFound || !strings.Contains(errBody.Error, "--record-llm") {
+		t.Errorf("no recorder: got %d %q, want 404 naming --record-llm", resp.StatusCode, errBody.Error)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func mustScript(t *testing.T, y string) *mockllm.Script {
+	t.Helper()
+	s, err := mockllm.ParseScript("script.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -86,6 +86,10 @@ type Gateway interface {
 	// they answer for (--mock-llm), and by the name of the policy's script
 	// (response: {llm: NAME}). Neither map changes while the API serves.
 	Mocks() (hosts, scripts map[string]*mockllm.Responder)
+	// Recorders returns the recorders of the LLM APIs the gateway
+	// records (--record-llm), by host, for GET /v1/mock/recording. The
+	// map does not change while the API serves.
+	Recorders() map[string]*mockllm.Recorder
 	// Approvals returns the pending questions, oldest first, for GET
 	// /v1/approvals.
 	Approvals() []Approval
@@ -139,6 +143,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	a.mux.HandleFunc("POST /v1/mock/expect", a.auth(a.mockExpect))
 	a.mux.HandleFunc("GET /v1/mock/requests", a.auth(a.mockRequests))
 	a.mux.HandleFunc("DELETE /v1/mock", a.auth(a.mockReset))
+	a.mux.HandleFunc("GET /v1/mock/recording", a.auth(a.mockRecording))
 	a.mux.HandleFunc("GET /v1/clients", a.auth(a.getClients))
 	a.mux.HandleFunc("PUT /v1/clients", a.auth(a.putClients))
 	metrics := cfg.Gateway.Metrics()

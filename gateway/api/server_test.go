@@ -25,6 +25,7 @@ type fakeGateway struct {
 	store          *netpolicy.Store
 	counts         Counts
 	hosts, scripts map[string]*mockllm.Responder
+	recorders      map[string]*mockllm.Recorder
 	// The pending questions a test sets, and the answers given.
 	mu      sync.Mutex
 	pending []Approval
@@ -44,6 +45,8 @@ func (g *fakeGateway) Metrics() http.Handler {
 func (g *fakeGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return g.hosts, g.scripts
 }
+
+func (g *fakeGateway) Recorders() map[string]*mockllm.Recorder { return g.recorders }
 
 func (g *fakeGateway) Approvals() []Approval {
 	g.mu.Lock()

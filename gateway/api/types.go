@@ -143,6 +143,15 @@ type MockRequest struct {
 	Outcome string `json:"outcome"`
 }
 
+// MockRecording is the answer of GET /v1/mock/recording: what a
+// recorder (--record-llm) has recorded of Host so far, as the script
+// --mock-llm replays (YAML), and the number of its exchanges.
+type MockRecording struct {
+	Host      string `json:"host"`
+	Exchanges int    `json:"exchanges"`
+	Script    string `json:"script"`
+}
+
 // MockReset is the answer of DELETE /v1/mock: the mocks that were reset,
 // as MockQueued.Mock names them.
 type MockReset struct {

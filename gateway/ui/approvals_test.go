@@ -345,7 +345,8 @@ func (g *askingGateway) Metrics() http.Handler   { return http.NotFoundHandler()
 func (g *askingGateway) Mocks() (hosts, scripts map[string]*mockllm.Responder) {
 	return nil, nil
 }
-func (g *askingGateway) Approvals() []api.Approval { return g.pending }
+func (g *askingGateway) Recorders() map[string]*mockllm.Recorder { return nil }
+func (g *askingGateway) Approvals() []api.Approval               { return g.pending }
 func (g *askingGateway) AnswerApproval(id string, _ api.ApprovalAnswer) (api.Approval, error) {
 	return api.Approval{}, fmt.Errorf("%w %q", api.ErrApprovalNotFound, id)
 }

@@ -148,6 +148,15 @@ type Spec struct {
 	// instead of the network (sbx run's --mock-llm), in the sandbox's
 	// ConfigMap.
 	MockLLM []MockScript
+	// LLMScripts are the scripts the policy's intercept rules answer
+	// with (response: {llm: NAME}), by the names the policy gives them,
+	// in the sandbox's ConfigMap: Policy keeps the names as written, and
+	// the gateway pod is told which file holds each.
+	LLMScripts []LLMScript
+	// RecordLLM are the hosts whose LLM API the gateway pod records (sbx
+	// run's --record-llm): it keeps each recording for its management
+	// API, where sbx kube run reads it before the pod goes.
+	RecordLLM []string
 	// Secrets are the values the agent sees only as placeholders (sbx
 	// run's --secret, docs/secrets.md): each value goes in the sandbox's
 	// Secret, which only the gateway pod mounts; the agent's environment
@@ -245,8 +254,19 @@ func (s *Spec) check() error {
 		}
 		size += len(m.Script)
 	}
+	for _, l := range s.LLMScripts {
+		if l.Name == "" || len(l.Script) == 0 {
+			return fmt.Errorf("sandbox %s: an LLM script of the policy needs a name and a script", s.ID)
+		}
+		size += len(l.Script)
+	}
+	for _, h := range s.RecordLLM {
+		if h == "" || strings.HasPrefix(h, "-") {
+			return fmt.Errorf("sandbox %s: recorded LLM host %q: want a host name", s.ID, h)
+		}
+	}
 	if size > maxConfigData {
-		return fmt.Errorf("sandbox %s: the policy, the mock LLMs' scripts and the CA come to %d KiB, over the %d KiB a sandbox's ConfigMap holds: shorten the scripts", s.ID, size>>10, maxConfigData>>10)
+		return fmt.Errorf("sandbox %s: the policy, the LLM scripts and the CA come to %d KiB, over the %d KiB a sandbox's ConfigMap holds: shorten the scripts", s.ID, size>>10, maxConfigData>>10)
 	}
 	return nil
 }
@@ -257,6 +277,17 @@ type MockScript struct {
 	Host   string
 	Script []byte
 }
+
+// An LLMScript is a script the policy's llm responses name Name (YAML or
+// JSON, a mock LLM's script), which the gateway pod answers those rules'
+// requests from.
+type LLMScript struct {
+	Name   string
+	Script []byte
+}
+
+// llmScriptKey is the ConfigMap's key of the i-th script of the policy.
+func llmScriptKey(i int) string { return "llm-script-" + strconv.Itoa(i) + ".yaml" }
 
 // maxConfigData bounds what the sandbox's ConfigMap holds, below the 1
 // MiB an object may be.
@@ -338,6 +369,9 @@ func MakeObjects(s Spec) (*Objects, error) {
 	}
 	for i, m := range s.MockLLM {
 		o.ConfigMap.Data[mockKey(i)] = string(m.Script)
+	}
+	for i, l := range s.LLMScripts {
+		o.ConfigMap.Data[llmScriptKey(i)] = string(l.Script)
 	}
 	if len(s.UpstreamCA) > 0 {
 		o.ConfigMap.Data[KeyUpstreamCA] = string(s.UpstreamCA)
@@ -602,15 +636,7 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			{Name: "secret", MountPath: secretDir, ReadOnly: true},
 		},
 	}
-	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
-	for i, m := range s.MockLLM {
-		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
-		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
-	}
-	if len(s.UpstreamCA) > 0 {
-		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)
-		configItems = append(configItems, corev1.KeyToPath{Key: KeyUpstreamCA, Path: KeyUpstreamCA})
-	}
+	configItems := s.gatewayConfig(&gw)
 	// The secrets' values, each in a file of its name under
 	// secretValuesDir; the placeholders, which the agent pod's
 	// environment holds, on the command line (they are no secret).
@@ -652,6 +678,30 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 			},
 		},
 	}
+}
+
+// gatewayConfig adds to the gateway container's command the flags that
+// name the files of the ConfigMap it reads (the policy's, the mocks' and
+// the policy's LLM scripts, the upstreams' CAs) and those of the hosts it
+// records, and returns the ConfigMap's items its volume holds.
+func (s *Spec) gatewayConfig(gw *corev1.Container) []corev1.KeyToPath {
+	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
+	for i, m := range s.MockLLM {
+		gw.Command = append(gw.Command, "--mock-llm", m.Host+"="+configDir+"/"+mockKey(i))
+		configItems = append(configItems, corev1.KeyToPath{Key: mockKey(i), Path: mockKey(i)})
+	}
+	for i, l := range s.LLMScripts {
+		gw.Command = append(gw.Command, "--llm-script="+l.Name+"="+configDir+"/"+llmScriptKey(i)) // one argument: a name may start with -
+		configItems = append(configItems, corev1.KeyToPath{Key: llmScriptKey(i), Path: llmScriptKey(i)})
+	}
+	for _, h := range s.RecordLLM {
+		gw.Command = append(gw.Command, "--record-llm-api", h)
+	}
+	if len(s.UpstreamCA) > 0 {
+		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)
+		configItems = append(configItems, corev1.KeyToPath{Key: KeyUpstreamCA, Path: KeyUpstreamCA})
+	}
+	return configItems
 }
 
 // AgentPod is the sandbox's agent pod, for a gateway pod at gateway: the

@@ -402,3 +402,69 @@ func TestSecretSpecRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyScriptObjects: the LLM scripts a policy's llm responses name
+// go in the ConfigMap, and the gateway pod alone mounts them, told which
+// file holds each name (the policy keeps its names, so that a policy
+// replaced with the same file names the same scripts); a recorded host is
+// recorded by the gateway pod for its management API; scripts too big
+// for a ConfigMap are refused before anything is made.
+func TestPolicyScriptObjects(t *testing.T) {
+	s := testSpec()
+	s.LLMScripts = []LLMScript{{Name: "-scripts/agent=1.yaml", Script: []byte("turns: []\n")}}
+	s.RecordLLM = []string{"api.anthropic.com"}
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.ConfigMap.Data["llm-script-0.yaml"]; got != "turns: []\n" {
+		t.Errorf("ConfigMap llm-script-0.yaml: got %q, want the script", got)
+	}
+	if got := o.ConfigMap.Data[KeyPolicy]; got != string(s.Policy) {
+		t.Errorf("ConfigMap policy: got %q, want the policy as given", got)
+	}
+	args := o.Gateway.Spec.Containers[0].Command
+	for _, want := range [][]string{{"--llm-script=-scripts/agent=1.yaml=" + configDir + "/llm-script-0.yaml"}, {"--record-llm-api", "api.anthropic.com"}} {
+		found := false
+		for i := range args {
+			found = found || slices.Equal(args[i:min(i+len(want), len(args))], want)
+		}
+		if !found {
+			t.Errorf("gateway command %q lacks %q", args, want)
+		}
+	}
+	var mounted bool
+	for _, v := range o.Gateway.Spec.Volumes {
+		if v.ConfigMap != nil {
+			for _, it := range v.ConfigMap.Items {
+				mounted = mounted || it.Key == "llm-script-0.yaml" && it.Path == "llm-script-0.yaml"
+			}
+		}
+	}
+	if !mounted {
+		t.Error("the gateway pod does not mount the script")
+	}
+	agent, err := AgentPod(s, netip.MustParseAddr("10.0.0.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range agent.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		// Its view of the ConfigMap is the CA and the trust bundle: a
+		// volume of the whole ConfigMap would hold the scripts too.
+		if len(v.ConfigMap.Items) == 0 {
+			t.Errorf("the agent pod mounts the whole ConfigMap (volume %s), scripts and policy included", v.Name)
+		}
+		for _, it := range v.ConfigMap.Items {
+			if it.Key != KeyCACert && it.Key != KeyBundle {
+				t.Errorf("the agent pod mounts %s of the ConfigMap", it.Key)
+			}
+		}
+	}
+	s.LLMScripts[0].Script = make([]byte, maxConfigData)
+	if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), "shorten the scripts") {
+		t.Errorf("a script over the ConfigMap's bound: got %v, want the refusal", err)
+	}
+}

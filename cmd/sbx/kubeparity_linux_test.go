@@ -1,0 +1,149 @@
+package main
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sbx-dev/sbx/gateway/mockllm"
+	"github.com/sbx-dev/sbx/sandbox/kube"
+)
+
+// TestKubeClusterRecordLLM: sbx kube run --record-llm HOST=SCRIPT on the
+// cluster. The agent (a Go client, copied in once its pod runs) sends an Anthropic request to HOST, an HTTPS server of the
+// test's own on the node's address standing in for the API; the gateway
+// pod lets it through, inspected, and records it; when the agent ends,
+// sbx kube run writes SCRIPT here, and no object is left. With the API
+// gone, the same request is answered from SCRIPT: by sbx kube run
+// --mock-llm HOST=SCRIPT, and by a policy whose intercept rule answers
+// with response: {llm: SCRIPT}.
+func TestKubeClusterRecordLLM(t *testing.T) {
+	k := newKubeTest(t)
+	getter := filepath.Join(t.TempDir(), "httpsget")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", getter, "./testdata/httpsget")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building httpsget: %v\n%s", err, b)
+	}
+	bin, err := os.ReadFile(getter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in API, on the node's address.
+	caPEM, cert := testCertificate(t, kubeNodeIP)
+	upstream := mockllm.New(mustParseScript(t, "turns:\n  - reply: {text: answered by the stand-in api}\n"))
+	var hits atomic.Int64
+	ln, err := net.Listen("tcp", kubeNodeIP+":0")
+	if err != nil {
+		t.Fatalf("listening on the node's address %s (the test runs in the cluster's network): %v", kubeNodeIP, err)
+	}
+	hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		upstream.ServeHTTP(w, r)
+	})}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+	apiAddr := ln.Addr().String()
+	_, apiPort, _ := net.SplitHostPort(apiAddr)
+	dir := t.TempDir()
+	upCA := filepath.Join(dir, "upstream-ca.pem")
+	if err := os.WriteFile(upCA, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The agent: wait for the client, which the test copies in once the
+	// agent pod runs (as TestKubeClusterSecret does), then ask the API as
+	// an agent would, straight to the host (the pod's rules capture it).
+	agent := `while [ ! -x /tmp/httpsget ]; do sleep 0.2; done
+unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" "$2"`
+	run := func(name string, flags ...string) (string, string) {
+		t.Helper()
+		args := []string{"run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--allow-private", kubeNodeIP + "/32"}
+		args = append(append(args, flags...), "--", "sh", "-c", agent, "sh", anthropicRequest("the word is quince"), "https://"+apiAddr+"/v1/messages")
+		type result struct {
+			out, errOut string
+			code        int
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, errOut, code := k.sbx(args...)
+			done <- result{out, errOut, code}
+		}()
+		copied, finished := false, false
+		var r result
+		for !finished {
+			select {
+			case r = <-done:
+				finished = true
+				continue
+			case <-time.After(500 * time.Millisecond):
+			}
+			if copied {
+				continue
+			}
+			pods, err := k.cs.CoreV1().Pods(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelRole + "=" + kube.RoleAgent})
+			if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+				continue
+			}
+			if out, errOut, err := k.exec(pods.Items[0].Name, "agent", string(bin), "sh", "-c", "cat >/tmp/httpsget.part && chmod 755 /tmp/httpsget.part && mv /tmp/httpsget.part /tmp/httpsget"); err == nil {
+				copied = true
+			} else {
+				t.Logf("%s: copying httpsget into the agent: %v\n%s%s", name, err, out, errOut)
+			}
+		}
+		if r.code != 0 || !strings.HasPrefix(r.out, "200 ") || !strings.Contains(r.out, "answered by the stand-in api") {
+			t.Fatalf("%s: exit %d, want 0 and the API's answer\n%s%s", name, r.code, r.out, r.errOut)
+		}
+		if left := k.objectsLeft(""); len(left) > 0 {
+			t.Errorf("%s: left after the run: %v", name, left)
+		}
+		return r.out, r.errOut
+	}
+
+	script := filepath.Join(dir, "recorded.yaml")
+	_, errOut := run("recording", "--allow", apiAddr, "--upstream-ca", upCA, "--record-llm", kubeNodeIP+"="+script)
+	if want := "recorded 1 exchanges with " + kubeNodeIP + " in " + script; !strings.Contains(errOut, want) {
+		t.Errorf("sbx kube run --record-llm said %q, want %q", errOut, want)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("the stand-in API was asked %d times, want once", hits.Load())
+	}
+	data, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatalf("the recorded script: %v", err)
+	}
+	t.Logf("recorded:\n%s", data)
+
+	// With the API gone, the recording answers.
+	hs.Close()
+	run("replay with --mock-llm", "--mock-llm", kubeNodeIP+"="+script)
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`rules:
+  - id: recorded
+    host: `+kubeNodeIP+`
+    ports: [`+apiPort+`]
+    action: intercept
+    response: {llm: recorded.yaml}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	journal := filepath.Join(dir, "journal.jsonl")
+	run("replay by the policy's llm response", "--policy", policy, "--mock-journal", journal)
+	out, errOut, code := runCLI(t, "mock", "requests", "--journal", journal, "--script", "recorded.yaml", "--json")
+	if code != 0 || !strings.Contains(out, `the word is quince`) {
+		t.Errorf("the policy script's journal (--mock-journal): exit %d, want the agent's request\n%s%s", code, out, errOut)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("the stand-in API was asked %d times, want once: the replays asked it", hits.Load())
+	}
+}
