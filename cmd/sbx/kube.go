@@ -194,6 +194,10 @@ each one (admission included) without keeping it.`
 	}
 	fs := cmd.Flags()
 	o.policy.AddFlags(fs)
+	// A cluster sandbox's questions are answered with sbx kube approve.
+	if f := fs.Lookup("default"); f != nil {
+		f.Usage = strings.Replace(f.Usage, "(sbx approve)", "(sbx kube approve)", 1)
+	}
 	fs.StringVar(&o.image, "image", "", "the agent container's `IMAGE` (required)")
 	fs.StringVar(&o.gatewayImage, "gateway-image", "", "sbx's own image `REF` as the cluster pulls it (required; sbx kube image writes one to push; a digest pins it), for the gateway pod and the agent pod's rules and capture shim")
 	fs.StringVar(&o.pull, "pull", "", "the pods' image pull `POLICY`: Always, IfNotPresent or Never (default: Kubernetes')")
