@@ -100,19 +100,7 @@ func TestKubeClusterSecret(t *testing.T) {
 	// SHA-1 signatures, and Go refuses those (RFC 9155) with a handshake
 	// failure, as current servers do. With no proxy the request goes
 	// straight to the host, which the pod's rules capture.
-	getter := filepath.Join(t.TempDir(), "httpsget")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", getter, "./testdata/httpsget")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building httpsget: %v\n%s", err, b)
-	}
-	bin, err := os.ReadFile(getter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, err := w.exec(agent, "agent", string(bin), "sh", "-c", "cat >/tmp/httpsget && chmod 755 /tmp/httpsget"); err != nil {
-		t.Fatalf("copying httpsget into the agent: %v\n%s%s", err, out, errOut)
-	}
+	w.copyHTTPSGet(agent)
 	wget := func(addr, path string) (string, string, error) {
 		return w.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget "$1" "x-api-key: $SBX_KUBE_API_KEY"`, "sh", "https://"+addr+path)
 	}
@@ -189,6 +177,25 @@ func TestKubeClusterSecret(t *testing.T) {
 	logs, errOut, code := w.sbx("decisions", "--sandbox", id, "--json")
 	if code != 0 || strings.Contains(logs, value) {
 		t.Errorf("sbx kube decisions: exit %d, holds the value: %v\n%s", code, strings.Contains(logs, value), errOut)
+	}
+}
+
+// copyHTTPSGet builds testdata/httpsget (static) and copies it into the
+// agent pod's agent container as /tmp/httpsget.
+func (k *kubeTest) copyHTTPSGet(agent string) {
+	k.t.Helper()
+	getter := filepath.Join(k.t.TempDir(), "httpsget")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", getter, "./testdata/httpsget")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		k.t.Fatalf("building httpsget: %v\n%s", err, b)
+	}
+	bin, err := os.ReadFile(getter)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	if out, errOut, err := k.exec(agent, "agent", string(bin), "sh", "-c", "cat >/tmp/httpsget && chmod 755 /tmp/httpsget"); err != nil {
+		k.t.Fatalf("copying httpsget into the agent: %v\n%s%s", err, out, errOut)
 	}
 }
 
