@@ -651,12 +651,12 @@ func (o *kubeRunOptions) logSaved(stderr io.Writer, id string, logDone <-chan er
 // empty; a flag not given has a nil file (whose Close does nothing).
 func (o *kubeRunOptions) createFiles() (logFile, journalFile *os.File, err error) {
 	if o.logFile != "" {
-		if logFile, err = createLogFile(o.logFile); err != nil {
+		if logFile, err = createLogFile("--log", o.logFile); err != nil {
 			return nil, nil, err
 		}
 	}
 	if o.mockJournal != "" {
-		if journalFile, err = createLogFile(o.mockJournal); err != nil {
+		if journalFile, err = createLogFile("--mock-journal", o.mockJournal); err != nil {
 			logFile.Close()
 			return nil, nil, err
 		}
@@ -680,14 +680,15 @@ func kubeRunNotes(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube
 	}
 }
 
-// createLogFile creates --log's file, new or empty, mode 0600.
-func createLogFile(path string) (*os.File, error) {
+// createLogFile creates the file of flag (--log, --mock-journal), new or
+// empty, mode 0600.
+func createLogFile(flag, path string) (*os.File, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
-		return nil, fmt.Errorf("--log %s: the file is not empty; give a new file, so that two runs are never mixed in one log", path)
+		return nil, fmt.Errorf("%s %s: the file is not empty; give a new file, so that two runs are never mixed in one file", flag, path)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("--log: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return f, nil
 }

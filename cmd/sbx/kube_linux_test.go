@@ -6,17 +6,22 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/selftest"
@@ -786,26 +791,99 @@ func TestKubeClusterMockLLM(t *testing.T) {
 	}
 }
 
+// kubeUID is the uid of the normal user TestKubeClusterMockJournal runs
+// sbx kube as: nobody, whom no file or capability of root's helps.
+const kubeUID = 65534
+
+// sbxAsUser runs the sbx binary bin as kubeUID (setpriv: its uid, gid,
+// no other groups, no capabilities), with HOME its own directory home and
+// kubeconfig, a copy it owns of the test's documented user's.
+func (k *kubeTest) sbxAsUser(bin, home string, args ...string) (stdout, stderr string, code int) {
+	k.t.Helper()
+	// The test cluster's CA certificate is a file of root's: the user's
+	// copy holds it.
+	cfg, err := clientcmd.LoadFromFile(k.kubeconfig)
+	if err == nil {
+		err = clientcmdapi.FlattenConfig(cfg)
+	}
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	kc := filepath.Join(home, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
+		k.t.Fatal(err)
+	}
+	if err := os.Chown(kc, kubeUID, kubeUID); err != nil {
+		k.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(k.t.Context(), 5*time.Minute)
+	defer cancel()
+	id := strconv.Itoa(kubeUID)
+	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", "--",
+		bin, "kube", "--kubeconfig", kc, "-n", k.ns}, args...)...)
+	cmd.Dir = home
+	cmd.Env = []string{"HOME=" + home, "PATH=/usr/bin:/bin", "USER=nobody"}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		k.t.Fatalf("running sbx as uid %d: %v", kubeUID, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
 // TestKubeClusterMockJournal: sbx kube run --mock-journal FILE keeps the
 // mock's journal, read from the gateway pod when the agent ends, after the
 // pods are gone; sbx mock requests --journal reads what the agent sent.
+// sbx kube runs as a normal user (uid 65534, no capabilities) with a
+// kubeconfig of its own, writing --mock-journal and --log (the decision
+// log) in a directory it owns, as a user runs it, not as the test's root.
 func TestKubeClusterMockJournal(t *testing.T) {
 	k := newKubeTest(t)
-	dir := t.TempDir()
-	script := writeFile(t, "script.yaml", "turns:\n  - reply: {text: scripted answer}\n")
-	journal := filepath.Join(dir, "journal.jsonl")
+	bin := buildSbx(t)
+	dir, err := os.MkdirTemp("", "sbx-kube-user-") // t.TempDir's parent is root's, 0700
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chown(dir, kubeUID, kubeUID); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "script.yaml")
+	if err := os.WriteFile(script, []byte("turns:\n  - reply: {text: scripted answer}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	journal, logFile := filepath.Join(dir, "journal.jsonl"), filepath.Join(dir, "decisions.jsonl")
 	body := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"the word is quince"}]}`
-	out, errOut, code := k.sbx("run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
-		"--mock-llm", "api.anthropic.com="+script, "--mock-journal", journal,
+	out, errOut, code := k.sbxAsUser(bin, dir, "run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+		"--mock-llm", "api.anthropic.com="+script, "--mock-journal", journal, "--log", logFile,
 		"--", "sh", "-c", `unset http_proxy HTTP_PROXY; wget -q -O- --header "Content-Type: application/json" --post-data "$1" http://api.anthropic.com/v1/messages`, "sh", body)
 	if code != 0 || !strings.Contains(out, "scripted answer") {
-		t.Fatalf("sbx kube run: exit %d, want 0 and the script's answer\n%s%s", code, out, errOut)
+		t.Fatalf("sbx kube run as uid %d: exit %d, want 0 and the script's answer\n%s%s", kubeUID, code, out, errOut)
 	}
 	if left := k.objectsLeft(""); len(left) > 0 {
 		t.Errorf("left after the run: %v", left)
 	}
+	for _, f := range []string{journal, logFile} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Errorf("sbx kube run as uid %d: %v", kubeUID, err)
+			continue
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != kubeUID || fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: owner %d, mode %v; want the user's (%d), readable by it alone", f, st.Uid, fi.Mode(), kubeUID)
+		}
+	}
 	out, errOut, code = runCLI(t, "mock", "requests", "--journal", journal, "--json")
 	if code != 0 || !strings.Contains(out, `"content":"the word is quince"`) || !strings.Contains(out, `"host":"api.anthropic.com"`) {
 		t.Errorf("sbx mock requests --journal of --mock-journal's file: exit %d, want the agent's request\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "decisions", "--file", logFile, "--json")
+	if code != 0 || !strings.Contains(out, `"host":"api.anthropic.com"`) {
+		t.Errorf("sbx decisions --file of --log's file: exit %d, want the agent's request to api.anthropic.com\n%s%s", code, out, errOut)
 	}
 }

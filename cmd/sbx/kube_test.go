@@ -78,6 +78,34 @@ func TestKubeRunUsageErrors(t *testing.T) {
 	}
 }
 
+// TestKubeControllerRenewBefore: sbx kube controller refuses a renewal
+// window or grace of 0 or less, naming the flag and what it wants, and
+// takes one past the CA's 7 days (a drill: each CA renewed once, at once)
+// on to connecting to the cluster.
+func TestKubeControllerRenewBefore(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--renew-before", "0"}, "--renew-before 0s: want a duration above 0"},
+		{[]string{"--renew-before", "-48h"}, "--renew-before -48h0m0s: want a duration above 0"},
+		{[]string{"--grace", "0"}, "--grace 0s: want a duration above 0"},
+	} {
+		args := append([]string{"kube", "controller", "--kubeconfig", filepath.Join(t.TempDir(), "none")}, c.args...)
+		_, errOut, code := runCLI(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("sbx %s: exit %d, %q; want exit %d naming %q", strings.Join(args, " "), code, errOut, exitUsage, c.want)
+		}
+	}
+	for _, window := range []string{"167h", "168h", "169h", "1000h"} {
+		none := filepath.Join(t.TempDir(), "none")
+		_, errOut, code := runCLI(t, "kube", "controller", "--kubeconfig", none, "--renew-before", window)
+		if code == exitUsage || code == 0 || !strings.Contains(errOut, none) {
+			t.Errorf("sbx kube controller --renew-before %s with a kubeconfig that is not there: exit %d, %q; want it past the flags, failing on the kubeconfig", window, code, errOut)
+		}
+	}
+}
+
 // sbx kube manifest prints every object but the agent pod, then, given
 // the sandbox's id and its gateway pod's address, the agent pod alone; the
 // policy goes to the gateway pod as the flags built it.

@@ -28,7 +28,10 @@ sbx-kube-controller, and only the leader acts. It:
 - renews a sandbox's CA --renew-before its end: a new certificate of the
   same name and key, valid 7 days, in the sandbox's Secret (the gateway
   reads its CA file again within seconds of the kubelet updating it) and
-  in its ConfigMap (the agent pod's trust bundle);
+  in its ConfigMap (the agent pod's trust bundle). A --renew-before of
+  168h (the CA's 7 days) or more makes every CA due at once: each
+  sandbox's CA is renewed once, when this controller first sees it
+  running, and not again (a drill of renewal, to see it work);
 - removes the objects of a sandbox that has no agent pod --grace after
   it was made: what an interrupted sbx kube run left, or a sandbox whose
   agent pod was removed by hand.
@@ -36,11 +39,15 @@ sbx-kube-controller, and only the leader acts. It:
 Each action is a line on standard output. Without a kubeconfig it uses the
 pod's ServiceAccount and namespace.`,
 		Example: `  sbx kube controller -n agents
-  sbx kube controller --grace 15m --renew-before 24h`,
+  sbx kube controller --grace 15m --renew-before 24h
+  sbx kube controller --renew-before 169h   # renew each sandbox's CA now, once`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if c.Grace <= 0 || c.RenewBefore <= 0 || c.RenewBefore >= gateway.MaxCAValidity {
-				return usageErrorf(cmd, "--grace %v, --renew-before %v: want a grace above 0 and a renewal above 0 and below the CA's 7 days (168h)", c.Grace, c.RenewBefore)
+			if c.Grace <= 0 {
+				return usageErrorf(cmd, "--grace %v: want a duration above 0, such as 10m", c.Grace)
+			}
+			if c.RenewBefore <= 0 {
+				return usageErrorf(cmd, "--renew-before %v: want a duration above 0 and below the CA's 7 days, such as 48h (168h or more renews each CA once, at once)", c.RenewBefore)
 			}
 			cl, err := kf.connect()
 			if err != nil {
@@ -65,7 +72,7 @@ pod's ServiceAccount and namespace.`,
 	}
 	fs := cmd.Flags()
 	fs.DurationVar(&c.Grace, "grace", kube.DefaultControllerGrace, "remove the objects of a sandbox that has no agent pod this `DURATION` after it was made")
-	fs.DurationVar(&c.RenewBefore, "renew-before", kube.DefaultRenewBefore, "renew a sandbox's CA this `DURATION` before it expires")
+	fs.DurationVar(&c.RenewBefore, "renew-before", kube.DefaultRenewBefore, "renew a sandbox's CA this `DURATION` before it expires (168h or more: once, at once)")
 	fs.DurationVar(&c.Resync, "resync", kube.DefaultControllerResync, "judge every sandbox again this often (`DURATION`), besides at each change")
 	fs.StringVar(&c.Identity, "identity", "", "this controller's `NAME` in the Lease, unique among its replicas (default the host name: the pod's name)")
 	return cmd

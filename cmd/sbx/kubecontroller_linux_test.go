@@ -2,9 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -264,5 +274,210 @@ func TestKubeClusterController(t *testing.T) {
 	}
 	if logs := k.controllerLogs(); !strings.Contains(logs, "removing sandbox "+leftID+": it has no agent pod") {
 		t.Errorf("the controller's logs do not say it removed the leftovers %s:\n%s", leftID, logs)
+	}
+}
+
+// agentTLS is what the agent's Go client saw of one HTTPS request
+// through the gateway (testdata/httpsget -chain): the serial numbers and
+// ends of the leaf and of the CA certificate the gateway showed with it.
+type agentTLS struct {
+	leafEnd, caSerial, caEnd string
+	answer                   string
+}
+
+var chainLine = regexp.MustCompile(`(?m)^cert ([01]) serial=([0-9a-f]+) not-after=(\S+) `)
+
+// agentGet makes a new HTTPS connection from the agent to target with a Go
+// client that trusts caFile alone, and returns what it saw.
+func (k *kubeTest) agentGet(agent, caFile, target string) (agentTLS, error) {
+	out, errOut, err := k.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -ca "$1" -chain "$2"`, "sh", caFile, target)
+	if err != nil {
+		return agentTLS{}, fmt.Errorf("%v\n%s%s", err, out, errOut)
+	}
+	var r agentTLS
+	for _, m := range chainLine.FindAllStringSubmatch(out, -1) {
+		if m[1] == "0" {
+			r.leafEnd = m[3]
+		} else {
+			r.caSerial, r.caEnd = m[2], m[3]
+		}
+	}
+	r.answer = chainLine.ReplaceAllString(out, "")
+	if r.leafEnd == "" || r.caSerial == "" {
+		return r, fmt.Errorf("the agent's client showed no leaf and CA certificate:\n%s", out)
+	}
+	return r, nil
+}
+
+func pemCert(t testing.TB, what string, data []byte) *x509.Certificate {
+	t.Helper()
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != "CERTIFICATE" {
+		t.Fatalf("%s: no PEM certificate in %q", what, data)
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return c
+}
+
+// TestKubeClusterCARenewal: sbx kube controller, run as the documented
+// manifest's Deployment with exactly its Role and told a renewal window
+// past the CA's 7 days (--renew-before 169h, so that a fresh sandbox's CA
+// is due), renews the CA of a running sandbox once, and the agent sees it
+// work. Before: the agent, with a Go client that trusts only the CA
+// certificate it read from /run/sbx-ca at start, gets a leaf for an
+// inspected host from the gateway, shown with that CA. After the
+// controller writes the renewed CA (the Secret, then the ConfigMap: both
+// hold the same new certificate, of the same name and key, ending later),
+// a new connection gets, within the kubelet's volume sync and the
+// gateway's 10 s re-read, a leaf issued by the renewed CA, and the same
+// client, still with the certificate it read at start, verifies it. The
+// agent pod's /run/sbx-ca files get the renewed certificate too. It logs
+// how long the renewal took to reach the agent.
+func TestKubeClusterCARenewal(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	ctx := t.Context()
+
+	// An HTTPS server of the test's own on the node's address, which the
+	// sandbox's policy inspects.
+	upPEM, upCert := testCertificate(t, kubeNodeIP)
+	ln, err := net.Listen("tcp", kubeNodeIP+":0")
+	if err != nil {
+		t.Fatalf("listening on the node's address %s (the test runs in the cluster's network): %v", kubeNodeIP, err)
+	}
+	hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{upCert}}, Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.WriteString(rw, "hello-from-upstream\n")
+	})}
+	go hs.ServeTLS(ln, "", "")
+	t.Cleanup(func() { hs.Close() })
+	up := ln.Addr().String()
+	upCA := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(upCA, upPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := w.runSandbox("--upstream-ca", upCA, "--allow", up, "--inspect", up, "--allow-private", kubeNodeIP+"/32")
+	agent := kube.ObjectName(id)
+	k.copyHTTPSGet(agent)
+
+	// The agent reads its CA at start.
+	const atStart = "/tmp/ca-at-start.pem"
+	out, errOut, err := w.exec(agent, "agent", "", "sh", "-c", "cp "+sandbox.TrustDir+"/ca.pem "+atStart+" && cat "+atStart)
+	if err != nil {
+		t.Fatalf("reading the agent's CA: %v\n%s%s", err, out, errOut)
+	}
+	cm, err := k.cs.CoreV1().ConfigMaps(k.ns).Get(ctx, agent, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != cm.Data[kube.KeyCACert] {
+		t.Fatalf("the agent's %s/ca.pem is not the sandbox's CA certificate in its ConfigMap:\n%s", sandbox.TrustDir, out)
+	}
+	old := pemCert(t, "the sandbox's CA certificate", []byte(out))
+	target := "https://" + up + "/"
+	before, err := k.agentGet(agent, atStart, target)
+	if err != nil {
+		t.Fatalf("the agent's request before renewal: %v", err)
+	}
+	oldEnd := old.NotAfter.UTC().Format(time.RFC3339)
+	if before.caSerial != fmt.Sprintf("%x", old.SerialNumber) || before.caEnd != oldEnd || before.leafEnd != oldEnd || !strings.Contains(before.answer, "hello-from-upstream") {
+		t.Fatalf("before renewal the agent saw %+v, want a leaf and CA ending %s, the CA's serial %x, and the upstream's answer", before, oldEnd, old.SerialNumber)
+	}
+
+	k.deployController("--renew-before", "169h", "--resync", "5s")
+	var renewed *x509.Certificate
+	var renewedAt time.Time
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		sec, err := k.cs.CoreV1().Secrets(k.ns).Get(ctx, agent, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca, err := gateway.ParseCA(sec.Data[kube.KeyCA])
+		if err != nil {
+			t.Fatalf("the sandbox's Secret's CA: %v", err)
+		}
+		if c := ca.Certificate(); c.SerialNumber.Cmp(old.SerialNumber) != 0 {
+			renewed, renewedAt = c, time.Now()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after the controller leads with --renew-before 169h, the sandbox's Secret holds its first CA still (serial %x): the controller did not renew it", old.SerialNumber)
+		}
+	}
+	t.Logf("the controller renewed the CA: serial %x, until %s", renewed.SerialNumber, renewed.NotAfter.UTC().Format(time.RFC3339))
+	type publicKey interface{ Equal(crypto.PublicKey) bool }
+	if !renewed.NotAfter.After(old.NotAfter) || renewed.Subject.String() != old.Subject.String() || !renewed.PublicKey.(publicKey).Equal(old.PublicKey) || !renewed.IsCA {
+		t.Errorf("the renewed CA certificate: %s until %s, same key %v; want a CA of the same name (%s) and key ending after %s",
+			renewed.Subject, renewed.NotAfter, renewed.PublicKey.(publicKey).Equal(old.PublicKey), old.Subject, oldEnd)
+	}
+	// The ConfigMap follows the Secret at once.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		cm, err = k.cs.CoreV1().ConfigMaps(k.ns).Get(ctx, agent, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := pemCert(t, "the ConfigMap's ca.pem", []byte(cm.Data[kube.KeyCACert])); c.Equal(renewed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the Secret got the renewed CA, the ConfigMap's ca.pem is not its certificate:\n%s", cm.Data[kube.KeyCACert])
+		}
+	}
+	if !strings.HasSuffix(cm.Data[kube.KeyBundle], cm.Data[kube.KeyCACert]) || strings.Contains(cm.Data[kube.KeyBundle], string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: old.Raw}))) {
+		t.Errorf("the ConfigMap's bundle.pem does not end with the renewed certificate alone (of the sandbox's)")
+	}
+
+	// The agent, on new connections, with the certificate it read at
+	// start: the gateway's leaves are the renewed CA's once the kubelet
+	// has updated the gateway pod's file and the gateway read it.
+	renewedEnd := renewed.NotAfter.UTC().Format(time.RFC3339)
+	const bound = 3 * time.Minute
+	var took time.Duration
+	for deadline := renewedAt.Add(bound); ; time.Sleep(time.Second) {
+		got, err := k.agentGet(agent, atStart, target)
+		if err != nil {
+			t.Fatalf("%v after the renewal, the agent's request with the CA certificate it read at start: %v", time.Since(renewedAt).Round(time.Second), err)
+		}
+		if got.caSerial == fmt.Sprintf("%x", renewed.SerialNumber) {
+			took = time.Since(renewedAt)
+			if got.caEnd != renewedEnd || got.leafEnd != renewedEnd || !strings.Contains(got.answer, "hello-from-upstream") {
+				t.Errorf("after the renewal the agent saw %+v, want a leaf and CA ending %s and the upstream's answer", got, renewedEnd)
+			}
+			break
+		}
+		if got.caSerial != before.caSerial {
+			t.Fatalf("the agent saw a CA of serial %s, neither the first (%s) nor the renewed (%x)", got.caSerial, before.caSerial, renewed.SerialNumber)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after the controller renewed the CA, the gateway still serves leaves of the first one (the kubelet's Secret volume sync and the gateway's 10 s re-read should take less)", bound)
+		}
+	}
+	t.Logf("renewal to use: the agent got a leaf of the renewed CA %v after the controller wrote it to the Secret (bound %v)", took.Round(time.Second), bound)
+	gwLogs, _, _ := k.kubectlAs(k.adminKubeconfig, "logs", "--all-containers", kube.GatewayPodName(id))
+	if !strings.Contains(gwLogs, "CA renewed from") || !strings.Contains(gwLogs, "valid until "+renewedEnd) {
+		t.Errorf("the gateway pod's log does not say it took the renewed CA (until %s):\n%s", renewedEnd, gwLogs)
+	}
+
+	// The agent pod's trust files follow the ConfigMap.
+	for deadline := renewedAt.Add(bound); ; time.Sleep(time.Second) {
+		out, errOut, err := w.exec(agent, "agent", "", "cat", sandbox.TrustDir+"/ca.pem")
+		if err != nil {
+			t.Fatalf("reading the agent's CA: %v\n%s%s", err, out, errOut)
+		}
+		if out == cm.Data[kube.KeyCACert] {
+			t.Logf("the agent pod's %s/ca.pem got the renewed certificate %v after the renewal", sandbox.TrustDir, time.Since(renewedAt).Round(time.Second))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%v after the renewal, the agent pod's %s/ca.pem is not the renewed certificate", bound, sandbox.TrustDir)
+			break
+		}
+	}
+	// Renewed once: the renewed CA is due too with this window, and is
+	// left.
+	if n := strings.Count(k.controllerLogs(), "renewing the CA of sandbox "+id); n != 1 {
+		t.Errorf("the controller's logs say it renewed the CA of %s %d times, want once:\n%s", id, n, k.controllerLogs())
 	}
 }

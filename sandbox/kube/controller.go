@@ -38,7 +38,10 @@ type Controller struct {
 	// once its gateway pod is ready, within GatewayWait.
 	Grace time.Duration
 	// RenewBefore is how long before its CA expires a sandbox's CA is
-	// renewed.
+	// renewed. A window at or above the renewed CA's validity (7 days)
+	// makes every CA due, the renewed one too: such a controller renews
+	// each sandbox's CA once, when it first sees it running, and not
+	// again (a drill of renewal, as the project's cluster test runs).
 	RenewBefore time.Duration
 	// Resync is how often every sandbox is judged again without an
 	// event (the grace period and the CA's expiry pass without one).
@@ -53,10 +56,20 @@ type Controller struct {
 	// Out gets a line for each thing the controller does.
 	Out io.Writer
 
-	// renewedFrom is, by sandbox, the resourceVersion of the ConfigMap
-	// whose CA was renewed last: until the informer shows the renewed
-	// one, the sandbox is not renewed again.
-	renewedFrom map[string]string
+	// renewed is, by sandbox, this process's last renewal of its CA.
+	renewed map[string]renewal
+}
+
+// renewal is one renewal of a sandbox's CA by the controller.
+type renewal struct {
+	// from is the resourceVersion of the ConfigMap whose CA was renewed:
+	// until the informer shows the renewed one, the sandbox is not
+	// renewed again.
+	from string
+	// final says the renewed CA was itself due (RenewBefore at or above
+	// its validity): the sandbox is not renewed again at all, lest every
+	// look renew it.
+	final bool
 }
 
 // ControllerRights are the rules of the Role sbx kube controller needs in
@@ -193,10 +206,7 @@ func (c *Controller) Judge(now time.Time, o observed) (verdict, why string) {
 	if grace <= 0 {
 		grace = DefaultControllerGrace
 	}
-	renewBefore := c.RenewBefore
-	if renewBefore <= 0 {
-		renewBefore = DefaultRenewBefore
-	}
+	renewBefore := c.renewBefore()
 	if o.agent == nil {
 		if age := now.Sub(o.made); age > grace {
 			return Leftover, fmt.Sprintf("it has no agent pod %v after it was made (an interrupted sbx kube run, or an agent pod removed by hand)", age.Round(time.Second))
@@ -220,6 +230,13 @@ func (c *Controller) Judge(now time.Time, o observed) (verdict, why string) {
 		}
 	}
 	return Leave, ""
+}
+
+func (c *Controller) renewBefore() time.Duration {
+	if c.RenewBefore <= 0 {
+		return DefaultRenewBefore
+	}
+	return c.RenewBefore
 }
 
 // certEnd is the end of the validity of the PEM certificate.
@@ -283,9 +300,9 @@ func (c *Controller) Sweep(ctx context.Context, pods, configMaps []any) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for id := range c.renewedFrom {
+	for id := range c.renewed {
 		if all[id] == nil {
-			delete(c.renewedFrom, id)
+			delete(c.renewed, id)
 		}
 	}
 	for _, id := range ids {
@@ -301,18 +318,23 @@ func (c *Controller) Sweep(ctx context.Context, pods, configMaps []any) {
 			}
 		case RenewCA:
 			cm := all[id].configMap
-			if c.renewedFrom[id] == cm.ResourceVersion {
-				continue // renewed; the informer has not shown it yet
+			if last, ok := c.renewed[id]; ok && (last.final || last.from == cm.ResourceVersion) {
+				continue // renewed; the informer has not shown it yet, or it is due at once
 			}
 			c.say("sbx kube controller: renewing the CA of sandbox %s: %s", id, why)
-			if err := c.renew(ctx, cm); err != nil {
+			end, err := c.renew(ctx, cm)
+			if err != nil {
 				c.say("sbx kube controller: renewing the CA of sandbox %s: %v", id, err)
 				continue
 			}
-			if c.renewedFrom == nil {
-				c.renewedFrom = map[string]string{}
+			if c.renewed == nil {
+				c.renewed = map[string]renewal{}
 			}
-			c.renewedFrom[id] = cm.ResourceVersion
+			final := time.Until(end) < c.renewBefore()
+			c.renewed[id] = renewal{from: cm.ResourceVersion, final: final}
+			if final {
+				c.say("sbx kube controller: renewed the CA of sandbox %s until %s, within --renew-before %v already: not renewing it again", id, end.UTC().Format(time.RFC3339), c.renewBefore())
+			}
 		}
 	}
 }
@@ -322,22 +344,26 @@ func (c *Controller) Sweep(ctx context.Context, pods, configMaps []any) {
 // ConfigMap, which the agent pod's trust bundle is mounted from: the
 // Secret first, since a client that trusts the old certificate verifies
 // the renewed CA's leaves too (the same name and key) until the old one
-// expires.
-func (c *Controller) renew(ctx context.Context, cm *corev1.ConfigMap) error {
+// expires. It returns the renewed certificate's end.
+func (c *Controller) renew(ctx context.Context, cm *corev1.ConfigMap) (time.Time, error) {
 	ns := c.Cluster.Namespace
 	id := cm.Labels[LabelSandbox]
 	sec, err := c.Cluster.Client.Secrets(ns).Get(ctx, ObjectName(id), metav1.GetOptions{})
 	if err != nil {
-		return &APIError{"get", "Secret", ObjectName(id), ns, err}
+		return time.Time{}, &APIError{"get", "Secret", ObjectName(id), ns, err}
 	}
 	certPEM, caPEM, err := c.RenewCA(sec.Data[KeyCA])
 	if err != nil {
-		return err
+		return time.Time{}, err
+	}
+	end, ok := certEnd(certPEM)
+	if !ok {
+		return time.Time{}, errors.New("the renewed CA's certificate does not parse")
 	}
 	sec = sec.DeepCopy()
 	sec.Data[KeyCA] = caPEM
 	if _, err := c.Cluster.Client.Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{FieldManager: "sbx"}); err != nil {
-		return &APIError{"update", "Secret", sec.Name, ns, err}
+		return time.Time{}, &APIError{"update", "Secret", sec.Name, ns, err}
 	}
 	cm = cm.DeepCopy()
 	old := cm.Data[KeyCACert]
@@ -348,9 +374,9 @@ func (c *Controller) renew(ctx context.Context, cm *corev1.ConfigMap) error {
 	cm.Data[KeyCACert], cm.Data[KeyBundle] = string(certPEM), bundle+string(certPEM)
 	if _, err := c.Cluster.Client.ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{FieldManager: "sbx"}); err != nil {
 		if apierrors.IsConflict(err) {
-			return fmt.Errorf("the ConfigMap %s changed meanwhile; its CA is renewed at the next look: %w", cm.Name, err)
+			return time.Time{}, fmt.Errorf("the ConfigMap %s changed meanwhile; its CA is renewed at the next look: %w", cm.Name, err)
 		}
-		return &APIError{"update", "ConfigMap", cm.Name, ns, err}
+		return time.Time{}, &APIError{"update", "ConfigMap", cm.Name, ns, err}
 	}
-	return nil
+	return end, nil
 }

@@ -140,7 +140,14 @@ func TestControllerJudge(t *testing.T) {
 // runController runs a controller on f as token until the test ends.
 func runController(t *testing.T, f *fakeAPI, token string, out io.Writer) (stop func() error) {
 	t.Helper()
-	c := &Controller{Cluster: f.connect(token), Identity: token, Grace: 10 * time.Minute, RenewBefore: 48 * time.Hour,
+	return startController(t, f, token, out, 48*time.Hour)
+}
+
+// startController runs a controller on f as token, renewing CAs
+// renewBefore their end, until the test ends.
+func startController(t *testing.T, f *fakeAPI, token string, out io.Writer, renewBefore time.Duration) (stop func() error) {
+	t.Helper()
+	c := &Controller{Cluster: f.connect(token), Identity: token, Grace: 10 * time.Minute, RenewBefore: renewBefore,
 		Resync: 200 * time.Millisecond, RenewCA: fakeRenew(t), Out: out,
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -242,6 +249,50 @@ func TestControllerActs(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the controller's output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestControllerRenewWindowPastTheCA: told a renewal window longer than
+// a CA's 7 days (--renew-before 169h, how the project's cluster test
+// makes a fresh sandbox's CA due), the controller renews a fresh
+// sandbox's CA at once, and once: the renewed CA, valid 7 days, is due
+// too, and renewing it at every look would rewrite the Secret and the
+// ConfigMap for ever. The usual window leaves the same CA alone.
+func TestControllerRenewWindowPastTheCA(t *testing.T) {
+	now := time.Now()
+	fresh := newTestSandbox(t, "eeeeeeee", now.Add(-time.Minute), now.Add(7*24*time.Hour-time.Minute))
+	for _, tc := range []struct {
+		window time.Duration
+		want   string
+	}{{48 * time.Hour, Leave}, {7*24*time.Hour - time.Hour, Leave}, {7*24*time.Hour + time.Hour, RenewCA}} {
+		c := &Controller{RenewBefore: tc.window}
+		if got, why := c.Judge(now, fresh.observed()); got != tc.want {
+			t.Errorf("RenewBefore %v, a CA made a minute ago: %q (%s), want %q", tc.window, got, why, tc.want)
+		}
+	}
+
+	f := newFakeAPI(t)
+	fresh.put(f)
+	out := &syncWriter{}
+	startController(t, f, "leader", out, 7*24*time.Hour+time.Hour)
+	f.waitFor(20*time.Second, "the controller did not renew the fresh CA with a window past its 7 days", func() bool {
+		sec := f.get(fresh.objs.Secret).(*corev1.Secret)
+		cm := f.get(fresh.objs.ConfigMap).(*corev1.ConfigMap)
+		return strings.HasPrefix(string(sec.Data[KeyCA]), string(fresh.caPEM)+" renewed") && cm.Data[KeyCACert] != string(fresh.certPEM)
+	})
+	// Many sweeps (every 200 ms, and at each change the renewal made).
+	time.Sleep(2 * time.Second)
+	renewals := 0
+	for _, w := range f.writesLog() {
+		if strings.HasSuffix(w, "PUT /api/v1/namespaces/ns/secrets/"+ObjectName(fresh.id)) {
+			renewals++
+		}
+	}
+	if sec := f.get(fresh.objs.Secret).(*corev1.Secret); renewals != 1 || string(sec.Data[KeyCA]) != string(fresh.caPEM)+" renewed" {
+		t.Errorf("the Secret was written %d times (its CA now %q), want once", renewals, sec.Data[KeyCA])
+	}
+	if want := "renewed the CA of sandbox eeeeeeee until "; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "not renewing it again") {
+		t.Errorf("the controller's output does not say it renews the CA once:\n%s", out)
 	}
 }
 
