@@ -670,7 +670,10 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		uid = DefaultAgentUID
 	}
 	gw := gateway.String()
-	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw}
+	// The pod is made once the gateway pod has its address, before the
+	// gateway serves: the rules container waits for its proxy, through
+	// the rules, so the agent starts only once it serves.
+	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw, "--wait-gateway", GatewayWait.String()}
 	if s.SkipPodRulesForTest {
 		rulesArgs = append(rulesArgs, "--skip-for-test")
 	}
@@ -679,6 +682,9 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		Image:           s.GatewayImage,
 		ImagePullPolicy: s.PullPolicy,
 		Command:         rulesArgs,
+		// Its error (the gateway did not answer, say) is what the pod's
+		// status says, and sbx kube run with it.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		// The only container with NET_ADMIN; it exits before the agent
 		// starts.
 		SecurityContext: &corev1.SecurityContext{
