@@ -37,7 +37,10 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 	}
 	for b.Loop() {
 		k := newKubeTest(b)
+		wctx, stopWatch := context.WithCancel(b.Context())
+		times := k.watchPodTimes(wctx)
 		starts := make([]time.Duration, 0, n)
+		startedAt := map[string]time.Time{}
 		ids := make([]string, 0, n)
 		for i := range n {
 			start := time.Now()
@@ -49,7 +52,12 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 			}
 			ids = append(ids, strings.TrimSpace(out))
 			starts = append(starts, took)
+			startedAt[ids[len(ids)-1]] = start
 		}
+		stopWatch()
+		// Where a start's time goes: when each step was seen, after sbx
+		// kube run started.
+		b.Logf("start steps, median (p95) after sbx kube run started: %s", times.summary(startedAt))
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
