@@ -65,6 +65,9 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		})
 		use := k.sandboxUse(ids)
 		own, agents := use.own, use.agent
+		// Said before the stop, which can fail on a loaded node.
+		b.Logf("memory before the stop: own (gateway pod + shim) median %.1f MiB max %.1f MiB",
+			float64(own[len(own)/2])/(1<<20), float64(own[len(own)-1])/(1<<20))
 		stopStart := time.Now()
 		out, errOut, code := k.sbx(append([]string{"stop"}, ids...)...)
 		stop := time.Since(stopStart)
