@@ -1049,13 +1049,17 @@ func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {
 }
 
 // serveOnlyAgent waits until the sandbox's agent pod has its address and
-// tells its gateway pod, through the management API (a port-forward, with
+// its gateway pod is ready (Create makes the agent pod before that), and
+// tells the gateway, through the management API (a port-forward, with
 // the sandbox's token), to serve that address alone: from then on a pod
 // that reaches the gateway where the NetworkPolicy is not enforced is
 // refused by the gateway itself.
 func serveOnlyAgent(ctx context.Context, c *kube.Cluster, s kube.Spec) (netip.Addr, error) {
 	ip, err := c.WaitAgentIP(ctx, s.ID)
 	if err != nil {
+		return netip.Addr{}, err
+	}
+	if _, err := c.WaitGatewayReady(ctx, s.ID); err != nil {
 		return netip.Addr{}, err
 	}
 	fctx, cancel := context.WithCancel(ctx)

@@ -37,7 +37,10 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 	}
 	for b.Loop() {
 		k := newKubeTest(b)
+		wctx, stopWatch := context.WithCancel(b.Context())
+		times := k.watchPodTimes(wctx)
 		starts := make([]time.Duration, 0, n)
+		startedAt := map[string]time.Time{}
 		ids := make([]string, 0, n)
 		for i := range n {
 			start := time.Now()
@@ -49,7 +52,12 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 			}
 			ids = append(ids, strings.TrimSpace(out))
 			starts = append(starts, took)
+			startedAt[ids[len(ids)-1]] = start
 		}
+		stopWatch()
+		// Where a start's time goes: when each step was seen, after sbx
+		// kube run started.
+		b.Logf("start steps, median (p95) after sbx kube run started: %s", times.summary(startedAt))
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -57,6 +65,9 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		})
 		use := k.sandboxUse(ids)
 		own, agents := use.own, use.agent
+		// Said before the stop, which can fail on a loaded node.
+		b.Logf("memory before the stop: own (gateway pod + shim) median %.1f MiB max %.1f MiB",
+			float64(own[len(own)/2])/(1<<20), float64(own[len(own)-1])/(1<<20))
 		stopStart := time.Now()
 		out, errOut, code := k.sbx(append([]string{"stop"}, ids...)...)
 		stop := time.Since(stopStart)

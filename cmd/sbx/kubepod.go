@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +18,7 @@ import (
 func newKubePodRulesCmd() *cobra.Command {
 	var gateway string
 	var skip bool
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:    "pod-rules --gateway IP",
 		Short:  "Install an agent pod's network rules (the init container of sbx kube's agent pods)",
@@ -33,10 +36,17 @@ else at once (a TCP reset, an ICMP error), IPv6 but loopback too. Nothing
 comes in but loopback and the replies to the pod's own connections.
 Installing again replaces them.
 
+With --wait-gateway it then waits, at most that long, until the gateway's
+proxy port takes a TCP connection through the rules, and fails if it does
+not: the agent, which starts after this container, then finds its gateway
+serving. sbx kube makes the agent pod as soon as the gateway pod has its
+address, before the gateway is ready, and this wait keeps the agent from
+starting before it.
+
 --skip-for-test installs nothing: it is for sbx's own tests, which show that
 the pod's NetworkPolicy alone confines it.`,
 		Example: `  # In the agent pod's init container.
-  sbx kube pod-rules --gateway 10.244.0.7`,
+  sbx kube pod-rules --gateway 10.244.0.7 --wait-gateway 2m`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if gateway == "" {
@@ -46,23 +56,35 @@ the pod's NetworkPolicy alone confines it.`,
 			if err != nil {
 				return usageErrorf(cmd, "--gateway %q is not an IP address; give the gateway pod's IP address, e.g. --gateway 10.244.0.7", gateway)
 			}
+			if wait < 0 {
+				return usageErrorf(cmd, "--wait-gateway %v: want a duration of 0 (no wait) or more, e.g. --wait-gateway 2m", wait)
+			}
 			rules := podnet.DefaultRules(gw)
 			if skip {
 				fmt.Fprintf(cmd.ErrOrStderr(), "sbx kube pod-rules: WARNING: --skip-for-test: NO RULES INSTALLED in this pod; "+
 					"it is confined by its NetworkPolicy alone. This switch is for sbx's own tests; never use it otherwise.\n")
+			} else {
+				if err := podnet.Install(rules); err != nil {
+					if errors.Is(err, podnet.ErrInvalidRules) {
+						return usageError(cmd, err)
+					}
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "sbx kube pod-rules: installed: %v\n", rules)
+			}
+			if wait == 0 {
 				return nil
 			}
-			if err := podnet.Install(rules); err != nil {
-				if errors.Is(err, podnet.ErrInvalidRules) {
-					return usageError(cmd, err)
-				}
-				return err
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			defer cancel()
+			if err := podnet.WaitGateway(ctx, netip.AddrPortFrom(gw, rules.ProxyPort)); err != nil {
+				return fmt.Errorf("waited %v: %w; the agent does not start without its gateway: the gateway pod's events and log say why it does not serve (kubectl describe pod, kubectl logs)", wait, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sbx kube pod-rules: installed: %v\n", rules)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&gateway, "gateway", "", "the gateway pod's `IP` address")
+	cmd.Flags().DurationVar(&wait, "wait-gateway", 0, "then wait at most `DURATION` until the gateway's proxy port takes a connection, and fail if it does not (0: no wait)")
 	cmd.Flags().BoolVar(&skip, "skip-for-test", false, "for sbx's own tests: install NO rules, leaving the pod to its NetworkPolicy alone")
 	cmd.Flags().MarkHidden("skip-for-test")
 	return cmd

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"net"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/sbx-dev/sbx/sandbox/kube/podnet"
@@ -96,6 +99,61 @@ func TestPrivilegedKubePodRules(t *testing.T) {
 		}
 		if got := podTables(t, ns); len(got) != 0 {
 			t.Errorf("pod-rules --skip-for-test: got %s tables of families %v, want none", podnet.TableName, got)
+		}
+	})
+}
+
+// TestPrivilegedKubePodRulesWaitGateway: with --wait-gateway, sbx kube
+// pod-rules returns only once the gateway's proxy port takes a
+// connection through the rules it installed, and fails, saying why, when
+// none does in time: the agent pod's agent starts after it, so never
+// before its gateway serves.
+func TestPrivilegedKubePodRulesWaitGateway(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces and nftables rules (CI runs as root)")
+	}
+	inNewNetns(t, func(ns netns.NsHandle) {
+		// The gateway's address on the namespace's loopback stands in
+		// for the gateway pod.
+		h, err := netlink.NewHandleAt(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		lo, err := h.LinkByName("lo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 244, 0, 7), Mask: net.CIDRMask(32, 32)}}); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-gateway", "300ms")
+		if code != 1 || !strings.Contains(stderr, "10.244.0.7:3128 did not answer") || !strings.Contains(stderr, "the agent does not start without its gateway") {
+			t.Errorf("no gateway: got exit %d, stderr %q; want 1 and why", code, stderr)
+		}
+		ln, err := net.Listen("tcp", "10.244.0.7:3128")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		accepted := make(chan struct{})
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+				close(accepted)
+			}
+		}()
+		stdout, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-gateway", "10s")
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "installed") {
+			t.Errorf("the gateway listening: got exit %d, stdout %q, stderr %q; want 0 once it answered", code, stdout, stderr)
+		}
+		select {
+		case <-accepted:
+		case <-time.After(5 * time.Second):
+			t.Error("the gateway took no connection from pod-rules")
 		}
 	})
 }

@@ -74,20 +74,39 @@ func scheme() *runtime.Scheme {
 }
 
 // restClient is Connect's Client: one REST client per API group, over
-// one HTTP client and one rate limiter, as client-go's clientset has.
+// one HTTP client and one rate limiter.
 type restClient struct {
 	core, networking, coordination rest.Interface
 	params                         runtime.ParameterCodec
 }
 
-// newRESTClient returns the Client of cfg.
+// The rate of requests a Client sends at most when its config sets
+// none: defaultBurst at once, then defaultQPS a second. client-go's own default (5 a
+// second after 10, and one such limit for each API group) held sbx kube
+// run back: it makes about 15 requests before the agent runs, and a wait
+// for the pods polled at 5 a second, so its later requests waited up to
+// 200 ms each for the limiter. The API server protects itself from a
+// busy client (API Priority and Fairness); these bound a runaway loop.
+const (
+	defaultQPS   = 50
+	defaultBurst = 100
+)
+
+// newRESTClient returns the Client of cfg: its rate limit is cfg's, or
+// defaultQPS and defaultBurst when cfg sets none; one limit for all the
+// API groups.
 func newRESTClient(cfg *rest.Config) (*restClient, error) {
 	cfg = rest.CopyConfig(cfg)
-	if cfg.RateLimiter == nil && cfg.QPS > 0 {
-		if cfg.Burst <= 0 {
-			return nil, fmt.Errorf("the kubeconfig's burst must be above 0 where its QPS is")
+	if cfg.RateLimiter == nil {
+		if cfg.QPS == 0 && cfg.Burst == 0 {
+			cfg.QPS, cfg.Burst = defaultQPS, defaultBurst
 		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+		if cfg.QPS > 0 {
+			if cfg.Burst <= 0 {
+				return nil, fmt.Errorf("the kubeconfig's burst must be above 0 where its QPS is")
+			}
+			cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+		}
 	}
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 )
 
 // TestRESTClientRequests: the Client Connect makes asks an API server
@@ -127,5 +128,32 @@ current-context: x
 	defer mu.Unlock()
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+}
+
+// TestRESTClientRateLimit: a kubeconfig sets no rate limit (client-go's
+// default would then be 5 requests a second after 10, for each API group
+// apart, which sbx kube run waited on): Connect's Client has one limit,
+// defaultQPS after defaultBurst, for all its API groups.
+func TestRESTClientRateLimit(t *testing.T) {
+	c := newFakeAPI(t).connect("the-token")
+	rc := c.Client.(*restClient)
+	lim := rc.core.GetRateLimiter()
+	if lim == nil {
+		t.Fatal("the core API group's client has no rate limiter")
+	}
+	if got := lim.QPS(); got != defaultQPS {
+		t.Errorf("got QPS %v, want %v", got, defaultQPS)
+	}
+	for name, g := range map[string]rest.Interface{"networking": rc.networking, "coordination": rc.coordination} {
+		if g.GetRateLimiter() != lim {
+			t.Errorf("the %s API group's client has a rate limiter of its own, want the one of all groups", name)
+		}
+	}
+	// A burst of requests, as sbx kube run sends them, is not held back.
+	for i := range defaultBurst {
+		if !lim.TryAccept() {
+			t.Fatalf("request %d of a burst of %d held back", i+1, defaultBurst)
+		}
 	}
 }

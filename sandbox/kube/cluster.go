@@ -102,10 +102,14 @@ type Created struct {
 
 // Create makes the sandbox's objects: the ConfigMap first (it owns the
 // rest, so deleting it deletes the sandbox), then the Secret, the
-// NetworkPolicies and the gateway pod; once the gateway pod is ready, the
-// agent pod. dryRun asks the API server to check each object without
-// keeping it (the agent pod then names the address 192.0.2.1). A failure
-// removes what was made.
+// NetworkPolicies and the gateway pod; once the gateway pod has its
+// address, which the agent pod names, the agent pod. The agent pod is
+// scheduled and set up while the gateway starts; its rules container,
+// once it installed the rules, waits until the gateway's proxy answers
+// through them (sbx kube pod-rules --wait-gateway), so the agent starts
+// only once its gateway serves it. dryRun asks the API server to check
+// each object without keeping it (the agent pod then names the address
+// 192.0.2.1). A failure removes what was made.
 func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefix, dryRun bool) (_ Created, retErr error) {
 	s.Namespace = c.Namespace
 	objs, err := MakeObjects(s)
@@ -177,7 +181,7 @@ func (c *Cluster) Create(ctx context.Context, s Spec, allowPrivate []netip.Prefi
 	var gwIP netip.Addr
 	if dryRun {
 		gwIP = netip.MustParseAddr("192.0.2.1")
-	} else if gwIP, err = c.waitGateway(ctx, s.ID); err != nil {
+	} else if gwIP, err = c.waitGateway(ctx, s.ID, false); err != nil {
 		return Created{}, err
 	}
 	agent, err := AgentPod(s, gwIP)
@@ -287,38 +291,61 @@ func privileged(sc *corev1.SecurityContext) bool {
 	return sc != nil && sc.Privileged != nil && *sc.Privileged
 }
 
-// GatewayWait bounds how long Create waits for the gateway pod to be ready.
+// GatewayWait bounds how long Create waits for the gateway pod's
+// address, WaitGatewayReady for it to be ready, and the agent pod's rules
+// container for its proxy to answer.
 var GatewayWait = 2 * time.Minute
 
-// waitGateway waits until the gateway pod is running and ready, and
-// returns its address; a pod that cannot start ends the wait with why.
-func (c *Cluster) waitGateway(ctx context.Context, id string) (netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(ctx, GatewayWait)
+// WaitGatewayReady waits until the sandbox's gateway pod is running and
+// ready (its startup probe found the proxy listening), and returns its
+// address; a pod that cannot start ends the wait with why.
+func (c *Cluster) WaitGatewayReady(ctx context.Context, id string) (netip.Addr, error) {
+	return c.waitGateway(ctx, id, true)
+}
+
+// waitGateway waits until the gateway pod has its IPv4 address and, when
+// ready, is running and ready too, and returns the address; a pod that
+// cannot start, or is gone, ends the wait with why. It follows the pod
+// with a watch (followPods): it sees each change as the API server has
+// it, without polling.
+func (c *Cluster) waitGateway(ctx context.Context, id string, ready bool) (netip.Addr, error) {
+	wctx, cancel := context.WithTimeout(ctx, GatewayWait)
 	defer cancel()
 	name := GatewayPodName(id)
-	for {
-		pod, err := c.Client.Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			if ctx.Err() != nil {
-				return netip.Addr{}, fmt.Errorf("the gateway pod %s did not get ready within %v", name, GatewayWait)
-			}
-			return netip.Addr{}, &APIError{"get", "Pod", name, c.Namespace, err}
+	var ip netip.Addr
+	var phase corev1.PodPhase
+	err := c.followPods(wctx, id, func(pods map[string]*corev1.Pod) (bool, error) {
+		pod := pods[name]
+		if pod == nil {
+			return false, fmt.Errorf("%w: pod %s is gone", ErrGatewayEnded, name)
 		}
+		phase = pod.Status.Phase
 		if err := podFailure(pod); err != nil {
-			return netip.Addr{}, fmt.Errorf("the gateway pod %s: %w", name, err)
+			return false, fmt.Errorf("the gateway pod %s: %w", name, err)
 		}
-		if pod.Status.Phase == corev1.PodRunning && podReady(pod) {
-			if ip, ok := podIPv4(pod); ok {
-				return ip, nil
-			}
-			return netip.Addr{}, fmt.Errorf("the gateway pod %s has no IPv4 address (%v); sbx kube needs a cluster with IPv4 pod addresses", name, pod.Status.PodIPs)
+		if pod.DeletionTimestamp != nil {
+			return false, fmt.Errorf("the gateway pod %s is being deleted", name)
 		}
-		select {
-		case <-ctx.Done():
-			return netip.Addr{}, fmt.Errorf("the gateway pod %s did not get ready within %v (phase %s); kubectl describe pod %s -n %s says why", name, GatewayWait, pod.Status.Phase, name, c.Namespace)
-		case <-time.After(200 * time.Millisecond):
+		if ready && (pod.Status.Phase != corev1.PodRunning || !podReady(pod)) {
+			return false, nil
 		}
+		var ok bool
+		if ip, ok = podIPv4(pod); ok {
+			return true, nil
+		}
+		if len(pod.Status.PodIPs) > 0 {
+			return false, fmt.Errorf("the gateway pod %s has no IPv4 address (%v); sbx kube needs a cluster with IPv4 pod addresses", name, pod.Status.PodIPs)
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		what := "got no address"
+		if ready {
+			what = "did not get ready"
+		}
+		return netip.Addr{}, fmt.Errorf("the gateway pod %s %s within %v (phase %s); kubectl describe pod %s -n %s says why", name, what, GatewayWait, phase, name, c.Namespace)
 	}
+	return ip, err
 }
 
 // podIPv4 returns the pod's IPv4 address, of a dual-stack pod too.
@@ -628,43 +655,54 @@ func agentExit(p *corev1.Pod) (int, bool) {
 
 // WaitAgent waits until the agent container ends and returns its exit
 // status. started is called once the container runs (or ended at once).
-// It watches the sandbox's pods (a list, then a watch from there, again
-// when the watch ends) rather than polling them: a pod that cannot run,
-// or a gateway pod that stopped, ends the wait with why.
+// It follows the sandbox's pods with a watch (followPods) rather than
+// polling them: a pod that cannot run, or a gateway pod that stopped,
+// ends the wait with why.
 func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int, error) {
-	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
 	w := agentWait{id: id, started: started}
+	var code int
+	err := c.followPods(ctx, id, func(pods map[string]*corev1.Pod) (done bool, err error) {
+		code, done, err = w.judge(pods)
+		return done, err
+	})
+	return code, err
+}
+
+// followPods calls judge with the sandbox's pods, by name: once listed,
+// then at every change a watch from there brings (listed again when the
+// watch ends: the server's timeout, an expired version), until judge says
+// it is done or fails, or ctx is done (its error then).
+func (c *Cluster) followPods(ctx context.Context, id string, judge func(pods map[string]*corev1.Pod) (bool, error)) error {
+	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
 	for {
 		list, err := c.Client.Pods(c.Namespace).List(ctx, sel)
 		if err != nil {
 			if ctx.Err() != nil {
-				return 0, ctx.Err()
+				return ctx.Err()
 			}
-			return 0, &APIError{"list", "Pod", sel.LabelSelector, c.Namespace, err}
+			return &APIError{"list", "Pod", sel.LabelSelector, c.Namespace, err}
 		}
 		pods := map[string]*corev1.Pod{}
 		for i := range list.Items {
 			pods[list.Items[i].Name] = &list.Items[i]
 		}
-		if code, done, err := w.judge(pods); done || err != nil {
-			return code, err
+		if done, err := judge(pods); done || err != nil {
+			return err
 		}
 		opts := sel
 		opts.ResourceVersion = list.ResourceVersion
 		watcher, err := c.Client.Pods(c.Namespace).Watch(ctx, opts)
 		if err != nil {
 			if ctx.Err() != nil {
-				return 0, ctx.Err()
+				return ctx.Err()
 			}
-			return 0, &APIError{"watch", "Pod", sel.LabelSelector, c.Namespace, err}
+			return &APIError{"watch", "Pod", sel.LabelSelector, c.Namespace, err}
 		}
-		code, done, err := w.follow(ctx, watcher, pods)
+		done, err := follow(ctx, watcher, pods, judge)
 		watcher.Stop()
 		if done || err != nil {
-			return code, err
+			return err
 		}
-		// The watch ended (the server's timeout, an expired version): list
-		// again.
 	}
 }
 
@@ -675,16 +713,16 @@ type agentWait struct {
 	once    bool
 }
 
-// follow applies the watch's events to pods until the wait is decided or
-// the watch ends.
-func (w *agentWait) follow(ctx context.Context, watcher watch.Interface, pods map[string]*corev1.Pod) (int, bool, error) {
+// follow applies the watch's events to pods until judge decides or the
+// watch ends.
+func follow(ctx context.Context, watcher watch.Interface, pods map[string]*corev1.Pod, judge func(map[string]*corev1.Pod) (bool, error)) (bool, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return false, ctx.Err()
 		case ev, ok := <-watcher.ResultChan():
 			if !ok || ev.Type == watch.Error {
-				return 0, false, nil
+				return false, nil
 			}
 			pod, isPod := ev.Object.(*corev1.Pod)
 			if !isPod {
@@ -695,8 +733,8 @@ func (w *agentWait) follow(ctx context.Context, watcher watch.Interface, pods ma
 			} else {
 				pods[pod.Name] = pod
 			}
-			if code, done, err := w.judge(pods); done || err != nil {
-				return code, done, err
+			if done, err := judge(pods); done || err != nil {
+				return done, err
 			}
 		}
 	}

@@ -35,7 +35,7 @@ type Controller struct {
 	Identity string
 	// Grace is how old the objects of a sandbox without an agent pod
 	// must be before they are removed: sbx kube run makes the agent pod
-	// once its gateway pod is ready, within GatewayWait.
+	// once its gateway pod has its address, within GatewayWait.
 	Grace time.Duration
 	// RenewBefore is how long before its CA expires a sandbox's CA is
 	// renewed. A window at or above the renewed CA's validity (7 days)

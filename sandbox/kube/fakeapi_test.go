@@ -41,6 +41,7 @@ type fakeAPI struct {
 	changed chan struct{} // closed and replaced at every change
 	writes  []string      // "TOKEN METHOD PATH"
 	calls   []string      // "VERB RESOURCE" of every request, as client-go's fake names actions
+	gets    []string      // the paths of the gets of one object
 }
 
 type fakeEvent struct {
@@ -217,6 +218,13 @@ func (f *fakeAPI) remove(obj runtime.Object) {
 	f.store(collection(obj), "DELETED", obj)
 }
 
+// getsLog returns the paths of the gets of one object so far.
+func (f *fakeAPI) getsLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.gets...)
+}
+
 // writesLog returns the writes so far.
 func (f *fakeAPI) writesLog() []string {
 	f.mu.Lock()
@@ -320,6 +328,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		json.NewEncoder(w).Encode(map[string]any{"kind": listKinds[res], "apiVersion": apiVersion, "metadata": map[string]any{"resourceVersion": strconv.Itoa(f.rv)}, "items": items})
 	case r.Method == http.MethodGet:
+		f.gets = append(f.gets, r.URL.Path)
 		o := f.objs[coll][name]
 		if o == nil {
 			f.status(w, 404, "NotFound", res+" "+name+" not found")
@@ -330,6 +339,11 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		m, _ := meta.Accessor(body)
 		if f.objs[coll][m.GetName()] != nil {
 			f.status(w, 409, "AlreadyExists", res+" "+m.GetName()+" already exists")
+			return
+		}
+		if q.Get("dryRun") != "" {
+			w.WriteHeader(201)
+			w.Write(encode(body))
 			return
 		}
 		m.SetNamespace("ns")

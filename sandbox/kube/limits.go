@@ -60,29 +60,31 @@ var AgentWait = 2 * time.Minute
 
 // WaitAgentIP waits until the agent pod has its IPv4 address (it has one
 // once the node made its network, before its containers run) and returns
-// it; a pod that cannot run ends the wait with why.
+// it; a pod that cannot run ends the wait with why. It follows the pod
+// with a watch (followPods), without polling.
 func (c *Cluster) WaitAgentIP(ctx context.Context, id string) (netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(ctx, AgentWait)
+	wctx, cancel := context.WithTimeout(ctx, AgentWait)
 	defer cancel()
 	name := ObjectName(id)
-	for {
-		pod, err := c.Client.Pods(c.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			if ctx.Err() != nil {
-				return netip.Addr{}, fmt.Errorf("the agent pod %s got no address within %v", name, AgentWait)
-			}
-			return netip.Addr{}, &APIError{"get", "Pod", name, c.Namespace, err}
+	var ip netip.Addr
+	var phase corev1.PodPhase
+	err := c.followPods(wctx, id, func(pods map[string]*corev1.Pod) (bool, error) {
+		pod := pods[name]
+		if pod == nil {
+			return false, fmt.Errorf("the agent pod %s is gone", name)
 		}
-		if ip, ok := podIPv4(pod); ok {
-			return ip, nil
+		phase = pod.Status.Phase
+		var ok bool
+		if ip, ok = podIPv4(pod); ok {
+			return true, nil
 		}
 		if err := podFailure(pod); err != nil {
-			return netip.Addr{}, fmt.Errorf("the agent pod %s: %w", name, err)
+			return false, fmt.Errorf("the agent pod %s: %w", name, err)
 		}
-		select {
-		case <-ctx.Done():
-			return netip.Addr{}, fmt.Errorf("the agent pod %s got no address within %v (phase %s); kubectl describe pod %s -n %s says why", name, AgentWait, pod.Status.Phase, name, c.Namespace)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return netip.Addr{}, fmt.Errorf("the agent pod %s got no address within %v (phase %s); kubectl describe pod %s -n %s says why", name, AgentWait, phase, name, c.Namespace)
 	}
+	return ip, err
 }

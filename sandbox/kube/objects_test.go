@@ -110,6 +110,14 @@ func TestAgentPodHardened(t *testing.T) {
 			if !slices.Equal(added, []corev1.Capability{"NET_ADMIN"}) || c.RestartPolicy != nil {
 				t.Errorf("rules: capabilities %v, restart policy %v; want NET_ADMIN only, a plain init container", added, c.RestartPolicy)
 			}
+			// The pod is made before its gateway serves: the rules
+			// container, before which nothing else starts, waits for it.
+			if i := slices.Index(c.Command, "--wait-gateway"); i < 0 || i+1 >= len(c.Command) || c.Command[i+1] != GatewayWait.String() {
+				t.Errorf("rules: command %q; want it to wait for the gateway (--wait-gateway %v)", c.Command, GatewayWait)
+			}
+			if i := slices.IndexFunc(agent.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == "rules" }); i != 0 {
+				t.Errorf("rules is init container %d, want the first", i)
+			}
 		case "shim":
 			if len(added) > 0 || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways || *c.SecurityContext.RunAsUser != ShimUID {
 				t.Errorf("shim: capabilities %v, restart policy %v, uid %v; want none, Always, %d", added, c.RestartPolicy, *c.SecurityContext.RunAsUser, ShimUID)

@@ -3,6 +3,8 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +85,130 @@ func TestWaitAgentGatewayEnded(t *testing.T) {
 		if !errors.Is(err, ErrGatewayEnded) {
 			t.Errorf("gateway pod %s: got %v, want ErrGatewayEnded", name, err)
 		}
+	}
+}
+
+// startCreate runs Create of testSpec on the stand-in API server f and
+// returns what it returns, once the gateway pod is made.
+func startCreate(t *testing.T, f *fakeAPI) (Spec, <-chan error) {
+	t.Helper()
+	c := f.connect("tok")
+	s := testSpec()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Create(t.Context(), s, nil, false)
+		done <- err
+	}()
+	f.waitFor(10*time.Second, "the gateway pod made", func() bool {
+		return f.get(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: GatewayPodName(s.ID)}}) != nil
+	})
+	return s, done
+}
+
+// gatewayStatus sets the stand-in's gateway pod's status, as the kubelet
+// would.
+func gatewayStatus(f *fakeAPI, id string, st corev1.PodStatus) {
+	gw := f.get(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: GatewayPodName(id)}}).(*corev1.Pod)
+	gw.Status = st
+	f.change(gw)
+}
+
+// TestCreateAgentPodOnceGatewayHasAddress: Create makes the agent pod as
+// soon as the gateway pod has its address, not once it is ready, so the
+// node sets the agent pod up while the gateway starts; the agent pod's
+// rules container then waits for the gateway (TestAgentPodHardened). It
+// follows the gateway pod with a watch: no polling.
+func TestCreateAgentPodOnceGatewayHasAddress(t *testing.T) {
+	f := newFakeAPI(t)
+	s, done := startCreate(t, f)
+	agentPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(s.ID)}}
+	// Scheduled and starting, no address yet: no agent pod.
+	gatewayStatus(f, s.ID, corev1.PodStatus{Phase: corev1.PodPending})
+	time.Sleep(500 * time.Millisecond)
+	if f.get(agentPod) != nil {
+		t.Fatal("the agent pod was made before the gateway pod had an address")
+	}
+	// An address, the container starting, not ready.
+	gatewayStatus(f, s.ID, corev1.PodStatus{Phase: corev1.PodPending, PodIP: "10.244.0.7", PodIPs: []corev1.PodIP{{IP: "10.244.0.7"}}})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Create did not return once the gateway pod had its address")
+	}
+	agent, _ := f.get(agentPod).(*corev1.Pod)
+	if agent == nil {
+		t.Fatal("no agent pod")
+	}
+	if cmd := strings.Join(agent.Spec.InitContainers[0].Command, " "); !strings.Contains(cmd, "--gateway 10.244.0.7 --wait-gateway") {
+		t.Errorf("the rules container's command %q: want the gateway's address and the wait for it", cmd)
+	}
+	if gets := f.getsLog(); len(gets) > 0 {
+		t.Errorf("Create polled: %v; want it to follow the pods with a watch", gets)
+	}
+}
+
+// TestCreateGatewayCannotStart: a gateway pod that cannot start ends
+// Create with why, before any agent pod is made, and what was made is
+// removed.
+func TestCreateGatewayCannotStart(t *testing.T) {
+	f := newFakeAPI(t)
+	s, done := startCreate(t, f)
+	gatewayStatus(f, s.ID, corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: "gateway", Image: "sbx:test", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found"}},
+	}}})
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "cannot get image sbx:test") {
+			t.Errorf("got %v, want an error naming the image", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Create did not return once the gateway pod could not start")
+	}
+	if left := f.names(s.ID); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+// TestWaitGatewayReady: WaitGatewayReady (sbx kube run waits for it before
+// it tells the gateway its agent's address) returns the gateway pod's
+// address once it is ready, not when it has an address only.
+func TestWaitGatewayReady(t *testing.T) {
+	f := newFakeAPI(t)
+	s := testSpec()
+	s.Namespace = "ns"
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.7"}
+	o.Gateway.Status = running
+	f.put(o.Gateway)
+	c := f.connect("tok")
+	type result struct {
+		ip  netip.Addr
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ip, err := c.WaitGatewayReady(t.Context(), s.ID)
+		res <- result{ip, err}
+	}()
+	select {
+	case r := <-res:
+		t.Fatalf("got %v, %v before the gateway pod was ready", r.ip, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	running.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	gatewayStatus(f, s.ID, running)
+	select {
+	case r := <-res:
+		if r.err != nil || r.ip != netip.MustParseAddr("10.244.0.7") {
+			t.Errorf("got %v, %v; want 10.244.0.7", r.ip, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitGatewayReady did not return once the gateway pod was ready")
 	}
 }
