@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/vishvananda/netns"
@@ -372,10 +373,28 @@ func (o *Owners) owner() (Process, bool) {
 			o.members = old
 			return Process{}, false
 		}
-		p, _, ok = o.unique()
+		p, held, ok = o.unique()
+	}
+	// A socket held by two processes may be held so only for a moment:
+	// a child between fork (or vfork, as posix_spawn does) and exec holds
+	// a copy of every descriptor of its parent until the exec closes
+	// those marked close-on-exec, as sockets are. An agent that runs git
+	// while it connects elsewhere (codex does) makes that moment often
+	// enough to be seen. So a shared socket is looked at again, a few
+	// times over some 20 ms, and is nobody's only when it stays shared.
+	for i := 0; held && !ok && i < sharedRetries; i++ {
+		time.Sleep(sharedRetryWait)
+		p, held, ok = o.unique()
 	}
 	return p, ok
 }
+
+// sharedRetries and sharedRetryWait bound how long a lookup waits for a
+// socket two processes hold to be one's again (see owner).
+const (
+	sharedRetries   = 4
+	sharedRetryWait = 5 * time.Millisecond
+)
 
 // refresh lists the namespace's processes again when a process was made
 // since the last listing, or there was none, and says whether it did.
