@@ -167,6 +167,24 @@ func TestFaultLogFlapIsOneOutage(t *testing.T) {
 	}
 }
 
+// TestFaultLogShortFaultIsTold: a fault that is over before the sink's
+// goroutine looks (a removed log made anew at the very next request) is
+// still told, then its recovery: the user learns that the log at the
+// path is a new file.
+func TestFaultLogShortFaultIsTold(t *testing.T) {
+	ff := &decisionlogtest.FlakyFile{}
+	l, fs, _, _ := openTestLog(t, ff.Write)
+	reports := newFaultReports(l)
+	fs.watch.setFault(ErrLogFileRemoved)
+	fs.watch.recovered() // before the sink's goroutine ran
+	if err := reports.next(t); !errors.Is(err, ErrLogFileRemoved) {
+		t.Fatalf("report of the short fault: got %v, want ErrLogFileRemoved", err)
+	}
+	if err := reports.next(t); err != nil {
+		t.Fatalf("report of the recovery: got %v, want nil", err)
+	}
+}
+
 // TestFaultLogConcurrentCommits commits and emits records from many
 // goroutines while the file fails and works by turns, some writes failing
 // half-way, and full batches going to the file from the sink's goroutine:

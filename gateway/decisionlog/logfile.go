@@ -364,10 +364,14 @@ func (s *FileSink) loop() {
 			s.writer.look()
 			s.writer.retry()
 		case <-s.watch.changed:
+			missed := s.watch.missed.Swap(nil)
 			if err := s.Fault(); err != nil {
 				settle.Stop()
 				s.watch.tell(err)
 			} else {
+				if missed != nil {
+					s.watch.tell(missed) // it ended before it was told
+				}
 				settle.Reset(recoverySettle)
 			}
 		case <-settle.C:

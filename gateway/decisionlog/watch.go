@@ -45,6 +45,10 @@ type faultWatcher struct {
 	// vanished is the fault of a file that was removed or replaced while
 	// the sink wrote it, until a dropped record says so in the new file.
 	vanished atomic.Pointer[LogFileError]
+	// missed is the last fault set, until the sink's goroutine takes it:
+	// a fault that ended (a removed file made anew at the next request)
+	// before that goroutine looked is still told.
+	missed atomic.Pointer[LogFileError]
 
 	mu       sync.Mutex
 	dev, ino uint64      // of the file, to tell that the path names another file
@@ -180,6 +184,7 @@ func (w *faultWatcher) setFault(err error) *LogFileError {
 		e = &LogFileError{Path: w.path, Err: err}
 	}
 	if prev := w.fault.Swap(e); prev == nil || prev.Error() != e.Error() {
+		w.missed.Store(e)
 		w.signal()
 	}
 	return e
