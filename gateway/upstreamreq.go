@@ -33,7 +33,9 @@ type upstreamRequest struct {
 // init makes r the request to send upstream for head, whose target is u,
 // without a body: head's fields but Host and the hop-by-hop ones (Upgrade
 // kept when ws, a relayed WebSocket), Host the target's authority. It
-// takes head.Header over: the head is this request's alone.
+// takes head.Header over without copying it: that map is the
+// connection's (headBuf), cleared by the next request's read, so r must
+// not outlive the request it is sent for.
 func (r *upstreamRequest) init(head *requestHead, u *url.URL, ws bool) {
 	delete(head.Header, "Host")
 	removeHopByHop(head.Header, ws)
