@@ -88,15 +88,7 @@ func TestKubeRecordLLM(t *testing.T) {
 	if status, body := askLLM(t, proxyTransport(proxy, caCert), url, "the word is quince"); status != http.StatusOK || !strings.Contains(body, "answered by the api") {
 		t.Fatalf("through the gateway: %d %s, want the API's answer", status, body)
 	}
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := api.NewClient(apiAddr, strings.TrimSpace(string(token)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := gatewayAPIClient(t, apiAddr, tokenFile)
 	script := filepath.Join(t.TempDir(), "recorded.yaml")
 	var stderr strings.Builder
 	if err := writeRecorded(context.Background(), &stderr, cl, []string{"example.com=" + script}); err != nil {
@@ -220,15 +212,7 @@ rules:
 
 	// --mock-journal keeps the policy script's journal: read through the
 	// API (after the port-forward), written, and read back by name.
-	token, err := os.ReadFile(tokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := api.NewClient(apiAddr, strings.TrimSpace(string(token)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := gatewayAPIClient(t, apiAddr, tokenFile)
 	journals, err := mockJournals(context.Background(), cl, kube.Spec{LLMScripts: []kube.LLMScript{{Name: "scripts/agent.yaml"}}})
 	if err != nil {
 		t.Fatalf("reading the journal of the policy's script: %v", err)
@@ -277,4 +261,20 @@ func TestKubeRunListsNoRefusedFlag(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "podPidsLimit") {
 		t.Errorf("--pids-limit 100: exit %d, %q; want a usage error naming podPidsLimit", code, errOut)
 	}
+}
+
+// gatewayAPIClient is a client of the management API at apiAddr of a
+// gateway that wrote its token to tokenFile, closed when the test ends.
+func gatewayAPIClient(t *testing.T, apiAddr, tokenFile string) *api.Client {
+	t.Helper()
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := api.NewClient(apiAddr, strings.TrimSpace(string(token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }
