@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,11 +60,17 @@ type faultWatcher struct {
 	reported string      // the last fault told, "" after a recovery
 }
 
-// newFaultWatcher returns the watcher of f, the file opened at path.
+// newFaultWatcher returns the watcher of f, the file opened at path. A
+// relative path is made absolute first, from the working directory it
+// was opened in: a path watch needs one, and without a watch every
+// commit stats the path.
 func newFaultWatcher(path string, f *os.File) (*faultWatcher, error) {
 	dev, ino, err := fileID(f)
 	if err != nil {
 		return nil, err
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
 	}
 	w := &faultWatcher{path: path, changed: make(chan struct{}, 1), dev: dev, ino: ino}
 	w.rewatch(f)

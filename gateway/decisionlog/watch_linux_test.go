@@ -170,3 +170,30 @@ func TestFileSinkSymlinkOnPathThenReplaced(t *testing.T) {
 		t.Errorf("Commit once another file is at the path: got %v, want ErrLogFileReplaced", err)
 	}
 }
+
+// TestFileSinkRelativePathIsWatched opens the log by a relative path, as
+// `sbx gateway --log decisions.jsonl` does: the sink still has a path
+// watch (without one every commit stats the path), and a removal is still
+// seen at the next commit.
+func TestFileSinkRelativePathIsWatched(t *testing.T) {
+	t.Chdir(t.TempDir())
+	path := filepath.Join("logs", "decisions.jsonl")
+	fs, err := OpenFileSink(path, FileSinkOptions{RatePerSecond: NoLimit, MaxBytes: NoLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLog("sb", fs)
+	defer l.Close()
+	if fs.watch.paths == nil {
+		t.Error("a log opened by a relative path: no path watch, want one")
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(allowRecord("a.test", "/2")); !errors.Is(err, ErrLogFileRemoved) {
+		t.Errorf("Commit into the removed file: got %v, want ErrLogFileRemoved", err)
+	}
+}
