@@ -99,7 +99,7 @@ func TestUIApprovalsInChromium(t *testing.T) {
 	}
 
 	step("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
-	step("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
+	step("opening the sandbox", followLink(`#running a[href="/s/`+id+`"]`),
 		chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
 	waitText(t, bctx, "#live", "live")
 
@@ -129,7 +129,7 @@ func TestUIApprovalsInChromium(t *testing.T) {
 		t.Fatalf("held request after allow always was refused: got %d, want it still held", got)
 	default:
 	}
-	step("going back", chromedp.Click(chromedp.CSS(`a[href="/s/`+id+`"]`)), chromedp.WaitVisible(chromedp.CSS(row)))
+	step("going back", followLink(`a[href="/s/`+id+`"]`), chromedp.WaitVisible(chromedp.CSS(row)))
 
 	// Allow once: the request goes through, and the log says by ui.
 	step("clicking allow once", answerClick(row+` button.allow[value="once"]`),
@@ -143,11 +143,11 @@ func TestUIApprovalsInChromium(t *testing.T) {
 	// deny once gets the request its 403.
 	q2, held2 := asked()
 	row = `#approvals tr[data-approval="` + q2 + `"]`
-	step("the first page", chromedp.Click(chromedp.CSS(`header a.home`)), chromedp.WaitVisible(chromedp.CSS("#running")))
+	step("the first page", followLink(`header a.home`), chromedp.WaitVisible(chromedp.CSS("#running")))
 	if got := text(`#running td.pending`); got != "1 pending" {
 		t.Errorf("first page's pending count: got %q, want \"1 pending\"", got)
 	}
-	step("following the count", chromedp.Click(chromedp.CSS(`#running a.pending`)), chromedp.WaitVisible(chromedp.CSS(row)))
+	step("following the count", followLink(`#running a.pending`), chromedp.WaitVisible(chromedp.CSS(row)))
 	step("clicking deny once", answerClick(row+` button.deny[value="once"]`),
 		chromedp.WaitVisible(chromedp.CSS("#no-approvals")), chromedp.WaitNotPresent(chromedp.CSS(row)))
 	if got := status(held2); got != http.StatusForbidden {

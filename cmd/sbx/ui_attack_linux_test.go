@@ -394,7 +394,7 @@ func openAskSandbox(t *testing.T, id string, askTimeout time.Duration) askSandbo
 	t.Cleanup(func() { client.Close() })
 	b := uiBrowser{t, startChromium(t)}
 	b.do("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
-	b.do("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
+	b.do("opening the sandbox", followLink(`#running a[href="/s/`+id+`"]`),
 		chromedp.WaitVisible(chromedp.CSS("#no-approvals")))
 	waitText(t, b.ctx, "#live", "live")
 	return askSandboxPage{gw: gw, upstream: upstream, client: client, b: b, logDir: logDir}

@@ -79,7 +79,7 @@ func TestUIInChromium(t *testing.T) {
 	}
 
 	// The sandbox's page, its script running under the CSP: live.
-	step("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
+	step("opening the sandbox", followLink(`#running a[href="/s/`+id+`"]`),
 		chromedp.WaitVisible(chromedp.CSS("#add-rule")))
 	waitText(t, bctx, "#live", "live")
 
@@ -120,8 +120,8 @@ func TestUIInChromium(t *testing.T) {
 	}
 
 	// The ended sandbox's audit report, from the first page.
-	step("the audit report", chromedp.Click(chromedp.CSS(`header a.home`)), chromedp.WaitVisible(chromedp.CSS("#ended")),
-		chromedp.Click(chromedp.CSS(`#ended a[href="/s/`+endedID+`/audit"]`)), chromedp.WaitVisible(chromedp.CSS("#report")))
+	step("the first page", followLink(`header a.home`), chromedp.WaitVisible(chromedp.CSS("#ended")))
+	step("the audit report", followLink(`#ended a[href="/s/`+endedID+`/audit"]`), chromedp.WaitVisible(chromedp.CSS("#report")))
 	if got := text("#report"); !strings.Contains(got, "<b>bold</b>.test") {
 		t.Errorf("audit report: got %q, want the ended sandbox's host, as text", got)
 	}
@@ -330,5 +330,16 @@ func checkNotBlank(t *testing.T, shot []byte) {
 	}
 	if len(colours) < 8 {
 		t.Errorf("screenshot of %v: %d colours, want the page drawn (at least 8)", b.Size(), len(colours))
+	}
+}
+
+// followLink clicks the link sel and waits until the page it opens has
+// loaded. A click, or a query, made while a page still loads can find a
+// node that its document no longer has once loaded ("Could not find node
+// with given id").
+func followLink(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, _ *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(sel)))
+		return chromedp.Void{}, err
 	}
 }

@@ -99,7 +99,7 @@ r=$(wget -q -O- http://other.test:8080/ 2>&1); echo "second exit $? $r"`)
 	}
 
 	step("opening the printed URL", chromedp.Navigate(uiURL), chromedp.WaitVisible(chromedp.CSS("#running")))
-	step("opening the sandbox", chromedp.Click(chromedp.CSS(`#running a[href="/s/`+id+`"]`)),
+	step("opening the sandbox", followLink(`#running a[href="/s/`+id+`"]`),
 		chromedp.WaitVisible(chromedp.CSS("#approvals")))
 	waitText(t, bctx, "#live", "live")
 
