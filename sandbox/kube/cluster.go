@@ -559,6 +559,10 @@ type Sandbox struct {
 	ExitCode                      int
 	Command                       []string
 	Image                         string
+	// Records are the hosts whose LLM API the gateway pod records for
+	// its management API (sbx kube run --record-llm), as its command
+	// names them; the recordings go with the pod.
+	Records []string
 }
 
 // List returns the sandboxes in the namespace, oldest first.
@@ -585,6 +589,7 @@ func (c *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 				sb.Gateway = string(p.Status.Phase)
 				sb.GatewayReady = podReady(&p)
 				sb.GatewayDeleting = p.DeletionTimestamp != nil
+				sb.Records = recordedHosts(&p)
 			case RoleAgent:
 				sb.Agent = string(p.Status.Phase)
 				for _, ct := range p.Spec.Containers {
@@ -642,6 +647,24 @@ func FindIn(all []Sandbox, ns, ref string) (Sandbox, error) {
 	default:
 		return Sandbox{}, fmt.Errorf("%q names %d sandboxes in namespace %s; give more of the id", ref, len(found), ns)
 	}
+}
+
+// recordedHosts are the hosts the gateway pod p records for its
+// management API: its gateway container's --record-llm-api flags, as
+// gatewayConfig gives them.
+func recordedHosts(p *corev1.Pod) []string {
+	var hosts []string
+	for _, ct := range p.Spec.Containers {
+		if ct.Name != "gateway" {
+			continue
+		}
+		for i, a := range ct.Command[:max(len(ct.Command)-1, 0)] {
+			if a == flagRecordLLMAPI {
+				hosts = append(hosts, ct.Command[i+1])
+			}
+		}
+	}
+	return hosts
 }
 
 func agentExit(p *corev1.Pod) (int, bool) {

@@ -172,3 +172,29 @@ func TestSandboxSelector(t *testing.T) {
 		}
 	}
 }
+
+// List names the hosts a sandbox's gateway pod records (sbx kube run
+// --record-llm), read from its command: sbx kube stop keeps or refuses to
+// drop their recordings, which go with the pod. A sandbox that records
+// nothing has none.
+func TestListRecords(t *testing.T) {
+	s := testSpec()
+	s.ID, s.Namespace = "5e6f7a8b", "ns"
+	s.RecordLLM = []string{"api.anthropic.com", "api.openai.com"}
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := fakeCluster(t, append(fakeSandbox(t, "1a2b3c4d", ""), o.ConfigMap, o.Gateway)...)
+	all, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, sb := range all {
+		got[sb.ID] = sb.Records
+	}
+	if want := s.RecordLLM; !slices.Equal(got["5e6f7a8b"], want) || len(got["1a2b3c4d"]) != 0 {
+		t.Errorf("Records: %q, want %q for the recording sandbox and none for the other", got, want)
+	}
+}
