@@ -612,7 +612,7 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 	code, err := c.Attach(ctx, s.ID, cmd.OutOrStdout())
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), remove())}
+			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), o.keepInterrupted(ctx, stderr, c, s, journalFile), remove())}
 		}
 		return combine(err, remove())
 	}
@@ -727,6 +727,19 @@ func (o *kubeRunOptions) keep(ctx context.Context, stderr io.Writer, c *kube.Clu
 		}
 	}
 	return combine(errs...)
+}
+
+// keepInterrupted is keep for a run interrupted while its agent ran
+// (Ctrl-C, SIGTERM): what the gateway pod recorded and journaled until
+// then is still read, within 30 s, before the pods go, so that the
+// interruption does not drop it unsaid.
+func (o *kubeRunOptions) keepInterrupted(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube.Spec, journalFile *os.File) error {
+	if len(s.RecordLLM) == 0 && journalFile == nil {
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return o.keep(kctx, stderr, c, s, journalFile)
 }
 
 // saveRecordings reads what the sandbox's gateway pod recorded of each

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -220,5 +221,59 @@ func TestKubeClusterRecordLLMDetached(t *testing.T) {
 	}
 	if left := k.objectsLeft(id); len(left) > 0 {
 		t.Errorf("left after sbx kube stop: %v", left)
+	}
+}
+
+// TestKubeClusterRecordLLMInterrupted: sbx kube run --record-llm
+// HOST=SCRIPT interrupted (SIGINT, as Ctrl-C sends) while its agent runs
+// still writes what the gateway pod recorded until then, before it
+// removes the sandbox, and exits 130.
+func TestKubeClusterRecordLLMInterrupted(t *testing.T) {
+	k := newKubeTest(t)
+	llm := newStandInLLM(t)
+	bin := buildSbx(t)
+	script := filepath.Join(t.TempDir(), "recorded.yaml")
+	cmd := exec.Command(bin, "kube", "--kubeconfig", k.kubeconfig, "-n", k.ns, "run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+		"--allow", llm.addr, "--allow-private", kubeNodeIP+"/32", "--upstream-ca", llm.caFile, "--record-llm", kubeNodeIP+"="+script, "--", "sleep", "3600")
+	var out, errOut syncBuffer // read while sbx runs, should it hang
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var agent string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		pods, err := k.cs.CoreV1().Pods(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelRole + "=" + kube.RoleAgent})
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
+			agent = pods.Items[0].Name
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running agent pod after 2 minutes\n%s%s", out.String(), errOut.String())
+		}
+	}
+	k.copyHTTPSGet(agent)
+	if got, errs, err := k.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" "$2"`,
+		"sh", anthropicRequest("the word is quince"), "https://"+llm.addr+"/v1/messages"); err != nil || !strings.Contains(got, standInAnswer) {
+		t.Fatalf("the agent's request to the stand-in API: %v, want its answer\n%s%s", err, got, errs)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("sbx kube run still runs 2 minutes after SIGINT\n%s%s", out.String(), errOut.String())
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(errOut.String(), "recorded 1 exchanges with "+kubeNodeIP+" in "+script) {
+		t.Errorf("sbx kube run interrupted: %v, want exit 130 and the recording written\n%s%s", err, out.String(), errOut.String())
+	}
+	if got := readFile(t, script); !strings.Contains(got, standInAnswer) {
+		t.Errorf("the recording written on SIGINT:\n%s\nwant the API's answer", got)
+	}
+	if left := k.objectsLeft(""); len(left) > 0 {
+		t.Errorf("left after the interrupted run: %v", left)
 	}
 }
