@@ -975,9 +975,10 @@ func newKubeStopCmd(kf *kubeFlags) *cobra.Command {
 		Long: `Stop removes sandboxes: their pods, once gone, then their NetworkPolicies,
 Secret and ConfigMap. A sandbox whose gateway pod records an LLM (sbx kube
 run -d --record-llm, or sbx kube manifest --record-llm) holds its recording
-there alone: --record-llm HOST=SCRIPT writes it to SCRIPT first, and a
-recording with exchanges that no --record-llm names keeps its sandbox from
-being removed, unless --discard-recordings.`,
+there alone: --record-llm HOST=SCRIPT stops its agent pod, then writes the
+recording to SCRIPT, then removes the sandbox; a recording with exchanges
+that no --record-llm names keeps its sandbox from being removed, unless
+--discard-recordings.`,
 		Example: `  sbx kube stop 1a2b3c4d
   sbx kube stop -n agents agent1 agent2
   sbx kube stop --record-llm api.anthropic.com=recorded.yaml agent1`,

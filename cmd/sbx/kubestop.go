@@ -72,11 +72,13 @@ func runKubeStop(cmd *cobra.Command, kf *kubeFlags, o *kubeStopOptions, args []s
 }
 
 // keepRecordings keeps what the gateway pod of sb recorded (sbx kube run
-// -d --record-llm) before sbx kube stop removes it: each host of recs is
-// read through the management API and written to its file. A host the
-// pod recorded exchanges with that recs do not name is an error, and the
-// sandbox stays, unless --discard-recordings; so is a recording that
-// cannot be read or written. A gateway pod that is gone or going took its
+// -d --record-llm) before sbx kube stop removes it: once the agent pod is
+// stopped, so that it records nothing more, each host of recs is read
+// through the management API and written to its file. A host the pod
+// recorded exchanges with that recs do not name is an error, and the
+// sandbox stays (its agent running, unless it recorded them while being
+// stopped), unless --discard-recordings; so is a recording that cannot
+// be read or written. A gateway pod that is gone or going took its
 // recordings with it: that is said on stderr, and the sandbox may go.
 func (o *kubeStopOptions) keepRecordings(ctx context.Context, stderr io.Writer, c *kube.Cluster, sb kube.Sandbox, recs []run.Recording) error {
 	// The pod's command is anyone's who may change pods in the
@@ -103,28 +105,67 @@ func (o *kubeStopOptions) keepRecordings(ctx context.Context, stderr io.Writer, 
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tok, err := c.Token(fctx, sb.ID)
-	if err != nil {
-		return fmt.Errorf("sandbox %s records %s: %w; the sandbox was not removed", sb.ID, hosts, err)
-	}
-	addr, err := c.ForwardAPI(fctx, sb.ID)
+	cl, err := recordingsClient(fctx, c, sb.ID)
 	if err != nil {
 		return fmt.Errorf("sandbox %s records %s, and its gateway pod cannot be reached to read the recordings: %w; the sandbox was not removed (--discard-recordings removes it without them)", sb.ID, hosts, err)
 	}
-	cl, err := api.NewClient(addr, tok)
-	if err != nil {
+	defer cl.Close()
+	// Refused before the agent is stopped, when that can be seen.
+	if err := o.checkKept(fctx, c.Namespace, cl, sb, recs, ""); err != nil {
 		return err
 	}
-	defer cl.Close()
-	unkept, err := writeRecordings(fctx, stderr, cl, sb.Records, recs, o.discard)
+	if sb.Agent != "" {
+		if err := c.StopAgent(fctx, sb.ID); err != nil {
+			return fmt.Errorf("stopping sandbox %s's agent before reading its recordings: %w; the sandbox was not removed", sb.ID, err)
+		}
+	}
+	if err := o.checkKept(fctx, c.Namespace, cl, sb, recs, "its agent pod was stopped, and "); err != nil {
+		return err
+	}
+	if _, err := writeRecordings(fctx, stderr, cl, sb.Records, recs, true); err != nil {
+		return fmt.Errorf("sandbox %s: %w; the sandbox was not removed", sb.ID, err)
+	}
+	return nil
+}
+
+// recordingsClient is a client of the management API of sandbox id's
+// gateway pod, through a port-forward that lasts as long as ctx.
+func recordingsClient(ctx context.Context, c *kube.Cluster, id string) (*api.Client, error) {
+	tok, err := c.Token(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := c.ForwardAPI(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(addr, tok)
+}
+
+// checkKept is an error when the gateway pod of sb, whose management API
+// cl reaches, has recorded exchanges with a host that recs do not name,
+// and --discard-recordings was not given: its sandbox stays, so that the
+// recording does not go unsaid. stopped, if not empty, says what was done
+// already.
+func (o *kubeStopOptions) checkKept(ctx context.Context, ns string, cl *api.Client, sb kube.Sandbox, recs []run.Recording, stopped string) error {
+	if o.discard {
+		return nil
+	}
+	var unnamed []string
+	for _, h := range sb.Records {
+		if !slices.ContainsFunc(recs, func(r run.Recording) bool { return r.Host == h }) {
+			unnamed = append(unnamed, h)
+		}
+	}
+	unkept, err := writeRecordings(ctx, io.Discard, cl, unnamed, nil, false)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w; the sandbox was not removed", sb.ID, err)
 	}
-	if len(unkept) > 0 {
-		keep := fmt.Sprintf("sbx kube stop -n %s --record-llm HOST=SCRIPT %s", c.Namespace, sb.ID)
-		return fmt.Errorf("sandbox %s recorded exchanges with %s (sbx kube run --record-llm), and its gateway pod holds them alone: keep them with %s (one --record-llm for each host), or drop them with --discard-recordings; the sandbox was not removed", sb.ID, printable(strings.Join(unkept, ", ")), keep)
+	if len(unkept) == 0 {
+		return nil
 	}
-	return nil
+	keep := fmt.Sprintf("sbx kube stop -n %s --record-llm HOST=SCRIPT %s", ns, sb.ID)
+	return fmt.Errorf("sandbox %s recorded exchanges with %s (sbx kube run --record-llm), and its gateway pod holds them alone: %skeep them with %s (one --record-llm for each host), or drop them with --discard-recordings; the sandbox was not removed", sb.ID, printable(strings.Join(unkept, ", ")), stopped, keep)
 }
 
 // writeRecordings reads what the gateway whose management API cl reaches

@@ -453,6 +453,36 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	return c.waitGone(ctx, ids, false, wait)
 }
 
+// StopAgent deletes the sandbox's agent pod alone and waits, at most a
+// minute, until it is gone (its containers stopped), leaving its gateway
+// pod and its other objects: sbx kube stop reads what the gateway
+// recorded once the agent can add nothing. An agent pod already gone is
+// no error.
+func (c *Cluster) StopAgent(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("stopping a sandbox's agent: an empty sandbox id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sel := LabelSandbox + "=" + id + "," + LabelRole + "=" + RoleAgent
+	grace := int64(1)
+	err := c.Client.Pods(c.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{LabelSelector: sel})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return &APIError{"delete", "Pod", sel, c.Namespace, err}
+	}
+	for {
+		left, err := c.objects(ctx, sel, true)
+		if err != nil || len(left) == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s: its agent pod is still there after a minute", id)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // deleteWait bounds how long Delete waits for n sandboxes to go: a
 // minute, and a second more for each past the first, as the node stops
 // their containers one after another.

@@ -198,3 +198,28 @@ func TestListRecords(t *testing.T) {
 		t.Errorf("Records: %q, want %q for the recording sandbox and none for the other", got, want)
 	}
 }
+
+// StopAgent removes the agent pod alone, and sees it gone: the gateway
+// pod, which holds the recordings sbx kube stop reads next, and the
+// sandbox's other objects stay, as do other sandboxes' agents.
+func TestStopAgent(t *testing.T) {
+	_, c := fakeCluster(t, append(fakeSandbox(t, "1a2b3c4d", ""), fakeSandbox(t, "5e6f7a8b", "")...)...)
+	if err := c.StopAgent(t.Context(), "1a2b3c4d"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := c.Objects(t.Context(), "1a2b3c4d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	want := []string{"configmap/sbx-1a2b3c4d", "networkpolicy/sbx-1a2b3c4d-agent", "networkpolicy/sbx-1a2b3c4d-gateway", "pod/sbx-1a2b3c4d-gateway", "secret/sbx-1a2b3c4d"}
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+	if other, err := c.Objects(t.Context(), "5e6f7a8b"); err != nil || len(other) != 6 {
+		t.Errorf("the other sandbox: %v %v, want its 6 objects", other, err)
+	}
+	if err := c.StopAgent(t.Context(), "1a2b3c4d"); err != nil {
+		t.Errorf("StopAgent of an agent already gone: %v", err)
+	}
+}
