@@ -43,6 +43,10 @@ type gatewayOptions struct {
 	// allowCommand is --allow-command: what a 403's help says to run to
 	// allow what was blocked (sbx kube's gateway pod names sbx kube's).
 	allowCommand string
+	// mockCommand is --mock-command: what a mock's answer to a request
+	// no turn fits says to run to queue one (sbx kube's gateway pod names
+	// sbx kube's).
+	mockCommand string
 	// placeholders are --secret-placeholder's NAME=PLACEHOLDER values.
 	placeholders []string
 	// processUnknown is --process-unknown: why the records name no
@@ -154,6 +158,7 @@ func (o *gatewayOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.recordAPI, "record-llm-api", nil, "record an LLM as --record-llm does, for `HOST`, but keep the script for the management API (GET /v1/mock/recording) instead of writing a file (sbx kube's gateway pod: sbx kube run reads it before the pod goes); needs --ca-cert or --ca; repeatable")
 	fs.StringArrayVar(&o.llmScripts, "llm-script", nil, "read the LLM script the policy's llm responses name NAME from FILE (`NAME=FILE`) instead of the path NAME gives (sbx kube's gateway pod: the scripts are in the sandbox's ConfigMap); repeatable")
 	fs.StringVar(&o.allowCommand, "allow-command", "", "the `COMMAND` a 403's help names to allow what was blocked, the target following it (default: sbx policy allow --api ADDR --token-file FILE)")
+	fs.StringVar(&o.mockCommand, "mock-command", expectCommand, "the `COMMAND` a mock LLM's answer to a request no turn fits names to queue one, the mock's --host or --script following it (sbx kube's gateway pod names sbx kube mock expect and its sandbox)")
 }
 
 // runGateway runs sbx gateway until the command's context is done, then
@@ -374,6 +379,9 @@ func (o *gatewayOptions) config(cmd *cobra.Command) (gateway.Config, *run.Record
 	}
 	cfg.Listen, cfg.TokenFile, cfg.DNS = o.listen, o.tokenFile, o.dns
 	cfg.AllowCommand, cfg.ProcessUnknown = o.allowCommand, o.processUnknown
+	if o.mockCommand != "" {
+		setQueueHints(o.mockCommand, cfg.MockLLM, cfg.LLMScripts)
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	// A CA only where clients can be told to trust it: without one, an
 	// inspected host's CONNECT is refused with a 403 that says why,
@@ -447,6 +455,9 @@ func (o *gatewayOptions) check() error {
 	}
 	if strings.ContainsFunc(o.allowCommand, unicode.IsControl) {
 		return fmt.Errorf("--allow-command %q: want one line of printable text", o.allowCommand)
+	}
+	if strings.ContainsFunc(o.mockCommand, unicode.IsControl) {
+		return fmt.Errorf("--mock-command %q: want one line of printable text", o.mockCommand)
 	}
 	if len(o.api) > 0 && o.tokenFile == "" {
 		return errors.New("--api needs --token-file FILE: the API's bearer token is kept there (a random one is written when it is missing)")

@@ -227,10 +227,11 @@ each one (admission included) without keeping it.`
 		fs.Lookup("gateway-ip").Usage = "print the agent pod too, for a gateway pod at `IP`"
 		fs.Lookup("server-dry-run").Usage = "have the API server check the objects without keeping them"
 		fs.StringVar(&o.id, "id", "", "the sandbox's `ID` (8 hex digits; default a new one): with --gateway-ip, the id the other objects were printed with")
+		fs.StringArrayVar(&o.recordLLM, "record-llm", nil, "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and have the gateway pod record what it answers; sbx kube stop --record-llm HOST=SCRIPT writes that to SCRIPT as it removes the sandbox (sbx kube mock recording reads it before then), for --mock-llm to replay offline; repeatable")
 	} else {
 		fs.BoolVarP(&o.detach, "detach", "d", false, "return once the agent runs, leaving the sandbox running")
 		fs.StringVar(&o.logFile, "log", "", "keep the decision log (JSON Lines, read from the gateway pod while it runs) in `FILE`, new or empty, for sbx audit after the sandbox is gone")
-		fs.StringArrayVar(&o.recordLLM, "record-llm", nil, "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST) and, when the agent ends, read what it answered from the gateway pod before the pods go and write it to SCRIPT on this machine, for --mock-llm to replay offline; repeatable")
+		fs.StringArrayVar(&o.recordLLM, "record-llm", nil, "record an LLM: for `HOST=SCRIPT`, let requests to HOST's API through (inspected, under the policy, which must allow HOST), have the gateway pod record what it answers, and write that to SCRIPT on this machine, for --mock-llm to replay offline: when the agent ends, before the pods go, or with -d when sbx kube stop --record-llm HOST=SCRIPT removes the sandbox; repeatable")
 		fs.StringVar(&o.mockJournal, "mock-journal", "", "keep the mock LLMs' journal (what the agent sent, bodies included; JSON Lines) in `FILE`, new or empty: read from the gateway pod when the agent ends, before the pods go; sbx mock requests --journal FILE reads it")
 		fs.MarkHidden("gateway-ip")
 		fs.MarkHidden("server-dry-run")
@@ -276,9 +277,6 @@ func (o *kubeRunOptions) check(cmd *cobra.Command) error {
 	}
 	if o.mockJournal != "" && o.detach {
 		return usageErrorf(cmd, "--mock-journal keeps the journal when the agent ends, and -d returns at once: give one (sbx kube mock requests --sandbox ID --json reads a detached sandbox's)")
-	}
-	if len(o.recordLLM) > 0 && o.detach {
-		return usageErrorf(cmd, "--record-llm writes the recording when the agent ends, and -d returns at once: give one (run the agent in the foreground to record it)")
 	}
 	switch corev1.PullPolicy(o.pull) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -608,12 +606,13 @@ func runKube(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []string
 			return combine(err, remove())
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+		o.recordingNote(stderr, c.Namespace, s.ID)
 		return nil
 	}
 	code, err := c.Attach(ctx, s.ID, cmd.OutOrStdout())
 	if err != nil {
 		if ctx.Err() != nil {
-			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), remove())}
+			return &exitError{code: 130, err: combine(fmt.Errorf("interrupted; sandbox %s removed", s.ID), o.keepInterrupted(ctx, stderr, c, s, journalFile), remove())}
 		}
 		return combine(err, remove())
 	}
@@ -730,6 +729,19 @@ func (o *kubeRunOptions) keep(ctx context.Context, stderr io.Writer, c *kube.Clu
 	return combine(errs...)
 }
 
+// keepInterrupted is keep for a run interrupted while its agent ran
+// (Ctrl-C, SIGTERM): what the gateway pod recorded and journaled until
+// then is still read, within 30 s, before the pods go, so that the
+// interruption does not drop it unsaid.
+func (o *kubeRunOptions) keepInterrupted(ctx context.Context, stderr io.Writer, c *kube.Cluster, s kube.Spec, journalFile *os.File) error {
+	if len(s.RecordLLM) == 0 && journalFile == nil {
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return o.keep(kctx, stderr, c, s, journalFile)
+}
+
 // saveRecordings reads what the sandbox's gateway pod recorded of each
 // host of --record-llm, through the management API, and writes each
 // script to its file, as writeRecorded says.
@@ -750,26 +762,18 @@ func (o *kubeRunOptions) saveRecordings(ctx context.Context, stderr io.Writer, c
 
 // writeRecorded reads what the gateway whose management API cl reaches
 // has recorded of each host of the --record-llm values, and writes each
-// script to its file, whole or not at all, as sbx run does when its
-// sandbox ends, saying so on stderr.
+// script to its file (writeRecordings).
 func writeRecorded(ctx context.Context, stderr io.Writer, cl *api.Client, values []string) error {
 	recs, err := parseRecordLLM(values, nil)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, r := range recs {
-		got, err := cl.MockRecording(ctx, r.Host)
-		if err == nil {
-			err = run.WriteFile(r.Path, []byte(got.Script))
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--record-llm %s=%s: %w", r.Host, r.Path, err))
-			continue
-		}
-		fmt.Fprintf(stderr, "sbx kube: %s\n", recordedNote(run.Recorded{Host: r.Host, Path: r.Path, Exchanges: got.Exchanges}))
+	hosts := make([]string, len(recs))
+	for i, r := range recs {
+		hosts[i] = r.Host
 	}
-	return combine(errs...)
+	_, err = writeRecordings(ctx, stderr, cl, hosts, recs, false)
+	return err
 }
 
 // saveMockJournal writes the journal of each mock of the sandbox (its
@@ -913,6 +917,7 @@ func kubeManifest(cmd *cobra.Command, kf *kubeFlags, o *kubeRunOptions, args []s
 	}
 	if o.gatewayIP == "" {
 		fmt.Fprintf(out, "# the agent pod comes once the gateway pod %s runs: the same command with --id %s --gateway-ip ITS-IP prints it\n", kube.GatewayPodName(s.ID), s.ID)
+		o.recordingNote(cmd.ErrOrStderr(), kf.namespace, s.ID)
 	}
 	return nil
 }
@@ -963,49 +968,31 @@ func orDash(s string) string {
 }
 
 func newKubeStopCmd(kf *kubeFlags) *cobra.Command {
-	return &cobra.Command{
+	var o kubeStopOptions
+	cmd := &cobra.Command{
 		Use:   "stop SANDBOX...",
 		Short: "Remove sandboxes and every object they have",
+		Long: `Stop removes sandboxes: their pods, once gone, then their NetworkPolicies,
+Secret and ConfigMap. A sandbox whose gateway pod records an LLM (sbx kube
+run -d --record-llm, or sbx kube manifest --record-llm) holds its recording
+there alone: --record-llm HOST=SCRIPT stops its agent pod, then writes the
+recording to SCRIPT, then removes the sandbox; a recording with exchanges
+that no --record-llm names keeps its sandbox from being removed, unless
+--discard-recordings.`,
 		Example: `  sbx kube stop 1a2b3c4d
-  sbx kube stop -n agents agent1 agent2`,
+  sbx kube stop -n agents agent1 agent2
+  sbx kube stop --record-llm api.anthropic.com=recorded.yaml agent1`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf(cmd, "give the sandboxes to stop: ids, names or id prefixes (sbx kube ps lists them)")
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := kf.connect()
-			if err != nil {
-				return err
-			}
-			// One listing finds them all, and one Delete removes them
-			// together rather than one after another.
-			all, err := c.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			var errs []error
-			var ids []string
-			for _, ref := range args {
-				sb, err := kube.FindIn(all, c.Namespace, ref)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				if !slices.Contains(ids, sb.ID) {
-					ids = append(ids, sb.ID)
-				}
-			}
-			if err := c.Delete(cmd.Context(), ids...); err != nil {
-				return combine(append(errs, err)...)
-			}
-			for _, id := range ids {
-				fmt.Fprintf(cmd.OutOrStdout(), "sandbox %s removed\n", id)
-			}
-			return combine(errs...)
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runKubeStop(cmd, kf, &o, args) },
 	}
+	cmd.Flags().StringArrayVar(&o.recordLLM, "record-llm", nil, "for `HOST=SCRIPT`, write what the sandbox's gateway pod recorded of HOST (sbx kube run -d --record-llm) to SCRIPT before it goes, for --mock-llm to replay; one sandbox only; repeatable")
+	cmd.Flags().BoolVar(&o.discard, "discard-recordings", false, "remove sandboxes whose gateway pods hold recordings that no --record-llm keeps, and the recordings with them")
+	return cmd
 }
 
 func newKubeDecisionsCmd(kf *kubeFlags) *cobra.Command {

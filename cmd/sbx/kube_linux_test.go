@@ -289,13 +289,21 @@ func newKubeWorld(t *testing.T) *kubeWorld {
 // returns its id.
 func (w *kubeWorld) runSandbox(args ...string) string {
 	w.t.Helper()
+	id, _ := w.runSandboxStderr(args...)
+	return id
+}
+
+// runSandboxStderr is runSandbox, which also returns what sbx kube run
+// said on stderr.
+func (w *kubeWorld) runSandboxStderr(args ...string) (id, stderr string) {
+	w.t.Helper()
 	full := append([]string{"run", "-d", "--image", w.agentImage, "--gateway-image", w.gwImage, "--pull", "Never"}, args...)
 	full = append(full, "--", "sleep", "3600")
 	out, errOut, code := w.sbx(full...)
 	if code != 0 {
 		w.t.Fatalf("sbx kube run: exit %d\n%s%s", code, out, errOut)
 	}
-	id := strings.TrimSpace(out)
+	id = strings.TrimSpace(out)
 	w.t.Cleanup(func() {
 		// t.Context() is done by now: a context of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -304,7 +312,7 @@ func (w *kubeWorld) runSandbox(args ...string) string {
 			w.t.Errorf("removing sandbox %s: %v", id, err)
 		}
 	})
-	return id
+	return id, errOut
 }
 
 // escapes are the attempts a confined agent must not make: each one
@@ -752,7 +760,8 @@ func TestKubeClusterAsk(t *testing.T) {
 
 // TestKubeClusterMockLLM: --mock-llm on a cluster answers the agent from
 // the script in the gateway pod, and sbx kube mock drives the mock and
-// reads its journal.
+// reads its journal; a request no turn fits is told to queue one with sbx
+// kube mock expect (not sbx mock expect, which cannot reach the pod).
 func TestKubeClusterMockLLM(t *testing.T) {
 	k := newKubeTest(t)
 	w := &kubeWorld{kubeTest: k}
@@ -783,6 +792,14 @@ func TestKubeClusterMockLLM(t *testing.T) {
 	}
 	if out := ask("jam"); !strings.Contains(out, "queued answer") {
 		t.Errorf("after expect the agent got %q, want the queued answer", out)
+	}
+	// With the turns used up, the answer says how to queue one: with sbx
+	// kube's command for this sandbox (httpsget prints an error's body,
+	// which busybox's wget does not).
+	k.copyHTTPSGet(agent)
+	out, errOut, err := w.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY; exec /tmp/httpsget -d "$1" http://api.anthropic.com/v1/messages`, "sh", anthropicRequest("the word is toast"))
+	if want := "(sbx kube mock expect -n " + k.ns + " --sandbox " + id + " --host api.anthropic.com)"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("a request no turn fits: %v, got\n%s%s\nwant the answer to name %s", err, out, errOut, want)
 	}
 	// The script is the gateway pod's alone: the agent's view of the
 	// sandbox's ConfigMap is the CA and the trust bundle.

@@ -18,6 +18,7 @@ import (
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/kube"
 	"github.com/sbx-dev/sbx/sandbox/kube/podnet"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // The objects name the ports and uid that the pod's rules and shim use
@@ -64,9 +65,9 @@ func TestKubeRunUsageErrors(t *testing.T) {
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--approvals", "a.yaml", "--", "true"}, "answer with sbx kube approve --session"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--mock-llm", "a.test=s.yaml", "--mock-journal", "j.jsonl", "--", "true"}, "--mock-journal keeps the journal when the agent ends"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--mock-journal", "j.jsonl", "--", "true"}, "give --mock-llm too"},
-		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "-d", "--record-llm", "a.test=s.yaml", "--", "true"}, "--record-llm writes the recording when the agent ends, and -d returns at once"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--record-llm", "a.test=/no/such/dir/s.yaml", "--", "true"}, "the directory of /no/such/dir/s.yaml does not exist"},
-		{[]string{"kube", "manifest", "--image", "busybox", "--gateway-image", "sbx:1", "--record-llm", "a.test=s.yaml", "--", "true"}, "unknown flag: --record-llm"},
+		{[]string{"kube", "stop", "--record-llm", "a.test=s.yaml", "1a2b3c4d", "5e6f7a8b"}, "--record-llm writes one sandbox's recordings"},
+		{[]string{"kube", "stop", "--record-llm", "a.test=/no/such/dir/s.yaml", "1a2b3c4d"}, "the directory of /no/such/dir/s.yaml does not exist"},
 		{[]string{"kube", "run", "--image", "busybox", "--gateway-image", "sbx:1", "--secret", "NOHOST", "--", "true"}, "--secret"},
 		{[]string{"kube", "stop"}, "give the sandboxes to stop"},
 		{[]string{"kube", "decisions"}, "--sandbox"},
@@ -324,5 +325,80 @@ func TestKubePSPrintsHostileText(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("sbx kube ps lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestKubeStopRecordings: what sbx kube stop does with a sandbox's
+// recordings before it reaches the gateway pod. A --record-llm for a host
+// the sandbox does not record keeps it (a typo must not drop the
+// recording); a sandbox that records nothing, or whose gateway pod is
+// gone or going, may go, the second said on stderr with the pod's hostile
+// text escaped. (A running gateway pod's recordings: TestKubeRecordLLM,
+// and TestKubeClusterRecordLLMDetached on the cluster.)
+func TestKubeStopRecordings(t *testing.T) {
+	recs := []run.Recording{{Host: "b.test", Path: "b.yaml"}}
+	for _, c := range []struct {
+		name       string
+		sb         kube.Sandbox
+		recs       []run.Recording
+		discard    bool
+		wantErr    string
+		wantStderr string
+	}{
+		{name: "records nothing", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Running"}},
+		{name: "another host", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Running", Records: []string{"a.test"}}, recs: recs,
+			wantErr: "--record-llm b.test=b.yaml: sandbox 1a2b3c4d does not record b.test (it records a.test); the sandbox was not removed"},
+		{name: "records nothing, given one", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Running"}, recs: recs, wantErr: "(it records -)"},
+		{name: "gateway gone", sb: kube.Sandbox{ID: "1a2b3c4d", Records: []string{"a.test\x1b[2J"}},
+			wantStderr: `sandbox 1a2b3c4d recorded a.test\x1b[2J, but its gateway pod is gone: the recordings went with it`},
+		{name: "gateway being deleted", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Running", GatewayDeleting: true, Records: []string{"a.test"}},
+			wantStderr: "its gateway pod is being deleted"},
+		{name: "gateway failed", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Failed", Records: []string{"a.test"}}, wantStderr: "its gateway pod is failed"},
+		{name: "discarded", sb: kube.Sandbox{ID: "1a2b3c4d", Gateway: "Running", Records: []string{"a.test"}}, discard: true},
+	} {
+		var stderr strings.Builder
+		o := kubeStopOptions{discard: c.discard}
+		// No cluster: none of these reaches the gateway pod.
+		err := o.keepRecordings(t.Context(), &stderr, nil, c.sb, c.recs)
+		if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.wantErr)
+		}
+		if c.wantStderr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), c.wantStderr) {
+			t.Errorf("%s: stderr %q, want %q", c.name, stderr.String(), c.wantStderr)
+		}
+	}
+}
+
+// TestKubeRecordLLMLeftRunning: --record-llm is taken where sbx kube
+// leaves the sandbox running, by sbx kube run -d (it used to be refused)
+// and sbx kube manifest (it had no such flag): the gateway pod records the
+// host, and stderr says how the recording is kept, since nothing writes
+// SCRIPT until sbx kube stop is told to.
+func TestKubeRecordLLMLeftRunning(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "recorded.yaml")
+	out, errOut, code := runCLI(t, "kube", "manifest", "-n", "agents", "--image", "busybox", "--gateway-image", "sbx:1",
+		"--allow", "api.anthropic.com", "--record-llm", "api.anthropic.com="+script, "--", "true")
+	if code != 0 {
+		t.Fatalf("sbx kube manifest --record-llm: exit %d\n%s", code, errOut)
+	}
+	var gw corev1.Pod
+	for _, d := range strings.Split(out, "\n---\n") {
+		if manifestMeta(t, d).Kind == "Pod" {
+			yaml.Unmarshal([]byte(d), &gw)
+		}
+	}
+	id := gw.Labels[kube.LabelSandbox]
+	if cmd := strings.Join(gw.Spec.Containers[0].Command, " "); !strings.Contains(cmd, "--record-llm-api api.anthropic.com") {
+		t.Errorf("the gateway pod's command %q: want --record-llm-api api.anthropic.com", cmd)
+	}
+	if want := "sbx kube stop -n agents --record-llm api.anthropic.com=" + script + " " + id + " writes the recording there"; !strings.Contains(errOut, want) {
+		t.Errorf("sbx kube manifest --record-llm said %q, want %q", errOut, want)
+	}
+
+	none := filepath.Join(t.TempDir(), "none")
+	_, errOut, code = runCLI(t, "kube", "--kubeconfig", none, "run", "-d", "--image", "busybox", "--gateway-image", "sbx:1",
+		"--allow", "api.anthropic.com", "--record-llm", "api.anthropic.com="+script, "--", "true")
+	if code == 0 || code == exitUsage || !strings.Contains(errOut, none) {
+		t.Errorf("sbx kube run -d --record-llm with a kubeconfig that is not there: exit %d, %q; want it past the flags, failing on the kubeconfig", code, errOut)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,41 @@ import (
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/sandbox/kube"
 )
+
+// standInLLM is an HTTPS server of the test's own on the node's address,
+// standing in for an LLM's API: it answers from a one-turn script, whose
+// text is standInAnswer, and counts the requests.
+type standInLLM struct {
+	server *http.Server
+	// addr is where it listens (the node's address), caFile the PEM file
+	// of the CA its certificate is of.
+	addr, caFile string
+	hits         atomic.Int64
+}
+
+const standInAnswer = "answered by the stand-in api"
+
+// newStandInLLM starts a standInLLM, closed when the test ends.
+func newStandInLLM(t *testing.T) *standInLLM {
+	t.Helper()
+	caPEM, cert := testCertificate(t, kubeNodeIP)
+	upstream := mockllm.New(mustParseScript(t, "turns:\n  - reply: {text: "+standInAnswer+"}\n"))
+	ln, err := net.Listen("tcp", kubeNodeIP+":0")
+	if err != nil {
+		t.Fatalf("listening on the node's address %s (the test runs in the cluster's network): %v", kubeNodeIP, err)
+	}
+	s := &standInLLM{addr: ln.Addr().String(), caFile: filepath.Join(t.TempDir(), "upstream-ca.pem")}
+	s.server = &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		upstream.ServeHTTP(w, r)
+	})}
+	go s.server.ServeTLS(ln, "", "")
+	t.Cleanup(func() { s.server.Close() })
+	if err := os.WriteFile(s.caFile, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // TestKubeClusterRecordLLM: sbx kube run --record-llm HOST=SCRIPT on the
 // cluster. The agent (a Go client, copied in once its pod runs) sends an Anthropic request to HOST, an HTTPS server of the
@@ -39,27 +75,10 @@ func TestKubeClusterRecordLLM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The stand-in API, on the node's address.
-	caPEM, cert := testCertificate(t, kubeNodeIP)
-	upstream := mockllm.New(mustParseScript(t, "turns:\n  - reply: {text: answered by the stand-in api}\n"))
-	var hits atomic.Int64
-	ln, err := net.Listen("tcp", kubeNodeIP+":0")
-	if err != nil {
-		t.Fatalf("listening on the node's address %s (the test runs in the cluster's network): %v", kubeNodeIP, err)
-	}
-	hs := &http.Server{TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		upstream.ServeHTTP(w, r)
-	})}
-	go hs.ServeTLS(ln, "", "")
-	t.Cleanup(func() { hs.Close() })
-	apiAddr := ln.Addr().String()
+	llm := newStandInLLM(t)
+	hs, apiAddr, upCA, hits := llm.server, llm.addr, llm.caFile, &llm.hits
 	_, apiPort, _ := net.SplitHostPort(apiAddr)
 	dir := t.TempDir()
-	upCA := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(upCA, caPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	// The agent: wait for the client, which the test copies in once the
 	// agent pod runs (as TestKubeClusterSecret does), then ask the API as
@@ -101,7 +120,7 @@ unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" 
 				t.Logf("%s: copying httpsget into the agent: %v\n%s%s", name, err, out, errOut)
 			}
 		}
-		if r.code != 0 || !strings.HasPrefix(r.out, "200 ") || !strings.Contains(r.out, "answered by the stand-in api") {
+		if r.code != 0 || !strings.HasPrefix(r.out, "200 ") || !strings.Contains(r.out, standInAnswer) {
 			t.Fatalf("%s: exit %d, want 0 and the API's answer\n%s%s", name, r.code, r.out, r.errOut)
 		}
 		if left := k.objectsLeft(""); len(left) > 0 {
@@ -145,5 +164,116 @@ unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" 
 	}
 	if hits.Load() != 1 {
 		t.Errorf("the stand-in API was asked %d times, want once: the replays asked it", hits.Load())
+	}
+}
+
+// TestKubeClusterRecordLLMDetached: sbx kube run -d --record-llm
+// HOST=SCRIPT on the cluster. The gateway pod records the agent's
+// exchange with the stand-in API; sbx kube mock recording reads it while
+// the sandbox runs; sbx kube stop refuses to remove the sandbox, and so
+// drop the recording, unless told where to write it (--record-llm) or to
+// drop it; with --record-llm it writes SCRIPT and removes the sandbox.
+// sbx kube runs as the documented user throughout.
+func TestKubeClusterRecordLLMDetached(t *testing.T) {
+	k := newKubeTest(t)
+	w := &kubeWorld{kubeTest: k}
+	llm := newStandInLLM(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "recorded.yaml")
+	id, said := w.runSandboxStderr("--allow", llm.addr, "--allow-private", kubeNodeIP+"/32", "--upstream-ca", llm.caFile, "--record-llm", kubeNodeIP+"="+script)
+	if want := "sbx kube stop -n " + k.ns + " --record-llm " + kubeNodeIP + "=" + script + " " + id + " writes the recording there"; !strings.Contains(said, want) {
+		t.Errorf("sbx kube run -d --record-llm said %q, want %q", said, want)
+	}
+	agent := kube.ObjectName(id)
+	k.copyHTTPSGet(agent)
+	out, errOut, err := k.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" "$2"`,
+		"sh", anthropicRequest("the word is quince"), "https://"+llm.addr+"/v1/messages")
+	if err != nil || !strings.HasPrefix(out, "200 ") || !strings.Contains(out, standInAnswer) {
+		t.Fatalf("the agent's request to the stand-in API: %v, want 200 and its answer\n%s%s", err, out, errOut)
+	}
+
+	early := filepath.Join(dir, "early.yaml")
+	if out, errOut, code := k.sbx("mock", "recording", "--sandbox", id, "-o", early); code != 0 || !strings.Contains(errOut, "recorded 1 exchanges with "+kubeNodeIP+" in "+early) {
+		t.Fatalf("sbx kube mock recording: exit %d, want the recording written\n%s%s", code, out, errOut)
+	}
+	if got := readFile(t, early); !strings.Contains(got, standInAnswer) {
+		t.Errorf("sbx kube mock recording wrote\n%s\nwant the API's answer", got)
+	}
+
+	// Stopped plainly, the sandbox stays, with the recording.
+	out, errOut, code := k.sbx("stop", id)
+	if code == 0 || !strings.Contains(errOut, "recorded exchanges with "+kubeNodeIP) || !strings.Contains(errOut, "--discard-recordings") {
+		t.Errorf("sbx kube stop of a sandbox holding a recording: exit %d, want a refusal naming the host and the ways on\n%s%s", code, out, errOut)
+	}
+	if left := k.objectsLeft(id); len(left) != 6 {
+		t.Fatalf("after the refused stop: %v, want the sandbox's 6 objects", left)
+	}
+	out, errOut, code = k.sbx("stop", "--record-llm", kubeNodeIP+"="+script, id)
+	if code != 0 || !strings.Contains(errOut, "recorded 1 exchanges with "+kubeNodeIP+" in "+script) || !strings.Contains(out, "sandbox "+id+" removed") {
+		t.Fatalf("sbx kube stop --record-llm: exit %d, want the recording written and the sandbox removed\n%s%s", code, out, errOut)
+	}
+	if got, want := readFile(t, script), readFile(t, early); got != want {
+		t.Errorf("sbx kube stop wrote\n%s\nwant what sbx kube mock recording read\n%s", got, want)
+	}
+	mustParseScriptFile(t, script)
+	if llm.hits.Load() != 1 {
+		t.Errorf("the stand-in API was asked %d times, want once", llm.hits.Load())
+	}
+	if left := k.objectsLeft(id); len(left) > 0 {
+		t.Errorf("left after sbx kube stop: %v", left)
+	}
+}
+
+// TestKubeClusterRecordLLMInterrupted: sbx kube run --record-llm
+// HOST=SCRIPT interrupted (SIGINT, as Ctrl-C sends) while its agent runs
+// still writes what the gateway pod recorded until then, before it
+// removes the sandbox, and exits 130.
+func TestKubeClusterRecordLLMInterrupted(t *testing.T) {
+	k := newKubeTest(t)
+	llm := newStandInLLM(t)
+	bin := buildSbx(t)
+	script := filepath.Join(t.TempDir(), "recorded.yaml")
+	cmd := exec.Command(bin, "kube", "--kubeconfig", k.kubeconfig, "-n", k.ns, "run", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never",
+		"--allow", llm.addr, "--allow-private", kubeNodeIP+"/32", "--upstream-ca", llm.caFile, "--record-llm", kubeNodeIP+"="+script, "--", "sleep", "3600")
+	var out, errOut syncBuffer // read while sbx runs, should it hang
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var agent string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		pods, err := k.cs.CoreV1().Pods(k.ns).List(t.Context(), metav1.ListOptions{LabelSelector: kube.LabelRole + "=" + kube.RoleAgent})
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
+			agent = pods.Items[0].Name
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running agent pod after 2 minutes\n%s%s", out.String(), errOut.String())
+		}
+	}
+	k.copyHTTPSGet(agent)
+	if got, errs, err := k.exec(agent, "agent", "", "sh", "-c", `unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY; exec /tmp/httpsget -d "$1" "$2"`,
+		"sh", anthropicRequest("the word is quince"), "https://"+llm.addr+"/v1/messages"); err != nil || !strings.Contains(got, standInAnswer) {
+		t.Fatalf("the agent's request to the stand-in API: %v, want its answer\n%s%s", err, got, errs)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("sbx kube run still runs 2 minutes after SIGINT\n%s%s", out.String(), errOut.String())
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(errOut.String(), "recorded 1 exchanges with "+kubeNodeIP+" in "+script) {
+		t.Errorf("sbx kube run interrupted: %v, want exit 130 and the recording written\n%s%s", err, out.String(), errOut.String())
+	}
+	if got := readFile(t, script); !strings.Contains(got, standInAnswer) {
+		t.Errorf("the recording written on SIGINT:\n%s\nwant the API's answer", got)
+	}
+	if left := k.objectsLeft(""); len(left) > 0 {
+		t.Errorf("left after the interrupted run: %v", left)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 	"github.com/sbx-dev/sbx/sandbox/kube"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // anthropicRequest is an Anthropic Messages request whose last user
@@ -78,11 +79,8 @@ func TestKubeRecordLLM(t *testing.T) {
 	if err := os.WriteFile(upCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	proxy, apiAddr, tokenFile := freeAddr(t), freeAddr(t), filepath.Join(dir, "token")
-	g := startGatewayCmd(t, "management API on", "--listen", proxy, "--api", apiAddr, "--token-file", tokenFile,
-		"--ca", caFile, "--ca-cert", caCert, "--record-llm-api", "example.com",
+	proxy, apiAddr, tokenFile := startGatewayWithAPI(t, "--ca", caFile, "--ca-cert", caCert, "--record-llm-api", "example.com", "--record-llm-api", "api.openai.com",
 		"--allow", "example.com:"+port, "--resolve", "example.com=127.0.0.1", "--allow-private", "127.0.0.0/8", "--upstream-ca", upCA)
-	t.Cleanup(func() { g.stop(t) })
 
 	url := "https://example.com:" + port + "/v1/messages"
 	if status, body := askLLM(t, proxyTransport(proxy, caCert), url, "the word is quince"); status != http.StatusOK || !strings.Contains(body, "answered by the api") {
@@ -108,9 +106,56 @@ func TestKubeRecordLLM(t *testing.T) {
 		t.Errorf("replaying the written script: %d %s (the API asked %d times); want the recorded answer, the API asked once", w.Code, w.Body.String(), hits.Load())
 	}
 	// A host the gateway does not record is an error naming the flag.
-	if err := writeRecorded(context.Background(), io.Discard, cl, []string{"api.openai.com=" + script}); err == nil || !strings.Contains(err.Error(), "--record-llm api.openai.com=") || !strings.Contains(err.Error(), "not recorded") {
+	if err := writeRecorded(context.Background(), io.Discard, cl, []string{"api.mistral.ai=" + script}); err == nil || !strings.Contains(err.Error(), "--record-llm api.mistral.ai=") || !strings.Contains(err.Error(), "not recorded") {
 		t.Errorf("a host not recorded: got %v, want an error naming it", err)
 	}
+
+	// What sbx kube stop does with a detached sandbox's recordings: a
+	// host with exchanges that no --record-llm names is not kept, so the
+	// sandbox is not removed (api.openai.com recorded nothing: nothing
+	// to lose); named, it is written; --discard-recordings reads none.
+	hosts := []string{"example.com", "api.openai.com"}
+	unkept, err := writeRecordings(context.Background(), io.Discard, cl, hosts, nil, false)
+	if err != nil || len(unkept) != 1 || unkept[0] != "example.com" {
+		t.Errorf("writeRecordings with no --record-llm: unkept %q, %v; want example.com, whose exchange would be lost", unkept, err)
+	}
+	if unkept, err := writeRecordings(context.Background(), io.Discard, cl, hosts, nil, true); err != nil || len(unkept) != 0 {
+		t.Errorf("writeRecordings with --discard-recordings: unkept %q, %v; want none", unkept, err)
+	}
+	kept := filepath.Join(t.TempDir(), "kept.yaml")
+	stderr.Reset()
+	unkept, err = writeRecordings(context.Background(), &stderr, cl, hosts, []run.Recording{{Host: "example.com", Path: kept}}, false)
+	if err != nil || len(unkept) != 0 || !strings.Contains(stderr.String(), "recorded 1 exchanges with example.com in "+kept) {
+		t.Errorf("writeRecordings with --record-llm example.com=%s: unkept %q, %v, stderr %q; want it written", kept, unkept, err, stderr.String())
+	}
+	if got, want := readFile(t, kept), readFile(t, script); got != want {
+		t.Errorf("the script sbx kube stop wrote:\n%s\nwant sbx kube run's:\n%s", got, want)
+	}
+
+	// sbx mock recording reads it through the same API: to standard
+	// output, or to a file with -o (sbx kube mock recording is the same
+	// command, its API reached through a port-forward).
+	target := []string{"mock", "recording", "--api", apiAddr, "--token-file", tokenFile}
+	if out, errOut, code := runCLI(t, append(target, "--host", "example.com")...); code != 0 || out != readFile(t, script) {
+		t.Errorf("sbx mock recording --host example.com: exit %d, printed\n%s\nwant the script sbx kube run writes\n%s%s", code, out, readFile(t, script), errOut)
+	}
+	written := filepath.Join(t.TempDir(), "written.yaml")
+	if out, errOut, code := runCLI(t, append(target, "--host", "example.com", "-o", written)...); code != 0 || !strings.Contains(errOut, "recorded 1 exchanges with example.com in "+written+" (replay with --mock-llm example.com="+written+")") || readFile(t, written) != readFile(t, script) {
+		t.Errorf("sbx mock recording -o %s: exit %d, want the script written and said\n%s%s", written, code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, target...); code == 0 || !strings.Contains(errOut, "several hosts are recorded (api.openai.com, example.com)") {
+		t.Errorf("sbx mock recording of a gateway recording two hosts, no --host: exit %d, %q; want the hosts named", code, errOut)
+	}
+}
+
+// readFile is the file at path, which must be there.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func mustParseScript(t *testing.T, y string) *mockllm.Script {
@@ -196,18 +241,24 @@ rules:
 			args = append(args, a, strings.Replace(cmd[i+1], configDir, podDir, 1))
 		case strings.HasPrefix(a, "--llm-script="):
 			args = append(args, strings.Replace(a, configDir, podDir, 1))
+		case a == "--mock-command":
+			args = append(args, a, cmd[i+1])
 		}
 	}
-	if len(args) != 3 {
-		t.Fatalf("the gateway pod's command %q: want --policy and one --llm-script", cmd)
+	if len(args) != 5 {
+		t.Fatalf("the gateway pod's command %q: want --policy, one --llm-script and --mock-command", cmd)
 	}
-	proxy, apiAddr, tokenFile := freeAddr(t), freeAddr(t), filepath.Join(t.TempDir(), "token")
-	g := startGatewayCmd(t, "management API on", append(args, "--listen", proxy, "--api", apiAddr, "--token-file", tokenFile)...)
-	t.Cleanup(func() { g.stop(t) })
+	proxy, apiAddr, tokenFile := startGatewayWithAPI(t, args...)
 	status, body := askLLM(t, proxyTransport(proxy, ""), "http://api.anthropic.com/v1/messages", "hello")
 
 	if status != http.StatusOK || !strings.Contains(body, "answered from the policy's script") {
 		t.Fatalf("the rule's host through the gateway pod: %d %s, want the script's answer", status, body)
+	}
+	// The script's one turn is used up: the answer to the next request
+	// says how to queue one, with sbx kube's command for this sandbox.
+	id := gw.Labels[kube.LabelSandbox]
+	if _, body := askLLM(t, proxyTransport(proxy, ""), "http://api.anthropic.com/v1/messages", "again"); !strings.Contains(body, "(sbx kube mock expect -n agents --sandbox "+id+" --script scripts/agent.yaml)") {
+		t.Errorf("a request no turn fits got %q, want it to name sbx kube mock expect -n agents --sandbox %s --script scripts/agent.yaml", body, id)
 	}
 
 	// --mock-journal keeps the policy script's journal: read through the
@@ -261,6 +312,17 @@ func TestKubeRunListsNoRefusedFlag(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "podPidsLimit") {
 		t.Errorf("--pids-limit 100: exit %d, %q; want a usage error naming podPidsLimit", code, errOut)
 	}
+}
+
+// startGatewayWithAPI runs sbx gateway with args until the test ends, its
+// proxy and management API on free loopback addresses, and returns those
+// and the API's token file.
+func startGatewayWithAPI(t *testing.T, args ...string) (proxy, apiAddr, tokenFile string) {
+	t.Helper()
+	proxy, apiAddr, tokenFile = freeAddr(t), freeAddr(t), filepath.Join(t.TempDir(), "token")
+	g := startGatewayCmd(t, "management API on", append(args, "--listen", proxy, "--api", apiAddr, "--token-file", tokenFile)...)
+	t.Cleanup(func() { g.stop(t) })
+	return proxy, apiAddr, tokenFile
 }
 
 // gatewayAPIClient is a client of the management API at apiAddr of a

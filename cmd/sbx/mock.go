@@ -57,7 +57,7 @@ over. With several mocks, name one with --host or --script.` + mockScriptHelp(),
 		Args: subcommandArgs,
 		RunE: showHelp,
 	}
-	cmd.AddCommand(newMockExpectCmd(nil), newMockRequestsCmd(), newMockResetCmd(nil), newMockInitCmd())
+	cmd.AddCommand(newMockExpectCmd(nil), newMockRequestsCmd(), newMockResetCmd(nil), newMockRecordingCmd(nil), newMockInitCmd())
 	cmd.AddCommand(newMockValidateCmd())
 	return cmd
 }
@@ -74,7 +74,8 @@ intercept rules answer with (response: {llm: SCRIPT}): expect queues more
 turns after the script's, requests shows what the agent sent (request
 bodies included), and reset starts the script over. With several mocks,
 name one with --host or --script. The journal lives in the gateway pod:
-read it before the sandbox is stopped.`,
+read it before the sandbox is stopped. recording writes what the gateway
+pod has recorded of a host of sbx kube run --record-llm so far.`,
 		Example: `  sbx kube mock requests --sandbox 1a2b3c4d
   sbx kube mock expect --sandbox 1a2b3c4d turns.yaml`,
 		Args: subcommandArgs,
@@ -103,7 +104,7 @@ read it before the sandbox is stopped.`,
 	}
 	f.add(requests)
 	requests.Flags().BoolVar(&asJSON, "json", false, "print the API's JSON answer, request bodies included")
-	cmd.AddCommand(newMockExpectCmd(kf), requests, newMockResetCmd(kf))
+	cmd.AddCommand(newMockExpectCmd(kf), requests, newMockResetCmd(kf), newMockRecordingCmd(kf))
 	for _, c := range cmd.Commands() {
 		c.Example = strings.ReplaceAll(c.Example, "sbx mock", "sbx kube mock")
 	}
@@ -340,5 +341,57 @@ func newMockResetCmd(kf *kubeFlags) *cobra.Command {
 		},
 	}
 	f.add(cmd)
+	return cmd
+}
+
+// recordingLong is the help of sbx mock recording.
+const recordingLong = `Recording asks a running gateway for what it has recorded of an LLM's API
+so far (--record-llm HOST=SCRIPT, or sbx gateway --record-llm-api HOST), as
+the script --mock-llm replays, and prints it or, with -o FILE, writes it to
+FILE, whole or not at all. With several recorded hosts, name one with
+--host. A sandbox writes its recordings itself when it ends; this reads
+one while it runs. On a cluster a sandbox left running (sbx kube run -d,
+sbx kube manifest) holds its recording in its gateway pod alone: read it
+with sbx kube mock recording, or have sbx kube stop --record-llm
+HOST=SCRIPT write it as it removes the sandbox.`
+
+// newMockRecordingCmd is sbx mock recording, and sbx kube mock recording
+// when kf is set: what a gateway has recorded of a host, read through its
+// API (GET /v1/mock/recording).
+func newMockRecordingCmd(kf *kubeFlags) *cobra.Command {
+	t := targetFlags{kube: kf}
+	var host, out string
+	cmd := &cobra.Command{
+		Use:   "recording [flags]",
+		Short: "Print or write what the gateway has recorded of an LLM so far (--record-llm), as the script --mock-llm replays",
+		Long:  recordingLong,
+		Example: `  sbx mock recording --sandbox 1a2b3c4d -o recorded.yaml
+  sbx mock recording --sandbox 1a2b3c4d --host api.anthropic.com > recorded.yaml`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := t.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			got, err := c.MockRecording(cmd.Context(), host)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				_, err := io.WriteString(cmd.OutOrStdout(), got.Script)
+				return err
+			}
+			if err := run.WriteFile(out, []byte(got.Script)); err != nil {
+				return fmt.Errorf("-o %s: %w", out, err)
+			}
+			// The host is the gateway's answer, which names it normalized.
+			fmt.Fprintf(cmd.ErrOrStderr(), "sbx: %s\n", recordedNote(run.Recorded{Host: printable(got.Host), Path: out, Exchanges: got.Exchanges}))
+			return nil
+		},
+	}
+	t.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&host, "host", "", "the recorded `HOST` (--record-llm HOST=...); needed when several hosts are recorded")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the script to `FILE` instead of standard output: replaced whole, its permissions kept; a named pipe or device is written directly, a symbolic link refused")
 	return cmd
 }

@@ -45,9 +45,27 @@ func parseMockLLM(values []string) (map[string]*mockllm.Responder, error) {
 			return nil, fmt.Errorf("--mock-llm %s: the script is invalid:\n%w", v, err)
 		}
 		mocks[host] = mockllm.New(script)
-		mocks[host].QueueHint = "sbx mock expect --host " + host
 	}
+	setQueueHints(expectCommand, mocks, nil)
 	return mocks, nil
+}
+
+// expectCommand is the command a mock's answer to a request that no turn
+// fits names to queue one (mockllm.Responder.QueueHint), the mock's --host
+// or --script following it. sbx gateway --mock-command gives another: sbx
+// kube's gateway pod names sbx kube mock expect with its sandbox.
+const expectCommand = "sbx mock expect"
+
+// setQueueHints has each mock's answer to a request no turn fits name
+// command, with the --host (hosts, by host) or --script (scripts, by
+// name) that picks the mock.
+func setQueueHints(command string, hosts, scripts map[string]*mockllm.Responder) {
+	for host, m := range hosts {
+		m.QueueHint = command + " --host " + host
+	}
+	for name, m := range scripts {
+		m.QueueHint = command + " --script " + name
+	}
 }
 
 // splitLLMFlag splits a --mock-llm or --record-llm (flag) value
@@ -117,11 +135,11 @@ func policyScriptsFrom(policyFile string, p *netpolicy.Policy, files map[string]
 			continue
 		}
 		out[name] = mockllm.New(script)
-		out[name].QueueHint = "sbx mock expect --script " + name
 	}
 	if len(errs) > 0 {
 		return nil, &exitError{code: exitFailure, err: combine(errs...)}
 	}
+	setQueueHints(expectCommand, nil, out)
 	return out, nil
 }
 

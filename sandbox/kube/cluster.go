@@ -453,6 +453,36 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	return c.waitGone(ctx, ids, false, wait)
 }
 
+// StopAgent deletes the sandbox's agent pod alone and waits, at most a
+// minute, until it is gone (its containers stopped), leaving its gateway
+// pod and its other objects: sbx kube stop reads what the gateway
+// recorded once the agent can add nothing. An agent pod already gone is
+// no error.
+func (c *Cluster) StopAgent(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("stopping a sandbox's agent: an empty sandbox id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sel := LabelSandbox + "=" + id + "," + LabelRole + "=" + RoleAgent
+	grace := int64(1)
+	err := c.Client.Pods(c.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{LabelSelector: sel})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return &APIError{"delete", "Pod", sel, c.Namespace, err}
+	}
+	for {
+		left, err := c.objects(ctx, sel, true)
+		if err != nil || len(left) == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox %s: its agent pod is still there after a minute", id)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // deleteWait bounds how long Delete waits for n sandboxes to go: a
 // minute, and a second more for each past the first, as the node stops
 // their containers one after another.
@@ -559,6 +589,10 @@ type Sandbox struct {
 	ExitCode                      int
 	Command                       []string
 	Image                         string
+	// Records are the hosts whose LLM API the gateway pod records for
+	// its management API (sbx kube run --record-llm), as its command
+	// names them; the recordings go with the pod.
+	Records []string
 }
 
 // List returns the sandboxes in the namespace, oldest first.
@@ -585,6 +619,7 @@ func (c *Cluster) List(ctx context.Context) ([]Sandbox, error) {
 				sb.Gateway = string(p.Status.Phase)
 				sb.GatewayReady = podReady(&p)
 				sb.GatewayDeleting = p.DeletionTimestamp != nil
+				sb.Records = recordedHosts(&p)
 			case RoleAgent:
 				sb.Agent = string(p.Status.Phase)
 				for _, ct := range p.Spec.Containers {
@@ -642,6 +677,24 @@ func FindIn(all []Sandbox, ns, ref string) (Sandbox, error) {
 	default:
 		return Sandbox{}, fmt.Errorf("%q names %d sandboxes in namespace %s; give more of the id", ref, len(found), ns)
 	}
+}
+
+// recordedHosts are the hosts the gateway pod p records for its
+// management API: its gateway container's --record-llm-api flags, as
+// gatewayConfig gives them.
+func recordedHosts(p *corev1.Pod) []string {
+	var hosts []string
+	for _, ct := range p.Spec.Containers {
+		if ct.Name != "gateway" {
+			continue
+		}
+		for i, a := range ct.Command[:max(len(ct.Command)-1, 0)] {
+			if a == flagRecordLLMAPI {
+				hosts = append(hosts, ct.Command[i+1])
+			}
+		}
+	}
+	return hosts
 }
 
 func agentExit(p *corev1.Pod) (int, bool) {

@@ -172,3 +172,54 @@ func TestSandboxSelector(t *testing.T) {
 		}
 	}
 }
+
+// List names the hosts a sandbox's gateway pod records (sbx kube run
+// --record-llm), read from its command: sbx kube stop keeps or refuses to
+// drop their recordings, which go with the pod. A sandbox that records
+// nothing has none.
+func TestListRecords(t *testing.T) {
+	s := testSpec()
+	s.ID, s.Namespace = "5e6f7a8b", "ns"
+	s.RecordLLM = []string{"api.anthropic.com", "api.openai.com"}
+	o, err := MakeObjects(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := fakeCluster(t, append(fakeSandbox(t, "1a2b3c4d", ""), o.ConfigMap, o.Gateway)...)
+	all, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, sb := range all {
+		got[sb.ID] = sb.Records
+	}
+	if want := s.RecordLLM; !slices.Equal(got["5e6f7a8b"], want) || len(got["1a2b3c4d"]) != 0 {
+		t.Errorf("Records: %q, want %q for the recording sandbox and none for the other", got, want)
+	}
+}
+
+// StopAgent removes the agent pod alone, and sees it gone: the gateway
+// pod, which holds the recordings sbx kube stop reads next, and the
+// sandbox's other objects stay, as do other sandboxes' agents.
+func TestStopAgent(t *testing.T) {
+	_, c := fakeCluster(t, append(fakeSandbox(t, "1a2b3c4d", ""), fakeSandbox(t, "5e6f7a8b", "")...)...)
+	if err := c.StopAgent(t.Context(), "1a2b3c4d"); err != nil {
+		t.Fatal(err)
+	}
+	left, err := c.Objects(t.Context(), "1a2b3c4d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(left)
+	want := []string{"configmap/sbx-1a2b3c4d", "networkpolicy/sbx-1a2b3c4d-agent", "networkpolicy/sbx-1a2b3c4d-gateway", "pod/sbx-1a2b3c4d-gateway", "secret/sbx-1a2b3c4d"}
+	if !slices.Equal(left, want) {
+		t.Errorf("left %q, want %q", left, want)
+	}
+	if other, err := c.Objects(t.Context(), "5e6f7a8b"); err != nil || len(other) != 6 {
+		t.Errorf("the other sandbox: %v %v, want its 6 objects", other, err)
+	}
+	if err := c.StopAgent(t.Context(), "1a2b3c4d"); err != nil {
+		t.Errorf("StopAgent of an agent already gone: %v", err)
+	}
+}

@@ -576,11 +576,28 @@ func (s *Spec) tmpSize() *resource.Quantity {
 	return resource.NewQuantity(n, resource.BinarySI)
 }
 
+// flagRecordLLMAPI is the flag of sbx gateway that has the gateway pod
+// record a host (List reads it back).
+const flagRecordLLMAPI = "--record-llm-api"
+
 // AllowCommand is what the help of the gateway's 403 answers names to
 // allow a blocked target: sbx kube policy allow, with the namespace when
 // the sandbox has one.
 func (s *Spec) AllowCommand() string {
-	cmd := "sbx kube policy allow"
+	return s.command("sbx kube policy allow")
+}
+
+// MockCommand is what a mock LLM of the gateway pod names, in its answer
+// to a request no turn fits, to queue a turn: sbx kube mock expect, with
+// the namespace when the sandbox has one (the mock's --host or --script
+// follows it).
+func (s *Spec) MockCommand() string {
+	return s.command("sbx kube mock expect")
+}
+
+// command is the sbx kube command cmd for this sandbox: with its
+// namespace, when it has one, and its id.
+func (s *Spec) command(cmd string) string {
 	if s.Namespace != "" {
 		cmd += " -n " + s.Namespace
 	}
@@ -686,8 +703,8 @@ func (s *Spec) gatewayPod() *corev1.Pod {
 
 // gatewayConfig adds to the gateway container's command the flags that
 // name the files of the ConfigMap it reads (the policy's, the mocks' and
-// the policy's LLM scripts, the upstreams' CAs) and those of the hosts it
-// records, and returns the ConfigMap's items its volume holds.
+// the policy's LLM scripts, the upstreams' CAs), the command its mocks
+// name to queue turns, and the hosts it records, and returns the ConfigMap's items its volume holds.
 func (s *Spec) gatewayConfig(gw *corev1.Container) []corev1.KeyToPath {
 	configItems := []corev1.KeyToPath{{Key: KeyPolicy, Path: KeyPolicy}}
 	for i, m := range s.MockLLM {
@@ -698,8 +715,11 @@ func (s *Spec) gatewayConfig(gw *corev1.Container) []corev1.KeyToPath {
 		gw.Command = append(gw.Command, "--llm-script="+l.Name+"="+configDir+"/"+llmScriptKey(i)) // one argument: a name may start with -
 		configItems = append(configItems, corev1.KeyToPath{Key: llmScriptKey(i), Path: llmScriptKey(i)})
 	}
+	if len(s.MockLLM)+len(s.LLMScripts) > 0 {
+		gw.Command = append(gw.Command, "--mock-command", s.MockCommand())
+	}
 	for _, h := range s.RecordLLM {
-		gw.Command = append(gw.Command, "--record-llm-api", h)
+		gw.Command = append(gw.Command, flagRecordLLMAPI, h)
 	}
 	if len(s.UpstreamCA) > 0 {
 		gw.Command = append(gw.Command, "--upstream-ca", configDir+"/"+KeyUpstreamCA)

@@ -261,6 +261,14 @@ func TestMockLLMObjects(t *testing.T) {
 	if want := "--mock-llm api.anthropic.com=" + configDir + "/mock-llm-0.yaml"; !strings.Contains(cmd, want) {
 		t.Errorf("gateway command %q lacks %q", cmd, want)
 	}
+	// A request no turn fits is told to queue one with sbx kube's
+	// command, for this sandbox, not sbx mock expect.
+	if i := slices.Index(o.Gateway.Spec.Containers[0].Command, "--mock-command"); i < 0 || o.Gateway.Spec.Containers[0].Command[i+1] != "sbx kube mock expect -n ns1 --sandbox 1a2b3c4d" {
+		t.Errorf("gateway command %q: want --mock-command \"sbx kube mock expect -n ns1 --sandbox 1a2b3c4d\"", cmd)
+	}
+	if plain, err := MakeObjects(testSpec()); err != nil || slices.Contains(plain.Gateway.Spec.Containers[0].Command, "--mock-command") {
+		t.Errorf("a gateway pod without mocks has --mock-command (%v): %q", err, plain.Gateway.Spec.Containers[0].Command)
+	}
 	var mounted bool
 	for _, v := range o.Gateway.Spec.Volumes {
 		if v.ConfigMap != nil {
