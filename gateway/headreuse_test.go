@@ -10,22 +10,25 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/gateway/mockllm"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
 
 // TestKeepAliveRequestsKeepTheirOwnFields plays a client that pipelines
-// six requests on one keep-alive connection, written at once, so that the
-// gateway reads each head over the memory of the one before (headBuf):
-// other hosts, paths, methods and header fields each time, more fields
-// than the last and then fewer, a name repeated around another, fields a
-// Connection header names, a credential in the first request alone, a
-// request the mock answers (its body read from the same buffer) and one
-// the policy blocks between them. The upstream must see each request's
+// seven requests on one keep-alive connection, written at once, so that
+// the gateway reads each head over the memory of the one before
+// (headBuf): other hosts, paths, methods and header fields each time,
+// more fields than the last and then fewer, a name repeated around
+// another, fields a Connection header names, a credential in the first
+// request alone, a request the mock answers (its body read from the same
+// buffer), one held on a question (ask) while the next ones wait in the
+// buffer, and one the policy blocks. The upstream must see each request's
 // own fields and none of another's, the mock its own path and body in
-// its journal, and the decision log each request's host, path and
-// method, its allowed ones' close records too, in order.
+// its journal, the question the held request's method, host and path,
+// and the decision log each request's, its allowed ones' close records
+// too, in order.
 func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 	port := portOf(t, echoUpstream(t))
 	script, err := mockllm.ParseScript("mock.yaml", []byte("turns:\n  - match: {user: hello}\n    reply: {text: hi}\n"))
@@ -36,7 +39,8 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block,
 		netpolicy.Rule{ID: "a", Host: "a.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
 		netpolicy.Rule{ID: "b", Host: "b.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
-	), map[string]string{"a.test": "127.0.0.1", "b.test": "127.0.0.1"}, func(c *serverConfig) {
+		netpolicy.Rule{ID: "d", Host: "d.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Ask},
+	), map[string]string{"a.test": "127.0.0.1", "b.test": "127.0.0.1", "d.test": "127.0.0.1"}, func(c *serverConfig) {
 		c.MockLLM = map[string]*mockllm.Responder{"api.anthropic.com": mock}
 	})
 	body := `{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hello"}]}`
@@ -73,7 +77,12 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 			}(),
 		},
 		{
-			head: []string{"GET http://c.test/blocked HTTP/1.1", "Authorization: Bearer token-of-the-fourth"},
+			head: []string{"GET http://d.test:%d/held HTTP/1.1", "X-Held: yes"},
+			host: "d.test", path: "/held", status: 200,
+			want: http.Header{"X-Held": {"yes"}},
+		},
+		{
+			head: []string{"GET http://c.test/blocked HTTP/1.1", "Authorization: Bearer token-of-the-fifth"},
 			host: "c.test", path: "/blocked", status: 403,
 		},
 		{
@@ -101,6 +110,13 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 	}
 	conn, br := dialRaw(t, g.addr)
 	io.WriteString(conn, out.String())
+	q := waitQuestion(t, g.srv, "d.test", uint16(port), 1)
+	if q.Method != "GET" || q.Path != "/held" {
+		t.Errorf("the question is about %s %s, want GET /held", q.Method, q.Path)
+	}
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
+		t.Fatal(err)
+	}
 
 	for i, r := range reqs {
 		resp, err := http.ReadResponse(br, nil)
@@ -135,11 +151,13 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 		t.Errorf("the mock's journal %+v: want one request, POST /v1/messages with its body", j)
 	}
 	g.log.Flush()
-	var decisions, closes []string
+	var decisions, closes, approvals []string
 	closeOf := map[string]string{}
 	for _, rec := range g.records(t) {
 		what := fmt.Sprint(rec["method"], " ", rec["host"], rec["path"])
 		switch rec["event"] {
+		case decisionlog.EventApproval:
+			approvals = append(approvals, what)
 		case decisionlog.EventDecision:
 			decisions = append(decisions, what)
 			closeOf[rec["id"].(string)] = what
@@ -163,5 +181,8 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantCloses, closes); diff != "" {
 		t.Errorf("close records (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"GET d.test/held", "GET d.test/held"}, approvals); diff != "" {
+		t.Errorf("approval records, the question and its answer (-want +got):\n%s", diff)
 	}
 }
