@@ -18,8 +18,11 @@ var (
 	// process that sends one datagram and exits).
 	ErrNoSocket = errors.New("no socket has these addresses any more: its process closed it or ended")
 	// ErrNoHolder: the socket is there, but no process in the namespace
-	// holds it (only one outside it does, or its holder just let go).
-	ErrNoHolder = errors.New("no process in the sandbox holds the socket")
+	// holds it: its process has closed its descriptors as it ends, and
+	// the kernel has not yet freed the socket (seen for a process that
+	// sent one datagram and exited), or only a process outside the
+	// namespace holds it.
+	ErrNoHolder = errors.New("no process in the sandbox holds the socket: its process is ending, or one outside the sandbox holds it")
 	// ErrSharedSocket: several processes in the namespace hold the socket
 	// (a child forked with its parent's socket, or a socket passed), so
 	// which of them sent on it cannot be told.
