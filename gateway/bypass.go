@@ -52,9 +52,10 @@ type bypassTarget struct {
 // (Gateway.Bypass); it is safe for concurrent use, and the gateway's Close
 // writes what it still folds.
 type BypassLog struct {
-	store *netpolicy.Store
-	out   *recordOut
-	owner func(network string, client, remote netip.AddrPort) Process // the process of a UDP packet's socket
+	store   *netpolicy.Store
+	out     *recordOut
+	owner   func(network string, client, remote netip.AddrPort) Process // the process of a packet's socket (Server.owner); nil without Config.Owner
+	unknown string                                                      // without owner, why no process is named (Config.ProcessUnknown)
 
 	mu       sync.Mutex
 	targets  map[bypassKey]*bypassTarget
@@ -64,9 +65,10 @@ type BypassLog struct {
 }
 
 // newBypassLog returns a BypassLog whose records name the version of the
-// policy in store, go to out, and name the process owner finds.
-func newBypassLog(store *netpolicy.Store, out *recordOut, owner func(network string, client, remote netip.AddrPort) Process) *BypassLog {
-	return &BypassLog{store: store, out: out, owner: owner}
+// policy in store, go to out, and name the process owner finds, or why
+// none is named: unknown when owner is nil.
+func newBypassLog(store *netpolicy.Store, out *recordOut, owner func(network string, client, remote netip.AddrPort) Process, unknown string) *BypassLog {
+	return &BypassLog{store: store, out: out, owner: owner, unknown: unknown}
 }
 
 // ReportPacket logs p, a packet the sandbox's rules refused, as a bypass
@@ -176,8 +178,31 @@ func (b *BypassLog) flush(final bool) {
 	}
 }
 
+// reasonManyTargets is why the record of the packets to the targets
+// beyond maxBypassTargets names no process (its process_unknown).
+const reasonManyTargets = "the packets of many sockets are counted together, and no process is named for them"
+
+// process returns the process whose socket sent src's packet to k, or
+// why none is named. The owner is asked of a UDP packet's socket with
+// any remote (it may send anywhere), of a TCP one's with k's.
+func (b *BypassLog) process(k bypassKey, src netip.AddrPort) Process {
+	switch {
+	case b.owner == nil:
+		return Process{Unknown: b.unknown}
+	case k == bypassKey{}:
+		return Process{Unknown: reasonManyTargets}
+	case k.proto == "udp":
+		return b.owner("udp", src, netip.AddrPort{})
+	case k.proto == "tcp":
+		return b.owner("tcp", src, k.dst)
+	}
+	return Process{Unknown: "the processes of " + strings.ToUpper(k.proto) + " packets are not looked up, only those of TCP and UDP ones"}
+}
+
 // emit writes the bypass record of count packets to k from src; the zero
-// k stands for the targets beyond maxBypassTargets.
+// k stands for the targets beyond maxBypassTargets. The record names the
+// process whose socket sent the last of them, when the Owner can tell,
+// else why not.
 func (b *BypassLog) emit(k bypassKey, src netip.AddrPort, count uint64) {
 	snap := b.store.Load()
 	rec := &decisionlog.Record{
@@ -201,10 +226,8 @@ func (b *BypassLog) emit(k bypassKey, src netip.AddrPort, count uint64) {
 			what = strings.ToUpper(k.proto) + " to " + k.dst.String()
 		}
 		rec.Reason = what + " was refused: only TCP and DNS leave the sandbox"
-		if k.proto == "udp" {
-			setProcess(rec, b.owner("udp", src, netip.AddrPort{}))
-		}
 	}
+	setProcess(rec, b.process(k, src))
 	b.out.metrics.request(decisionlog.KindBypass, netpolicy.Block)
 	b.out.emit(rec)
 }

@@ -125,18 +125,21 @@ type Config struct {
 	// FILE for a standalone gateway).
 	AllowCommand string
 	// Owner, when set, names the sandboxed process that owns the client's
-	// socket of a connection or packet: network is "tcp" or "udp", client
-	// the socket's own address and remote its peer's as the client sees it
-	// (the invalid AddrPort when not known). It reports false when it
-	// cannot tell for certain. What it returns goes into the records' pid,
-	// comm and exe. It is called once per connection, DNS query and bypass
-	// record, and must be safe for concurrent use. Nil leaves the records'
-	// pid, comm and exe out.
-	Owner func(network string, client, remote netip.AddrPort) (Process, bool)
+	// socket of a connection or packet: network is "tcp" or "udp" (for a
+	// bypass record, the packet's Proto, which may be another), client
+	// the socket's own address and remote its peer's as the client sees
+	// it (the invalid AddrPort when not known). When it cannot tell for
+	// certain it returns PID 0, and in Unknown why not. What it returns
+	// goes into the records' pid, comm and exe, or process_unknown. It is
+	// called once per connection, DNS query and bypass record, and must
+	// be safe for concurrent use. Nil leaves the records' pid, comm and
+	// exe out.
+	Owner func(network string, client, remote netip.AddrPort) Process
 	// ProcessUnknown, when set and Owner is nil, is why no process can be
 	// named for the clients: the records of requests, tunnels, captured
-	// connections and DNS queries carry it as process_unknown (sbx kube's
-	// gateway pod, which cannot see the agent pod's processes).
+	// connections, DNS queries and bypassing packets carry it as
+	// process_unknown (sbx kube's gateway pod, which cannot see the agent
+	// pod's processes).
 	ProcessUnknown string
 	// Logger receives operational messages; nil discards them.
 	Logger *slog.Logger

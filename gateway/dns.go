@@ -74,10 +74,7 @@ func (g dnsGateway) Override(raw, host string) (netpolicy.Decision, string, bool
 // Decided writes the record of a query, with the process that owns the
 // client's socket, and counts it.
 func (g dnsGateway) Decided(rec *decisionlog.Record, network string, client netip.AddrPort) {
-	if g.s.cfg.Owner != nil {
-		setProcess(rec, g.s.owner(network, client, netip.AddrPort{}))
-	}
-	rec.ProcessUnknown = g.s.processUnknown(Process{PID: rec.PID})
+	setProcess(rec, g.s.owner(network, client, netip.AddrPort{}))
 	g.s.metrics.request(decisionlog.KindDNS, netpolicy.Action(rec.Action))
 	g.s.emit(rec)
 }

@@ -346,11 +346,11 @@ func TestDNSQueriesAreCountedWithTheirProcess(t *testing.T) {
 	var mu sync.Mutex
 	var asked []string
 	st := startDNS(t, stubPolicy(), nil, func(c *serverConfig) {
-		c.Owner = func(network string, client, remote netip.AddrPort) (Process, bool) {
+		c.Owner = func(network string, client, remote netip.AddrPort) Process {
 			mu.Lock()
 			asked = append(asked, network+" "+remote.String())
 			mu.Unlock()
-			return Process{PID: 42, Comm: "node", Exe: "/usr/bin/node"}, true
+			return Process{PID: 42, Comm: "node", Exe: "/usr/bin/node", Unknown: "said with a pid: left out"}
 		}
 	})
 	queryA(t, st, false, "api.test.")
@@ -364,8 +364,8 @@ func TestDNSQueriesAreCountedWithTheirProcess(t *testing.T) {
 		t.Fatalf("got %d dns records, want 3", len(recs))
 	}
 	for _, r := range recs {
-		if r["pid"] != 42.0 || r["comm"] != "node" || r["exe"] != "/usr/bin/node" {
-			t.Errorf("record %v: want pid 42, comm node, exe /usr/bin/node", r)
+		if r["pid"] != 42.0 || r["comm"] != "node" || r["exe"] != "/usr/bin/node" || r["process_unknown"] != nil {
+			t.Errorf("record %v: want pid 42, comm node, exe /usr/bin/node, no process_unknown", r)
 		}
 	}
 	mu.Lock()

@@ -107,11 +107,19 @@ func readRequestHead(br *bufio.Reader, maxHeaderBytes int) (*requestHead, error)
 // after the other: the head, its header map and the array its fields'
 // values are sliced from, which the next read reuses. Nothing may keep a
 // head, its Header or a value slice of it once its request is served; a
-// request's strings are its own.
+// request's strings are its own. The memory of a head with more than
+// headKeepFields field names is not reused.
 type headBuf struct {
 	head requestHead
 	vals []string
 }
+
+// headKeepFields is how many field names' memory a connection's headBuf
+// keeps for the next request. A head may have thousands (up to
+// MaxHeaderBytes); the next read after one makes a new map and array, so
+// that an idle connection does not hold the largest head its client ever
+// sent (a map does not shrink), nor every later read clear it.
+const headKeepFields = 64
 
 // read is readRequestHead into b: the head it returns is b's, valid until
 // the next read.
@@ -136,8 +144,8 @@ func (b *headBuf) read(br *bufio.Reader, maxHeaderBytes int) (*requestHead, erro
 		}
 	}
 	hdr := b.head.Header
-	if hdr == nil {
-		hdr = make(http.Header, 8)
+	if hdr == nil || cap(b.vals) > headKeepFields {
+		hdr, b.vals = make(http.Header, 8), nil
 	}
 	clear(hdr)
 	clear(b.vals) // the strings of the last request go with it

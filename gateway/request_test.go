@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -462,6 +463,44 @@ func TestHeadBufReuse(t *testing.T) {
 		if wantTarget := "http://example.com/" + strconv.Itoa(i+1); h.Target != wantTarget {
 			t.Errorf("request %d: got target %q, want %q", i+1, h.Target, wantTarget)
 		}
+	}
+}
+
+// TestHeadBufDropsALargeHead: after a head with more field names than
+// headKeepFields, the next head is read into new memory, so that the
+// connection does not keep the large one's map and array; after a
+// typical head, the next one reuses its map.
+func TestHeadBufDropsALargeHead(t *testing.T) {
+	fields := []string{"GET http://example.com/1 HTTP/1.1", "Host: example.com"}
+	for i := range 1000 {
+		fields = append(fields, fmt.Sprintf("X-F%d: %d", i, i))
+	}
+	small := crlf("GET http://example.com/2 HTTP/1.1", "Host: example.com", "A: 1")
+	br := bufio.NewReader(strings.NewReader(crlf(fields...) + small + small))
+	var b headBuf
+	mapOf := func() uintptr { return reflect.ValueOf(b.head.Header).Pointer() }
+	read := func() {
+		t.Helper()
+		if _, err := b.read(br, 64<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	if n := len(b.head.Header); n != 1001 {
+		t.Fatalf("the large head has %d fields, want 1001", n)
+	}
+	large := mapOf()
+	read()
+	if c := cap(b.vals); c > headKeepFields || mapOf() == large {
+		t.Errorf("after a head of 1001 fields, the next is read into its memory (values' capacity %d, same map %t); want new memory", c, mapOf() == large)
+	}
+	if diff := cmp.Diff(http.Header{"Host": {"example.com"}, "A": {"1"}}, b.head.Header); diff != "" {
+		t.Errorf("the small head's fields (-want +got):\n%s", diff)
+	}
+	typical := mapOf()
+	read()
+	if mapOf() != typical {
+		t.Errorf("a head after a typical one was read into a new map, want the last one's")
 	}
 }
 

@@ -176,7 +176,11 @@ func newServer(cfg serverConfig) (*Server, error) {
 	s.fence = fence
 	s.out = recordOut{ids: &s.connID, log: cfg.Log, metrics: s.metrics}
 	s.refusals.init(&s.out)
-	s.bypass = newBypassLog(cfg.Store, &s.out, s.owner)
+	var owner func(network string, client, remote netip.AddrPort) Process
+	if cfg.Owner != nil {
+		owner = s.owner
+	}
+	s.bypass = newBypassLog(cfg.Store, &s.out, owner, cfg.ProcessUnknown)
 	if s.approvals, err = approval.New(approval.Config{Store: cfg.Store, Gateway: approvalGateway{s}, File: cfg.ApprovalsFile, Max: cfg.MaxApprovals}); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -510,11 +514,15 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Process is a sandboxed process, as Config.Owner finds it.
+// Process is a sandboxed process, as Config.Owner finds it, or why none
+// is named.
 type Process struct {
 	PID  int
 	Comm string // the name of what it executes (sandbox.Process.Comm): never a title it gave itself
 	Exe  string // its executable's path as the sandbox sees it; "" when unknown
+	// Unknown, when PID is 0, says why no process is named: a short
+	// sentence, the records' process_unknown.
+	Unknown string
 }
 
 // conn is one client connection with its buffered reader.
@@ -582,31 +590,23 @@ func (s *Server) newConn(nc net.Conn, remote netip.AddrPort) *conn {
 	return c
 }
 
-// owner returns the process that owns a client's socket, or the zero
-// Process when there is no Config.Owner or it cannot tell.
+// owner returns the process that owns a client's socket (network, client
+// and remote as for Config.Owner), or why it names none: Config.Owner's
+// answer, or, without an Owner, Config.ProcessUnknown.
 func (s *Server) owner(network string, client, remote netip.AddrPort) Process {
 	if s.cfg.Owner == nil {
-		return Process{}
+		return Process{Unknown: s.cfg.ProcessUnknown}
 	}
-	if p, ok := s.cfg.Owner(network, client, remote); ok {
-		return p
+	p := s.cfg.Owner(network, client, remote)
+	if p.PID != 0 {
+		p.Unknown = ""
 	}
-	return Process{}
+	return p
 }
 
-// processUnknown is what a record of a client whose process is p says
-// of why no process is named: Config.ProcessUnknown when p is unknown and
-// there is no Owner, else "".
-func (s *Server) processUnknown(p Process) string {
-	if p.PID != 0 || s.cfg.Owner != nil {
-		return ""
-	}
-	return s.cfg.ProcessUnknown
-}
-
-// setProcess copies p into rec.
+// setProcess copies p into rec: the process, or why none is named.
 func setProcess(rec *decisionlog.Record, p Process) {
-	rec.PID, rec.Comm, rec.Exe = p.PID, p.Comm, p.Exe
+	rec.PID, rec.Comm, rec.Exe, rec.ProcessUnknown = p.PID, p.Comm, p.Exe, p.Unknown
 }
 
 // readerPool holds the clients' read buffers: 16 KiB each, so that a
@@ -746,7 +746,7 @@ func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method strin
 		Comm:   c.proc.Comm,
 		Exe:    c.proc.Exe,
 
-		ProcessUnknown: s.processUnknown(c.proc),
+		ProcessUnknown: c.proc.Unknown,
 	}
 }
 

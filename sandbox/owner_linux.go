@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path"
@@ -42,8 +43,10 @@ const maxCandidates = 64
 // none of those it knows holds the socket: every lookup reads the
 // descriptors of every process in the namespace, since a socket another
 // of them holds too is nobody's. It is safe for concurrent use; lookups
-// run one at a time. The caller must Close it: until then the
-// namespace's kernel state lives on, even after the namespace is deleted.
+// run one at a time, but for one that waits for a shared socket
+// (lookAgain), which lets the others go on. The caller must Close it:
+// until then the namespace's kernel state lives on, even after the
+// namespace is deleted.
 type Owners struct {
 	nsPath       string
 	nsDev, nsIno uint64
@@ -60,6 +63,11 @@ type Owners struct {
 	found   []uint64 // the candidate sockets' inodes
 	members []int    // the namespace's processes at the last listing, in ascending order
 	listed  int      // the last PID made before that listing; -1 before the first
+
+	// wait is how a lookup waits for a shared socket to be one
+	// process's again (lookAgain), o.mu let go: time.Sleep, but in
+	// tests.
+	wait func(time.Duration)
 }
 
 // procDir is an open /proc/<pid>. What is read through it is that
@@ -85,7 +93,7 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 	defer ns.Close()
 	o := &Owners{
 		nsPath: nsPath, nsDev: st.Dev, nsIno: st.Ino,
-		diag: -1, proc: -1, listed: -1,
+		diag: -1, proc: -1, listed: -1, wait: time.Sleep,
 		buf: make([]byte, 64<<10), dents: make([]byte, 8<<10), link: make([]byte, 64), exe: make([]byte, unix.PathMax), argv: make([]byte, unix.PathMax),
 	}
 	defer func() {
@@ -121,8 +129,8 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 
 // Lookup returns the process owning the socket of protocol ("tcp" or
 // "udp") whose local (sandbox-side) address is local and, when remote is
-// valid, whose remote address is remote. ok is false when it cannot be
-// told for certain: never guess.
+// valid, whose remote address is remote. It returns an error when that
+// cannot be told for certain: never guess.
 //
 // A socket bound to the unspecified address matches any local address
 // (IPv4 ones too for an IPv6 socket that takes them); an unconnected UDP
@@ -133,7 +141,13 @@ func NewOwners(nsPath string) (_ *Owners, retErr error) {
 // passed) is nobody's, since which of them sent on it cannot be told.
 // Processes outside the namespace are never reported, and do not count
 // when they hold one of its sockets. The Process's Comm is programName's.
-func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (p Process, ok bool) {
+//
+// The error says why no process is named: ErrNoSocket, ErrNoHolder,
+// ErrSharedSocket or ErrProcessEnded (errors.Is), a lookup that failed
+// (sock_diag, /proc), more sockets with the port than are told apart, or
+// one that cannot be made (a protocol other than tcp and udp, no local
+// port, the Owners closed).
+func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (Process, error) {
 	var ipproto uint8
 	switch proto {
 	case "tcp":
@@ -141,32 +155,44 @@ func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (p Process, 
 	case "udp":
 		ipproto = unix.IPPROTO_UDP
 	default:
-		return Process{}, false
+		return Process{}, fmt.Errorf("the processes of %s sockets are not looked up, only those of tcp and udp ones", proto)
 	}
 	local = netip.AddrPortFrom(local.Addr().Unmap().WithZone(""), local.Port())
 	if !local.Addr().IsValid() || local.Port() == 0 {
-		return Process{}, false
+		return Process{}, errors.New("a socket without a local address and port is not looked up")
 	}
 	if remote.Addr().IsValid() {
 		remote = netip.AddrPortFrom(remote.Addr().Unmap().WithZone(""), remote.Port())
 		if remote.Addr().Is4() != local.Addr().Is4() {
-			return Process{}, false
+			return Process{}, ErrNoSocket // no socket has addresses of two families
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.diag < 0 {
-		return Process{}, false
+		return Process{}, errOwnersClosed
 	}
-	if err := o.sockets(ipproto, local, remote); err != nil || len(o.found) == 0 {
-		return Process{}, false
+	if err := o.sockets(ipproto, local, remote); err != nil {
+		return Process{}, err
+	}
+	if len(o.found) == 0 {
+		return Process{}, ErrNoSocket
 	}
 	return o.owner()
 }
 
+// errOwnersClosed is what a lookup of closed Owners says.
+var errOwnersClosed = errors.New("the sandbox's sockets are no longer looked up: it is ending")
+
+// errTooManySockets is what a lookup says of a port more than
+// maxCandidates sockets match.
+var errTooManySockets = fmt.Errorf("more than %d sockets have the port, too many to tell apart", maxCandidates)
+
 // sockets sets o.found to the inodes of the sockets that match the
 // lookup: the one socket with the whole tuple for TCP with a remote
-// address, else those with the local port that the addresses allow.
+// address, else those with the local port that the addresses allow. It
+// fails with errTooManySockets over maxCandidates of them, and when
+// sock_diag cannot be asked.
 func (o *Owners) sockets(ipproto uint8, local, remote netip.AddrPort) error {
 	o.found = o.found[:0]
 	family := uint8(unix.AF_INET6)
@@ -174,20 +200,24 @@ func (o *Owners) sockets(ipproto uint8, local, remote netip.AddrPort) error {
 		family = unix.AF_INET
 	}
 	if ipproto == unix.IPPROTO_TCP && remote.Addr().IsValid() {
-		return o.query(diagRequest(o.next(), 0, family, ipproto, local, remote), func(s diagSock) {
+		err := o.queryErr(diagRequest(o.next(), 0, family, ipproto, local, remote), func(s diagSock) {
 			// The kernel finds a listener, too, when no connection has
 			// the tuple: only the tuple itself will do.
 			if s.src == local.Addr() && s.sport == local.Port() && s.dst == remote.Addr() && s.dport == remote.Port() && s.inode != 0 {
 				o.found = append(o.found, uint64(s.inode))
 			}
 		})
+		if errors.Is(err, unix.ENOENT) {
+			return nil // no socket has the tuple: none is found
+		}
+		return err
 	}
 	families := []uint8{family}
 	if family == unix.AF_INET {
 		families = append(families, unix.AF_INET6) // IPv6 sockets that take IPv4
 	}
 	for _, f := range families {
-		err := o.query(diagRequest(o.next(), unix.NLM_F_DUMP, f, ipproto, local, netip.AddrPort{}), func(s diagSock) {
+		err := o.queryErr(diagRequest(o.next(), unix.NLM_F_DUMP, f, ipproto, local, netip.AddrPort{}), func(s diagSock) {
 			if s.matches(ipproto, local, remote) && len(o.found) <= maxCandidates {
 				o.found = append(o.found, uint64(s.inode))
 			}
@@ -198,6 +228,15 @@ func (o *Owners) sockets(ipproto uint8, local, remote netip.AddrPort) error {
 	}
 	if len(o.found) > maxCandidates {
 		o.found = o.found[:0]
+		return errTooManySockets
+	}
+	return nil
+}
+
+// queryErr is query, its error saying that the lookup failed.
+func (o *Owners) queryErr(req []byte, each func(diagSock)) error {
+	if err := o.query(req, each); err != nil {
+		return fmt.Errorf("looking the socket up failed: %w", err)
 	}
 	return nil
 }
@@ -357,40 +396,73 @@ func (o *Owners) query(req []byte, each func(diagSock)) error {
 }
 
 // owner returns the one process in the namespace that holds any socket
-// in o.found, when it holds them all.
-func (o *Owners) owner() (Process, bool) {
+// in o.found, when it holds them all; else why not (unique). o.mu is
+// held; lookAgain lets go of it while it waits.
+func (o *Owners) owner() (Process, error) {
 	listed, err := o.refresh()
 	if err != nil {
-		return Process{}, false
+		return Process{}, fmt.Errorf("looking the socket's process up failed: %w", err)
 	}
-	p, held, ok := o.unique()
-	if !held && !listed {
+	p, err := o.unique()
+	if err == ErrNoHolder && !listed {
 		// A process may have joined the namespace (setns) without a
 		// new PID since the last listing.
 		old := o.members
 		o.members = nil
 		if err := o.list(); err != nil {
 			o.members = old
-			return Process{}, false
+			return Process{}, fmt.Errorf("looking the socket's process up failed: %w", err)
 		}
-		p, held, ok = o.unique()
+		p, err = o.unique()
 	}
-	// A socket held by two processes may be held so only for a moment:
-	// a child between fork (or vfork, as posix_spawn does) and exec holds
-	// a copy of every descriptor of its parent until the exec closes
-	// those marked close-on-exec, as sockets are. An agent that runs git
-	// while it connects elsewhere (codex does) makes that moment often
-	// enough to be seen. So a shared socket is looked at again, a few
-	// times over some 20 ms, and is nobody's only when it stays shared.
-	for i := 0; held && !ok && i < sharedRetries; i++ {
-		time.Sleep(sharedRetryWait)
-		p, held, ok = o.unique()
+	if mayChange(err) {
+		return o.lookAgain(err)
 	}
-	return p, ok
+	return p, err
+}
+
+// mayChange reports whether err, unique's, may change in a moment.
+func mayChange(err error) bool { return err == ErrSharedSocket || err == ErrProcessEnded }
+
+// lookAgain looks at o.found's sockets again, up to sharedRetries times
+// sharedRetryWait apart, while unique finds them shared (or their
+// holder ending: err, the first look's), and returns what it found
+// last. A socket held by two processes may be held so only for a
+// moment: a child between fork (or vfork, as posix_spawn does) and exec
+// holds a copy of every descriptor of its parent until the exec closes
+// those marked close-on-exec, as sockets are. An agent that runs git
+// while it connects elsewhere (codex does) makes that moment often
+// enough to be seen. So a shared socket is nobody's only when it stays
+// shared for some 20 ms.
+//
+// o.mu is held, and let go while it waits: the other lookups, one for
+// each connection, query and packet of the sandbox, do not wait for this
+// one. What they change meanwhile is o.found, put back here, and
+// o.members, which is as good for this lookup as it is for theirs.
+func (o *Owners) lookAgain(err error) (p Process, _ error) {
+	found := slices.Clone(o.found)
+	for range sharedRetries {
+		o.waitUnlocked(sharedRetryWait)
+		if o.diag < 0 {
+			return Process{}, errOwnersClosed
+		}
+		o.found = append(o.found[:0], found...)
+		if p, err = o.unique(); !mayChange(err) {
+			break
+		}
+	}
+	return p, err
+}
+
+// waitUnlocked waits for d (o.wait) with o.mu let go, and takes it again.
+func (o *Owners) waitUnlocked(d time.Duration) {
+	o.mu.Unlock()
+	defer o.mu.Lock()
+	o.wait(d)
 }
 
 // sharedRetries and sharedRetryWait bound how long a lookup waits for a
-// socket two processes hold to be one's again (see owner).
+// socket two processes hold to be one's again (lookAgain).
 const (
 	sharedRetries   = 4
 	sharedRetryWait = 5 * time.Millisecond
@@ -433,9 +505,11 @@ func lastPID(proc int, buf []byte) (int, error) {
 }
 
 // unique returns the process of o.members that holds every socket in
-// o.found, when no other one holds any of them; held says whether any
-// holds one.
-func (o *Owners) unique() (p Process, held, ok bool) {
+// o.found, when no other one holds any of them. Else it says why not:
+// ErrNoHolder when none holds any, ErrSharedSocket when two hold them
+// or one holds only some, ErrProcessEnded when the one holding them all
+// ended before it was read.
+func (o *Owners) unique() (Process, error) {
 	all := uint64(1)<<len(o.found) - 1
 	owner := procDir{fd: -1}
 	defer func() {
@@ -455,15 +529,18 @@ func (o *Owners) unique() (p Process, held, ok bool) {
 			continue
 		case seen != all || owner.fd >= 0:
 			unix.Close(fd)
-			return Process{}, true, false // shared
+			return Process{}, ErrSharedSocket
 		}
 		owner = procDir{pid: pid, fd: fd}
 	}
 	if owner.fd < 0 {
-		return Process{}, false, false
+		return Process{}, ErrNoHolder
 	}
-	p, ok = o.process(owner)
-	return p, true, ok
+	p, ok := o.process(owner)
+	if !ok {
+		return Process{}, ErrProcessEnded
+	}
+	return p, nil
 }
 
 // holds returns which sockets of o.found (a bit for each) the process

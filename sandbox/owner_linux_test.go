@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
@@ -264,42 +265,46 @@ func TestPrivilegedOwners(t *testing.T) {
 		proto         string
 		local, remote netip.AddrPort
 		want          *helper // nil: not found
+		why           error   // when not found: the error it wraps, or nil for any
 	}{
-		{"tcp client", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001"), client},
-		{"tcp accepted", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7002"), server},
-		{"tcp client, local only", "tcp", ap("127.0.0.1:7002"), none, client},
-		{"tcp listener and accepted, local only", "tcp", ap("127.0.0.1:7001"), none, server},
-		{"tcp, IPv4-mapped", "tcp", ap("[::ffff:127.0.0.1]:7002"), ap("[::ffff:127.0.0.1]:7001"), client},
-		{"tcp accepted by a dual-stack listener", "tcp", ap("127.0.0.1:7006"), ap("127.0.0.1:7007"), server},
-		{"tcp dual-stack listener and accepted, local only", "tcp", ap("127.0.0.1:7006"), none, server},
-		{"tcp dual-stack listener, IPv6 local", "tcp", ap("[::1]:7006"), none, server},
-		{"tcp, wrong remote port", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7009"), nil},
-		{"tcp, listener's port, unknown remote", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7999"), nil},
-		{"tcp, wrong local address", "tcp", ap("127.0.0.3:7002"), ap("127.0.0.1:7001"), nil},
-		{"tcp, no such port", "tcp", ap("127.0.0.1:7999"), none, nil},
-		{"tcp tuple of a udp socket", "tcp", ap("127.0.0.1:7003"), none, nil},
-		{"udp unconnected, any remote", "udp", ap("127.0.0.1:7003"), ap("192.0.2.9:53"), server},
-		{"udp unconnected, local only", "udp", ap("127.0.0.1:7003"), none, server},
-		{"udp connected", "udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53"), client},
-		{"udp connected, another remote", "udp", ap("127.0.0.1:7004"), ap("127.0.0.3:53"), nil},
-		{"udp on [::], IPv4 local", "udp", ap("127.0.0.1:7005"), ap("192.0.2.9:53"), client},
-		{"udp on [::], IPv6 local", "udp", ap("[::1]:7005"), ap("[2001:db8::9]:53"), client},
-		{"udp, no such port", "udp", ap("127.0.0.1:7999"), ap("192.0.2.9:53"), nil},
-		{"udp, families differ", "udp", ap("127.0.0.1:7003"), ap("[2001:db8::9]:53"), nil},
-		{"unknown protocol", "sctp", ap("127.0.0.1:7002"), none, nil},
-		{"no local address", "tcp", none, ap("127.0.0.1:7001"), nil},
+		{"tcp client", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001"), client, nil},
+		{"tcp accepted", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7002"), server, nil},
+		{"tcp client, local only", "tcp", ap("127.0.0.1:7002"), none, client, nil},
+		{"tcp listener and accepted, local only", "tcp", ap("127.0.0.1:7001"), none, server, nil},
+		{"tcp, IPv4-mapped", "tcp", ap("[::ffff:127.0.0.1]:7002"), ap("[::ffff:127.0.0.1]:7001"), client, nil},
+		{"tcp accepted by a dual-stack listener", "tcp", ap("127.0.0.1:7006"), ap("127.0.0.1:7007"), server, nil},
+		{"tcp dual-stack listener and accepted, local only", "tcp", ap("127.0.0.1:7006"), none, server, nil},
+		{"tcp dual-stack listener, IPv6 local", "tcp", ap("[::1]:7006"), none, server, nil},
+		{"tcp, wrong remote port", "tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7009"), nil, ErrNoSocket},
+		{"tcp, listener's port, unknown remote", "tcp", ap("127.0.0.1:7001"), ap("127.0.0.1:7999"), nil, ErrNoSocket},
+		{"tcp, wrong local address", "tcp", ap("127.0.0.3:7002"), ap("127.0.0.1:7001"), nil, ErrNoSocket},
+		{"tcp, no such port", "tcp", ap("127.0.0.1:7999"), none, nil, ErrNoSocket},
+		{"tcp tuple of a udp socket", "tcp", ap("127.0.0.1:7003"), none, nil, ErrNoSocket},
+		{"udp unconnected, any remote", "udp", ap("127.0.0.1:7003"), ap("192.0.2.9:53"), server, nil},
+		{"udp unconnected, local only", "udp", ap("127.0.0.1:7003"), none, server, nil},
+		{"udp connected", "udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53"), client, nil},
+		{"udp connected, another remote", "udp", ap("127.0.0.1:7004"), ap("127.0.0.3:53"), nil, ErrNoSocket},
+		{"udp on [::], IPv4 local", "udp", ap("127.0.0.1:7005"), ap("192.0.2.9:53"), client, nil},
+		{"udp on [::], IPv6 local", "udp", ap("[::1]:7005"), ap("[2001:db8::9]:53"), client, nil},
+		{"udp, no such port", "udp", ap("127.0.0.1:7999"), ap("192.0.2.9:53"), nil, ErrNoSocket},
+		{"udp, families differ", "udp", ap("127.0.0.1:7003"), ap("[2001:db8::9]:53"), nil, ErrNoSocket},
+		{"unknown protocol", "sctp", ap("127.0.0.1:7002"), none, nil, nil},
+		{"no local address", "tcp", none, ap("127.0.0.1:7001"), nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ok := o.Lookup(tt.proto, tt.local, tt.remote)
+			p, err := o.Lookup(tt.proto, tt.local, tt.remote)
 			if tt.want == nil {
-				if ok {
+				switch {
+				case err == nil:
 					t.Errorf("Lookup(%s, %v, %v) = %+v, want not found", tt.proto, tt.local, tt.remote, p)
+				case tt.why != nil && !errors.Is(err, tt.why):
+					t.Errorf("Lookup(%s, %v, %v): got error %q, want %q", tt.proto, tt.local, tt.remote, err, tt.why)
 				}
 				return
 			}
-			if !ok {
-				t.Fatalf("Lookup(%s, %v, %v): not found, want pid %d", tt.proto, tt.local, tt.remote, tt.want.pid)
+			if err != nil {
+				t.Fatalf("Lookup(%s, %v, %v): %v, want pid %d", tt.proto, tt.local, tt.remote, err, tt.want.pid)
 			}
 			if p.PID == client2.pid {
 				t.Fatalf("Lookup(%s, %v, %v) = pid %d, the process in the other namespace", tt.proto, tt.local, tt.remote, p.PID)
@@ -320,8 +325,8 @@ func TestPrivilegedOwners(t *testing.T) {
 				if (i+j)%2 == 1 {
 					q, want = tests[1], server
 				}
-				if p, ok := o.Lookup(q.proto, q.local, q.remote); !ok || p.PID != want.pid {
-					t.Errorf("concurrent Lookup(%s, %v, %v) = %+v, %v, want pid %d", q.proto, q.local, q.remote, p, ok, want.pid)
+				if p, err := o.Lookup(q.proto, q.local, q.remote); err != nil || p.PID != want.pid {
+					t.Errorf("concurrent Lookup(%s, %v, %v) = %+v, %v, want pid %d", q.proto, q.local, q.remote, p, err, want.pid)
 					return
 				}
 			}
@@ -339,20 +344,20 @@ func TestPrivilegedOwners(t *testing.T) {
 		{"tcp", ap("127.0.0.1:7002"), ap("127.0.0.1:7001")},
 		{"udp", ap("127.0.0.1:7004"), ap("127.0.0.2:53")},
 	} {
-		if p, ok := o.Lookup(q.proto, q.local, q.remote); ok {
-			t.Errorf("after the client ended, Lookup(%s, %v, %v) = %+v, want not found", q.proto, q.local, q.remote, p)
+		if p, err := o.Lookup(q.proto, q.local, q.remote); !errors.Is(err, ErrNoSocket) {
+			t.Errorf("after the client ended, Lookup(%s, %v, %v) = %+v, %v; want %q", q.proto, q.local, q.remote, p, err, ErrNoSocket)
 		}
 	}
 	// The server's side of the closed connection may linger (CLOSE_WAIT)
 	// and is still the server's.
-	if p, ok := o.Lookup("udp", ap("127.0.0.1:7003"), none); !ok || p.PID != server.pid {
-		t.Errorf("Lookup(udp, 127.0.0.1:7003) = %+v, %v, want pid %d", p, ok, server.pid)
+	if p, err := o.Lookup("udp", ap("127.0.0.1:7003"), none); err != nil || p.PID != server.pid {
+		t.Errorf("Lookup(udp, 127.0.0.1:7003) = %+v, %v, want pid %d", p, err, server.pid)
 	}
 
 	if err := o.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := o.Lookup("udp", ap("127.0.0.1:7003"), none); ok {
+	if p, err := o.Lookup("udp", ap("127.0.0.1:7003"), none); err == nil {
 		t.Errorf("Lookup after Close = %+v, want not found", p)
 	}
 	if _, err := NewOwners("/var/run/netns/sbxtest-missing"); err == nil {
@@ -395,20 +400,20 @@ func TestPrivilegedOwnersShared(t *testing.T) {
 	}
 	defer o.Close()
 	local := netip.MustParseAddrPort("127.0.0.1:7101")
-	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); ok {
-		t.Errorf("sockets held only outside the namespace: Lookup = %+v, want not found", p)
+	if p, err := o.Lookup("udp", local, netip.AddrPort{}); !errors.Is(err, ErrNoHolder) {
+		t.Errorf("sockets held only outside the namespace: Lookup = %+v, %v; want %q", p, err, ErrNoHolder)
 	}
 	h0 := startHelperWithFile(t, filepath.Base(path), fds[0])
 	h1 := startHelperWithFile(t, filepath.Base(path), fds[1])
-	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); ok {
-		t.Errorf("two sockets of one tuple in two processes: Lookup = %+v, want not found", p)
+	if p, err := o.Lookup("udp", local, netip.AddrPort{}); !errors.Is(err, ErrSharedSocket) {
+		t.Errorf("two sockets of one tuple in two processes: Lookup = %+v, %v; want %q", p, err, ErrSharedSocket)
 	}
 	// Once the second socket is gone, the tuple is the first helper's.
 	h1.stop()
 	unix.Close(fds[1])
 	fds[1] = -1
-	if p, ok := o.Lookup("udp", local, netip.AddrPort{}); !ok || p.PID != h0.pid {
-		t.Errorf("one socket left: Lookup = %+v, %v, want pid %d", p, ok, h0.pid)
+	if p, err := o.Lookup("udp", local, netip.AddrPort{}); err != nil || p.PID != h0.pid {
+		t.Errorf("one socket left: Lookup = %+v, %v, want pid %d", p, err, h0.pid)
 	}
 }
 
@@ -466,10 +471,10 @@ func BenchmarkOwnersLookup(b *testing.B) {
 					o.mu.Unlock()
 				}
 				start := time.Now()
-				p, ok := o.Lookup(bb.proto, bb.local, bb.remote)
+				p, err := o.Lookup(bb.proto, bb.local, bb.remote)
 				times = append(times, time.Since(start))
-				if ok != bb.found || ok && p.PID != client.pid {
-					b.Fatalf("Lookup = %+v, %v", p, ok)
+				if found := err == nil; found != bb.found || found && p.PID != client.pid {
+					b.Fatalf("Lookup = %+v, %v", p, err)
 				}
 			}
 			slices.Sort(times)
@@ -593,9 +598,9 @@ s.bind(7303, "127.0.0.1", () => s.connect(53, "127.0.0.2", () => {
 				wantExe, _ = os.Readlink(fmt.Sprintf("/proc/%d/exe", h.pid))
 			}
 			local := netip.MustParseAddrPort("127.0.0.1:" + tt.port)
-			p, ok := o.Lookup("udp", local, netip.MustParseAddrPort("127.0.0.2:53"))
-			if want := (Process{PID: h.pid, Comm: tt.comm, Exe: wantExe}); !ok || p != want {
-				t.Errorf("Lookup(udp, %v) = %+v, %v; want %+v", local, p, ok, want)
+			p, err := o.Lookup("udp", local, netip.MustParseAddrPort("127.0.0.2:53"))
+			if want := (Process{PID: h.pid, Comm: tt.comm, Exe: wantExe}); err != nil || p != want {
+				t.Errorf("Lookup(udp, %v) = %+v, %v; want %+v", local, p, err, want)
 			}
 		})
 	}
@@ -618,7 +623,10 @@ s.connect(("127.0.0.2", 53))
 child = os.fork()
 if child == 0:
     while True:
-        s.send(b"x")
+        try:
+            s.send(b"x")
+        except ConnectionRefusedError:
+            pass  # the port unreachable that answered the last one
         time.sleep(0.05)
 print("ready", flush=True)
 print("child", child, flush=True)
@@ -645,13 +653,142 @@ os.waitpid(child, 0)
 	}
 	defer o.Close()
 	local, remote := netip.MustParseAddrPort("127.0.0.1:7401"), netip.MustParseAddrPort("127.0.0.2:53")
-	if p, ok := o.Lookup("udp", local, remote); ok {
-		t.Errorf("a socket parent (pid %d) and child (pid %d) hold: Lookup = %+v, want not found", h.pid, child, p)
+	if p, err := o.Lookup("udp", local, remote); !errors.Is(err, ErrSharedSocket) {
+		t.Errorf("a socket parent (pid %d) and child (pid %d) hold: Lookup = %+v, %v; want %q", h.pid, child, p, err, ErrSharedSocket)
 	}
 	io.WriteString(h.stdin, "close\n")
 	h.await(t, "closed")
-	if p, ok := o.Lookup("udp", local, remote); !ok || p.PID != child {
-		t.Errorf("once the parent closed it: Lookup = %+v, %v, want the child, pid %d", p, ok, child)
+	if p, err := o.Lookup("udp", local, remote); err != nil || p.PID != child {
+		t.Errorf("once the parent closed it: Lookup = %+v, %v, want the child, pid %d", p, err, child)
+	}
+}
+
+// TestPrivilegedOwnersSharedForAMoment: a UDP socket that a Python
+// process holds, and its forked child holds too until it execs (the
+// exec closes the socket, close-on-exec as Python makes sockets), is the
+// parent's once the child has exec'd: a lookup that finds it shared
+// looks again, and the child execs while the lookup waits (o.wait, which
+// tells it to). While that lookup waits, a lookup of another socket, a
+// helper's alone, goes on: the wait holds no lock.
+func TestPrivilegedOwnersSharedForAMoment(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	ns, path := testNetns(t, "ownersmoment")
+	ns.Close()
+	const py = `
+import os, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 7501))
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.read(r, 1)
+    os.execv("/bin/true", ["true"])
+print("ready", flush=True)
+print("child", child, flush=True)
+sys.stdin.readline()
+os.write(w, b"x")
+os.waitpid(child, 0)
+print("execed", flush=True)
+sys.stdin.read()
+`
+	nsName := filepath.Base(path)
+	h := startHelperCmd(t, exec.Command("ip", "netns", "exec", nsName, "python3", "-c", py))
+	var child int
+	select {
+	case line := <-h.lines:
+		if _, err := fmt.Sscanf(line, "child %d", &child); err != nil {
+			t.Fatalf("python said %q, want its child's pid", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("python did not name its child")
+	}
+	other := startHelper(t, nsName, "udp=127.0.0.1:7502")
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	ap := netip.MustParseAddrPort
+
+	waits := 0
+	o.wait = func(time.Duration) {
+		waits++
+		if waits > 1 {
+			return
+		}
+		done := make(chan error, 1)
+		go func() {
+			p, err := o.Lookup("udp", ap("127.0.0.1:7502"), netip.AddrPort{})
+			if err == nil && p.PID != other.pid {
+				err = fmt.Errorf("got pid %d, want %d", p.PID, other.pid)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("a lookup while another waited for a shared socket: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("a lookup waited 10 s for another that waited for a shared socket to be one process's: the wait holds the lock")
+		}
+		io.WriteString(h.stdin, "exec\n")
+		h.await(t, "execed")
+	}
+	p, err := o.Lookup("udp", ap("127.0.0.1:7501"), netip.AddrPort{})
+	if err != nil || p.PID != h.pid {
+		t.Errorf("a socket the parent (pid %d) holds alone once its child (pid %d) has exec'd: Lookup = %+v, %v; want the parent", h.pid, child, p, err)
+	}
+	if waits != 1 {
+		t.Errorf("the lookup waited %d times for the shared socket, want 1", waits)
+	}
+}
+
+// TestPrivilegedOwnersSenderExited: a process sends one UDP datagram,
+// which the namespace's rules refuse and report (NFLOG, as capture's
+// do), and exits at once; by the time its report is read the process
+// and its socket are gone, and the lookup of the report's source says
+// so: ErrNoSocket, the process_unknown of sbx run's bypass record.
+func TestPrivilegedOwnersSenderExited(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	ns, path := testNetns(t, "ownersexited")
+	addLink(t, ns, "sbxtest0", "192.0.2.1/24")
+	runIn(t, ns, "iptables", "-w", "-A", "OUTPUT", "-p", "udp", "-j", "NFLOG", "--nflog-group=7", "--nflog-size=128")
+	runIn(t, ns, "iptables", "-w", "-A", "OUTPUT", "-p", "udp", "-j", "REJECT")
+	l, err := OpenPacketLog(path, testNFLOGGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c collector
+	runLog(t, l, c.add)
+	o, err := NewOwners(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+
+	const py = `
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.2", 5353))
+except PermissionError:
+    pass
+`
+	cmd := exec.Command("ip", "netns", "exec", filepath.Base(path), "python3", "-c", py)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("python: %v: %s", err, out)
+	}
+	dst := netip.MustParseAddrPort("192.0.2.2:5353")
+	p, ok := c.wait(func(p Packet) bool { return p.Proto == "udp" && p.Dst == dst })
+	if !ok {
+		t.Fatalf("the datagram to %v was not reported", dst)
+	}
+	if got, err := o.Lookup("udp", p.Src, netip.AddrPort{}); !errors.Is(err, ErrNoSocket) {
+		t.Errorf("Lookup(udp, %v) of a process that exited = %+v, %v; want %q", p.Src, got, err, ErrNoSocket)
 	}
 }
 

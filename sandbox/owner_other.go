@@ -17,9 +17,9 @@ func NewOwners(nsPath string) (*Owners, error) {
 	return nil, fmt.Errorf("finding sockets' processes needs Linux: %w", errors.ErrUnsupported)
 }
 
-// Lookup reports false.
-func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (Process, bool) {
-	return Process{}, false
+// Lookup returns an error wrapping errors.ErrUnsupported.
+func (o *Owners) Lookup(proto string, local, remote netip.AddrPort) (Process, error) {
+	return Process{}, fmt.Errorf("finding a socket's process needs Linux: %w", errors.ErrUnsupported)
 }
 
 // Close does nothing.

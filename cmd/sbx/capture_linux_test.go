@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/sbx-dev/sbx/sandbox"
 )
 
 // captureUpstream is an upstream namespace with the services the capture
@@ -237,6 +239,7 @@ echo "dns-blocked: $(/t/probe dns udp $GW:53 secret-data.blocked.test)"
 echo "raw: $( (echo ping-raw; sleep 1) | busybox nc -w 3 echo.test 2222)"
 echo "banner: $(sleep 1 | busybox nc -w 3 banner.test 2223)"
 echo "udp: $(/t/probe udpflood %[1]s:9999 3)"
+echo "udp-once: $(/t/probe udponce %[1]s:9998)"
 `, up.Addr)
 	for _, tc := range []struct {
 		name, script string
@@ -344,6 +347,18 @@ fi
 				if r["event"] == "decision" && (r["comm"] == nil) != (r["pid"] == nil) {
 					t.Errorf("a record with half a process: %v", r)
 				}
+				if r["event"] == "decision" && r["pid"] == nil && r["process_unknown"] == nil {
+					t.Errorf("a record that names no process and does not say why (process_unknown): %v", r)
+				}
+			}
+			// A process that sent one datagram and exited at once is named
+			// when the gateway read the report before it was gone, else the
+			// record says it was gone, or going (its socket not yet freed).
+			if r := findRecord(recs, func(r map[string]any) bool { return r["kind"] == "bypass" && r["port"] == 9998.0 }); r == nil ||
+				r["comm"] != "probe" && r["process_unknown"] != sandbox.ErrNoSocket.Error() && r["process_unknown"] != sandbox.ErrNoHolder.Error() {
+				t.Errorf("the record of the datagram of a process that exited at once: %v; want it named probe, or process_unknown %q or %q", r, sandbox.ErrNoSocket, sandbox.ErrNoHolder)
+			} else {
+				t.Logf("the record of the datagram of a process that exited at once: comm %v, process_unknown %v", r["comm"], r["process_unknown"])
 			}
 
 			if tc.name == "busybox" {

@@ -238,10 +238,11 @@ type Record struct {
 	PID  int
 	Comm string
 	Exe  string
-	// ProcessUnknown, when PID is 0, says why no process can be named
-	// for any of the gateway's clients (sbx kube's gateway pod: the
-	// agent's processes are in another pod); left out when empty, and
-	// when PID is set.
+	// ProcessUnknown, when PID is 0, says why no process is named: why
+	// the lookup of the client's socket named none (sbx run), or why none
+	// can be named for any of the gateway's clients (sbx kube's gateway
+	// pod: the agent's processes are in another pod); left out when
+	// empty, and when PID is set.
 	ProcessUnknown string
 
 	// Addrs is set in a decision by rule RuleGuard whose reason starts

@@ -2,6 +2,8 @@ package run
 
 import (
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -114,5 +116,26 @@ func TestGatewayConfigKeepsTheCallersAndSetsTheSandboxs(t *testing.T) {
 	got = gatewayConfig(caller, c, nil, "/logs/x", nil)
 	if got.DNS != "" || got.Transparent != nil || got.Owner != nil || got.Logger == nil {
 		t.Errorf("without capture: DNS %q, Transparent %v, Owner set %t, Logger %v; want none, and a Logger", got.DNS, got.Transparent, got.Owner != nil, got.Logger)
+	}
+}
+
+// TestGatewayProcess: the gateway's Owner gives the process Owners.Lookup
+// found, or, when it found none, why not in Unknown, the error's message
+// (a record's process_unknown, docs/decision-log.md).
+func TestGatewayProcess(t *testing.T) {
+	tests := []struct {
+		p    sandbox.Process
+		err  error
+		want gateway.Process
+	}{
+		{sandbox.Process{PID: 42, Comm: "node", Exe: "/usr/bin/node"}, nil, gateway.Process{PID: 42, Comm: "node", Exe: "/usr/bin/node"}},
+		{sandbox.Process{}, sandbox.ErrNoSocket, gateway.Process{Unknown: "no socket has these addresses any more: its process closed it or ended"}},
+		{sandbox.Process{}, sandbox.ErrSharedSocket, gateway.Process{Unknown: "several processes in the sandbox hold the socket"}},
+		{sandbox.Process{}, fmt.Errorf("looking the socket up failed: %w", errors.New("reading sock_diag: no buffer space")), gateway.Process{Unknown: "looking the socket up failed: reading sock_diag: no buffer space"}},
+	}
+	for _, tt := range tests {
+		if got := gatewayProcess(tt.p, tt.err); got != tt.want {
+			t.Errorf("gatewayProcess(%+v, %v) = %+v, want %+v", tt.p, tt.err, got, tt.want)
+		}
 	}
 }

@@ -606,6 +606,16 @@ func (r *Run) gatewayStarter(spec *Spec, insp *inspection) sandbox.StartGateway 
 	}
 }
 
+// gatewayProcess is the gateway's Process for what Owners.Lookup
+// returned: p, or none and why (the error's message, which the records
+// carry as process_unknown).
+func gatewayProcess(p sandbox.Process, err error) gateway.Process {
+	if err != nil {
+		return gateway.Process{Unknown: err.Error()}
+	}
+	return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}
+}
+
 // sandboxOwned names the fields of cfg that gatewayConfig sets for the
 // sandbox and that are set already.
 func sandboxOwned(cfg *gateway.Config) []string {
@@ -661,9 +671,8 @@ func gatewayConfig(cfg gateway.Config, c sandbox.GatewayConfig, ca *gateway.CA, 
 	// and which process owned each socket.
 	cfg.DNS, cfg.Transparent = c.Capture.DNS.String(), c.Capture.Transparent
 	owners := c.Capture.Owners
-	cfg.Owner = func(network string, client, remote netip.AddrPort) (gateway.Process, bool) {
-		p, ok := owners.Lookup(network, client, remote)
-		return gateway.Process{PID: p.PID, Comm: p.Comm, Exe: p.Exe}, ok
+	cfg.Owner = func(network string, client, remote netip.AddrPort) gateway.Process {
+		return gatewayProcess(owners.Lookup(network, client, remote))
 	}
 	return cfg
 }

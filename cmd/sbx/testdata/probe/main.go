@@ -18,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: probe euid|setcap FILE|mknod PATH|forkbomb|sleep|alloc MIB|limits|dns udp|tcp SERVER NAME|udpflood ADDR N|icmp IP")
+		fmt.Fprintln(os.Stderr, "usage: probe euid|setcap FILE|mknod PATH|forkbomb|sleep|alloc MIB|limits|dns udp|tcp SERVER NAME|udpflood ADDR N|udponce ADDR|icmp IP")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -130,6 +130,16 @@ func main() {
 		// machine (CI's, with other tests' sandboxes and builds beside)
 		// 300 ms was not always enough.
 		time.Sleep(2 * time.Second)
+	case "udponce":
+		// One datagram to ADDR, and gone at once: by the time the
+		// gateway reads its report, no socket is left to name.
+		c, err := net.Dial("udp", os.Args[2])
+		if err != nil {
+			fmt.Printf("udponce: %v\n", err)
+			return
+		}
+		_, err = c.Write([]byte("once"))
+		fmt.Printf("udponce: %v\n", err)
 	case "icmp":
 		// An ICMP echo request over a raw socket (needs CAP_NET_RAW).
 		c, err := net.Dial("ip4:icmp", os.Args[2])
