@@ -726,8 +726,10 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 	gw := gateway.String()
 	// The pod is made once the gateway pod has its address, before the
 	// gateway serves: the rules container waits for its proxy, through
-	// the rules, so the agent starts only once it serves.
-	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw, "--wait-gateway", GatewayWait.String()}
+	// the rules, so the agent starts only once it serves. It waits for
+	// the shim to listen too: the kubelet starts the rules container once
+	// the shim's process runs, which may be before it listens.
+	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw, "--wait-shim", GatewayWait.String(), "--wait-gateway", GatewayWait.String()}
 	if s.SkipPodRulesForTest {
 		rulesArgs = append(rulesArgs, "--skip-for-test")
 	}
@@ -757,7 +759,12 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		Image:           s.GatewayImage,
 		ImagePullPolicy: s.PullPolicy,
 		Command:         []string{"/sbx", "kube", "shim", "--gateway", netip.AddrPortFrom(gateway, CapturePort).String(), "--listen", "127.0.0.1:" + strconv.Itoa(ShimPort)},
-		RestartPolicy:   &always, // a native sidecar: started before the agent, for its life
+		// A native sidecar, for the pod's life, and the first container:
+		// the kubelet starts each init container once the one before it
+		// ran (a sidecar) or ended, a second or so apart (its status
+		// cycle), so the shim starts while the rules container would wait
+		// for the gateway anyway, rather than after it, a step more.
+		RestartPolicy:   &always,
 		SecurityContext: hardened(shimUID, true),
 		Resources:       smallResources(),
 	}
@@ -789,7 +796,7 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: s.meta(ObjectName(s.ID), RoleAgent),
 		Spec: corev1.PodSpec{
-			InitContainers:               []corev1.Container{rules, shim},
+			InitContainers:               []corev1.Container{shim, rules},
 			Containers:                   []corev1.Container{agent},
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: &f,
