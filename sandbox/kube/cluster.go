@@ -484,9 +484,14 @@ func (c *Cluster) waitPodsGone(ctx context.Context, ids []string) error {
 		left, names = len(pods), slices.Sorted(maps.Keys(pods))
 		return len(pods) == 0, nil
 	})
-	if err != nil && errors.Is(context.Cause(ctx), errStalled) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(context.Cause(ctx), errStalled):
 		return fmt.Errorf("%s: no pod went for %v, %d still there: %s; kubectl describe pod says what holds them",
 			sandboxesNamed(ids), DeleteStall, len(names), strings.Join(names, ", "))
+	case ctx.Err() != nil && len(names) > 0:
+		return fmt.Errorf("%s: %d pods still there when the wait ended (%w): %s", sandboxesNamed(ids), len(names), err, strings.Join(names, ", "))
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -204,6 +205,15 @@ func TestDeleteWaitsWhilePodsGo(t *testing.T) {
 	}
 	if left := f.names("1a2b3c4d"); !slices.Contains(left, "networkpolicies/sbx-1a2b3c4d-agent") {
 		t.Errorf("left %v: want the NetworkPolicies kept while the pods are there", left)
+	}
+	// The caller's context ends the wait first: the error still names
+	// the pods.
+	DeleteStall = time.Minute
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err = c.Delete(ctx, "1a2b3c4d")
+	if err == nil || !strings.Contains(err.Error(), "still there when the wait ended") || !strings.Contains(err.Error(), GatewayPodName("1a2b3c4d")) {
+		t.Errorf("Delete whose context ends while the pods stay: %v; want an error naming them", err)
 	}
 }
 
