@@ -761,9 +761,9 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		Command:         []string{"/sbx", "kube", "shim", "--gateway", netip.AddrPortFrom(gateway, CapturePort).String(), "--listen", "127.0.0.1:" + strconv.Itoa(ShimPort)},
 		// A native sidecar, for the pod's life, and the first container:
 		// the kubelet starts each init container once the one before it
-		// ran (a sidecar) or ended, a second or so apart (its status
-		// cycle), so the shim starts while the rules container would wait
-		// for the gateway anyway, rather than after it, a step more.
+		// runs (a sidecar) or has ended, so the shim and the rules
+		// container start together, rather than the shim after the rules
+		// container's wait for the gateway.
 		RestartPolicy:   &always,
 		SecurityContext: hardened(shimUID, true),
 		Resources:       smallResources(),
