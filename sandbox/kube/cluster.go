@@ -520,7 +520,7 @@ func sandboxSelector(ids []string) string {
 func (c *Cluster) waitGone(ctx context.Context, ids []string) error {
 	sel := sandboxSelector(ids)
 	for {
-		left, err := c.objects(ctx, sel, false)
+		left, err := c.objects(ctx, sel)
 		if err != nil {
 			return err
 		}
@@ -542,12 +542,12 @@ func (c *Cluster) Objects(ctx context.Context, id string) ([]string, error) {
 	if id == "" {
 		sel = LabelSandbox
 	}
-	return c.objects(ctx, sel, false)
+	return c.objects(ctx, sel)
 }
 
 // objects lists the objects that match the label selector sel as
-// kind/name: the pods alone when podsOnly.
-func (c *Cluster) objects(ctx context.Context, sel string, podsOnly bool) ([]string, error) {
+// kind/name.
+func (c *Cluster) objects(ctx context.Context, sel string) ([]string, error) {
 	opts := metav1.ListOptions{LabelSelector: sel}
 	ns := c.Namespace
 	var left []string
@@ -557,9 +557,6 @@ func (c *Cluster) objects(ctx context.Context, sel string, podsOnly bool) ([]str
 	}
 	for _, o := range pods.Items {
 		left = append(left, "pod/"+o.Name)
-	}
-	if podsOnly {
-		return left, nil
 	}
 	nps, err := c.Client.NetworkPolicies(ns).List(ctx, opts)
 	if err != nil {
