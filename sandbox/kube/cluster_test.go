@@ -208,11 +208,19 @@ func TestDeleteWaitsWhilePodsGo(t *testing.T) {
 	if left := f.names("1a2b3c4d"); !slices.Contains(left, "networkpolicies/sbx-1a2b3c4d-agent") {
 		t.Errorf("left %v: want the NetworkPolicies kept while the pods are there", left)
 	}
-	// The caller's context ends the wait first: the error still names
-	// the pods.
+	// The caller's context ends the wait first (once Delete follows the
+	// pods): the error still names them.
 	DeleteStall = time.Minute
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	watches := func() int { return strings.Count(strings.Join(f.callsLog(), "\n"), "watch pods") }
+	before := watches()
+	go func() {
+		for ctx.Err() == nil && watches() == before {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
 	err = c.Delete(ctx, "1a2b3c4d")
 	if err == nil || !strings.Contains(err.Error(), "still there when the wait ended") || !strings.Contains(err.Error(), GatewayPodName("1a2b3c4d")) {
 		t.Errorf("Delete whose context ends while the pods stay: %v; want an error naming them", err)
