@@ -58,6 +58,18 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		// Where a start's time goes: when each step was seen, after sbx
 		// kube run started.
 		b.Logf("start steps, median (p95) after sbx kube run started: %s", times.summary(startedAt))
+		// Which steps grow as the node fills up.
+		tenth := max(1, n/10)
+		for _, part := range []struct {
+			name string
+			ids  []string
+		}{{"the first tenth", ids[:tenth]}, {"the last tenth", ids[n-tenth:]}} {
+			some := map[string]time.Time{}
+			for _, id := range part.ids {
+				some[id] = startedAt[id]
+			}
+			b.Logf("start steps of %s: %s", part.name, times.summary(some))
+		}
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
