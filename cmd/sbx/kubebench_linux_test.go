@@ -58,6 +58,18 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		// Where a start's time goes: when each step was seen, after sbx
 		// kube run started.
 		b.Logf("start steps, median (p95) after sbx kube run started: %s", times.summary(startedAt))
+		// Which steps grow as the node fills up.
+		tenth := max(1, n/10)
+		for _, part := range []struct {
+			name string
+			ids  []string
+		}{{"the first tenth", ids[:tenth]}, {"the last tenth", ids[n-tenth:]}} {
+			some := map[string]time.Time{}
+			for _, id := range part.ids {
+				some[id] = startedAt[id]
+			}
+			b.Logf("start steps of %s: %s", part.name, times.summary(some))
+		}
 		b.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -74,6 +86,10 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 		if code != 0 {
 			b.Fatalf("sbx kube stop: exit %d\n%s%s", code, out, errOut)
 		}
+		// The node's set-up of a pod, and its NetworkPolicy plugin's of
+		// the policies, take longer with more pods: the first sandboxes'
+		// starts against the last ones'.
+		b.Logf("start by order: %s", startsByOrder(starts))
 		slices.Sort(starts)
 		slices.Sort(own)
 		b.ReportMetric(quantile(starts, 0.5).Seconds(), "start-median-s")
@@ -92,6 +108,18 @@ func BenchmarkKubeClusterSandboxes(b *testing.B) {
 			milli(use.gwCPU, len(use.gwCPU)/2), milli(use.gwCPU, len(use.gwCPU)-1), kube.GatewayCPURequest.String(),
 			milli(use.shimCPU, len(use.shimCPU)/2), milli(use.shimCPU, len(use.shimCPU)-1), kube.SmallCPURequest.String(), milli(use.agentCPU, len(use.agentCPU)/2))
 	}
+}
+
+// startsByOrder says the median start of the first tenth of starts (in
+// the order they were made, at least one), and of the last tenth.
+func startsByOrder(starts []time.Duration) string {
+	k := max(1, len(starts)/10)
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return quantile(d, 0.5).Round(time.Millisecond)
+	}
+	return fmt.Sprintf("sandboxes 1-%d median %v, %d-%d median %v", k, median(starts[:k]), len(starts)-k+1, len(starts), median(starts[len(starts)-k:]))
 }
 
 // quantile returns the q quantile of sorted d (nearest rank).

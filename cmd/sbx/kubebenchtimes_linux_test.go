@@ -19,7 +19,7 @@ import (
 // sees, in the order they come, each named as the benchmark prints it.
 var startMilestones = []string{
 	"gateway made", "gateway address", "gateway running", "gateway ready",
-	"agent made", "agent scheduled", "agent address", "rules done", "shim running", "agent running",
+	"agent made", "agent scheduled", "agent address", "shim running", "rules running", "rules done", "agent running",
 }
 
 // podTimes records when the benchmark first sees each milestone of each
@@ -93,13 +93,16 @@ func (pt *podTimes) note(p *corev1.Pod, now time.Time) {
 		if p.Status.PodIP != "" {
 			got = append(got, "agent address")
 		}
+		if running(p.Status.InitContainerStatuses, "shim") {
+			got = append(got, "shim running")
+		}
+		if running(p.Status.InitContainerStatuses, "rules") {
+			got = append(got, "rules running")
+		}
 		for _, st := range p.Status.InitContainerStatuses {
 			if st.Name == "rules" && st.State.Terminated != nil {
 				got = append(got, "rules done")
 			}
-		}
-		if running(p.Status.InitContainerStatuses, "shim") {
-			got = append(got, "shim running")
 		}
 		if running(p.Status.ContainerStatuses, "agent") {
 			got = append(got, "agent running")

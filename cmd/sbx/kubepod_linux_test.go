@@ -157,3 +157,44 @@ func TestPrivilegedKubePodRulesWaitGateway(t *testing.T) {
 		}
 	})
 }
+
+// TestPrivilegedKubePodRulesWaitShim: with --wait-shim, sbx kube
+// pod-rules returns only once a socket listens on the capture shim's
+// address in its namespace, and fails, saying why, when none does in
+// time. The shim is a native sidecar the kubelet starts before the rules
+// container, and counts as started once its process runs: this wait is
+// what keeps the agent, which starts after the rules container, from
+// finding nothing listening where the rules send its connections.
+func TestPrivilegedKubePodRulesWaitShim(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces and nftables rules (CI runs as root)")
+	}
+	inNewNetns(t, func(ns netns.NsHandle) {
+		h, err := netlink.NewHandleAt(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		lo, err := h.LinkByName("lo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(lo); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-shim", "300ms")
+		if code != 1 || !strings.Contains(stderr, "the capture shim at 127.0.0.1:15001 did not listen") || !strings.Contains(stderr, "the agent does not start before its capture shim listens") {
+			t.Errorf("no shim: got exit %d, stderr %q; want 1 and why", code, stderr)
+		}
+		// The thread is in the namespace: so is the listener.
+		ln, err := net.Listen("tcp", "127.0.0.1:15001")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		stdout, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-shim", "10s")
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "installed") {
+			t.Errorf("the shim listening: got exit %d, stdout %q, stderr %q; want 0", code, stdout, stderr)
+		}
+	})
+}

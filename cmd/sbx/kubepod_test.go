@@ -63,6 +63,7 @@ func TestKubePodBadInvocations(t *testing.T) {
 		{[]string{"pod-rules", "--gateway", "10.244.0.7", "extra"}, "sbx: unknown command \"extra\""},
 		{[]string{"pod-rules", "--gateway", "10.244.0.7", "--nosuch"}, "sbx: unknown flag: --nosuch"},
 		{[]string{"pod-rules", "--gateway", "10.244.0.7", "--wait-gateway", "-1s"}, "sbx: --wait-gateway -1s: want a duration of 0 (no wait) or more"},
+		{[]string{"pod-rules", "--gateway", "10.244.0.7", "--wait-shim", "-1s"}, "sbx: --wait-shim -1s: want a duration of 0 (no wait) or more"},
 		{[]string{"shim"}, "sbx: --gateway is missing; give the gateway pod's capture address, e.g. --gateway 10.244.0.7:15002"},
 		{[]string{"shim", "--gateway", "10.244.0.7"}, `sbx: --gateway "10.244.0.7" is not IP:PORT`},
 		{[]string{"shim", "--gateway", "10.244.0.7:0"}, `sbx: --gateway "10.244.0.7:0" is not IP:PORT`},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -405,8 +406,10 @@ func messageSuffix(m string) string {
 // and waits until they are gone; what is already gone is no error. Many
 // sandboxes are removed together, not one after another: one deletion of
 // all their pods, one wait until they are all gone, then one deletion of
-// each kind of their other objects, so that stopping fifty takes about
-// as long as stopping one.
+// each kind of their other objects. The node stops the pods at its own
+// pace, a few seconds apart when there are many (fifty sandboxes on a
+// loaded 2-CPU node took longer than 109 s): Delete waits as long as they
+// keep going, and fails only when none has gone for DeleteStall.
 func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
@@ -414,22 +417,23 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	if slices.Contains(ids, "") {
 		return errors.New("removing sandboxes: an empty sandbox id")
 	}
-	wait := deleteWait(len(ids))
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	sel := metav1.ListOptions{LabelSelector: sandboxSelector(ids)}
 	ns := c.Namespace
 	// The pods first, and gone (their containers stopped, which a
 	// graceful deletion waits for) before the NetworkPolicies go: a
 	// container never runs without its policy.
 	grace := int64(1)
-	err := c.Client.Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+	dctx, cancel := context.WithTimeout(ctx, DeleteStall)
+	err := c.Client.Pods(ns).DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+	cancel()
 	if err != nil && !apierrors.IsNotFound(err) {
 		return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
 	}
-	if err := c.waitGone(ctx, ids, true, wait); err != nil {
+	if err := c.waitPodsGone(ctx, ids); err != nil {
 		return err
 	}
+	ctx, cancel = context.WithTimeout(ctx, DeleteStall)
+	defer cancel()
 	var errs *multierror.Error
 	for _, d := range []struct {
 		kind string
@@ -450,7 +454,7 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	if err := errs.ErrorOrNil(); err != nil {
 		return err
 	}
-	return c.waitGone(ctx, ids, false, wait)
+	return c.waitGone(ctx, ids)
 }
 
 // StopAgent deletes the sandbox's agent pod alone and waits, at most a
@@ -470,24 +474,58 @@ func (c *Cluster) StopAgent(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return &APIError{"delete", "Pod", sel, c.Namespace, err}
 	}
-	for {
-		left, err := c.objects(ctx, sel, true)
-		if err != nil || len(left) == 0 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("sandbox %s: its agent pod is still there after a minute", id)
-		case <-time.After(200 * time.Millisecond):
-		}
+	err = c.followSelected(ctx, sel, func(pods map[string]*corev1.Pod) (bool, error) { return len(pods) == 0, nil })
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("sandbox %s: its agent pod is still there after a minute", id)
 	}
+	return err
 }
 
-// deleteWait bounds how long Delete waits for n sandboxes to go: a
-// minute, and a second more for each past the first, as the node stops
-// their containers one after another.
-func deleteWait(n int) time.Duration {
-	return time.Minute + time.Duration(n-1)*time.Second
+// DeleteStall bounds how long Delete waits while none of the sandboxes'
+// pods goes (and for the rest of their objects to go, which the API
+// server removes at once): a node that stops none in a minute is stuck,
+// or gone.
+var DeleteStall = time.Minute
+
+// errStalled is waitPodsGone's cause for ending its wait.
+var errStalled = errors.New("no pod went")
+
+// waitPodsGone waits until the sandboxes' pods are gone, following them
+// with a watch (followSelected) rather than listing them again and again,
+// which many pods make costly. It waits as long as they keep going: each
+// one gone gives the rest DeleteStall more.
+func (c *Cluster) waitPodsGone(ctx context.Context, ids []string) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := time.AfterFunc(DeleteStall, func() { cancel(errStalled) })
+	defer stall.Stop()
+	left := -1
+	var names []string
+	err := c.followSelected(ctx, sandboxSelector(ids), func(pods map[string]*corev1.Pod) (bool, error) {
+		if len(pods) < left {
+			stall.Reset(DeleteStall)
+		}
+		left, names = len(pods), slices.Sorted(maps.Keys(pods))
+		return len(pods) == 0, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(context.Cause(ctx), errStalled):
+		return fmt.Errorf("%s: no pod went for %v, %d still there: %s; kubectl describe pod says what holds them",
+			sandboxesNamed(ids), DeleteStall, len(names), strings.Join(names, ", "))
+	case ctx.Err() != nil && len(names) > 0:
+		return fmt.Errorf("%s: %d pods still there when the wait ended (%w): %s", sandboxesNamed(ids), len(names), err, strings.Join(names, ", "))
+	}
+	return err
+}
+
+// sandboxesNamed names ids in an error: "sandbox ID", or "N sandboxes".
+func sandboxesNamed(ids []string) string {
+	if len(ids) == 1 {
+		return "sandbox " + ids[0]
+	}
+	return fmt.Sprintf("%d sandboxes", len(ids))
 }
 
 // sandboxSelector is the label selector of the objects of the sandboxes
@@ -501,12 +539,12 @@ func sandboxSelector(ids []string) string {
 	return LabelSandbox + " in (" + strings.Join(ids, ",") + ")"
 }
 
-// waitGone waits until the sandboxes' pods (podsOnly), or all their
-// objects, are gone; ctx ends the wait, after wait.
-func (c *Cluster) waitGone(ctx context.Context, ids []string, podsOnly bool, wait time.Duration) error {
+// waitGone waits until the sandboxes' objects are gone (the API server
+// removes what has no finalizer at once); ctx ends the wait.
+func (c *Cluster) waitGone(ctx context.Context, ids []string) error {
 	sel := sandboxSelector(ids)
 	for {
-		left, err := c.objects(ctx, sel, podsOnly)
+		left, err := c.objects(ctx, sel)
 		if err != nil {
 			return err
 		}
@@ -515,11 +553,7 @@ func (c *Cluster) waitGone(ctx context.Context, ids []string, podsOnly bool, wai
 		}
 		select {
 		case <-ctx.Done():
-			what := "sandbox " + ids[0]
-			if len(ids) > 1 {
-				what = fmt.Sprintf("%d sandboxes", len(ids))
-			}
-			return fmt.Errorf("%s: still there after %v: %s", what, wait, strings.Join(left, ", "))
+			return fmt.Errorf("%s: still there after %v: %s", sandboxesNamed(ids), DeleteStall, strings.Join(left, ", "))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -532,12 +566,12 @@ func (c *Cluster) Objects(ctx context.Context, id string) ([]string, error) {
 	if id == "" {
 		sel = LabelSandbox
 	}
-	return c.objects(ctx, sel, false)
+	return c.objects(ctx, sel)
 }
 
 // objects lists the objects that match the label selector sel as
-// kind/name: the pods alone when podsOnly.
-func (c *Cluster) objects(ctx context.Context, sel string, podsOnly bool) ([]string, error) {
+// kind/name.
+func (c *Cluster) objects(ctx context.Context, sel string) ([]string, error) {
 	opts := metav1.ListOptions{LabelSelector: sel}
 	ns := c.Namespace
 	var left []string
@@ -547,9 +581,6 @@ func (c *Cluster) objects(ctx context.Context, sel string, podsOnly bool) ([]str
 	}
 	for _, o := range pods.Items {
 		left = append(left, "pod/"+o.Name)
-	}
-	if podsOnly {
-		return left, nil
 	}
 	nps, err := c.Client.NetworkPolicies(ns).List(ctx, opts)
 	if err != nil {
@@ -726,7 +757,12 @@ func (c *Cluster) WaitAgent(ctx context.Context, id string, started func()) (int
 // watch ends: the server's timeout, an expired version), until judge says
 // it is done or fails, or ctx is done (its error then).
 func (c *Cluster) followPods(ctx context.Context, id string, judge func(pods map[string]*corev1.Pod) (bool, error)) error {
-	sel := metav1.ListOptions{LabelSelector: LabelSandbox + "=" + id}
+	return c.followSelected(ctx, LabelSandbox+"="+id, judge)
+}
+
+// followSelected is followPods for the pods of the label selector sel.
+func (c *Cluster) followSelected(ctx context.Context, selector string, judge func(pods map[string]*corev1.Pod) (bool, error)) error {
+	sel := metav1.ListOptions{LabelSelector: selector}
 	for {
 		list, err := c.Client.Pods(c.Namespace).List(ctx, sel)
 		if err != nil {

@@ -1,12 +1,15 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -143,6 +146,84 @@ func TestDeleteMany(t *testing.T) {
 	}
 	if err := c.Delete(t.Context(), "1a2b3c4d", ""); err == nil {
 		t.Error("Delete with an empty id: no error")
+	}
+}
+
+// Delete waits as long as the sandboxes' pods keep going, however long
+// that takes in all, and fails once none has gone for DeleteStall, naming
+// those left (and leaving their NetworkPolicies): a node stops many pods
+// at its own pace, and fifty sandboxes on the loaded test node took longer
+// than the 109 s sbx kube stop gave them (a minute and a second a
+// sandbox).
+func TestDeleteWaitsWhilePodsGo(t *testing.T) {
+	defer func(d time.Duration) { DeleteStall = d }(DeleteStall)
+	// Far apart, for a machine busy with other work: the test's own
+	// goroutines may wait for the CPU.
+	DeleteStall = 3 * time.Second
+	ids := []string{"1a2b3c4d", "5e6f7a8b", "9c0d1e2f"}
+	var objs []runtime.Object
+	var pods []*corev1.Pod
+	for _, id := range ids {
+		for _, o := range fakeSandbox(t, id, "") {
+			objs = append(objs, o)
+			if p, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, p)
+			}
+		}
+	}
+	f, c := fakeCluster(t, objs...)
+	f.gracefulPods = true
+	// The node: once the pods are being deleted, it removes one every
+	// second, 6 s for the six, twice DeleteStall.
+	nodeDone := make(chan struct{})
+	go func() {
+		defer close(nodeDone)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if p, _ := f.get(pods[0]).(*corev1.Pod); p != nil && p.DeletionTimestamp != nil {
+				break
+			}
+		}
+		for _, p := range pods {
+			time.Sleep(time.Second)
+			f.remove(p)
+		}
+	}()
+	if err := c.Delete(t.Context(), ids...); err != nil {
+		t.Errorf("Delete of 3 sandboxes whose pods go one a second, DeleteStall 3 s: %v; want it to wait while they go", err)
+	}
+	<-nodeDone
+	for _, id := range ids {
+		if left := f.names(id); len(left) > 0 {
+			t.Errorf("sandbox %s: left %v", id, left)
+		}
+	}
+
+	// A node that stops nothing.
+	f, c = fakeCluster(t, fakeSandbox(t, "1a2b3c4d", "")...)
+	f.gracefulPods = true
+	err := c.Delete(t.Context(), "1a2b3c4d")
+	if err == nil || !strings.Contains(err.Error(), "no pod went for 3s") || !strings.Contains(err.Error(), GatewayPodName("1a2b3c4d")) {
+		t.Errorf("Delete of a sandbox whose pods stay: %v; want an error naming them", err)
+	}
+	if left := f.names("1a2b3c4d"); !slices.Contains(left, "networkpolicies/sbx-1a2b3c4d-agent") {
+		t.Errorf("left %v: want the NetworkPolicies kept while the pods are there", left)
+	}
+	// The caller's context ends the wait first (once Delete follows the
+	// pods): the error still names them.
+	DeleteStall = time.Minute
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	watches := func() int { return strings.Count(strings.Join(f.callsLog(), "\n"), "watch pods") }
+	before := watches()
+	go func() {
+		for ctx.Err() == nil && watches() == before {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	err = c.Delete(ctx, "1a2b3c4d")
+	if err == nil || !strings.Contains(err.Error(), "still there when the wait ended") || !strings.Contains(err.Error(), GatewayPodName("1a2b3c4d")) {
+		t.Errorf("Delete whose context ends while the pods stay: %v; want an error naming them", err)
 	}
 }
 

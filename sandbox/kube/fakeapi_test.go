@@ -42,6 +42,10 @@ type fakeAPI struct {
 	writes  []string      // "TOKEN METHOD PATH"
 	calls   []string      // "VERB RESOURCE" of every request, as client-go's fake names actions
 	gets    []string      // the paths of the gets of one object
+	// gracefulPods makes a deletion of pods mark them terminating (their
+	// deletion timestamp set), as the API server does for a graceful
+	// deletion, and leaves their removal to the test, as to a node.
+	gracefulPods bool
 }
 
 type fakeEvent struct {
@@ -370,7 +374,17 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodDelete:
 		for n, o := range f.objs[coll] {
 			m, _ := meta.Accessor(o)
-			if (name == "" && sel.Matches(labels.Set(m.GetLabels()))) || n == name {
+			switch {
+			case (name != "" || !sel.Matches(labels.Set(m.GetLabels()))) && n != name:
+			case f.gracefulPods && res == "pods":
+				if m.GetDeletionTimestamp() == nil {
+					o = o.DeepCopyObject()
+					m, _ = meta.Accessor(o)
+					now := metav1.Now()
+					m.SetDeletionTimestamp(&now)
+					f.store(coll, "MODIFIED", o)
+				}
+			default:
 				f.store(coll, "DELETED", o)
 			}
 		}

@@ -746,8 +746,10 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 	gw := gateway.String()
 	// The pod is made once the gateway pod has its address, before the
 	// gateway serves: the rules container waits for its proxy, through
-	// the rules, so the agent starts only once it serves.
-	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw, "--wait-gateway", GatewayWait.String()}
+	// the rules, so the agent starts only once it serves. It waits for
+	// the shim to listen too: the kubelet starts the rules container once
+	// the shim's process runs, which may be before it listens.
+	rulesArgs := []string{"/sbx", "kube", "pod-rules", "--gateway", gw, "--wait-shim", GatewayWait.String(), "--wait-gateway", GatewayWait.String()}
 	if s.SkipPodRulesForTest {
 		rulesArgs = append(rulesArgs, "--skip-for-test")
 	}
@@ -777,7 +779,12 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		Image:           s.GatewayImage,
 		ImagePullPolicy: s.PullPolicy,
 		Command:         []string{"/sbx", "kube", "shim", "--gateway", netip.AddrPortFrom(gateway, CapturePort).String(), "--listen", "127.0.0.1:" + strconv.Itoa(ShimPort)},
-		RestartPolicy:   &always, // a native sidecar: started before the agent, for its life
+		// A native sidecar, for the pod's life, and the first container:
+		// the kubelet starts each init container once the one before it
+		// runs (a sidecar) or has ended, so the shim and the rules
+		// container start together, rather than the shim after the rules
+		// container's wait for the gateway.
+		RestartPolicy:   &always,
 		SecurityContext: hardened(shimUID, true),
 		Resources:       smallResources(),
 	}
@@ -809,7 +816,7 @@ func AgentPod(s Spec, gateway netip.Addr) (*corev1.Pod, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: s.meta(ObjectName(s.ID), RoleAgent),
 		Spec: corev1.PodSpec{
-			InitContainers:               []corev1.Container{rules, shim},
+			InitContainers:               []corev1.Container{shim, rules},
 			Containers:                   []corev1.Container{agent},
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: &f,

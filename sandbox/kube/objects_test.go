@@ -102,7 +102,11 @@ func TestAgentPodHardened(t *testing.T) {
 		t.Errorf("agent capabilities = %+v, want all dropped, none added", sc.Capabilities)
 	}
 	// Only the rules container has NET_ADMIN, and it is an init container
-	// that ends before the agent starts; the shim is a native sidecar.
+	// that ends before the agent starts; the shim is a native sidecar,
+	// started before it.
+	if names := containerNames(agent.Spec.InitContainers); !slices.Equal(names, []string{"shim", "rules"}) {
+		t.Errorf("init containers %v, want the shim, then the rules", names)
+	}
 	for _, c := range agent.Spec.InitContainers {
 		added := c.SecurityContext.Capabilities.Add
 		switch c.Name {
@@ -112,11 +116,13 @@ func TestAgentPodHardened(t *testing.T) {
 			}
 			// The pod is made before its gateway serves: the rules
 			// container, before which nothing else starts, waits for it.
-			if i := slices.Index(c.Command, "--wait-gateway"); i < 0 || i+1 >= len(c.Command) || c.Command[i+1] != GatewayWait.String() {
-				t.Errorf("rules: command %q; want it to wait for the gateway (--wait-gateway %v)", c.Command, GatewayWait)
-			}
-			if i := slices.IndexFunc(agent.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == "rules" }); i != 0 {
-				t.Errorf("rules is init container %d, want the first", i)
+			// The kubelet starts it once the shim's process runs,
+			// which may be before the shim listens: it waits for that
+			// too, so the agent's first connection finds the shim.
+			for _, flag := range []string{"--wait-gateway", "--wait-shim"} {
+				if i := slices.Index(c.Command, flag); i < 0 || i+1 >= len(c.Command) || c.Command[i+1] != GatewayWait.String() {
+					t.Errorf("rules: command %q; want it to wait (%s %v)", c.Command, flag, GatewayWait)
+				}
 			}
 		case "shim":
 			if len(added) > 0 || c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways || *c.SecurityContext.RunAsUser != ShimUID {
@@ -156,8 +162,9 @@ func TestSkipPodRulesIsMarked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if agent.Annotations[AnnotationNoPodRules] != "true" || !slices.Contains(agent.Spec.InitContainers[0].Command, "--skip-for-test") {
-		t.Errorf("annotations %v, rules command %v: want the pod marked and the rules skipped", agent.Annotations, agent.Spec.InitContainers[0].Command)
+	rules := initContainer(agent, "rules")
+	if agent.Annotations[AnnotationNoPodRules] != "true" || !slices.Contains(rules.Command, "--skip-for-test") {
+		t.Errorf("annotations %v, rules command %v: want the pod marked and the rules skipped", agent.Annotations, rules.Command)
 	}
 }
 
@@ -483,4 +490,23 @@ func TestPolicyScriptObjects(t *testing.T) {
 	if _, err := MakeObjects(s); err == nil || !strings.Contains(err.Error(), "shorten the scripts") {
 		t.Errorf("a script over the ConfigMap's bound: got %v, want the refusal", err)
 	}
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// initContainer returns the pod's init container of that name, or an
+// empty one.
+func initContainer(p *corev1.Pod, name string) corev1.Container {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return corev1.Container{}
 }

@@ -142,7 +142,7 @@ func TestCreateAgentPodOnceGatewayHasAddress(t *testing.T) {
 	if agent == nil {
 		t.Fatal("no agent pod")
 	}
-	if cmd := strings.Join(agent.Spec.InitContainers[0].Command, " "); !strings.Contains(cmd, "--gateway 10.244.0.7 --wait-gateway") {
+	if cmd := strings.Join(initContainer(agent, "rules").Command, " "); !strings.Contains(cmd, "--gateway 10.244.0.7 ") || !strings.Contains(cmd, "--wait-gateway") {
 		t.Errorf("the rules container's command %q: want the gateway's address and the wait for it", cmd)
 	}
 	if gets := f.getsLog(); len(gets) > 0 {

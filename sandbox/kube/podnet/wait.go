@@ -45,3 +45,36 @@ func WaitGateway(ctx context.Context, gw netip.AddrPort) error {
 		}
 	}
 }
+
+// shimPause is how long WaitShim waits between two looks at the sockets.
+const shimPause = 20 * time.Millisecond
+
+// WaitShim waits until a TCP socket listens on addr (the capture shim's
+// address, 127.0.0.1 and its port) in the process's network namespace,
+// the pod's, and returns nil; or until ctx is done, when it says why. The
+// agent pod's rules container runs it: the shim is a native sidecar that
+// the kubelet starts before it, but counts as started once its process
+// runs, not once it listens, and the agent starts after the rules
+// container; a connection the rules redirect while nothing listens there
+// is refused. It reads the namespace's sockets (sock_diag) rather than
+// connecting: a connection made to the shim directly is one the shim
+// refuses and reports.
+func WaitShim(ctx context.Context, addr netip.AddrPort) error {
+	var last error
+	for {
+		ok, err := listening(addr)
+		if ok {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			why := "nothing listens there"
+			if last != nil {
+				why = fmt.Sprintf("reading the pod's sockets: %v", last)
+			}
+			return fmt.Errorf("the capture shim at %v did not listen: %w (%s)", addr, context.Cause(ctx), why)
+		case <-time.After(shimPause):
+		}
+	}
+}
