@@ -298,7 +298,9 @@ func BenchmarkDNSStub(b *testing.B) {
 // loopback, with its decision log written to a file, on a loopback
 // listener whose connections' original destination is bench.test (a fake
 // address of the stub, which the gateway resolves to the sink) at the
-// sink's port. It returns the listener's address.
+// sink's port. The listener is made as a sandbox's transparent listener
+// is (sandbox.listenInNetns): its connections have no keep-alive. It
+// returns the listener's address.
 func benchTransparent(b *testing.B, sink string) string {
 	b.Helper()
 	p, err := netpolicy.Compile(loopbackPolicy(netpolicy.Allow))
@@ -307,7 +309,8 @@ func benchTransparent(b *testing.B, sink string) string {
 	}
 	res := &Resolver{}
 	res.AddStatic("bench.test", netip.MustParseAddr("127.0.0.1"))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}

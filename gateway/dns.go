@@ -89,13 +89,9 @@ func (g dnsGateway) Panicked(rec *decisionlog.Record) {
 // addr, bound to the network interface iface when it is not "" (see
 // Options.ListenInterface). With port 0 both get the same free port.
 func listenDNS(ctx context.Context, addr, iface string) (net.PacketConn, net.Listener, error) {
-	var lc net.ListenConfig
-	if iface != "" {
-		ctl, err := bindToDevice(iface)
-		if err != nil {
-			return nil, nil, err
-		}
-		lc.Control = ctl
+	lc, err := listenConfig(iface)
+	if err != nil {
+		return nil, nil, err
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sbx-dev/sbx/netpolicy"
@@ -213,13 +214,41 @@ func (s *Server) isClient(ip netip.Addr) bool {
 // listenProxy opens the proxy's listener on addr, bound to the network
 // interface iface when it is not "" (see Options.ListenInterface).
 func listenProxy(ctx context.Context, addr, iface string) (net.Listener, error) {
-	var lc net.ListenConfig
-	if iface != "" {
-		ctl, err := bindToDevice(iface)
-		if err != nil {
-			return nil, err
-		}
-		lc.Control = ctl
+	lc, err := listenConfig(iface)
+	if err != nil {
+		return nil, err
 	}
 	return lc.Listen(ctx, "tcp", addr)
+}
+
+// listenConfig returns the ListenConfig of the gateway's own listening
+// sockets (the proxy's; the DNS stub's UDP socket and TCP listener):
+// bound to the network interface iface when it is not "" (see
+// Options.ListenInterface), and with the keep-alive of their TCP
+// connections set on the listening socket, where the system has its
+// connections inherit it (listenerKeepAlive), rather than by four system
+// calls on each connection accepted (net.ListenConfig's default).
+func listenConfig(iface string) (net.ListenConfig, error) {
+	var lc net.ListenConfig
+	var bind func(network, address string, c syscall.RawConn) error
+	if iface != "" {
+		var err error
+		if bind, err = bindToDevice(iface); err != nil {
+			return lc, err
+		}
+	}
+	if !keepAliveInherited {
+		lc.Control = bind
+		return lc, nil
+	}
+	lc.KeepAlive = -1 // each connection has its listener's
+	lc.Control = func(network, address string, c syscall.RawConn) error {
+		if bind != nil {
+			if err := bind(network, address, c); err != nil {
+				return err
+			}
+		}
+		return listenerKeepAlive(network, c)
+	}
+	return lc, nil
 }

@@ -358,7 +358,12 @@ func hasComment(fields []string, c string) bool {
 
 // listenInNetns opens a TCP listener on addr inside the network namespace
 // at nsPath: the socket belongs to that namespace for its life, while the
-// process that accepts on it stays in the host's.
+// process that accepts on it stays in the host's. Its connections have no
+// TCP keep-alive (Go would set it with four system calls on each): both
+// ends of each are in the namespace, over its loopback, so the kernel
+// ends the connection whenever the process at the other end ends, and a
+// probe could never find a peer gone; one that idles is the gateway's
+// idle timeouts' to end.
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	ns, err := netns.GetFromPath(nsPath)
 	if err != nil {
@@ -368,7 +373,8 @@ func listenInNetns(nsPath, addr string) (net.Listener, error) {
 	var ln net.Listener
 	err = inNetns(ns, func() error {
 		var err error
-		ln, err = net.Listen("tcp", addr)
+		lc := net.ListenConfig{KeepAlive: -1}
+		ln, err = lc.Listen(context.Background(), "tcp", addr)
 		return err
 	})
 	if err != nil {
