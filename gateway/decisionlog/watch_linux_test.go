@@ -114,15 +114,7 @@ func TestFileSinkWithoutPathWatch(t *testing.T) {
 	if fs.watch.paths != nil {
 		t.Error("a path watch through a symbolic link: got one, want none")
 	}
-	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Commit(allowRecord("a.test", "/2")); !errors.Is(err, ErrLogFileRemoved) {
-		t.Errorf("Commit into the removed file: got %v, want ErrLogFileRemoved", err)
-	}
+	commitFailsOnceRemoved(t, l, path)
 }
 
 // TestFileSinkSymlinkOnPathThenReplaced moves the log's directory away
@@ -187,6 +179,14 @@ func TestFileSinkRelativePathIsWatched(t *testing.T) {
 	if fs.watch.paths == nil {
 		t.Error("a log opened by a relative path: no path watch, want one")
 	}
+	commitFailsOnceRemoved(t, l, path)
+}
+
+// commitFailsOnceRemoved commits a record to l, whose file is at path,
+// removes the file and wants the next commit to fail with
+// ErrLogFileRemoved.
+func commitFailsOnceRemoved(t *testing.T, l *Log, path string) {
+	t.Helper()
 	if _, err := l.Commit(allowRecord("a.test", "/1")); err != nil {
 		t.Fatal(err)
 	}
