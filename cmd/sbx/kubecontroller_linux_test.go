@@ -211,9 +211,15 @@ func TestKubeClusterController(t *testing.T) {
 	}
 	ctx := t.Context()
 	opts := metav1.CreateOptions{}
-	if _, err := user.Client.ConfigMaps(k.ns).Create(ctx, objs.ConfigMap, opts); err != nil {
+	cm, err := user.Client.ConfigMaps(k.ns).Create(ctx, objs.ConfigMap, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// The controller ages a sandbox by its oldest object's creation time
+	// as the API server recorded it, in whole seconds, rounded down: the
+	// grace counts from there, not from when the test's last create
+	// returned (up to a second and a few requests later).
+	leftMade := cm.CreationTimestamp.Time
 	if _, err := user.Client.Secrets(k.ns).Create(ctx, objs.Secret, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +231,6 @@ func TestKubeClusterController(t *testing.T) {
 	if _, err := user.Client.Pods(k.ns).Create(ctx, objs.Gateway, opts); err != nil {
 		t.Fatal(err)
 	}
-	leftMade := time.Now()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
