@@ -16,6 +16,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // packetReport returns one nfnetlink_log packet message carrying seq and
@@ -89,7 +91,8 @@ func TestPacketLogDispatch(t *testing.T) {
 
 // testNetns makes a network namespace for t alone, named after it, with
 // lo up, and removes it when t ends (also before, should a crashed run
-// have left one of the same name). It skips t unless run as root.
+// have left one of the same name). It skips t unless run as root. It
+// returns the namespace and its path.
 func testNetns(t testing.TB, name string) (netns.NsHandle, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -100,30 +103,7 @@ func testNetns(t testing.TB, name string) (netns.NsHandle, string) {
 		t.Fatal(err)
 	}
 	name = "sbxtest-" + name + "-" + id
-	netns.DeleteNamed(name)
-	ns, err := NewNamedNetns(name)
-	if err != nil {
-		t.Fatalf("creating network namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
-			t.Errorf("deleting network namespace %s: %v", name, err)
-		}
-	})
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	return ns, "/var/run/netns/" + name
+	return sandboxtest.NamedNetns(t, name), "/var/run/netns/" + name
 }
 
 // addLink adds a veth pair to ns, both ends in it and up, with the

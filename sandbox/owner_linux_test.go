@@ -610,11 +610,6 @@ s.bind(7303, "127.0.0.1", () => s.connect(53, "127.0.0.2", () => {
 // and its forked child sends on is held by both, so it is nobody's;
 // once the parent closes its copy, it is the child's.
 func TestPrivilegedOwnersForked(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed")
-	}
-	ns, path := testNetns(t, "ownersforked")
-	ns.Close()
 	const py = `
 import os, signal, socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -637,16 +632,7 @@ sys.stdin.read()
 os.kill(child, signal.SIGKILL)
 os.waitpid(child, 0)
 `
-	h := startHelperCmd(t, exec.Command("ip", "netns", "exec", filepath.Base(path), "python3", "-c", py))
-	var child int
-	select {
-	case line := <-h.lines:
-		if _, err := fmt.Sscanf(line, "child %d", &child); err != nil {
-			t.Fatalf("python said %q, want its child's pid", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("python did not name its child")
-	}
+	path, h, child := forkingPython(t, "ownersforked", py)
 	o, err := NewOwners(path)
 	if err != nil {
 		t.Fatal(err)
@@ -663,6 +649,29 @@ os.waitpid(child, 0)
 	}
 }
 
+// forkingPython runs py, a Python program that forks and prints "ready"
+// and then "child PID", in a network namespace of its own named after
+// name, and returns the namespace's path, the program and its child's
+// pid. It skips t without python3.
+func forkingPython(t *testing.T, name, py string) (path string, h *helper, child int) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	ns, path := testNetns(t, name)
+	ns.Close()
+	h = startHelperCmd(t, exec.Command("ip", "netns", "exec", filepath.Base(path), "python3", "-c", py))
+	select {
+	case line := <-h.lines:
+		if _, err := fmt.Sscanf(line, "child %d", &child); err != nil {
+			t.Fatalf("python said %q, want its child's pid", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("python did not name its child")
+	}
+	return path, h, child
+}
+
 // TestPrivilegedOwnersSharedForAMoment: a UDP socket that a Python
 // process holds, and its forked child holds too until it execs (the
 // exec closes the socket, close-on-exec as Python makes sockets), is the
@@ -671,11 +680,6 @@ os.waitpid(child, 0)
 // tells it to). While that lookup waits, a lookup of another socket, a
 // helper's alone, goes on: the wait holds no lock.
 func TestPrivilegedOwnersSharedForAMoment(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 is not installed")
-	}
-	ns, path := testNetns(t, "ownersmoment")
-	ns.Close()
 	const py = `
 import os, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -693,17 +697,8 @@ os.waitpid(child, 0)
 print("execed", flush=True)
 sys.stdin.read()
 `
+	path, h, child := forkingPython(t, "ownersmoment", py)
 	nsName := filepath.Base(path)
-	h := startHelperCmd(t, exec.Command("ip", "netns", "exec", nsName, "python3", "-c", py))
-	var child int
-	select {
-	case line := <-h.lines:
-		if _, err := fmt.Sscanf(line, "child %d", &child); err != nil {
-			t.Fatalf("python said %q, want its child's pid", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("python did not name its child")
-	}
 	other := startHelper(t, nsName, "udp=127.0.0.1:7502")
 	o, err := NewOwners(path)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -9,10 +10,10 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/sbx-dev/sbx/sandbox/kube/podnet"
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // inNewNetns runs fn on a thread in a new, unnamed network namespace,
@@ -115,21 +116,7 @@ func TestPrivilegedKubePodRulesWaitGateway(t *testing.T) {
 	inNewNetns(t, func(ns netns.NsHandle) {
 		// The gateway's address on the namespace's loopback stands in
 		// for the gateway pod.
-		h, err := netlink.NewHandleAt(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		lo, err := h.LinkByName("lo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(lo); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 244, 0, 7), Mask: net.CIDRMask(32, 32)}}); err != nil {
-			t.Fatal(err)
-		}
+		sandboxtest.LoopbackUp(t, ns, netip.MustParseAddr("10.244.0.7"))
 		_, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-gateway", "300ms")
 		if code != 1 || !strings.Contains(stderr, "10.244.0.7:3128 did not answer") || !strings.Contains(stderr, "the agent does not start without its gateway") {
 			t.Errorf("no gateway: got exit %d, stderr %q; want 1 and why", code, stderr)
@@ -170,18 +157,7 @@ func TestPrivilegedKubePodRulesWaitShim(t *testing.T) {
 		t.Skip("needs root to create network namespaces and nftables rules (CI runs as root)")
 	}
 	inNewNetns(t, func(ns netns.NsHandle) {
-		h, err := netlink.NewHandleAt(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Close()
-		lo, err := h.LinkByName("lo")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.LinkSetUp(lo); err != nil {
-			t.Fatal(err)
-		}
+		sandboxtest.LoopbackUp(t, ns)
 		_, stderr, code := runKubePodCLI(t.Context(), "pod-rules", "--gateway", "10.244.0.7", "--wait-shim", "300ms")
 		if code != 1 || !strings.Contains(stderr, "the capture shim at 127.0.0.1:15001 did not listen") || !strings.Contains(stderr, "the agent does not start before its capture shim listens") {
 			t.Errorf("no shim: got exit %d, stderr %q; want 1 and why", code, stderr)

@@ -1,7 +1,9 @@
-// Package sandboxtest holds what the tests of sandbox and cmd/sbx share
-// for images: a busybox image built from Debian's busybox-static, and an
-// OCI registry on loopback that records the requests it gets. It is for
-// tests only and imports no other package of sbx.
+// Package sandboxtest holds what the tests of sandbox, its packages and
+// cmd/sbx share: for images, a busybox image built from Debian's
+// busybox-static and an OCI registry on loopback that records the
+// requests it gets; for networks, a named network namespace that goes
+// with its test, and loopback set up with the addresses a test listens
+// on. It is for tests only and imports no other package of sbx.
 package sandboxtest
 
 import (

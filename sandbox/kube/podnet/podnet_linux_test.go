@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sbx-dev/sbx/gateway/handoff"
+	"github.com/sbx-dev/sbx/sandbox/sandboxtest"
 )
 
 // The test binary is also the shim and the probe, run in the agent
@@ -326,11 +327,10 @@ func newRig(t *testing.T) *rig {
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	r := &rig{sinks: map[string]*sink{}}
-	var agentName, gwName string
-	r.agentNs, agentName = testNetns(t, "sbxtest-podnet-agent-"+id)
-	r.gwNs, gwName = testNetns(t, "sbxtest-podnet-gw-"+id)
+	agentName := "sbxtest-podnet-agent-" + id
+	r.agentNs = sandboxtest.NamedNetns(t, agentName)
+	r.gwNs = sandboxtest.NamedNetns(t, "sbxtest-podnet-gw-"+id)
 	r.agentPath = "/var/run/netns/" + agentName
-	_ = gwName
 
 	x := b[0]
 	r.gw = netip.AddrFrom4([4]byte{10, 99, x, 1})
@@ -486,50 +486,6 @@ func (r *rig) warmUp(t *testing.T) {
 	for _, s := range r.sinks {
 		s.take()
 	}
-}
-
-// testNetns makes a network namespace named name with lo up, removed when
-// t ends (and before, should a crashed run have left one).
-func testNetns(t *testing.T, name string) (netns.NsHandle, string) {
-	t.Helper()
-	netns.DeleteNamed(name)
-	var ns netns.NsHandle
-	err := func() error {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer orig.Close()
-		ns, err = netns.NewNamed(name)
-		if serr := netns.Set(orig); serr != nil {
-			panic(fmt.Sprintf("cannot return to the test's network namespace: %v", serr))
-		}
-		return err
-	}()
-	if err != nil {
-		t.Fatalf("creating network namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
-			t.Errorf("deleting network namespace %s: %v", name, err)
-		}
-	})
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	return ns, name
 }
 
 // inNetns runs fn on a thread in ns.
@@ -885,7 +841,8 @@ func TestPrivilegedPodRulesRuleset(t *testing.T) {
 	}
 	b := make([]byte, 2)
 	rand.Read(b)
-	ns, name := testNetns(t, "sbxtest-podnet-rules-"+hex.EncodeToString(b))
+	name := "sbxtest-podnet-rules-" + hex.EncodeToString(b)
+	ns := sandboxtest.NamedNetns(t, name)
 	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
 	if err != nil {
 		t.Fatal(err)

@@ -15,12 +15,7 @@ import (
 // does not count, nor does a port nothing listens on; and it fails,
 // saying why, when ctx ends first.
 func TestWaitShim(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shim := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
+	shim := freeAddr(t)
 	// The same port on another loopback address is not the shim's.
 	other, err := net.Listen("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), shim.Port()).String())
 	if err != nil {
@@ -35,19 +30,11 @@ func TestWaitShim(t *testing.T) {
 		t.Errorf("nothing listening: got %v, want the deadline, the address and why", err)
 	}
 
-	listening := make(chan net.Listener, 1)
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		ln, err := net.Listen("tcp", shim.String())
-		if err != nil {
-			t.Error(err)
-		}
-		listening <- ln
-	}()
+	later := listenAfter(t, shim, 200*time.Millisecond)
 	if err := WaitShim(t.Context(), shim); err != nil {
 		t.Fatalf("the shim listens after 200 ms: got %v, want nil", err)
 	}
-	ln = <-listening
+	ln := <-later
 	if ln == nil {
 		t.Fatal("the stand-in shim could not listen")
 	}

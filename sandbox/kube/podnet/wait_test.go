@@ -15,47 +15,57 @@ import (
 // why, when ctx ends first.
 func TestWaitGateway(t *testing.T) {
 	// A port nothing listens on, for now: refused at once.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
-
+	gw := freeAddr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	err = WaitGateway(ctx, gw)
+	err := WaitGateway(ctx, gw)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), gw.String()) || !strings.Contains(err.Error(), "refused") {
 		t.Errorf("nothing listening: got %v, want the deadline, the address and the last attempt's refusal", err)
 	}
 
-	listening := make(chan struct{}, 1)
-	accepted := make(chan struct{})
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		ln, err := net.Listen("tcp", gw.String())
-		if err != nil {
-			t.Error(err)
-			close(listening)
-			return
-		}
-		defer ln.Close()
-		listening <- struct{}{}
-		if c, err := ln.Accept(); err == nil {
-			c.Close()
-			close(accepted)
-		}
-	}()
+	later := listenAfter(t, gw, 200*time.Millisecond)
 	if err := WaitGateway(t.Context(), gw); err != nil {
 		t.Fatalf("the gateway listens after 200 ms: got %v, want nil", err)
 	}
-	if _, ok := <-listening; !ok {
+	ln := <-later
+	if ln == nil {
 		t.Fatal("the stand-in gateway could not listen")
 	}
-	// It returned for the stand-in's connection, not another's.
-	select {
-	case <-accepted:
-	case <-time.After(5 * time.Second):
-		t.Error("the gateway took no connection from WaitGateway")
+	defer ln.Close()
+	// It returned for the stand-in's connection, not another's: the
+	// connection is in the listener's queue.
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the gateway took no connection from WaitGateway: %v", err)
 	}
+	c.Close()
+}
+
+// freeAddr returns a loopback address whose port nothing listens on, for
+// now.
+func freeAddr(t *testing.T) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// listenAfter listens on addr once d has passed, as a gateway or shim
+// that starts late, and sends the listener, or nil when it could not.
+func listenAfter(t *testing.T, addr netip.AddrPort, d time.Duration) <-chan net.Listener {
+	later := make(chan net.Listener, 1)
+	go func() {
+		time.Sleep(d)
+		ln, err := net.Listen("tcp", addr.String())
+		if err != nil {
+			t.Error(err)
+			ln = nil
+		}
+		later <- ln
+	}()
+	return later
 }
