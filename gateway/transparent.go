@@ -89,22 +89,128 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	nc.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
 	_, peekErr := c.br.Peek(1)
 	nc.SetReadDeadline(time.Time{})
+	if peekErr != nil {
+		// Nothing yet: the server speaks first, the client is late, or
+		// it left.
+		if !k.tunnelLate(ctx) {
+			return
+		}
+		// Late bytes that the first-bytes checks read are served as if
+		// they had come now, on time.
+		k.start = time.Now()
+	}
+	k.serveFirstBytes(ctx)
+}
+
+// serveFirstBytes decides and serves a captured connection by the
+// client's first bytes, buffered: a TLS ClientHello, an HTTP/1.x request,
+// or anything else, relayed as decided by the target and port.
+func (k *capture) serveFirstBytes(ctx context.Context) {
+	s, c := k.s, k.c
 	switch {
-	case peekErr != nil:
-		// Nothing yet: the server speaks first, or the client left.
 	case peekTLS(c.br):
-		// The whole ClientHello within HeaderReadTimeout of the accept,
-		// as a request's head.
-		nc.SetReadDeadline(start.Add(s.limits.HeaderReadTimeout))
+		// The whole ClientHello within HeaderReadTimeout of the accept
+		// (or of the late bytes' coming), as a request's head.
+		c.SetReadDeadline(k.start.Add(s.limits.HeaderReadTimeout))
 		hello, sni, err := readClientHello(c.br)
-		nc.SetReadDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 		k.serveTLS(ctx, hello, sni, err)
 		return
 	case k.peekHTTP():
 		k.serveHTTP(ctx)
 		return
 	}
-	k.tunnel(ctx, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil)
+	k.tunnel(ctx, netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}, nil)
+}
+
+// tunnelLate serves a captured connection whose client sent nothing within
+// Limits.FirstBytesTimeout: it is decided by its target and port alone
+// and, when allowed, dialed; then the gateway waits for the first bytes of
+// either side (awaitFirst). It reports whether the client's bytes came
+// first and are to be decided as if they had come on time (the upstream
+// connection, which was sent nothing, is then closed), so that a program
+// that waits before it sends gets the checks of one that does not.
+func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
+	s, c, start := k.s, k.c, k.start
+	t := netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}
+	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, start: start}
+	o := s.pipe.run(ctx, &in)
+	noCheck := func(io.Reader) ([]byte, error) { return nil, nil }
+	s.openTunnel(ctx, c, &o, start, false, nil, noCheck, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		relay, again := k.awaitFirst(up, closeRec)
+		redo = again
+		return relay
+	})
+	return redo
+}
+
+// Why a late captured connection was not relayed (its close record's
+// error).
+const (
+	lateRedecided = "the client's first bytes came after the first-bytes wait and are %s: the upstream connection, which had sent nothing, was closed, and they are decided as if on time"
+	lateNoBytes   = "neither side sent a byte: %s"
+)
+
+// awaitFirst waits, once a late connection's upstream is dialed (up), for
+// the first bytes of either side, at most Limits.IdleTunnelTimeout, and
+// reports whether to relay the connection, and whether to decide it again
+// by the client's bytes (redo):
+//   - the upstream's first (a protocol where the server speaks first):
+//     they are passed to the client, and the connection is relayed as
+//     decided by target and port, as when they come on time;
+//   - the client's, a TLS ClientHello or an HTTP request line: the
+//     upstream, which has been sent nothing, is closed and the bytes are
+//     decided as if on time (redo), so that the server name, the Host and
+//     each request's method and path are checked as on time;
+//   - the client's, anything else: relayed, as on time;
+//   - neither, a side having ended or the wait idled out: closed.
+//
+// closeRec's error says why when it is not relayed.
+func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, redo bool) {
+	c := k.c
+	deadline := time.Now().Add(k.s.limits.IdleTunnelTimeout)
+	c.SetReadDeadline(deadline)
+	up.SetReadDeadline(deadline)
+	ub := bufio.NewReaderSize(up, 16)
+	upDone := make(chan error, 1)
+	// Ends when the upstream sends, ends or fails, or at its deadline,
+	// which is moved to now once the client's wait below is over; it
+	// ends that wait too.
+	go func() {
+		_, err := ub.Peek(1)
+		c.SetReadDeadline(time.Now())
+		upDone <- err
+	}()
+	_, clientErr := c.br.Peek(1)
+	up.SetReadDeadline(time.Now())
+	upErr := <-upDone
+	c.SetReadDeadline(time.Time{})
+	up.SetReadDeadline(time.Time{})
+	switch {
+	case ub.Buffered() > 0:
+		b, _ := ub.Peek(ub.Buffered())
+		if _, err := c.Conn.Write(b); err != nil {
+			closeRec.Error = "writing to the client: " + err.Error()
+			return false, false
+		}
+		closeRec.BytesIn = int64(len(b))
+		return true, false
+	case c.br.Buffered() > 0 && peekTLS(c.br):
+		closeRec.Error = fmt.Sprintf(lateRedecided, "a TLS ClientHello")
+		return false, true
+	case c.br.Buffered() > 0 && k.peekHTTP():
+		closeRec.Error = fmt.Sprintf(lateRedecided, "an HTTP request")
+		return false, true
+	case c.br.Buffered() > 0:
+		return true, false
+	case clientErr != nil && !isTimeout(clientErr):
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the client ended first")
+	case upErr != nil && !isTimeout(upErr):
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the upstream ended first")
+	default:
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the connection idled out")
+	}
+	return false, false
 }
 
 // capture is one captured connection: its client, where it was going
@@ -213,7 +319,7 @@ func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) 
 	s, c, start := k.s, k.c, k.start
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
+	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil }, nil)
 }
 
 // serveHTTP serves a redirected connection that speaks plain

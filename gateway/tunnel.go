@@ -49,7 +49,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	in := entry{door: doorConnect, kind: decisionlog.KindConnect, c: c, target: netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) })
+	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) }, nil)
 }
 
 // openTunnel writes o, the outcome of a tunnel (a CONNECT, proxied, or a
@@ -59,8 +59,11 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 // in HTTP at each step: 403, 429, 502 or 504, 200. A transparent client,
 // which does not know the gateway is there, gets its connection closed.
 // first are client bytes already read (a captured connection's
-// ClientHello), which an inspected tunnel reads first.
-func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error)) {
+// ClientHello), which an inspected tunnel reads first. await, when not
+// nil, is called once the upstream is dialed and before the relay, which
+// happens only when it returns true (a late captured connection: see
+// capture.awaitFirst).
+func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error), await func(up net.Conn, closeRec *decisionlog.Record) bool) {
 	if o.slot {
 		defer s.tunnels.release(c.client.Addr())
 	}
@@ -100,6 +103,9 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time
 			closeRec.Error = "writing to the client: " + err.Error()
 			return
 		}
+	}
+	if await != nil && !await(up, closeRec) {
+		return
 	}
 	closeRec.Status = http.StatusOK
 	relayerOf(s).relay(c, up, closeRec, check)
@@ -161,7 +167,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		if !halfClosed {
 			end.closeBoth()
 		}
-		closeRec.BytesIn = <-inDone
+		closeRec.BytesIn += <-inDone // after what the caller passed on before
 		end.closeBoth()
 		if panicked != "" {
 			closeRec.Error = panicked
