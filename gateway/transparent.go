@@ -135,8 +135,11 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 	t := netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, start: start}
 	o := s.pipe.run(ctx, &in)
-	noCheck := func(io.Reader) ([]byte, error) { return nil, nil }
-	s.openTunnel(ctx, c, &o, start, false, nil, noCheck, func(up net.Conn, closeRec *decisionlog.Record) bool {
+	// Relayed, the client's first bytes are checked as a CONNECT's are,
+	// however late they come: after the server's, a ClientHello must
+	// still name the target.
+	check := func(src io.Reader) ([]byte, error) { return checkSNI(c, src, k.host, &s.limits) }
+	s.openTunnel(ctx, c, &o, start, false, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
 		relay, again := k.awaitFirst(up, closeRec)
 		redo = again
 		return relay

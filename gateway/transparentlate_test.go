@@ -208,3 +208,112 @@ func TestTransparentLateServerFirst(t *testing.T) {
 		t.Fatalf("answer: %q %v", line, err)
 	}
 }
+
+// streamer is an upstream that speaks first and goes on speaking, a tick
+// every 20 ms, as a feed or a server-first protocol's keep-alive does; it
+// counts the bytes it is sent.
+func streamer(t *testing.T) (port netpolicy.Port, got *atomic.Int32) {
+	got = new(atomic.Int32)
+	ln := tcpServer(t, func(c net.Conn) {
+		defer c.Close()
+		go func() {
+			buf := make([]byte, 1)
+			for {
+				n, err := c.Read(buf)
+				got.Add(int32(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+		for {
+			if _, err := io.WriteString(c, "tick\n"); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	return netpolicy.Port(ln.Addr().(*net.TCPAddr).Port), got
+}
+
+// readTicks reads what a streamer sends for d, and fails if the
+// connection ends first.
+func readTicks(t *testing.T, br *bufio.Reader, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if line, err := br.ReadString('\n'); err != nil || line != "tick\n" {
+			t.Fatalf("the streaming upstream, before the client's first byte: %q %v", line, err)
+		}
+	}
+}
+
+// sendHello sends a ClientHello for name on c and waits for c's end.
+func sendHello(c net.Conn, name string) error {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return tls.Client(c, &tls.Config{ServerName: name, InsecureSkipVerify: true}).Handshake()
+}
+
+// TestConnectLateSNI: a CONNECT client that sends nothing for longer than
+// IdleTunnelTimeout while the upstream keeps the tunnel alive still has
+// its first bytes' server name checked; before, the check gave up at the
+// idle timeout and let the rest through unchecked.
+func TestConnectLateSNI(t *testing.T) {
+	port, got := streamer(t)
+	idle := 300 * time.Millisecond
+	g := startGatewayWith(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "stream", Host: "stream.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	), map[string]string{"stream.test": "127.0.0.1"}, func(c *serverConfig) { c.Limits.IdleTunnelTimeout = idle })
+	conn, br := connectRaw(t, g.addr, "stream.test:"+port.String())
+	readTicks(t, br, 3*idle)
+	if err := sendHello(conn, "evil.test"); err == nil {
+		t.Error("a handshake for evil.test through a tunnel to stream.test went through")
+	}
+	conn.Close()
+	if rec := waitClose(t, g, decisionlog.KindConnect); !hasReason(rec, reasonSNIMismatch) {
+		t.Errorf("close record %v, want a block, %s", rec, reasonSNIMismatch)
+	}
+	if n := got.Load(); n != 0 {
+		t.Errorf("the upstream got %d bytes of the ClientHello, want none", n)
+	}
+}
+
+// TestTransparentLateSNIAfterTheServer: on a captured connection where the
+// server spoke first, a ClientHello the client sends later, however late,
+// still has its server name checked.
+func TestTransparentLateSNIAfterTheServer(t *testing.T) {
+	port, got := streamer(t)
+	idle := 300 * time.Millisecond
+	g := startTransparent(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "stream", Host: "stream.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	), map[string]string{"stream.test": "127.0.0.1"}, func(c *serverConfig) { c.Limits.IdleTunnelTimeout = idle })
+	conn := g.dialLate(t, g.fake(t, "stream.test", port), "stream.test")
+	readTicks(t, bufio.NewReader(conn), 3*idle)
+	if err := sendHello(conn, "evil.test"); err == nil {
+		t.Error("a handshake for evil.test to stream.test's address went through")
+	}
+	conn.Close()
+	if rec := waitClose(t, g.testGateway, decisionlog.KindTransparent); !hasReason(rec, reasonSNIMismatch) {
+		t.Errorf("close record %v, want a block, %s", rec, reasonSNIMismatch)
+	}
+	if n := got.Load(); n != 0 {
+		t.Errorf("the upstream got %d bytes of the ClientHello, want none", n)
+	}
+}
+
+// waitClose waits for the close record of a tunnel of kind and returns
+// it.
+func waitClose(t *testing.T, g *testGateway, kind string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, r := range g.records(t) {
+			if r["event"] == decisionlog.EventClose && r["kind"] == kind {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no such close record in %v", g.records(t))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -186,6 +186,15 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		src = c.Conn
 	}
 	firstBytes, sniErr := first(src)
+	// No first byte within the idle timeout: while the upstream is
+	// sending, the tunnel is not idle, and the first bytes are still
+	// waited for, never let through unchecked.
+	for errors.Is(sniErr, errFirstIdle) && act.goOn(toUpstream, 0, r.idle) {
+		firstBytes, sniErr = first(src)
+	}
+	if errors.Is(sniErr, errFirstIdle) {
+		return // idled out
+	}
 	if sniErr != nil {
 		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
 		closeRec.Error = sniErr.Error()
@@ -293,6 +302,10 @@ func isResetError(err error) bool {
 
 var errSNIMismatch = errors.New(reasonSNIMismatch)
 
+// errFirstIdle is checkSNI's error when the client sent nothing within
+// Limits.IdleTunnelTimeout: relay waits again while the upstream sends.
+var errFirstIdle = errors.New("the client sent no byte within the idle timeout")
+
 // checkSNI waits for the client's first bytes, read from src (the
 // client's buffered reader, or the connection itself). When they start a
 // TLS handshake, it reads the whole ClientHello (however it is fragmented)
@@ -300,13 +313,18 @@ var errSNIMismatch = errors.New(reasonSNIMismatch)
 // errSNIMismatch; a ClientHello that cannot be parsed, or that does not
 // come whole within Limits.HeaderReadTimeout of its first byte, is refused
 // too, so that no name slips by unseen and no trickle holds the tunnel. It returns the bytes it consumed, which
-// the caller sends on. A client that closes or idles out before sending
-// anything returns no bytes and no error.
+// the caller sends on. A client that closes before sending anything
+// returns no bytes and no error; one that sends nothing within
+// Limits.IdleTunnelTimeout, errFirstIdle (the check is called again while
+// the tunnel is not idle).
 func checkSNI(c *conn, src io.Reader, host string, limits *Limits) ([]byte, error) {
 	c.SetReadDeadline(time.Now().Add(limits.IdleTunnelTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	var b [1]byte
 	if _, err := io.ReadFull(src, b[:]); err != nil {
+		if isTimeout(err) {
+			return nil, errFirstIdle
+		}
 		return nil, nil
 	}
 	if b[0] != 0x16 { // 0x16: a TLS handshake record
