@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -315,5 +316,46 @@ func waitClose(t *testing.T, g *testGateway, kind string) map[string]any {
 			t.Fatalf("no such close record in %v", g.records(t))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTransparentLateInspected: a late ClientHello for a host the policy
+// inspects is inspected, as on time: its requests are decided and logged
+// one by one, never relayed in a tunnel the gateway cannot read.
+func TestTransparentLateInspected(t *testing.T) {
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "upstream "+r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	ca, err := NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upRoots, caRoots := x509.NewCertPool(), x509.NewCertPool()
+	upRoots.AddCert(up.Certificate())
+	caRoots.AddCert(ca.Certificate())
+	g := startTransparent(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "ex", Host: "example.com", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow, Inspect: true},
+	), map[string]string{"example.com": "127.0.0.1"}, func(c *serverConfig) { c.CA, c.UpstreamRoots = ca, upRoots })
+	tc := tls.Client(g.dialLate(t, g.fake(t, "example.com", port), "example.com"), &tls.Config{ServerName: "example.com", RootCAs: caRoots})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("a late handshake with the gateway's CA trusted: %v (relayed uninspected?)", err)
+	}
+	io.WriteString(tc, "GET /x HTTP/1.1\r\nHost: example.com:"+port.String()+"\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a late inspected request: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	g.waitTransparent(t, "the inspected tunnel", func(r map[string]any) bool {
+		return r["host"] == "example.com" && strings.HasPrefix(r["reason"].(string), "inspected")
+	})
+	var inspected bool
+	for _, r := range g.records(t) {
+		inspected = inspected || r["event"] == decisionlog.EventDecision && r["kind"] == decisionlog.KindHTTPS && r["method"] == "GET" && r["path"] == "/x"
+	}
+	if !inspected {
+		t.Errorf("no record of the inspected GET /x in %v", g.records(t))
 	}
 }
