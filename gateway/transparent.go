@@ -32,8 +32,13 @@ import (
 //   - plain HTTP/1.x is served like the forward proxy, request by request,
 //     so methods and path rules apply and a block is the proxy's 403; a
 //     Host header that names another host than the target is blocked;
-//   - anything else, or nothing (a protocol where the server speaks
-//     first), is decided by the target and port alone.
+//   - anything else is decided by the target and port alone;
+//   - nothing: the connection is decided by the target and port and
+//     dialed, and the first bytes of either side are waited for
+//     (awaitFirst). A protocol where the server speaks first is relayed;
+//     a late ClientHello or HTTP request closes the upstream connection
+//     and is decided as if it had come in time, so that a client gains
+//     nothing by waiting.
 
 // reasonHostMismatch starts the reason of a transparent request whose
 // Host header names another host than the connection's target.
@@ -181,7 +186,9 @@ func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, 
 	// ends that wait too.
 	go func() {
 		_, err := ub.Peek(1)
-		c.SetReadDeadline(time.Now())
+		// The socket's own deadline: c remembers the deadlines its
+		// serving goroutine sets, and this one is not.
+		c.Conn.SetReadDeadline(time.Now())
 		upDone <- err
 	}()
 	_, clientErr := c.br.Peek(1)
