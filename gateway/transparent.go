@@ -100,9 +100,6 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 		if !k.tunnelLate(ctx) {
 			return
 		}
-		// Late bytes that the first-bytes checks read are served as if
-		// they had come now, on time.
-		k.start = time.Now()
 	}
 	k.serveFirstBytes(ctx)
 }
@@ -140,13 +137,21 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 	t := netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, start: start}
 	o := s.pipe.run(ctx, &in)
-	// Relayed, the client's first bytes are checked as a CONNECT's are,
-	// however late they come: after the server's, a ClientHello must
-	// still name the target.
-	check := func(src io.Reader) ([]byte, error) { return checkSNI(c, src, k.host, &s.limits) }
+	// Relayed, the client's first bytes are checked however late they
+	// come: after the server's, a ClientHello must still name the target
+	// (as a CONNECT's); before, they are watched as on time (tokenWatch).
+	w := &tokenWatch{k: k}
+	serverFirst := false
+	check := func(src io.Reader) ([]byte, error) {
+		if serverFirst {
+			return checkSNI(c, src, k.host, &s.limits)
+		}
+		return w.check(src)
+	}
 	s.openTunnel(ctx, c, &o, start, false, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		w.up = up
 		relay, again := k.awaitFirst(up, closeRec)
-		redo = again
+		redo, serverFirst = again, relay && closeRec.BytesIn > 0
 		return relay
 	})
 	return redo
@@ -192,6 +197,10 @@ func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, 
 		upDone <- err
 	}()
 	_, clientErr := c.br.Peek(1)
+	if clientErr == nil {
+		// Late bytes are served as if they had come now, on time.
+		k.start = time.Now()
+	}
 	up.SetReadDeadline(time.Now())
 	upErr := <-upDone
 	c.SetReadDeadline(time.Time{})
@@ -247,10 +256,10 @@ func peekTLS(br *bufio.Reader) bool {
 // request line in one write, so what is buffered nearly always tells; a
 // token still unfinished there is waited for at most
 // Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
-// look like a token is held up no longer than one that sends nothing.
+// look like a token is held up no longer than one that sends nothing
+// (the relay then watches the rest of the token: tokenWatch).
 func (k *capture) peekHTTP() bool {
 	c := k.c
-	const maxMethod = 20
 	defer c.SetReadDeadline(time.Time{})
 	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
 	for n := 1; n <= maxMethod+1; n++ {
@@ -266,6 +275,59 @@ func (k *capture) peekHTTP() bool {
 		}
 	}
 	return false
+}
+
+// maxMethod is the longest method a captured request line may start
+// with.
+const maxMethod = 20
+
+// reasonTrickledRequest is the reason of a relayed captured connection
+// cut off by tokenWatch.
+const reasonTrickledRequest = "an HTTP request line came a byte at a time, past the wait for the first bytes: it cannot be decided request by request, so the connection is closed"
+
+var errTrickledRequest = errors.New(reasonTrickledRequest)
+
+// tokenWatch checks the first bytes of a captured connection relayed as
+// neither TLS nor HTTP, however late they come: a ClientHello must name
+// the target (checkSNI), and a method token that ends in a space (an HTTP
+// request line sent slowly enough that peekHTTP did not see it whole)
+// ends the connection, errTrickledRequest, before the space goes upstream.
+// The token's bytes go upstream one by one as they come, so that a
+// protocol whose first message is a bare word is answered. up is set
+// once the upstream is dialed.
+type tokenWatch struct {
+	k  *capture
+	up net.Conn
+	n  int // token bytes sent upstream so far
+}
+
+// check is the relay's first-bytes check (see relay); it is called again
+// after errFirstIdle while the tunnel is not idle.
+func (w *tokenWatch) check(src io.Reader) ([]byte, error) {
+	c, limits := w.k.c, &w.k.s.limits
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		c.SetReadDeadline(time.Now().Add(limits.IdleTunnelTimeout))
+		var b [1]byte
+		if _, err := io.ReadFull(src, b[:]); err != nil {
+			if isTimeout(err) {
+				return nil, errFirstIdle
+			}
+			return nil, nil
+		}
+		switch ch := b[0]; {
+		case w.n == 0 && ch == 0x16:
+			return checkHello(c, ch, src, w.k.host, limits)
+		case ch == ' ' && w.n > 0:
+			return nil, errTrickledRequest
+		case !isTokenChar(ch) || w.n == maxMethod:
+			return b[:], nil
+		}
+		if _, err := w.up.Write(b[:]); err != nil {
+			return nil, nil // the relay finds the upstream gone
+		}
+		w.n++
+	}
 }
 
 // isTokenChar reports whether c may appear in an HTTP token (RFC 9110
@@ -329,7 +391,15 @@ func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) 
 	s, c, start := k.s, k.c, k.start
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil }, nil)
+	if len(first) > 0 {
+		s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil }, nil)
+		return
+	}
+	w := &tokenWatch{k: k}
+	s.openTunnel(ctx, c, &o, start, false, nil, w.check, func(up net.Conn, _ *decisionlog.Record) bool {
+		w.up = up
+		return true
+	})
 }
 
 // serveHTTP serves a redirected connection that speaks plain

@@ -359,3 +359,64 @@ func TestTransparentLateInspected(t *testing.T) {
 		t.Errorf("no record of the inspected GET /x in %v", g.records(t))
 	}
 }
+
+// TestTransparentTrickledMethod: a request line whose method comes a byte
+// at a time, past the wait for the first bytes, cannot be decided request
+// by request: the connection is closed, on time and late, and the upstream
+// gets no request. A protocol whose first message is a bare word still
+// has it answered.
+func TestTransparentTrickledMethod(t *testing.T) {
+	var served atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		io.WriteString(w, "served "+r.Host)
+	}))
+	t.Cleanup(up.Close)
+	port := portOf(t, up)
+	echo := tcpServer(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
+	echoPort := netpolicy.Port(echo.Addr().(*net.TCPAddr).Port)
+	g := startTransparent(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "api", Host: "api.test", Ports: []netpolicy.Port{port, echoPort}, Action: netpolicy.Allow},
+	), map[string]string{"api.test": "127.0.0.1", "other.test": "127.0.0.1"})
+	wait := 3 * g.srv.limits.FirstBytesTimeout
+	for _, late := range []bool{false, true} {
+		mark := ringMark(g.ring)
+		dst := g.fake(t, "api.test", port)
+		var c net.Conn
+		if late {
+			c = g.dialLate(t, dst, "api.test")
+		} else {
+			c = g.dial(t, dst)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+		}
+		io.WriteString(c, "G")
+		time.Sleep(wait)
+		io.WriteString(c, "ET /x HTTP/1.1\r\nHost: other.test:"+port.String()+"\r\n\r\n")
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+			t.Errorf("late %v: a trickled GET for other.test was answered %d, want the connection closed", late, resp.StatusCode)
+		}
+		var rec map[string]any
+		for deadline := time.Now().Add(5 * time.Second); rec == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			for _, r := range g.records(t) {
+				if seq, _ := r["seq"].(float64); uint64(seq) > mark && r["event"] == decisionlog.EventClose && r["upstream"] != nil && r["status"] == 200.0 {
+					rec = r
+				}
+			}
+		}
+		if rec == nil || !hasReason(rec, reasonTrickledRequest) {
+			t.Errorf("late %v: close record %v, want a block, %s", late, rec, reasonTrickledRequest)
+		}
+	}
+	if n := served.Load(); n != 0 {
+		t.Errorf("the upstream served %d requests, want none", n)
+	}
+
+	// A bare word, then a wait for the answer.
+	c := g.dial(t, g.fake(t, "api.test", echoPort))
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("a bare word: %q %v", buf, err)
+	}
+}

@@ -330,6 +330,14 @@ func checkSNI(c *conn, src io.Reader, host string, limits *Limits) ([]byte, erro
 	if b[0] != 0x16 { // 0x16: a TLS handshake record
 		return b[:], nil
 	}
+	return checkHello(c, b[0], src, host, limits)
+}
+
+// checkHello is checkSNI once the first byte, first, has been read and
+// starts a TLS handshake record: the rest of the ClientHello comes from
+// src.
+func checkHello(c *conn, first byte, src io.Reader, host string, limits *Limits) ([]byte, error) {
+	b := [1]byte{first}
 	// The tunnel may idle before its first byte, but once a ClientHello
 	// has begun it is a head like a request's: the whole of it must come
 	// within HeaderReadTimeout of its first byte, whatever the pace.
