@@ -149,7 +149,7 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 		return w.check(src)
 	}
 	s.openTunnel(ctx, c, &o, start, false, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
-		w.up = up
+		w.up, w.rec = up, closeRec
 		relay, again := k.awaitFirst(up, closeRec)
 		redo, serverFirst = again, relay && closeRec.BytesIn > 0
 		return relay
@@ -296,9 +296,10 @@ var errTrickledRequest = errors.New(reasonTrickledRequest)
 // protocol whose first message is a bare word is answered. up is set
 // once the upstream is dialed.
 type tokenWatch struct {
-	k  *capture
-	up net.Conn
-	n  int // token bytes sent upstream so far
+	k   *capture
+	up  net.Conn
+	rec *decisionlog.Record // the close record, which counts what is sent
+	n   int                 // token bytes sent upstream so far
 }
 
 // check is the relay's first-bytes check (see relay); it is called again
@@ -327,6 +328,7 @@ func (w *tokenWatch) check(src io.Reader) ([]byte, error) {
 			return nil, nil // the relay finds the upstream gone
 		}
 		w.n++
+		w.rec.BytesOut++
 	}
 }
 
@@ -396,8 +398,8 @@ func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) 
 		return
 	}
 	w := &tokenWatch{k: k}
-	s.openTunnel(ctx, c, &o, start, false, nil, w.check, func(up net.Conn, _ *decisionlog.Record) bool {
-		w.up = up
+	s.openTunnel(ctx, c, &o, start, false, nil, w.check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		w.up, w.rec = up, closeRec
 		return true
 	})
 }

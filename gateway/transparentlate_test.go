@@ -270,7 +270,7 @@ func TestConnectLateSNI(t *testing.T) {
 		t.Error("a handshake for evil.test through a tunnel to stream.test went through")
 	}
 	conn.Close()
-	if rec := waitClose(t, g, decisionlog.KindConnect); !hasReason(rec, reasonSNIMismatch) {
+	if rec := waitClose(t, g, decisionlog.KindConnect, port); !hasReason(rec, reasonSNIMismatch) {
 		t.Errorf("close record %v, want a block, %s", rec, reasonSNIMismatch)
 	}
 	if n := got.Load(); n != 0 {
@@ -293,7 +293,7 @@ func TestTransparentLateSNIAfterTheServer(t *testing.T) {
 		t.Error("a handshake for evil.test to stream.test's address went through")
 	}
 	conn.Close()
-	if rec := waitClose(t, g.testGateway, decisionlog.KindTransparent); !hasReason(rec, reasonSNIMismatch) {
+	if rec := waitClose(t, g.testGateway, decisionlog.KindTransparent, port); !hasReason(rec, reasonSNIMismatch) {
 		t.Errorf("close record %v, want a block, %s", rec, reasonSNIMismatch)
 	}
 	if n := got.Load(); n != 0 {
@@ -301,14 +301,14 @@ func TestTransparentLateSNIAfterTheServer(t *testing.T) {
 	}
 }
 
-// waitClose waits for the close record of a tunnel of kind and returns
-// it.
-func waitClose(t *testing.T, g *testGateway, kind string) map[string]any {
+// waitClose waits for the close record of a tunnel of kind to port and
+// returns it.
+func waitClose(t *testing.T, g *testGateway, kind string, port netpolicy.Port) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		for _, r := range g.records(t) {
-			if r["event"] == decisionlog.EventClose && r["kind"] == kind {
+			if r["event"] == decisionlog.EventClose && r["kind"] == kind && r["port"] == float64(port) {
 				return r
 			}
 		}
@@ -418,5 +418,9 @@ func TestTransparentTrickledMethod(t *testing.T) {
 	buf := make([]byte, 4)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
 		t.Errorf("a bare word: %q %v", buf, err)
+	}
+	c.Close()
+	if rec := waitClose(t, g.testGateway, decisionlog.KindTransparent, echoPort); rec["bytes_out"] != 4.0 || rec["bytes_in"] != 4.0 {
+		t.Errorf("the bare word's close record: %v, want 4 bytes each way", rec)
 	}
 }

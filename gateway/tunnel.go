@@ -205,7 +205,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		n, err := up.Write(firstBytes)
 		out += int64(n)
 		if err != nil {
-			closeRec.BytesOut = out
+			closeRec.BytesOut += out
 			return
 		}
 	}
@@ -218,7 +218,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	}
 	c.releaseReader() // the rest is copied from the connection itself
 	n, err := r.copyIdle(up, c.Conn, act, toUpstream)
-	closeRec.BytesOut = out + n
+	closeRec.BytesOut += out + n // after what first sent on itself
 	halfClosed = end.direction(toUpstream, err, act)
 }
 
