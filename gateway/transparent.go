@@ -32,8 +32,13 @@ import (
 //   - plain HTTP/1.x is served like the forward proxy, request by request,
 //     so methods and path rules apply and a block is the proxy's 403; a
 //     Host header that names another host than the target is blocked;
-//   - anything else, or nothing (a protocol where the server speaks
-//     first), is decided by the target and port alone.
+//   - anything else is decided by the target and port alone;
+//   - nothing: the connection is decided by the target and port and
+//     dialed, and the first bytes of either side are waited for
+//     (awaitFirst). A protocol where the server speaks first is relayed;
+//     a late ClientHello or HTTP request closes the upstream connection
+//     and is decided as if it had come in time, so that a client gains
+//     nothing by waiting.
 
 // reasonHostMismatch starts the reason of a transparent request whose
 // Host header names another host than the connection's target.
@@ -89,22 +94,142 @@ func (s *Server) serveTransparent(ctx context.Context, nc net.Conn, origDst func
 	nc.SetReadDeadline(time.Now().Add(s.limits.FirstBytesTimeout))
 	_, peekErr := c.br.Peek(1)
 	nc.SetReadDeadline(time.Time{})
+	if peekErr != nil {
+		// Nothing yet: the server speaks first, the client is late, or
+		// it left.
+		if !k.tunnelLate(ctx) {
+			return
+		}
+	}
+	k.serveFirstBytes(ctx)
+}
+
+// serveFirstBytes decides and serves a captured connection by the
+// client's first bytes, buffered: a TLS ClientHello, an HTTP/1.x request,
+// or anything else, relayed as decided by the target and port.
+func (k *capture) serveFirstBytes(ctx context.Context) {
+	s, c := k.s, k.c
 	switch {
-	case peekErr != nil:
-		// Nothing yet: the server speaks first, or the client left.
 	case peekTLS(c.br):
-		// The whole ClientHello within HeaderReadTimeout of the accept,
-		// as a request's head.
-		nc.SetReadDeadline(start.Add(s.limits.HeaderReadTimeout))
+		// The whole ClientHello within HeaderReadTimeout of the accept
+		// (or of the late bytes' coming), as a request's head.
+		c.SetReadDeadline(k.start.Add(s.limits.HeaderReadTimeout))
 		hello, sni, err := readClientHello(c.br)
-		nc.SetReadDeadline(time.Time{})
+		c.SetReadDeadline(time.Time{})
 		k.serveTLS(ctx, hello, sni, err)
 		return
 	case k.peekHTTP():
 		k.serveHTTP(ctx)
 		return
 	}
-	k.tunnel(ctx, netpolicy.Target{Host: host, Port: dst.Port(), Method: http.MethodConnect}, nil)
+	k.tunnel(ctx, netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}, nil)
+}
+
+// tunnelLate serves a captured connection whose client sent nothing within
+// Limits.FirstBytesTimeout: it is decided by its target and port alone
+// and, when allowed, dialed; then the gateway waits for the first bytes of
+// either side (awaitFirst). It reports whether the client's bytes came
+// first and are to be decided as if they had come on time (the upstream
+// connection, which was sent nothing, is then closed), so that a program
+// that waits before it sends gets the checks of one that does not.
+func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
+	s, c, start := k.s, k.c, k.start
+	t := netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}
+	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, start: start}
+	o := s.pipe.run(ctx, &in)
+	// Relayed, the client's first bytes are checked however late they
+	// come: after the server's, a ClientHello must still name the target
+	// (as a CONNECT's); before, they are watched as on time (tokenWatch).
+	w := &tokenWatch{k: k}
+	serverFirst := false
+	check := func(src io.Reader) ([]byte, error) {
+		if serverFirst {
+			return checkSNI(c, src, k.host, &s.limits)
+		}
+		return w.check(src)
+	}
+	s.openTunnel(ctx, c, &o, start, false, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		w.up, w.rec = up, closeRec
+		relay, again := k.awaitFirst(up, closeRec)
+		redo, serverFirst = again, relay && closeRec.BytesIn > 0
+		return relay
+	})
+	return redo
+}
+
+// Why a late captured connection was not relayed (its close record's
+// error).
+const (
+	lateRedecided = "the client's first bytes came after the first-bytes wait and are %s: the upstream connection, which had sent nothing, was closed, and they are decided as if on time"
+	lateNoBytes   = "neither side sent a byte: %s"
+)
+
+// awaitFirst waits, once a late connection's upstream is dialed (up), for
+// the first bytes of either side, at most Limits.IdleTunnelTimeout, and
+// reports whether to relay the connection, and whether to decide it again
+// by the client's bytes (redo):
+//   - the upstream's first (a protocol where the server speaks first):
+//     they are passed to the client, and the connection is relayed as
+//     decided by target and port, as when they come on time;
+//   - the client's, a TLS ClientHello or an HTTP request line: the
+//     upstream, which has been sent nothing, is closed and the bytes are
+//     decided as if on time (redo), so that the server name, the Host and
+//     each request's method and path are checked as on time;
+//   - the client's, anything else: relayed, as on time;
+//   - neither, a side having ended or the wait idled out: closed.
+//
+// closeRec's error says why when it is not relayed.
+func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, redo bool) {
+	c := k.c
+	deadline := time.Now().Add(k.s.limits.IdleTunnelTimeout)
+	c.SetReadDeadline(deadline)
+	up.SetReadDeadline(deadline)
+	ub := bufio.NewReaderSize(up, 16)
+	upDone := make(chan error, 1)
+	// Ends when the upstream sends, ends or fails, or at its deadline,
+	// which is moved to now once the client's wait below is over; it
+	// ends that wait too.
+	go func() {
+		_, err := ub.Peek(1)
+		// The socket's own deadline: c remembers the deadlines its
+		// serving goroutine sets, and this one is not.
+		c.Conn.SetReadDeadline(time.Now())
+		upDone <- err
+	}()
+	_, clientErr := c.br.Peek(1)
+	if clientErr == nil {
+		// Late bytes are served as if they had come now, on time.
+		k.start = time.Now()
+	}
+	up.SetReadDeadline(time.Now())
+	upErr := <-upDone
+	c.SetReadDeadline(time.Time{})
+	up.SetReadDeadline(time.Time{})
+	switch {
+	case ub.Buffered() > 0:
+		b, _ := ub.Peek(ub.Buffered())
+		if _, err := c.Conn.Write(b); err != nil {
+			closeRec.Error = "writing to the client: " + err.Error()
+			return false, false
+		}
+		closeRec.BytesIn = int64(len(b))
+		return true, false
+	case c.br.Buffered() > 0 && peekTLS(c.br):
+		closeRec.Error = fmt.Sprintf(lateRedecided, "a TLS ClientHello")
+		return false, true
+	case c.br.Buffered() > 0 && k.peekHTTP():
+		closeRec.Error = fmt.Sprintf(lateRedecided, "an HTTP request")
+		return false, true
+	case c.br.Buffered() > 0:
+		return true, false
+	case clientErr != nil && !isTimeout(clientErr):
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the client ended first")
+	case upErr != nil && !isTimeout(upErr):
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the upstream ended first")
+	default:
+		closeRec.Error = fmt.Sprintf(lateNoBytes, "the connection idled out")
+	}
+	return false, false
 }
 
 // capture is one captured connection: its client, where it was going
@@ -131,10 +256,10 @@ func peekTLS(br *bufio.Reader) bool {
 // request line in one write, so what is buffered nearly always tells; a
 // token still unfinished there is waited for at most
 // Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
-// look like a token is held up no longer than one that sends nothing.
+// look like a token is held up no longer than one that sends nothing
+// (the relay then watches the rest of the token: tokenWatch).
 func (k *capture) peekHTTP() bool {
 	c := k.c
-	const maxMethod = 20
 	defer c.SetReadDeadline(time.Time{})
 	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
 	for n := 1; n <= maxMethod+1; n++ {
@@ -150,6 +275,61 @@ func (k *capture) peekHTTP() bool {
 		}
 	}
 	return false
+}
+
+// maxMethod is the longest method a captured request line may start
+// with.
+const maxMethod = 20
+
+// reasonTrickledRequest is the reason of a relayed captured connection
+// cut off by tokenWatch.
+const reasonTrickledRequest = "an HTTP request line came a byte at a time, past the wait for the first bytes: it cannot be decided request by request, so the connection is closed"
+
+var errTrickledRequest = errors.New(reasonTrickledRequest)
+
+// tokenWatch checks the first bytes of a captured connection relayed as
+// neither TLS nor HTTP, however late they come: a ClientHello must name
+// the target (checkSNI), and a method token that ends in a space (an HTTP
+// request line sent slowly enough that peekHTTP did not see it whole)
+// ends the connection, errTrickledRequest, before the space goes upstream.
+// The token's bytes go upstream one by one as they come, so that a
+// protocol whose first message is a bare word is answered. up is set
+// once the upstream is dialed.
+type tokenWatch struct {
+	k   *capture
+	up  net.Conn
+	rec *decisionlog.Record // the close record, which counts what is sent
+	n   int                 // token bytes sent upstream so far
+}
+
+// check is the relay's first-bytes check (see relay); it is called again
+// after errFirstIdle while the tunnel is not idle.
+func (w *tokenWatch) check(src io.Reader) ([]byte, error) {
+	c, limits := w.k.c, &w.k.s.limits
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		c.SetReadDeadline(time.Now().Add(limits.IdleTunnelTimeout))
+		var b [1]byte
+		if _, err := io.ReadFull(src, b[:]); err != nil {
+			if isTimeout(err) {
+				return nil, errFirstIdle
+			}
+			return nil, nil
+		}
+		switch ch := b[0]; {
+		case w.n == 0 && ch == 0x16:
+			return checkHello(c, ch, src, w.k.host, limits)
+		case ch == ' ' && w.n > 0:
+			return nil, errTrickledRequest
+		case !isTokenChar(ch) || w.n == maxMethod:
+			return b[:], nil
+		}
+		if _, err := w.up.Write(b[:]); err != nil {
+			return nil, nil // the relay finds the upstream gone
+		}
+		w.n++
+		w.rec.BytesOut++
+	}
 }
 
 // isTokenChar reports whether c may appear in an HTTP token (RFC 9110
@@ -213,7 +393,15 @@ func (k *capture) tunnel(ctx context.Context, t netpolicy.Target, first []byte) 
 	s, c, start := k.s, k.c, k.start
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, hello: len(first) > 0 && first[0] == 0x16, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil })
+	if len(first) > 0 {
+		s.openTunnel(ctx, c, &o, start, false, first, func(io.Reader) ([]byte, error) { return first, nil }, nil)
+		return
+	}
+	w := &tokenWatch{k: k}
+	s.openTunnel(ctx, c, &o, start, false, nil, w.check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		w.up, w.rec = up, closeRec
+		return true
+	})
 }
 
 // serveHTTP serves a redirected connection that speaks plain

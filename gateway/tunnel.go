@@ -49,7 +49,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	in := entry{door: doorConnect, kind: decisionlog.KindConnect, c: c, target: netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) })
+	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) }, nil)
 }
 
 // openTunnel writes o, the outcome of a tunnel (a CONNECT, proxied, or a
@@ -59,8 +59,11 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 // in HTTP at each step: 403, 429, 502 or 504, 200. A transparent client,
 // which does not know the gateway is there, gets its connection closed.
 // first are client bytes already read (a captured connection's
-// ClientHello), which an inspected tunnel reads first.
-func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error)) {
+// ClientHello), which an inspected tunnel reads first. await, when not
+// nil, is called once the upstream is dialed and before the relay, which
+// happens only when it returns true (a late captured connection: see
+// capture.awaitFirst).
+func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time.Time, proxied bool, first []byte, check func(src io.Reader) ([]byte, error), await func(up net.Conn, closeRec *decisionlog.Record) bool) {
 	if o.slot {
 		defer s.tunnels.release(c.client.Addr())
 	}
@@ -100,6 +103,9 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time
 			closeRec.Error = "writing to the client: " + err.Error()
 			return
 		}
+	}
+	if await != nil && !await(up, closeRec) {
+		return
 	}
 	closeRec.Status = http.StatusOK
 	relayerOf(s).relay(c, up, closeRec, check)
@@ -161,7 +167,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		if !halfClosed {
 			end.closeBoth()
 		}
-		closeRec.BytesIn = <-inDone
+		closeRec.BytesIn += <-inDone // after what the caller passed on before
 		end.closeBoth()
 		if panicked != "" {
 			closeRec.Error = panicked
@@ -180,6 +186,15 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		src = c.Conn
 	}
 	firstBytes, sniErr := first(src)
+	// No first byte within the idle timeout: while the upstream is
+	// sending, the tunnel is not idle, and the first bytes are still
+	// waited for, never let through unchecked.
+	for errors.Is(sniErr, errFirstIdle) && act.goOn(toUpstream, 0, r.idle) {
+		firstBytes, sniErr = first(src)
+	}
+	if errors.Is(sniErr, errFirstIdle) {
+		return // idled out
+	}
 	if sniErr != nil {
 		closeRec.Action, closeRec.Rule, closeRec.Reason, closeRec.Enforced = string(netpolicy.Block), netpolicy.RuleInvalid, sniErr.Error(), true
 		closeRec.Error = sniErr.Error()
@@ -190,7 +205,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 		n, err := up.Write(firstBytes)
 		out += int64(n)
 		if err != nil {
-			closeRec.BytesOut = out
+			closeRec.BytesOut += out
 			return
 		}
 	}
@@ -203,7 +218,7 @@ func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first
 	}
 	c.releaseReader() // the rest is copied from the connection itself
 	n, err := r.copyIdle(up, c.Conn, act, toUpstream)
-	closeRec.BytesOut = out + n
+	closeRec.BytesOut += out + n // after what first sent on itself
 	halfClosed = end.direction(toUpstream, err, act)
 }
 
@@ -287,6 +302,10 @@ func isResetError(err error) bool {
 
 var errSNIMismatch = errors.New(reasonSNIMismatch)
 
+// errFirstIdle is checkSNI's error when the client sent nothing within
+// Limits.IdleTunnelTimeout: relay waits again while the upstream sends.
+var errFirstIdle = errors.New("the client sent no byte within the idle timeout")
+
 // checkSNI waits for the client's first bytes, read from src (the
 // client's buffered reader, or the connection itself). When they start a
 // TLS handshake, it reads the whole ClientHello (however it is fragmented)
@@ -294,18 +313,31 @@ var errSNIMismatch = errors.New(reasonSNIMismatch)
 // errSNIMismatch; a ClientHello that cannot be parsed, or that does not
 // come whole within Limits.HeaderReadTimeout of its first byte, is refused
 // too, so that no name slips by unseen and no trickle holds the tunnel. It returns the bytes it consumed, which
-// the caller sends on. A client that closes or idles out before sending
-// anything returns no bytes and no error.
+// the caller sends on. A client that closes before sending anything
+// returns no bytes and no error; one that sends nothing within
+// Limits.IdleTunnelTimeout, errFirstIdle (the check is called again while
+// the tunnel is not idle).
 func checkSNI(c *conn, src io.Reader, host string, limits *Limits) ([]byte, error) {
 	c.SetReadDeadline(time.Now().Add(limits.IdleTunnelTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	var b [1]byte
 	if _, err := io.ReadFull(src, b[:]); err != nil {
+		if isTimeout(err) {
+			return nil, errFirstIdle
+		}
 		return nil, nil
 	}
 	if b[0] != 0x16 { // 0x16: a TLS handshake record
 		return b[:], nil
 	}
+	return checkHello(c, b[0], src, host, limits)
+}
+
+// checkHello is checkSNI once the first byte, first, has been read and
+// starts a TLS handshake record: the rest of the ClientHello comes from
+// src.
+func checkHello(c *conn, first byte, src io.Reader, host string, limits *Limits) ([]byte, error) {
+	b := [1]byte{first}
 	// The tunnel may idle before its first byte, but once a ClientHello
 	// has begun it is a head like a request's: the whole of it must come
 	// within HeaderReadTimeout of its first byte, whatever the pace.

@@ -210,6 +210,7 @@ rules:
   - {id: tls, host: tls.test, ports: [8443], action: allow}
   - {id: raw, host: echo.test, ports: [2222], action: allow}
   - {id: banner, host: banner.test, ports: [2223], action: allow}
+  - {id: late, host: late.test, ports: [8080], action: allow}
 `
 
 // TestPrivilegedCapture runs programs that ignore HTTP_PROXY in a sandbox
@@ -238,6 +239,7 @@ echo "dns-tcp-any: $(/t/probe dns tcp 10.214.255.53:53 echo.test)"
 echo "dns-blocked: $(/t/probe dns udp $GW:53 secret-data.blocked.test)"
 echo "raw: $( (echo ping-raw; sleep 1) | busybox nc -w 3 echo.test 2222)"
 echo "banner: $(sleep 1 | busybox nc -w 3 banner.test 2223)"
+echo "late-host: $( (sleep 1; printf 'GET / HTTP/1.1\r\nHost: http.test:8080\r\nConnection: close\r\n\r\n'; sleep 2) | busybox nc -w 3 late.test 8080 | head -n 1 | tr -d '\r')"
 echo "udp: $(/t/probe udpflood %[1]s:9999 3)"
 echo "udp-once: $(/t/probe udponce %[1]s:9998)"
 `, up.Addr)
@@ -312,6 +314,16 @@ fi
 			}
 			if out["banner"] != "BANNER-FIRST" {
 				t.Errorf("a server that speaks first: %q", out["banner"])
+			}
+			// A request sent a second after the connection, past the
+			// wait for the first bytes, is checked as one on time.
+			if out["late-host"] != "HTTP/1.1 403 Forbidden" {
+				t.Errorf("a late request naming another host: %q, want 403", out["late-host"])
+			}
+			if findRecord(recs, func(r map[string]any) bool {
+				return r["kind"] == "transparent" && r["host"] == "late.test" && strings.HasPrefix(r["reason"].(string), "host mismatch")
+			}) == nil {
+				t.Errorf("no host mismatch record of the late request")
 			}
 			if r := findRecord(recs, func(r map[string]any) bool {
 				return r["kind"] == "transparent" && r["host"] == "echo.test" && r["port"] == 2222.0
