@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,7 +374,19 @@ func TestGuard(t *testing.T) {
 }
 
 func TestConnectVerdictsAndSNI(t *testing.T) {
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	// The upstream notes every server name a ClientHello that reached it
+	// asked for: a tunnel that let a mismatched one through is seen here,
+	// whatever the client made of the answer.
+	var namesMu sync.Mutex
+	var names []string
+	up.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		namesMu.Lock()
+		names = append(names, h.ServerName)
+		namesMu.Unlock()
+		return nil, nil
+	}}
+	up.StartTLS()
 	defer up.Close()
 	port := portOf(t, up)
 	g := startGateway(t, loopbackPolicy(netpolicy.Block,
@@ -436,6 +449,14 @@ func TestConnectVerdictsAndSNI(t *testing.T) {
 	}
 	if closeRec == nil || closeRec["action"] != "block" || closeRec["enforced"] != true {
 		t.Errorf("SNI mismatch: close record %v, want action block, reason sni mismatch", closeRec)
+	}
+	namesMu.Lock()
+	defer namesMu.Unlock()
+	if slices.Contains(names, "evil.test") {
+		t.Errorf("the upstream got a ClientHello for evil.test through a tunnel to example.com (server names it saw: %q)", names)
+	}
+	if !slices.Contains(names, "example.com") {
+		t.Errorf("the upstream saw no ClientHello for example.com (%q): it cannot tell what reached it", names)
 	}
 }
 
