@@ -728,7 +728,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end the response as failed: HTTP/1.1 closes the connection
 		// without the last chunk, HTTP/2 resets the stream. The deferred
 		// close record and releases run as the panic unwinds.
-		closeRec.Error = "relaying the response: " + s.secrets.Redact(upstreamBodyError(rerr))
+		closeRec.Error = "relaying the response: " + withoutHeaderValues(s.secrets.Redact(upstreamBodyError(rerr)), out.Header)
 		panic(http.ErrAbortHandler)
 	}
 	if sc != nil {
