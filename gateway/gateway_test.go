@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,7 +374,19 @@ func TestGuard(t *testing.T) {
 }
 
 func TestConnectVerdictsAndSNI(t *testing.T) {
-	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secure") }))
+	// The upstream notes every server name a ClientHello that reached it
+	// asked for: a tunnel that let a mismatched one through is seen here,
+	// whatever the client made of the answer.
+	var namesMu sync.Mutex
+	var names []string
+	up.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		namesMu.Lock()
+		names = append(names, h.ServerName)
+		namesMu.Unlock()
+		return nil, nil
+	}}
+	up.StartTLS()
 	defer up.Close()
 	port := portOf(t, up)
 	g := startGateway(t, loopbackPolicy(netpolicy.Block,
@@ -436,6 +449,14 @@ func TestConnectVerdictsAndSNI(t *testing.T) {
 	}
 	if closeRec == nil || closeRec["action"] != "block" || closeRec["enforced"] != true {
 		t.Errorf("SNI mismatch: close record %v, want action block, reason sni mismatch", closeRec)
+	}
+	namesMu.Lock()
+	defer namesMu.Unlock()
+	if slices.Contains(names, "evil.test") {
+		t.Errorf("the upstream got a ClientHello for evil.test through a tunnel to example.com (server names it saw: %q)", names)
+	}
+	if !slices.Contains(names, "example.com") {
+		t.Errorf("the upstream saw no ClientHello for example.com (%q): it cannot tell what reached it", names)
 	}
 }
 
@@ -878,22 +899,47 @@ func TestDialTimeoutIs504(t *testing.T) {
 	}
 }
 
+// TestAuditModeNeverPassesTheGuardOrInvalidTargets: audit mode lets rule
+// and default blocks through, never the address guard's or an invalid
+// target's. The sandbox asks for the loopback service by a name that
+// resolves there, by its IP (plain HTTP and CONNECT) and by an alternate
+// IPv4 spelling; each is refused by the gateway (403, the rule, enforced),
+// and the service, which counts every connection it accepts, is reached
+// by none of them.
 func TestAuditModeNeverPassesTheGuardOrInvalidTargets(t *testing.T) {
 	up := echoUpstream(t)
+	var reached atomic.Int64
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			reached.Add(1)
+		}
+	}
+	port := portOf(t, up)
 	spec := netpolicy.Spec{Mode: netpolicy.Audit} // no allow_private
 	g := startGateway(t, spec, map[string]string{"local.test": "127.0.0.1"})
 	c := g.client(t, nil)
-	resp, err := c.Get(fmt.Sprintf("http://local.test:%d/", portOf(t, up)))
-	if err != nil {
-		t.Fatal(err)
+	for _, target := range []string{fmt.Sprintf("local.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)} {
+		resp, err := c.Get("http://" + target + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if rec := g.lastDecision(t); resp.StatusCode != 403 || rec["rule"] != "guard" || rec["enforced"] != true {
+			t.Errorf("audit mode, GET %s: %d, logged %v enforced=%v; want 403 by guard, enforced", target, resp.StatusCode, rec["rule"], rec["enforced"])
+		}
 	}
-	resp.Body.Close()
-	if rec := g.lastDecision(t); resp.StatusCode != 403 || rec["rule"] != "guard" || rec["enforced"] != true {
-		t.Errorf("audit mode, name on loopback: %d, logged %v enforced=%v; want 403 by guard, enforced", resp.StatusCode, rec["rule"], rec["enforced"])
+	for _, tt := range []struct{ target, rule string }{
+		{fmt.Sprintf("127.0.0.1:%d", port), "guard"},
+		{fmt.Sprintf("local.test:%d", port), "guard"},
+		{fmt.Sprintf("127.1:%d", port), "invalid"},
+	} {
+		status, hdr := rawConnect(t, g.addr, tt.target)
+		if rec := g.lastDecision(t); status != 403 || hdr.Get(HeaderRule) != tt.rule || rec["enforced"] != true {
+			t.Errorf("audit mode, CONNECT %s: %d %s enforced=%v; want 403 %s, enforced", tt.target, status, hdr.Get(HeaderRule), rec["enforced"], tt.rule)
+		}
 	}
-	status, hdr := rawConnect(t, g.addr, "127.1:443")
-	if rec := g.lastDecision(t); status != 403 || hdr.Get(HeaderRule) != "invalid" || rec["enforced"] != true {
-		t.Errorf("audit mode, CONNECT 127.1: %d %s enforced=%v; want 403 invalid, enforced", status, hdr.Get(HeaderRule), rec["enforced"])
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the loopback service accepted %d connections through the gateway in audit mode, want none", n)
 	}
 }
 

@@ -675,7 +675,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		closeRec.Status, closeRec.Error = inspectUpstreamError(err)
 		// An upstream may echo the credential in a broken answer.
-		closeRec.Error = s.secrets.Redact(sc.String(closeRec.Error, nil))
+		closeRec.Error = withoutHeaderValues(s.secrets.Redact(sc.String(closeRec.Error, nil)), out.Header)
 		respond(w, closeRec.Status, "", "sbx: upstream "+hostport+" failed: "+closeRec.Error+"\n", nil)
 		return
 	}
@@ -728,7 +728,7 @@ func (h *inspectHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// end the response as failed: HTTP/1.1 closes the connection
 		// without the last chunk, HTTP/2 resets the stream. The deferred
 		// close record and releases run as the panic unwinds.
-		closeRec.Error = "relaying the response: " + s.secrets.Redact(upstreamBodyError(rerr))
+		closeRec.Error = "relaying the response: " + withoutHeaderValues(s.secrets.Redact(upstreamBodyError(rerr)), out.Header)
 		panic(http.ErrAbortHandler)
 	}
 	if sc != nil {
@@ -849,6 +849,47 @@ func inspectUpstreamError(err error) (int, string) {
 		return http.StatusGatewayTimeout, err.Error()
 	}
 	return http.StatusBadGateway, err.Error()
+}
+
+// withheld stands in a logged error for text an upstream quoted back.
+const withheld = "(withheld)"
+
+// withoutHeaderValues returns an upstream error's text fit for the log,
+// where header values never go: net/http quotes the line of an answer it
+// could not read ("malformed MIME header: missing colon: %q", "bad
+// Content-Length %q"), and an upstream may put the request's own header
+// fields there, as real services quote request headers back. Every
+// quoted string is withheld, and so is any value of h (and any word of
+// one) of 8 bytes or more that is left.
+func withoutHeaderValues(msg string, h http.Header) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(msg, '"')
+		if i < 0 {
+			b.WriteString(msg)
+			break
+		}
+		b.WriteString(msg[:i])
+		q, err := strconv.QuotedPrefix(msg[i:])
+		if err != nil {
+			b.WriteString(withheld) // an unterminated quote: withhold the rest
+			msg = ""
+			break
+		}
+		b.WriteString(withheld)
+		msg = msg[i+len(q):]
+	}
+	msg = b.String()
+	for _, vs := range h {
+		for _, v := range vs {
+			for _, w := range append(strings.Fields(v), v) {
+				if len(w) >= 8 {
+					msg = strings.ReplaceAll(msg, w, withheld)
+				}
+			}
+		}
+	}
+	return msg
 }
 
 // flushWriter flushes after every write, so a streamed response (server

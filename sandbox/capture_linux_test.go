@@ -199,9 +199,10 @@ type captureProbe struct {
 	foreign bool
 }
 
-// captureRig is a sandbox network with capture, a throwaway upstream
-// beside it, and the sinks.
+// captureRig is a sandbox network (with capture, or without when made by
+// newRig(t, false)), a throwaway upstream beside it, and the sinks.
 type captureRig struct {
+	capture          bool
 	names            Names
 	sub              Subnet
 	ns               netns.NsHandle // the sandbox's namespace
@@ -218,6 +219,14 @@ type captureRig struct {
 // a host with ip_forward on.
 func newCaptureRig(t *testing.T) *captureRig {
 	t.Helper()
+	return newRig(t, true)
+}
+
+// newRig is newCaptureRig with capture on or off. Without capture the
+// transparent listener and the DNS stub's sinks are there all the same:
+// what reaches them then is an escape like any other.
+func newRig(t *testing.T, capture bool) *captureRig {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create namespaces, veths and iptables rules (CI runs as root)")
 	}
@@ -226,11 +235,13 @@ func newCaptureRig(t *testing.T) *captureRig {
 		t.Fatal(err)
 	}
 	names, _ := NamesFor(id)
-	r := &captureRig{names: names, sub: testSubnet(t), sinks: map[string]*sink{}}
+	r := &captureRig{capture: capture, names: names, sub: testSubnet(t), sinks: map[string]*sink{}}
 	ctx := context.Background()
 	t.Cleanup(func() { TeardownNetwork(ctx, names) })
-	plan := NetPlan{Names: names, Subnet: r.sub, GatewayPort: captureProxyPort,
-		Capture: &Capture{DNSPort: captureDNSPort, TransparentPort: DefaultTransparentPort, PacketGroup: DefaultPacketGroup}}
+	plan := NetPlan{Names: names, Subnet: r.sub, GatewayPort: captureProxyPort}
+	if capture {
+		plan.Capture = &Capture{DNSPort: captureDNSPort, TransparentPort: DefaultTransparentPort, PacketGroup: DefaultPacketGroup}
+	}
 	if err := SetupNetwork(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -517,11 +528,14 @@ func (r *captureRig) checkControls(t *testing.T) {
 }
 
 // flushNamespaceRules does what a process that rewrote the namespace's
-// rules could: every rule of the filter and nat tables (IPv4 and IPv6)
-// gone and the policies ACCEPT. The default route to the host end is
-// there already.
+// rules and routes could: every rule of the filter and nat tables (IPv4
+// and IPv6) gone and the policies ACCEPT, and a default route through the
+// host end (with capture it is there already).
 func (r *captureRig) flushNamespaceRules(t *testing.T) {
 	t.Helper()
+	if !r.capture {
+		runIn(t, r.ns, "ip", "route", "add", "default", "via", r.sub.Host.String())
+	}
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		for _, args := range [][]string{{"-t", "nat", "-F"}, {"-F"}, {"-P", "INPUT", "ACCEPT"}, {"-P", "OUTPUT", "ACCEPT"}, {"-P", "FORWARD", "ACCEPT"}} {
 			runIn(t, r.ns, tool, append([]string{"-w"}, args...)...)

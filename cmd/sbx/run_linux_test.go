@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -430,6 +431,68 @@ func waitForSandbox(t *testing.T, state string, not string) string {
 	return ""
 }
 
+// countingService answers every connection or datagram that reaches it
+// with "hi" and counts them.
+type countingService struct {
+	c io.Closer
+	n atomic.Int64
+}
+
+// serveCounting opens a listener or packet socket with open and serves it
+// until the test ends.
+func serveCounting(t *testing.T, open func() (io.Closer, error)) *countingService {
+	t.Helper()
+	c, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := &countingService{c: c}
+	go func() {
+		switch c := c.(type) {
+		case net.Listener:
+			for {
+				conn, err := c.Accept()
+				if err != nil {
+					return
+				}
+				s.n.Add(1)
+				io.WriteString(conn, "hi\n")
+				conn.Close()
+			}
+		case net.PacketConn:
+			buf := make([]byte, 512)
+			for {
+				_, from, err := c.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				s.n.Add(1)
+				c.WriteTo([]byte("hi\n"), from)
+			}
+		}
+	}()
+	return s
+}
+
+// take returns how many reached s since the last take.
+func (s *countingService) take() int { return int(s.n.Swap(0)) }
+
+// control reaches a countingService from the host and reads its answer.
+func control(network, addr string) error {
+	c, err := net.DialTimeout(network, addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if network == "udp" {
+		c.Write([]byte("query"))
+	}
+	_, err = io.ReadFull(c, make([]byte, 3))
+	return err
+}
+
 // TestPrivilegedLivePolicyAndIsolation runs two sandboxes at once. The
 // first keeps asking for a blocked host until a rule added over its
 // management API lets it through; the second tries to reach the first
@@ -441,7 +504,7 @@ func TestPrivilegedLivePolicyAndIsolation(t *testing.T) {
 	}
 	up := upstreamNamespace(t)
 	root := busyboxRoot(t)
-	for _, c := range []string{"sleep", "seq", "ping", "ls", "timeout"} {
+	for _, c := range []string{"sleep", "seq", "ping", "ls", "timeout", "nslookup"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", c))
 	}
 	dir := t.TempDir()
@@ -462,16 +525,42 @@ ask() { printf 'GET http://%s:8080/ HTTP/1.1\r\nHost: %s:8080\r\nConnection: clo
 	}
 
 	// The second sandbox probes the first one's gateway and sandbox
-	// addresses and the upstream, directly.
+	// addresses and the upstream, directly. Something listens at every
+	// target, so that a probe that fails was refused, not unanswered: a
+	// TCP service on every host address (the first one's host end and the
+	// upstream's), a DNS server on the first one's host end, a TCP
+	// service in the first sandbox's namespace; each counts what reaches
+	// it, and the host's are shown to answer the host. (DNS is asked with
+	// nslookup: busybox's nc has no -u, so the earlier probe, nc -u, failed
+	// whatever the rules. The server's "hi" is no DNS answer: an escape
+	// shows in its count.)
 	hostA := stA.Subnet.Addr().Next()
+	hostSvc := serveCounting(t, func() (io.Closer, error) { return net.Listen("tcp", "0.0.0.0:0") })
+	svcPort := hostSvc.c.(net.Listener).Addr().(*net.TCPAddr).Port
+	dnsA := serveCounting(t, func() (io.Closer, error) { return net.ListenPacket("udp", netip.AddrPortFrom(hostA, 53).String()) })
+	namesA, _ := sandbox.NamesFor(idA)
+	sandboxA := serveCounting(t, func() (io.Closer, error) {
+		return listenIn(t, namesA.Netns, func() (io.Closer, error) { return net.Listen("tcp", "0.0.0.0:8080") }), nil
+	})
+	for _, target := range []string{net.JoinHostPort(hostA.String(), fmt.Sprint(svcPort)), net.JoinHostPort(up.Host, fmt.Sprint(svcPort))} {
+		if err := control("tcp", target); err != nil {
+			t.Fatalf("control: the host service at %s does not answer the host: %v", target, err)
+		}
+	}
+	if err := control("udp", netip.AddrPortFrom(hostA, 53).String()); err != nil {
+		t.Fatalf("control: the DNS server at %s:53 does not answer the host: %v", hostA, err)
+	}
+	if hostSvc.take() != 2 || dnsA.take() != 1 {
+		t.Fatal("control: the services did not count the host's probes")
+	}
 	// Each probe runs under timeout 1: one that has not failed within a
 	// second is reported SLOW, which is as bad as REACHED.
 	probes := fmt.Sprintf(`probe() { timeout 1 "$@" </dev/null >/dev/null 2>&1; rc=$?; case $rc in 0) echo "REACHED $name";; 124|137|143) echo "SLOW $name";; *) echo "failed $name";; esac; }
-for target in "%s 3128" "%s 22" "%s 8080" "%s 8080" "%s 22"; do name="tcp $target"; probe nc -w 2 $target; done
+for target in "%s 3128" "%s %d" "%s 8080" "%s 8080" "%s %d"; do name="tcp $target"; probe nc -w 2 $target; done
 name=icmp; probe ping -c 1 -W 2 %s
 IF=$(ls /sys/class/net | grep sbxc)
 name=ipv6; probe nc -w 2 "fe80::1%%$IF" 3128
-name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; then echo "REACHED dns"; else echo "failed dns"; fi`, hostA, hostA, hostA.Next(), up.Addr, up.Host, hostA, hostA)
+name=dns; probe nslookup probe.test %s`, hostA, hostA, svcPort, hostA.Next(), up.Addr, up.Host, svcPort, hostA, hostA)
 	start := time.Now()
 	// Without capture: the wave-1 rules, where a probe that connects has
 	// reached something. TestPrivilegedCaptureNetwork and TestPrivilegedCaptureLayers probe with it.
@@ -483,6 +572,13 @@ name=dns; if echo query | timeout 1 nc -u -w 2 %s 53 2>/dev/null | grep -q .; th
 	}
 	if elapsed > 5*time.Second {
 		t.Errorf("the second sandbox's eight probes took %v; each must fail at once, not time out", elapsed)
+	}
+	time.Sleep(200 * time.Millisecond) // for a datagram still on its way
+	for name, n := range map[string]int{"the host's TCP service": hostSvc.take(), "the DNS server on the first sandbox's host end": dnsA.take(),
+		"the TCP service in the first sandbox": sandboxA.take()} {
+		if n != 0 {
+			t.Errorf("%s was reached %d times from the second sandbox", name, n)
+		}
 	}
 
 	// Add the rule over the first sandbox's API; its next request passes.
