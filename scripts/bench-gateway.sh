@@ -16,9 +16,11 @@
 #   - CONNECT bulk throughput through sbx vs a splicing relay (>= 0.9;
 #     every byte through either crosses loopback twice, so direct TCP,
 #     printed too, is no fair mark) and the median time to open a tunnel
-#     vs a direct connect (+150 us at most), from go test -bench in the
-#     gateway package, median of 5 runs each (single runs vary by 20% on
-#     a 2-core machine);
+#     vs a direct connect (+150 us at most) and vs a bare Go CONNECT
+#     proxy measured in the same run (what any proxy adds, so that sbx
+#     minus bare is sbx's own work), from go test -bench in the gateway
+#     package, median of 5 runs each (single runs vary by 20% on a 2-core
+#     machine);
 #   - docs/performance.md: transparent TCP bulk throughput vs a splicing
 #     relay (>= 0.9), the median time to open a transparent connection by a fake
 #     address's name vs a direct connect (+200 us at most), and the DNS
@@ -272,11 +274,13 @@ awk "$benchawk"'
 /TunnelThroughput\/relay/  { r[++nr] = value("MB/s") }
 /TunnelThroughput\/sbx/    { s[++ns] = value("MB/s") }
 /TunnelOpen\/direct/       { od[++nod] = value("p50-µs") }
+/TunnelOpen\/bare/         { ob[++nob] = value("p50-µs") }
 /TunnelOpen\/sbx/          { os[++nos] = value("p50-µs") }
 END {
-	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
+	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); obm = median(ob, nob); osm = median(os, nos)
 	printf "  throughput  direct %.0f MB/s, splicing relay %.0f MB/s, sbx %.0f MB/s: sbx/relay %.3fx   (target >= 0.9x), sbx/direct %.3fx\n", dm, rm, sm, sm / rm, sm / dm
-	printf "  tunnel open median: direct %d us, sbx %d us, added %d us   (target <= 150 us added)\n", odm, osm, osm - odm
+	printf "  tunnel open median: direct %d us, bare Go CONNECT proxy %d us, sbx %d us\n", odm, obm, osm
+	printf "    added over direct: sbx %d us   (target <= 150 us), bare proxy %d us; sbx over the bare proxy %d us (its own work)\n", osm - odm, obm - odm, osm - obm
 }' "$work/tunnel.txt"
 
 echo
