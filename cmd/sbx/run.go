@@ -21,11 +21,13 @@ import (
 	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
-// Where sbx run keeps a sandbox's state and logs (docs/cli.md).
-const (
-	logRoot  = run.DefaultLogDir
-	hostRoot = run.DefaultHostRoot // the skeleton root of --rootfs host
-)
+// Where sbx run keeps a sandbox's record and logs (docs/cli.md). A
+// variable only so that the tests (and the binaries they build, with -X)
+// keep theirs apart from the machine's.
+var logRoot = run.DefaultLogDir
+
+// hostRoot is the skeleton root of --rootfs host.
+const hostRoot = run.DefaultHostRoot
 
 // exitSbxFailed is sbx run's exit code when sbx itself fails (docs/cli.md).
 const exitSbxFailed = 125

@@ -939,7 +939,8 @@ func buildSbx(t *testing.T) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "sbx")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	// Its sandboxes keep their records where the test's own do (TestMain).
+	if out, err := exec.Command("go", "build", "-ldflags=-X main.logRoot="+logRoot, "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building sbx: %v\n%s", err, out)
 	}
 	return bin
