@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sbx-dev/sbx/sandbox"
+	"github.com/sbx-dev/sbx/sandbox/run"
 )
 
 // docs/cli.md's generated parts are written between these markers: the
@@ -138,6 +139,22 @@ func renderCommands(root *cobra.Command) string {
 func docRoot() *cobra.Command {
 	root := newRootCmd()
 	root.InitDefaultCompletionCmd()
+	// The tests keep their sandboxes' logs apart (TestMain); the docs
+	// give the default a user gets.
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				if f.DefValue == logRoot {
+					f.DefValue = run.DefaultLogDir
+				}
+			})
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 	return root
 }
 
