@@ -601,8 +601,17 @@ func TestKubeClusterRunForeground(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "decisions.jsonl")
 	out, errOut, code := k.sbx("run", "--name", "fg", "--image", k.agentImage, "--gateway-image", k.gwImage, "--pull", "Never", "--log", logFile,
 		"--", "sh", "-c", "echo hello from the agent; id -u; wget -q -O- http://blocked.test/; exit 3")
-	if code != 3 || !strings.Contains(out, "hello from the agent\n1000\n") {
-		t.Errorf("sbx kube run: exit %d, want 3; stdout %q, want the agent's output (uid 1000)\n%s", code, out, errOut)
+	// The agent's standard output and error come together, as the
+	// cluster's log of the container keeps them: a line of one may come
+	// before a line the other wrote earlier (wget's error here).
+	var agentOut []string
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if !strings.HasPrefix(l, "wget: ") {
+			agentOut = append(agentOut, l)
+		}
+	}
+	if code != 3 || strings.Join(agentOut, "") != "hello from the agent\n1000\n" || !strings.Contains(out, "wget: server returned error: HTTP/1.1 403 Forbidden\n") {
+		t.Errorf("sbx kube run: exit %d, want 3; output %q, want the agent's output (uid 1000) and wget's refusal\n%s", code, out, errOut)
 	}
 	// --log kept the decisions after the gateway pod went.
 	rep, errOut, code := runCLI(t, "audit", "--format", "json", logFile)
