@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	sbxrun "github.com/sbx-dev/sbx/sandbox/run"
 	"github.com/sbx-dev/sbx/sandbox/selftest"
 )
 
@@ -145,6 +146,9 @@ func removeOutsidesOf(pid int) int {
 
 // checkSelftestLeftNothing fails t when run left a namespace, veth,
 // rule, state, container or image behind.
+// userLogDir is where sbx run keeps a sandbox's record for sbx ps -a.
+const userLogDir = sbxrun.DefaultLogDir
+
 func checkSelftestLeftNothing(t *testing.T, run selftestRun, state string, ids ...string) {
 	t.Helper()
 	if n := removeOutsidesOf(run.pid); n != 0 {
@@ -159,6 +163,11 @@ func checkSelftestLeftNothing(t *testing.T, run selftestRun, state string, ids .
 	ctrs, _ := exec.Command("ctr", "-n", "sbx", "containers", "list", "-q").Output()
 	dockerCtrs, _ := exec.Command("docker", "ps", "-a", "--format", "{{.Names}}").Output()
 	for _, id := range ids {
+		// The selftest's sandboxes are not the user's: sbx ps -a lists
+		// none of them.
+		if _, err := os.Stat(filepath.Join(userLogDir, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("sandbox %s's record left in %s (sbx ps -a would list it): %v", id, userLogDir, err)
+		}
 		for what, out := range map[string][]byte{"iptables rules": rules, "namespaces": netnsList, "links": links, "containerd containers": ctrs, "docker containers": dockerCtrs} {
 			if strings.Contains(string(out), id) {
 				t.Errorf("%s of sandbox %s left:\n%s", what, id, out)

@@ -222,6 +222,7 @@ func (s *session) spec(name, allowName string, allowPort int, log string, args .
 		Command:  append([]string{s.probe}, args...),
 		Name:     name,
 		Gateway:  gateway.Config{Policy: policy, Resolver: resolver, LogFile: filepath.Join(s.logs, log)},
+		LogDir:   s.logs, // its records too: the selftest's sandboxes are not the user's, for sbx ps -a
 		RootFS:   s.rootFS.RootFS,
 		Volumes:  s.rootFS.Volumes,
 		Env:      s.rootFS.Env,
