@@ -41,15 +41,7 @@ func TestInspectedUpstreamErrorLogsNoHeaderValue(t *testing.T) {
 		}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				c, _, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				defer c.Close()
-				io.WriteString(c, tt.answer(r.Header.Get("Authorization")))
-			}))
+			up := rawAnswerUpstream(t, "Authorization", tt.answer)
 			g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow, Inspect: true}, nil)
 			proxy, _ := url.Parse("http://" + g.addr)
 			tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: roots}}
@@ -65,14 +57,7 @@ func TestInspectedUpstreamErrorLogsNoHeaderValue(t *testing.T) {
 			if !tt.body && resp.StatusCode != http.StatusBadGateway {
 				t.Errorf("got %d, want 502", resp.StatusCode)
 			}
-			var closeRec map[string]any
-			for deadline := time.Now().Add(5 * time.Second); closeRec == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				for _, r := range g.records(t) {
-					if r["event"] == decisionlog.EventClose && r["kind"] == decisionlog.KindHTTPS {
-						closeRec = r
-					}
-				}
-			}
+			closeRec := lastClose(t, g, decisionlog.KindHTTPS)
 			if e, _ := closeRec["error"].(string); e == "" {
 				t.Fatalf("close record %v, want one with the upstream's error", closeRec)
 			}
@@ -82,4 +67,19 @@ func TestInspectedUpstreamErrorLogsNoHeaderValue(t *testing.T) {
 			t.Logf("close record error: %s", fmt.Sprint(closeRec["error"]))
 		})
 	}
+}
+
+// rawAnswerUpstream is an unstarted upstream that writes answer(the
+// request's header field) on the bare connection and closes it: a broken
+// answer that quotes the request back, as real services' errors do.
+func rawAnswerUpstream(t *testing.T, header string, answer func(string) string) *httptest.Server {
+	return httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, answer(r.Header.Get(header)))
+	}))
 }

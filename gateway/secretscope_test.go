@@ -518,15 +518,7 @@ func TestSecretUpstreamErrorsShowNoValue(t *testing.T) {
 		{"header line", func(key string) string { return "HTTP/1.1 200 OK\r\n" + key + "\r\nContent-Length: 0\r\n\r\n" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				c, _, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				defer c.Close()
-				io.WriteString(c, tt.answer(r.Header.Get("X-Api-Key")))
-			}))
+			up := rawAnswerUpstream(t, "X-Api-Key", tt.answer)
 			var sec *secrets.Secret
 			g, port, roots := inspectedUpstream(t, up, netpolicy.Rule{Host: "example.com", Action: netpolicy.Allow}, func(c *serverConfig) {
 				var err error
