@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -150,7 +151,27 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 	if j := mock.Requests(); len(j) != 1 || j[0].Path != "/v1/messages" || !strings.Contains(string(j[0].Body), `"hello"`) {
 		t.Errorf("the mock's journal %+v: want one request, POST /v1/messages with its body", j)
 	}
-	g.log.Flush()
+	var wantDecisions, wantCloses []string
+	for _, r := range reqs {
+		what := strings.Fields(r.head[0])[0] + " " + r.host + r.path
+		wantDecisions = append(wantDecisions, what)
+		if r.want != nil {
+			wantCloses = append(wantCloses, what)
+		}
+	}
+	// A close record is written once its answer is relayed, so the last
+	// one may follow the client's read of that answer.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for _, rec := range g.records(t) {
+			if rec["event"] == decisionlog.EventClose {
+				n++
+			}
+		}
+		if n >= len(wantCloses) {
+			break
+		}
+	}
 	var decisions, closes, approvals []string
 	closeOf := map[string]string{}
 	for _, rec := range g.records(t) {
@@ -166,14 +187,6 @@ func TestKeepAliveRequestsKeepTheirOwnFields(t *testing.T) {
 			if closeOf[rec["id"].(string)] != what {
 				t.Errorf("close record %v: its decision, id %v, was %q", rec, rec["id"], closeOf[rec["id"].(string)])
 			}
-		}
-	}
-	var wantDecisions, wantCloses []string
-	for _, r := range reqs {
-		what := strings.Fields(r.head[0])[0] + " " + r.host + r.path
-		wantDecisions = append(wantDecisions, what)
-		if r.want != nil {
-			wantCloses = append(wantCloses, what)
 		}
 	}
 	if diff := cmp.Diff(wantDecisions, decisions); diff != "" {
