@@ -154,14 +154,16 @@ func needChromium(t *testing.T) {
 func startChromium(t *testing.T) context.Context {
 	t.Helper()
 	// The browser: nothing but loopback reaches anything (a dead proxy
-	// for the rest), and nothing of its own in the background.
+	// for the rest), and nothing of its own in the background. Its
+	// temporary files (a singleton socket it leaves when killed) go in
+	// the test's directory, not the machine's /tmp.
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumBin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-extensions", true), chromedp.Flag("disable-default-apps", true),
 		chromedp.Flag("disable-features", "NetworkTimeServiceQuerying"), chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.ProxyServer("http://127.0.0.1:9"))
+		chromedp.ProxyServer("http://127.0.0.1:9"), chromedp.Env("TMPDIR="+t.TempDir()))
 	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)

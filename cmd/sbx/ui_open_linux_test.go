@@ -35,10 +35,10 @@ func TestUIOpenKeepsTokenOutOfArgv(t *testing.T) {
 	// loopback reaches anything.
 	err := os.WriteFile(script, []byte(fmt.Sprintf(`#!/bin/sh
 echo $$ >%s
-exec %s --headless --no-sandbox --disable-gpu --no-first-run --no-default-browser-check --user-data-dir=%s \
+TMPDIR=%s exec %s --headless --no-sandbox --disable-gpu --no-first-run --no-default-browser-check --user-data-dir=%s \
   --disable-background-networking --disable-component-update --disable-sync --disable-extensions \
   --disable-default-apps --disable-dev-shm-usage --proxy-server=http://127.0.0.1:9 "$@"
-`, pidFile, chromiumBin, filepath.Join(dir, "profile"))), 0o755)
+`, pidFile, dir, chromiumBin, filepath.Join(dir, "profile"))), 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
