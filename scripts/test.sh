@@ -4,7 +4,7 @@
 # catch a missing build tag, darwin), go test -race and, for the whole
 # suite, sbx selftest with each container runtime, as a user would run it,
 # and the mutation check (scripts/mutate), which breaks security-critical
-# code one mutation at a time and wants the tests that guard it to fail.
+# code, one mutation per scratch copy, and wants the tests that guard it to fail.
 #
 #   scripts/test.sh                 # everything (with, as root, sbx kube's
 #                                   # tests on a test cluster: scripts/kube-test.sh)

@@ -6,7 +6,7 @@
 // break, fails the check: a test that cannot fail proves nothing, and a
 // mutation that no longer applies must be brought up to date with the code.
 //
-//	go run ./scripts/mutate [-dir scripts/mutations] [-run NAME] [-timeout 10m]
+//	go run ./scripts/mutate [-dir scripts/mutations] [-run NAME] [-timeout 10m] [-j 2]
 //
 // A mutation file holds a header of "key: value" lines, then the text to
 // find and the text to put in its place:
@@ -26,6 +26,11 @@
 // and every one of them must fail.
 // Privileged tests need root, as in scripts/test.sh. It exits 1 when any
 // mutation survived or could not be applied, 2 on bad input.
+//
+// Up to -j mutations are checked at once, but never two whose tests are
+// privileged (TestPrivileged*): those share the host's network, iptables
+// and sandboxes, and the gc tests take another test's sandbox for a
+// leftover. The rest touch nothing outside their own temporary files.
 package main
 
 import (
@@ -40,6 +45,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -54,6 +60,7 @@ func main() {
 	dir := flag.String("dir", "scripts/mutations", "the `DIR` of mutation files (*.mut)")
 	run := flag.String("run", "", "only the mutations whose file name contains `TEXT`")
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long one mutation's tests may take")
+	jobs := flag.Int("j", 2, "how many mutations to check at once (privileged ones one at a time)")
 	flag.Parse()
 	muts, err := load(*dir, *run)
 	if err != nil {
@@ -65,20 +72,73 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mutate:", err)
 		os.Exit(2)
 	}
-	failed := 0
-	for _, m := range muts {
-		start := time.Now()
-		verdict, detail := check(root, m, *timeout)
-		fmt.Printf("%-8s %s: %s (%s, %s)\n", verdict, m.name, m.what, strings.Join(m.tests, " "), time.Since(start).Round(time.Second))
-		if verdict != "killed" {
-			failed++
-			fmt.Println(indent(detail))
-		}
+	if *jobs < 1 {
+		fmt.Fprintln(os.Stderr, "mutate: -j must be 1 or more")
+		os.Exit(2)
 	}
-	fmt.Printf("%d of %d mutations killed by their tests\n", len(muts)-failed, len(muts))
+	start := time.Now()
+	failed := checkAll(muts, *jobs, func(m mutation) (string, string) { return check(root, m, *timeout) }, os.Stdout)
+	fmt.Printf("%d of %d mutations killed by their tests (%s)\n", len(muts)-failed, len(muts), time.Since(start).Round(time.Second))
 	if failed > 0 {
 		os.Exit(1)
 	}
+}
+
+// privileged reports whether any of m's tests is privileged.
+func (m mutation) privileged() bool {
+	for _, t := range m.tests {
+		if strings.HasPrefix(t, "TestPrivileged") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAll checks muts with up to jobs at once, one privileged mutation
+// at a time, prints each verdict to w as it comes, and returns how many
+// were not killed. One worker takes the privileged mutations in turn,
+// then helps with the rest; the others take only the rest.
+func checkAll(muts []mutation, jobs int, check func(mutation) (verdict, detail string), w io.Writer) (failed int) {
+	var priv, rest []mutation
+	for _, m := range muts {
+		if m.privileged() {
+			priv = append(priv, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	queue := make(chan mutation, len(rest))
+	for _, m := range rest {
+		queue <- m
+	}
+	close(queue)
+	var mu sync.Mutex
+	one := func(m mutation) {
+		start := time.Now()
+		verdict, detail := check(m)
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "%-8s %s: %s (%s, %s)\n", verdict, m.name, m.what, strings.Join(m.tests, " "), time.Since(start).Round(time.Second))
+		if verdict != "killed" {
+			failed++
+			fmt.Fprintln(w, indent(detail))
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() {
+			if i == 0 {
+				for _, m := range priv {
+					one(m)
+				}
+			}
+			for m := range queue {
+				one(m)
+			}
+		})
+	}
+	wg.Wait()
+	return failed
 }
 
 // check applies m in a scratch copy of the module at root and runs its
@@ -113,7 +173,9 @@ func check(root string, m mutation, timeout time.Duration) (verdict, detail stri
 	// -trimpath keeps the scratch directory's name out of what is built,
 	// so every package the mutation does not touch comes from the build
 	// cache instead of being compiled again for each mutation.
-	args := append([]string{"test", "-trimpath", "-count=1", "-run", "^(" + strings.Join(m.tests, "|") + ")$"}, m.pkgs...)
+	// Vet has nothing to say about a one-line break, and a test binary
+	// without its symbol table and debug information links faster.
+	args := append([]string{"test", "-trimpath", "-vet=off", "-ldflags=-s -w", "-count=1", "-run", "^(" + strings.Join(m.tests, "|") + ")$"}, m.pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = scratch
 	out, err := cmd.CombinedOutput()

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -42,5 +46,61 @@ func TestMutationsParse(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("..", "..", m.file)); err != nil {
 			t.Errorf("%s: %v", m.name, err)
 		}
+	}
+}
+
+// TestCheckAllNeverTwoPrivileged: every mutation is checked once, at most
+// jobs at once and never two privileged ones together, and the failures
+// are counted.
+func TestCheckAllNeverTwoPrivileged(t *testing.T) {
+	var muts []mutation
+	for i := range 12 {
+		test := "TestPlain"
+		if i%3 == 0 {
+			test = "TestPrivilegedThing"
+		}
+		muts = append(muts, mutation{name: fmt.Sprint("m", i), tests: []string{test}})
+	}
+	var mu sync.Mutex
+	running, privRunning, most := 0, 0, 0
+	seen := map[string]int{}
+	check := func(m mutation) (string, string) {
+		mu.Lock()
+		seen[m.name]++
+		running++
+		most = max(most, running)
+		if m.privileged() {
+			privRunning++
+			if privRunning > 1 {
+				t.Errorf("%s: two privileged mutations at once", m.name)
+			}
+		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		running--
+		if m.privileged() {
+			privRunning--
+		}
+		mu.Unlock()
+		if m.name == "m4" || m.name == "m6" {
+			return "SURVIVED", "green"
+		}
+		return "killed", ""
+	}
+	var out strings.Builder
+	if failed := checkAll(muts, 3, check, &out); failed != 2 {
+		t.Errorf("%d failed, want 2:\n%s", failed, out.String())
+	}
+	if most != 3 {
+		t.Errorf("at most %d at once, want 3", most)
+	}
+	for _, m := range muts {
+		if seen[m.name] != 1 {
+			t.Errorf("%s checked %d times", m.name, seen[m.name])
+		}
+	}
+	if n := strings.Count(out.String(), "\n"); n != 14 {
+		t.Errorf("%d lines of report, want 12 verdicts and 2 details:\n%s", n, out.String())
 	}
 }
