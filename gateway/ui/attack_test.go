@@ -258,13 +258,25 @@ func TestUIHoldsIPv6Loopback(t *testing.T) {
 		t.Errorf("GET http://[::1]:%s/: got %d %q, want 421 naming http://127.0.0.1:%s/", port, resp.StatusCode, body, port)
 	}
 
-	// Another program on [::1] first: that port is refused.
-	other, err := net.Listen("tcp6", "[::1]:0")
-	if err != nil {
-		t.Fatal(err)
+	// Another program on [::1] first: that port is refused. The port is
+	// one whose 127.0.0.1 nothing else holds (another test's connection
+	// may, by chance).
+	var taken int
+	for try := 0; ; try++ {
+		other, err := net.Listen("tcp6", "[::1]:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		taken = other.Addr().(*net.TCPAddr).Port
+		if free, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.1:%d", taken)); err == nil {
+			free.Close()
+			break
+		}
+		if try == 20 {
+			t.Fatal("found no port whose 127.0.0.1 is free in 20 tries")
+		}
 	}
-	defer other.Close()
-	taken := other.Addr().(*net.TCPAddr).Port
 	srv, err := Start(context.Background(), Config{Sandboxes: u.sb, Port: taken})
 	if err == nil {
 		srv.Close()
