@@ -567,9 +567,9 @@ func TestSDKDisconnect(t *testing.T) {
 // TestSDKStall: a stalled stream holds until the client's timeout fires.
 func TestSDKStall(t *testing.T) {
 	_, srv := mock(t, "turns:\n  - fault: {stall: true}\n")
+	start := time.Now() // before the deadline is set, which counts from its own now
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	stream := anthropicClient(srv, 0).Messages.NewStreaming(ctx, anthropicParams("hi"))
 	defer stream.Close()
 	events := 0
