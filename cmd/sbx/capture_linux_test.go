@@ -418,7 +418,15 @@ fi
 				t.Errorf("curl's record: %v", r)
 			}
 			if r["comm"] != "curl" {
-				t.Errorf("curl's record does not name curl: %v", r)
+				// Every record of the sandbox's connections to http.test
+				// and the ones around them, to tell whose this one was.
+				var around []string
+				for _, rec := range recs {
+					if rec["kind"] == "transparent" || rec["kind"] == "http" {
+						around = append(around, fmt.Sprint(rec))
+					}
+				}
+				t.Errorf("curl's record does not name curl: %v\nthe sandbox's captured connections' records:\n%s", r, strings.Join(around, "\n"))
 			}
 			if _, err := exec.LookPath("node"); err == nil {
 				if out["node"] != "hello-upstream+hello-tls" {
