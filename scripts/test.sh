@@ -136,8 +136,9 @@ if [ "$whole" -eq 1 ]; then
 		# scripts/mutations breaks one place of the code that keeps a
 		# promise, and the tests it names must go red. It runs beside
 		# the cluster's tests, nice'd, in a session of its own: it is
-		# mostly compiling (half an hour of a cold machine), they are
-		# mostly waiting for pods. Its report is shown when both end.
+		# mostly compiling (22 minutes of a cold machine, two mutations
+		# at a time), they are mostly waiting for pods. Its report is
+		# shown when both end.
 		log "mutation check (scripts/mutate) in the background, beside the cluster's tests"
 		go build -o "$report_dir/mutate" ./scripts/mutate
 		setsid nice -n 10 "$report_dir/mutate" >"$report_dir/mutate.log" 2>&1 </dev/null &
