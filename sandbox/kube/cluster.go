@@ -410,6 +410,11 @@ func messageSuffix(m string) string {
 // pace, a few seconds apart when there are many (fifty sandboxes on a
 // loaded 2-CPU node took longer than 109 s): Delete waits as long as they
 // keep going, and fails only when none has gone for DeleteStall.
+//
+// Objects made while it deletes (by an sbx kube run that is still making
+// the sandbox, or a second remover's view of it) are deleted in another
+// round, pods first again, until none is left; Delete fails once objects
+// have stayed for DeleteStall after a round.
 func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
@@ -417,22 +422,63 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	if slices.Contains(ids, "") {
 		return errors.New("removing sandboxes: an empty sandbox id")
 	}
-	sel := metav1.ListOptions{LabelSelector: sandboxSelector(ids)}
+	sel := sandboxSelector(ids)
+	var stall time.Time
+	for {
+		if err := c.deleteRound(ctx, ids, sel); err != nil {
+			return err
+		}
+		left, err := c.objects(ctx, sel)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if stall.IsZero() {
+			stall = time.Now().Add(DeleteStall)
+		}
+		if time.Now().After(stall) {
+			return fmt.Errorf("%s: still there after %v: %s", sandboxesNamed(ids), DeleteStall, strings.Join(left, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: still there when the wait ended (%w): %s", sandboxesNamed(ids), ctx.Err(), strings.Join(left, ", "))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// deleteRound deletes the objects that match sel once: the pods, and
+// once they are gone (their containers stopped, which a graceful
+// deletion waits for) the NetworkPolicies, Secrets and ConfigMaps, so
+// that a container never runs without its policy.
+func (c *Cluster) deleteRound(ctx context.Context, ids []string, selector string) error {
+	sel := metav1.ListOptions{LabelSelector: selector}
 	ns := c.Namespace
-	// The pods first, and gone (their containers stopped, which a
-	// graceful deletion waits for) before the NetworkPolicies go: a
-	// container never runs without its policy.
 	grace := int64(1)
-	dctx, cancel := context.WithTimeout(ctx, DeleteStall)
-	err := c.Client.Pods(ns).DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
-	cancel()
-	if err != nil && !apierrors.IsNotFound(err) {
-		return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
+	var made time.Time // when a pod made after the deletion was first seen
+	for {
+		dctx, cancel := context.WithTimeout(ctx, DeleteStall)
+		err := c.Client.Pods(ns).DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+		cancel()
+		if err != nil && !apierrors.IsNotFound(err) {
+			return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
+		}
+		fresh, err := c.waitPodsGone(ctx, ids)
+		if err != nil {
+			return err
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		if made.IsZero() {
+			made = time.Now()
+		} else if time.Since(made) > DeleteStall {
+			return fmt.Errorf("%s: pods are still being made after %v of deleting them: %s", sandboxesNamed(ids), DeleteStall, strings.Join(fresh, ", "))
+		}
 	}
-	if err := c.waitPodsGone(ctx, ids); err != nil {
-		return err
-	}
-	ctx, cancel = context.WithTimeout(ctx, DeleteStall)
+	ctx, cancel := context.WithTimeout(ctx, DeleteStall)
 	defer cancel()
 	var errs *multierror.Error
 	for _, d := range []struct {
@@ -451,10 +497,7 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 			errs = multierror.Append(errs, &APIError{"delete", d.kind, sel.LabelSelector, ns, err})
 		}
 	}
-	if err := errs.ErrorOrNil(); err != nil {
-		return err
-	}
-	return c.waitGone(ctx, ids)
+	return errs.ErrorOrNil()
 }
 
 // StopAgent deletes the sandbox's agent pod alone and waits, at most a
@@ -493,31 +536,38 @@ var errStalled = errors.New("no pod went")
 // waitPodsGone waits until the sandboxes' pods are gone, following them
 // with a watch (followSelected) rather than listing them again and again,
 // which many pods make costly. It waits as long as they keep going: each
-// one gone gives the rest DeleteStall more.
-func (c *Cluster) waitPodsGone(ctx context.Context, ids []string) error {
+// one gone gives the rest DeleteStall more. It returns early, with their
+// names, when it sees pods that are not being deleted: made after the
+// deletion, they would never go by themselves.
+func (c *Cluster) waitPodsGone(ctx context.Context, ids []string) (fresh []string, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stall := time.AfterFunc(DeleteStall, func() { cancel(errStalled) })
 	defer stall.Stop()
 	left := -1
 	var names []string
-	err := c.followSelected(ctx, sandboxSelector(ids), func(pods map[string]*corev1.Pod) (bool, error) {
+	err = c.followSelected(ctx, sandboxSelector(ids), func(pods map[string]*corev1.Pod) (bool, error) {
 		if len(pods) < left {
 			stall.Reset(DeleteStall)
 		}
 		left, names = len(pods), slices.Sorted(maps.Keys(pods))
-		return len(pods) == 0, nil
+		for _, name := range names {
+			if pods[name].DeletionTimestamp == nil {
+				fresh = append(fresh, name)
+			}
+		}
+		return len(pods) == 0 || len(fresh) > 0, nil
 	})
 	switch {
 	case err == nil:
-		return nil
+		return fresh, nil
 	case errors.Is(context.Cause(ctx), errStalled):
-		return fmt.Errorf("%s: no pod went for %v, %d still there: %s; kubectl describe pod says what holds them",
+		return nil, fmt.Errorf("%s: no pod went for %v, %d still there: %s; kubectl describe pod says what holds them",
 			sandboxesNamed(ids), DeleteStall, len(names), strings.Join(names, ", "))
 	case ctx.Err() != nil && len(names) > 0:
-		return fmt.Errorf("%s: %d pods still there when the wait ended (%w): %s", sandboxesNamed(ids), len(names), err, strings.Join(names, ", "))
+		return nil, fmt.Errorf("%s: %d pods still there when the wait ended (%w): %s", sandboxesNamed(ids), len(names), err, strings.Join(names, ", "))
 	}
-	return err
+	return nil, err
 }
 
 // sandboxesNamed names ids in an error: "sandbox ID", or "N sandboxes".
@@ -537,26 +587,6 @@ func sandboxSelector(ids []string) string {
 		return LabelSandbox + "=" + ids[0]
 	}
 	return LabelSandbox + " in (" + strings.Join(ids, ",") + ")"
-}
-
-// waitGone waits until the sandboxes' objects are gone (the API server
-// removes what has no finalizer at once); ctx ends the wait.
-func (c *Cluster) waitGone(ctx context.Context, ids []string) error {
-	sel := sandboxSelector(ids)
-	for {
-		left, err := c.objects(ctx, sel)
-		if err != nil {
-			return err
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: still there after %v: %s", sandboxesNamed(ids), DeleteStall, strings.Join(left, ", "))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // Objects lists the sandbox's objects as kind/name, or those of every

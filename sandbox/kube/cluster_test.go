@@ -3,9 +3,11 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,6 +148,61 @@ func TestDeleteMany(t *testing.T) {
 	}
 	if err := c.Delete(t.Context(), "1a2b3c4d", ""); err == nil {
 		t.Error("Delete with an empty id: no error")
+	}
+}
+
+// Objects of the sandbox made while Delete runs (an sbx kube run still
+// making it, as a controller that judged it a leftover saw it) are
+// deleted too, pods before policies still: Delete returns once none is
+// left, and does not wait out DeleteStall for objects it never deleted.
+func TestDeleteWhileTheSandboxIsMade(t *testing.T) {
+	objs := fakeSandbox(t, "1a2b3c4d", "")
+	f, c := fakeCluster(t, objs[0]) // the ConfigMap, made first
+	var once sync.Once
+	f.afterWrite = func(method, path string) {
+		if method == http.MethodDelete && strings.HasSuffix(path, "/pods") {
+			// The rest, once the pods were deleted.
+			once.Do(func() {
+				for _, o := range objs[1:] {
+					f.put(o.DeepCopyObject())
+				}
+			})
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := c.Delete(ctx, "1a2b3c4d"); err != nil {
+		t.Errorf("Delete of a sandbox whose other objects are made as its pods are deleted: %v", err)
+	}
+	if left := f.names("1a2b3c4d"); len(left) > 0 {
+		t.Errorf("left %v", left)
+	}
+	// The pods made after their deletion were deleted, and gone, before
+	// the policies.
+	var order []string
+	for _, w := range f.writesLog() {
+		if strings.Contains(w, "DELETE") {
+			order = append(order, w[strings.LastIndex(w, "/")+1:])
+		}
+	}
+	if want := []string{"pods", "pods", "networkpolicies", "secrets", "configmaps"}; !slices.Equal(order, want) {
+		t.Errorf("deletions %v, want %v", order, want)
+	}
+
+	// A ConfigMap made again once the ConfigMaps were deleted: another
+	// round.
+	f, c = fakeCluster(t, objs[0].DeepCopyObject())
+	var again sync.Once
+	f.afterWrite = func(method, path string) {
+		if method == http.MethodDelete && strings.HasSuffix(path, "/configmaps") {
+			again.Do(func() { f.put(objs[0].DeepCopyObject()) })
+		}
+	}
+	if err := c.Delete(ctx, "1a2b3c4d"); err != nil {
+		t.Errorf("Delete of a sandbox whose ConfigMap is made again as it is deleted: %v", err)
+	}
+	if left := f.names("1a2b3c4d"); len(left) > 0 {
+		t.Errorf("left %v", left)
 	}
 }
 

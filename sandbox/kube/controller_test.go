@@ -305,13 +305,19 @@ func TestControllerOnlyLeaderActs(t *testing.T) {
 	first := newTestSandbox(t, "bbbbbbbb", now.Add(-time.Hour), now.Add(6*24*time.Hour))
 	first.objs.Gateway = nil
 	first.put(f)
-	stopA := runController(t, f, "a", io.Discard)
+	outA, outB := &syncWriter{}, &syncWriter{}
+	defer func() {
+		if t.Failed() {
+			t.Logf("a said:\n%s\nb said:\n%s\nthe writes:\n%s", outA, outB, strings.Join(f.writesLog(), "\n"))
+		}
+	}()
+	stopA := runController(t, f, "a", outA)
 	// b starts once a leads.
 	f.waitFor(10*time.Second, "nobody took the Lease", func() bool {
 		l, _ := f.get(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: ControllerLease}}).(*coordinationv1.Lease)
 		return l != nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a"
 	})
-	runController(t, f, "b", io.Discard)
+	runController(t, f, "b", outB)
 	f.waitFor(20*time.Second, "the leader did not remove the sandbox whose gateway is gone", func() bool { return len(f.names(first.id)) == 0 })
 	// Another for the leader, while b has been watching for a while.
 	time.Sleep(time.Second)

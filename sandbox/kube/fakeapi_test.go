@@ -46,6 +46,9 @@ type fakeAPI struct {
 	// deletion timestamp set), as the API server does for a graceful
 	// deletion, and leaves their removal to the test, as to a node.
 	gracefulPods bool
+	// afterWrite, when set, is called after each write is applied (before
+	// its answer reaches the client) with its method and path.
+	afterWrite func(method, path string)
 }
 
 type fakeEvent struct {
@@ -311,6 +314,9 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		from, _ := strconv.Atoi(q.Get("resourceVersion"))
 		f.watch(w, r, coll, sel, from)
 		return
+	}
+	if f.afterWrite != nil && r.Method != http.MethodGet {
+		defer f.afterWrite(r.Method, r.URL.Path) // after the Unlock below
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
