@@ -64,6 +64,10 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
+# A signal ends the script through exit, so that cleanup runs: bash
+# does not run an EXIT trap when a signal kills it.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 up=127.0.0.1:18081
 sbx=127.0.0.1:18128
