@@ -550,7 +550,7 @@ func (c *Cluster) waitPodsGone(ctx context.Context, ids []string) (fresh []strin
 		if len(pods) < left {
 			stall.Reset(DeleteStall)
 		}
-		left, names = len(pods), slices.Sorted(maps.Keys(pods))
+		left, names, fresh = len(pods), slices.Sorted(maps.Keys(pods)), nil
 		for _, name := range names {
 			if pods[name].DeletionTimestamp == nil {
 				fresh = append(fresh, name)
