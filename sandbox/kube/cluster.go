@@ -425,15 +425,17 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 	sel := sandboxSelector(ids)
 	var stall time.Time
 	for {
-		if err := c.deleteRound(ctx, ids, sel); err != nil {
-			return err
-		}
-		left, err := c.objects(ctx, sel)
+		left, err := c.deleteRound(ctx, ids, sel)
 		if err != nil {
 			return err
 		}
-		if len(left) == 0 {
-			return nil
+		if left == nil {
+			if left, err = c.objects(ctx, sel); err != nil {
+				return err
+			}
+			if len(left) == 0 {
+				return nil
+			}
 		}
 		if stall.IsZero() {
 			stall = time.Now().Add(DeleteStall)
@@ -452,33 +454,23 @@ func (c *Cluster) Delete(ctx context.Context, ids ...string) error {
 // deleteRound deletes the objects that match sel once: the pods, and
 // once they are gone (their containers stopped, which a graceful
 // deletion waits for) the NetworkPolicies, Secrets and ConfigMaps, so
-// that a container never runs without its policy.
-func (c *Cluster) deleteRound(ctx context.Context, ids []string, selector string) error {
+// that a container never runs without its policy. When it sees pods made
+// after their deletion it stops there and returns their names, for the
+// next round.
+func (c *Cluster) deleteRound(ctx context.Context, ids []string, selector string) (fresh []string, err error) {
 	sel := metav1.ListOptions{LabelSelector: selector}
 	ns := c.Namespace
 	grace := int64(1)
-	var made time.Time // when a pod made after the deletion was first seen
-	for {
-		dctx, cancel := context.WithTimeout(ctx, DeleteStall)
-		err := c.Client.Pods(ns).DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
-		cancel()
-		if err != nil && !apierrors.IsNotFound(err) {
-			return &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
-		}
-		fresh, err := c.waitPodsGone(ctx, ids)
-		if err != nil {
-			return err
-		}
-		if len(fresh) == 0 {
-			break
-		}
-		if made.IsZero() {
-			made = time.Now()
-		} else if time.Since(made) > DeleteStall {
-			return fmt.Errorf("%s: pods are still being made after %v of deleting them: %s", sandboxesNamed(ids), DeleteStall, strings.Join(fresh, ", "))
-		}
+	dctx, cancel := context.WithTimeout(ctx, DeleteStall)
+	err = c.Client.Pods(ns).DeleteCollection(dctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel)
+	cancel()
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, &APIError{"delete", "Pod", sel.LabelSelector, ns, err}
 	}
-	ctx, cancel := context.WithTimeout(ctx, DeleteStall)
+	if fresh, err := c.waitPodsGone(ctx, ids); err != nil || len(fresh) > 0 {
+		return fresh, err
+	}
+	ctx, cancel = context.WithTimeout(ctx, DeleteStall)
 	defer cancel()
 	var errs *multierror.Error
 	for _, d := range []struct {
@@ -497,7 +489,7 @@ func (c *Cluster) deleteRound(ctx context.Context, ids []string, selector string
 			errs = multierror.Append(errs, &APIError{"delete", d.kind, sel.LabelSelector, ns, err})
 		}
 	}
-	return errs.ErrorOrNil()
+	return nil, errs.ErrorOrNil()
 }
 
 // StopAgent deletes the sandbox's agent pod alone and waits, at most a

@@ -204,6 +204,25 @@ func TestDeleteWhileTheSandboxIsMade(t *testing.T) {
 	if left := f.names("1a2b3c4d"); len(left) > 0 {
 		t.Errorf("left %v", left)
 	}
+
+	// An agent pod made again at every deletion: Delete gives up after
+	// DeleteStall, naming it, and leaves the policies.
+	defer func(d time.Duration) { DeleteStall = d }(DeleteStall)
+	DeleteStall = time.Second
+	agent := objs[len(objs)-1]
+	f, c = fakeCluster(t, objs...)
+	f.afterWrite = func(method, path string) {
+		if method == http.MethodDelete && strings.HasSuffix(path, "/pods") {
+			f.put(agent.DeepCopyObject())
+		}
+	}
+	err := c.Delete(ctx, "1a2b3c4d")
+	if err == nil || !strings.Contains(err.Error(), "still there after 1s") || !strings.Contains(err.Error(), ObjectName("1a2b3c4d")) {
+		t.Errorf("Delete of a sandbox whose agent pod is made again at every deletion: %v; want an error naming it", err)
+	}
+	if left := f.names("1a2b3c4d"); !slices.Contains(left, "networkpolicies/sbx-1a2b3c4d-agent") {
+		t.Errorf("left %v: want the NetworkPolicies kept while a pod is there", left)
+	}
 }
 
 // Delete waits as long as the sandboxes' pods keep going, however long
