@@ -1,0 +1,293 @@
+//go:build linux
+
+// Command looprelay is scripts/barerelay on an event loop: one OS thread
+// waits in epoll for every connection and reads and writes them with
+// plain system calls, as nginx's worker does, where barerelay (and sbx's
+// gateway) give each client connection a goroutine that Go's scheduler
+// parks and wakes. It decides, logs and checks nothing.
+// scripts/bench-gateway.sh measures it beside the nginx proxy and
+// barerelay in the same rounds: barerelay against looprelay is what a
+// goroutine a connection costs in Go, looprelay against the nginx proxy
+// what Go itself costs.
+//
+// It is a benchmark baseline, not a proxy: it serves only requests
+// without a body, in absolute form, to the one upstream it is given, and
+// relays only answers framed by Content-Length. Anything else ends the
+// connection.
+//
+//	looprelay -listen 127.0.0.1:18133 -upstream 127.0.0.1:18081
+package main
+
+import (
+	"bytes"
+	"flag"
+	"log"
+	"net/netip"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// A side is one of a pair's two connections: the client's or the
+// upstream's.
+type side struct {
+	fd     int
+	peer   *side
+	client bool
+	in     []byte // read and not yet relayed
+	out    []byte // to write when the socket takes it
+	body   int    // the upstream's: body bytes of the answer still to relay; -1 while its head is read
+}
+
+type relay struct {
+	ep       int
+	upstream unix.Sockaddr
+	sides    map[int]*side
+	buf      []byte
+}
+
+func main() {
+	listenAt := flag.String("listen", "127.0.0.1:18133", "where to serve, `ADDR`")
+	upstream := flag.String("upstream", "", "the upstream's `ADDR` (IPv4), the only one it reaches")
+	flag.Parse()
+	up, err := netip.ParseAddrPort(*upstream)
+	if err != nil || !up.Addr().Is4() {
+		log.Fatalf("looprelay: -upstream %q: an IPv4 ADDR:PORT is required", *upstream)
+	}
+	at, err := netip.ParseAddrPort(*listenAt)
+	if err != nil || !at.Addr().Is4() {
+		log.Fatalf("looprelay: -listen %q: an IPv4 ADDR:PORT is required", *listenAt)
+	}
+	lfd, err := listen(sockaddr(at))
+	if err != nil {
+		log.Fatal("looprelay: ", err)
+	}
+	runtime.LockOSThread() // the loop is the thread, as an nginx worker
+	if err := newRelay(sockaddr(up)).serve(lfd); err != nil {
+		log.Fatal("looprelay: ", err)
+	}
+}
+
+func newRelay(upstream unix.Sockaddr) *relay {
+	return &relay{upstream: upstream, sides: map[int]*side{}, buf: make([]byte, 64<<10)}
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+}
+
+// listen returns a listening, non-blocking socket at at.
+func listen(at unix.Sockaddr) (int, error) {
+	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	unix.SetsockoptInt(lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(lfd, at); err != nil {
+		unix.Close(lfd)
+		return -1, err
+	}
+	if err := unix.Listen(lfd, 1024); err != nil {
+		unix.Close(lfd)
+		return -1, err
+	}
+	return lfd, nil
+}
+
+// serve relays the clients of the listening socket lfd until a system
+// call of the loop itself fails.
+func (r *relay) serve(lfd int) error {
+	var err error
+	if r.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return err
+	}
+	if err := unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, lfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(lfd)}); err != nil {
+		return err
+	}
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(r.ep, events, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == lfd {
+				r.accept(lfd)
+				continue
+			}
+			s := r.sides[int(ev.Fd)]
+			if s == nil {
+				continue // closed by an event before this one
+			}
+			if ev.Events&unix.EPOLLOUT != 0 && !r.flush(s) {
+				continue
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				r.read(s)
+			}
+		}
+	}
+}
+
+// accept takes every waiting client and connects it to the upstream.
+// Both are edge-triggered: an event says that something came, and
+// everything there is read.
+func (r *relay) accept(lfd int) {
+	for {
+		cfd, _, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err != nil {
+			return
+		}
+		ufd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			unix.Close(cfd)
+			continue
+		}
+		if err := unix.Connect(ufd, r.upstream); err != nil && err != unix.EINPROGRESS {
+			unix.Close(cfd)
+			unix.Close(ufd)
+			continue
+		}
+		c := &side{fd: cfd, client: true}
+		u := &side{fd: ufd, body: -1}
+		c.peer, u.peer = u, c
+		for _, s := range []*side{c, u} {
+			unix.SetsockoptInt(s.fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			r.sides[s.fd] = s
+			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(s.fd)}
+			unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, s.fd, &ev)
+		}
+	}
+}
+
+// read reads everything s has and relays what it completes.
+func (r *relay) read(s *side) {
+	for {
+		n, err := unix.Read(s.fd, r.buf)
+		if n > 0 {
+			s.in = append(s.in, r.buf[:n]...)
+		}
+		if err == unix.EAGAIN || (err == nil && n > 0 && n < len(r.buf)) {
+			break
+		}
+		if err != nil || n == 0 {
+			r.close(s)
+			return
+		}
+	}
+	ok := false
+	if s.client {
+		ok = r.requests(s)
+	} else {
+		ok = r.answers(s)
+	}
+	if !ok {
+		r.close(s)
+	}
+}
+
+// flush writes what waits for s. It reports false, having closed the
+// pair, when the write fails.
+func (r *relay) flush(s *side) bool {
+	for off := 0; off < len(s.out); {
+		n, err := unix.Write(s.fd, s.out[off:])
+		if err == unix.EAGAIN {
+			s.out = s.out[:copy(s.out, s.out[off:])]
+			return true // EPOLLOUT comes when it takes more
+		}
+		if err != nil {
+			r.close(s)
+			return false
+		}
+		off += n
+	}
+	s.out = s.out[:0]
+	return true
+}
+
+func (r *relay) close(s *side) {
+	for _, x := range []*side{s, s.peer} {
+		if r.sides[x.fd] == x {
+			delete(r.sides, x.fd)
+			unix.Close(x.fd)
+		}
+	}
+}
+
+var crlf2 = []byte("\r\n\r\n")
+
+// requests relays the whole request heads c holds, their targets made
+// origin-form: "GET http://host/path HTTP/1.1" becomes "GET /path
+// HTTP/1.1".
+func (r *relay) requests(c *side) bool {
+	u := c.peer
+	p := c.in
+	for {
+		i := bytes.Index(p, crlf2)
+		if i < 0 {
+			break
+		}
+		line, rest, _ := bytes.Cut(p[:i+4], []byte("\r\n"))
+		method, target, ok := bytes.Cut(line, []byte{' '})
+		if !ok {
+			return false
+		}
+		if _, after, ok := bytes.Cut(target, []byte("://")); ok {
+			if j := bytes.IndexByte(after, '/'); j >= 0 {
+				target = after[j:]
+			}
+		}
+		u.out = append(u.out, method...)
+		u.out = append(u.out, ' ')
+		u.out = append(u.out, target...)
+		u.out = append(u.out, "\r\n"...)
+		u.out = append(u.out, rest...)
+		p = p[i+4:]
+	}
+	c.in = c.in[:copy(c.in, p)] // what is left of a head, at the start
+	return r.flush(u)
+}
+
+// answers relays the answers, or the parts of one, that u holds.
+func (r *relay) answers(u *side) bool {
+	c := u.peer
+	p := u.in
+	for len(p) > 0 {
+		if u.body < 0 {
+			i := bytes.Index(p, crlf2)
+			if i < 0 {
+				break
+			}
+			head := p[:i+4]
+			u.body = -1
+			for _, line := range bytes.Split(head, []byte("\r\n")) {
+				name, value, ok := bytes.Cut(line, []byte{':'})
+				if ok && bytes.EqualFold(name, []byte("Content-Length")) {
+					n, err := strconv.Atoi(string(bytes.TrimSpace(value)))
+					if err != nil || n < 0 {
+						return false
+					}
+					u.body = n
+				}
+			}
+			if u.body < 0 {
+				return false
+			}
+			c.out = append(c.out, head...)
+			p = p[i+4:]
+		}
+		k := min(u.body, len(p))
+		c.out = append(c.out, p[:k]...)
+		p = p[k:]
+		if u.body -= k; u.body > 0 {
+			break
+		}
+		u.body = -1
+	}
+	u.in = u.in[:copy(u.in, p)]
+	return r.flush(c)
+}
