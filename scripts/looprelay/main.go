@@ -10,22 +10,37 @@
 // goroutine a connection costs in Go, looprelay against the nginx proxy
 // what Go itself costs.
 //
+// With -work LOG it also does the least of sbx's own work for each
+// request: a decision by a policy that allows the upstream (netpolicy,
+// as the gateway decides), a decision record in LOG before the request
+// goes upstream (one write takes the records of the requests that one
+// wake of the loop read, before any of them is sent: a group commit), and
+// a close record once the answer is relayed. It skips what sbx also
+// does (checking every header, the address guard, deadlines, limits,
+// secrets, asking), so that looprelay -work against the nginx proxy is
+// an upper bound on what sbx on an event loop would reach.
+//
 // It is a benchmark baseline, not a proxy: it serves only requests
 // without a body, in absolute form, to the one upstream it is given, and
 // relays only answers framed by Content-Length. Anything else ends the
 // connection.
 //
-//	looprelay -listen 127.0.0.1:18133 -upstream 127.0.0.1:18081
+//	looprelay -listen 127.0.0.1:18133 -upstream 127.0.0.1:18081 [-work LOG]
 package main
 
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"log"
 	"net/netip"
+	"os"
 	"runtime"
 	"strconv"
+	"time"
 
+	"github.com/sbx-dev/sbx/gateway/decisionlog"
+	"github.com/sbx-dev/sbx/netpolicy"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,9 +50,13 @@ type side struct {
 	fd     int
 	peer   *side
 	client bool
-	in     []byte // read and not yet relayed
-	out    []byte // to write when the socket takes it
-	body   int    // the upstream's: body bytes of the answer still to relay; -1 while its head is read
+	in     []byte               // read and not yet relayed
+	out    []byte               // to write when the socket takes it
+	body   int                  // the upstream's: body bytes of the answer still to relay; -1 while its head is read
+	id     string               // the client's: the connection id its records share (-work)
+	from   netip.AddrPort       // the client's: its address (-work)
+	asked  []decisionlog.Record // the client's: the requests sent upstream and not yet answered (-work)
+	held   bool                 // the upstream's: out waits for its requests' records to be written (-work)
 }
 
 type relay struct {
@@ -45,11 +64,25 @@ type relay struct {
 	upstream unix.Sockaddr
 	sides    map[int]*side
 	buf      []byte
+	work     *work // nil without -work
+}
+
+// work is what -work adds: the policy, the log file, and the records
+// gathered for it.
+type work struct {
+	policy  *netpolicy.Policy
+	f       *os.File
+	seq     uint64
+	ids     uint64
+	pending []byte  // decision records to write before their requests go upstream
+	held    []*side // upstream sides whose requests wait for pending
+	closes  []byte  // close records, written with the next commit or at the end of a wake
 }
 
 func main() {
 	listenAt := flag.String("listen", "127.0.0.1:18133", "where to serve, `ADDR`")
 	upstream := flag.String("upstream", "", "the upstream's `ADDR` (IPv4), the only one it reaches")
+	logPath := flag.String("work", "", "decide each request and log it to `LOG`, as sbx does at the least")
 	flag.Parse()
 	up, err := netip.ParseAddrPort(*upstream)
 	if err != nil || !up.Addr().Is4() {
@@ -63,10 +96,28 @@ func main() {
 	if err != nil {
 		log.Fatal("looprelay: ", err)
 	}
+	r := newRelay(sockaddr(up))
+	if *logPath != "" {
+		if r.work, err = newWork(up, *logPath); err != nil {
+			log.Fatal("looprelay: ", err)
+		}
+	}
 	runtime.LockOSThread() // the loop is the thread, as an nginx worker
-	if err := newRelay(sockaddr(up)).serve(lfd); err != nil {
+	if err := r.serve(lfd); err != nil {
 		log.Fatal("looprelay: ", err)
 	}
+}
+
+func newWork(up netip.AddrPort, path string) (*work, error) {
+	p, err := netpolicy.Parse("looprelay", fmt.Appendf(nil, "version: 1\ndefault: block\nrules:\n  - host: %q\n    ports: [%d]\n    action: allow\n", up.Addr(), up.Port()))
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return &work{policy: p, f: f}, nil
 }
 
 func newRelay(upstream unix.Sockaddr) *relay {
@@ -130,6 +181,11 @@ func (r *relay) serve(lfd int) error {
 				r.read(s)
 			}
 		}
+		if r.work != nil {
+			if err := r.work.commit(r); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -138,7 +194,7 @@ func (r *relay) serve(lfd int) error {
 // everything there is read.
 func (r *relay) accept(lfd int) {
 	for {
-		cfd, _, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		cfd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
 			return
 		}
@@ -153,6 +209,13 @@ func (r *relay) accept(lfd int) {
 			continue
 		}
 		c := &side{fd: cfd, client: true}
+		if r.work != nil {
+			r.work.ids++
+			c.id = strconv.FormatUint(r.work.ids, 16)
+			if a, ok := sa.(*unix.SockaddrInet4); ok {
+				c.from = netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+			}
+		}
 		u := &side{fd: ufd, body: -1}
 		c.peer, u.peer = u, c
 		for _, s := range []*side{c, u} {
@@ -193,6 +256,9 @@ func (r *relay) read(s *side) {
 // flush writes what waits for s. It reports false, having closed the
 // pair, when the write fails.
 func (r *relay) flush(s *side) bool {
+	if s.held {
+		return true // commit flushes it
+	}
 	for off := 0; off < len(s.out); {
 		n, err := unix.Write(s.fd, s.out[off:])
 		if err == unix.EAGAIN {
@@ -237,9 +303,15 @@ func (r *relay) requests(c *side) bool {
 			return false
 		}
 		if _, after, ok := bytes.Cut(target, []byte("://")); ok {
-			if j := bytes.IndexByte(after, '/'); j >= 0 {
-				target = after[j:]
+			j := bytes.IndexByte(after, '/')
+			if j < 0 {
+				return false
 			}
+			path, _, _ := bytes.Cut(after[j:], []byte{' '}) // before " HTTP/1.1"
+			if r.work != nil && !r.work.decide(c, method, after[:j], path) {
+				return false
+			}
+			target = after[j:]
 		}
 		u.out = append(u.out, method...)
 		u.out = append(u.out, ' ')
@@ -249,6 +321,11 @@ func (r *relay) requests(c *side) bool {
 		p = p[i+4:]
 	}
 	c.in = c.in[:copy(c.in, p)] // what is left of a head, at the start
+	if r.work != nil && len(u.out) > 0 && !u.held {
+		u.held = true
+		r.work.held = append(r.work.held, u) // sent once their records are written
+		return true
+	}
 	return r.flush(u)
 }
 
@@ -287,7 +364,84 @@ func (r *relay) answers(u *side) bool {
 			break
 		}
 		u.body = -1
+		if r.work != nil {
+			r.work.closed(c, head0(c))
+		}
 	}
 	u.in = u.in[:copy(u.in, p)]
 	return r.flush(c)
+}
+
+// head0 is the first of c's requests waiting for an answer.
+func head0(c *side) *decisionlog.Record {
+	if len(c.asked) == 0 {
+		return nil
+	}
+	return &c.asked[0]
+}
+
+// decide decides c's request for method and http://hostport/path,
+// reporting false when the policy does not allow it, and adds its
+// decision record to what the next commit writes.
+func (w *work) decide(c *side, method, hostport, path []byte) bool {
+	ap, err := netip.ParseAddrPort(string(hostport))
+	if err != nil {
+		return false
+	}
+	if i := bytes.IndexByte(path, '?'); i >= 0 {
+		path = path[:i] // the query is never logged
+	}
+	t := netpolicy.Target{Host: ap.Addr().String(), Port: ap.Port(), Method: string(method), Path: string(path)}
+	d := w.policy.Verdict(t)
+	if d.Action != netpolicy.Allow {
+		return false
+	}
+	c.asked = append(c.asked, decisionlog.Record{ID: c.id, Event: decisionlog.EventDecision, Time: time.Now(),
+		Client: c.from.String(), Kind: decisionlog.KindHTTP, Method: t.Method, Host: t.Host, Port: int(t.Port),
+		Path: t.Path, Action: string(d.Action), Enforced: true, Rule: d.Rule, Reason: d.Reason, Upstream: ap.String()})
+	w.append(&c.asked[len(c.asked)-1])
+	return true
+}
+
+// closed logs the close record of c's request rec, answered.
+func (w *work) closed(c *side, rec *decisionlog.Record) {
+	if rec == nil {
+		return
+	}
+	cl := *rec
+	cl.Event, cl.Status, cl.Duration = decisionlog.EventClose, 200, time.Since(rec.Time)
+	cl.Time = time.Time{}
+	w.append(&cl)
+	c.asked = c.asked[:copy(c.asked, c.asked[1:])]
+}
+
+func (w *work) append(rec *decisionlog.Record) {
+	w.seq++
+	rec.Seq, rec.V = w.seq, decisionlog.SchemaVersion
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
+	w.pending = append(rec.AppendJSON(w.pending), '\n')
+}
+
+// commit writes the records gathered in one wake of the loop with one
+// write when a request waits for them (or when they fill 64 KiB), then
+// sends the requests that waited.
+func (w *work) commit(r *relay) error {
+	if len(w.held) == 0 && len(w.pending) < 64<<10 {
+		return nil
+	}
+	if _, err := w.f.Write(w.pending); err != nil {
+		return err
+	}
+	w.pending = w.pending[:0]
+	for i, u := range w.held {
+		u.held = false
+		if r.sides[u.fd] == u {
+			r.flush(u)
+		}
+		w.held[i] = nil
+	}
+	w.held = w.held[:0]
+	return nil
 }
