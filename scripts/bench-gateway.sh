@@ -11,9 +11,12 @@
 #     connection), so that sbx/barerelay is what sbx's own work per
 #     request costs; and scripts/looprelay, the same relay in Go on an
 #     event loop as nginx's, so that barerelay/looprelay is what a
-#     goroutine a connection costs and looprelay/nginx-proxy what Go does.
-#     Each round also prints the CPU time sbx and the three relays spent
-#     per request (from /proc/PID/stat), which other work on the machine
+#     goroutine a connection costs and looprelay/nginx-proxy what Go does;
+#     and looprelay -work, which adds the least of sbx's own work (a
+#     decision, its record written before the request goes upstream, a
+#     close record): what sbx on an event loop would reach at most.
+#     Each round also prints the CPU time sbx and the relays spent per
+#     request (from /proc/PID/stat), which other work on the machine
 #     moves less than their rates;
 #   - CONNECT bulk throughput through sbx vs a splicing relay (>= 0.9;
 #     every byte through either crosses loopback twice, so direct TCP,
@@ -77,6 +80,7 @@ tiny=127.0.0.1:18129
 relay=127.0.0.1:18131
 bare=127.0.0.1:18132
 loop=127.0.0.1:18133
+loopw=127.0.0.1:18134
 squidp=127.0.0.1:18130
 
 # start_nginx NAME BLOCK starts an nginx of one worker with its files in
@@ -125,6 +129,9 @@ go build -o "$work/looprelay" ./scripts/looprelay
 "$work/looprelay" -listen "$loop" -upstream "$up" &
 loop_pid=$!
 pids+=($!)
+"$work/looprelay" -listen "$loopw" -upstream "$up" -work "$work/looprelay.jsonl" &
+loopw_pid=$!
+pids+=($!)
 # Every record written, no rate or size limit: docs/performance.md measures with the log on.
 "$work/sbx" gateway --listen "$sbx" --allow "$up" --log "$work/decisions.jsonl" --log-rate 0 --log-max-size 0 >"$work/sbx.out" 2>&1 &
 sbx_pid=$!
@@ -172,7 +179,7 @@ wait_port() {
 	echo "bench-gateway.sh: nothing listens on $1" >&2
 	return 1
 }
-for a in "$up" "$sbx" "$tiny" "$squidp" "$relay" "$bare" "$loop"; do wait_port "$a"; done
+for a in "$up" "$sbx" "$tiny" "$squidp" "$relay" "$bare" "$loop" "$loopw"; do wait_port "$a"; done
 
 rps() { # URL [proxy.lua]
 	local out
@@ -223,6 +230,10 @@ for round in $(seq "$rounds"); do
 	c0=$(cpu_ticks "$loop_pid")
 	l=$(rps "http://$loop" "$work/proxy.lua")
 	lc=$(cpu_per_request "$loop_pid" "$c0")
+	c0=$(cpu_ticks "$loopw_pid")
+	w=$(rps "http://$loopw" "$work/proxy.lua")
+	wc=$(cpu_per_request "$loopw_pid" "$c0")
+	echo "$w" >>"$work/loopw.rps"
 	echo "$n" >>"$work/relay.rps"
 	echo "$b" >>"$work/bare.rps"
 	echo "$l" >>"$work/loop.rps"
@@ -230,9 +241,9 @@ for round in $(seq "$rounds"); do
 	echo "$s" >>"$work/sbx.rps"
 	echo "$t" >>"$work/tiny.rps"
 	echo "$q" >>"$work/squid.rps"
-	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f, barerelay %.0f, looprelay %.0f req/s: sbx/nginx-proxy %sx, sbx/direct %sx, sbx/barerelay %sx, looprelay/nginx-proxy %sx\n' \
-		"$round" "$d" "$s" "$t" "$q" "$n" "$b" "$l" "$(ratio "$s" "$n")" "$(ratio "$s" "$d")" "$(ratio "$s" "$b")" "$(ratio "$l" "$n")"
-	printf '           CPU per request: sbx %s us, nginx proxy %s us, barerelay %s us, looprelay %s us\n' "$sc" "$nc" "$bc" "$lc"
+	printf '  round %d: direct %.0f, sbx %.0f, tinyproxy %.0f, squid %.0f, nginx proxy %.0f, barerelay %.0f, looprelay %.0f, looprelay -work %.0f req/s: sbx/nginx-proxy %sx, sbx/direct %sx, sbx/barerelay %sx, looprelay/nginx-proxy %sx, looprelay-work/nginx-proxy %sx\n' \
+		"$round" "$d" "$s" "$t" "$q" "$n" "$b" "$l" "$w" "$(ratio "$s" "$n")" "$(ratio "$s" "$d")" "$(ratio "$s" "$b")" "$(ratio "$l" "$n")" "$(ratio "$w" "$n")"
+	printf '           CPU per request: sbx %s us, nginx proxy %s us, barerelay %s us, looprelay %s us, looprelay -work %s us\n' "$sc" "$nc" "$bc" "$lc" "$wc"
 done
 median() { sort -g "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 direct=$(median "$work/direct.rps")
@@ -242,6 +253,7 @@ via_squid=$(median "$work/squid.rps")
 via_relay=$(median "$work/relay.rps")
 via_bare=$(median "$work/bare.rps")
 via_loop=$(median "$work/loop.rps")
+via_loopw=$(median "$work/loopw.rps")
 echo "  medians:"
 printf '  %-11s %10.0f req/s\n' direct "$direct"
 printf '  %-11s %10.0f req/s  %sx direct\n' sbx "$via_sbx" "$(ratio "$via_sbx" "$direct")"
@@ -250,9 +262,10 @@ printf '  %-11s %10.0f req/s  %sx direct\n' squid "$via_squid" "$(ratio "$via_sq
 printf '  %-11s %10.0f req/s  %sx direct, %sx squid (relays only: the ceiling)\n' nginx-proxy "$via_relay" "$(ratio "$via_relay" "$direct")" "$(ratio "$via_relay" "$via_squid")"
 printf '  %-11s %10.0f req/s  %sx direct (the same relay in Go, a goroutine a connection)\n' barerelay "$via_bare" "$(ratio "$via_bare" "$direct")"
 printf '  %-11s %10.0f req/s  %sx direct (the same relay in Go, on an event loop)\n' looprelay "$via_loop" "$(ratio "$via_loop" "$direct")"
+printf '  %-11s %10.0f req/s  %sx direct (looprelay with the least of sbx'"'"'s work)\n' "loop -work" "$via_loopw" "$(ratio "$via_loopw" "$direct")"
 printf '  sbx/nginx-proxy  %sx, sbx/direct %sx   (targets: >= 1.0, >= 0.4)\n' "$(ratio "$via_sbx" "$via_relay")" "$(ratio "$via_sbx" "$direct")"
-printf '  sbx/squid %sx, sbx/barerelay %sx, barerelay/looprelay %sx, looprelay/nginx-proxy %sx\n' \
-	"$(ratio "$via_sbx" "$via_squid")" "$(ratio "$via_sbx" "$via_bare")" "$(ratio "$via_bare" "$via_loop")" "$(ratio "$via_loop" "$via_relay")"
+printf '  sbx/squid %sx, sbx/barerelay %sx, barerelay/looprelay %sx, looprelay/nginx-proxy %sx, looprelay-work/nginx-proxy %sx\n' \
+	"$(ratio "$via_sbx" "$via_squid")" "$(ratio "$via_sbx" "$via_bare")" "$(ratio "$via_bare" "$via_loop")" "$(ratio "$via_loop" "$via_relay")" "$(ratio "$via_loopw" "$via_relay")"
 logged=$(grep -c '"event":"decision"' "$work/decisions.jsonl" || true)
 echo "  decision records written by sbx: $logged"
 
