@@ -2,9 +2,10 @@
 # Measures the gateway against docs/performance.md in one run, on loopback:
 #   - HTTP forward req/s at 32 connections (wrk) straight to an nginx
 #     upstream, through sbx gateway (decision log on), tinyproxy, Squid
-#     and three proxies that only relay, with the ratios sbx/nginx-proxy
-#     (target >= 1.0) and sbx/direct (>= 0.4), for each round and for the
-#     medians. The three decide, check and log nothing: a second nginx as
+#     three proxies that only relay and a fourth that adds the least of
+#     sbx's work, with the ratios sbx/nginx-proxy (target >= 1.0) and
+#     sbx/direct (>= 0.4), for each round and for the medians. The three
+#     relays decide, check and log nothing: a second nginx as
 #     a keep-alive reverse proxy, what relaying alone costs in a C event
 #     loop, the ceiling a proxy reaches on the machine; scripts/barerelay,
 #     the same relay in Go built as the gateway is (a goroutine a client

@@ -53,6 +53,7 @@ type side struct {
 	in     []byte               // read and not yet relayed
 	out    []byte               // to write when the socket takes it
 	body   int                  // the upstream's: body bytes of the answer still to relay; -1 while its head is read
+	status int                  // the upstream's: the status of the answer being relayed
 	id     string               // the client's: the connection id its records share (-work)
 	from   netip.AddrPort       // the client's: its address (-work)
 	asked  []decisionlog.Record // the client's: the requests sent upstream and not yet answered (-work)
@@ -74,9 +75,8 @@ type work struct {
 	f       *os.File
 	seq     uint64
 	ids     uint64
-	pending []byte  // decision records to write before their requests go upstream
+	pending []byte  // records to write: decisions before their requests go upstream, closes with them
 	held    []*side // upstream sides whose requests wait for pending
-	closes  []byte  // close records, written with the next commit or at the end of a wake
 }
 
 func main() {
@@ -178,7 +178,7 @@ func (r *relay) serve(lfd int) error {
 				continue
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				r.read(s)
+				r.read(s, ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
 			}
 		}
 		if r.work != nil {
@@ -227,19 +227,24 @@ func (r *relay) accept(lfd int) {
 	}
 }
 
-// read reads everything s has and relays what it completes.
-func (r *relay) read(s *side) {
+// read reads everything s has and relays what it completes. A short
+// read took all there was, unless the peer has also ended its side
+// (ended): the one edge-triggered event that brought both is spent, so
+// it reads on to the end. The bytes before an end are relayed before
+// the pair is closed.
+func (r *relay) read(s *side, ended bool) {
+	eof := false
 	for {
 		n, err := unix.Read(s.fd, r.buf)
 		if n > 0 {
 			s.in = append(s.in, r.buf[:n]...)
 		}
-		if err == unix.EAGAIN || (err == nil && n > 0 && n < len(r.buf)) {
+		if err == unix.EAGAIN || (err == nil && n > 0 && n < len(r.buf) && !ended) {
 			break
 		}
 		if err != nil || n == 0 {
-			r.close(s)
-			return
+			eof = true
+			break
 		}
 	}
 	ok := false
@@ -248,7 +253,7 @@ func (r *relay) read(s *side) {
 	} else {
 		ok = r.answers(s)
 	}
-	if !ok {
+	if !ok || eof {
 		r.close(s)
 	}
 }
@@ -302,17 +307,19 @@ func (r *relay) requests(c *side) bool {
 		if !ok {
 			return false
 		}
-		if _, after, ok := bytes.Cut(target, []byte("://")); ok {
-			j := bytes.IndexByte(after, '/')
-			if j < 0 {
-				return false
-			}
-			path, _, _ := bytes.Cut(after[j:], []byte{' '}) // before " HTTP/1.1"
-			if r.work != nil && !r.work.decide(c, method, after[:j], path) {
-				return false
-			}
-			target = after[j:]
+		_, after, ok := bytes.Cut(target, []byte("://"))
+		if !ok {
+			return false // absolute form only, as a forward proxy is sent
 		}
+		j := bytes.IndexByte(after, '/')
+		if j < 0 {
+			return false
+		}
+		path, _, _ := bytes.Cut(after[j:], []byte{' '}) // before " HTTP/1.1"
+		if r.work != nil && !r.work.decide(c, method, after[:j], path) {
+			return false
+		}
+		target = after[j:]
 		u.out = append(u.out, method...)
 		u.out = append(u.out, ' ')
 		u.out = append(u.out, target...)
@@ -341,6 +348,14 @@ func (r *relay) answers(u *side) bool {
 			}
 			head := p[:i+4]
 			u.body = -1
+			if len(head) < 12 || !bytes.HasPrefix(head, []byte("HTTP/1.")) {
+				return false
+			}
+			status, err := strconv.Atoi(string(head[9:12]))
+			if err != nil {
+				return false
+			}
+			u.status = status
 			for _, line := range bytes.Split(head, []byte("\r\n")) {
 				name, value, ok := bytes.Cut(line, []byte{':'})
 				if ok && bytes.EqualFold(name, []byte("Content-Length")) {
@@ -365,19 +380,11 @@ func (r *relay) answers(u *side) bool {
 		}
 		u.body = -1
 		if r.work != nil {
-			r.work.closed(c, head0(c))
+			r.work.closed(c, u.status)
 		}
 	}
 	u.in = u.in[:copy(u.in, p)]
 	return r.flush(c)
-}
-
-// head0 is the first of c's requests waiting for an answer.
-func head0(c *side) *decisionlog.Record {
-	if len(c.asked) == 0 {
-		return nil
-	}
-	return &c.asked[0]
 }
 
 // decide decides c's request for method and http://hostport/path,
@@ -403,13 +410,14 @@ func (w *work) decide(c *side, method, hostport, path []byte) bool {
 	return true
 }
 
-// closed logs the close record of c's request rec, answered.
-func (w *work) closed(c *side, rec *decisionlog.Record) {
-	if rec == nil {
+// closed logs the close record of c's oldest request, answered with
+// status.
+func (w *work) closed(c *side, status int) {
+	if len(c.asked) == 0 {
 		return
 	}
-	cl := *rec
-	cl.Event, cl.Status, cl.Duration = decisionlog.EventClose, 200, time.Since(rec.Time)
+	cl := c.asked[0]
+	cl.Event, cl.Status, cl.Duration = decisionlog.EventClose, status, time.Since(cl.Time)
 	cl.Time = time.Time{}
 	w.append(&cl)
 	c.asked = c.asked[:copy(c.asked, c.asked[1:])]

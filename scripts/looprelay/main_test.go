@@ -78,23 +78,11 @@ func testRelay(t *testing.T, withWork bool) {
 			go serveUpstream(c)
 		}
 	}()
-	lfd, err := listen(&unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(lfd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayAt := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
 	up := netip.MustParseAddrPort(ln.Addr().String())
-	r := newRelay(sockaddr(up))
-	if withWork {
-		if r.work, err = newWork(up, logPath); err != nil {
-			t.Fatal(err)
-		}
+	if !withWork {
+		logPath = ""
 	}
-	go r.serve(lfd) // runs until the test binary exits
+	relayAt := startRelay(t, up, logPath)
 
 	c, err := net.Dial("tcp4", relayAt.String())
 	if err != nil {
@@ -159,6 +147,132 @@ func testRelay(t *testing.T, withWork bool) {
 		b, _ := os.ReadFile(logPath)
 		if n := strings.Count(string(b), `"event":"close"`); n != 2 {
 			t.Errorf("the log has %d close records, want 2 (the answers of /a and /b):\n%s", n, b)
+		}
+	}
+}
+
+// TestWorkSendsNothingBeforeTheCommit: with -work, a request read is
+// held until the write of its record, whatever event asks its upstream
+// to be flushed before that, and a write that fails sends nothing.
+func TestWorkSendsNothingBeforeTheCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name, log string
+		fails     bool
+	}{
+		{"written", filepath.Join(t.TempDir(), "decisions.jsonl"), false},
+		{"write fails", "/dev/full", true}, // every write: ENOSPC
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := netip.MustParseAddrPort("127.0.0.1:8080")
+			r := newRelay(sockaddr(up))
+			w, err := newWork(up, tc.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.f.Close()
+			r.work = w
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fds[0])
+			defer unix.Close(fds[1])
+			c := &side{fd: -1, client: true, id: "1"}
+			u := &side{fd: fds[0], body: -1}
+			c.peer, u.peer = u, c
+			r.sides[u.fd] = u
+			c.in = []byte("GET http://127.0.0.1:8080/x?q=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n")
+			if !r.requests(c) {
+				t.Fatal("requests refused an allowed request")
+			}
+			r.flush(u) // as the upstream's EPOLLOUT in the same wake would
+			buf := make([]byte, 4096)
+			if n, err := unix.Read(fds[1], buf); err != unix.EAGAIN {
+				t.Fatalf("before the commit the upstream got %q (%v), want nothing", buf[:max(n, 0)], err)
+			}
+			err = w.commit(r)
+			n, rerr := unix.Read(fds[1], buf)
+			if tc.fails {
+				if err == nil {
+					t.Error("commit to a full disk: no error")
+				}
+				if rerr != unix.EAGAIN {
+					t.Errorf("the upstream got %q though its record was not written", buf[:max(n, 0)])
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rerr != nil || !strings.HasPrefix(string(buf[:n]), "GET /x?q=1 HTTP/1.1\r\n") {
+				t.Fatalf("after the commit the upstream got %q (%v), want the request in origin form", buf[:max(n, 0)], rerr)
+			}
+			b, _ := os.ReadFile(tc.log)
+			if !strings.Contains(string(b), `"event":"decision"`) || !strings.Contains(string(b), `"path":"/x"`) {
+				t.Errorf("the log after the commit: %s; want the request's decision record, without its query", b)
+			}
+		})
+	}
+}
+
+// startRelay serves a relay to up on a port of loopback, with -work
+// logPath when it is not empty, and returns its address. It runs until
+// the test binary exits.
+func startRelay(t *testing.T, up netip.AddrPort, logPath string) netip.AddrPort {
+	t.Helper()
+	lfd, err := listen(&unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(lfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(sockaddr(up))
+	if logPath != "" {
+		if r.work, err = newWork(up, logPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go r.serve(lfd)
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*unix.SockaddrInet4).Port))
+}
+
+// TestRelayEndsWithTheUpstream: an upstream that answers and closes at
+// once gets its answer relayed and the client's connection closed.
+func TestRelayEndsWithTheUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// At once, before the request: the relay has not read the
+			// connection yet, so the answer and the end come to it in
+			// one event.
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye")
+			c.Close()
+		}
+	}()
+	up := netip.MustParseAddrPort(ln.Addr().String())
+	relayAt := startRelay(t, up, "")
+	for i := range 40 {
+		c, err := net.Dial("tcp4", relayAt.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		// No request: one unread at the relay's close would reset the
+		// connection.
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || !strings.HasSuffix(string(b), "\r\n\r\nbye") {
+			t.Fatalf("connection %d: read %q, %v; want the answer, then the end", i, b, err)
 		}
 	}
 }
