@@ -139,7 +139,8 @@ func spliceRelay(b *testing.B, target string) string {
 
 // benchThroughput writes 1 MiB at a time on a connection that dial makes
 // for each mode, "direct", "relay" (spliceRelay) and "sbx", as a
-// sub-benchmark each.
+// sub-benchmark each; then, as "paired", through the relay and sbx in
+// turns (benchPaired).
 func benchThroughput(b *testing.B, dial func(mode string) (net.Conn, error)) {
 	buf := make([]byte, 1<<20)
 	for _, mode := range []string{"direct", "relay", "sbx"} {
@@ -157,6 +158,46 @@ func benchThroughput(b *testing.B, dial func(mode string) (net.Conn, error)) {
 			}
 		})
 	}
+	b.Run("paired", func(b *testing.B) { benchPaired(b, buf, dial) })
+}
+
+// benchPaired writes 32 MiB through the relay, then 32 MiB through sbx,
+// or the other way round (the first of a round alternates), on a
+// connection each that dial made, and reports the median of the rounds'
+// ratios of sbx's rate to the relay's as sbx/relay. The separate runs of
+// the modes' sub-benchmarks are seconds apart, and the machine's drift
+// between them moves their ratio by 20% and more on a 2-CPU machine; the
+// two legs of a round are milliseconds apart.
+func benchPaired(b *testing.B, buf []byte, dial func(mode string) (net.Conn, error)) {
+	modes := [2]string{"relay", "sbx"}
+	var conns [2]net.Conn
+	for i, mode := range modes {
+		c, err := dial(mode)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	const leg = 32 // MiB
+	b.SetBytes(2 * leg << 20)
+	var ratios []float64
+	for round := 0; b.Loop(); round++ {
+		var rate [2]float64
+		for k := range 2 {
+			i := (k + round) % 2
+			start := time.Now()
+			for range leg {
+				if _, err := conns[i].Write(buf[:1<<20]); err != nil {
+					b.Fatalf("%s: %v", modes[i], err)
+				}
+			}
+			rate[i] = leg / time.Since(start).Seconds()
+		}
+		ratios = append(ratios, rate[1]/rate[0])
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "sbx/relay")
 }
 
 // BenchmarkTunnelOpen measures the time to a usable connection: a TCP
@@ -173,28 +214,57 @@ func BenchmarkTunnelOpen(b *testing.B) {
 	sink := sinkServer(b)
 	proxy := benchGateway(b)
 	bare := bareConnectProxy(b)
-	for _, mode := range []string{"direct", "bare", "sbx"} {
+	open := func(b *testing.B, mode string) time.Duration {
+		start := time.Now()
+		var c net.Conn
+		var err error
+		if mode == "bare" {
+			c, err = connectThrough(bare, sink)
+		} else {
+			c, err = dial(mode, proxy, sink)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		c.Close()
+		return took
+	}
+	modes := []string{"direct", "bare", "sbx"}
+	for _, mode := range modes {
 		b.Run(mode, func(b *testing.B) {
 			var times []time.Duration
 			for b.Loop() {
-				start := time.Now()
-				var c net.Conn
-				var err error
-				if mode == "bare" {
-					c, err = connectThrough(bare, sink)
-				} else {
-					c, err = dial(mode, proxy, sink)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				times = append(times, time.Since(start))
-				c.Close()
+				times = append(times, open(b, mode))
 			}
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(medianMicros(times), "p50-µs")
 		})
 	}
+	// paired: the three in turns, the first of a round going round, and
+	// the medians of the rounds' differences, which the machine's drift
+	// between the sub-benchmarks above moves less.
+	b.Run("paired", func(b *testing.B) {
+		var added, bareAdded, own []time.Duration
+		for round := 0; b.Loop(); round++ {
+			var took [3]time.Duration
+			for k := range 3 {
+				i := (k + round) % 3
+				took[i] = open(b, modes[i])
+			}
+			added = append(added, took[2]-took[0])
+			bareAdded = append(bareAdded, took[1]-took[0])
+			own = append(own, took[2]-took[1])
+		}
+		b.ReportMetric(medianMicros(added), "added-µs")
+		b.ReportMetric(medianMicros(bareAdded), "bare-added-µs")
+		b.ReportMetric(medianMicros(own), "own-µs")
+	})
+}
+
+// medianMicros is the median of ds in microseconds; it sorts ds.
+func medianMicros(ds []time.Duration) float64 {
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2].Microseconds())
 }
 
 // bareConnectProxy serves a CONNECT proxy that does the least a CONNECT
@@ -422,33 +492,45 @@ func BenchmarkTransparentThroughput(b *testing.B) {
 func BenchmarkTransparentOpen(b *testing.B) {
 	echo := tcpServer(b, func(c net.Conn) { defer c.Close(); io.Copy(c, c) }).Addr().String()
 	via := benchTransparent(b, echo)
-	for _, mode := range []string{"direct", "sbx"} {
+	open := func(b *testing.B, addr string) time.Duration {
+		start := time.Now()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte{0}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	addrs := []string{echo, via}
+	for i, mode := range []string{"direct", "sbx"} {
 		b.Run(mode, func(b *testing.B) {
-			addr := echo
-			if mode == "sbx" {
-				addr = via
-			}
 			var times []time.Duration
-			one := make([]byte, 1)
 			for b.Loop() {
-				start := time.Now()
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := c.Write([]byte{0}); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(c, one); err != nil {
-					b.Fatal(err)
-				}
-				times = append(times, time.Since(start))
-				c.Close()
+				times = append(times, open(b, addrs[i]))
 			}
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(medianMicros(times), "p50-µs")
 		})
 	}
+	// paired: direct and sbx in turns; the median of the rounds'
+	// differences (see BenchmarkTunnelOpen).
+	b.Run("paired", func(b *testing.B) {
+		var added []time.Duration
+		for round := 0; b.Loop(); round++ {
+			var took [2]time.Duration
+			for k := range 2 {
+				i := (k + round) % 2
+				took[i] = open(b, addrs[i])
+			}
+			added = append(added, took[1]-took[0])
+		}
+		b.ReportMetric(medianMicros(added), "added-µs")
+	})
 }
 
 // BenchmarkInspectedRequests measures HTTPS requests over keep-alive
