@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +51,10 @@ func benchGateway(b *testing.B) string {
 // connections does not allocate 256 KiB each.
 var sinkBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// sinkServer accepts connections and discards what they send.
+// sinkServer accepts connections and discards what they send, but for
+// one byte it sends back each time a connection has sent it another
+// sinkAckEvery bytes: what benchPaired waits for to know that a leg's
+// bytes have all arrived.
 func sinkServer(b *testing.B) string {
 	b.Helper()
 	// Large reads, as a bulk receiver makes them: io.Discard's 8 KiB reads
@@ -60,13 +64,23 @@ func sinkServer(b *testing.B) string {
 		bp := sinkBufs.Get().(*[]byte)
 		defer sinkBufs.Put(bp)
 		buf := *bp
+		var got int64
 		for {
-			if _, err := c.Read(buf); err != nil {
+			n, err := c.Read(buf)
+			if err != nil {
 				return
 			}
+			for acks := (got + int64(n)) / sinkAckEvery; acks > got/sinkAckEvery; acks-- {
+				c.Write([]byte{1})
+			}
+			got += int64(n)
 		}
 	}).Addr().String()
 }
+
+// sinkAckEvery is how many bytes the sink takes for each byte it sends
+// back: a leg of benchPaired.
+const sinkAckEvery = 32 << 20
 
 // connectThrough opens a tunnel to target through proxy.
 func connectThrough(proxy, target string) (net.Conn, error) {
@@ -163,9 +177,12 @@ func benchThroughput(b *testing.B, dial func(mode string) (net.Conn, error)) {
 
 // benchPaired writes 32 MiB through the relay, then 32 MiB through sbx,
 // or the other way round (the first of a round alternates), on a
-// connection each that dial made, and reports the median of the rounds'
-// ratios of sbx's rate to the relay's as sbx/relay. The separate runs of
-// the modes' sub-benchmarks are seconds apart, and the machine's drift
+// connection each that dial made to a sinkServer, each leg timed until
+// the sink says it has all of it, so that no leg's bytes are still on
+// their way while the next leg runs. It reports as sbx/relay the median,
+// over each two rounds (one of each order), of the geometric mean of
+// their ratios of sbx's rate to the relay's. The separate runs of the
+// modes' sub-benchmarks are seconds apart, and the machine's drift
 // between them moves their ratio by 20% and more on a 2-CPU machine; the
 // two legs of a round are milliseconds apart.
 func benchPaired(b *testing.B, buf []byte, dial func(mode string) (net.Conn, error)) {
@@ -179,10 +196,11 @@ func benchPaired(b *testing.B, buf []byte, dial func(mode string) (net.Conn, err
 		defer c.Close()
 		conns[i] = c
 	}
-	const leg = 32 // MiB
-	b.SetBytes(2 * leg << 20)
+	const leg = sinkAckEvery >> 20 // MiB
+	b.SetBytes(4 * sinkAckEvery)   // an op is two rounds, one of each order
+	ack := make([]byte, 1)
 	var ratios []float64
-	for round := 0; b.Loop(); round++ {
+	for round := 0; round%2 == 1 || b.Loop(); round++ {
 		var rate [2]float64
 		for k := range 2 {
 			i := (k + round) % 2
@@ -192,19 +210,28 @@ func benchPaired(b *testing.B, buf []byte, dial func(mode string) (net.Conn, err
 					b.Fatalf("%s: %v", modes[i], err)
 				}
 			}
+			if _, err := io.ReadFull(conns[i], ack); err != nil {
+				b.Fatalf("%s: the sink's word that the leg arrived: %v", modes[i], err)
+			}
 			rate[i] = leg / time.Since(start).Seconds()
 		}
 		ratios = append(ratios, rate[1]/rate[0])
 	}
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "sbx/relay")
+	var pairs []float64
+	for j := 0; j+1 < len(ratios); j += 2 {
+		pairs = append(pairs, math.Sqrt(ratios[j]*ratios[j+1]))
+	}
+	slices.Sort(pairs)
+	b.ReportMetric(pairs[len(pairs)/2], "sbx/relay")
 }
 
 // BenchmarkTunnelOpen measures the time to a usable connection: a TCP
 // connect directly ("direct"), and a connect plus CONNECT and its 200
 // through barely a proxy ("bare", bareConnectProxy) and through the
-// gateway ("sbx"). It reports the median as p50-µs (docs/performance.md:
-// the gateway adds at most 150 µs to a direct connect). bare is the
+// gateway ("sbx"). It reports each one's median as p50-µs, and, in turns
+// ("paired"), the medians of the rounds' differences: added-µs, what
+// the gateway adds to a direct connect (docs/performance.md: at most 150
+// µs), bare-added-µs and own-µs (sbx minus bare). bare is the
 // baseline of what any proxy adds in the same run, on the same machine:
 // a second TCP connection's life and a CONNECT's round trip, which on a
 // 2-CPU machine cost about as much as the target; sbx minus bare is what
@@ -214,7 +241,10 @@ func BenchmarkTunnelOpen(b *testing.B) {
 	sink := sinkServer(b)
 	proxy := benchGateway(b)
 	bare := bareConnectProxy(b)
-	open := func(b *testing.B, mode string) time.Duration {
+	// open times one open; settled, it then ends the connection and
+	// waits, untimed, for the other side's end, so that no teardown runs
+	// beside the next open.
+	open := func(b *testing.B, mode string, settled bool) time.Duration {
 		start := time.Now()
 		var c net.Conn
 		var err error
@@ -227,6 +257,9 @@ func BenchmarkTunnelOpen(b *testing.B) {
 			b.Fatal(err)
 		}
 		took := time.Since(start)
+		if settled {
+			settle(c)
+		}
 		c.Close()
 		return took
 	}
@@ -235,21 +268,22 @@ func BenchmarkTunnelOpen(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			var times []time.Duration
 			for b.Loop() {
-				times = append(times, open(b, mode))
+				times = append(times, open(b, mode, false))
 			}
 			b.ReportMetric(medianMicros(times), "p50-µs")
 		})
 	}
-	// paired: the three in turns, the first of a round going round, and
-	// the medians of the rounds' differences, which the machine's drift
-	// between the sub-benchmarks above moves less.
+	// paired: the three in turns, each round in the next of the six
+	// orders, every open settled, and the medians of the rounds'
+	// differences, which the machine's drift between the sub-benchmarks
+	// above moves less.
 	b.Run("paired", func(b *testing.B) {
+		orders := [6][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
 		var added, bareAdded, own []time.Duration
 		for round := 0; b.Loop(); round++ {
 			var took [3]time.Duration
-			for k := range 3 {
-				i := (k + round) % 3
-				took[i] = open(b, modes[i])
+			for _, i := range orders[round%6] {
+				took[i] = open(b, modes[i], true)
 			}
 			added = append(added, took[2]-took[0])
 			bareAdded = append(bareAdded, took[1]-took[0])
@@ -259,6 +293,16 @@ func BenchmarkTunnelOpen(b *testing.B) {
 		b.ReportMetric(medianMicros(bareAdded), "bare-added-µs")
 		b.ReportMetric(medianMicros(own), "own-µs")
 	})
+}
+
+// settle ends c's sending side and reads until the other side ends too:
+// a tunnel's end has gone through the proxy and back.
+func settle(c net.Conn) {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, c)
 }
 
 // medianMicros is the median of ds in microseconds; it sorts ds.
@@ -488,11 +532,13 @@ func BenchmarkTransparentThroughput(b *testing.B) {
 // starts neither TLS nor HTTP (as a database client's binary protocol
 // does): directly, and through the transparent path by a fake
 // address's name, which peeks, decides, resolves, dials and relays. It
-// reports the median as p50-µs (docs/performance.md: at most 200 µs added).
+// reports each one's median as p50-µs, and, in turns ("paired"), the
+// median of the rounds' differences as added-µs (docs/performance.md: at
+// most 200 µs).
 func BenchmarkTransparentOpen(b *testing.B) {
 	echo := tcpServer(b, func(c net.Conn) { defer c.Close(); io.Copy(c, c) }).Addr().String()
 	via := benchTransparent(b, echo)
-	open := func(b *testing.B, addr string) time.Duration {
+	open := func(b *testing.B, addr string, settled bool) time.Duration {
 		start := time.Now()
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -505,27 +551,31 @@ func BenchmarkTransparentOpen(b *testing.B) {
 		if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
 			b.Fatal(err)
 		}
-		return time.Since(start)
+		took := time.Since(start)
+		if settled {
+			settle(c)
+		}
+		return took
 	}
 	addrs := []string{echo, via}
 	for i, mode := range []string{"direct", "sbx"} {
 		b.Run(mode, func(b *testing.B) {
 			var times []time.Duration
 			for b.Loop() {
-				times = append(times, open(b, addrs[i]))
+				times = append(times, open(b, addrs[i], false))
 			}
 			b.ReportMetric(medianMicros(times), "p50-µs")
 		})
 	}
-	// paired: direct and sbx in turns; the median of the rounds'
-	// differences (see BenchmarkTunnelOpen).
+	// paired: direct and sbx in turns, every open settled; the median
+	// of the rounds' differences (see BenchmarkTunnelOpen).
 	b.Run("paired", func(b *testing.B) {
 		var added []time.Duration
 		for round := 0; b.Loop(); round++ {
 			var took [2]time.Duration
 			for k := range 2 {
 				i := (k + round) % 2
-				took[i] = open(b, addrs[i])
+				took[i] = open(b, addrs[i], true)
 			}
 			added = append(added, took[1]-took[0])
 		}

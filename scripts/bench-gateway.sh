@@ -26,7 +26,10 @@
 #     proxy measured in the same run (what any proxy adds, so that sbx
 #     minus bare is sbx's own work), from go test -bench in the gateway
 #     package, median of 5 runs each (single runs vary by 20% on a 2-core
-#     machine);
+#     machine): each mode's separate runs, and in turns (the benchmarks'
+#     paired runs, relay and sbx or the opens alternating within
+#     milliseconds, which the machine's drift moves less), the figures
+#     the targets are held against;
 #   - docs/performance.md: transparent TCP bulk throughput vs a splicing
 #     relay (>= 0.9), the median time to open a transparent connection by a fake
 #     address's name vs a direct connect (+200 us at most), and the DNS
@@ -300,6 +303,7 @@ function median(a, n,    i, j, t) {
 	return a[int((n + 1) / 2)]
 }
 function value(unit,    i) { for (i = 1; i <= NF; i++) if ($(i+1) == unit) return $i }
+function need(n, what) { if (n == 0) { printf "bench-gateway.sh: no %s in the benchmarks'"'"' output\n", what > "/dev/stderr"; exit 1 } }
 '
 awk "$benchawk"'
 /TunnelThroughput\/direct/ { d[++nd] = value("MB/s") }
@@ -311,6 +315,7 @@ awk "$benchawk"'
 /TunnelThroughput\/paired/ { pr[++npr] = value("sbx/relay") }
 /TunnelOpen\/paired/       { pa[++npa] = value("added-µs"); pb[++npb] = value("bare-added-µs"); po[++npo] = value("own-µs") }
 END {
+	need(nd * nr * ns, "throughput figure"); need(nod * nob * nos, "open figure"); need(npr * npa * npb * npo, "paired figure")
 	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); obm = median(ob, nob); osm = median(os, nos)
 	printf "  throughput  direct %.0f MB/s, splicing relay %.0f MB/s, sbx %.0f MB/s (separate runs): sbx/relay %.3fx, sbx/direct %.3fx\n", dm, rm, sm, sm / rm, sm / dm
 	printf "    in turns with the relay (32 MiB each, the median of the rounds'"'"' ratios): sbx/relay %.3fx   (target >= 0.9x)\n", median(pr, npr)
@@ -332,6 +337,7 @@ awk "$benchawk"'
 /TransparentThroughput\/paired/ { pr[++npr] = value("sbx/relay") }
 /TransparentOpen\/paired/       { pa[++npa] = value("added-µs") }
 END {
+	need(nd * nr * ns, "throughput figure"); need(nod * nos, "open figure"); need(npr * npa, "paired figure"); need(nq * np, "DNS figure")
 	dm = median(d, nd); rm = median(r, nr); sm = median(s, ns); odm = median(od, nod); osm = median(os, nos)
 	printf "  transparent throughput  direct %.0f MB/s, splicing relay %.0f MB/s, sbx %.0f MB/s (separate runs): sbx/relay %.3fx, sbx/direct %.3fx\n", dm, rm, sm, sm / rm, sm / dm
 	printf "    in turns with the relay: sbx/relay %.3fx   (target >= 0.9x)\n", median(pr, npr)
@@ -347,6 +353,7 @@ awk "$benchawk"'
 /InspectedRequests\/tunnel/    { t[++nt] = value("requests/s") }
 /InspectedRequests\/inspected/ { i[++ni] = value("requests/s") }
 END {
+	need(nt * ni, "inspected figure")
 	tm = median(t, nt); im = median(i, ni)
 	printf "  HTTPS keep-alive requests: tunnel %.0f/s, inspected %.0f/s: inspected/tunnel %.3fx   (target >= 0.5x)\n", tm, im, im / tm
 }' "$work/inspect.txt"
