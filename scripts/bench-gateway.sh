@@ -212,6 +212,15 @@ cpu_per_request() {
 		'BEGIN { printf "%.1f", t * 1e6 / hz / n }'
 }
 
+# measure PID ADDR: the req/s of wrk through the proxy at ADDR and the
+# CPU microseconds its process PID spent per request, on one line.
+measure() {
+	local c0 r
+	c0=$(cpu_ticks "$1")
+	r=$(rps "http://$2" "$work/proxy.lua") || return # a failure ends the script, as set -e would
+	echo "$r $(cpu_per_request "$1" "$c0")"
+}
+
 # Each is measured ROUNDS times, one after another, and the medians are
 # compared: the machine's load drifts, and turns share it.
 rounds=${ROUNDS:-3}
@@ -220,23 +229,18 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 for round in $(seq "$rounds"); do
 	relay_pid=$(pgrep -P "$(cat "$work/relay.pid")" | head -1) # its one worker
 	d=$(rps "http://$up/")
-	c0=$(cpu_ticks "$sbx_pid")
-	s=$(rps "http://$sbx" "$work/proxy.lua")
-	sc=$(cpu_per_request "$sbx_pid" "$c0")
+	out=$(measure "$sbx_pid" "$sbx")
+	read -r s sc <<<"$out"
 	t=$(rps "http://$tiny" "$work/proxy.lua")
 	q=$(rps "http://$squidp" "$work/proxy.lua")
-	c0=$(cpu_ticks "$relay_pid")
-	n=$(rps "http://$relay" "$work/proxy.lua")
-	nc=$(cpu_per_request "$relay_pid" "$c0")
-	c0=$(cpu_ticks "$bare_pid")
-	b=$(rps "http://$bare" "$work/proxy.lua")
-	bc=$(cpu_per_request "$bare_pid" "$c0")
-	c0=$(cpu_ticks "$loop_pid")
-	l=$(rps "http://$loop" "$work/proxy.lua")
-	lc=$(cpu_per_request "$loop_pid" "$c0")
-	c0=$(cpu_ticks "$loopw_pid")
-	w=$(rps "http://$loopw" "$work/proxy.lua")
-	wc=$(cpu_per_request "$loopw_pid" "$c0")
+	out=$(measure "$relay_pid" "$relay")
+	read -r n nc <<<"$out"
+	out=$(measure "$bare_pid" "$bare")
+	read -r b bc <<<"$out"
+	out=$(measure "$loop_pid" "$loop")
+	read -r l lc <<<"$out"
+	out=$(measure "$loopw_pid" "$loopw")
+	read -r w wc <<<"$out"
 	echo "$w" >>"$work/loopw.rps"
 	echo "$n" >>"$work/relay.rps"
 	echo "$b" >>"$work/bare.rps"

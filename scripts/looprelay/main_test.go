@@ -30,14 +30,8 @@ func TestRelaysKeepAliveRequests(t *testing.T) {
 
 func testRelay(t *testing.T, withWork bool) {
 	logPath := filepath.Join(t.TempDir(), "decisions.jsonl")
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	targets := make(chan string, 8)
-	serveUpstream := func(c net.Conn) {
-		defer c.Close()
+	up := upstream(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for i := 0; ; i++ {
 			line, err := br.ReadString('\n')
@@ -68,17 +62,7 @@ func testRelay(t *testing.T, withWork bool) {
 			body := strings.Repeat("x", 100000*i+5) // the second spans reads
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
 		}
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go serveUpstream(c)
-		}
-	}()
-	up := netip.MustParseAddrPort(ln.Addr().String())
+	})
 	if !withWork {
 		logPath = ""
 	}
@@ -241,25 +225,12 @@ func startRelay(t *testing.T, up netip.AddrPort, logPath string) netip.AddrPort 
 // TestRelayEndsWithTheUpstream: an upstream that answers and closes at
 // once gets its answer relayed and the client's connection closed.
 func TestRelayEndsWithTheUpstream(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// At once, before the request: the relay has not read the
-			// connection yet, so the answer and the end come to it in
-			// one event.
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye")
-			c.Close()
-		}
-	}()
-	up := netip.MustParseAddrPort(ln.Addr().String())
+	up := upstream(t, func(c net.Conn) {
+		// At once, before the request: the relay has not read the
+		// connection yet, so the answer and the end come to it in one
+		// event.
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye")
+	})
 	relayAt := startRelay(t, up, "")
 	for i := range 40 {
 		c, err := net.Dial("tcp4", relayAt.String())
@@ -275,4 +246,29 @@ func TestRelayEndsWithTheUpstream(t *testing.T) {
 			t.Fatalf("connection %d: read %q, %v; want the answer, then the end", i, b, err)
 		}
 	}
+}
+
+// upstream serves each connection to a port of loopback with serve, in a
+// goroutine of its own, closing it when serve returns, until the test
+// ends, and returns the port's address.
+func upstream(t *testing.T, serve func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
 }
