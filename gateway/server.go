@@ -740,7 +740,7 @@ func (s *Server) initRecord(rec *decisionlog.Record, c *conn, kind, method strin
 		Event:  decisionlog.EventDecision,
 		Client: c.clientText,
 		Kind:   kind,
-		Method: method,
+		Method: truncate(method, netpolicy.MaxMethodLen), // a longer one is refused (ValidMethod), and logged cut
 		Port:   int(port),
 		PID:    c.proc.PID,
 		Comm:   c.proc.Comm,

@@ -298,6 +298,8 @@ func checkRule(r *Rule) (compiledRule, []fieldError) {
 	for i, m := range r.Methods {
 		up := strings.ToUpper(m)
 		switch {
+		case len(m) > MaxMethodLen:
+			bad("methods", "%q is longer than %d bytes, more than any HTTP method", truncate(m, 40), MaxMethodLen)
 		case !IsToken(m):
 			bad("methods", "%q is not an HTTP method", m)
 		case up == "CONNECT":
@@ -454,9 +456,15 @@ func assignIDs(rules []Rule) {
 	}
 }
 
+// MaxMethodLen is the longest method sbx takes, in a rule or a request:
+// longer than any method a server implements (the longest registered,
+// UPDATEREDIRECTREF, has 17 bytes), and short enough that a method costs
+// the decision log no more than a short path.
+const MaxMethodLen = 32
+
 // ValidMethod reports whether m is an HTTP method: a non-empty token
-// (RFC 9110 §9.1, §5.6.2).
-func ValidMethod(m string) bool { return IsToken(m) }
+// (RFC 9110 §9.1, §5.6.2) of at most MaxMethodLen bytes.
+func ValidMethod(m string) bool { return len(m) <= MaxMethodLen && IsToken(m) }
 
 // IsToken reports whether s is a non-empty HTTP token (RFC 9110 §5.6.2),
 // as methods, header names and transfer codings are. It takes bytes too,

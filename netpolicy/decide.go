@@ -98,8 +98,8 @@ func (p *Policy) Decide(t Target) Decision {
 	if t.Port == 0 {
 		return invalidDecision("invalid target: port 0")
 	}
-	if !IsToken(t.Method) {
-		return invalidDecision(fmt.Sprintf("invalid target: method %q is not an HTTP method", truncate(t.Method, 40)))
+	if !ValidMethod(t.Method) {
+		return invalidDecision(fmt.Sprintf("invalid target: method %q is not an HTTP method of at most %d bytes", truncate(t.Method, 40), MaxMethodLen))
 	}
 	pos := p.match(host, t)
 	if pos < 0 {

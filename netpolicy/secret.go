@@ -97,8 +97,8 @@ func ParseSecretScope(s Secret) (SecretScope, error) {
 	for _, m := range s.Methods {
 		up := strings.ToUpper(m)
 		switch {
-		case !IsToken(m):
-			return SecretScope{}, errorf(ErrInvalidPolicy, "methods: %q is not an HTTP method", m)
+		case !ValidMethod(m):
+			return SecretScope{}, errorf(ErrInvalidPolicy, "methods: %q is not an HTTP method of at most %d bytes", truncate(m, 40), MaxMethodLen)
 		case up == "CONNECT":
 			return SecretScope{}, errorf(ErrInvalidPolicy, "methods: CONNECT opens a tunnel, which carries no secret; list the methods of the requests the secret is for")
 		}
