@@ -40,10 +40,19 @@ func (s *Server) hold(ctx context.Context, c *conn, rec *decisionlog.Record, sna
 // and guarding a name before it is asked about, and the decision log.
 type approvalGateway struct{ s *Server }
 
-// Guard resolves t's host and returns the address guard's refusal, if
-// any: what the guard refuses is refused, not asked (docs/gateway.md).
-func (g approvalGateway) Guard(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target, rec *decisionlog.Record) *netpolicy.Decision {
-	_, guard, _ := g.s.resolveChecked(ctx, p, t, rec)
+// Guard returns the address guard's refusal of t's host, if any, when
+// its addresses are known without a lookup (an IP literal, a static
+// answer): what the guard refuses is refused, not asked. A name only a
+// resolver answers is asked about first, and resolved and guarded after
+// an allow, as any allowed request's: resolving it before would send the
+// sandbox's chosen name to a real resolver, data in it and all, before
+// anyone allowed it (docs/gateway.md).
+func (g approvalGateway) Guard(_ context.Context, p *netpolicy.Policy, t netpolicy.Target, rec *decisionlog.Record) *netpolicy.Decision {
+	addrs, ok := g.s.resolver.known(t.Host)
+	if !ok {
+		return nil
+	}
+	_, guard, _ := g.s.guardAddrs(p, t, rec, addrs)
 	return guard
 }
 

@@ -123,16 +123,8 @@ func (r *Resolver) Lookup(ctx context.Context, host string) ([]netip.Addr, error
 // lookup is Lookup with a timeout (0 for none) on the system resolver
 // only: IP literals and static answers need no timer.
 func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duration) ([]netip.Addr, error) {
-	if mayBeIPLiteral(host) {
-		if ip, err := netip.ParseAddr(host); err == nil {
-			return []netip.Addr{ip.Unmap()}, nil
-		}
-	}
-	r.mu.RLock()
-	static := r.static[host]
-	r.mu.RUnlock()
-	if len(static) > 0 {
-		return static, nil
+	if addrs, ok := r.known(host); ok {
+		return addrs, nil
 	}
 	sys := r.System
 	if sys == nil {
@@ -157,6 +149,21 @@ func (r *Resolver) lookup(ctx context.Context, host string, timeout time.Duratio
 	return addrs, nil
 }
 
+// known returns the addresses host resolves to without a lookup: an IP
+// literal's, or the static answer (AddStatic); ok is false for a name
+// only a resolver can answer.
+func (r *Resolver) known(host string) (addrs []netip.Addr, ok bool) {
+	if mayBeIPLiteral(host) {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			return []netip.Addr{ip.Unmap()}, true
+		}
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	addrs = r.static[host]
+	return addrs, len(addrs) > 0
+}
+
 // resolveChecked resolves t's normalized host and applies the address guard
 // to every address: it returns the addresses that passed, in the
 // resolver's order, or the guard's block decision when none did, and then
@@ -169,6 +176,11 @@ func (s *Server) resolveChecked(ctx context.Context, p *netpolicy.Policy, t netp
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.guardAddrs(p, t, rec, addrs)
+}
+
+// guardAddrs is resolveChecked once t's host resolved to addrs.
+func (s *Server) guardAddrs(p *netpolicy.Policy, t netpolicy.Target, rec *decisionlog.Record, addrs []netip.Addr) ([]netip.Addr, *netpolicy.Decision, error) {
 	if len(addrs) == 0 {
 		return nil, nil, fmt.Errorf("no address for %s", t.Host)
 	}

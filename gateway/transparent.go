@@ -252,34 +252,31 @@ func peekTLS(br *bufio.Reader) bool {
 }
 
 // peekHTTP reports whether the client's first bytes are an HTTP/1.x
-// request line's start: a method token and a space. A client sends its
-// request line in one write, so what is buffered nearly always tells; a
-// token still unfinished there is waited for at most
-// Limits.FirstBytesTimeout, so that a protocol whose first bytes merely
-// look like a token is held up no longer than one that sends nothing
-// (the relay then watches the rest of the token: tokenWatch).
+// request line's start, as a lenient server would read one
+// (sniffRequestLine). A client sends its request line in one write, so
+// what is buffered nearly always tells; a line still unfinished there is
+// waited for at most Limits.FirstBytesTimeout, so that a protocol whose
+// first bytes merely look like one is held up no longer than one that
+// sends nothing (the relay then watches the rest of the line:
+// tokenWatch). A line that fills the read buffer undecided is taken for
+// HTTP, whose parser refuses it.
 func (k *capture) peekHTTP() bool {
 	c := k.c
 	defer c.SetReadDeadline(time.Time{})
 	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
-	for n := 1; n <= maxMethod+1; n++ {
+	for n := max(1, c.br.Buffered()); ; n++ {
 		b, err := c.br.Peek(n)
-		if err != nil {
+		switch sniffRequestLine(b) {
+		case lineHTTP:
+			return true
+		case lineOther:
 			return false
 		}
-		switch ch := b[n-1]; {
-		case ch == ' ':
-			return n > 1
-		case !isTokenChar(ch):
-			return false
+		if err != nil {
+			return errors.Is(err, bufio.ErrBufferFull)
 		}
 	}
-	return false
 }
-
-// maxMethod is the longest method a captured request line may start
-// with.
-const maxMethod = 20
 
 // reasonTrickledRequest is the reason of a relayed captured connection
 // cut off by tokenWatch.
@@ -289,17 +286,20 @@ var errTrickledRequest = errors.New(reasonTrickledRequest)
 
 // tokenWatch checks the first bytes of a captured connection relayed as
 // neither TLS nor HTTP, however late they come: a ClientHello must name
-// the target (checkSNI), and a method token that ends in a space (an HTTP
-// request line sent slowly enough that peekHTTP did not see it whole)
-// ends the connection, errTrickledRequest, before the space goes upstream.
-// The token's bytes go upstream one by one as they come, so that a
-// protocol whose first message is a bare word is answered. up is set
-// once the upstream is dialed.
+// the target (checkSNI), and an HTTP request line (sniffRequestLine: one
+// sent slowly enough that peekHTTP did not see it whole) ends the
+// connection, errTrickledRequest, before anything but its method has gone
+// upstream. A method token's bytes go upstream one by one as they come,
+// so that a protocol whose first message is a bare word is answered;
+// from the first byte after the token (or a first byte that is a space)
+// on, the line is held until it is told apart, and relayed once it is
+// not a request line. up is set once the upstream is dialed.
 type tokenWatch struct {
-	k   *capture
-	up  net.Conn
-	rec *decisionlog.Record // the close record, which counts what is sent
-	n   int                 // token bytes sent upstream so far
+	k    *capture
+	up   net.Conn
+	rec  *decisionlog.Record // the close record, which counts what is sent
+	line []byte              // the client's first line so far
+	sent int                 // its bytes sent upstream: the method token's
 }
 
 // check is the relay's first-bytes check (see relay); it is called again
@@ -314,20 +314,28 @@ func (w *tokenWatch) check(src io.Reader) ([]byte, error) {
 			if isTimeout(err) {
 				return nil, errFirstIdle
 			}
-			return nil, nil
+			return w.line[w.sent:], nil // the client ended: no request can follow
 		}
-		switch ch := b[0]; {
-		case w.n == 0 && ch == 0x16:
-			return checkHello(c, ch, src, w.k.host, limits)
-		case ch == ' ' && w.n > 0:
+		if len(w.line) == 0 && b[0] == 0x16 {
+			return checkHello(c, b[0], src, w.k.host, limits)
+		}
+		w.line = append(w.line, b[0])
+		switch sniffRequestLine(w.line) {
+		case lineHTTP:
 			return nil, errTrickledRequest
-		case !isTokenChar(ch) || w.n == maxMethod:
-			return b[:], nil
+		case lineOther:
+			return w.line[w.sent:], nil
+		}
+		if len(w.line) > limits.MaxHeaderBytes {
+			return nil, errTrickledRequest // as peekHTTP takes a line that long
+		}
+		if w.sent < len(w.line)-1 || !isTokenChar(b[0]) {
+			continue // held
 		}
 		if _, err := w.up.Write(b[:]); err != nil {
 			return nil, nil // the relay finds the upstream gone
 		}
-		w.n++
+		w.sent++
 		w.rec.BytesOut++
 	}
 }

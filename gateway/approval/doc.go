@@ -7,8 +7,9 @@
 // tunnel's question has no method or path): requests that show the same
 // join it, and its answer releases those and no other. Ask asks a
 // question, or joins one, and logs a new one; it first lets the gateway
-// resolve and guard the name (Gateway.Guard), so that what the address
-// guard refuses is refused, never asked about. Held.Wait parks the
+// guard a name whose addresses it knows without a lookup (Gateway.Guard),
+// so that what the address guard refuses is refused, never asked about;
+// other names reach no resolver before the answer. Held.Wait parks the
 // request's goroutine on the question's channel until the answer, the
 // timeout (the policy's ask_timeout) or the request's end: a held request
 // costs no CPU. Every held request counts toward Config.Max, HTTP/2

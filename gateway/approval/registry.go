@@ -12,10 +12,12 @@ import (
 
 // Gateway is what a Registry needs of the gateway that holds it.
 type Gateway interface {
-	// Guard resolves t's host and applies the address guard under p
-	// before a question about t is asked, noting the addresses in rec:
-	// it returns the guard's refusal (a block, which the request gets
-	// and the gateway logs), or nil when the question may be asked.
+	// Guard applies the address guard under p to t's host before a
+	// question about t is asked, when its addresses are known without
+	// asking a resolver (which would carry the name out before anyone
+	// allowed it), noting them in rec: it returns the guard's refusal (a
+	// block, which the request gets and the gateway logs), or nil when
+	// the question may be asked.
 	Guard(ctx context.Context, p *netpolicy.Policy, t netpolicy.Target, rec *decisionlog.Record) *netpolicy.Decision
 	// Emit logs rec, an approval record: a question as it is asked, an
 	// answer as it is given.

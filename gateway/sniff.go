@@ -1,0 +1,137 @@
+package gateway
+
+// A captured connection, and a CONNECT tunnel, relay raw only what is
+// not an HTTP request: plain HTTP is decided request by request, its Host
+// checked against the target, or the connection is closed. What counts
+// as HTTP is what the most lenient server would take for a request line,
+// not what the gateway's own parser takes: else a request the gateway
+// would have refused as malformed (an empty line first, a tab after the
+// method) would go upstream raw, its Host unchecked, to a server that
+// reads it as any other.
+
+// lineVerdict is what a connection's first bytes say of an HTTP/1.x
+// request line.
+type lineVerdict uint8
+
+const (
+	lineMore  lineVerdict = iota // too few bytes to tell
+	lineHTTP                     // a request line, as a lenient server reads one
+	lineOther                    // not one: relayed raw
+)
+
+// sniffRequestLine tells whether b, a client's first bytes, begin an
+// HTTP/1.x request line as the most lenient server reads one (RFC 9112
+// §2.2 and §3 let a server skip empty lines before it, and take any of
+// SP, HTAB, VT, FF and a bare CR for the space between its parts):
+//
+//   - after any whitespace and line ends, a method token of any length;
+//   - whitespace;
+//   - a request-target that is a path ("/..."), "*" or an absolute URL
+//     ("http:" or "https:", any case): HTTP, whatever follows, since some
+//     servers still take a line without a version (HTTP/0.9) and read
+//     header fields after it;
+//   - else any other target followed by whitespace and "HTTP/" (any
+//     case): an authority-form request.
+//
+// A line that ends, or a byte that cannot be in a request line, before
+// that is not one: "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", "*1\r\n$4\r\n"
+// (Redis) or "get key\r\n" (memcached) are relayed, as a bare word is.
+func sniffRequestLine(b []byte) lineVerdict {
+	i := 0
+	for i < len(b) && (isLineSpace(b[i]) || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	m := i
+	for i < len(b) && isTokenChar(b[i]) {
+		i++
+	}
+	switch {
+	case i == len(b):
+		return lineMore
+	case i == m:
+		return lineOther
+	}
+	i, v := spaces(b, i)
+	if v != lineHTTP {
+		return v
+	}
+	target := i
+	for i < len(b) && !isLineSpace(b[i]) && b[i] != '\r' && b[i] != '\n' {
+		i++
+	}
+	t := b[target:i]
+	if t[0] == '/' || t[0] == '*' {
+		return lineHTTP
+	}
+	for _, scheme := range []string{"http:", "https:"} {
+		switch {
+		case hasPrefixFold(t, scheme):
+			return lineHTTP
+		case i == len(b) && hasPrefixFold([]byte(scheme), string(t)):
+			return lineMore // "htt", so far
+		}
+	}
+	if i == len(b) {
+		return lineMore
+	}
+	i, v = spaces(b, i)
+	if v != lineHTTP {
+		return v
+	}
+	const version = "HTTP/"
+	rest := b[i:]
+	switch {
+	case hasPrefixFold(rest, version):
+		return lineHTTP
+	case len(rest) < len(version) && hasPrefixFold([]byte(version), string(rest)):
+		return lineMore
+	}
+	return lineOther
+}
+
+// spaces skips the whitespace between two parts of a request line that
+// starts at b[i]. It returns lineHTTP and the index of the next part's
+// first byte when there is whitespace and a byte after it; lineOther
+// when there is none, or the line ends there (CR LF, or LF); lineMore
+// when b ends first (a CR last may be a bare CR, a space, or the line's
+// end).
+func spaces(b []byte, i int) (int, lineVerdict) {
+	j := i
+	for j < len(b) {
+		switch {
+		case isLineSpace(b[j]):
+			j++
+		case b[j] == '\r':
+			if j+1 == len(b) {
+				return j, lineMore
+			}
+			if b[j+1] == '\n' {
+				return j, lineOther
+			}
+			j++
+		case b[j] == '\n' || j == i:
+			return j, lineOther
+		default:
+			return j, lineHTTP
+		}
+	}
+	return j, lineMore
+}
+
+// isLineSpace reports whether c separates the parts of a request line to
+// a lenient server: SP, HTAB, VT or FF (a bare CR too; skipSpace).
+func isLineSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\f' }
+
+// hasPrefixFold reports whether b begins with prefix, ASCII case
+// ignored.
+func hasPrefixFold(b []byte, prefix string) bool {
+	if len(b) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if b[i]|0x20 != prefix[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
