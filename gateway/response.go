@@ -60,6 +60,20 @@ type responseHead struct {
 	lines []int  // where each line of buf ends
 }
 
+// keepHeadBytes is the most memory of its last head an upstream
+// connection keeps for the next: a head up to maxResponseHeadBytes (an
+// upstream's, or one that echoes the sandbox's request back) must not
+// stay with every kept connection.
+const keepHeadBytes = 16 << 10
+
+// shrink drops h's memory, which the next head read over it would
+// reuse, when it is over keepHeadBytes. h must not be read after.
+func (h *responseHead) shrink() {
+	if cap(h.buf) > keepHeadBytes {
+		*h = responseHead{}
+	}
+}
+
 // headerField is a field of a responseHead.
 type headerField struct {
 	Name, Value []byte

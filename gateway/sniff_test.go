@@ -38,7 +38,7 @@ func TestSniffRequestLine(t *testing.T) {
 		{"CONNECT other.test:443 http/1.1\r\n", lineHTTP},
 		{"CONNECT other.test:443\tHTTP/1.0\r\n", lineHTTP},
 		{strings.Repeat("X", 100) + " /x HTTP/1.1\r\n", lineHTTP}, // any method's length
-		{"GET /x\r\nHost: other.test\r\n\r\n", lineHTTP},      // HTTP/0.9 form, and headers for a lenient server
+		{"GET /x\r\nHost: other.test\r\n\r\n", lineHTTP},          // HTTP/0.9 form, and headers for a lenient server
 
 		{"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n", lineOther},
 		{"SSH-2.0-OpenSSH_9.6 FreeBSD-20240104\r\n", lineOther},

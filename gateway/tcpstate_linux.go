@@ -31,3 +31,26 @@ func tcpReset(nc net.Conn, err error) bool {
 	})
 	return closed
 }
+
+// quietConn reports whether nc has nothing to read and has not been
+// ended by its peer: an upstream connection kept between requests must
+// be, or what the upstream sent unasked (a second answer to one request)
+// would be read as the answer to the next one, another host's maybe. One
+// non-blocking peek; a connection that is not a socket is taken as quiet.
+func quietConn(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	quiet := true
+	raw.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		quiet = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
+	})
+	return quiet
+}

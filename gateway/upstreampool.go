@@ -53,17 +53,28 @@ func (p *upstreamPool) idledOut(uc *upConn) bool {
 
 // get returns the most recently used idle connection to addr, or nil.
 func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for list := p.idle[addr]; len(list) > 0; list = p.idle[addr] {
+	for {
+		p.mu.Lock()
+		list := p.idle[addr]
+		if len(list) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
 		uc := list[len(list)-1]
 		p.idle[addr] = list[:len(list)-1]
-		if !p.idledOut(uc) {
+		p.mu.Unlock()
+		if p.reusable(uc) {
 			return uc
 		}
 		uc.Close()
 	}
-	return nil
+}
+
+// reusable reports whether uc, kept idle, may carry another request: it
+// has not idled out, and the upstream sent nothing since its last answer
+// nor ended it (quietConn).
+func (p *upstreamPool) reusable(uc *upConn) bool {
+	return !p.idledOut(uc) && uc.br.Buffered() == 0 && quietConn(uc.conn)
 }
 
 // put keeps uc, idle since uc.idleSince, for reuse, or closes it when it
@@ -102,7 +113,8 @@ func (p *upstreamPool) close() {
 // done keeps uc in *held, for the client connection's next request, when
 // the exchange left it reusable: the response body, framed by its length
 // or chunked, was read to its end, the request body was sent whole, and
-// neither side asked to close; otherwise it closes uc. A client's
+// neither side asked to close; otherwise it closes uc. Bytes the upstream
+// sent past the answer are caught when it is taken again (reusable). A client's
 // requests mostly go to one upstream, and holding its connection spares
 // them the pool's lock. What *held held before goes to the pool.
 func (p *upstreamPool) done(held **upConn, uc *upConn, reusable bool) {
@@ -110,6 +122,7 @@ func (p *upstreamPool) done(held **upConn, uc *upConn, reusable bool) {
 		uc.Close()
 		return
 	}
+	uc.head.shrink()
 	uc.idleSince = time.Now()
 	if *held != nil {
 		p.put(*held)
@@ -117,8 +130,8 @@ func (p *upstreamPool) done(held **upConn, uc *upConn, reusable bool) {
 	*held = uc
 }
 
-// takeHeld returns the connection *held when it goes to addr and has not
-// idled out, and empties *held; a connection it does not return goes to
+// takeHeld returns the connection *held when it goes to addr and is
+// reusable, and empties *held; a connection to another address goes to
 // the pool, which closes it when it idled out.
 func (p *upstreamPool) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
 	uc := *held
@@ -126,10 +139,14 @@ func (p *upstreamPool) takeHeld(held **upConn, addr netip.AddrPort) *upConn {
 		return nil
 	}
 	*held = nil
-	if uc.addr == addr && !p.idledOut(uc) {
+	switch {
+	case uc.addr != addr:
+		p.put(uc)
+	case p.reusable(uc):
 		return uc
+	default:
+		uc.Close()
 	}
-	p.put(uc)
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bufio"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -70,7 +72,7 @@ func TestPoolHandsOutOnlyTheCheckedAddress(t *testing.T) {
 	newConn := func(addr netip.AddrPort) *upConn {
 		ours, peer := net.Pipe()
 		t.Cleanup(func() { ours.Close(); peer.Close() })
-		return &upConn{conn: ours, addr: addr, idleSince: time.Now()}
+		return &upConn{conn: ours, br: bufio.NewReader(ours), addr: addr, idleSince: time.Now()}
 	}
 	for _, tc := range []struct {
 		name string
@@ -126,4 +128,31 @@ func (p *upstreamPool) idleCount(addr netip.AddrPort) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle[addr])
+}
+
+// A kept upstream connection does not keep the memory of a large head
+// (up to maxResponseHeadBytes, which an upstream that echoes the
+// sandbox's request back makes as large as the sandbox likes): thousands
+// of kept connections would hold a MiB each. A small head's memory is
+// kept for the next.
+func TestPoolDropsALargeHead(t *testing.T) {
+	for _, size := range []int{keepHeadBytes / 4, maxResponseHeadBytes / 2} {
+		ours, peer := net.Pipe()
+		t.Cleanup(func() { ours.Close(); peer.Close() })
+		uc := &upConn{conn: ours, br: bufio.NewReader(ours), addr: netip.MustParseAddrPort("127.0.0.1:80")}
+		rh := "HTTP/1.1 200 OK\r\nX-Echo: " + strings.Repeat("a", size-40) + "\r\nContent-Length: 0\r\n\r\n"
+		if err := readResponseHead(bufio.NewReaderSize(strings.NewReader(rh), 4096), &uc.head, 0); err != nil {
+			t.Fatal(err)
+		}
+		var p upstreamPool
+		var held *upConn
+		p.done(&held, uc, true)
+		if held != uc {
+			t.Fatalf("a %d-byte head: the connection was not kept", size)
+		}
+		kept := cap(held.head.buf) > 0
+		if want := size <= keepHeadBytes; kept != want {
+			t.Errorf("a %d-byte head: its memory kept %v (%d bytes), want %v", size, kept, cap(held.head.buf), want)
+		}
+	}
 }
