@@ -115,6 +115,7 @@ type outcome struct {
 	addrs      []netip.Addr // the guarded addresses to dial, in order
 	unresolved error        // why the target's name did not resolve (guard), answered once the record is committed
 	inject     bool         // the values of the secrets bound to the target go in the request
+	asked      bool         // the verdict was ask, and d is its answer (hold)
 	slot       bool         // a tunnel slot of the client is held: the door gives it back (tunnelCount.release)
 }
 
@@ -259,9 +260,23 @@ func (p *pipeline) mock(in *entry, o *outcome) bool {
 
 // hold waits for the answer to an ask (Server.hold). A request's client
 // hanging up ends the wait, but inside an inspected tunnel, whose
-// connection net/http reads.
+// connection net/http reads. A plain HTTP request in a tunnel (a CONNECT,
+// or a late captured connection) whose own question was answered allow
+// takes that answer, when its verdict is an ask by the same rule: the
+// person who allowed the tunnel allowed what it carries, and is not
+// asked again.
 func (p *pipeline) hold(ctx context.Context, in *entry, o *outcome) {
+	if o.d.Action != netpolicy.Ask {
+		return
+	}
+	o.asked = true
 	c := in.c
+	if a := c.answered; a != nil && in.door == doorProxy && o.d.Rule == a.Rule {
+		// A request in a tunnel whose own question was answered allow
+		// (conn.answered): that answer was for it too.
+		o.d = *a
+		return
+	}
 	if in.door == doorInspected {
 		c = nil
 	}

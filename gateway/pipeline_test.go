@@ -37,7 +37,7 @@ import (
 const (
 	doorNameProxy       = "proxy"        // GET http://host:port/p to the proxy
 	doorNameInspected   = "inspected"    // CONNECT host:port, then GET /p over TLS the gateway terminates
-	doorNameConnect     = "connect"      // CONNECT host:port, spliced, then GET /p through it
+	doorNameConnect     = "connect"      // CONNECT host:port, spliced, then GET /p over TLS with the upstream through it
 	doorNameCapturedHTP = "captured"     // a captured connection to the name's fake address, speaking plain HTTP
 	doorNameCapturedTLS = "captured-tls" // a captured connection speaking TLS, decided by its server name and spliced
 )
@@ -377,9 +377,9 @@ func (u *pipelineUpstream) send(t *testing.T, door string, g *testGateway, tg *t
 	}
 	var rw io.ReadWriter = &peekedConn{Conn: conn, r: br}
 	switch door {
-	case doorNameInspected, doorNameCapturedTLS:
+	case doorNameInspected, doorNameCapturedTLS, doorNameConnect:
 		roots := u.roots
-		if ca != nil {
+		if ca != nil && door != doorNameConnect {
 			roots = x509.NewCertPool()
 			roots.AddCert(ca.Certificate())
 		}

@@ -542,6 +542,13 @@ type conn struct {
 
 	fwd *forwardState // nil until a request is forwarded; see forward
 
+	// answered, when not nil, is the allow a question about the
+	// connection as a tunnel got (its CONNECT, or a late captured
+	// connection decided by target and port), before its plain HTTP was
+	// decided request by request: a request whose verdict is an ask by
+	// the same rule takes it (pipeline.hold).
+	answered *netpolicy.Decision
+
 	// heads holds the request head being served, read over the last
 	// one's memory.
 	heads headBuf

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sbx-dev/sbx/gateway/approval"
 	"github.com/sbx-dev/sbx/gateway/decisionlog"
 	"github.com/sbx-dev/sbx/netpolicy"
 )
@@ -237,5 +238,158 @@ func TestTransparentLenientRequestLinesLate(t *testing.T) {
 	}
 	if got := served(); len(got) != 0 {
 		t.Errorf("the upstream served %q, want nothing", got)
+	}
+}
+
+// connectTunnel opens a CONNECT tunnel to target through the gateway at
+// proxy and returns it once the gateway answered 200.
+func connectTunnel(t *testing.T, proxy, target string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	return c, br
+}
+
+// A CONNECT tunnel to an allowed host's plain-HTTP port (rules allow 80
+// and 443 by default) carries a request for another host behind the
+// same address: it must be decided as the proxy decides a request, its
+// Host the CONNECT's, and refused, never relayed for the upstream to
+// serve. The tunnel's requests for its own host are decided one by one,
+// with their methods and paths, as clients that send plain HTTP through
+// CONNECT (undici's ProxyAgent) need.
+func TestConnectPlainHTTPDecidedByRequest(t *testing.T) {
+	port, served := lenientUpstream(t)
+	g := startGateway(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "api", Host: "api.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
+	), map[string]string{"api.test": "127.0.0.1", "other.test": "127.0.0.1"})
+	target := fmt.Sprintf("api.test:%d", port)
+	for _, req := range []string{
+		"GET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"\r\nGET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET\t/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET http://other.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+	} {
+		c, br := connectTunnel(t, g.addr, target)
+		io.WriteString(c, req)
+		if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode == http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			t.Errorf("%q in a CONNECT tunnel to %s: answered %d %q, want it refused", req, target, resp.StatusCode, b)
+		}
+		c.Close()
+	}
+	// A byte at a time, past the first-bytes wait: the tunnel is closed.
+	c, br := connectTunnel(t, g.addr, target)
+	io.WriteString(c, "G")
+	time.Sleep(3 * g.srv.limits.FirstBytesTimeout)
+	io.WriteString(c, "ET /x HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err == nil && resp.StatusCode == http.StatusOK {
+		t.Errorf("a trickled request in a CONNECT tunnel was answered %d, want the tunnel closed", resp.StatusCode)
+	}
+	c.Close()
+	if got := served(); len(got) != 0 {
+		t.Errorf("the upstream served %q, want nothing", got)
+	}
+	// The tunnel's host, two requests on one tunnel, each decided.
+	c, br = connectTunnel(t, g.addr, target)
+	for _, path := range []string{"/a", "/b"} {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, target)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("GET %s in the tunnel: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), "served api.test") {
+			t.Errorf("GET %s in the tunnel: %d %q, want the upstream's answer", path, resp.StatusCode, b)
+		}
+		if rec := g.lastDecision(t); rec["kind"] != decisionlog.KindHTTP || rec["path"] != path || rec["method"] != "GET" {
+			t.Errorf("GET %s in the tunnel: record %v, want kind http with its method and path", path, rec)
+		}
+	}
+}
+
+// What is not HTTP still goes through a CONNECT tunnel as it came: a
+// banner with a word and a space (OpenSSH's), and a protocol where the
+// server speaks first, whose greeting is not held back.
+func TestConnectRelaysWhatIsNotHTTP(t *testing.T) {
+	echo := tcpServer(t, func(c net.Conn) { defer c.Close(); io.Copy(c, c) })
+	greet := tcpServer(t, func(c net.Conn) { defer c.Close(); io.WriteString(c, "220 ready\r\n"); io.Copy(c, c) })
+	echoPort := netpolicy.Port(echo.Addr().(*net.TCPAddr).Port)
+	greetPort := netpolicy.Port(greet.Addr().(*net.TCPAddr).Port)
+	g := startGateway(t, loopbackPolicy(netpolicy.Block,
+		netpolicy.Rule{ID: "git", Host: "git.test", Ports: []netpolicy.Port{echoPort, greetPort}, Action: netpolicy.Allow},
+	), map[string]string{"git.test": "127.0.0.1"})
+	c, br := connectTunnel(t, g.addr, fmt.Sprintf("git.test:%d", echoPort))
+	const banner = "SSH-2.0-OpenSSH_9.6 FreeBSD-20240104\r\n"
+	io.WriteString(c, banner)
+	got := make([]byte, len(banner))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != banner {
+		t.Errorf("a banner through CONNECT came back as %q, %v", got, err)
+	}
+	c, br = connectTunnel(t, g.addr, fmt.Sprintf("git.test:%d", greetPort))
+	start := time.Now()
+	line, err := br.ReadString('\n')
+	if err != nil || line != "220 ready\r\n" {
+		t.Fatalf("the server's greeting: %q %v", line, err)
+	}
+	if waited := time.Since(start); waited > g.srv.limits.FirstBytesTimeout {
+		t.Errorf("the server's greeting came after %v, held back", waited)
+	}
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n") // after the server's: relayed as the protocol's
+	if line, err := br.ReadString('\n'); err != nil || line != "GET / HTTP/1.1\r\n" {
+		t.Errorf("after the greeting: %q %v", line, err)
+	}
+}
+
+// A CONNECT tunnel to a host whose verdict is ask is asked about once:
+// allowed, the plain HTTP it carries is decided request by request, and
+// a request whose verdict is the same ask takes the tunnel's answer, not
+// a second question.
+func TestConnectPlainHTTPAskedOnce(t *testing.T) {
+	port, served := lenientUpstream(t)
+	spec := loopbackPolicy(netpolicy.Ask)
+	spec.AskTimeout = netpolicy.Duration(time.Minute)
+	g := startGateway(t, spec, map[string]string{"api.test": "127.0.0.1"})
+	target := fmt.Sprintf("api.test:%d", port)
+	c, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	q := waitQuestion(t, g.srv, "api.test", uint16(port), 1)
+	if _, err := g.srv.approvals.Answer(q.ID, approval.Answer{Allow: true, Scope: approval.ScopeOnce, By: approval.ByCLI}); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT, allowed: %v %v", resp, err)
+	}
+	for _, path := range []string{"/a", "/b"} {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, target)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("GET %s in the allowed tunnel: %v (pending questions: %+v)", path, err, g.srv.approvals.List())
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s in the allowed tunnel: %d, want 200", path, resp.StatusCode)
+		}
+	}
+	if n := len(g.approvalRecords(t)); n != 2 { // the question and its answer
+		t.Errorf("%d approval records, want the tunnel's question and answer alone", n)
+	}
+	if got := served(); len(got) != 2 {
+		t.Errorf("the upstream served %q, want the two requests", got)
 	}
 }

@@ -154,14 +154,18 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 		redo, serverFirst = again, relay && closeRec.BytesIn > 0
 		return relay
 	})
+	if redo && o.asked && o.d.Action == netpolicy.Allow {
+		c.answered = &o.d
+	}
 	return redo
 }
 
-// Why a late captured connection was not relayed (its close record's
-// error).
+// Why a late captured connection, or a CONNECT tunnel, was not relayed
+// (its close record's error).
 const (
-	lateRedecided = "the client's first bytes came after the first-bytes wait and are %s: the upstream connection, which had sent nothing, was closed, and they are decided as if on time"
-	lateNoBytes   = "neither side sent a byte: %s"
+	connectPlainHTTP = "the tunnel carries plain HTTP: the upstream connection, which had been sent nothing, was closed, and the tunnel's requests are decided one by one, their Host the CONNECT's host"
+	lateRedecided    = "the client's first bytes came after the first-bytes wait and are %s: the upstream connection, which had sent nothing, was closed, and they are decided as if on time"
+	lateNoBytes      = "neither side sent a byte: %s"
 )
 
 // awaitFirst waits, once a late connection's upstream is dialed (up), for
@@ -214,11 +218,16 @@ func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, 
 		}
 		closeRec.BytesIn = int64(len(b))
 		return true, false
+	case c.br.Buffered() > 0 && peekTLS(c.br) && k.connect:
+		return true, false // the relay checks the server name
 	case c.br.Buffered() > 0 && peekTLS(c.br):
 		closeRec.Error = fmt.Sprintf(lateRedecided, "a TLS ClientHello")
 		return false, true
 	case c.br.Buffered() > 0 && k.peekHTTP():
 		closeRec.Error = fmt.Sprintf(lateRedecided, "an HTTP request")
+		if k.connect {
+			closeRec.Error = connectPlainHTTP
+		}
 		return false, true
 	case c.br.Buffered() > 0:
 		return true, false
@@ -242,6 +251,22 @@ type capture struct {
 	host  string
 	named bool
 	start time.Time // when it was accepted
+
+	// connect: the connection is a CONNECT tunnel's (serveConnect), not a
+	// captured one: a ClientHello in it is relayed as the CONNECT decided
+	// it (the relay checks its name), and only plain HTTP is decided
+	// again, request by request.
+	connect bool
+}
+
+// kind is the kind of the records of k's HTTP requests: transparent, or
+// http for the requests in a CONNECT tunnel, which came through the
+// proxy.
+func (k *capture) kind() string {
+	if k.connect {
+		return decisionlog.KindHTTP
+	}
+	return decisionlog.KindTransparent
 }
 
 // peekTLS reports whether the buffered bytes start a TLS handshake
@@ -456,7 +481,7 @@ func (k *capture) serveHTTP(ctx context.Context) {
 			return
 		}
 		if name, err := netpolicy.NormalizeHost(u.Hostname()); err != nil || name != host {
-			rec := s.newRecord(c, decisionlog.KindTransparent, head.Method, dst.Port())
+			rec := s.newRecord(c, k.kind(), head.Method, dst.Port())
 			rec.Host, rec.Path = host, truncate(u.EscapedPath(), maxLoggedPath)
 			reason := fmt.Sprintf("%s: the request names %s, but the connection is to %s", reasonHostMismatch, truncate(redactTarget(u.Hostname()), 80), host)
 			if !named {
@@ -468,7 +493,7 @@ func (k *capture) serveHTTP(ctx context.Context) {
 			writeAnswer(c, head.Method, http.StatusForbidden, "", s.pipe.blockText(describe(head.Method, hostport, u.EscapedPath()), hostport, d), true, blockHeaders(d))
 			return
 		}
-		if !s.forwardHTTP(ctx, c, head, decisionlog.KindTransparent, u, dst.Port(), start) {
+		if !s.forwardHTTP(ctx, c, head, k.kind(), u, dst.Port(), start) {
 			return
 		}
 	}
@@ -480,7 +505,7 @@ func (k *capture) serveHTTP(ctx context.Context) {
 // without a Host header), but where the connection was going is known.
 func (k *capture) refuse(head *requestHead, serr *statusError, start time.Time) {
 	s := k.s
-	rec := s.newRecord(k.c, decisionlog.KindTransparent, head.Method, k.dst.Port())
+	rec := s.newRecord(k.c, k.kind(), head.Method, k.dst.Port())
 	rec.Host = k.host
 	if path, _, _ := strings.Cut(head.Target, "?"); strings.HasPrefix(path, "/") {
 		rec.Path = truncate(path, maxLoggedPath)

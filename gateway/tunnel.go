@@ -49,7 +49,42 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 	}
 	in := entry{door: doorConnect, kind: decisionlog.KindConnect, c: c, target: netpolicy.Target{Host: rawHost, Port: port, Method: http.MethodConnect}, start: start}
 	o := s.pipe.run(ctx, &in)
-	s.openTunnel(ctx, c, &o, start, true, nil, func(src io.Reader) ([]byte, error) { return checkSNI(c, src, o.t.Host, &s.limits) }, nil)
+	// The tunnel's first bytes are those of either side (capture's
+	// awaitFirst): the upstream's (a protocol where the server speaks
+	// first) are relayed, and the client's later ones checked for a
+	// ClientHello's name (checkSNI); the client's, a ClientHello, relayed
+	// and checked; the client's, an HTTP request line, which would go
+	// upstream with its Host and path unchecked (to another host behind
+	// the same address), end the tunnel, and its requests are decided one
+	// by one as the proxy's, their Host the CONNECT's host; anything else
+	// is watched as a captured connection's (tokenWatch), so that a
+	// request line sent slowly is refused, not relayed.
+	named := true
+	if _, err := netip.ParseAddr(o.t.Host); err == nil {
+		named = false
+	}
+	k := &capture{s: s, c: c, dst: netip.AddrPortFrom(netip.IPv4Unspecified(), port), host: o.t.Host, named: named, start: start, connect: true}
+	w := &tokenWatch{k: k}
+	serverFirst := false
+	check := func(src io.Reader) ([]byte, error) {
+		if serverFirst {
+			return checkSNI(c, src, o.t.Host, &s.limits)
+		}
+		return w.check(src)
+	}
+	plain := false
+	s.openTunnel(ctx, c, &o, start, true, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+		w.up, w.rec = up, closeRec
+		relay, redo := k.awaitFirst(up, closeRec)
+		plain, serverFirst = redo, relay && closeRec.BytesIn > 0
+		return relay
+	})
+	if plain {
+		if o.asked && o.d.Action == netpolicy.Allow {
+			c.answered = &o.d
+		}
+		k.serveHTTP(ctx)
+	}
 }
 
 // openTunnel writes o, the outcome of a tunnel (a CONNECT, proxied, or a
@@ -97,6 +132,9 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time
 		return
 	}
 	defer s.untrackUpstream(up)
+	// Open from here, while its first bytes are waited for too.
+	s.metrics.tunnelOpened()
+	defer s.metrics.tunnelClosed()
 	closeRec.Upstream = up.RemoteAddr().String()
 	if proxied {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -135,9 +173,6 @@ func relayerOf(s *Server) relayer {
 // its error ends the tunnel, logged in the close record as a block of
 // rule invalid.
 func (r relayer) relay(c *conn, up net.Conn, closeRec *decisionlog.Record, first func(src io.Reader) ([]byte, error)) {
-	r.metrics.tunnelOpened()
-	defer r.metrics.tunnelClosed()
-
 	act := newTunnelActivity()
 	end := &tunnelEnd{client: c.Conn, up: up}
 	inDone := make(chan int64, 1)

@@ -229,7 +229,7 @@ func (s *Set) BlockLeak(rec *decisionlog.Record, d *netpolicy.Decision, r Reques
 	if len(s.list()) == 0 {
 		return false
 	}
-	if d.Rule == netpolicy.RuleInvalid { // its host did not normalize, or port 0
+	if d.Rule == netpolicy.RuleInvalid && !validTarget(r.Host, r.Port) { // not a method too long
 		r.Host = ""
 	}
 	sec, why := s.misused(r)
@@ -242,4 +242,13 @@ func (s *Set) BlockLeak(rec *decisionlog.Record, d *netpolicy.Decision, r Reques
 	}
 	rec.Secret = sec.name
 	return true
+}
+
+// validTarget reports whether host normalizes (to itself: r.Host is the
+// normalized host when it does) and port is one: a request refused as
+// invalid for another reason (its method) still has a host its secrets
+// are bound to or not.
+func validTarget(host string, port uint16) bool {
+	h, err := netpolicy.NormalizeHost(host)
+	return err == nil && h == host && port != 0
 }

@@ -83,6 +83,9 @@ func TestBlockLeak(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tt.r
 			r.Host, r.Port = "api.test", 443
+			if tt.rule == netpolicy.RuleInvalid {
+				r.Host = "api..test" // as sent: it did not normalize
+			}
 			r.TLS = tt.name != "plain HTTP"
 			if r.Target == "" {
 				r.Target = r.Path
