@@ -275,6 +275,7 @@ func (p *pipeline) hold(ctx context.Context, in *entry, o *outcome) {
 		// A request in a tunnel whose own question was answered allow
 		// (conn.answered): that answer was for it too.
 		o.d = *a
+		o.d.Reason += "; the answer to the question about its tunnel"
 		return
 	}
 	if in.door == doorInspected {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -629,6 +630,27 @@ func (c *conn) releaseReader() {
 		readerPool.Put(c.br)
 		c.br = nil
 	}
+}
+
+// awaitByte waits for c's client's next byte, within the read deadline
+// set, and returns the read's error when none came. While it waits, c
+// holds no read buffer (an idle tunnel holds none: relay); once a byte
+// came, c.br holds it, from a pooled buffer, before the rest of the
+// connection.
+func (c *conn) awaitByte() error {
+	if c.br != nil && c.br.Buffered() > 0 {
+		return nil
+	}
+	c.releaseReader()
+	var b [1]byte
+	n, err := c.Conn.Read(b[:])
+	c.br = readerPool.Get().(*bufio.Reader)
+	c.br.Reset(io.MultiReader(bytes.NewReader(b[:n]), c.Conn))
+	if n == 0 {
+		return cmp.Or(err, io.ErrNoProgress)
+	}
+	c.br.Peek(1) // the byte, buffered: the bytes.Reader's first read gives it alone, without waiting
+	return nil
 }
 
 // serveConn reads requests from one client until it closes or a request

@@ -3,7 +3,7 @@ package gateway
 // A captured connection, and a CONNECT tunnel, relay raw only what is
 // not an HTTP request: plain HTTP is decided request by request, its Host
 // checked against the target, or the connection is closed. What counts
-// as HTTP is what the most lenient server would take for a request line,
+// as HTTP is what lenient servers take for a request line,
 // not what the gateway's own parser takes: else a request the gateway
 // would have refused as malformed (an empty line first, a tab after the
 // method) would go upstream raw, its Host unchecked, to a server that
@@ -20,7 +20,7 @@ const (
 )
 
 // sniffRequestLine tells whether b, a client's first bytes, begin an
-// HTTP/1.x request line as the most lenient server reads one (RFC 9112
+// HTTP/1.x request line as lenient servers read one (RFC 9112
 // §2.2 and §3 let a server skip empty lines before it, and take any of
 // SP, HTAB, VT, FF and a bare CR for the space between its parts):
 //
@@ -37,6 +37,17 @@ const (
 // that is not one: "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", "*1\r\n$4\r\n"
 // (Redis) or "get key\r\n" (memcached) are relayed, as a bare word is.
 func sniffRequestLine(b []byte) lineVerdict {
+	// A PROXY protocol header (v2's binary signature, v1's line) goes
+	// to no upstream from a sandbox: it would speak for the sandbox's
+	// address, and a server that takes it as optional reads the request
+	// after it. Taken for HTTP, it is refused.
+	switch n := min(len(b), len(proxyV2Sig)); {
+	case string(b[:n]) != proxyV2Sig[:n] || n <= 4: // "\r\n\r\n" may be empty lines
+	case n == len(proxyV2Sig):
+		return lineHTTP
+	default:
+		return lineMore
+	}
 	i := 0
 	for i < len(b) && (isLineSpace(b[i]) || b[i] == '\r' || b[i] == '\n') {
 		i++
@@ -46,6 +57,8 @@ func sniffRequestLine(b []byte) lineVerdict {
 		i++
 	}
 	switch {
+	case hasPrefixFold(b[m:], "PROXY "):
+		return lineHTTP
 	case i == len(b):
 		return lineMore
 	case i == m:
@@ -67,7 +80,7 @@ func sniffRequestLine(b []byte) lineVerdict {
 		switch {
 		case hasPrefixFold(t, scheme):
 			return lineHTTP
-		case i == len(b) && hasPrefixFold([]byte(scheme), string(t)):
+		case i == len(b) && isPrefixFold(t, scheme):
 			return lineMore // "htt", so far
 		}
 	}
@@ -83,7 +96,7 @@ func sniffRequestLine(b []byte) lineVerdict {
 	switch {
 	case hasPrefixFold(rest, version):
 		return lineHTTP
-	case len(rest) < len(version) && hasPrefixFold([]byte(version), string(rest)):
+	case isPrefixFold(rest, version):
 		return lineMore
 	}
 	return lineOther
@@ -119,8 +132,34 @@ func spaces(b []byte, i int) (int, lineVerdict) {
 }
 
 // isLineSpace reports whether c separates the parts of a request line to
-// a lenient server: SP, HTAB, VT or FF (a bare CR too; skipSpace).
-func isLineSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\v' || c == '\f' }
+// a lenient server: SP, HTAB, VT or FF (RFC 9112 §3; a bare CR too:
+// spaces), and the other bytes Python's str.split takes for whitespace
+// in a line its http.server decodes as Latin-1: 0x1C to 0x1F, NEL (0x85)
+// and NBSP (0xA0).
+func isLineSpace(c byte) bool {
+	switch c {
+	case ' ', '\t', '\v', '\f', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0:
+		return true
+	}
+	return false
+}
+
+// proxyV2Sig begins a PROXY protocol v2 header.
+const proxyV2Sig = "\r\n\r\n\x00\r\nQUIT\n"
+
+// isPrefixFold reports whether b is a proper prefix of s, ASCII case
+// ignored.
+func isPrefixFold(b []byte, s string) bool {
+	if len(b) >= len(s) {
+		return false
+	}
+	for i := range b {
+		if b[i]|0x20 != s[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
 
 // hasPrefixFold reports whether b begins with prefix, ASCII case
 // ignored.

@@ -40,6 +40,11 @@ func TestSniffRequestLine(t *testing.T) {
 		{"CONNECT other.test:443\tHTTP/1.0\r\n", lineHTTP},
 		{strings.Repeat("X", 100) + " /x HTTP/1.1\r\n", lineHTTP}, // any method's length
 		{"GET /x\r\nHost: other.test\r\n\r\n", lineHTTP},          // HTTP/0.9 form, and headers for a lenient server
+		{"GET\x1f/x HTTP/1.1\r\n", lineHTTP},                      // Python's str.split whitespace
+		{"GET\x85/x HTTP/1.1\r\n", lineHTTP},
+		{"GET\xa0/x HTTP/1.1\r\n", lineHTTP},
+		{"PROXY TCP4 10.0.0.1 10.0.0.2 1111 80\r\nGET /x HTTP/1.1\r\n", lineHTTP},
+		{"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c", lineHTTP}, // PROXY v2
 
 		{"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n", lineOther},
 		{"SSH-2.0-OpenSSH_9.6 FreeBSD-20240104\r\n", lineOther},
@@ -57,6 +62,7 @@ func TestSniffRequestLine(t *testing.T) {
 		{"AMQP\x00\x00\x09\x01", lineOther},
 		{"GET:/x HTTP/1.1\r\n", lineOther},
 
+		{"\r\n\r\n\x00\r\nQUI", lineMore},
 		{"", lineMore},
 		{"\r\n", lineMore},
 		{"GET", lineMore},
@@ -98,10 +104,10 @@ func lenientUpstream(t *testing.T) (netpolicy.Port, func() []string) {
 			if err != nil {
 				return
 			}
-			if strings.TrimSpace(line) == "" {
+			if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "PROXY ") { // an optional PROXY header, as go-proxyproto's default takes one
 				continue
 			}
-			if len(strings.Fields(line)) < 2 {
+			if len(pythonFields(line)) < 2 {
 				return
 			}
 			h, err := tp.ReadMIMEHeader()
@@ -116,6 +122,23 @@ func lenientUpstream(t *testing.T) (netpolicy.Port, func() []string) {
 		}
 	})
 	return netpolicy.Port(ln.Addr().(*net.TCPAddr).Port), func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), hosts...) }
+}
+
+// pythonFields splits line as Python's http.server splits a request
+// line (decoded as Latin-1, then str.split()).
+func pythonFields(line string) []string {
+	var fields []string
+	start := -1
+	for i := 0; i <= len(line); i++ {
+		space := i == len(line) || strings.IndexByte(" \t\n\v\f\r\x1c\x1d\x1e\x1f\x85\xa0", line[i]) >= 0
+		switch {
+		case space && start >= 0:
+			fields, start = append(fields, line[start:i]), -1
+		case !space && start < 0:
+			start = i
+		}
+	}
+	return fields
 }
 
 // A captured connection to an allowed host carries a request for
@@ -135,6 +158,9 @@ func TestTransparentLenientRequestLines(t *testing.T) {
 		"GET\t/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 		" GET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 		strings.Repeat("G", 40) + " /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET\x1f/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET\xa0/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"PROXY TCP4 10.0.0.1 10.0.0.2 1111 80\r\nGET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 	} {
 		c := g.dial(t, g.fake(t, "api.test", port))
 		c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -278,6 +304,8 @@ func TestConnectPlainHTTPDecidedByRequest(t *testing.T) {
 		"\r\nGET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 		"GET\t/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 		"GET http://other.test/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"GET\x1f/x HTTP/1.1\r\nHost: other.test\r\n\r\n",
+		"PROXY TCP4 10.0.0.1 10.0.0.2 1111 80\r\nGET /x HTTP/1.1\r\nHost: other.test\r\n\r\n",
 	} {
 		c, br := connectTunnel(t, g.addr, target)
 		io.WriteString(c, req)

@@ -200,7 +200,7 @@ func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, 
 		c.Conn.SetReadDeadline(time.Now())
 		upDone <- err
 	}()
-	_, clientErr := c.br.Peek(1)
+	clientErr := c.awaitByte()
 	if clientErr == nil {
 		// Late bytes are served as if they had come now, on time.
 		k.start = time.Now()
@@ -289,19 +289,28 @@ func (k *capture) peekHTTP() bool {
 	c := k.c
 	defer c.SetReadDeadline(time.Time{})
 	c.SetReadDeadline(time.Now().Add(k.s.limits.FirstBytesTimeout))
-	for n := max(1, c.br.Buffered()); ; n++ {
-		b, err := c.br.Peek(n)
+	for n := max(1, c.br.Buffered()); ; n = c.br.Buffered() + 1 {
+		b, err := c.br.Peek(min(n, maxSniffedLine))
 		switch sniffRequestLine(b) {
 		case lineHTTP:
 			return true
 		case lineOther:
 			return false
 		}
+		if len(b) == maxSniffedLine {
+			return true // as tokenWatch takes a line that long
+		}
 		if err != nil {
-			return errors.Is(err, bufio.ErrBufferFull)
+			return false
 		}
 	}
 }
+
+// maxSniffedLine is the most of a first line the gateway reads before it
+// tells whether it is a request line: one still undecided past it (a
+// word, a space, and 4 KiB of a second word) is taken for one and
+// refused, so that telling costs little.
+const maxSniffedLine = 4 << 10
 
 // reasonTrickledRequest is the reason of a relayed captured connection
 // cut off by tokenWatch.
@@ -351,11 +360,11 @@ func (w *tokenWatch) check(src io.Reader) ([]byte, error) {
 		case lineOther:
 			return w.line[w.sent:], nil
 		}
-		if len(w.line) > limits.MaxHeaderBytes {
+		if len(w.line) >= maxSniffedLine {
 			return nil, errTrickledRequest // as peekHTTP takes a line that long
 		}
-		if w.sent < len(w.line)-1 || !isTokenChar(b[0]) {
-			continue // held
+		if w.sent < len(w.line)-1 || !isTokenChar(b[0]) || w.sent >= netpolicy.MaxMethodLen {
+			continue // held: a longer word waits for its line's end
 		}
 		if _, err := w.up.Write(b[:]); err != nil {
 			return nil, nil // the relay finds the upstream gone

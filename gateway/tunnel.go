@@ -141,6 +141,7 @@ func (s *Server) openTunnel(ctx context.Context, c *conn, o *outcome, start time
 			closeRec.Error = "writing to the client: " + err.Error()
 			return
 		}
+		closeRec.Status = http.StatusOK // what the client was sent, relayed or not
 	}
 	if await != nil && !await(up, closeRec) {
 		return

@@ -48,28 +48,34 @@ func TestUpstreamUnaskedAnswerNotReused(t *testing.T) {
 			netpolicy.Rule{ID: "b", Host: "b.test", Ports: []netpolicy.Port{port}, Action: netpolicy.Allow},
 		), map[string]string{"a.test": "127.0.0.1", "b.test": "127.0.0.1"})
 		// The same client connection (the upstream connection it holds),
-		// then another (the pool's).
+		// then another, after the first left (the pool's).
 		for _, fresh := range []bool{false, true} {
-			c, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(c)
-			get := func(host string) string {
-				fmt.Fprintf(c, "GET http://%s:%d/ HTTP/1.1\r\nHost: %s\r\n\r\n", host, port, host)
-				resp, err := http.ReadResponse(br, nil)
+			dial := func() (net.Conn, func(string) string) {
+				c, err := net.Dial("tcp", g.addr)
 				if err != nil {
-					t.Fatalf("GET %s: %v", host, err)
+					t.Fatal(err)
 				}
-				b, _ := io.ReadAll(resp.Body)
-				return string(b)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(c)
+				return c, func(host string) string {
+					fmt.Fprintf(c, "GET http://%s:%d/ HTTP/1.1\r\nHost: %s\r\n\r\n", host, port, host)
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("GET %s: %v", host, err)
+					}
+					b, _ := io.ReadAll(resp.Body)
+					return string(b)
+				}
 			}
-			if !fresh {
-				if got := get("a.test"); got != "first" {
-					t.Fatalf("later %v: a.test answered %q", later, got)
-				}
-				time.Sleep(100 * time.Millisecond) // the extra answer is in
+			c, get := dial()
+			if got := get("a.test"); got != "first" {
+				t.Fatalf("later %v: a.test answered %q", later, got)
+			}
+			time.Sleep(100 * time.Millisecond) // the extra answer is in
+			if fresh {
+				c.Close() // its upstream connection goes to the pool
+				time.Sleep(50 * time.Millisecond)
+				c, get = dial()
 			}
 			if got := get("b.test"); !strings.HasPrefix(got, "answer to b.test") {
 				t.Errorf("later %v, fresh client %v: b.test answered %q, want its own answer", later, fresh, got)
