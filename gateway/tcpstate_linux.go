@@ -32,25 +32,39 @@ func tcpReset(nc net.Conn, err error) bool {
 	return closed
 }
 
-// quietConn reports whether nc has nothing to read and has not been
-// ended by its peer: an upstream connection kept between requests must
-// be, or what the upstream sent unasked (a second answer to one request)
-// would be read as the answer to the next one, another host's maybe. One
-// non-blocking peek; a connection that is not a socket is taken as quiet.
-func quietConn(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return true
+// quietCheck is how an upstream connection is looked at before it is
+// reused (quietConn): made once with the connection, so that looking
+// allocates nothing on the requests' path.
+type quietCheck struct {
+	raw   syscall.RawConn // nil (or a nil check): not a socket, taken as quiet
+	quiet bool
+	peek  func(fd uintptr)
+}
+
+// newQuietCheck makes nc's quietCheck.
+func newQuietCheck(nc net.Conn) *quietCheck {
+	q := &quietCheck{}
+	if sc, ok := nc.(syscall.Conn); ok {
+		q.raw, _ = sc.SyscallConn()
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
-	quiet := true
-	raw.Control(func(fd uintptr) {
+	q.peek = func(fd uintptr) {
 		var b [1]byte
 		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		quiet = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
-	})
-	return quiet
+		q.quiet = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
+	}
+	return q
+}
+
+// quietConn reports whether the connection has nothing to read and has
+// not been ended by its peer: an upstream connection kept between
+// requests must be, or what the upstream sent unasked (a second answer to
+// one request) would be read as the answer to the next one, another
+// host's maybe. One non-blocking peek; it sees what came before it.
+func (q *quietCheck) quietConn() bool {
+	if q == nil || q.raw == nil {
+		return true
+	}
+	q.quiet = true
+	q.raw.Control(q.peek)
+	return q.quiet
 }

@@ -8,7 +8,11 @@ import "net"
 // Linux, and says no: the tunnel then ends as for any other failure.
 func tcpReset(nc net.Conn, err error) bool { return false }
 
-// quietConn reports whether nc has nothing to read; off Linux it is not
-// looked at, and a kept connection's unasked bytes are caught only when
-// they came with the answer before them (upstreamPool.done).
-func quietConn(net.Conn) bool { return true }
+// quietCheck would look at an upstream connection before it is reused;
+// off Linux it does not, and a kept connection's unasked bytes are caught
+// only when they are buffered already (upstreamPool.reusable).
+type quietCheck struct{}
+
+func newQuietCheck(net.Conn) *quietCheck { return nil }
+
+func (*quietCheck) quietConn() bool { return true }

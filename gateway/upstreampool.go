@@ -23,13 +23,14 @@ type upConn struct {
 	addr      netip.AddrPort
 	idleSince time.Time
 	head      responseHead // the last response head read, its memory reused
+	quiet     *quietCheck  // whether the upstream sent anything since (reusable)
 }
 
 // newUpConn wraps nc, a new connection to addr, whose reads time out after
 // idle without a byte.
 func newUpConn(nc net.Conn, addr netip.AddrPort, idle time.Duration) *upConn {
 	rd := &deadlineReader{r: nc, c: nc, idle: idle}
-	return &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+	return &upConn{conn: nc, rd: rd, br: bufio.NewReaderSize(rd, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr, quiet: newQuietCheck(nc)}
 }
 
 func (uc *upConn) Close() error { return uc.conn.Close() }
@@ -74,7 +75,7 @@ func (p *upstreamPool) get(addr netip.AddrPort) *upConn {
 // has not idled out, and the upstream sent nothing since its last answer
 // nor ended it (quietConn).
 func (p *upstreamPool) reusable(uc *upConn) bool {
-	return !p.idledOut(uc) && uc.br.Buffered() == 0 && quietConn(uc.conn)
+	return !p.idledOut(uc) && uc.br.Buffered() == 0 && uc.quiet.quietConn()
 }
 
 // put keeps uc, idle since uc.idleSince, for reuse, or closes it when it
