@@ -204,14 +204,7 @@ func TestTransparentRelaysWordsAndSpaces(t *testing.T) {
 			"SET key value\r\n",
 			"get key\r\n",
 		} {
-			dst := g.fake(t, "git.test", port)
-			var c net.Conn
-			if late {
-				c = g.dialLate(t, dst, "git.test")
-			} else {
-				c = g.dial(t, dst)
-			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c := g.dialAt(t, g.fake(t, "git.test", port), "git.test", late)
 			io.WriteString(c, line)
 			got := make([]byte, len(line))
 			if _, err := io.ReadFull(c, got); err != nil || string(got) != line {
@@ -243,14 +236,7 @@ func TestTransparentLenientRequestLinesLate(t *testing.T) {
 		{strings.Repeat("G", 40), " /x HTTP/1.1\r\nHost: other.test\r\n\r\n"},
 	} {
 		for _, late := range []bool{false, true} {
-			dst := g.fake(t, "api.test", port)
-			var c net.Conn
-			if late {
-				c = g.dialLate(t, dst, "api.test")
-			} else {
-				c = g.dial(t, dst)
-			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c := g.dialAt(t, g.fake(t, "api.test", port), "api.test", late)
 			if tc.first != "" {
 				io.WriteString(c, tc.first)
 				time.Sleep(wait)

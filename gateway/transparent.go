@@ -137,9 +137,20 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 	t := netpolicy.Target{Host: k.host, Port: k.dst.Port(), Method: http.MethodConnect}
 	in := entry{door: doorCaptured, kind: decisionlog.KindTransparent, c: c, target: t, start: start}
 	o := s.pipe.run(ctx, &in)
-	// Relayed, the client's first bytes are checked however late they
-	// come: after the server's, a ClientHello must still name the target
-	// (as a CONNECT's); before, they are watched as on time (tokenWatch).
+	return k.openAwaiting(ctx, &o, false)
+}
+
+// openAwaiting writes o, the outcome of k's tunnel (openTunnel; proxied
+// for a CONNECT), waiting once it is dialed for the first bytes of
+// either side (awaitFirst). Relayed, the client's first bytes are checked
+// however late they come: after the server's, a ClientHello must still
+// name the target (checkSNI); before, they are watched as on time
+// (tokenWatch). It reports whether the client's bytes are to be decided
+// again, request by request or as on time (the upstream connection, sent
+// nothing, is then closed); a tunnel whose ask was answered allow then
+// answers its requests' asks by the same rule (conn.answered).
+func (k *capture) openAwaiting(ctx context.Context, o *outcome, proxied bool) (redo bool) {
+	s, c := k.s, k.c
 	w := &tokenWatch{k: k}
 	serverFirst := false
 	check := func(src io.Reader) ([]byte, error) {
@@ -148,7 +159,7 @@ func (k *capture) tunnelLate(ctx context.Context) (redo bool) {
 		}
 		return w.check(src)
 	}
-	s.openTunnel(ctx, c, &o, start, false, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
+	s.openTunnel(ctx, c, o, k.start, proxied, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
 		w.up, w.rec = up, closeRec
 		relay, again := k.awaitFirst(up, closeRec)
 		redo, serverFirst = again, relay && closeRec.BytesIn > 0
@@ -224,9 +235,8 @@ func (k *capture) awaitFirst(up net.Conn, closeRec *decisionlog.Record) (relay, 
 		closeRec.Error = fmt.Sprintf(lateRedecided, "a TLS ClientHello")
 		return false, true
 	case c.br.Buffered() > 0 && k.peekHTTP():
-		closeRec.Error = fmt.Sprintf(lateRedecided, "an HTTP request")
-		if k.connect {
-			closeRec.Error = connectPlainHTTP
+		if closeRec.Error = connectPlainHTTP; !k.connect {
+			closeRec.Error = fmt.Sprintf(lateRedecided, "an HTTP request")
 		}
 		return false, true
 	case c.br.Buffered() > 0:

@@ -58,6 +58,17 @@ func (g *transparentGateway) dialLate(t *testing.T, dst netip.AddrPort, host str
 	return c
 }
 
+// dialAt dials dst late (dialLate) or on time, with a deadline set.
+func (g *transparentGateway) dialAt(t *testing.T, dst netip.AddrPort, host string, late bool) net.Conn {
+	t.Helper()
+	if late {
+		return g.dialLate(t, dst, host)
+	}
+	c := g.dial(t, dst)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return c
+}
+
 // hasReason reports whether r is a block whose reason starts with prefix.
 func hasReason(r map[string]any, prefix string) bool {
 	reason, _ := r["reason"].(string)
@@ -381,14 +392,7 @@ func TestTransparentTrickledMethod(t *testing.T) {
 	wait := 3 * g.srv.limits.FirstBytesTimeout
 	for _, late := range []bool{false, true} {
 		mark := ringMark(g.ring)
-		dst := g.fake(t, "api.test", port)
-		var c net.Conn
-		if late {
-			c = g.dialLate(t, dst, "api.test")
-		} else {
-			c = g.dial(t, dst)
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-		}
+		c := g.dialAt(t, g.fake(t, "api.test", port), "api.test", late)
 		io.WriteString(c, "G")
 		time.Sleep(wait)
 		io.WriteString(c, "ET /x HTTP/1.1\r\nHost: other.test:"+port.String()+"\r\n\r\n")

@@ -64,25 +64,7 @@ func (s *Server) serveConnect(ctx context.Context, c *conn, head *requestHead) {
 		named = false
 	}
 	k := &capture{s: s, c: c, dst: netip.AddrPortFrom(netip.IPv4Unspecified(), port), host: o.t.Host, named: named, start: start, connect: true}
-	w := &tokenWatch{k: k}
-	serverFirst := false
-	check := func(src io.Reader) ([]byte, error) {
-		if serverFirst {
-			return checkSNI(c, src, o.t.Host, &s.limits)
-		}
-		return w.check(src)
-	}
-	plain := false
-	s.openTunnel(ctx, c, &o, start, true, nil, check, func(up net.Conn, closeRec *decisionlog.Record) bool {
-		w.up, w.rec = up, closeRec
-		relay, redo := k.awaitFirst(up, closeRec)
-		plain, serverFirst = redo, relay && closeRec.BytesIn > 0
-		return relay
-	})
-	if plain {
-		if o.asked && o.d.Action == netpolicy.Allow {
-			c.answered = &o.d
-		}
+	if k.openAwaiting(ctx, &o, true) {
 		k.serveHTTP(ctx)
 	}
 }
